@@ -1,0 +1,417 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PULL_STATUS_UNSPECIFIED: _ClassVar[PullStatus]
+    FOUND: _ClassVar[PullStatus]
+    NO_NEW_MSG: _ClassVar[PullStatus]
+    NO_MATCHED_MSG: _ClassVar[PullStatus]
+    OFFSET_TOO_SMALL: _ClassVar[PullStatus]
+    OFFSET_OVERFLOW: _ClassVar[PullStatus]
+    OFFSET_MOVED: _ClassVar[PullStatus]
+PULL_STATUS_UNSPECIFIED: PullStatus
+FOUND: PullStatus
+NO_NEW_MSG: PullStatus
+NO_MATCHED_MSG: PullStatus
+OFFSET_TOO_SMALL: PullStatus
+OFFSET_OVERFLOW: PullStatus
+OFFSET_MOVED: PullStatus
+
+class Message(_message.Message):
+    __slots__ = ("topic", "queue_id", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "flag", "uniq_key", "delay_level")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    body: bytes
+    tags: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp: int
+    born_host: str
+    flag: int
+    uniq_key: str
+    delay_level: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., flag: _Optional[int] = ..., uniq_key: _Optional[str] = ..., delay_level: _Optional[int] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_timestamp", "note")
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    uniq_key: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    note: str
+    def __init__(self, msg_id: _Optional[str] = ..., uniq_key: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., physical_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+
+class MessageView(_message.Message):
+    __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_size", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "store_timestamp", "store_host", "sys_flag", "flag", "reconsume_times", "body_crc", "prepared_transaction_offset")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BODY_CRC_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_TRANSACTION_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    uniq_key: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_size: int
+    body: bytes
+    tags: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    sys_flag: int
+    flag: int
+    reconsume_times: int
+    body_crc: int
+    prepared_transaction_offset: int
+    def __init__(self, msg_id: _Optional[str] = ..., uniq_key: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., physical_offset: _Optional[int] = ..., store_size: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_timestamp: _Optional[int] = ..., store_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., body_crc: _Optional[int] = ..., prepared_transaction_offset: _Optional[int] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: SendResult
+    def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
+
+class SendBatchRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class SendBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class PullMessageRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "tag_expression", "long_poll_timeout_ms", "consumer_group", "from_leader")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    max_bytes: int
+    tag_expression: str
+    long_poll_timeout_ms: int
+    consumer_group: str
+    from_leader: bool
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., long_poll_timeout_ms: _Optional[int] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ...) -> None: ...
+
+class PullMessageResponse(_message.Message):
+    __slots__ = ("status", "messages", "next_offset", "min_offset", "max_offset")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    status: PullStatus
+    messages: _containers.RepeatedCompositeFieldContainer[MessageView]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., messages: _Optional[_Iterable[_Union[MessageView, _Mapping]]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class QueryMessageByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "begin_timestamp", "end_timestamp", "max_num")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    begin_timestamp: int
+    end_timestamp: int
+    max_num: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., begin_timestamp: _Optional[int] = ..., end_timestamp: _Optional[int] = ..., max_num: _Optional[int] = ...) -> None: ...
+
+class QueryMessageByKeyResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[MessageView]
+    def __init__(self, messages: _Optional[_Iterable[_Union[MessageView, _Mapping]]] = ...) -> None: ...
+
+class ViewMessageRequest(_message.Message):
+    __slots__ = ("msg_id", "topic")
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    topic: str
+    def __init__(self, msg_id: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class ViewMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: MessageView
+    def __init__(self, message: _Optional[_Union[MessageView, _Mapping]] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_store_timestamp: _Optional[int] = ...) -> None: ...
+
+class GetQueueOffsetsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class GetQueueOffsetsResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class SearchOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+
+class SearchOffsetResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "offsets")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class CommitOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FetchOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class FetchOffsetResponse(_message.Message):
+    __slots__ = ("offsets",)
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class TopicConfig(_message.Message):
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicConfig
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicConfig
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
+class TopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicConfig
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("include_system",)
+    INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    include_system: bool
+    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MemberStatus(_message.Message):
+    __slots__ = ("id", "grpc_address", "raft_address", "role", "term", "commit_index", "applied_index", "applied_offset", "dispatch_behind_bytes", "lag_bytes", "healthy", "ready", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_BEHIND_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    grpc_address: str
+    raft_address: str
+    role: str
+    term: int
+    commit_index: int
+    applied_index: int
+    applied_offset: int
+    dispatch_behind_bytes: int
+    lag_bytes: int
+    healthy: bool
+    ready: bool
+    error: str
+    def __init__(self, id: _Optional[str] = ..., grpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., applied_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., healthy: _Optional[bool] = ..., ready: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ClusterStatusResponse(_message.Message):
+    __slots__ = ("cluster_name", "leader_id", "members", "durability")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    leader_id: str
+    members: _containers.RepeatedCompositeFieldContainer[MemberStatus]
+    durability: str
+    def __init__(self, cluster_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ..., durability: _Optional[str] = ...) -> None: ...
+
+class TransferLeaderRequest(_message.Message):
+    __slots__ = ("to_id",)
+    TO_ID_FIELD_NUMBER: _ClassVar[int]
+    to_id: str
+    def __init__(self, to_id: _Optional[str] = ...) -> None: ...
+
+class TransferLeaderResponse(_message.Message):
+    __slots__ = ("leader_id",)
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    leader_id: str
+    def __init__(self, leader_id: _Optional[str] = ...) -> None: ...
