@@ -1,0 +1,43 @@
+"""Exceptions raised by the store.
+
+Every error a caller can cause carries a message that says what to fix; corrupt data found on disk is
+never an exception on the read path (it is logged and truncated or skipped instead).
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error the store raises on purpose."""
+
+
+class StoreLockedError(StoreError):
+    """Another process (or another MessageStore in this process) already has this store directory open."""
+
+
+class StoreLoadError(StoreError):
+    """The files on disk cannot be loaded (e.g. a segment of the wrong size); the store refuses to start."""
+
+
+class StoreClosedError(StoreError):
+    """The store is not open (never opened, or already shut down)."""
+
+
+class MessageIllegalError(StoreError):
+    """A message violates a limit (topic name, body size, total size, ...): RocketMQ's MESSAGE_ILLEGAL."""
+
+
+class PropertiesSizeExceededError(MessageIllegalError):
+    """The encoded properties string is longer than 32,767 bytes: RocketMQ's PROPERTIES_SIZE_EXCEEDED."""
+
+
+class BatchFormatError(StoreError):
+    """An encoded batch (the replicated append command) is malformed or fails its CRC check."""
+
+
+class OffsetMismatchError(StoreError):
+    """A raw commit-log append (catch-up) does not start at the current end of the commit log."""
+
+
+class DiskFullError(StoreError):
+    """The disk holding the store is above the configured usage ratio; writes are refused."""

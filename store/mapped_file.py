@@ -1,0 +1,186 @@
+"""MappedFile: one fixed-size, preallocated, memory-mapped segment (RocketMQ ``MappedFile``).
+
+Writes go into the mapping (page cache); ``flush`` makes them durable with ``msync`` following RocketMQ's
+least-pages rule. Segment files are named by the 20-digit offset of their first byte.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import threading
+
+from store.config import OS_PAGE_SIZE
+from store.errors import StoreLoadError
+
+log = logging.getLogger("store.mapped_file")
+
+_ALIGN = mmap.PAGESIZE
+
+
+class MappedFile:
+    """A segment of ``file_size`` bytes starting at logical offset ``file_from_offset`` (its file name).
+
+    A new file is created at full size (blocks reserved with ``posix_fallocate`` when ``preallocate``, so a
+    full disk fails here rather than with SIGBUS on a later write into the mapping). An existing file must
+    have exactly ``file_size`` bytes. Positions of an existing file start at ``file_size`` (RocketMQ's rule)
+    until recovery sets them; a new file starts empty.
+    """
+
+    def __init__(self, path: str, file_size: int, *, preallocate: bool = True) -> None:
+        self.path = path
+        self.file_name = os.path.basename(path)
+        try:
+            self.file_from_offset = int(self.file_name)
+        except ValueError:
+            raise StoreLoadError(f"segment file name {path!r} is not a 20-digit offset") from None
+        self.file_size = file_size
+        exists = os.path.exists(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if exists and actual != file_size:
+                raise StoreLoadError(
+                    f"segment {path} has {actual} bytes but the configured segment size is {file_size} bytes; "
+                    "the store was written with a different segment size (fix the size setting) "
+                    "or the file is damaged"
+                )
+            if not exists or actual == 0:
+                self._allocate(fd, file_size, preallocate)
+            self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            if not exists:
+                _unlink_quietly(path)
+            raise
+        self._fd = fd
+        start = 0 if not exists else file_size
+        self._wrote = start
+        self._flushed = start
+        self._flush_lock = threading.Lock()
+        self.store_timestamp = 0  # store timestamp of the last message appended (commit log)
+        self.closed = False
+
+    @staticmethod
+    def _allocate(fd: int, size: int, preallocate: bool) -> None:
+        if preallocate:
+            try:
+                os.posix_fallocate(fd, 0, size)
+                return
+            except OSError as e:  # file systems without fallocate: fall back to a sparse file
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+        os.ftruncate(fd, size)
+
+    # ------------------------------------------------------------------ positions
+    @property
+    def wrote_position(self) -> int:
+        return self._wrote
+
+    @wrote_position.setter
+    def wrote_position(self, pos: int) -> None:
+        self._wrote = pos
+
+    @property
+    def flushed_position(self) -> int:
+        return self._flushed
+
+    @flushed_position.setter
+    def flushed_position(self, pos: int) -> None:
+        self._flushed = pos
+
+    @property
+    def buffer(self) -> mmap.mmap:
+        """The writable mapping (for in-place patches by the owner of the segment)."""
+        return self._mm
+
+    def is_full(self) -> bool:
+        return self._wrote >= self.file_size
+
+    def remaining(self) -> int:
+        return self.file_size - self._wrote
+
+    # ------------------------------------------------------------------ I/O
+    def append(self, data: bytes | bytearray | memoryview) -> bool:
+        """Write ``data`` at the write position; False (nothing written) when it does not fit."""
+        n = len(data)
+        pos = self._wrote
+        if pos + n > self.file_size:
+            return False
+        self._mm[pos : pos + n] = data
+        self._wrote = pos + n
+        return True
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``pos`` without moving the write position."""
+        n = len(data)
+        if pos < 0 or pos + n > self.file_size:
+            raise ValueError(f"write of {n} bytes at {pos} outside segment {self.path} of {self.file_size}")
+        self._mm[pos : pos + n] = data
+
+    def read(self, pos: int, size: int) -> memoryview:
+        """A view of ``size`` bytes at ``pos`` (clipped to the segment). Release it promptly."""
+        end = min(pos + size, self.file_size)
+        return memoryview(self._mm)[pos:end]
+
+    def read_bytes(self, pos: int, size: int) -> bytes:
+        """A copy of ``size`` bytes at ``pos`` (clipped to the segment)."""
+        return self._mm[pos : min(pos + size, self.file_size)]
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        """RocketMQ's rule: full; or >= least_pages new 4 KiB pages; or (least_pages == 0) anything new."""
+        flushed, wrote = self._flushed, self._wrote
+        if self.is_full() and wrote > flushed:
+            return True
+        if least_pages > 0:
+            return (wrote // OS_PAGE_SIZE) - (flushed // OS_PAGE_SIZE) >= least_pages
+        return wrote > flushed
+
+    def flush(self, least_pages: int) -> int:
+        """msync the dirty range when the least-pages rule allows; returns the flushed position."""
+        with self._flush_lock:
+            if self.closed or not self.is_able_to_flush(least_pages):
+                return self._flushed
+            wrote = self._wrote
+            start = (self._flushed // _ALIGN) * _ALIGN
+            if wrote > start:
+                self._mm.flush(start, wrote - start)
+            self._flushed = wrote
+            return wrote
+
+    def last_modified(self) -> int:
+        """File modification time in ms (retention by age)."""
+        try:
+            return int(os.stat(self.path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Unmap and close. A mapping still viewed by a reader is freed when the last view goes."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._mm.close()
+        except BufferError:
+            log.debug("segment %s still has readers; its mapping is released with the last view", self.path)
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close and delete the segment file."""
+        self.close()
+        _unlink_quietly(self.path)
+        log.info("deleted segment %s", self.path)
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self._wrote}, flushed={self._flushed})"
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
