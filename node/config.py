@@ -1,0 +1,427 @@
+"""The broker's configuration: one YAML file, ``RAFTMQ_<SECTION>_<KEY>`` environment overrides, ``--set`` flags.
+
+Why one loader for all three: Helm renders the YAML and overrides a few keys per pod through the environment,
+operators override on the command line; all three must be checked the same way, and every problem reported at
+once, one line each, so ``raftmq config validate`` and a failing start say everything that needs fixing.
+Precedence: built-in defaults < file < environment < ``--set``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "RAFTMQ_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DURABILITY_MODES = ("async", "sync")
+_NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class ConfigError(Exception):
+    """The configuration has problems; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: Sequence[str]):
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One voting member of the replication group."""
+
+    id: str
+    raft: str
+    grpc: str
+
+
+@dataclass
+class NodeSection:
+    id: str = "n0"
+    data_dir: str = "./data/n0"
+    grpc_listen: str = "0.0.0.0:8081"
+    http_listen: str = "0.0.0.0:8080"
+    advertised_address: str = ""
+    auto_create_topics: bool = False
+    log_level: str = "INFO"
+    shutdown_grace_seconds: float = 10.0
+
+
+@dataclass
+class ClusterSection:
+    name: str = "DefaultCluster"
+    store_host: str = "127.0.0.1:10911"
+    durability: str = "async"
+    raft_listen: str = "0.0.0.0:8091"
+    raft_address: str = ""
+    members: list = field(default_factory=list)
+    secret: str = ""
+
+
+@dataclass
+class KubernetesSection:
+    role_label: str = "auto"
+
+
+@dataclass
+class NodeConfig:
+    """The validated configuration of one broker process."""
+
+    node: NodeSection = field(default_factory=NodeSection)
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+    store: dict[str, Any] = field(default_factory=dict)  # StoreConfig overrides by field name
+    kubernetes: KubernetesSection = field(default_factory=KubernetesSection)
+
+    @property
+    def grpc_listen(self) -> HostPort:
+        return parse_host_port(self.node.grpc_listen)
+
+    @property
+    def http_listen(self) -> HostPort:
+        return parse_host_port(self.node.http_listen)
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        hp = parse_host_port(self.cluster.store_host)
+        return hp.host, hp.port
+
+    @property
+    def advertised_address(self) -> str:
+        """host:port clients should use for this node; the listen host when it is a concrete address."""
+        if self.node.advertised_address:
+            return self.node.advertised_address
+        hp = self.grpc_listen
+        host = "127.0.0.1" if hp.host in ("0.0.0.0", "::", "") else hp.host
+        return str(HostPort(host, hp.port))
+
+    @property
+    def members(self) -> list[Member]:
+        return [Member(str(m["id"]), str(m["raft"]), str(m["grpc"])) for m in self.cluster.members]
+
+    def store_config(self):
+        """The ``store.StoreConfig`` for this node: ``node.data_dir`` is the store root."""
+        from store import StoreConfig
+
+        return StoreConfig(
+            root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_SECTIONS: dict[str, type] = {"node": NodeSection, "cluster": ClusterSection, "kubernetes": KubernetesSection}
+_ALL_SECTIONS = ("node", "cluster", "store", "kubernetes")
+# StoreConfig fields the node fills in from its own sections, so each setting has exactly one home.
+_STORE_FIELDS_FROM_NODE = {"root_dir": "node.data_dir", "store_host": "cluster.store_host", "cluster_name": "cluster.name"}
+
+
+def _store_fields() -> dict[str, Any]:
+    """StoreConfig field name -> default value (its type is the type a YAML value must have)."""
+    from store import StoreConfig
+
+    out = {}
+    for f in dataclasses.fields(StoreConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            out[f.name] = f.default_factory()  # type: ignore[misc]
+        else:
+            out[f.name] = None
+    return out
+
+
+def parse_host_port(text: str) -> HostPort:
+    """Parse ``host:port`` or ``[v6]:port``; raises ValueError with what is wrong."""
+    text = str(text).strip()
+    m = re.fullmatch(r"\[([^\]]+)\]:(\d+)", text) or re.fullmatch(r"([^:\[\]]*):(\d+)", text)
+    if not m:
+        raise ValueError(f"{text!r} is not host:port (IPv6 as [addr]:port)")
+    port = int(m.group(2))
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port} in {text!r} is outside 1..65535")
+    host = m.group(1)
+    if not host:
+        raise ValueError(f"{text!r} has no host")
+    return HostPort(host, port)
+
+
+def _suggest(key: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _type_name(t: type) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list"}.get(
+        t, t.__name__
+    )
+
+
+def _coerce(where: str, value: Any, default: Any, problems: list[str]) -> Any:
+    """Check ``value`` against the type of ``default``; YAML scalars that are clearly meant are converted."""
+    if default is None:
+        return value
+    want = type(default)
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+    elif want is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif want is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif want is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif isinstance(value, want):
+        return value
+    problems.append(f"{where}: must be {_type_name(want)}, got {value!r}")
+    return default
+
+
+def _parse_scalar(text: str) -> Any:
+    """Environment and ``--set`` values are YAML, so lists and numbers work; plain text stays text."""
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``RAFTMQ_NODE_ID=n1`` -> ``{"node": {"id": "n1"}}``; variables of unknown sections are reported."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, text in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section = next((s for s in _ALL_SECTIONS if rest.startswith(s + "_")), None)
+        if section is None:
+            continue  # RAFTMQ_* variables of other tools (e.g. the CLI's target address) are not ours
+        out.setdefault(section, {})[rest[len(section) + 1 :]] = _parse_scalar(text)
+    return out
+
+
+def set_overrides(assignments: Sequence[str], problems: list[str]) -> dict[str, dict[str, Any]]:
+    """``--set node.id=n1`` flags -> nested dict."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not name:
+            problems.append(f"--set {item!r}: expected section.key=value, e.g. node.id=n1")
+            continue
+        out.setdefault(section, {})[name] = _parse_scalar(text)
+    return out
+
+
+def _merge(base: dict[str, Any], layer: Mapping[str, Any], origin: str, problems: list[str]) -> None:
+    for section, values in layer.items():
+        if section not in _ALL_SECTIONS:
+            problems.append(f"{origin}: unknown section {section!r}{_suggest(str(section), _ALL_SECTIONS)}")
+            continue
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            problems.append(f"{origin}: section {section!r} must be a mapping of key: value")
+            continue
+        for key, value in values.items():
+            base.setdefault(section, {})[str(key)] = (value, origin)
+
+
+def load_config(
+    path: str | os.PathLike | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    assignments: Sequence[str] = (),
+) -> NodeConfig:
+    """Read, merge and validate; raises ConfigError listing every problem."""
+    problems: list[str] = []
+    raw: dict[str, Any] = {}
+    if path is not None:
+        origin = str(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except OSError as e:
+            raise ConfigError([f"{origin}: cannot read: {e.strerror or e}"]) from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            raise ConfigError([f"{origin}: not valid YAML{at}: {getattr(e, 'problem', e)}"]) from None
+        if doc is None:
+            doc = {}
+        if not isinstance(doc, Mapping):
+            raise ConfigError([f"{origin}: the top level must be a mapping with sections {', '.join(_ALL_SECTIONS)}"])
+        _merge(raw, doc, origin, problems)
+    _merge(raw, env_overrides(os.environ if environ is None else environ), "environment", problems)
+    _merge(raw, set_overrides(assignments, problems), "--set", problems)
+    cfg = _build(raw, problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _build(raw: dict[str, dict[str, tuple[Any, str]]], problems: list[str]) -> NodeConfig:
+    cfg = NodeConfig()
+    for section, cls in _SECTIONS.items():
+        obj = getattr(cfg, section)
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key, (value, origin) in raw.get(section, {}).items():
+            where = f"{section}.{key}"
+            if key not in names:
+                problems.append(f"{origin}: unknown key {where}{_suggest(key, names)}")
+                continue
+            setattr(obj, key, _coerce(f"{origin}: {where}", value, getattr(obj, key), problems))
+    _build_store(cfg, raw.get("store", {}), problems)
+    _check(cfg, problems)
+    return cfg
+
+
+def _build_store(cfg: NodeConfig, raw: dict[str, tuple[Any, str]], problems: list[str]) -> None:
+    fields = _store_fields()
+    before = len(problems)
+    for key, (value, origin) in raw.items():
+        where = f"store.{key}"
+        if key in _STORE_FIELDS_FROM_NODE:
+            problems.append(f"{origin}: {where} comes from {_STORE_FIELDS_FROM_NODE[key]}; set that instead")
+        elif key not in fields:
+            problems.append(f"{origin}: unknown key {where}{_suggest(key, list(fields))}")
+        else:
+            cfg.store[key] = _coerce(f"{origin}: {where}", value, fields[key], problems)
+    if len(problems) == before:
+        from store import StoreError
+
+        try:
+            cfg.store_config()
+        except (StoreError, TypeError, ValueError) as e:
+            problems.append(f"store: {e}")
+
+
+def _check_address(where: str, value: str, problems: list[str], *, allow_empty: bool = False) -> None:
+    if allow_empty and not value:
+        return
+    try:
+        parse_host_port(value)
+    except ValueError as e:
+        problems.append(f"{where}: {e}")
+
+
+def _check(cfg: NodeConfig, problems: list[str]) -> None:
+    n, c = cfg.node, cfg.cluster
+    if not _NODE_ID.match(n.id):
+        problems.append(f"node.id: {n.id!r} must be 1-63 letters, digits, '_', '.', '-' (starting with a letter or digit)")
+    if not n.data_dir:
+        problems.append("node.data_dir: must name the directory that holds the store")
+    _check_address("node.grpc_listen", n.grpc_listen, problems)
+    _check_address("node.http_listen", n.http_listen, problems)
+    _check_address("node.advertised_address", n.advertised_address, problems, allow_empty=True)
+    if not problems and n.grpc_listen == n.http_listen:
+        problems.append("node.http_listen: must differ from node.grpc_listen")
+    if n.log_level.upper() not in LOG_LEVELS:
+        problems.append(f"node.log_level: {n.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+    n.log_level = n.log_level.upper()
+    if n.shutdown_grace_seconds < 0:
+        problems.append("node.shutdown_grace_seconds: must be >= 0")
+    if not c.name or not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", c.name):
+        problems.append(f"cluster.name: {c.name!r} must be 1-127 letters, digits, '_', '-', '%', '|'")
+    try:
+        hp = parse_host_port(c.store_host)
+    except ValueError as e:
+        problems.append(f"cluster.store_host: {e}")
+    else:
+        try:
+            ipaddress.ip_address(hp.host)
+        except ValueError:
+            problems.append(
+                f"cluster.store_host: host {hp.host!r} must be an IP literal (it is encoded into every msgId), "
+                "e.g. 10.0.0.7:10911"
+            )
+    if c.durability not in DURABILITY_MODES:
+        problems.append(f"cluster.durability: {c.durability!r} is not one of {', '.join(DURABILITY_MODES)}")
+    _check_address("cluster.raft_listen", c.raft_listen, problems)
+    _check_address("cluster.raft_address", c.raft_address, problems, allow_empty=True)
+    _check_members(cfg, problems)
+    role = cfg.kubernetes.role_label
+    if isinstance(role, bool):
+        cfg.kubernetes.role_label = role = "true" if role else "false"
+    if role not in ("auto", "true", "false"):
+        problems.append(f"kubernetes.role_label: {role!r} is not one of auto, true, false")
+
+
+def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
+    members = cfg.cluster.members
+    if not isinstance(members, list):
+        problems.append("cluster.members: must be a list of {id, raft, grpc} (empty for a single node)")
+        cfg.cluster.members = []
+        return
+    seen: set[str] = set()
+    ok = True
+    for i, m in enumerate(members):
+        where = f"cluster.members[{i}]"
+        if not isinstance(m, Mapping) or set(m) != {"id", "raft", "grpc"}:
+            problems.append(f"{where}: must be a mapping with exactly the keys id, raft, grpc; got {m!r}")
+            ok = False
+            continue
+        mid = str(m["id"])
+        if mid in seen:
+            problems.append(f"{where}: duplicate member id {mid!r}")
+        seen.add(mid)
+        _check_address(f"{where}.raft", str(m["raft"]), problems)
+        _check_address(f"{where}.grpc", str(m["grpc"]), problems)
+    if ok and members and cfg.node.id not in seen:
+        problems.append(f"cluster.members: this node's id {cfg.node.id!r} is not among the members {sorted(seen)}")
+
+
+def sample_yaml() -> str:
+    """A complete, commented configuration with every default (``raftmq config sample``)."""
+    store_lines = []
+    for name, default in _store_fields().items():
+        if name in _STORE_FIELDS_FROM_NODE:
+            continue
+        store_lines.append(f"  {name}: {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}")
+    n, c = NodeSection(), ClusterSection()
+    return f"""\
+# raftmq node configuration. Every key can be overridden by the environment as RAFTMQ_<SECTION>_<KEY>
+# (value parsed as YAML, e.g. RAFTMQ_CLUSTER_MEMBERS='[{{id: n0, raft: "h0:8091", grpc: "h0:8081"}}]')
+# or on the command line: raftmq node --config FILE --set section.key=value
+node:
+  id: {n.id}                        # unique member id
+  data_dir: {n.data_dir}            # store root (commitlog/, consumequeue/, index/, config/, ...)
+  grpc_listen: {n.grpc_listen}      # MessagingService + AdminService
+  http_listen: {n.http_listen}      # /metrics /health /ready
+  advertised_address: ""            # host:port clients are told to use (redirect hints); default: grpc_listen's host
+  auto_create_topics: {str(n.auto_create_topics).lower()}          # create unknown topics on first send (4 queues)
+  log_level: {n.log_level}                  # {' | '.join(LOG_LEVELS)}
+  shutdown_grace_seconds: {n.shutdown_grace_seconds}      # SIGTERM: how long in-flight requests may take to finish
+cluster:
+  name: {c.name}             # CLUSTER property of every message
+  store_host: {c.store_host}       # group-level STOREHOST (IP:port) in every record and msgId
+  durability: {c.durability}                 # async (majority in page cache) | sync (majority fsynced before the ack)
+  raft_listen: {c.raft_listen}
+  raft_address: ""                  # this node's Raft address as peers see it (stable DNS name)
+  members: []                       # [{{id: n0, raft: host:8091, grpc: host:8081}}, ...]; empty = single node
+  secret: ""                        # Raft peer password (optional)
+store:                              # store.StoreConfig fields (root_dir, store_host, cluster_name come from above)
+{chr(10).join(store_lines)}
+kubernetes:
+  role_label: auto                  # auto (on when running in a pod) | true | false
+"""

@@ -1,0 +1,127 @@
+"""Prometheus metrics with RocketMQ 5's names, so existing RocketMQ dashboards and alerts work.
+
+Why two kinds: counters and histograms are updated per request (once per batch, never per message); everything
+the store already knows (offsets, sizes, dispatch lag) is read at scrape time by a collector, so there is no
+background thread and no stale copy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class BrokerMetrics:
+    """The per-request instruments of one broker; labels carry cluster and node id like RocketMQ 5's."""
+
+    def __init__(self, cluster: str, node_id: str):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._base = (cluster, node_id)
+        base = ["cluster", "node_id"]
+        self.messages_in = Counter(
+            "rocketmq_messages_in", "Messages stored (acknowledged puts)", base + ["topic"], registry=self.registry
+        )
+        self.throughput_in = Counter(
+            "rocketmq_throughput_in", "Body bytes stored", base + ["topic"], registry=self.registry
+        )
+        self.messages_out = Counter(
+            "rocketmq_messages_out", "Messages returned by pulls", base + ["topic", "consumer_group"],
+            registry=self.registry,
+        )
+        self.throughput_out = Counter(
+            "rocketmq_throughput_out", "Body bytes returned by pulls", base + ["topic", "consumer_group"],
+            registry=self.registry,
+        )
+        self.put_latency = Histogram(
+            "raftmq_put_latency_seconds", "Write path put: submit to acknowledgement (group commit + apply)",
+            base, buckets=LATENCY_BUCKETS, registry=self.registry,
+        ).labels(*self._base)
+        self.get_latency = Histogram(
+            "raftmq_get_latency_seconds", "Store read of one pull (excluding the long-poll wait)",
+            base, buckets=LATENCY_BUCKETS, registry=self.registry,
+        ).labels(*self._base)
+        self.rpc_latency = Histogram(
+            "raftmq_rpc_latency_seconds", "gRPC handling time by method and status code (long polls included)",
+            base + ["method", "code"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.long_poll_wakeups = Counter(
+            "raftmq_long_poll_wakeups", "Parked pulls woken by a message arrival", base, registry=self.registry
+        ).labels(*self._base)
+        self._in: dict[str, tuple] = {}
+        self._out: dict[tuple[str, str], tuple] = {}
+        self._rpc: dict[tuple[str, str], object] = {}
+
+    def record_put(self, topic: str, count: int, body_bytes: int) -> None:
+        children = self._in.get(topic)
+        if children is None:
+            children = self._in[topic] = (
+                self.messages_in.labels(*self._base, topic),
+                self.throughput_in.labels(*self._base, topic),
+            )
+        children[0].inc(count)
+        children[1].inc(body_bytes)
+
+    def record_pull(self, topic: str, group: str, count: int, body_bytes: int) -> None:
+        key = (topic, group)
+        children = self._out.get(key)
+        if children is None:
+            children = self._out[key] = (
+                self.messages_out.labels(*self._base, topic, group),
+                self.throughput_out.labels(*self._base, topic, group),
+            )
+        children[0].inc(count)
+        children[1].inc(body_bytes)
+
+    def record_rpc(self, method: str, code: str, seconds: float) -> None:
+        key = (method, code)
+        child = self._rpc.get(key)
+        if child is None:
+            child = self._rpc[key] = self.rpc_latency.labels(*self._base, method, code)
+        child.observe(seconds)  # type: ignore[attr-defined]
+
+    def add_collector(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+
+# store.stats() keys with a RocketMQ 5 name; every other numeric key is exported as raftmq_store_<key>.
+_ROCKETMQ_NAMES = {
+    "dispatch_behind_bytes": ("rocketmq_storage_dispatch_behind_bytes", "Commit-log bytes not yet dispatched"),
+    "flush_behind_bytes": ("rocketmq_storage_flush_behind_bytes", "Commit-log bytes written but not yet flushed"),
+    "commit_log_size": ("rocketmq_storage_size", "Bytes of commit log kept on disk"),
+    "commit_log_min_offset": ("raftmq_commitlog_min_offset", "Physical offset of the oldest commit-log byte kept"),
+    "commit_log_max_offset": ("raftmq_commitlog_max_offset", "Physical offset where the next record goes"),
+}
+_NAME_CLEAN = re.compile(r"[^a-zA-Z0-9_]")
+
+
+class StoreCollector(Collector):
+    """Reads store and node state at scrape time."""
+
+    def __init__(self, cluster: str, node_id: str, stats: Callable[[], dict], ready: Callable[[], bool]):
+        self._labels = {"cluster": cluster, "node_id": node_id}
+        self._stats = stats
+        self._ready = ready
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=list(self._labels))
+        g.add_metric(list(self._labels.values()), value)
+        return g
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        yield self._gauge("raftmq_node_ready", "1 when the node serves requests (store recovered, caught up)",
+                          1.0 if self._ready() else 0.0)
+        try:
+            stats = self._stats()
+        except Exception:  # store not open yet (starting) or already closed (stopping)
+            return
+        for key, value in sorted(stats.items()):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            name, doc = _ROCKETMQ_NAMES.get(key, (f"raftmq_store_{_NAME_CLEAN.sub('_', key)}", f"store stat {key}"))
+            yield self._gauge(name, doc, float(value))
