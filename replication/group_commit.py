@@ -1,0 +1,171 @@
+"""Group commit: coalesce concurrent puts into one batch, so the per-append cost (a store append, a Raft round,
+an fsync) is paid per batch, not per message. Batching, not threads, is how Python gets throughput here.
+
+One committer thread takes the first waiting put, keeps taking more until the batch reaches ``max_batch_bytes``
+or no new put arrived within ``linger_s``, and hands the batch to ``commit_fn``. ``commit_fn`` owns resolving the
+futures (synchronously for a local store, from Raft callbacks when replicated). A bounded queue (bytes and puts)
+turns overload into BusyError instead of unbounded memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from replication.errors import BusyError, WritePathStoppedError
+
+log = logging.getLogger(__name__)
+
+# Record overhead besides body and properties (header, hosts, topic): RocketMQ's fixed part is 91 bytes (v4).
+_RECORD_OVERHEAD = 128
+
+
+def estimate_size(msg: Any) -> int:
+    """Encoded size estimate of one message, cheap enough to compute per put."""
+    props = getattr(msg, "properties", None) or {}
+    return len(msg.body or b"") + len(msg.topic) + sum(len(k) + len(v) + 2 for k, v in props.items()) \
+        + _RECORD_OVERHEAD
+
+
+class PendingPut:
+    """One caller's messages and the future it waits on."""
+
+    __slots__ = ("msgs", "future", "nbytes", "enqueued_at")
+
+    def __init__(self, msgs: list[Any], nbytes: int):
+        self.msgs = msgs
+        self.future: Future = Future()
+        self.nbytes = nbytes
+        self.enqueued_at = time.monotonic()
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+    def resolve(self, results: list[Any]) -> None:
+        if not self.future.done():
+            self.future.set_result(results)
+
+
+class GroupCommitter:
+    """Queue + committer thread; see the module docstring."""
+
+    def __init__(self, commit_fn: Callable[[list[PendingPut]], None], *, name: str,
+                 max_batch_bytes: int = 256 * 1024, max_batch_msgs: int = 4096, linger_s: float = 0.001,
+                 max_pending_bytes: int = 64 * 1024 * 1024, max_pending_puts: int = 20_000):
+        self._commit_fn = commit_fn
+        self._name = name
+        self.max_batch_bytes = max_batch_bytes
+        self.max_batch_msgs = max_batch_msgs
+        self.linger_s = linger_s
+        self.max_pending_bytes = max_pending_bytes
+        self.max_pending_puts = max_pending_puts
+        self._queue: collections.deque[PendingPut] = collections.deque()
+        self._cond = threading.Condition()
+        self._pending_bytes = 0
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self.batches = 0  # counters for metrics and the benchmark
+        self.batched_msgs = 0
+
+    def start(self) -> None:
+        with self._cond:
+            if self._running:
+                return
+            self._running = True
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def stop(self, exc: BaseException | None = None) -> None:
+        """Stop the thread; puts still queued fail with ``exc`` (default WritePathStoppedError)."""
+        with self._cond:
+            self._running = False
+            left = list(self._queue)
+            self._queue.clear()
+            self._pending_bytes = 0
+            self._cond.notify_all()
+        for p in left:
+            p.fail(exc or WritePathStoppedError())
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        self._thread = None
+
+    def fail_queued(self, exc: BaseException) -> None:
+        """Fail every put not yet handed to commit_fn (e.g. leadership lost)."""
+        with self._cond:
+            left = list(self._queue)
+            self._queue.clear()
+            self._pending_bytes = 0
+        for p in left:
+            p.fail(exc)
+
+    def submit(self, msgs: list[Any]) -> Future:
+        p = PendingPut(msgs, sum(estimate_size(m) for m in msgs))
+        with self._cond:
+            if not self._running:
+                p.fail(WritePathStoppedError())
+                return p.future
+            if self._queue and (self._pending_bytes + p.nbytes > self.max_pending_bytes
+                                or len(self._queue) >= self.max_pending_puts):
+                p.fail(BusyError(f"{len(self._queue)} puts / {self._pending_bytes} bytes waiting"))
+                return p.future
+            self._queue.append(p)
+            self._pending_bytes += p.nbytes
+            if len(self._queue) == 1:
+                self._cond.notify()
+        return p.future
+
+    def pending(self) -> tuple[int, int]:
+        with self._cond:
+            return len(self._queue), self._pending_bytes
+
+    def _take_batch(self) -> list[PendingPut]:
+        """Block for the first put, then linger for more until the batch is full."""
+        q = self._queue
+        with self._cond:
+            while self._running and not q:
+                self._cond.wait(0.5)
+            if not self._running:
+                return []
+            batch: list[PendingPut] = []
+            nbytes = nmsgs = 0
+            deadline = time.monotonic() + self.linger_s
+            while True:
+                while q:
+                    p = q[0]
+                    if batch and (nbytes + p.nbytes > self.max_batch_bytes or nmsgs + len(p.msgs) > self.max_batch_msgs):
+                        break
+                    q.popleft()
+                    self._pending_bytes -= p.nbytes
+                    batch.append(p)
+                    nbytes += p.nbytes
+                    nmsgs += len(p.msgs)
+                if q or nbytes >= self.max_batch_bytes or nmsgs >= self.max_batch_msgs:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._running:
+                    break
+                self._cond.wait(left)
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if not batch:
+                with self._cond:
+                    if not self._running:
+                        return
+                continue
+            self.batches += 1
+            self.batched_msgs += sum(len(p.msgs) for p in batch)
+            try:
+                self._commit_fn(batch)
+            except BaseException as e:  # the thread must survive; every caller gets the error
+                log.exception("group commit failed")
+                for p in batch:
+                    p.fail(e)

@@ -1,0 +1,63 @@
+"""The write path's interface: what `node` calls, whatever the replication mode.
+
+Why a Protocol: the node must not care whether a put is applied locally (one node) or replicated through Raft;
+both implementations resolve a future with final offsets, and fail it with the errors in `replication.errors`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """One member of the replication group as clients and peers see it."""
+
+    id: str
+    raft_address: str
+    grpc_address: str
+
+
+@runtime_checkable
+class WritePath(Protocol):
+    """Writes (messages, topic configs, consumer offsets) go through here; reads go to the store directly."""
+
+    def start(self) -> None:
+        """Open for writes (single node: at once; Raft: once elected and caught up)."""
+
+    def stop(self) -> None:
+        """Stop accepting writes, finish or fail in-flight ones, hand off leadership when replicated."""
+
+    def put(self, msgs: list[Any]) -> Future:
+        """Queue ``msgs`` (store.Message) for the next group commit; the future resolves to list[PutResult].
+
+        Never raises for flow errors: the future fails with NotLeaderError, NoLeaderError, BusyError,
+        UnknownOutcomeError, or a store.errors.MessageIllegalError for bad input.
+        """
+
+    def create_topic(self, cfg: Any) -> None:
+        """Create a topic (store.topic_config.TopicConfig); replicated when clustered."""
+
+    def update_topic(self, cfg: Any) -> None:
+        """Replace a topic's config; replicated when clustered."""
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic's config and consume queues; replicated when clustered."""
+
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Record a consumer group's next offsets ({queue_id: offset}); replicated (coalesced) when clustered."""
+
+    def is_writable(self) -> bool:
+        """True when a put submitted now can be accepted by this node."""
+
+    def leader(self) -> MemberInfo | None:
+        """The current leader as far as this node knows (None during an election)."""
+
+    def members_status(self) -> list[dict]:
+        """One dict per member: id, address, role, term, commit_index, applied_offset,
+        dispatch_behind_bytes, lag, health."""
+
+    def transfer_leadership(self, to_id: str | None) -> None:
+        """Hand leadership to member ``to_id`` (None: the most caught-up follower)."""
