@@ -1,0 +1,34 @@
+"""raftmq Python SDK: ``Producer``, ``PullConsumer``, ``Admin``; typed results in ``client.types`` and typed
+errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
+
+from client.admin import Admin
+from client.consumer import PullConsumer
+from client.errors import (
+    AlreadyExistsError,
+    BusyError,
+    ConnectionError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotLeaderError,
+    RaftmqError,
+    TopicNotFoundError,
+    UnavailableError,
+    UnknownOutcomeError,
+)
+from client.producer import Producer
+from client.types import (
+    ClusterStatus,
+    MemberStatus,
+    Message,
+    MessageView,
+    QueueOffsets,
+    SendResult,
+    TopicConfig,
+)
+
+__all__ = [
+    "Admin", "PullConsumer", "Producer",
+    "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
+    "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
+    "NotLeaderError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",
+]

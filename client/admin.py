@@ -1,0 +1,145 @@
+"""Administration and lookups: topics, queue and group offsets, offset search, cluster status, leadership
+transfer, and queries by key / time range and by message id."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from raftmq.v1 import raftmq_pb2 as pb
+
+from client.connection import ServerPool
+from client.errors import TopicNotFoundError
+from client.types import (
+    PERM_READ,
+    PERM_WRITE,
+    ClusterStatus,
+    MessageView,
+    QueueOffsets,
+    TopicConfig,
+)
+
+MAX_QUERY_PER_CALL = 64
+
+
+class Admin:
+    """Administrative calls. Topic changes, offset commits and leadership transfer go to the leader; lookups
+    go to any replica (bounded staleness: that replica's apply lag)."""
+
+    def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
+                 retry_timeout: float = 15.0):
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+
+    @property
+    def servers(self) -> list[str]:
+        return list(self._pool.addresses)
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
+                     write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE,
+                     order: bool = False) -> TopicConfig:
+        """Create a topic (``queues`` sets both read and write queue counts; default 4). Raises
+        ``AlreadyExistsError`` if it exists."""
+        cfg = pb.TopicConfig(name=name, read_queue_nums=read_queues or queues or 0,
+                             write_queue_nums=write_queues or queues or 0, perm=perm, order=order)
+        resp, _ = self._pool.write(lambda s, t: s.admin.CreateTopic(pb.CreateTopicRequest(topic=cfg), timeout=t))
+        return TopicConfig.from_pb(resp.topic)
+
+    def get_topic(self, name: str) -> TopicConfig | None:
+        for t in self.list_topics(include_system=True):
+            if t.name == name:
+                return t
+        return None
+
+    def update_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
+                     write_queues: int | None = None, perm: int | None = None,
+                     order: bool | None = None) -> TopicConfig:
+        """Change the given fields of an existing topic, keeping the others (raises ``TopicNotFoundError``)."""
+        cur = self.get_topic(name)
+        if cur is None:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+        cfg = pb.TopicConfig(
+            name=name,
+            read_queue_nums=read_queues or queues or cur.read_queue_nums,
+            write_queue_nums=write_queues or queues or cur.write_queue_nums,
+            perm=cur.perm if perm is None else perm,
+            order=cur.order if order is None else order)
+        resp, _ = self._pool.write(lambda s, t: s.admin.UpdateTopic(pb.UpdateTopicRequest(topic=cfg), timeout=t),
+                                   idempotent=True)
+        return TopicConfig.from_pb(resp.topic)
+
+    def list_topics(self, *, include_system: bool = False) -> list[TopicConfig]:
+        req = pb.ListTopicsRequest(include_system=include_system)
+        resp, _ = self._pool.read(lambda s, t: s.admin.ListTopics(req, timeout=t))
+        return sorted((TopicConfig.from_pb(t) for t in resp.topics), key=lambda t: t.name)
+
+    def delete_topic(self, name: str) -> None:
+        self._pool.write(lambda s, t: s.admin.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=t))
+
+    # ------------------------------------------------------------------ offsets
+
+    def queue_offsets(self, topic: str) -> list[QueueOffsets]:
+        """Per-queue min/max offsets (max = next offset to be written), by queue id."""
+        resp, _ = self._pool.read(
+            lambda s, t: s.messaging.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic), timeout=t))
+        return sorted((QueueOffsets(q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp)
+                       for q in resp.queues), key=lambda q: q.queue_id)
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First offset of the queue stored at or after ``timestamp_ms`` (the max offset if none)."""
+        req = pb.SearchOffsetRequest(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
+        resp, _ = self._pool.read(lambda s, t: s.messaging.SearchOffset(req, timeout=t))
+        return resp.offset
+
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """The group's committed offsets (next offset to consume) by queue; queues never committed are absent."""
+        req = pb.FetchOffsetRequest(group=group, topic=topic)
+        resp, _ = self._pool.read(lambda s, t: s.messaging.FetchOffset(req, timeout=t))
+        return dict(resp.offsets)
+
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Set the group's offsets (next offset to consume) for the given queues. Idempotent."""
+        req = pb.CommitOffsetRequest(group=group, topic=topic, offsets=offsets)
+        self._pool.write(lambda s, t: s.messaging.CommitOffset(req, timeout=t), idempotent=True)
+
+    # ------------------------------------------------------------------ queries
+
+    def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int = 0,
+                     max_num: int = 32) -> list[MessageView]:
+        """Messages of ``topic`` indexed under ``key`` stored in [begin_ms, end_ms] (0: unbounded / now),
+        oldest first, at most ``max_num`` (the server caps one call at 64)."""
+        req = pb.QueryMessageByKeyRequest(topic=topic, key=key, begin_timestamp=begin_ms,
+                                          end_timestamp=end_ms or time.time_ns() // 1_000_000,
+                                          max_num=max_num)
+        resp, _ = self._pool.read(lambda s, t: s.messaging.QueryMessageByKey(req, timeout=t))
+        return [MessageView.from_pb(m) for m in resp.messages]
+
+    def view_message(self, msg_id: str, *, topic: str | None = None) -> MessageView:
+        """A message by its offset msgId, or by UNIQ_KEY when ``topic`` is given (raises ``NotFoundError``)."""
+        req = pb.ViewMessageRequest(msg_id=msg_id, topic=topic or "")
+        resp, _ = self._pool.read(lambda s, t: s.messaging.ViewMessage(req, timeout=t))
+        return MessageView.from_pb(resp.message)
+
+    # ------------------------------------------------------------------ cluster
+
+    def cluster_status(self) -> ClusterStatus:
+        """Every member's role, term, indexes and lag, as the answering node sees them."""
+        resp, address = self._pool.read(
+            lambda s, t: s.admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=t))
+        return ClusterStatus.from_pb(resp, address)
+
+    def transfer_leader(self, to_id: str | None = None) -> str:
+        """Hand leadership to member ``to_id`` (any up-to-date follower when None); returns the new leader id."""
+        req = pb.TransferLeaderRequest(to_id=to_id or "")
+        resp, _ = self._pool.write(lambda s, t: s.admin.TransferLeader(req, timeout=t))
+        return resp.leader_id
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

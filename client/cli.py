@@ -1,0 +1,125 @@
+"""The ``raftmq`` command: client subcommands plus those other packages contribute through the
+``raftmq.commands`` entry-point group (``register(subparsers)``; each sets ``func(args) -> int``).
+
+Errors are one line on stderr and a distinct exit status, never a traceback (set ``RAFTMQ_DEBUG=1`` to see it):
+
+====  ==========================================================================
+code  meaning
+====  ==========================================================================
+0     success
+1     any other error (server-side failure, precondition, not the leader, ...)
+2     usage error (bad option, bad address, malformed value)
+3     not found (unknown topic, queue or message)
+4     invalid argument (the server rejected a value: topic name, body, tags ...)
+5     unavailable: server unreachable, not ready, no leader, busy, timed out
+6     already exists (topic create)
+7     outcome unknown: a write may or may not have been stored
+130   interrupted (Ctrl-C) where that is not the normal way to stop
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+import traceback
+from collections.abc import Iterable
+
+from client import commands
+from client.errors import RaftmqError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+PLUGIN_GROUP = "raftmq.commands"
+
+
+def _warn(message: str) -> None:
+    print(f"raftmq: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def _load_plugins(subparsers: argparse._SubParsersAction,
+                  entry_points: Iterable[importlib.metadata.EntryPoint]) -> None:
+    """Let each plugin add its subcommands; a plugin that cannot load costs one warning line, not the CLI."""
+    for ep in sorted(entry_points, key=lambda e: e.name):
+        try:
+            register = ep.load()
+            register(subparsers)
+        except Exception as exc:  # noqa: BLE001 - any plugin failure must not break the client commands
+            _warn(f"commands from plugin {ep.name!r} ({ep.value}) are unavailable: {type(exc).__name__}: {exc}")
+
+
+def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> argparse.ArgumentParser:
+    """The full parser; ``entry_points`` defaults to the installed ``raftmq.commands`` plugins."""
+    parser = argparse.ArgumentParser(
+        prog="raftmq",
+        description="raftmq command line: produce, consume, query and administer a raftmq cluster.",
+        epilog="Servers: --server host:port (repeatable or comma-separated), else $RAFTMQ_SERVER, else "
+               "127.0.0.1:8081. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, "
+               "5 unavailable/unreachable, 6 already exists, 7 write outcome unknown.")
+    try:
+        version = importlib.metadata.version("raftmq")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    parser.add_argument("--version", action="version", version=f"raftmq {version}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    commands.register(sub)
+    if entry_points is None:
+        entry_points = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+    _load_plugins(sub, entry_points)
+    return parser
+
+
+def run(argv: list[str] | None = None,
+        entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> int:
+    """Parse and run one command; returns the exit status."""
+    parser = build_parser(entry_points)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors 2
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    func = getattr(args, "func", None)
+    if func is None:
+        print(f"raftmq: error: command {args.command!r} is incomplete; see raftmq {args.command} --help",
+              file=sys.stderr)
+        return EXIT_USAGE
+    debug = bool(os.environ.get("RAFTMQ_DEBUG"))
+    try:
+        code = func(args)
+        sys.stdout.flush()
+        return EXIT_OK if code is None else int(code)
+    except commands.UsageError as exc:
+        print(f"raftmq: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except RaftmqError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"raftmq: error: {_one_line(exc)}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("raftmq: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly; silence the flush at interpreter exit too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
+    except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback only on request
+        if debug:
+            traceback.print_exc()
+        print(f"raftmq: error: {type(exc).__name__}: {_one_line(exc)} (set RAFTMQ_DEBUG=1 for details)",
+              file=sys.stderr)
+        return EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    sys.exit(run(argv))

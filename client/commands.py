@@ -1,0 +1,701 @@
+"""The client subcommands of ``raftmq``: produce, consume, query, view, offsets, topic, cluster.
+
+Human-readable output on stdout by default, ``--json`` where a script wants it; progress on stderr. Failures
+are raised (``RaftmqError``, ``UsageError``) and turned into one line and an exit code by ``client.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from concurrent import futures
+
+from client.admin import Admin
+from client.connection import DEFAULT_SERVER, parse_servers
+from client.consumer import START_FIRST, START_LAST, PullConsumer
+from client.errors import InvalidArgumentError, RaftmqError
+from client.producer import Producer
+from client.table import render_table
+from client.types import (
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    ClusterStatus,
+    MemberStatus,
+    Message,
+    MessageView,
+    SendResult,
+)
+
+SERVER_ENV = "RAFTMQ_SERVER"
+
+
+class UsageError(Exception):
+    """A malformed command line the parser could not catch by itself (exit 2)."""
+
+
+# ---------------------------------------------------------------------- argument types
+
+
+def _server_list(value: str) -> list[str]:
+    try:
+        return parse_servers(value)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {n}")
+    return n
+
+
+def _non_negative_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def _positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not x > 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
+    return x
+
+
+def _property(value: str) -> tuple[str, str]:
+    key, sep, val = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    return key.strip(), val
+
+
+_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(value: str, *, now_ms: int | None = None) -> int:
+    """Epoch milliseconds from: an integer (ms), ISO-8601 (local time unless it has an offset), "now", or a
+    relative "-30s", "-10m", "-2h", "-1d"."""
+    text = value.strip()
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    if text == "now":
+        return now
+    if text.isdigit():
+        return int(text)
+    m = _RELATIVE.match(text)
+    if m:
+        return now - int(float(m.group(1)) * _UNIT_SECONDS[m.group(2)] * 1000)
+    try:
+        return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad time {value!r}: use epoch milliseconds, ISO-8601 (2026-11-21T07:30:00), now, or -10m/-2h/-1d"
+        ) from None
+
+
+def parse_perm(value: str) -> int:
+    """RocketMQ permission bits from "rw", "r", "w", "none" (optionally with "+inherit") or a number 0-7."""
+    text = value.strip().lower()
+    if text.isdigit():
+        n = int(text)
+        if n > 7:
+            raise argparse.ArgumentTypeError(f"bad permission {value!r}: a number is 0-7 (read 4, write 2, "
+                                             f"inherit 1)")
+        return n
+    base, _, extra = text.partition("+")
+    bits = {"rw": PERM_READ | PERM_WRITE, "wr": PERM_READ | PERM_WRITE, "r": PERM_READ, "ro": PERM_READ,
+            "w": PERM_WRITE, "wo": PERM_WRITE, "none": 0}.get(base)
+    if bits is None or extra not in ("", "inherit"):
+        raise argparse.ArgumentTypeError(f"bad permission {value!r}: use rw, r, w or none (or a number 0-7)")
+    return bits | (PERM_INHERIT if extra else 0)
+
+
+def format_perm(perm: int) -> str:
+    text = ("r" if perm & PERM_READ else "-") + ("w" if perm & PERM_WRITE else "-")
+    return text + ("+inherit" if perm & PERM_INHERIT else "")
+
+
+def servers_of(args: argparse.Namespace) -> list[str]:
+    """--server values, else $RAFTMQ_SERVER, else the default address."""
+    if args.server:
+        return [a for group in args.server for a in group]
+    env = os.environ.get(SERVER_ENV, "").strip()
+    if env:
+        try:
+            return parse_servers(env)
+        except InvalidArgumentError as exc:
+            raise UsageError(f"${SERVER_ENV}: {exc.message}") from None
+    return [DEFAULT_SERVER]
+
+
+# ---------------------------------------------------------------------- output helpers
+
+
+def _ms_to_text(ms: int) -> str:
+    if ms <= 0:
+        return ""
+    return dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _json_default(value):
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", errors="replace")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def message_json(m: MessageView) -> dict:
+    """A message as JSON: the body as text when it is UTF-8, else base64 in ``body_base64``."""
+    d = dataclasses.asdict(m)
+    try:
+        d["body"] = m.body.decode("utf-8")
+    except UnicodeDecodeError:
+        del d["body"]
+        d["body_base64"] = base64.b64encode(m.body).decode()
+    return d
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, default=_json_default, sort_keys=False), flush=True)
+
+
+def _message_line(m: MessageView) -> str:
+    parts = [f"queue={m.queue_id}", f"offset={m.queue_offset}", f"msgId={m.msg_id}"]
+    if m.tags:
+        parts.append(f"tags={m.tags}")
+    if m.keys:
+        parts.append(f"keys={','.join(m.keys)}")
+    body = m.text.replace("\n", "\\n")
+    return " ".join(parts) + " | " + body
+
+
+def _send_line(r: SendResult) -> str:
+    line = (f"SEND_OK msgId={r.msg_id} topic={r.topic} queue={r.queue_id} offset={r.queue_offset} "
+            f"uniqKey={r.uniq_key}")
+    return line + (f" note={r.note}" if r.note else "")
+
+
+class Progress:
+    """A progress line on stderr: redrawn in place on a terminal, a plain line every few seconds otherwise."""
+
+    def __init__(self, total: int, stream=None):
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = time.monotonic()
+        self._last = 0.0
+        self._interval = 0.25 if self.tty else 2.0
+
+    def update(self, done: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self._interval:
+            return
+        self._last = now
+        elapsed = max(now - self.start, 1e-9)
+        text = f"sent {done}/{self.total} ({100 * done // max(self.total, 1)}%), {done / elapsed:,.0f} msg/s"
+        if self.tty:
+            self.stream.write("\r" + text.ljust(60))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# ---------------------------------------------------------------------- produce
+
+
+def _read_body(args: argparse.Namespace) -> bytes | None:
+    if args.body is not None:
+        return args.body.encode()
+    if args.file is not None:
+        try:
+            with open(args.file, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read --file {args.file}: {exc.strerror or exc}") from None
+    return None
+
+
+def _generated_body(size: int) -> bytes:
+    pattern = b"raftmq-load-0123456789abcdefghijklmnopqrstuvwxyz-"
+    return (pattern * (size // len(pattern) + 1))[:size]
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    keys = [k for item in args.keys for k in item.split()]
+    props = dict(args.property)
+    body = _read_body(args)
+    load = args.count is not None or args.size is not None
+    if args.size is not None and body is not None:
+        raise UsageError("--size generates the body; drop --size, or drop --body/--file")
+    if not load and (args.batch != 1 or args.concurrency != 1):
+        raise UsageError("--batch and --concurrency apply to a load (--count N [--size B])")
+    with Producer(servers_of(args), timeout=args.timeout) as producer:
+        if load:
+            return _produce_load(args, producer, body, keys, props)
+        if body is not None:
+            r = producer.send(args.topic, body, tags=args.tags, keys=keys, properties=props, queue_id=args.queue)
+            _print_send(args, r)
+            return 0
+        if sys.stdin.isatty():
+            print("reading messages from stdin, one per line (Ctrl-D to end)", file=sys.stderr)
+        sent = 0
+        for raw in sys.stdin.buffer:
+            line = raw.rstrip(b"\r\n")
+            if not line:
+                continue
+            r = producer.send(args.topic, line, tags=args.tags, keys=keys, properties=props, queue_id=args.queue)
+            _print_send(args, r)
+            sent += 1
+        if sent == 0:
+            raise UsageError("no message to send: give --body TEXT, --file PATH, or lines on stdin")
+        return 0
+
+
+def _print_send(args: argparse.Namespace, r: SendResult) -> None:
+    if args.json:
+        _print_json(dataclasses.asdict(r))
+    else:
+        print(_send_line(r), flush=True)
+
+
+def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str], props: dict) -> int:
+    count = args.count or 1
+    size = args.size if args.size is not None else 128
+    payload = body if body is not None else _generated_body(size)
+    msg = Message(payload, args.tags, keys, props)
+    progress = Progress(count)
+    sent = 0
+    error: BaseException | None = None
+
+    def send(n: int) -> int:
+        if args.batch == 1:
+            producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue)
+        else:
+            producer.send_batch(args.topic, [msg] * n, queue_id=args.queue)
+        return n
+
+    pool = futures.ThreadPoolExecutor(max_workers=args.concurrency, thread_name_prefix="raftmq-produce")
+    inflight: set[futures.Future] = set()
+    try:
+        submitted = 0
+        while submitted < count or inflight:
+            while submitted < count and len(inflight) < args.concurrency and error is None:
+                n = min(args.batch, count - submitted)
+                inflight.add(pool.submit(send, n))
+                submitted += n
+            if not inflight:
+                break
+            done, inflight = futures.wait(inflight, return_when=futures.FIRST_COMPLETED)
+            for fut in done:
+                try:
+                    sent += fut.result()
+                except RaftmqError as exc:
+                    error = error or exc
+            progress.update(sent)
+            if error is not None and not inflight:
+                break
+            if error is not None:
+                submitted = count  # stop submitting; let what is in flight finish
+    except KeyboardInterrupt:
+        error = KeyboardInterrupt()
+        for fut in inflight:
+            fut.cancel()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    progress.update(sent, force=True)
+    progress.finish()
+    elapsed = max(time.monotonic() - progress.start, 1e-9)
+    mib = sent * len(payload) / (1 << 20)
+    summary = {"topic": args.topic, "sent": sent, "requested": count, "body_bytes": len(payload),
+               "batch": args.batch, "concurrency": args.concurrency, "seconds": round(elapsed, 3),
+               "msgs_per_sec": round(sent / elapsed, 1), "mib_per_sec": round(mib / elapsed, 3)}
+    if args.json:
+        _print_json(summary)
+    else:
+        print(f"sent {sent}/{count} messages of {len(payload)} B ({mib:.2f} MiB) to {args.topic} in "
+              f"{elapsed:.2f} s: {sent / elapsed:,.0f} msg/s, {mib / elapsed:.2f} MiB/s "
+              f"(batch {args.batch}, concurrency {args.concurrency})", flush=True)
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    if error is not None:
+        raise error
+    return 0
+
+
+# ---------------------------------------------------------------------- consume
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    consumer = PullConsumer(args.group, args.topic, servers_of(args), tags=args.tags,
+                            start_from=START_FIRST if args.from_beginning else START_LAST,
+                            auto_commit=not args.no_commit, auto_commit_interval=1.0,
+                            timeout=args.timeout, long_poll=1.0)
+    received = 0
+    idle_since = time.monotonic()
+    try:
+        while args.max is None or received < args.max:
+            m = consumer.receive(timeout=0.5)
+            if m is None:
+                if args.idle_timeout is not None and time.monotonic() - idle_since >= args.idle_timeout:
+                    break
+                continue
+            idle_since = time.monotonic()
+            received += 1
+            if args.json:
+                _print_json(message_json(m))
+            else:
+                print(_message_line(m), flush=True)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a follower stops: commit below, exit 0
+    finally:
+        consumer.close()
+    committed = "not committed (--no-commit)" if args.no_commit else "offsets committed"
+    print(f"consumed {received} message(s) from {args.topic} as {args.group}; {committed}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------- query / view
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    if args.begin is not None and args.end is not None and args.begin > args.end:
+        raise UsageError("--begin is after --end")
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        msgs = admin.query_by_key(args.topic, args.key, begin_ms=args.begin or 0, end_ms=args.end or 0,
+                                  max_num=args.max)
+    if args.json:
+        for m in msgs:
+            _print_json(message_json(m))
+        return 0
+    if not msgs:
+        print(f"no message with key {args.key!r} in topic {args.topic!r}", file=sys.stderr)
+        return 0
+    rows = [[m.msg_id, m.queue_id, m.queue_offset, _ms_to_text(m.store_timestamp), m.tags, " ".join(m.keys),
+             _preview(m.text)] for m in msgs]
+    print(render_table(["Message id", "Queue", "Offset", "Stored", "Tags", "Keys", "Body"], rows))
+    return 0
+
+
+def _preview(text: str, width: int = 40) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        m = admin.view_message(args.msg_id, topic=args.topic)
+    if args.json:
+        _print_json(message_json(m))
+        return 0
+    fields = [("Message id", m.msg_id), ("Uniq key", m.uniq_key), ("Topic", m.topic), ("Queue", m.queue_id),
+              ("Queue offset", m.queue_offset), ("Physical offset", m.physical_offset), ("Size", m.store_size),
+              ("Tags", m.tags), ("Keys", " ".join(m.keys)), ("Born", f"{_ms_to_text(m.born_timestamp)} "
+                                                                    f"from {m.born_host}"),
+              ("Stored", f"{_ms_to_text(m.store_timestamp)} at {m.store_host}"),
+              ("Reconsume times", m.reconsume_times), ("Sys flag", m.sys_flag), ("Body CRC", m.body_crc)]
+    width = max(len(k) for k, _ in fields)
+    for k, v in fields:
+        print(f"{k.ljust(width)}: {v}")
+    print("Properties:")
+    for k in sorted(m.properties):
+        print(f"  {k}={m.properties[k]}")
+    print(f"Body ({len(m.body)} bytes):")
+    print(m.text)
+    return 0
+
+
+# ---------------------------------------------------------------------- offsets
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        queues = admin.queue_offsets(args.topic)
+        committed = admin.committed_offsets(args.group, args.topic) if args.group else None
+    rows = []
+    total_lag = 0
+    for q in queues:
+        row = {"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+               "last_store_timestamp": q.last_store_timestamp}
+        if committed is not None:
+            c = committed.get(q.queue_id)
+            lag = q.max_offset - max(c, q.min_offset) if c is not None else q.max_offset - q.min_offset
+            row["committed_offset"] = c
+            row["lag"] = max(lag, 0)
+            total_lag += row["lag"]
+        rows.append(row)
+    if args.json:
+        out = {"topic": args.topic, "queues": rows}
+        if committed is not None:
+            out.update(group=args.group, total_lag=total_lag)
+        _print_json(out)
+        return 0
+    headers = ["Queue", "Min offset", "Max offset", "Messages", "Last stored"]
+    table = [[r["queue_id"], r["min_offset"], r["max_offset"], r["max_offset"] - r["min_offset"],
+              _ms_to_text(r["last_store_timestamp"])] for r in rows]
+    if committed is not None:
+        headers += ["Committed", "Lag"]
+        for t, r in zip(table, rows, strict=True):
+            t += ["-" if r["committed_offset"] is None else r["committed_offset"], r["lag"]]
+    title = f"Topic: {args.topic}" + (f", group: {args.group} (total lag {total_lag})" if committed is not None
+                                      else "")
+    print(render_table(headers, table, title=title))
+    return 0
+
+
+# ---------------------------------------------------------------------- topics
+
+
+def _topic_json(t) -> dict:
+    d = dataclasses.asdict(t)
+    d["perm_text"] = format_perm(t.perm)
+    return d
+
+
+def _topic_line(verb: str, t) -> str:
+    return (f"{verb} topic {t.name}: read queues {t.read_queue_nums}, write queues {t.write_queue_nums}, "
+            f"perm {format_perm(t.perm)}, order {'yes' if t.order else 'no'}")
+
+
+def cmd_topic_create(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        t = admin.create_topic(args.name, queues=args.queues, read_queues=args.read_queues,
+                               write_queues=args.write_queues, perm=args.perm, order=args.order)
+    _print_json(_topic_json(t)) if args.json else print(_topic_line("created", t))
+    return 0
+
+
+def cmd_topic_update(args: argparse.Namespace) -> int:
+    changes = [args.queues, args.read_queues, args.write_queues, args.perm, args.order]
+    if all(c is None for c in changes):
+        raise UsageError("nothing to update: give --queues, --read-queues, --write-queues, --perm or "
+                         "--order/--no-order")
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        t = admin.update_topic(args.name, queues=args.queues, read_queues=args.read_queues,
+                               write_queues=args.write_queues, perm=args.perm, order=args.order)
+    _print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t))
+    return 0
+
+
+def cmd_topic_list(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        topics = admin.list_topics(include_system=args.system)
+    if args.json:
+        _print_json([_topic_json(t) for t in topics])
+        return 0
+    rows = [[t.name, t.read_queue_nums, t.write_queue_nums, format_perm(t.perm), "yes" if t.order else "no"]
+            for t in topics]
+    print(render_table(["Topic", "Read queues", "Write queues", "Perm", "Order"], rows))
+    return 0
+
+
+def cmd_topic_delete(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        admin.delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+# ---------------------------------------------------------------------- cluster
+
+
+def member_state(m: MemberStatus) -> str:
+    if m.error:
+        return f"unreachable: {m.error}" if m.role == "unreachable" else f"error: {m.error}"
+    if not m.healthy:
+        return "unhealthy"
+    return "running" if m.ready else "not ready"
+
+
+def cluster_table(status: ClusterStatus) -> str:
+    """The ``cluster status`` table, one row per member, in the style of ``patronictl list``."""
+    rows = []
+    for m in sorted(status.members, key=lambda m: m.id):
+        role = m.role.capitalize() if m.role else ""
+        rows.append([m.id, m.grpc_address, role, m.term, m.commit_index, m.applied_offset,
+                     m.dispatch_behind_bytes, m.lag_bytes, member_state(m)])
+    title = (f"Cluster: {status.cluster_name or '?'} (leader: {status.leader_id or 'none'}, "
+             f"durability: {status.durability or '?'})")
+    headers = ["Member", "Address", "Role", "Term", "Commit index", "Applied offset", "Dispatch behind (B)",
+               "Lag (B)", "State"]
+    return render_table(headers, rows, title=title)
+
+
+def _status_json(status: ClusterStatus) -> dict:
+    d = dataclasses.asdict(status)
+    for m, member in zip(d["members"], status.members, strict=True):
+        m["state"] = member_state(member)
+    return d
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=min(args.timeout, 5.0)) as admin:
+        if args.watch is None:
+            status = admin.cluster_status()
+            _print_json(_status_json(status)) if args.json else print(cluster_table(status))
+            return 0
+        clear = sys.stdout.isatty() and not args.json
+        try:
+            while True:
+                _watch_once(admin, args.json, clear)
+                time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0
+
+
+def _watch_once(admin: Admin, as_json: bool, clear: bool) -> None:
+    stamp = dt.datetime.now().isoformat(sep=" ", timespec="seconds")
+    try:
+        status = admin.cluster_status()
+    except RaftmqError as exc:  # keep watching through a failover or a restart
+        if clear:
+            sys.stdout.write("\033[H\033[2J")
+        print(f"{stamp}  raftmq: error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+        return
+    if as_json:
+        _print_json({"time": stamp, **_status_json(status)})
+        return
+    if clear:
+        sys.stdout.write("\033[H\033[2J")
+    print(f"{stamp}  (answered by {status.answered_by})")
+    print(cluster_table(status), flush=True)
+
+
+def cmd_transfer_leader(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), timeout=args.timeout) as admin:
+        leader = admin.transfer_leader(args.to)
+    print(f"leader is now {leader}")
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("connection")
+    g.add_argument("--server", "-s", action="append", type=_server_list, metavar="HOST:PORT",
+                   help=f"server address (repeatable or comma-separated); default ${SERVER_ENV} or "
+                        f"{DEFAULT_SERVER}")
+    g.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+                   help="per-call deadline (default 10)")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    return p
+
+
+def _add(sub, name: str, func: Callable[[argparse.Namespace], int], help_text: str, *,
+         json_flag: bool = True, description: str | None = None) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, parents=[_common(json_flag=json_flag)], help=help_text,
+                       description=description or help_text)
+    p.set_defaults(func=func)
+    return p
+
+
+def _topic_options(p: argparse.ArgumentParser, *, update: bool) -> None:
+    p.add_argument("name", metavar="TOPIC")
+    p.add_argument("--queues", type=_positive_int, help="read and write queue count" +
+                   ("" if update else " (default 4)"))
+    p.add_argument("--read-queues", type=_positive_int, help="read queue count")
+    p.add_argument("--write-queues", type=_positive_int, help="write queue count")
+    p.add_argument("--perm", type=parse_perm, default=None if update else PERM_READ | PERM_WRITE,
+                   help="rw, r, w or none (+inherit), or RocketMQ bits 0-7" + ("" if update else " (default rw)"))
+    if update:
+        p.add_argument("--order", action=argparse.BooleanOptionalAction, default=None, help="ordered topic")
+    else:
+        p.add_argument("--order", action="store_true", help="ordered topic")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the client subcommands to ``raftmq``."""
+    p = _add(sub, "produce", cmd_produce, "send messages",
+             description="Send one message (--body/--file), one per stdin line, or a load (--count N [--size B]) "
+                         "with progress on stderr and a throughput line at the end.")
+    p.add_argument("topic", metavar="TOPIC")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--body", "-b", help="message body (text)")
+    src.add_argument("--file", "-f", metavar="PATH", help="message body: the whole file")
+    p.add_argument("--tags", "-t", help="message tag (property TAGS)")
+    p.add_argument("--keys", "-k", action="append", default=[], metavar="KEY",
+                   help="index key(s), space-separated or repeated")
+    p.add_argument("--property", "-p", action="append", default=[], type=_property, metavar="KEY=VALUE",
+                   help="user property (repeatable)")
+    p.add_argument("--queue", type=_non_negative_int, metavar="ID", help="queue id (default: broker picks)")
+    p.add_argument("--count", "-n", type=_positive_int, metavar="N", help="load: send N messages")
+    p.add_argument("--size", type=_positive_int, metavar="BYTES", help="load: generated body size (default 128)")
+    p.add_argument("--batch", type=_positive_int, default=1, metavar="K", help="load: messages per request")
+    p.add_argument("--concurrency", "-c", type=_positive_int, default=1, metavar="C",
+                   help="load: requests in flight (default 1)")
+
+    p = _add(sub, "consume", cmd_consume, "consume a topic as a group",
+             description="Print messages as they arrive and commit the group's offsets. Starts at the group's "
+                         "committed offsets; with none, at the end (only new messages) or, with "
+                         "--from-beginning, at the oldest stored message. Ctrl-C stops (exit 0).")
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--from-beginning", action="store_true", help="with no committed offset, start at the oldest")
+    p.add_argument("--max", type=_positive_int, metavar="N", help="stop after N messages")
+    p.add_argument("--tags", default="*", metavar="EXPR", help="tag expression: '*' (default) or 'A || B'")
+    p.add_argument("--idle-timeout", type=_positive_float, metavar="SECONDS",
+                   help="stop after this long without a new message (default: follow forever)")
+    p.add_argument("--no-commit", action="store_true", help="do not commit offsets")
+
+    p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--key", "-k", required=True, help="the key to look up")
+    p.add_argument("--begin", type=parse_time, metavar="TIME",
+                   help="earliest store time: epoch ms, ISO-8601 (local time), now, -10m/-2h/-1d")
+    p.add_argument("--end", type=parse_time, metavar="TIME", help="latest store time (default now)")
+    p.add_argument("--max", type=_positive_int, default=32, metavar="N", help="at most N messages (max 64)")
+
+    p = _add(sub, "view", cmd_view, "show one message by msgId (or by UNIQ_KEY with --topic)")
+    p.add_argument("msg_id", metavar="MSGID")
+    p.add_argument("--topic", help="look MSGID up as a UNIQ_KEY in this topic")
+
+    p = _add(sub, "offsets", cmd_offsets, "per-queue offsets of a topic (and a group's lag)")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--group", "-g", help="also show this group's committed offsets and lag")
+
+    t = sub.add_parser("topic", help="create, update, list, delete topics")
+    tsub = t.add_subparsers(dest="topic_command", metavar="{create,update,list,delete}")
+    tsub.required = True
+    _topic_options(_add(tsub, "create", cmd_topic_create, "create a topic"), update=False)
+    _topic_options(_add(tsub, "update", cmd_topic_update, "change a topic's queues, permission or order"),
+                   update=True)
+    p = _add(tsub, "list", cmd_topic_list, "list topics")
+    p.add_argument("--system", action="store_true", help="include system topics")
+    p = _add(tsub, "delete", cmd_topic_delete, "delete a topic and its consume queues", json_flag=False)
+    p.add_argument("name", metavar="TOPIC")
+
+    c = sub.add_parser("cluster", help="cluster status and leadership")
+    csub = c.add_subparsers(dest="cluster_command", metavar="{status,transfer-leader}")
+    csub.required = True
+    p = _add(csub, "status", cmd_cluster_status, "members, roles, terms, indexes and lag")
+    p.add_argument("--watch", "-w", nargs="?", const=2.0, type=_positive_float, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until Ctrl-C")
+    p = _add(csub, "transfer-leader", cmd_transfer_leader, "hand leadership to another member", json_flag=False)
+    p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")
+

@@ -1,0 +1,173 @@
+"""Typed exceptions for the SDK, mapped from the gRPC status codes of the v1 API.
+
+The mapping follows the header comment of ``proto/raftmq/v1/raftmq.proto``. Every exception carries the
+server address it came from and the CLI exit code it maps to, so the CLI can turn any of them into one line on
+stderr and a distinct exit status.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+LEADER_METADATA_KEY = "x-raftmq-leader"
+
+# Fragments of gRPC transport messages. A call that failed before reaching the server was never sent, so a
+# write can safely go to another address; one that broke mid-flight may have been stored.
+_NOT_SENT_MARKERS = (
+    "failed to connect to all addresses",
+    "errors resolving",
+    "dns resolution failed",
+    "name resolution failure",
+)
+_BROKEN_TRANSPORT_MARKERS = (
+    "stream removed",
+    "socket closed",
+    "connection reset",
+    "broken pipe",
+    "goaway",
+    "rst_stream",
+    "keepalive",
+    "transport closed",
+    "received http2 header",
+    "endpoint closing",
+)
+
+
+class RaftmqError(Exception):
+    """Base class of every error the SDK raises. ``exit_code`` is the status the ``raftmq`` CLI exits with."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, address: str | None = None, code: grpc.StatusCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.address = address
+        self.code = code
+
+
+class InvalidArgumentError(RaftmqError):
+    """The request was rejected as malformed (bad topic name, oversized body, bad tag expression, ...)."""
+
+    exit_code = 4
+
+
+class NotFoundError(RaftmqError):
+    """An unknown topic, queue or message."""
+
+    exit_code = 3
+
+
+class TopicNotFoundError(NotFoundError):
+    """The topic does not exist (and the node does not auto-create topics)."""
+
+
+class AlreadyExistsError(RaftmqError):
+    """The topic to create exists already."""
+
+    exit_code = 6
+
+
+class NotLeaderError(RaftmqError):
+    """A write reached a node that is not the leader. ``leader`` is the leader's gRPC address, when known."""
+
+    def __init__(self, message: str, *, leader: str | None = None, **kw):
+        super().__init__(message, **kw)
+        self.leader = leader
+
+
+class UnavailableError(RaftmqError):
+    """The node cannot serve now (not ready, no leader elected, shutting down) or did not answer in time."""
+
+    exit_code = 5
+
+
+class BusyError(UnavailableError):
+    """The node pushed back (RESOURCE_EXHAUSTED); nothing was stored, try again later."""
+
+
+class ConnectionError(UnavailableError):  # noqa: A001 - the SDK's own, deliberately named like the builtin
+    """No connection could be made to the server(s); the request was never sent."""
+
+
+class UnknownOutcomeError(RaftmqError):
+    """A write whose outcome is unknown: it may or may not have been stored.
+
+    ``uniq_keys`` are the producer-side UNIQ_KEYs of the messages concerned: query for them before resending,
+    or resend and let consumers drop duplicates by UNIQ_KEY.
+    """
+
+    exit_code = 7
+
+    def __init__(self, message: str, *, uniq_keys: list[str] | None = None, **kw):
+        super().__init__(message, **kw)
+        self.uniq_keys = list(uniq_keys or [])
+
+
+def is_not_sent(err: grpc.RpcError) -> bool:
+    """True when the call failed before it reached any server (connection refused, name not resolved)."""
+    if err.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    details = (err.details() or "").lower()
+    return any(m in details for m in _NOT_SENT_MARKERS)
+
+
+def is_broken_transport(err: grpc.RpcError) -> bool:
+    """True when the connection broke during the call, so the server may have processed it."""
+    if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
+                          grpc.StatusCode.UNIMPLEMENTED):
+        return False
+    details = (err.details() or "").lower()
+    return any(m in details for m in _BROKEN_TRANSPORT_MARKERS)
+
+
+def leader_hint(err: grpc.RpcError) -> str | None:
+    """The leader address a non-leader put in the trailing metadata, if any."""
+    for key, value in err.trailing_metadata() or ():
+        if key == LEADER_METADATA_KEY and value:
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
+def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
+                   uniq_keys: list[str] | None = None) -> RaftmqError:
+    """Translate a failed call into the typed exception a caller can act on.
+
+    ``write`` marks calls that change state: for them a deadline, an UNKNOWN status or a transport that broke
+    mid-call means the outcome is unknown rather than a plain failure.
+    """
+    code = err.code()
+    details = err.details() or code.name
+    kw = {"address": address, "code": code}
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgumentError(details, **kw)
+    if code == grpc.StatusCode.NOT_FOUND:
+        cls = TopicNotFoundError if "topic" in details.lower() else NotFoundError
+        return cls(details, **kw)
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        return AlreadyExistsError(details, **kw)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        hint = leader_hint(err)
+        if hint is None and not any(m in details.lower() for m in ("not the leader", "not leader")):
+            return RaftmqError(f"{details} (at {address})", **kw)  # a precondition other than leadership
+        msg = details if hint is None or hint in details else f"{details} (leader: {hint})"
+        return NotLeaderError(msg, leader=hint, **kw)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return BusyError(f"server {address} is busy: {details}", **kw)
+    if is_not_sent(err):
+        return ConnectionError(f"cannot connect to raftmq server {address}: {_short(details)}", **kw)
+    if write and (code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN,
+                           grpc.StatusCode.CANCELLED) or is_broken_transport(err)):
+        return UnknownOutcomeError(
+            f"outcome unknown at {address} ({code.name}: {details}); the write may or may not have been stored",
+            uniq_keys=uniq_keys, **kw)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return UnavailableError(f"server {address} did not answer in time", **kw)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return UnavailableError(f"server {address} unavailable: {details}", **kw)
+    return RaftmqError(f"server {address} failed: {code.name}: {details}", **kw)
+
+
+def _short(details: str) -> str:
+    """The useful tail of gRPC's connection messages ("... last error: ...: Connection refused")."""
+    tail = details.rsplit(": ", 1)[-1].strip()
+    return tail or details

@@ -1,0 +1,107 @@
+"""The producer: sends messages to the leader, one at a time or as an atomic batch.
+
+Retries, exactly. Every message gets a producer-side UNIQ_KEY before its first send and keeps it on every
+resend. A send is re-sent automatically only when it cannot have been stored:
+
+* the connection to an address could not be made (the request never left this process) - next address;
+* the node is not the leader (FAILED_PRECONDITION) - the leader named in ``x-raftmq-leader``, else the next
+  address;
+* the node is not ready / has no leader / is shutting down (UNAVAILABLE from the server), or is busy
+  (RESOURCE_EXHAUSTED) - back off and try again, until ``retry_timeout``.
+
+When the outcome is unknown - the deadline passed, the connection broke mid-call, or the server answered
+UNKNOWN - the message may or may not be stored. By default ``UnknownOutcomeError`` is raised (with the
+UNIQ_KEYs). With ``unknown_outcome_retries=N`` the producer re-sends it up to N times instead; such a resend can
+store the message twice: two records with the same UNIQ_KEY, body and properties but different msgIds and queue
+offsets (possibly in different queues unless ``queue_id`` is fixed). A batch re-sent this way can be duplicated
+as a whole, never in part (a batch is stored atomically). Consumers that must not see duplicates drop messages
+whose UNIQ_KEY they have already processed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from raftmq.v1 import raftmq_pb2 as pb
+
+from client import errors
+from client.connection import ServerPool
+from client.types import Message, SendResult
+from client.uniq_key import UniqKeyGenerator
+
+
+def _keys(keys: list[str] | str | None) -> list[str]:
+    if keys is None:
+        return []
+    if isinstance(keys, str):
+        return keys.split()
+    return [str(k) for k in keys]
+
+
+class Producer:
+    """Sends messages. Thread-safe; use one per process and ``close()`` it (or use ``with``)."""
+
+    def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
+                 retry_timeout: float = 15.0, unknown_outcome_retries: int = 0):
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+        self._ids = UniqKeyGenerator()
+        self.unknown_outcome_retries = unknown_outcome_retries
+
+    @property
+    def servers(self) -> list[str]:
+        return list(self._pool.addresses)
+
+    def _to_pb(self, topic: str, msg: Message, queue_id: int | None, born_ms: int) -> pb.Message:
+        body = msg.body.encode() if isinstance(msg.body, str) else bytes(msg.body)
+        m = pb.Message(topic=topic, body=body, tags=msg.tags or "", keys=_keys(msg.keys),
+                       properties=dict(msg.properties or {}), born_timestamp=born_ms,
+                       uniq_key=self._ids.next(), delay_level=msg.delay_level)
+        if queue_id is not None:
+            m.queue_id = queue_id
+        return m
+
+    def _write(self, call, uniq_keys: list[str]):
+        attempts = 0
+        while True:
+            try:
+                response, _ = self._pool.write(call, uniq_keys=uniq_keys)
+                return response
+            except errors.UnknownOutcomeError:
+                if attempts >= self.unknown_outcome_retries:
+                    raise
+                attempts += 1
+
+    def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
+             keys: list[str] | str | None = None, properties: Mapping[str, str] | None = None,
+             queue_id: int | None = None, delay_level: int = 0) -> SendResult:
+        """Send one message; returns where it was stored once a majority has it.
+
+        ``keys`` (a list, or a space-separated string) are indexed for ``Admin.query_by_key``; ``queue_id``
+        unset lets the broker pick a queue. Raises a subclass of ``RaftmqError``.
+        """
+        msg = Message(body, tags, keys, dict(properties or {}), delay_level)
+        req = pb.SendMessageRequest(message=self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000))
+        resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [req.message.uniq_key])
+        return SendResult.from_pb(resp.result)
+
+    def send_batch(self, topic: str, messages: Iterable[Message | bytes | str], *,
+                   queue_id: int | None = None) -> list[SendResult]:
+        """Send messages to one queue as one atomic, contiguous batch; results in input order."""
+        born = time.time_ns() // 1_000_000
+        items = [self._to_pb(topic, m if isinstance(m, Message) else Message(m), queue_id, born)
+                 for m in messages]
+        if not items:
+            return []
+        req = pb.SendBatchRequest(messages=items)
+        resp = self._write(lambda s, t: s.messaging.SendBatch(req, timeout=t), [m.uniq_key for m in items])
+        return [SendResult.from_pb(r) for r in resp.results]
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

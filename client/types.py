@@ -1,0 +1,147 @@
+"""Typed results of the SDK: plain dataclasses built from the v1 protobuf messages, so callers never touch
+generated code and get attributes, equality and ``dataclasses.asdict`` for JSON output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raftmq.v1 import raftmq_pb2 as pb
+
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message to send. ``body`` may be ``str`` (sent as UTF-8)."""
+
+    body: bytes | str
+    tags: str | None = None
+    keys: list[str] | str | None = None
+    properties: dict[str, str] | None = None
+    delay_level: int = 0
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """Where a message was stored; final once returned (acknowledged by a majority)."""
+
+    msg_id: str
+    uniq_key: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    note: str = ""
+
+    @classmethod
+    def from_pb(cls, r: pb.SendResult) -> SendResult:
+        return cls(r.msg_id, r.uniq_key, r.topic, r.queue_id, r.queue_offset, r.physical_offset,
+                   r.store_timestamp, r.note)
+
+
+@dataclass(frozen=True)
+class MessageView:
+    """A stored message as read back (pull, query, view)."""
+
+    msg_id: str
+    uniq_key: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_size: int
+    body: bytes
+    tags: str
+    keys: list[str]
+    properties: dict[str, str]
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    sys_flag: int = 0
+    flag: int = 0
+    reconsume_times: int = 0
+    body_crc: int = 0
+    prepared_transaction_offset: int = 0
+
+    @classmethod
+    def from_pb(cls, m: pb.MessageView) -> MessageView:
+        return cls(m.msg_id, m.uniq_key, m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.store_size,
+                   m.body, m.tags, list(m.keys), dict(m.properties), m.born_timestamp, m.born_host,
+                   m.store_timestamp, m.store_host, m.sys_flag, m.flag, m.reconsume_times, m.body_crc,
+                   m.prepared_transaction_offset)
+
+    @property
+    def text(self) -> str:
+        """The body decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.body.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    """Offsets of one queue: ``max_offset`` is the next offset to be written."""
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """A topic's configuration. ``perm`` uses RocketMQ's bits: read 4, write 2, inherit 1."""
+
+    name: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_READ | PERM_WRITE
+    order: bool = False
+
+    @classmethod
+    def from_pb(cls, t: pb.TopicConfig) -> TopicConfig:
+        return cls(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order)
+
+    def to_pb(self) -> pb.TopicConfig:
+        return pb.TopicConfig(name=self.name, read_queue_nums=self.read_queue_nums,
+                              write_queue_nums=self.write_queue_nums, perm=self.perm, order=self.order)
+
+
+@dataclass(frozen=True)
+class MemberStatus:
+    """One cluster member as the answering node sees it."""
+
+    id: str
+    grpc_address: str
+    raft_address: str
+    role: str
+    term: int
+    commit_index: int
+    applied_index: int
+    applied_offset: int
+    dispatch_behind_bytes: int
+    lag_bytes: int
+    healthy: bool
+    ready: bool
+    error: str = ""
+
+    @classmethod
+    def from_pb(cls, m: pb.MemberStatus) -> MemberStatus:
+        return cls(m.id, m.grpc_address, m.raft_address, m.role, m.term, m.commit_index, m.applied_index,
+                   m.applied_offset, m.dispatch_behind_bytes, m.lag_bytes, m.healthy, m.ready, m.error)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    cluster_name: str
+    leader_id: str
+    durability: str
+    members: list[MemberStatus] = field(default_factory=list)
+    answered_by: str = ""  # the address that answered
+
+    @classmethod
+    def from_pb(cls, r: pb.ClusterStatusResponse, answered_by: str) -> ClusterStatus:
+        return cls(r.cluster_name, r.leader_id, r.durability, [MemberStatus.from_pb(m) for m in r.members],
+                   answered_by)
