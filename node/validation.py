@@ -106,23 +106,6 @@ def check_user_properties(props: dict[str, str]) -> None:
         _check_text(f"property {name!r}", name + value)
 
 
-def parse_tag_expression(expr: str) -> list[str] | None:
-    """``""``/``"*"`` -> None (all); ``"A || B"`` -> ["A", "B"]. Raises ValidationError when malformed."""
-    text = expr.strip()
-    if text in ("", "*"):
-        return None
-    tags = [t.strip() for t in text.split("||")]
-    if any(not t for t in tags):
-        raise ValidationError(
-            f"tag expression {expr!r} is malformed: use '*' for all tags or 'A || B' (no empty alternatives)"
-        )
-    for t in tags:
-        if t == "*" or "|" in t:
-            raise ValidationError(f"tag expression {expr!r} is malformed: {t!r} is not a tag; use '*' alone or 'A || B'")
-        _check_text(f"tag expression {expr!r}", t)
-    return tags
-
-
 def check_queue_nums(what: str, n: int) -> None:
     if not 1 <= n <= MAX_QUEUE_NUMS:
         raise ValidationError(f"{what} is {n}; it must be between 1 and {MAX_QUEUE_NUMS}")

@@ -1,0 +1,132 @@
+"""AdminService: topics (through the write path, so they replicate) and cluster status / leadership.
+
+Why topics go through the write path: topic configs are replicated metadata (contract 6); a node that changed
+its local table directly would disagree with its peers after a failover.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from node.errors import RpcError, invalid
+from node.rpc import rpc_handler
+from node.validation import check_perm, check_queue_nums, check_topic_name, is_system_topic
+
+if TYPE_CHECKING:
+    from node.broker import Broker
+
+DEFAULT_QUEUE_NUMS = 4
+DEFAULT_PERM = 6
+
+
+def topic_message(cfg) -> pb.TopicConfig:
+    return pb.TopicConfig(name=cfg.topic_name, read_queue_nums=cfg.read_queue_nums,
+                          write_queue_nums=cfg.write_queue_nums, perm=cfg.perm, order=cfg.order)
+
+
+class AdminService(pb_grpc.AdminServiceServicer):
+    def __init__(self, node: Broker):
+        self.node = node
+
+    # ------------------------------------------------------------------ topics
+    @rpc_handler("CreateTopic")
+    async def CreateTopic(self, request: pb.CreateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
+        from store.topic_config import TopicConfig
+
+        t = request.topic
+        check_topic_name(t.name)
+        read = t.read_queue_nums or DEFAULT_QUEUE_NUMS
+        write = t.write_queue_nums or DEFAULT_QUEUE_NUMS
+        perm = t.perm or DEFAULT_PERM
+        check_queue_nums("read_queue_nums", read)
+        check_queue_nums("write_queue_nums", write)
+        check_perm(perm)
+        if self.node.topic_config(t.name) is not None:
+            raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
+                           f"topic {t.name!r} already exists; use UpdateTopic to change it")
+        cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm, order=t.order)
+        await self.node.run_blocking(self.node.write_path.create_topic, cfg)
+        return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
+
+    @rpc_handler("UpdateTopic")
+    async def UpdateTopic(self, request: pb.UpdateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
+        t = request.topic
+        check_topic_name(t.name)
+        current = self.node.existing_topic(t.name)
+        changes = {}
+        if t.read_queue_nums:
+            check_queue_nums("read_queue_nums", t.read_queue_nums)
+            changes["read_queue_nums"] = t.read_queue_nums
+        if t.write_queue_nums:
+            check_queue_nums("write_queue_nums", t.write_queue_nums)
+            changes["write_queue_nums"] = t.write_queue_nums
+        if t.perm:
+            check_perm(t.perm)
+            changes["perm"] = t.perm
+        if t.order != current.order:
+            changes["order"] = t.order
+        cfg = dataclasses.replace(current, **changes)
+        await self.node.run_blocking(self.node.write_path.update_topic, cfg)
+        return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
+
+    @rpc_handler("ListTopics")
+    async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:  # noqa: N802
+        topics = [c for c in self.node.store.topics.all()
+                  if request.include_system or not is_system_topic(c.topic_name)]
+        topics.sort(key=lambda c: c.topic_name)
+        return pb.ListTopicsResponse(topics=[topic_message(c) for c in topics])
+
+    @rpc_handler("DeleteTopic")
+    async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # noqa: N802
+        check_topic_name(request.name)
+        self.node.existing_topic(request.name)
+        await self.node.run_blocking(self.node.write_path.delete_topic, request.name)
+        return pb.DeleteTopicResponse()
+
+    # ------------------------------------------------------------------ cluster
+    @rpc_handler("ClusterStatus", needs_ready=False)
+    async def ClusterStatus(self, request, context) -> pb.ClusterStatusResponse:  # noqa: N802
+        node = self.node
+        cfg = node.config
+        resp = pb.ClusterStatusResponse(cluster_name=cfg.cluster.name, durability=cfg.cluster.durability)
+        if node.write_path is None:  # still opening the store
+            resp.members.append(pb.MemberStatus(id=node.node_id, grpc_address=cfg.advertised_address,
+                                                role="starting", healthy=True, ready=False,
+                                                error=node.readiness()[1]))
+            return resp
+        leader = node.write_path.leader()
+        resp.leader_id = leader.id if leader else ""
+        statuses = await node.run_blocking(node.write_path.members_status)
+        standalone = not cfg.members
+        for s in statuses:
+            me = s.get("id") == node.node_id
+            role = "standalone" if standalone else str(s.get("role", ""))
+            resp.members.append(pb.MemberStatus(
+                id=str(s.get("id", "")), grpc_address=str(s.get("address") or s.get("grpc_address") or ""),
+                raft_address=str(s.get("raft_address", "")), role=role, term=int(s.get("term", 0)),
+                commit_index=int(s.get("commit_index", 0)), applied_index=int(s.get("applied_index", 0)),
+                applied_offset=int(s.get("applied_offset", 0)),
+                dispatch_behind_bytes=int(s.get("dispatch_behind_bytes", 0)), lag_bytes=int(s.get("lag", 0)),
+                healthy=s.get("health", "ok") == "ok", ready=node.serving if me else bool(s.get("ready", False)),
+                error=str(s.get("error", "")),
+            ))
+        return resp
+
+    @rpc_handler("TransferLeader")
+    async def TransferLeader(self, request, context) -> pb.TransferLeaderResponse:  # noqa: N802
+        node = self.node
+        if not node.config.members:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this is a single-node deployment (cluster.members is empty): there is no other member "
+                           "to transfer leadership to")
+        if request.to_id and request.to_id not in {m.id for m in node.config.members}:
+            raise invalid(f"to_id {request.to_id!r} is not a member; members are "
+                          f"{sorted(m.id for m in node.config.members)}")
+        await node.run_blocking(node.write_path.transfer_leadership, request.to_id or None)
+        leader = node.write_path.leader()
+        return pb.TransferLeaderResponse(leader_id=leader.id if leader else "")

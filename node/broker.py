@@ -1,0 +1,311 @@
+"""The broker process: store + write path + gRPC services + HTTP health, and its lifecycle.
+
+Start order: HTTP (so probes answer at once), gRPC (answers UNAVAILABLE "starting" instead of refusing
+connections), then the store is opened (recovery may take a while) off the event loop, the write path starts, and
+the node turns ready once the reput thread has caught up with the commit log (and, when replicated, a leader is
+known). SIGTERM: stop taking requests, release parked long polls, let in-flight requests finish (bounded by
+``node.shutdown_grace_seconds``), stop the write path (flushing pending group commits), shut the store down
+(flush, remove the abort file), exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from node.admin import AdminService
+from node.config import NodeConfig
+from node.convert import StoreMessageBuilder
+from node.errors import RpcError, not_found, unavailable
+from node.http_server import HealthServer
+from node.long_poll import LongPollRegistry
+from node.messaging import MessagingService
+from node.metrics import BrokerMetrics, StoreCollector
+from node.validation import PERM_READ, PERM_WRITE, is_system_topic
+from replication import LocalWritePath
+from store import StoreError, StoreLockedError
+
+log = logging.getLogger(__name__)
+
+READ_THREADS = 4
+ROLE_POLL_SECONDS = 1.0
+
+
+class Broker:
+    """One node. Handlers reach the store, write path, metrics and long-poll registry through it."""
+
+    def __init__(self, cfg: NodeConfig):
+        self.config = cfg
+        self.node_id = cfg.node.id
+        self.metrics = BrokerMetrics(cfg.cluster.name, cfg.node.id)
+        self.store_config = cfg.store_config()
+        self.converter = StoreMessageBuilder(
+            max_message_size=self.store_config.max_message_size,
+            delay_levels=self.store_config.message_delay_level,
+            uniq_key_ip=cfg.store_host[0],
+        )
+        self.store: Any = None
+        self.write_path: Any = None
+        self.long_polls: LongPollRegistry | None = None
+        self.serving = False
+        self._phase = "starting: opening the store"
+        self._stopping = False  # asked to stop: start() and background loops give up
+        self._stopped = False
+        self._store_open = False
+        self._write_path_started = False
+        self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="raftmq-read")
+        self._grpc: grpc.aio.Server | None = None
+        self._http: HealthServer | None = None
+        self._labeler: Any = None
+        self.grpc_port = 0
+        self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
+                                                  lambda: self.serving))
+
+    # ------------------------------------------------------------------ state seen by handlers and probes
+    def readiness(self) -> tuple[bool, str]:
+        if self.serving:
+            return True, "ready"
+        return False, f"not ready: {self._phase}"
+
+    def check_serving(self) -> None:
+        if not self.serving:
+            raise unavailable(f"node {self.node_id} is not ready ({self._phase}); retry shortly or use another member")
+
+    def check_leader(self) -> None:
+        leader = self.write_path.leader()
+        if leader is None:
+            raise unavailable("no leader right now (election in progress); retry in a second")
+        if leader.id != self.node_id:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"this node ({self.node_id}) is not the leader; the leader is {leader.id} at "
+                           f"{leader.grpc_address or 'an unknown address'}", leader=leader.grpc_address or None)
+
+    async def run_blocking(self, fn, *args):
+        """Run a store call on the read pool so a slow disk never stalls the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+
+    def _store_stats(self) -> dict:
+        if self.store is None:
+            raise RuntimeError("store not open")
+        return self.store.stats()
+
+    # ------------------------------------------------------------------ topics
+    def topic_config(self, name: str):
+        return self.store.topics.get(name)
+
+    def existing_topic(self, name: str):
+        cfg = self.topic_config(name)
+        if cfg is None:
+            raise not_found(f"topic {name!r} does not exist; create it first (AdminService.CreateTopic, "
+                            f"`raftmq topic create {name}`)")
+        return cfg
+
+    async def writable_topic(self, name: str):
+        cfg = self.topic_config(name)
+        if cfg is None and self.config.node.auto_create_topics and not is_system_topic(name):
+            from store.topic_config import TopicConfig
+
+            try:
+                await self.run_blocking(self.write_path.create_topic, TopicConfig(topic_name=name))
+            except StoreError:
+                pass  # created concurrently by another request
+            cfg = self.topic_config(name)
+        cfg = cfg or self.existing_topic(name)
+        if not cfg.perm & PERM_WRITE:
+            raise RpcError(grpc.StatusCode.PERMISSION_DENIED,
+                           f"topic {name!r} is not writable (perm {cfg.perm}); update it with perm 6 (read-write)")
+        return cfg
+
+    def readable_topic(self, name: str):
+        cfg = self.existing_topic(name)
+        if not cfg.perm & PERM_READ:
+            raise RpcError(grpc.StatusCode.PERMISSION_DENIED,
+                           f"topic {name!r} is not readable (perm {cfg.perm}); update it with perm 6 (read-write)")
+        return cfg
+
+    @staticmethod
+    def check_read_queue(cfg, queue_id: int) -> None:
+        n = cfg.read_queue_nums
+        if not 0 <= queue_id < n:
+            raise not_found(f"topic {cfg.topic_name!r} has {n} read queues (0..{n - 1}); queue {queue_id} does not "
+                            "exist")
+
+    def queue_offsets(self, topic: str, nqueues: int) -> list[pb.QueueOffsets]:
+        st = self.store
+        out = []
+        for qid in range(nqueues):
+            lo, hi = st.min_offset_in_queue(topic, qid), st.max_offset_in_queue(topic, qid)
+            last_ts = 0
+            if hi > lo:
+                got = st.get_messages(topic, qid, hi - 1, 1, 1 << 30, None)
+                if got.messages:
+                    last_ts = got.messages[0].store_timestamp
+            out.append(pb.QueueOffsets(queue_id=qid, min_offset=lo, max_offset=hi, last_store_timestamp=last_ts))
+        return out
+
+    def group_offsets(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.store.consumer_offsets.query(group, topic))
+
+    # ------------------------------------------------------------------ lifecycle
+    def _make_write_path(self):
+        cfg = self.config
+        if cfg.members:
+            import replication
+
+            raft = getattr(replication, "RaftWritePath", None)
+            if raft is None:
+                raise RuntimeError("cluster.members is set but this build has no Raft write path yet; "
+                                   "leave cluster.members empty to run a single node")
+            return raft(self.store, cfg)
+        return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
+                              grpc_address=cfg.advertised_address)
+
+    async def start(self) -> None:
+        """Bring the node up; returns once it serves (raises when it cannot start)."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self.long_polls = LongPollRegistry(loop)
+        http = cfg.http_listen
+        self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness)
+        self._http.start()
+        self._grpc = self._make_grpc_server()
+        await self._grpc.start()
+        log.info("node %s: gRPC on %s, HTTP on %s; opening store %s", cfg.node.id, cfg.node.grpc_listen,
+                 cfg.node.http_listen, cfg.node.data_dir)
+        self._phase = "recovering the store"
+        from store import MessageStore
+
+        self.store = MessageStore(self.store_config)
+        await self.run_blocking(self.store.open)
+        self._store_open = True
+        self.store.add_arrival_listener(self.long_polls.on_arrival)
+        self.write_path = self._make_write_path()
+        await self.run_blocking(self.write_path.start)
+        self._write_path_started = True
+        self._start_labeler()
+        await self._wait_caught_up()
+        if self._stopping:
+            return
+        self.serving = True
+        self._phase = "ready"
+        log.info("node %s ready: commit log [%d, %d), gRPC clients use %s", cfg.node.id,
+                 self.store.commit_log_min_offset, self.store.commit_log_max_offset, cfg.advertised_address)
+
+    async def _wait_caught_up(self) -> None:
+        """Ready = reput has dispatched everything recovered, and a leader is known."""
+        last_log = 0.0
+        while not self._stopping:
+            behind = self.store.dispatch_behind_bytes()
+            leader = self.write_path.leader()
+            if behind == 0 and leader is not None:
+                return
+            self._phase = (f"dispatching recovered messages ({behind} bytes behind)" if behind
+                           else "waiting for a leader")
+            if time.monotonic() - last_log > 5:
+                log.info("node %s not ready yet: %s", self.node_id, self._phase)
+                last_log = time.monotonic()
+            await asyncio.sleep(0.02)
+
+    def _make_grpc_server(self) -> grpc.aio.Server:
+        limit = 2 * self.store_config.max_message_size + (1 << 20)  # an oversized body gets our clear error
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ])
+        pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
+        pb_grpc.add_AdminServiceServicer_to_server(AdminService(self), server)
+        listen = str(self.config.grpc_listen)
+        try:
+            self.grpc_port = server.add_insecure_port(listen)
+        except RuntimeError as e:
+            raise RuntimeError(f"cannot listen for gRPC on {listen}: {e} (port in use?)") from None
+        return server
+
+    def _start_labeler(self) -> None:
+        from node.kube import RoleLabeler
+
+        self._labeler = RoleLabeler.from_environment(self.config.kubernetes.role_label)
+        if self._labeler is not None:
+            self._labeler.start()
+
+    async def watch_role(self) -> None:
+        """Mirror leadership into the pod label (when on Kubernetes) once a second."""
+        while not self._stopping:
+            if self._labeler is not None and self.write_path is not None:
+                leader = self.write_path.leader()
+                role = "unknown" if leader is None else "leader" if leader.id == self.node_id else "follower"
+                self._labeler.set_role(role)
+            await asyncio.sleep(ROLE_POLL_SECONDS)
+
+    def request_stop(self) -> None:
+        """Make a running start() give up at its next step (SIGTERM during recovery)."""
+        self._stopping = True
+
+    async def stop(self) -> None:
+        """Graceful stop, after start() has returned or failed."""
+        if self._stopped:
+            return
+        self._stopped = self._stopping = True
+        self.serving = False
+        self._phase = "shutting down"
+        log.info("node %s shutting down", self.node_id)
+        if self.long_polls is not None:
+            self.long_polls.close()
+        if self._grpc is not None:
+            await self._grpc.stop(self.config.node.shutdown_grace_seconds)
+        if self._write_path_started:
+            await self.run_blocking(self.write_path.stop)
+        if self._labeler is not None:
+            await self.run_blocking(self._labeler.stop)
+        if self._store_open:
+            await self.run_blocking(self.store.shutdown)
+        if self._http is not None:
+            self._http.stop()
+        self._pool.shutdown(wait=True)
+        log.info("node %s stopped", self.node_id)
+
+
+async def serve(cfg: NodeConfig) -> int:
+    """Run until SIGTERM/SIGINT; the exit code of the process."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    broker = Broker(cfg)
+    starting = asyncio.ensure_future(broker.start())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # stop requested while starting: let start() reach a safe point first
+        broker.request_stop()
+        await asyncio.wait({starting})
+    code = 0
+    if starting.exception() is not None:
+        exc = starting.exception()
+        if isinstance(exc, StoreLockedError):
+            log.error("cannot start: %s (is another node using %s?)", exc, cfg.node.data_dir)
+        else:
+            log.error("cannot start: %s", exc, exc_info=not isinstance(exc, (RuntimeError, StoreError, OSError)))
+        code = 1
+    elif not stopped.done():
+        role = asyncio.ensure_future(broker.watch_role())
+        await stopped
+        role.cancel()
+    stopped.cancel()
+    await broker.stop()
+    return code
+
+
+def run_broker(cfg: NodeConfig) -> int:
+    logging.basicConfig(level=cfg.node.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s [" + cfg.node.id + "] %(message)s")
+    return asyncio.run(serve(cfg))

@@ -1,0 +1,182 @@
+"""Between the wire (raftmq.v1 messages) and the store (store.message.Message / MessageExt, Put/Get results).
+
+Why a module of its own: the property layout a producer's fields turn into (TAGS, KEYS, DELAY, UNIQ_KEY in a
+RocketMQ client's insertion order), and the mapping of the store's GetStatus to the API's PullStatus, are
+decisions; keeping them in one place keeps the handlers short and the decisions visible.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+
+from node.errors import RpcError, invalid
+from node.validation import check_keys, check_tags, check_user_properties
+from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    Message,
+    UniqKeyGenerator,
+    parse_delay_levels,
+)
+
+
+class StoreMessageBuilder:
+    """Turns request messages into store Messages: checks, properties, UNIQ_KEY, delay level, born host."""
+
+    def __init__(self, *, max_message_size: int, delay_levels: str, uniq_key_ip: str):
+        self.max_message_size = max_message_size
+        self.max_delay_level = len(parse_delay_levels(delay_levels))
+        self._uniq = UniqKeyGenerator(uniq_key_ip)
+
+    def to_store_messages(
+        self, messages: list[pb.Message], queue_id: int, peer: tuple[str, int]
+    ) -> tuple[list[Message], str]:
+        """The store messages for one request, and a note for the caller (e.g. a clamped delay level)."""
+        now_ms = int(time.time() * 1000)
+        total = 0
+        notes: list[str] = []
+        out: list[Message] = []
+        for i, m in enumerate(messages):
+            where = f"message {i}: " if len(messages) > 1 else ""
+            body_len = len(m.body)
+            if body_len > self.max_message_size:
+                raise invalid(
+                    f"{where}body is {body_len} bytes; the limit is {self.max_message_size} "
+                    "(store.max_message_size) - split the payload or store it elsewhere and send a reference"
+                )
+            total += body_len
+            try:
+                props = self._properties(m, notes)
+            except ValueError as e:
+                raise invalid(f"{where}{e}") from None
+            born_host = _born_host(m.born_host, where) if m.born_host else peer
+            out.append(Message(topic=m.topic, body=m.body, queue_id=queue_id, properties=props, flag=m.flag,
+                               born_timestamp=m.born_timestamp or now_ms, born_host=born_host))
+        if len(messages) > 1 and total > self.max_message_size:
+            raise invalid(
+                f"the batch's bodies add up to {total} bytes; a batch is limited to {self.max_message_size} "
+                "(store.max_message_size) - send smaller batches"
+            )
+        return out, "; ".join(dict.fromkeys(notes))
+
+    def _properties(self, m: pb.Message, notes: list[str]) -> dict[str, str]:
+        props: dict[str, str] = {}
+        if m.tags:
+            check_tags(m.tags)
+            props[PROPERTY_TAGS] = m.tags
+        if m.keys:
+            keys = list(m.keys)
+            check_keys(keys)
+            props[PROPERTY_KEYS] = " ".join(keys)
+        if m.properties:
+            user = dict(m.properties)
+            check_user_properties(user)
+            props.update(user)
+        if m.delay_level:
+            level = m.delay_level
+            if level < 0:
+                raise ValueError(f"delay_level {level} is negative; use 0 (now) or 1..{self.max_delay_level}")
+            if level > self.max_delay_level:
+                notes.append(f"delay level {level} clamped to {self.max_delay_level}")
+                level = self.max_delay_level
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        if m.uniq_key:
+            if len(m.uniq_key) > 128 or any(c in m.uniq_key for c in " \x01\x02"):
+                raise ValueError("uniq_key must be at most 128 characters without spaces or control separators")
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = m.uniq_key
+        else:
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self._uniq.next()
+        return props
+
+
+def _born_host(text: str, where: str) -> tuple[str, int]:
+    import ipaddress
+
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        if not sep or not 0 <= int(port) <= 65535:
+            raise ValueError
+    except ValueError:
+        raise invalid(f"{where}born_host {text!r} must be ip:port (IPv6 as [addr]:port), or empty") from None
+    return host, int(port)
+
+
+def _host(addr: tuple[str, int]) -> str:
+    host, port = addr
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# ------------------------------------------------------------------------------------------------ results
+def check_put_results(results: list) -> None:
+    """Every PutResult must be PUT_OK; anything else fails the call with what the status means."""
+    for r in results:
+        status = r.status.name
+        if status == "PUT_OK":
+            continue
+        code = grpc.StatusCode
+        if status in ("FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"):
+            raise RpcError(code.UNKNOWN, f"{status}: the message was written at offset {r.physical_offset} but its "
+                           "durability was not confirmed in time; it may be lost on a crash - check and resend")
+        if status in ("MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"):
+            raise RpcError(code.INVALID_ARGUMENT, f"{status}: the store rejected the message")
+        if status in ("OS_PAGE_CACHE_BUSY", "OS_PAGECACHE_BUSY", "SERVICE_NOT_AVAILABLE"):
+            raise RpcError(code.UNAVAILABLE, f"{status}: the store cannot take writes right now; retry shortly")
+        raise RpcError(code.INTERNAL, f"{status}: the store could not write the message (see the node log)")
+
+
+def send_result(r, topic: str, note: str = "") -> pb.SendResult:
+    return pb.SendResult(msg_id=r.msg_id, uniq_key=r.uniq_key or "", topic=topic,
+                         queue_id=r.queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
+                         store_timestamp=r.store_timestamp, note=note)
+
+
+def message_view(m) -> pb.MessageView:
+    props = m.properties
+    return pb.MessageView(
+        msg_id=m.msg_id, uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""), topic=m.topic,
+        queue_id=m.queue_id, queue_offset=m.queue_offset, physical_offset=m.physical_offset,
+        store_size=m.store_size, body=m.body, tags=props.get(PROPERTY_TAGS, ""), keys=m.keys, properties=props,
+        born_timestamp=m.born_timestamp, born_host=_host(m.born_host), store_timestamp=m.store_timestamp,
+        store_host=_host(m.store_host), sys_flag=m.sys_flag, flag=m.flag, reconsume_times=m.reconsume_times,
+        body_crc=m.body_crc, prepared_transaction_offset=m.prepared_transaction_offset,
+    )
+
+
+# GetStatus of the store -> (PullStatus, where the consumer goes next). None: nothing new at this offset (yet),
+# so a long poll may wait.
+def pull_response(got, offset: int) -> pb.PullMessageResponse | None:
+    status = got.status.name
+    found = None
+    nxt = got.next_begin_offset
+    if status == "FOUND":
+        found = pb.FOUND
+    elif status == "NO_MATCHED_MESSAGE":
+        found = pb.NO_MATCHED_MSG
+    elif status in ("OFFSET_OVERFLOW_ONE",):
+        return None
+    elif status in ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE"):
+        if offset == 0:
+            return None
+        found, nxt = pb.OFFSET_OVERFLOW, got.max_offset
+    elif status == "OFFSET_OVERFLOW_BADLY":
+        found, nxt = pb.OFFSET_OVERFLOW, got.max_offset
+    elif status == "OFFSET_TOO_SMALL":
+        found, nxt = pb.OFFSET_TOO_SMALL, got.min_offset
+    elif status == "OFFSET_FOUND_NULL":
+        found = pb.OFFSET_MOVED
+    else:
+        raise RpcError(grpc.StatusCode.INTERNAL, f"unexpected store status {status} for a pull")
+    return pb.PullMessageResponse(status=found, messages=[message_view(m) for m in got.messages],
+                                  next_offset=nxt, min_offset=got.min_offset, max_offset=got.max_offset)
+
+
+def no_new_message(got, offset: int) -> pb.PullMessageResponse:
+    return pb.PullMessageResponse(status=pb.NO_NEW_MSG, next_offset=offset, min_offset=got.min_offset,
+                                  max_offset=got.max_offset)

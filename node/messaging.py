@@ -1,0 +1,248 @@
+"""MessagingService: produce, pull (with long polling), query, offsets.
+
+Why this shape: puts go to the write path as one list per request and are awaited as futures (group commit
+happens behind it, no lock here); store reads run on a small thread pool so a page fault never stalls the event
+loop; a pull at the end of its queue parks on the long-poll registry (a future, not a thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import string
+import time
+from typing import TYPE_CHECKING
+
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from node import convert
+from node.errors import invalid, not_found
+from node.rpc import rpc_handler
+from node.validation import check_group_name, check_topic_name
+from store.tag_filter import TagFilter
+
+if TYPE_CHECKING:
+    from node.broker import Broker
+
+DEFAULT_MAX_COUNT = 32
+DEFAULT_MAX_BYTES = 4 << 20
+QUERY_DEFAULT_MAX = 32
+QUERY_MAX = 64  # RocketMQ's per-call cap
+_HEX = frozenset(string.hexdigits)
+
+
+class MessagingService(pb_grpc.MessagingServiceServicer):
+    def __init__(self, node: Broker):
+        self.node = node
+        self._round_robin: dict[str, itertools.count] = {}
+
+    # ------------------------------------------------------------------ produce
+    @rpc_handler("SendMessage")
+    async def SendMessage(self, request: pb.SendMessageRequest, context) -> pb.SendMessageResponse:  # noqa: N802
+        results, note = await self._send([request.message], context)
+        return pb.SendMessageResponse(result=convert.send_result(results[0], request.message.topic, note))
+
+    @rpc_handler("SendBatch")
+    async def SendBatch(self, request: pb.SendBatchRequest, context) -> pb.SendBatchResponse:  # noqa: N802
+        if not request.messages:
+            raise invalid("the batch is empty; put at least one message in SendBatchRequest.messages")
+        results, note = await self._send(list(request.messages), context)
+        return pb.SendBatchResponse(results=[convert.send_result(r, request.messages[0].topic, note) for r in results])
+
+    async def _send(self, messages: list[pb.Message], context) -> tuple[list, str]:
+        node = self.node
+        topic = messages[0].topic
+        for m in messages[1:]:
+            if m.topic != topic:
+                raise invalid(f"a batch goes to one topic; found {topic!r} and {m.topic!r} - send separate batches")
+        check_topic_name(topic)
+        cfg = await node.writable_topic(topic)
+        queue_id = self._queue_for(cfg, messages)
+        born_host = _peer_host(context.peer())
+        msgs, note = node.converter.to_store_messages(messages, queue_id, born_host)
+        t0 = time.perf_counter()
+        results = await asyncio.wrap_future(node.write_path.put(msgs))
+        node.metrics.put_latency.observe(time.perf_counter() - t0)
+        convert.check_put_results(results)
+        node.metrics.record_put(topic, len(msgs), sum(len(m.body) for m in messages))
+        return results, note
+
+    def _queue_for(self, cfg, messages: list[pb.Message]) -> int:
+        """The request's queue (all messages must agree) or the next writable queue, round robin."""
+        nqueues = cfg.write_queue_nums
+        chosen = {m.queue_id for m in messages if m.HasField("queue_id")}
+        if len(chosen) > 1:
+            raise invalid(f"a batch goes to one queue; found queue ids {sorted(chosen)} - send separate batches")
+        if len(chosen) == 1 and len(chosen) != len(messages) and len(messages) > 1:
+            raise invalid("set queue_id on every message of the batch or on none (then the broker picks one)")
+        if chosen:
+            qid = chosen.pop()
+            if not 0 <= qid < nqueues:
+                raise not_found(
+                    f"topic {cfg.topic_name!r} has {nqueues} write queues (0..{nqueues - 1}); queue {qid} does not "
+                    "exist - leave queue_id unset to let the broker pick one"
+                )
+            return qid
+        counter = self._round_robin.get(cfg.topic_name)
+        if counter is None:
+            counter = self._round_robin[cfg.topic_name] = itertools.count()
+        return next(counter) % nqueues
+
+    # ------------------------------------------------------------------ pull
+    @rpc_handler("PullMessage")
+    async def PullMessage(self, request: pb.PullMessageRequest, context) -> pb.PullMessageResponse:  # noqa: N802
+        node = self.node
+        topic, qid, offset = request.topic, request.queue_id, request.offset
+        check_topic_name(topic, allow_system=True)
+        cfg = node.readable_topic(topic)
+        node.check_read_queue(cfg, qid)
+        if offset < 0:
+            raise invalid(f"offset {offset} is negative; queue offsets start at 0 (GetQueueOffsets gives the range)")
+        if request.max_count < 0 or request.max_bytes < 0:
+            raise invalid("max_count and max_bytes must be >= 0 (0 means the default: 32 messages, 4 MiB)")
+        if request.long_poll_timeout_ms < 0:
+            raise invalid(f"long_poll_timeout_ms {request.long_poll_timeout_ms} is negative; use 0 for no wait")
+        if request.consumer_group:
+            check_group_name(request.consumer_group)
+        tag_filter = TagFilter.parse(request.tag_expression)
+        if request.from_leader:
+            node.check_leader()
+        max_count = request.max_count or DEFAULT_MAX_COUNT
+        max_bytes = request.max_bytes or DEFAULT_MAX_BYTES
+        loop = asyncio.get_running_loop()
+        wait = request.long_poll_timeout_ms / 1000.0
+        remaining = context.time_remaining()
+        if remaining is not None:  # answer NO_NEW_MSG before the caller's own deadline cuts the call
+            wait = min(wait, max(0.0, remaining - 0.05))
+        deadline = loop.time() + wait
+        store = node.store
+        while True:
+            t0 = time.perf_counter()
+            got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter)
+            node.metrics.get_latency.observe(time.perf_counter() - t0)
+            response = convert.pull_response(got, offset)
+            if response is not None:
+                if response.messages:
+                    node.metrics.record_pull(topic, request.consumer_group, len(response.messages),
+                                             sum(len(m.body) for m in response.messages))
+                return response
+            left = deadline - loop.time()
+            if left <= 0 or not node.serving:
+                return convert.no_new_message(got, offset)
+            woke = await node.long_polls.wait(topic, qid, left, lambda: store.max_offset_in_queue(topic, qid) > offset)
+            if woke:
+                node.metrics.long_poll_wakeups.inc()
+
+    # ------------------------------------------------------------------ queries
+    @rpc_handler("QueryMessageByKey")
+    async def QueryMessageByKey(self, request: pb.QueryMessageByKeyRequest, context):  # noqa: N802
+        node = self.node
+        check_topic_name(request.topic, allow_system=True)
+        node.existing_topic(request.topic)
+        if not request.key:
+            raise invalid("key is empty; give the message key (or UNIQ_KEY) to look up")
+        if request.max_num < 0:
+            raise invalid(f"max_num {request.max_num} is negative; use 0 for the default ({QUERY_DEFAULT_MAX})")
+        if request.begin_timestamp < 0 or request.end_timestamp < 0:
+            raise invalid("begin_timestamp and end_timestamp are ms since the epoch and must be >= 0")
+        end = request.end_timestamp or int(time.time() * 1000)
+        if end < request.begin_timestamp:
+            raise invalid(f"end_timestamp {end} is before begin_timestamp {request.begin_timestamp}")
+        max_num = min(request.max_num or QUERY_DEFAULT_MAX, QUERY_MAX)
+        found = await node.run_blocking(node.store.query_messages, request.topic, request.key, max_num,
+                                        request.begin_timestamp, end)
+        found = sorted(found, key=lambda m: (m.store_timestamp, m.physical_offset))
+        return pb.QueryMessageByKeyResponse(messages=[convert.message_view(m) for m in found])
+
+    @rpc_handler("ViewMessage")
+    async def ViewMessage(self, request: pb.ViewMessageRequest, context) -> pb.ViewMessageResponse:  # noqa: N802
+        node = self.node
+        msg_id = request.msg_id.strip()
+        if not msg_id:
+            raise invalid("msg_id is empty; give an offset message id (or a UNIQ_KEY together with topic)")
+        is_offset_id = len(msg_id) in (32, 56) and all(c in _HEX for c in msg_id)
+        found = None
+        if request.topic:
+            check_topic_name(request.topic, allow_system=True)
+            candidates = await node.run_blocking(node.store.query_messages, request.topic, msg_id, QUERY_MAX, 0,
+                                                 int(time.time() * 1000))
+            matching = [m for m in candidates if m.uniq_key == msg_id]
+            if matching:
+                found = min(matching, key=lambda m: m.physical_offset)
+        elif not is_offset_id:
+            raise invalid(
+                f"msg_id {msg_id!r} is not an offset message id (32 or 56 hex characters); to look up a UNIQ_KEY, "
+                "also set topic"
+            )
+        if found is None and is_offset_id:
+            found = await node.run_blocking(node.store.view_message_by_id, msg_id.upper())
+            if found is not None and request.topic and found.topic != request.topic:
+                found = None
+        if found is None:
+            where = f" in topic {request.topic!r}" if request.topic else ""
+            raise not_found(f"no message with id {msg_id!r}{where} (removed by retention, or never stored)")
+        return pb.ViewMessageResponse(message=convert.message_view(found))
+
+    # ------------------------------------------------------------------ offsets
+    @rpc_handler("GetQueueOffsets")
+    async def GetQueueOffsets(self, request: pb.GetQueueOffsetsRequest, context):  # noqa: N802
+        node = self.node
+        check_topic_name(request.topic, allow_system=True)
+        cfg = node.existing_topic(request.topic)
+        queues = await node.run_blocking(node.queue_offsets, request.topic, cfg.read_queue_nums)
+        return pb.GetQueueOffsetsResponse(queues=queues)
+
+    @rpc_handler("SearchOffset")
+    async def SearchOffset(self, request: pb.SearchOffsetRequest, context) -> pb.SearchOffsetResponse:  # noqa: N802
+        node = self.node
+        check_topic_name(request.topic, allow_system=True)
+        cfg = node.existing_topic(request.topic)
+        node.check_read_queue(cfg, request.queue_id)
+        if request.timestamp < 0:
+            raise invalid(f"timestamp {request.timestamp} is negative; give ms since the Unix epoch")
+        offset = await node.run_blocking(node.store.get_offset_by_time, request.topic, request.queue_id,
+                                         request.timestamp)
+        return pb.SearchOffsetResponse(offset=offset)
+
+    @rpc_handler("CommitOffset")
+    async def CommitOffset(self, request: pb.CommitOffsetRequest, context) -> pb.CommitOffsetResponse:  # noqa: N802
+        node = self.node
+        check_group_name(request.group)
+        check_topic_name(request.topic, allow_system=True)
+        cfg = node.existing_topic(request.topic)
+        if not request.offsets:
+            raise invalid("offsets is empty; give {queue_id: next offset to consume}")
+        for qid, off in request.offsets.items():
+            node.check_read_queue(cfg, qid)
+            if off < 0:
+                raise invalid(f"offset {off} for queue {qid} is negative; commit the next offset to consume (>= 0)")
+        await node.run_blocking(node.write_path.commit_offsets, request.group, request.topic, dict(request.offsets))
+        return pb.CommitOffsetResponse()
+
+    @rpc_handler("FetchOffset")
+    async def FetchOffset(self, request: pb.FetchOffsetRequest, context) -> pb.FetchOffsetResponse:  # noqa: N802
+        node = self.node
+        check_group_name(request.group)
+        check_topic_name(request.topic, allow_system=True)
+        offsets = await node.run_blocking(node.group_offsets, request.group, request.topic)
+        return pb.FetchOffsetResponse(offsets=offsets)
+
+
+def _peer_host(peer: str) -> tuple[str, int]:
+    """gRPC peer ``ipv4:1.2.3.4:5`` / ``ipv6:[::1]:5`` -> (ip, port); anything else (unix sockets) -> 127.0.0.1:0."""
+    kind, _, rest = peer.partition(":")
+    try:
+        if kind == "ipv4":
+            host, _, port = rest.rpartition(":")
+            return host, int(port)
+        if kind == "ipv6":
+            host, _, port = rest.rpartition(":")
+            host = host.strip("[]").split("%", 1)[0]
+            ipaddress.ip_address(host)
+            return host, int(port)
+    except ValueError:
+        pass
+    return "127.0.0.1", 0
+

@@ -1,0 +1,64 @@
+"""What every gRPC handler shares: the readiness gate, status translation, timing, and off-loop store calls.
+
+Why a decorator: handlers stay the happy path; any exception they raise becomes the status the proto's header
+comment promises (see node.errors), every call is timed by method and code, and an unexpected exception is logged
+with its traceback and answered INTERNAL instead of killing the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import grpc
+
+from node.errors import LEADER_METADATA_KEY, RpcError, to_rpc_error
+from node.metrics import BrokerMetrics
+
+log = logging.getLogger(__name__)
+
+
+class ServingState(Protocol):
+    metrics: BrokerMetrics
+
+    def check_serving(self) -> None:
+        """Raise RpcError(UNAVAILABLE) when the node cannot answer yet (starting) or any more (stopping)."""
+
+
+def rpc_handler(method: str, *, needs_ready: bool = True):
+    """Wrap an ``async def handler(self, request, context)`` of a servicer holding ``self.node: ServingState``."""
+
+    def deco(fn: Callable[..., Awaitable[Any]]):
+        @functools.wraps(fn)
+        async def wrapper(self, request, context: grpc.aio.ServicerContext):
+            node: ServingState = self.node
+            t0 = time.perf_counter()
+            code = "OK"
+            try:
+                if needs_ready:
+                    node.check_serving()
+                return await fn(self, request, context)
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                err = to_rpc_error(exc)
+                if err is None:
+                    log.exception("%s failed unexpectedly", method)
+                    err = RpcError(grpc.StatusCode.INTERNAL,
+                                   f"internal error in {method}: {type(exc).__name__}: {exc} (see the node log)")
+                code = err.code.name
+                metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
+                await context.abort(err.code, err.message, metadata)
+            finally:
+                node.metrics.record_rpc(method, code, time.perf_counter() - t0)
+
+        return wrapper
+
+    return deco
