@@ -1,0 +1,638 @@
+"""CommitLog: RocketMQ 4.9's append-only message log over a MappedFileQueue.
+
+The write path is split in two for replication (ARCHITECTURE contract 1):
+
+* ``encode_batch`` (leader only) validates messages and encodes final records with STORETIMESTAMP and
+  STOREHOST fixed and QUEUEOFFSET / PHYSICALOFFSET left 0, wrapped in a self-describing batch frame;
+* ``apply_batch`` (every replica) assigns queue offsets from the ``topic-queueId`` table and physical
+  offsets at the log end, writes the end-of-file blank record and rolls exactly like RocketMQ, and copies
+  the batch into the mapped file in one slice assignment, patching the two offset fields in place.
+
+Applying the same frames to two empty logs yields byte-identical segment files.
+
+Batch frame v1 (big-endian)::
+
+    magic u32 "RPB1" | version u8 = 1 | flags u8 (bit0: has prepared/rollback records) | host_len u8 (4|16)
+    | reserved u8 | store_ts i64 | store_ip 16 bytes (host_len used) | store_port i32 | count u32
+    | nkeys u32 | payload_len u32                                       -- 48 bytes
+    keys[nkeys]: topic_len u8 + topic + queue_id i32
+    sizes[count]: u32 record size
+    key_refs[count]: u32 key index, bit 31 set = the record does not advance its queue offset
+    payload: the records back to back
+    crc32 u32 over everything above
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+
+from store.checkpoint import StoreCheckpoint
+from store.config import END_FILE_MIN_BLANK_LENGTH, StoreConfig
+from store.dispatch import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    DispatchRequest,
+)
+from store.errors import (
+    BatchFormatError,
+    MessageIllegalError,
+    OffsetMismatchError,
+    PropertiesSizeExceededError,
+)
+from store.java import masked_crc32
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue
+from store.message import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    MAX_PROPERTIES_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    QUEUE_OFFSET_POSITION,
+    RECORD_FIXED_PART,
+    STOREHOSTADDRESS_V6_FLAG,
+    SYSFLAG_POSITION,
+    Message,
+    UniqKeyGenerator,
+    broker_properties_string,
+    check_properties,
+    check_topic,
+    decode_dispatch,
+    host_to_bytes,
+    parse_delay_levels,
+)
+
+log = logging.getLogger("store.commit_log")
+
+BATCH_MAGIC = 0x52504231  # "RPB1"
+BATCH_VERSION = 1
+FLAG_HAS_TRANSACTIONAL = 0x1
+NO_ADVANCE = 0x80000000
+MAX_BATCH_KEYS = 0x7FFFFFFF
+
+_BATCH_HEAD = struct.Struct(">IBBBBq16siIII")
+_BLANK = struct.Struct(">ii")
+_QQ = struct.Struct(">qq")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_KEY_TAIL = struct.Struct(">i")
+_B = struct.Struct(">B")
+_ZERO_CHUNK = bytes(1 << 20)
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+
+
+class AppendResult:
+    """Where one record landed: offsets are final once ``apply_batch`` returns."""
+
+    __slots__ = ("physical_offset", "queue_offset", "wrote_bytes", "store_timestamp", "topic", "queue_id",
+                 "_host")
+
+    def __init__(self, physical_offset: int, queue_offset: int, wrote_bytes: int, store_timestamp: int,
+                 topic: str, queue_id: int, host: bytes) -> None:
+        self.physical_offset = physical_offset
+        self.queue_offset = queue_offset
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.topic = topic
+        self.queue_id = queue_id
+        self._host = host  # store ip + port bytes: the msgId prefix
+
+    @property
+    def msg_id(self) -> str:
+        """Offset msgId: STOREHOST + physical offset, upper-case hex."""
+        return (self._host + _I64.pack(self.physical_offset)).hex().upper()
+
+    def __repr__(self) -> str:
+        return (f"AppendResult({self.topic}-{self.queue_id} qo={self.queue_offset} "
+                f"phy={self.physical_offset} size={self.wrote_bytes})")
+
+
+class DecodedBatch:
+    """A parsed batch frame (``CommitLog.parse_batch``)."""
+
+    __slots__ = ("store_timestamp", "host", "keys", "sizes", "key_refs", "payload", "flags")
+
+    def __init__(self, store_timestamp: int, host: bytes, keys: list[tuple[str, int]], sizes: Sequence[int],
+                 key_refs: Sequence[int], payload: memoryview, flags: int) -> None:
+        self.store_timestamp = store_timestamp
+        self.host = host
+        self.keys = keys
+        self.sizes = sizes
+        self.key_refs = key_refs
+        self.payload = payload
+        self.flags = flags
+
+
+def roll_next_file(offset: int, file_size: int) -> int:
+    """Start of the segment after the one holding ``offset``."""
+    return offset + file_size - offset % file_size
+
+
+class CommitLog:
+    """The commit log of one store (``{root}/commitlog``)."""
+
+    def __init__(self, config: StoreConfig, checkpoint: StoreCheckpoint | None = None) -> None:
+        self.config = config
+        self.file_size = config.mapped_file_size_commit_log
+        self.mapped_file_queue = MappedFileQueue(config.commit_log_dir, self.file_size,
+                                                 preallocate=config.preallocate)
+        self.checkpoint = checkpoint
+        self.topic_queue_table: dict[str, int] = {}
+        self.put_lock = threading.RLock()
+        self.delay_level_ms = parse_delay_levels(config.message_delay_level)
+        self._uniq = UniqKeyGenerator(config.store_host_addr[0])
+        self._valid_topics: set[str] = set()
+        self.last_store_timestamp = 0
+        self._empty_log_start = 0  # where the first segment of an empty log starts (catch-up of a wiped replica)
+
+    # ================================================================== load / offsets
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    @property
+    def min_offset(self) -> int:
+        """First byte still on disk (0 for an empty log)."""
+        mf = self.mapped_file_queue.get_first_mapped_file()
+        return mf.file_from_offset if mf is not None else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of the written data (the next physical offset)."""
+        return self.mapped_file_queue.get_max_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        return roll_next_file(offset, self.file_size)
+
+    # ================================================================== encode (leader)
+    def encode_batch(self, msgs: Sequence[Message], store_timestamp: int, store_host: tuple[str, int],
+                     cluster_name: str | None) -> bytes:
+        """Validate and encode ``msgs`` into one batch frame (see the module docstring).
+
+        Sets ``UNIQ_KEY`` in a message's properties when it has none (like the RocketMQ producer), so the
+        caller can report it. Raises MessageIllegalError / PropertiesSizeExceededError naming the problem.
+        """
+        if not msgs:
+            raise MessageIllegalError("empty batch: put at least one message")
+        cfg = self.config
+        max_body = cfg.max_message_size
+        max_total = min(max_body + 64 * 1024, self.file_size - END_FILE_MIN_BLANK_LENGTH)
+        store_ip = host_to_bytes(store_host[0])
+        store_port = store_host[1]
+        store_v6 = len(store_ip) == 16
+        valid_topics = self._valid_topics
+        key_index: dict[tuple[str, int], int] = {}
+        keys_blob: list[bytes] = []
+        records: list[bytes] = []
+        refs: list[int] = []
+        flags = 0
+        uniq = self._uniq
+        for i, m in enumerate(msgs):
+            topic = m.topic
+            if topic not in valid_topics:
+                check_topic(topic)
+                if len(valid_topics) < 100_000:
+                    valid_topics.add(topic)
+            qid = m.queue_id
+            if not isinstance(qid, int) or qid < 0 or qid > 0x7FFFFFFF:
+                raise MessageIllegalError(f"message {i}: queue_id {qid!r} must be an int in [0, 2^31)")
+            body = m.body
+            if not isinstance(body, bytes | bytearray | memoryview):
+                raise MessageIllegalError(f"message {i}: body must be bytes, got {type(body).__name__}")
+            if len(body) > max_body:
+                raise MessageIllegalError(
+                    f"message {i}: body of {len(body)} bytes exceeds max_message_size {max_body}"
+                )
+            props = m.properties
+            check_properties(props)
+            if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+                props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq.next()
+            props_b = broker_properties_string(props, cluster_name).encode("utf-8", "replace")
+            if len(props_b) > MAX_PROPERTIES_LENGTH:
+                raise PropertiesSizeExceededError(
+                    f"message {i}: properties are {len(props_b)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
+                )
+            born_ip = host_to_bytes(m.born_host[0])
+            sys_flag = m.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+            if len(born_ip) == 16:
+                sys_flag |= BORNHOST_V6_FLAG
+            if store_v6:
+                sys_flag |= STOREHOSTADDRESS_V6_FLAG
+            topic_b = topic.encode("ascii")
+            total = (75 + (20 if len(born_ip) == 16 else 8) + (20 if store_v6 else 8)
+                     + len(body) + len(topic_b) + len(props_b))
+            if total > max_total:
+                raise MessageIllegalError(
+                    f"message {i}: record of {total} bytes exceeds the limit of {max_total} bytes "
+                    "(max_message_size + 64 KiB, and it must fit one commit-log segment)"
+                )
+            records.append(b"".join((
+                RECORD_FIXED_PART[len(born_ip), len(store_ip)].pack(
+                    total, MESSAGE_MAGIC_CODE, masked_crc32(body), qid, m.flag, 0, 0, sys_flag,
+                    m.born_timestamp, born_ip, m.born_host[1], store_timestamp, store_ip, store_port,
+                    m.reconsume_times, m.prepared_transaction_offset, len(body)),
+                body, _I8.pack(len(topic_b)), topic_b, _I16.pack(len(props_b)), props_b,
+            )))
+            k = (topic, qid)
+            ki = key_index.get(k)
+            if ki is None:
+                ki = key_index[k] = len(key_index)
+                keys_blob.append(_B.pack(len(topic_b)) + topic_b + _KEY_TAIL.pack(qid))
+            tran = sys_flag & TRANSACTION_TYPE_MASK
+            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                refs.append(ki)
+            else:
+                refs.append(ki | NO_ADVANCE)
+                flags |= FLAG_HAS_TRANSACTIONAL
+        count = len(records)
+        payload_len = sum(len(r) for r in records)
+        head = _BATCH_HEAD.pack(BATCH_MAGIC, BATCH_VERSION, flags, len(store_ip), 0, store_timestamp,
+                                store_ip.ljust(16, b"\0"), store_port, count, len(key_index), payload_len)
+        frame = b"".join((
+            head, *keys_blob,
+            struct.pack(f">{count}I", *(len(r) for r in records)),
+            struct.pack(f">{count}I", *refs),
+            *records,
+        ))
+        return frame + _U32.pack(zlib.crc32(frame))
+
+    # ================================================================== apply (every replica)
+    @staticmethod
+    def parse_batch(batch: bytes | bytearray | memoryview) -> DecodedBatch:
+        """Check magic, version and CRC and split the frame; BatchFormatError when it is not a valid frame."""
+        mv = memoryview(batch)
+        n = len(mv)
+        if n < _BATCH_HEAD.size + 4:
+            raise BatchFormatError(f"batch frame of {n} bytes is shorter than its header")
+        (magic, version, flags, host_len, _r, store_ts, ip16, port, count, nkeys,
+         payload_len) = _BATCH_HEAD.unpack_from(mv, 0)
+        if magic != BATCH_MAGIC:
+            raise BatchFormatError(f"batch frame magic 0x{magic:08x} is not RPB1")
+        if version != BATCH_VERSION:
+            raise BatchFormatError(f"batch frame version {version} is not supported (expected 1)")
+        crc = _U32.unpack_from(mv, n - 4)[0]
+        if zlib.crc32(mv[: n - 4]) != crc:
+            raise BatchFormatError("batch frame CRC mismatch: the frame was damaged")
+        if host_len not in (4, 16):
+            raise BatchFormatError(f"batch frame store-host length {host_len} is not 4 or 16")
+        pos = _BATCH_HEAD.size
+        keys: list[tuple[str, int]] = []
+        try:
+            for _ in range(nkeys):
+                tl = mv[pos]
+                topic = bytes(mv[pos + 1 : pos + 1 + tl]).decode("ascii")
+                qid = _KEY_TAIL.unpack_from(mv, pos + 1 + tl)[0]
+                keys.append((topic, qid))
+                pos += 5 + tl
+            sizes = struct.unpack_from(f">{count}I", mv, pos)
+            pos += 4 * count
+            refs = struct.unpack_from(f">{count}I", mv, pos)
+            pos += 4 * count
+        except (IndexError, struct.error, UnicodeDecodeError) as e:
+            raise BatchFormatError(f"batch frame index is malformed: {e}") from None
+        if pos + payload_len + 4 != n or sum(sizes) != payload_len:
+            raise BatchFormatError("batch frame sizes do not add up to its payload")
+        for r in refs:
+            if (r & ~NO_ADVANCE) >= nkeys:
+                raise BatchFormatError("batch frame refers to an unknown topic-queue key")
+        host = bytes(ip16[:host_len]) + _I32.pack(port)
+        return DecodedBatch(store_ts, host, keys, sizes, refs, mv[pos : pos + payload_len], flags)
+
+    def apply_batch(self, batch: bytes | bytearray | memoryview) -> list[AppendResult]:
+        """Append a frame made by ``encode_batch`` deterministically; returns one result per record."""
+        b = self.parse_batch(batch)
+        limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
+        for s in b.sizes:
+            if s > limit:
+                raise BatchFormatError(f"record of {s} bytes cannot fit a commit-log segment of {self.file_size}")
+        with self.put_lock:
+            return self._apply(b)
+
+    def _apply(self, b: DecodedBatch) -> list[AppendResult]:
+        sizes, refs, payload = b.sizes, b.key_refs, b.payload
+        rel = [0, *accumulate(sizes)]  # start of record k inside the payload, rel[n] = payload length
+        n = len(sizes)
+        table = self.topic_queue_table
+        key_names = [f"{t}-{q}" for t, q in b.keys]
+        ts, host = b.store_timestamp, b.host
+        mfq = self.mapped_file_queue
+        results: list[AppendResult] = []
+        i = 0
+        while i < n:
+            mf = mfq.get_last_mapped_file(self._empty_log_start)
+            assert mf is not None
+            wrote = mf.wrote_position
+            room = mf.file_size - wrote
+            rest = rel[n] - rel[i]
+            if rest + END_FILE_MIN_BLANK_LENGTH <= room:
+                j = n
+            elif rest + END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+                self._write_blank(mf)  # does not fit here but fits a segment: the batch moves there whole
+                continue
+            else:  # larger than a whole segment: this segment takes as many records as fit, then rolls
+                j = i
+                while j < n and rel[j + 1] - rel[i] + END_FILE_MIN_BLANK_LENGTH <= room:
+                    j += 1
+                if j == i:
+                    self._write_blank(mf)
+                    continue
+            chunk = payload[rel[i] : rel[j]]
+            buf = mf.buffer
+            mf.write_at(wrote, chunk)
+            base = mf.file_from_offset + wrote - rel[i]
+            delta = wrote - rel[i] + QUEUE_OFFSET_POSITION
+            for k in range(i, j):
+                ref = refs[k]
+                ki = ref & ~NO_ADVANCE
+                topic, qid = b.keys[ki]
+                if ref & NO_ADVANCE:
+                    qo = 0
+                else:
+                    name = key_names[ki]
+                    qo = table.get(name, 0)
+                    table[name] = qo + 1
+                phy = base + rel[k]
+                _QQ.pack_into(buf, delta + rel[k], qo, phy)
+                results.append(AppendResult(phy, qo, sizes[k], ts, topic, qid, host))
+            mf.store_timestamp = ts
+            mf.wrote_position = wrote + len(chunk)  # publish only after the offsets are patched
+            i = j
+        self.last_store_timestamp = ts
+        return results
+
+    def _write_blank(self, mf: MappedFile) -> None:
+        """End-of-file blank record: (remaining bytes, BLANK magic); the segment becomes full."""
+        wrote = mf.wrote_position
+        room = mf.file_size - wrote
+        mf.write_at(wrote, _BLANK.pack(room, BLANK_MAGIC_CODE))
+        mf.wrote_position = mf.file_size
+
+    # ================================================================== raw catch-up
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Whole records (and a closing blank record) from ``offset`` within its segment, up to ``max_bytes``.
+
+        At least one record is returned when one exists, even if it is larger than ``max_bytes``.
+        """
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return b""
+        pos = offset - mf.file_from_offset
+        end = mf.wrote_position
+        buf = mf.buffer
+        p = pos
+        while p + 8 <= end:
+            size, magic = _BLANK.unpack_from(buf, p)
+            if magic == BLANK_MAGIC_CODE:
+                p += 8
+                break
+            if magic != MESSAGE_MAGIC_CODE or size <= 0 or p + size > end:
+                break
+            if p > pos and p + size - pos > max_bytes:
+                break
+            p += size
+        return mf.read_bytes(pos, p - pos)
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Append verified raw bytes (from ``read_raw`` on another replica) at the end of the log."""
+        with self.put_lock:
+            end = self.max_offset
+            mfq = self.mapped_file_queue
+            if not mfq.mapped_files:
+                if offset % self.file_size:
+                    raise OffsetMismatchError(
+                        f"raw append into an empty commit log must start at a segment boundary "
+                        f"(a multiple of {self.file_size}), got {offset}"
+                    )
+                self._empty_log_start = end = offset
+            if offset != end:
+                raise OffsetMismatchError(f"raw append at {offset} but the commit log ends at {end}")
+            mv = memoryview(data)
+            p = 0
+            n = len(mv)
+            reqs: list[DispatchRequest] = []
+            blank = False
+            while p < n:
+                dr = decode_dispatch(mv, p, check_crc=True, limit=n)
+                if dr.success and dr.msg_size > 0:
+                    if dr.commit_log_offset != offset + p:
+                        raise BatchFormatError(
+                            f"raw record at {offset + p} says it belongs at {dr.commit_log_offset}"
+                        )
+                    reqs.append(dr)
+                    p += dr.msg_size
+                elif dr.success:
+                    blank = True
+                    if p + 8 != n:
+                        raise BatchFormatError("raw data continues after an end-of-file blank record")
+                    break
+                else:
+                    raise BatchFormatError(f"raw data at {offset + p} is not a whole record: {dr.reason}")
+            mf = mfq.get_last_mapped_file(self._empty_log_start)
+            assert mf is not None
+            wrote = mf.wrote_position
+            body = mv[: p]
+            if wrote + len(body) + (0 if blank else END_FILE_MIN_BLANK_LENGTH) > mf.file_size and not blank:
+                raise BatchFormatError(f"raw data of {len(body)} bytes does not fit the segment at {offset}")
+            mf.write_at(wrote, body)
+            table = self.topic_queue_table
+            for dr in reqs:
+                if dr.goes_to_consume_queue:
+                    name = f"{dr.topic}-{dr.queue_id}"
+                    table[name] = max(table.get(name, 0), dr.consume_queue_offset + 1)
+                self.last_store_timestamp = dr.store_timestamp
+            if reqs:
+                mf.store_timestamp = reqs[-1].store_timestamp
+            if blank:
+                if mf.file_size - (wrote + p) != _I32.unpack_from(mv, p)[0]:
+                    raise BatchFormatError("raw blank record length does not match this segment's free space")
+                mf.wrote_position = wrote + p
+                self._write_blank(mf)
+            else:
+                mf.wrote_position = wrote + p
+
+    # ================================================================== reads
+    def get_data(self, offset: int, max_offset: int | None = None) -> memoryview | None:
+        """Readable bytes from ``offset`` to the end of data in its segment (capped at ``max_offset``)."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        end = mf.wrote_position
+        if max_offset is not None:
+            end = min(end, max_offset - mf.file_from_offset)
+        if pos < 0 or pos >= end:
+            return None
+        return mf.read(pos, end - pos)
+
+    def get_message(self, offset: int, size: int) -> bytes | None:
+        """A copy of ``size`` bytes at ``offset`` when they are all written."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.read_bytes(pos, size)
+
+    def get_record_size(self, offset: int) -> int:
+        """TOTALSIZE of the message record at ``offset``, or -1."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return -1
+        size, magic = _BLANK.unpack_from(mf.buffer, pos)
+        if magic != MESSAGE_MAGIC_CODE or size <= 0 or pos + size > mf.wrote_position:
+            return -1
+        return size
+
+    def check_message_and_return_size(self, buf, pos: int, limit: int, check_crc: bool) -> DispatchRequest:
+        """RocketMQ ``checkMessageAndReturnSize`` (readBody=false)."""
+        return decode_dispatch(buf, pos, check_crc=check_crc, limit=limit, delay_level_ms=self.delay_level_ms)
+
+    # ================================================================== recovery
+    def recover_normally(self) -> int:
+        """Scan the last 3 segments; truncate at the first bad record. Returns the recovered end offset."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self._reset_empty()
+            return 0
+        index = max(0, len(files) - 3)
+        return self._scan_and_truncate(index, None)
+
+    def recover_abnormally(self, dispatch: Callable[[DispatchRequest], None] | None = None) -> int:
+        """Scan from the newest segment known dispatched/flushed by the checkpoint, re-dispatching records."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self._reset_empty()
+            return 0
+        index = 0
+        for i in range(len(files) - 1, -1, -1):
+            if self._is_mapped_file_matched_recover(files[i]):
+                index = i
+                log.info("abnormal recovery starts at segment %s", files[i].path)
+                break
+        return self._scan_and_truncate(index, dispatch)
+
+    def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
+        buf = mf.buffer
+        magic = _I32.unpack_from(buf, 4)[0]
+        if magic != MESSAGE_MAGIC_CODE:
+            return False
+        sys_flag = _I32.unpack_from(buf, SYSFLAG_POSITION)[0]
+        born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+        store_ts = _I64.unpack_from(buf, 48 + born_len)[0]
+        if store_ts == 0 or self.checkpoint is None:
+            return False
+        if self.config.message_index_enable and self.config.message_index_safe:
+            return store_ts <= self.checkpoint.min_timestamp_index()
+        return store_ts <= self.checkpoint.min_timestamp()
+
+    def _scan_and_truncate(self, index: int, dispatch: Callable[[DispatchRequest], None] | None) -> int:
+        files = self.mapped_file_queue.mapped_files
+        check_crc = self.config.check_crc_on_recover
+        mf = files[index]
+        pos = 0
+        reason = ""
+        last_ts = 0
+        while True:
+            dr = self.check_message_and_return_size(mf.buffer, pos, mf.file_size, check_crc)
+            if dr.success and dr.msg_size > 0:
+                if dispatch is not None:
+                    dispatch(dr)
+                last_ts = dr.store_timestamp
+                pos += dr.msg_size
+            elif dr.success:
+                index += 1
+                if index >= len(files):
+                    break
+                mf = files[index]
+                pos = 0
+            else:
+                reason = dr.reason
+                break
+        process_offset = mf.file_from_offset + pos
+        clean_end = reason.startswith("end of data") or not reason
+        if not clean_end:
+            log.warning("commit log: torn or corrupt data at offset %d (%s); truncating there",
+                        process_offset, reason)
+        stale = self._zero_stale_tail(mf, pos)
+        if stale and clean_end:
+            log.warning("commit log: stale bytes after the end of data at offset %d; cleared", process_offset)
+        self.mapped_file_queue.truncate_dirty_files(process_offset)
+        # a trailing preallocated segment that never received data is dropped
+        files = self.mapped_file_queue.mapped_files
+        while len(files) > 1 and files[-1].wrote_position == 0 and files[-2].is_full():
+            log.info("commit log: removing empty trailing segment %s", files[-1].path)
+            self.mapped_file_queue.delete_last_mapped_file()
+            files = self.mapped_file_queue.mapped_files
+        if last_ts:
+            self.last_store_timestamp = last_ts
+        return process_offset
+
+    @staticmethod
+    def _zero_stale_tail(mf: MappedFile, pos: int) -> bool:
+        """Zero bytes after ``pos`` in the segment so a stale record can never be read back as new data."""
+        buf = mf.buffer
+        size = mf.file_size
+        chunk = len(_ZERO_CHUNK)
+        found = False
+        p = pos
+        while p < size:
+            n = min(chunk, size - p)
+            if buf[p : p + n] != _ZERO_CHUNK[:n]:
+                buf[p : p + n] = _ZERO_CHUNK[:n]
+                found = True
+            p += n
+        if found:
+            buf.flush()
+        return found
+
+    def _reset_empty(self) -> None:
+        self.mapped_file_queue.flushed_where = 0
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the log at ``offset`` (a record boundary); later segments are deleted."""
+        mfq = self.mapped_file_queue
+        mf = mfq.find_mapped_file_by_offset(offset)
+        if mf is not None:
+            pos = offset - mf.file_from_offset
+            old = mf.wrote_position
+            if old > pos:  # clear the cut-off bytes so they can never be recovered as records
+                mf.write_at(pos, bytes(old - pos))
+        mfq.truncate_dirty_files(offset)
+        mfq.flushed_where = min(mfq.flushed_where, offset)
+        files = mfq.mapped_files
+        if files:
+            self._empty_log_start = files[0].file_from_offset
+
+    # ================================================================== flush / lifecycle
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush and return the flushed offset; updates the checkpoint's physic timestamp."""
+        ts = self.last_store_timestamp
+        self.mapped_file_queue.flush(least_pages)
+        if ts and self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = ts
+        return self.mapped_file_queue.flushed_where
+
+    def flush_all(self) -> int:
+        ts = self.last_store_timestamp
+        self.mapped_file_queue.flush_all()
+        if ts and self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = ts
+        return self.mapped_file_queue.flushed_where
+
+    @property
+    def flushed_where(self) -> int:
+        return self.mapped_file_queue.flushed_where
+
+    def close(self) -> None:
+        self.mapped_file_queue.close()
