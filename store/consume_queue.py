@@ -1,0 +1,468 @@
+"""ConsumeQueue: the per (topic, queue) logical queue of 20-byte units (FORMATS.md §5), and the table of all.
+
+A unit is ``(commit-log offset int64, size int32, tagsCode int64)``; unit ``i`` lives at logical byte
+``i*20`` of ``consumequeue/{topic}/{queueId}/``, split into files named by their first logical byte. Files
+and bytes are RocketMQ's, so a RocketMQ broker (or our Spark pipeline) can read them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from store.config import CQ_STORE_UNIT_SIZE
+from store.errors import StoreLoadError
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger("store.consume_queue")
+
+UNIT = struct.Struct(">qiq")
+BLANK_UNIT_SIZE = 0x7FFFFFFF  # fillPreBlank units: (0, Integer.MAX_VALUE, 0)
+_BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
+
+
+class ConsumeQueue:
+    """One logical queue (RocketMQ ``ConsumeQueue``).
+
+    ``max_physic_offset`` is the commit-log end of the last unit written (-1 when unknown): dispatching a
+    record that ends at or below it is a no-op, which makes re-dispatch after a crash idempotent.
+    ``min_logic_offset`` is a logical *byte* offset; queue offsets are ``bytes / 20``.
+    """
+
+    def __init__(
+        self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, *, preallocate: bool = True
+    ) -> None:
+        if mapped_file_size % CQ_STORE_UNIT_SIZE:
+            raise ValueError(
+                f"consume queue file size {mapped_file_size} is not a multiple of {CQ_STORE_UNIT_SIZE}"
+            )
+        self.topic = topic
+        self.queue_id = queue_id
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.units_per_file = mapped_file_size // CQ_STORE_UNIT_SIZE
+        self.queue_dir = os.path.join(store_path, topic, str(queue_id))
+        self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size, preallocate=preallocate)
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+
+    # ------------------------------------------------------------------ load / recover
+    def load(self) -> None:
+        """Open this queue's files (a file of the wrong size raises ``StoreLoadError``)."""
+        self.mapped_file_queue.load()
+
+    def recover(self) -> None:
+        """Find the end of the valid units in the last 3 files and cut the queue there (``ConsumeQueue.recover``).
+
+        A unit is valid when ``offset >= 0 and size > 0``; fillPreBlank units count as valid but do not
+        move ``max_physic_offset``.
+        """
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return
+        index = max(0, len(files) - 3)
+        size = self.mapped_file_size
+        while True:
+            mf = files[index]
+            valid, last_end = _scan_valid_units(mf, size)
+            if last_end >= 0:
+                self.max_physic_offset = last_end
+            if valid == size and index + 1 < len(files):
+                index += 1
+                continue
+            break
+        process_offset = mf.file_from_offset + valid
+        self.mapped_file_queue.flushed_where = process_offset
+        self.mapped_file_queue.truncate_dirty_files(process_offset)
+
+    # ------------------------------------------------------------------ offsets
+    def get_min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def get_max_offset_in_queue(self) -> int:
+        """The next queue offset to be written (``(last.from + last.wrotePos) / 20``)."""
+        return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
+
+    def get_message_total_in_queue(self) -> int:
+        return self.get_max_offset_in_queue() - self.get_min_offset_in_queue()
+
+    def roll_next_file(self, index: int) -> int:
+        """The first queue offset of the file after the one holding ``index``."""
+        return index + self.units_per_file - index % self.units_per_file
+
+    def correct_min_offset(self, phy_min_offset: int) -> None:
+        """Make the first unit pointing at or above ``phy_min_offset`` the queue's minimum (``correctMinOffset``).
+
+        fillPreBlank units never become the minimum (RocketMQ would let them when the commit log starts at 0),
+        and when every unit of the first file points below ``phy_min_offset`` the minimum moves past them
+        (RocketMQ would leave it pointing into a deleted file).
+        """
+        mf = self.mapped_file_queue.get_first_mapped_file()
+        if mf is None:
+            return
+        wrote = mf.wrote_position
+        view = mf.read(0, wrote)
+        try:
+            for i, (phy, size, _tags) in enumerate(UNIT.iter_unpack(view)):
+                if phy >= phy_min_offset and size != BLANK_UNIT_SIZE:
+                    self.min_logic_offset = mf.file_from_offset + i * CQ_STORE_UNIT_SIZE
+                    return
+        finally:
+            view.release()
+        self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + wrote)
+
+    # ------------------------------------------------------------------ write
+    def put_message_position_info(self, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
+        """Write the unit of queue offset ``cq_offset`` (``putMessagePositionInfo``); True when it is in place.
+
+        Already-built units are skipped (by ``max_physic_offset`` and by position). The first file of a queue
+        that starts at ``cq_offset > 0`` is filled with blank units up to it (``fillPreBlank``) and the
+        queue's minimum starts there. A gap inside a queue (a bug upstream) is filled with blank units too,
+        so a unit always lands at its own logical position.
+        """
+        if offset + size <= self.max_physic_offset:
+            return True
+        expect = cq_offset * CQ_STORE_UNIT_SIZE
+        mfq = self.mapped_file_queue
+        first_create = not mfq.mapped_files
+        mf = mfq.get_last_mapped_file(expect)
+        if mf is None:
+            return False
+        if first_create and cq_offset != 0 and mf.wrote_position == 0:
+            self.min_logic_offset = expect
+            mfq.flushed_where = mf.file_from_offset
+        current = mf.file_from_offset + mf.wrote_position
+        if expect < current:
+            log.debug("consume queue %s-%d: unit %d already built", self.topic, self.queue_id, cq_offset)
+            return True
+        if expect > current:
+            if not first_create:
+                log.error(
+                    "consume queue %s-%d: queue offset %d expected at byte %d but the queue ends at %d; "
+                    "filling the gap with blank units",
+                    self.topic,
+                    self.queue_id,
+                    cq_offset,
+                    expect,
+                    current,
+                )
+            mf = self._fill_blank_until(expect)
+        if not mf.append(UNIT.pack(offset, size, tags_code)):
+            return False
+        self.max_physic_offset = offset + size
+        return True
+
+    def _fill_blank_until(self, until: int) -> MappedFile:
+        mfq = self.mapped_file_queue
+        while True:
+            mf = mfq.get_last_mapped_file(until)
+            assert mf is not None
+            current = mf.file_from_offset + mf.wrote_position
+            if current >= until:
+                return mf
+            stop = min(until, mf.file_from_offset + self.mapped_file_size)
+            mf.append(_BLANK_UNIT * ((stop - current) // CQ_STORE_UNIT_SIZE))
+
+    # ------------------------------------------------------------------ read
+    def get_index_buffer(self, start_index: int) -> memoryview | None:
+        """Units from queue offset ``start_index`` to the end of what is written in its file (``getIndexBuffer``).
+
+        None below the minimum, past the end, or in a deleted file. The view pins the mapping: release it.
+        """
+        offset = start_index * CQ_STORE_UNIT_SIZE
+        if start_index < 0 or offset < self.min_logic_offset:
+            return None
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset % self.mapped_file_size
+        wrote = mf.wrote_position
+        if pos >= wrote:
+            return None
+        try:
+            return mf.read(pos, wrote - pos)
+        except ValueError:  # deleted by retention meanwhile
+            return None
+
+    def read_units(self, start_index: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to ``max_count`` units ``(phy_offset, size, tags_code)`` from ``start_index``, across files."""
+        out: list[tuple[int, int, int]] = []
+        index = start_index
+        while len(out) < max_count:
+            view = self.get_index_buffer(index)
+            if view is None:
+                break
+            try:
+                n = min(len(view) // CQ_STORE_UNIT_SIZE, max_count - len(out))
+                out.extend(UNIT.iter_unpack(view[: n * CQ_STORE_UNIT_SIZE]))
+            finally:
+                view.release()
+            index += n
+        return out
+
+    def get_unit(self, index: int) -> tuple[int, int, int] | None:
+        units = self.read_units(index, 1)
+        return units[0] if units else None
+
+    def get_offset_in_queue_by_time(
+        self,
+        timestamp: int,
+        store_timestamp_at: Callable[[int, int], int],
+        min_phy_offset: int = 0,
+    ) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` (ms).
+
+        Binary search over the queue (store times grow with commit-log order); ``store_timestamp_at(phy,
+        size)`` reads a message's STORETIMESTAMP (negative when unreadable). Units below ``min_phy_offset``
+        (already deleted from the commit log) count as older. If every message is older, the result is the
+        max offset (where the next message will go); for an empty queue it is the min offset.
+        """
+        low = self.get_min_offset_in_queue()
+        high = self.get_max_offset_in_queue()
+        while low < high:
+            mid = (low + high) // 2
+            unit = self.get_unit(mid)
+            if unit is None:  # its file went away under us: treat as older
+                low = mid + 1
+                continue
+            phy, size, _tags = unit
+            if size == BLANK_UNIT_SIZE or phy < min_phy_offset:
+                low = mid + 1
+                continue
+            ts = store_timestamp_at(phy, size)
+            if ts < timestamp:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    # ------------------------------------------------------------------ truncation, expiry, flush
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop units pointing at or beyond ``phy_offset`` (the commit log ends there now).
+
+        Works from the last file backwards (``truncateDirtyLogicFiles``). Unlike RocketMQ, an all-zero first
+        unit is not kept (it is not a unit), and blank units do not move ``max_physic_offset``.
+        """
+        self.max_physic_offset = phy_offset
+        mfq = self.mapped_file_queue
+        while True:
+            mf = mfq.get_last_mapped_file(need_create=False)
+            if mf is None:
+                return
+            view = mf.read(0, self.mapped_file_size)
+            try:
+                kept = 0
+                delete = False
+                for i, (phy, size, _tags) in enumerate(UNIT.iter_unpack(view)):
+                    if i == 0 and phy >= phy_offset:
+                        delete = True
+                        break
+                    if phy < 0 or size <= 0 or phy >= phy_offset:
+                        break
+                    kept = (i + 1) * CQ_STORE_UNIT_SIZE
+                    if size != BLANK_UNIT_SIZE:
+                        self.max_physic_offset = phy + size
+            finally:
+                view.release()
+            if delete:
+                mfq.delete_last_mapped_file()
+                continue
+            mf.wrote_position = kept
+            mf.flushed_position = min(mf.flushed_position, kept)
+            mfq.flushed_where = min(mfq.flushed_where, mf.file_from_offset + kept)
+            return
+
+    def delete_expired_file(self, commit_log_min_offset: int) -> int:
+        """Delete files (never the last) wholly below the commit log's minimum, then correct the minimum."""
+        count = self.mapped_file_queue.delete_expired_file_by_offset(
+            commit_log_min_offset, CQ_STORE_UNIT_SIZE
+        )
+        self.correct_min_offset(commit_log_min_offset)
+        return count
+
+    def flush(self, least_pages: int) -> bool:
+        """Flush per RocketMQ's least-pages rule; True when nothing new became durable."""
+        return self.mapped_file_queue.flush(least_pages)
+
+    def flush_all(self) -> None:
+        self.mapped_file_queue.flush_all()
+
+    def close(self) -> None:
+        self.mapped_file_queue.close()
+
+    def destroy(self) -> None:
+        """Delete every file of this queue and reset its offsets."""
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self.mapped_file_queue.destroy()
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.get_min_offset_in_queue()}, "
+            f"max={self.get_max_offset_in_queue()}, max_phy={self.max_physic_offset})"
+        )
+
+
+def _scan_valid_units(mf: MappedFile, file_size: int) -> tuple[int, int]:
+    """(bytes of leading valid units, end phy offset of the last non-blank one or -1)."""
+    view = mf.read(0, file_size)
+    valid = 0
+    last_end = -1
+    try:
+        for phy, size, _tags in UNIT.iter_unpack(view):
+            if phy < 0 or size <= 0:
+                break
+            valid += CQ_STORE_UNIT_SIZE
+            if size != BLANK_UNIT_SIZE:
+                last_end = phy + size
+    finally:
+        view.release()
+    return valid, last_end
+
+
+class ConsumeQueueTable:
+    """All consume queues of a store: ``{topic: {queue_id: ConsumeQueue}}`` (RocketMQ ``consumeQueueTable``)."""
+
+    def __init__(self, store_path: str, mapped_file_size: int, *, preallocate: bool = True) -> None:
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.preallocate = preallocate
+        self._table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ConsumeQueueTable:
+        return cls(cfg.consume_queue_dir, cfg.consume_queue_file_size, preallocate=cfg.preallocate)
+
+    # ------------------------------------------------------------------ lookup
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        queues = self._table.get(topic)
+        return queues.get(queue_id) if queues else None
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue object (files are created on its first write), as ``findConsumeQueue`` does."""
+        queues = self._table.get(topic)
+        if queues is not None:
+            cq = queues.get(queue_id)
+            if cq is not None:
+                return cq
+        with self._lock:
+            queues = self._table.setdefault(topic, {})
+            cq = queues.get(queue_id)
+            if cq is None:
+                cq = ConsumeQueue(
+                    topic, queue_id, self.store_path, self.mapped_file_size, preallocate=self.preallocate
+                )
+                # copy on write, so iterating readers never see the dict change size
+                self._table[topic] = {**queues, queue_id: cq}
+            return cq
+
+    def topics(self) -> list[str]:
+        return list(self._table)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self._table.get(topic, {}))
+
+    def queues(self) -> Iterator[ConsumeQueue]:
+        for queues in list(self._table.values()):
+            yield from list(queues.values())
+
+    # ------------------------------------------------------------------ load / recover
+    def load(self) -> None:
+        """Open ``consumequeue/{topic}/{queueId}``; directories whose name is not an integer are skipped."""
+        if not os.path.isdir(self.store_path):
+            return
+        for topic in sorted(os.listdir(self.store_path)):
+            topic_dir = os.path.join(self.store_path, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for name in sorted(os.listdir(topic_dir)):
+                try:
+                    queue_id = int(name)
+                except ValueError:
+                    log.warning("skipping %s: not a queue id", os.path.join(topic_dir, name))
+                    continue
+                if not os.path.isdir(os.path.join(topic_dir, name)):
+                    continue
+                cq = self.find_or_create(topic, queue_id)
+                try:
+                    cq.load()
+                except StoreLoadError:
+                    raise
+                except OSError as e:
+                    raise StoreLoadError(f"cannot load consume queue {cq.queue_dir}: {e}") from e
+
+    def recover(self) -> int:
+        """Recover every queue; returns the largest ``max_physic_offset`` (-1 when there is none)."""
+        max_phy = -1
+        for cq in self.queues():
+            cq.recover()
+            max_phy = max(max_phy, cq.max_physic_offset)
+        return max_phy
+
+    def max_physic_offset(self) -> int:
+        return max((cq.max_physic_offset for cq in self.queues()), default=-1)
+
+    def queue_offset_table(self) -> dict[str, int]:
+        """``{"topic-queueId": next queue offset}``: the commit log's queue-offset table after recovery."""
+        return {f"{cq.topic}-{cq.queue_id}": cq.get_max_offset_in_queue() for cq in self.queues()}
+
+    def correct_min_offsets(self, commit_log_min_offset: int) -> None:
+        for cq in self.queues():
+            cq.correct_min_offset(commit_log_min_offset)
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        for cq in self.queues():
+            cq.truncate_dirty_logic_files(phy_offset)
+
+    # ------------------------------------------------------------------ expiry, flush, deletion
+    def delete_expired_files(
+        self, commit_log_min_offset: int, interval_ms: int = 0, sleep: Callable[[float], Any] = time.sleep
+    ) -> int:
+        """Expire every queue against the commit log's minimum, pausing ``interval_ms`` after each deletion."""
+        total = 0
+        for cq in self.queues():
+            n = cq.delete_expired_file(commit_log_min_offset)
+            total += n
+            if n and interval_ms > 0:
+                sleep(interval_ms / 1000.0)
+        return total
+
+    def flush(self, least_pages: int) -> None:
+        for cq in self.queues():
+            cq.flush(least_pages)
+
+    def flush_all(self) -> None:
+        for cq in self.queues():
+            cq.flush_all()
+
+    def delete_topic(self, topic: str) -> None:
+        """Destroy a deleted topic's queues and its directory."""
+        with self._lock:
+            queues = self._table.pop(topic, {})
+        for cq in queues.values():
+            cq.destroy()
+        shutil.rmtree(os.path.join(self.store_path, topic), ignore_errors=True)
+
+    def close(self) -> None:
+        for cq in self.queues():
+            cq.close()
+
+    def destroy(self) -> None:
+        """Delete every consume queue (RocketMQ ``destroyLogics``, used when the commit log is empty)."""
+        with self._lock:
+            table, self._table = self._table, {}
+        for topic, queues in table.items():
+            for cq in queues.values():
+                cq.destroy()
+            try:
+                os.rmdir(os.path.join(self.store_path, topic))
+            except OSError:  # not empty (foreign files) or already gone
+                pass

@@ -1,0 +1,341 @@
+"""IndexFile: one hash index file of RocketMQ's key index (FORMATS.md §6), byte for byte.
+
+Layout: a 40-byte header, ``hash_slot_num`` int32 slots, then ``index_num`` 20-byte entries. Each entry
+is ``(keyHash int32, phyOffset int64, timeDiff int32 seconds, prev int32)``; a slot holds the number of the
+newest entry of its chain. Entry 0 is never used. The header is written field by field as RocketMQ's
+``IndexHeader`` does, so a file written here is identical to one written by a RocketMQ broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from operator import mul
+
+from store.mapped_file import MappedFile
+
+log = logging.getLogger("store.index_file")
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+INVALID_INDEX = 0
+INT_MAX = 0x7FFFFFFF
+
+# header field positions (IndexHeader)
+_BEGIN_TIMESTAMP = 0
+_END_TIMESTAMP = 8
+_BEGIN_PHY_OFFSET = 16
+_END_PHY_OFFSET = 24
+_HASH_SLOT_COUNT = 32
+_INDEX_COUNT = 36
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+_MASK32 = 0xFFFFFFFF
+_POW31 = [1]
+_REV_POWERS: dict[int, list[int]] = {}
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes of an index file: header + slots + entries (420,000,040 with RocketMQ's defaults)."""
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def _pow31(n: int) -> int:
+    while len(_POW31) <= n:
+        _POW31.append((_POW31[-1] * 31) & _MASK32)
+    return _POW31[n]
+
+
+def _rev_powers(n: int) -> list[int]:
+    """``[31^(n-1), ..., 31, 1]`` mod 2^32: the weights of ``String.hashCode`` for a string of n units."""
+    powers = _REV_POWERS.get(n)
+    if powers is None:
+        _pow31(n)
+        powers = _REV_POWERS[n] = _POW31[n - 1 :: -1] if n else []
+    return powers
+
+
+def _unsigned_java_hash(s: str) -> int:
+    """``String.hashCode`` as an unsigned 32-bit value, computed as one dot product in C (no per-char bytecode)."""
+    if s.isascii():
+        units: bytes | tuple[int, ...] = s.encode("ascii")
+    else:
+        raw = s.encode("utf-16-be", "surrogatepass")
+        units = struct.unpack(f">{len(raw) // 2}H", raw)
+    return sum(map(mul, units, _rev_powers(len(units)))) & _MASK32
+
+
+_PREFIX_HASH: dict[str, tuple[int, int]] = {}
+
+
+def index_key_hash(topic: str, key: str) -> int:
+    """``IndexFile.indexKeyHashMethod(topic + "#" + key)``: ``abs(hashCode)``, 0 for Integer.MIN_VALUE.
+
+    The hash of ``topic#`` is cached per topic and combined with the key's (``h(ab) = h(a)*31^len(b) +
+    h(b)``), because the reput thread hashes one or more keys for every message.
+    """
+    prefix = _PREFIX_HASH.get(topic)
+    if prefix is None:
+        p = topic + "#"
+        prefix = _PREFIX_HASH[topic] = (_unsigned_java_hash(p), len(p))
+    key_units = len(key) if key.isascii() else len(key.encode("utf-16-be", "surrogatepass")) // 2
+    h = (prefix[0] * _pow31(key_units) + _unsigned_java_hash(key)) & _MASK32
+    return _abs_hash(h)
+
+
+def key_hash(full_key: str) -> int:
+    """``indexKeyHashMethod`` of an already built ``topic#key`` string."""
+    return _abs_hash(_unsigned_java_hash(full_key))
+
+
+def _abs_hash(unsigned: int) -> int:
+    # Math.abs(int): negative values flip; Integer.MIN_VALUE stays negative and RocketMQ maps it to 0.
+    if unsigned & 0x80000000:
+        signed = unsigned - (1 << 32)
+        return 0 if signed == -(1 << 31) else -signed
+    return unsigned
+
+
+def build_key(topic: str, key: str) -> str:
+    """``IndexService.buildKey``: ``topic#key``."""
+    return topic + "#" + key
+
+
+class IndexFile:
+    """One index file: ``put_key`` appends an entry and links it into its slot's chain; ``select_phy_offset``
+    walks a chain newest first.
+
+    ``end_phy_offset``/``end_timestamp`` seed a new file with the previous file's end values (RocketMQ does
+    this, so the first entry's timeDiff is measured from the previous file's end: FORMATS.md §6.6).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        hash_slot_num: int,
+        index_num: int,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+        *,
+        preallocate: bool = True,
+    ) -> None:
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.file_size = index_file_size(hash_slot_num, index_num)
+        self._mf = MappedFile(path, self.file_size, preallocate=preallocate)
+        self._mm = self._mf.buffer
+        self.path = path
+        self.file_name = self._mf.file_name
+        self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        # IndexHeader: in memory indexCount starts at 1 (entry 0 is never used); on disk a new header is zeros.
+        self.begin_timestamp = 0
+        self.end_timestamp = 0
+        self.begin_phy_offset = 0
+        self.end_phy_offset = 0
+        self.hash_slot_count = 0
+        self.index_count = 1
+        if end_phy_offset > 0:
+            self._set_begin_phy_offset(end_phy_offset)
+            self._set_end_phy_offset(end_phy_offset)
+        if end_timestamp > 0:
+            self._set_begin_timestamp(end_timestamp)
+            self._set_end_timestamp(end_timestamp)
+
+    # ------------------------------------------------------------------ header (written through, field by field)
+    def load(self) -> None:
+        """Read the header of an existing file (``IndexHeader.load``: a stored indexCount <= 0 means 1)."""
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            index_count,
+        ) = _HEADER.unpack_from(self._mm, 0)
+        self.index_count = index_count if index_count > 0 else 1
+
+    def _set_begin_timestamp(self, v: int) -> None:
+        self.begin_timestamp = v
+        _I64.pack_into(self._mm, _BEGIN_TIMESTAMP, v)
+
+    def _set_end_timestamp(self, v: int) -> None:
+        self.end_timestamp = v
+        _I64.pack_into(self._mm, _END_TIMESTAMP, v)
+
+    def _set_begin_phy_offset(self, v: int) -> None:
+        self.begin_phy_offset = v
+        _I64.pack_into(self._mm, _BEGIN_PHY_OFFSET, v)
+
+    def _set_end_phy_offset(self, v: int) -> None:
+        self.end_phy_offset = v
+        _I64.pack_into(self._mm, _END_PHY_OFFSET, v)
+
+    def _write_header(self) -> None:
+        """``IndexHeader.updateByteBuffer``: all six fields (used by flush)."""
+        _HEADER.pack_into(
+            self._mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    # ------------------------------------------------------------------ writes
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Index ``key`` (a built ``topic#key``); False when the file is full (the caller rolls to a new file)."""
+        return self.put_hash(key_hash(key), phy_offset, store_timestamp)
+
+    def put_hash(self, key_hash_value: int, phy_offset: int, store_timestamp: int) -> bool:
+        """``putKey`` with the key's index hash already computed (see ``index_key_hash``)."""
+        index_count = self.index_count
+        if index_count >= self.index_num:
+            return False
+        mm = self._mm
+        abs_slot_pos = INDEX_HEADER_SIZE + (key_hash_value % self.hash_slot_num) * HASH_SLOT_SIZE
+        slot_value = _I32.unpack_from(mm, abs_slot_pos)[0]
+        if slot_value <= INVALID_INDEX or slot_value > index_count:
+            slot_value = INVALID_INDEX
+        begin = self.begin_timestamp
+        if begin <= 0:
+            time_diff = 0
+        else:
+            # Java long division truncates toward zero; negatives are clamped to 0 anyway.
+            delta = store_timestamp - begin
+            time_diff = 0 if delta < 0 else min(INT_MAX, delta // 1000)
+        _ENTRY.pack_into(
+            mm,
+            self._entries_at + index_count * INDEX_ENTRY_SIZE,
+            key_hash_value,
+            phy_offset,
+            time_diff,
+            slot_value,
+        )
+        _I32.pack_into(mm, abs_slot_pos, index_count)
+        if index_count <= 1:
+            self._set_begin_phy_offset(phy_offset)
+            self._set_begin_timestamp(store_timestamp)
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+            _I32.pack_into(mm, _HASH_SLOT_COUNT, self.hash_slot_count)
+        self.index_count = index_count + 1
+        _I32.pack_into(mm, _INDEX_COUNT, index_count + 1)
+        self._set_end_phy_offset(phy_offset)
+        self._set_end_timestamp(store_timestamp)
+        return True
+
+    # ------------------------------------------------------------------ reads
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        fb, fe = self.begin_timestamp, self.end_timestamp
+        return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+
+    def select_phy_offset(self, out: list[int], key: str, max_num: int, begin: int, end: int) -> None:
+        """Append to ``out`` (newest first) the phy offsets of ``key``'s chain stored within ``[begin, end]``.
+
+        Only the hash is compared, like RocketMQ: the caller re-checks the key on the decoded message.
+        """
+        self.select_by_hash(out, key_hash(key), max_num, begin, end)
+
+    def select_by_hash(self, out: list[int], key_hash_value: int, max_num: int, begin: int, end: int) -> None:
+        mm = self._mm
+        index_count = self.index_count
+        slot_value = _I32.unpack_from(
+            mm, INDEX_HEADER_SIZE + (key_hash_value % self.hash_slot_num) * HASH_SLOT_SIZE
+        )[0]
+        if slot_value <= INVALID_INDEX or slot_value > index_count or index_count <= 1:
+            return
+        file_begin = self.begin_timestamp
+        entries_at = self._entries_at
+        current = slot_value
+        while len(out) < max_num:
+            hash_read, phy, time_diff, prev = _ENTRY.unpack_from(mm, entries_at + current * INDEX_ENTRY_SIZE)
+            if time_diff < 0:
+                break
+            time_read = file_begin + time_diff * 1000
+            if hash_read == key_hash_value and begin <= time_read <= end:
+                out.append(phy)
+            if prev <= INVALID_INDEX or prev > index_count or prev == current or time_read < begin:
+                break
+            current = prev
+
+    def entry(self, number: int) -> tuple[int, int, int, int]:
+        """Entry ``number`` as ``(key_hash, phy_offset, time_diff, prev)`` (tools and tests)."""
+        return _ENTRY.unpack_from(self._mm, self._entries_at + number * INDEX_ENTRY_SIZE)
+
+    def slot(self, key_hash_value: int) -> int:
+        """The chain head stored in ``key_hash_value``'s slot (tools and tests)."""
+        return _I32.unpack_from(
+            self._mm, INDEX_HEADER_SIZE + (key_hash_value % self.hash_slot_num) * HASH_SLOT_SIZE
+        )[0]
+
+    def header_on_disk(self) -> tuple[int, int, int, int, int, int]:
+        """The six header fields as currently stored in the file's bytes."""
+        return _HEADER.unpack_from(self._mm, 0)
+
+    # ------------------------------------------------------------------ truncation (replication's restart rule)
+    def truncate(self, phy_offset: int) -> None:
+        """Remove the newest entries whose phy offset is ``>= phy_offset``, unlinking each from its chain.
+
+        Entries are appended in commit-log order, so the doomed ones are a suffix; removing them newest first
+        means each is the head of its chain when it goes. ``end_timestamp`` becomes the last kept entry's time
+        at the index's one-second precision (rounded up).
+        """
+        mm = self._mm
+        number = self.index_count - 1
+        kept_phy = None
+        while number >= 1:
+            key_hash_value, phy, time_diff, prev = self.entry(number)
+            if phy < phy_offset:
+                kept_phy, kept_diff = phy, time_diff
+                break
+            abs_slot_pos = INDEX_HEADER_SIZE + (key_hash_value % self.hash_slot_num) * HASH_SLOT_SIZE
+            if _I32.unpack_from(mm, abs_slot_pos)[0] == number:
+                _I32.pack_into(mm, abs_slot_pos, prev)
+                if prev <= INVALID_INDEX:
+                    self.hash_slot_count -= 1
+            mm[
+                self._entries_at + number * INDEX_ENTRY_SIZE : self._entries_at
+                + (number + 1) * INDEX_ENTRY_SIZE
+            ] = bytes(INDEX_ENTRY_SIZE)
+            number -= 1
+        if number == self.index_count - 1:
+            return
+        self.index_count = number + 1
+        if kept_phy is not None:
+            self.end_phy_offset = kept_phy
+            self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + kept_diff * 1000 + 999)
+        self._write_header()
+
+    # ------------------------------------------------------------------ lifecycle
+    def flush(self) -> None:
+        """``IndexFile.flush``: rewrite the whole header, then force the mapping to disk."""
+        if self._mf.closed:
+            return
+        self._write_header()
+        self._mm.flush()
+
+    def close(self) -> None:
+        self._mf.close()
+
+    def destroy(self) -> None:
+        self._mf.destroy()
+
+    @property
+    def closed(self) -> bool:
+        return self._mf.closed
+
+    def __repr__(self) -> str:
+        return (
+            f"IndexFile({self.file_name}, entries={self.index_count - 1}, "
+            f"phy=[{self.begin_phy_offset},{self.end_phy_offset}], ts=[{self.begin_timestamp},{self.end_timestamp}])"
+        )

@@ -1,0 +1,195 @@
+"""IndexService: build from dispatch requests, roll files, query newest first, load, expiry, truncation."""
+
+import os
+import time
+
+import pytest
+
+from store.dispatch import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    DispatchRequest,
+)
+from store.errors import StoreLoadError
+from store.index_file import key_hash
+from store.index_service import IndexService
+from store.java import time_millis_to_human_string
+
+T0 = 1_700_000_000_000
+
+
+class RecordingCheckpoint:
+    """Stands in for StoreCheckpoint's two members the index uses (the real class is store-core's)."""
+
+    def __init__(self, index_msg_timestamp=0):
+        self.index_msg_timestamp = index_msg_timestamp
+        self.flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+
+
+def _svc(tmp_path, slots=4, entries=4, checkpoint=None, clock=lambda: T0, **kw):
+    return IndexService(str(tmp_path / "index"), slots, entries, checkpoint=checkpoint, clock=clock, **kw)
+
+
+def _req(phy, ts, uniq=None, keys=None, topic="T", sys_flag=0):
+    return DispatchRequest(
+        topic=topic,
+        commit_log_offset=phy,
+        msg_size=100,
+        store_timestamp=ts,
+        uniq_key=uniq,
+        keys=keys,
+        sys_flag=sys_flag,
+    )
+
+
+def _entries(f):
+    return [f.entry(n) for n in range(1, f.index_count)]
+
+
+def test_uniq_key_first_then_each_non_empty_key(tmp_path):
+    svc = _svc(tmp_path, entries=10)
+    svc.build_index(_req(0, T0, uniq="U1", keys="k1  k2 "))
+    (f,) = svc.index_files
+    assert [e[0] for e in _entries(f)] == [key_hash("T#U1"), key_hash("T#k1"), key_hash("T#k2")]
+    assert all(e[1] == 0 for e in _entries(f))
+    svc.close()
+
+
+def test_transaction_types_and_already_indexed_records(tmp_path):
+    svc = _svc(tmp_path, entries=10)
+    svc.build_index(_req(0, T0, keys="a", sys_flag=TRANSACTION_PREPARED_TYPE))
+    svc.build_index(_req(100, T0, keys="b", sys_flag=TRANSACTION_ROLLBACK_TYPE))
+    svc.build_index(_req(200, T0, keys="c", sys_flag=TRANSACTION_COMMIT_TYPE))
+    svc.build_index(_req(200, T0, keys="c"))  # re-dispatch of the last record: not indexed twice
+    svc.build_index(_req(0, T0, keys="a"))  # re-dispatch of an older record
+    (f,) = svc.index_files
+    assert [e[1] for e in _entries(f)] == [0, 200]
+    svc.close()
+
+
+def test_new_file_when_full_seeded_with_previous_end_and_flushed_to_checkpoint(tmp_path):
+    cp = RecordingCheckpoint()
+    names = iter([T0, T0 + 60_000])
+    svc = _svc(tmp_path, entries=3, checkpoint=cp, clock=lambda: next(names))
+    svc.build_index(_req(0, T0, keys="a"))
+    svc.build_index(_req(100, T0 + 1000, keys="b"))
+    svc.build_index(_req(200, T0 + 1000 + 4999, keys="c"))  # first file full: rolls
+    svc.wait_for_flushes()
+    first, second = svc.index_files
+    assert first.file_name == time_millis_to_human_string(T0)
+    assert second.file_name == time_millis_to_human_string(T0 + 60_000)
+    assert len(first.file_name) == 17 and int(second.file_name) > int(first.file_name)
+    assert second.entry(1)[1:3] == (200, 4)  # timeDiff against the previous file's end (§6.6 quirk)
+    assert second.begin_timestamp == T0 + 5999 and second.begin_phy_offset == 200
+    assert cp.index_msg_timestamp == T0 + 1000 and cp.flushes == 1
+    svc.close()
+
+
+def test_file_names_stay_unique_within_one_millisecond(tmp_path):
+    svc = _svc(tmp_path, entries=2)  # one entry per file, clock frozen
+    for i in range(3):
+        svc.build_index(_req(i * 10, T0 + i, keys="k"))
+    names = [f.file_name for f in svc.index_files]
+    assert len(set(names)) == 3 and names == sorted(names)
+    res = svc.query_offset("T", "k", 10, 0, 2**62)
+    assert res.phy_offsets == [20, 10, 0]
+    svc.close()
+
+
+def test_query_newest_to_oldest_across_files_with_limits(tmp_path):
+    svc = _svc(tmp_path, slots=2, entries=3, max_msgs_num_batch=3)
+    for i in range(8):
+        svc.build_index(_req(i * 100, T0 + i * 10_000, keys="K" if i % 2 else "other"))
+    assert len(svc.index_files) == 4
+    res = svc.query_offset("T", "K", 100, 0, 2**62)
+    assert res.phy_offsets == [700, 500, 300]  # capped at max_msgs_num_batch, newest first
+    assert res.index_last_update_phy_offset == 700
+    assert res.index_last_update_timestamp == T0 + 70_000
+    assert svc.query_offset("T", "K", 2, 0, 2**62).phy_offsets == [700, 500]
+    # K is always the second entry of its file; a file's first entry reads back 10 s late here, because its
+    # timeDiff was measured from the previous file's end (RocketMQ's own behaviour, FORMATS.md §6.6)
+    assert svc.query_offset("T", "K", 10, T0 + 25_000, T0 + 55_000).phy_offsets == [500, 300]
+    assert svc.query_offset("OtherTopic", "K", 10, 0, 2**62).phy_offsets == []
+    svc.close()
+
+
+def test_load_normal_and_after_abnormal_exit(tmp_path):
+    cp = RecordingCheckpoint()
+    clock = iter(range(T0, T0 + 100_000, 1000))
+    svc = _svc(tmp_path, entries=3, checkpoint=cp, clock=lambda: next(clock))
+    for i in range(5):
+        svc.build_index(_req(i * 100, T0 + i * 1000, keys=f"k{i}"))
+    svc.flush()
+    svc.close()
+    assert cp.index_msg_timestamp == T0 + 3000  # second file full and flushed
+
+    again = _svc(tmp_path, entries=3, checkpoint=cp)
+    again.load(last_exit_ok=True)
+    assert len(again.index_files) == 3
+    assert again.query_offset("T", "k4", 10, 0, 2**62).phy_offsets == [400]
+    again.close()
+
+    crashed = _svc(tmp_path, entries=3, checkpoint=cp)
+    crashed.load(last_exit_ok=False)  # the third file ends after the checkpoint: deleted
+    assert len(crashed.index_files) == 2
+    assert len(os.listdir(tmp_path / "index")) == 2
+    assert crashed.query_offset("T", "k4", 10, 0, 2**62).phy_offsets == []
+    # re-dispatch after recovery rebuilds what was lost
+    crashed.build_index(_req(400, T0 + 4000, keys="k4"))
+    assert crashed.query_offset("T", "k4", 10, 0, 2**62).phy_offsets == [400]
+    crashed.close()
+
+
+def test_load_rejects_files_of_another_geometry(tmp_path):
+    svc = _svc(tmp_path)
+    svc.build_index(_req(0, T0, keys="a"))
+    svc.close()
+    with pytest.raises(StoreLoadError, match="max_hash_slot_num=8"):
+        _svc(tmp_path, slots=8).load(True)
+    (tmp_path / "index" / "notes.txt").write_text("x")
+    with pytest.raises(StoreLoadError, match="yyyyMMddHHmmssSSS"):
+        _svc(tmp_path).load(True)
+
+
+def test_delete_expired_never_the_newest(tmp_path):
+    svc = _svc(tmp_path, entries=2)
+    for i in range(4):
+        svc.build_index(_req(i * 100, T0 + i, keys="k"))
+    assert svc.delete_expired_file(150) == 2  # the files ending at 0 and 100
+    assert [f.end_phy_offset for f in svc.index_files] == [200, 300]
+    assert svc.delete_expired_file(10_000) == 1
+    assert [f.end_phy_offset for f in svc.index_files] == [300]  # the newest stays
+    assert svc.delete_expired_file(10_000) == 0
+    assert len(os.listdir(tmp_path / "index")) == 1
+    svc.close()
+
+
+def test_truncate_drops_entries_and_files_beyond_the_cut(tmp_path):
+    svc = _svc(tmp_path, entries=3)
+    for i in range(5):
+        svc.build_index(_req(i * 100, T0 + i * 1000, keys="k"))
+    assert len(svc.index_files) == 3
+    svc.truncate(150)
+    assert len(svc.index_files) == 1
+    assert svc.query_offset("T", "k", 10, 0, 2**62).phy_offsets == [100, 0]
+    # the commit log is rewritten from 150 on: those records are indexed again
+    svc.build_index(_req(150, T0 + 9000, keys="k"))
+    svc.build_index(_req(250, T0 + 9500, keys="k"))
+    assert svc.query_offset("T", "k", 10, 0, 2**62).phy_offsets == [250, 150, 100, 0]
+    svc.truncate(0)
+    assert svc.index_files == []
+    svc.close()
+
+
+def test_real_clock_names_files_in_local_time(tmp_path):
+    svc = IndexService(str(tmp_path / "index"), 4, 4)
+    before = time.time_ns() // 1_000_000
+    svc.build_index(_req(0, T0, keys="a"))
+    after = time.time_ns() // 1_000_000
+    name = svc.index_files[0].file_name
+    assert time_millis_to_human_string(before) <= name <= time_millis_to_human_string(after)
+    svc.close()
