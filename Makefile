@@ -20,6 +20,16 @@ $(STAMP): pyproject.toml
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/raftmq/v1/*.proto
 
+# One node in the background on loopback (data, configs, logs and pids under ./data); RUN_NODES=3 for a cluster.
+RUN_DIR ?= data
+RUN_NODES ?= 1
+run: $(STAMP)
+	$(PY) -m node.local_cluster start --dir $(RUN_DIR) --nodes $(RUN_NODES)
+
+# SIGTERM every node `make run` started and wait for each to exit.
+stop:
+	@if [ -x $(PY) ]; then $(PY) -m node.local_cluster stop --dir $(RUN_DIR); else echo "nothing to stop"; fi
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 

@@ -1,0 +1,54 @@
+"""One shared node process for the node tests that do not conflict (each uses its own topics)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from tests.support.processes import NodeProcess, start_nodes, stop_all
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def shared_node(tmp_path_factory) -> NodeProcess:
+    from tests.support.processes import node_specs
+
+    [spec] = node_specs(tmp_path_factory.mktemp("shared-node"))
+    nodes = start_nodes([spec])
+    yield nodes[0]
+    stop_all(nodes)
+
+
+class Api:
+    """Raw generated stubs for one node, plus tiny helpers the tests share."""
+
+    def __init__(self, node: NodeProcess):
+        self.node = node
+        channel = node.channel()
+        self.msg = pb_grpc.MessagingServiceStub(channel)
+        self.admin = pb_grpc.AdminServiceStub(channel)
+
+    def topic(self, prefix: str = "t", queues: int = 4, perm: int = 0) -> str:
+        name = f"{prefix}-{next(_names)}"
+        self.admin.CreateTopic(pb.CreateTopicRequest(
+            topic=pb.TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm)), timeout=10)
+        return name
+
+    def send(self, topic: str, body: bytes, queue_id: int | None = 0, **fields) -> pb.SendResult:
+        m = pb.Message(topic=topic, body=body, **fields)
+        if queue_id is not None:
+            m.queue_id = queue_id
+        return self.msg.SendMessage(pb.SendMessageRequest(message=m), timeout=10).result
+
+    def pull(self, topic: str, queue_id: int = 0, offset: int = 0, **fields) -> pb.PullMessageResponse:
+        return self.msg.PullMessage(pb.PullMessageRequest(topic=topic, queue_id=queue_id, offset=offset, **fields),
+                                    timeout=30)
+
+
+@pytest.fixture
+def api(shared_node) -> Api:
+    return Api(shared_node)
