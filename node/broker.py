@@ -224,6 +224,13 @@ class Broker:
         ])
         pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(self), server)
+        # peers' catch-up and sync-durability calls (replication owns it; answers UNAVAILABLE until Raft runs)
+        from raftmq.v1 import replica_pb2_grpc
+
+        from replication.replica_service import ReplicaServicer
+
+        replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
+            ReplicaServicer(lambda: self.write_path, self.config.cluster.secret), server)
         listen = str(self.config.grpc_listen)
         try:
             self.grpc_port = server.add_insecure_port(listen)

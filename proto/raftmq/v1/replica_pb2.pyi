@@ -1,0 +1,71 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetReplicaStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetReplicaStatusResponse(_message.Message):
+    __slots__ = ("member_id", "is_leader", "leader_id", "raft_term", "applied_index", "commit_log_min_offset", "commit_log_max_offset", "commit_log_file_size", "metadata")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_TERM_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_FILE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    is_leader: bool
+    leader_id: str
+    raft_term: int
+    applied_index: int
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    commit_log_file_size: int
+    metadata: bytes
+    def __init__(self, member_id: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_id: _Optional[str] = ..., raft_term: _Optional[int] = ..., applied_index: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_file_size: _Optional[int] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+
+class FetchCommitLogRequest(_message.Message):
+    __slots__ = ("from_offset", "up_to_index", "max_chunk_bytes")
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    UP_TO_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    up_to_index: int
+    max_chunk_bytes: int
+    def __init__(self, from_offset: _Optional[int] = ..., up_to_index: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ...) -> None: ...
+
+class CommitLogChunk(_message.Message):
+    __slots__ = ("offset", "data", "last", "end_offset", "end_index")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    last: bool
+    end_offset: int
+    end_index: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ..., end_offset: _Optional[int] = ..., end_index: _Optional[int] = ...) -> None: ...
+
+class SyncJournalRequest(_message.Message):
+    __slots__ = ("index", "term")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    term: int
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
+
+class SyncJournalResponse(_message.Message):
+    __slots__ = ("durable", "durable_index")
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    durable: bool
+    durable_index: int
+    def __init__(self, durable: _Optional[bool] = ..., durable_index: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,77 @@
+"""ReplicaService: the gRPC side of replication that pysyncobj cannot carry (see replica.proto).
+
+The node registers it on its (grpc.aio) server before the write path exists, with a getter, so peers can catch
+up from this member as soon as its Raft write path is started:
+``replica_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(lambda: broker.write_path, secret), srv)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from raftmq.v1 import replica_pb2, replica_pb2_grpc
+
+from replication.peers import SECRET_METADATA_KEY
+
+MAX_CHUNK = 4 << 20
+
+
+class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
+    def __init__(self, get_write_path: Callable[[], Any], secret: str = ""):
+        self._get = get_write_path
+        self._secret = secret
+
+    async def _write_path(self, context: grpc.aio.ServicerContext) -> Any:
+        if self._secret:
+            got = dict(context.invocation_metadata()).get(SECRET_METADATA_KEY, "")
+            if not hmac.compare_digest(got, self._secret):
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, "replica call without the right cluster "
+                                    "secret: set the same cluster.secret on every member")
+        wp = self._get()
+        if wp is None or getattr(wp, "machine", None) is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "this member's Raft write path is not started (single node, or still starting)")
+        return wp
+
+    async def GetReplicaStatus(self, request, context):
+        wp = await self._write_path(context)
+        idx, end, metadata = await asyncio.to_thread(wp.machine.status_view)
+        store = wp.store
+        leader = wp.leader()
+        return replica_pb2.GetReplicaStatusResponse(
+            member_id=wp.node_id, is_leader=wp.is_leader(), leader_id=leader.id if leader else "",
+            raft_term=wp.term(), applied_index=idx, commit_log_min_offset=store.commit_log_min_offset,
+            commit_log_max_offset=end, commit_log_file_size=store.config.mapped_file_size_commit_log,
+            metadata=json.dumps(metadata).encode())
+
+    async def FetchCommitLog(self, request, context):
+        wp = await self._write_path(context)
+        found = wp.machine.applied.end_at_or_before(request.up_to_index)
+        if found is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"Raft index {request.up_to_index} is older than this member's applied-index tail; "
+                                "ask GetReplicaStatus again and fetch up to its applied_index")
+        end_index, end = found
+        store = wp.store
+        pos = request.from_offset
+        if pos < store.commit_log_min_offset or pos > end:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"from_offset {pos} is outside this member's commit "
+                                f"log [{store.commit_log_min_offset}, {end})")
+        chunk = min(request.max_chunk_bytes or (1 << 20), MAX_CHUNK)
+        while pos < end:
+            data = await asyncio.to_thread(store.read_commit_log, pos, min(chunk, end - pos))
+            if not data:
+                await context.abort(grpc.StatusCode.INTERNAL, f"commit log unreadable at offset {pos}")
+            yield replica_pb2.CommitLogChunk(offset=pos, data=bytes(data))
+            pos += len(data)
+        yield replica_pb2.CommitLogChunk(offset=pos, last=True, end_offset=end, end_index=end_index)
+
+    async def SyncJournal(self, request, context):
+        wp = await self._write_path(context)
+        durable, durable_index = await asyncio.to_thread(wp.sync_local, request.index, request.term, 5.0)
+        return replica_pb2.SyncJournalResponse(durable=durable, durable_index=durable_index)
