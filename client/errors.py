@@ -30,7 +30,17 @@ _BROKEN_TRANSPORT_MARKERS = (
     "transport closed",
     "received http2 header",
     "endpoint closing",
+    "cancelling all calls",
+    "fd shutdown",
+    "os error",
+    "connection timed out",
+    "delayed close",
+    "channel destroyed",
 )
+# What a raftmq node says when it refuses a write before storing anything (UNAVAILABLE: starting, stopping, no
+# leader, store not taking writes). An UNAVAILABLE write failure that matches none of these is treated as an
+# unknown outcome, the safe side: never re-sent silently.
+_REFUSAL_MARKERS = ("retry", "not ready", "no leader", "starting", "shutting down", "stopping", "not running")
 
 
 class RaftmqError(Exception):
@@ -120,6 +130,11 @@ def is_broken_transport(err: grpc.RpcError) -> bool:
     return any(m in details for m in _BROKEN_TRANSPORT_MARKERS)
 
 
+def _is_refusal(details: str) -> bool:
+    text = details.lower()
+    return not any(m in text for m in _BROKEN_TRANSPORT_MARKERS) and any(m in text for m in _REFUSAL_MARKERS)
+
+
 def leader_hint(err: grpc.RpcError) -> str | None:
     """The leader address a non-leader put in the trailing metadata, if any."""
     for key, value in err.trailing_metadata() or ():
@@ -156,7 +171,8 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
     if is_not_sent(err):
         return ConnectionError(f"cannot connect to raftmq server {address}: {_short(details)}", **kw)
     if write and (code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN,
-                           grpc.StatusCode.CANCELLED) or is_broken_transport(err)):
+                           grpc.StatusCode.CANCELLED) or is_broken_transport(err)
+                  or (code == grpc.StatusCode.UNAVAILABLE and not _is_refusal(details))):
         return UnknownOutcomeError(
             f"outcome unknown at {address} ({code.name}: {details}); the write may or may not have been stored",
             uniq_keys=uniq_keys, **kw)
