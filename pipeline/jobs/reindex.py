@@ -1,0 +1,80 @@
+"""Rebuild a store's ConsumeQueue and IndexFile files from its commit log into an output directory.
+
+The output (``OUT/consumequeue/...`` and ``OUT/index/...``) is byte-identical to what the broker's reput
+writes; copy it into a stopped store's root to replace lost or damaged queues and index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+if __package__ in (None, ""):  # spark-submit pipeline/jobs/reindex.py: make the repo importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from pipeline.jobs.common import (  # noqa: E402
+    JobContext,
+    add_spark_options,
+    add_store_geometry,
+    delay_levels,
+    resolve_geometry,
+    standalone_main,
+)
+
+HELP = "rebuild consume queues and index files from the commit log (byte-identical to the broker's)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store", help="store root directory (holds commitlog/)")
+    p.add_argument("output", help="directory to write consumequeue/ and index/ into (must be empty)")
+    p.add_argument("--overwrite", action="store_true", help="allow a non-empty output directory")
+    p.add_argument("--no-index", action="store_true", help="rebuild consume queues only")
+    p.add_argument("--index-names", choices=("store", "time"), default="store",
+                   help="name index files like the store's existing ones (default) or by record time")
+    add_store_geometry(p)
+    add_spark_options(p)
+
+
+def run(args: Any) -> int:
+    from pipeline.layout import open_layout, prepare_output
+
+    layout = open_layout(args.store)
+    if os.path.abspath(args.output) == layout.root:
+        from pipeline.errors import OutputError
+
+        raise OutputError("output must not be the store itself; write elsewhere and copy the files in")
+    out = prepare_output(args.output, overwrite=args.overwrite)
+    cq_size, geometry = resolve_geometry(layout, args)
+    with JobContext("reindex", args) as ctx:
+        result = reindex(ctx, layout, out, cq_size, None if args.no_index else geometry,
+                         layout.index_file_names() if args.index_names == "store" else [], delay_levels(args))
+        ctx.progress.phase(
+            f"done: {result.queues} queue(s) / {result.cq_files} CQ file(s), {len(result.index_files)} index "
+            f"file(s) written to {out}")
+    return 0
+
+
+def reindex(ctx: JobContext, layout: Any, out: str, cq_size: int, geometry: Any, index_names: list[str],
+            delay_ms: list[int]) -> Any:
+    """The job body (also used by ``verify`` to build the expected files)."""
+    from pipeline.reader import dispatch_df, scan_boundaries
+    from pipeline.rebuild import rebuild
+
+    b = scan_boundaries(ctx.spark, layout, ctx.args.split_size, ctx.progress)
+    if b.records == 0:
+        from pipeline.errors import EmptyStoreError
+
+        raise EmptyStoreError(f"empty store: {layout.commit_log_dir} holds no message")
+    disp = dispatch_df(ctx.spark, b, delay_ms)
+    return rebuild(ctx.spark, disp, out, cq_file_size=cq_size, geometry=geometry,
+                   existing_index_names=index_names, progress=ctx.progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone_main("reindex", add_arguments, run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
