@@ -76,7 +76,7 @@ class AdminService(pb_grpc.AdminServiceServicer):
 
     @rpc_handler("ListTopics")
     async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:  # noqa: N802
-        topics = [c for c in self.node.store.topics.all()
+        topics = [c for c in self.node.store.topics.list()
                   if request.include_system or not is_system_topic(c.topic_name)]
         topics.sort(key=lambda c: c.topic_name)
         return pb.ListTopicsResponse(topics=[topic_message(c) for c in topics])

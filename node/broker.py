@@ -153,7 +153,7 @@ class Broker:
         return out
 
     def group_offsets(self, group: str, topic: str) -> dict[int, int]:
-        return dict(self.store.consumer_offsets.query(group, topic))
+        return dict(self.store.consumer_offsets.offsets(group, topic))
 
     # ------------------------------------------------------------------ lifecycle
     def _make_write_path(self):

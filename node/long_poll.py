@@ -38,7 +38,7 @@ class LongPollRegistry:
         """Wait until a message is dispatched to the queue, ``timeout`` passes, or the registry closes.
 
         ``ready()`` is checked after registering, so an arrival between the caller's last read and this call is
-        not missed. Returns True when the queue (probably) has something new.
+        not missed. Returns True when woken (the queue probably has something new), False on timeout.
         """
         if self._closed or timeout <= 0:
             return ready()
@@ -51,7 +51,7 @@ class LongPollRegistry:
             try:
                 return await asyncio.wait_for(fut, timeout)
             except TimeoutError:
-                return ready()
+                return False
         finally:
             waiters = self._waiters.get(key)
             if waiters is not None:

@@ -118,6 +118,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
             wait = min(wait, max(0.0, remaining - 0.05))
         deadline = loop.time() + wait
         store = node.store
+        timed_out = False
         while True:
             t0 = time.perf_counter()
             got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter)
@@ -129,11 +130,13 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
                                              sum(len(m.body) for m in response.messages))
                 return response
             left = deadline - loop.time()
-            if left <= 0 or not node.serving:
+            if left <= 0 or not node.serving or timed_out:
                 return convert.no_new_message(got, offset)
             woke = await node.long_polls.wait(topic, qid, left, lambda: store.max_offset_in_queue(topic, qid) > offset)
             if woke:
                 node.metrics.long_poll_wakeups.inc()
+            else:
+                timed_out = True  # read once more (a last-moment arrival), then answer
 
     # ------------------------------------------------------------------ queries
     @rpc_handler("QueryMessageByKey")

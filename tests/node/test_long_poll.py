@@ -52,6 +52,6 @@ def test_close_releases_waiters():
         await asyncio.sleep(0.05)
         reg.close()
         assert await asyncio.wait_for(asyncio.gather(*tasks), 5) == [True, True, True]
-        assert await reg.wait("T", 0, 30.0, lambda: False) is False  # closed: no more parking
+        assert await asyncio.wait_for(reg.wait("T", 0, 30.0, lambda: False), 5) is False  # closed: no parking
 
     asyncio.run(main())
