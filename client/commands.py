@@ -355,8 +355,12 @@ def cmd_consume(args: argparse.Namespace) -> int:
                             auto_commit=not args.no_commit, auto_commit_interval=1.0,
                             timeout=args.timeout, long_poll=1.0)
     received = 0
-    idle_since = time.monotonic()
     try:
+        consumer.start()
+        where = "the oldest message" if args.from_beginning else "new messages"
+        print(f"consuming {args.topic} as {args.group} ({len(consumer.positions())} queues; committed offsets, "
+              f"else {where}); Ctrl-C to stop", file=sys.stderr, flush=True)
+        idle_since = time.monotonic()
         while args.max is None or received < args.max:
             m = consumer.receive(timeout=0.5)
             if m is None:

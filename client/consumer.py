@@ -89,6 +89,13 @@ class PullConsumer:
 
     # ------------------------------------------------------------------ positions
 
+    def start(self) -> None:
+        """Look up the queues and the group's committed offsets now (else the first poll does it); raises
+        ``TopicNotFoundError`` for an unknown topic."""
+        self._check_open()
+        if not self._started:
+            self._start()
+
     def _start(self) -> None:
         committed = self._fetch_committed()
         self._committed = dict(committed)

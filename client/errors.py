@@ -130,6 +130,12 @@ def is_broken_transport(err: grpc.RpcError) -> bool:
     return any(m in details for m in _BROKEN_TRANSPORT_MARKERS)
 
 
+def _is_topic_missing(details: str) -> bool:
+    """NOT_FOUND is about the topic itself (not one of its queues, not a message)."""
+    text = details.lower()
+    return "topic" in text and "queue" not in text and "message" not in text
+
+
 def _is_refusal(details: str) -> bool:
     text = details.lower()
     return not any(m in text for m in _BROKEN_TRANSPORT_MARKERS) and any(m in text for m in _REFUSAL_MARKERS)
@@ -156,7 +162,7 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgumentError(details, **kw)
     if code == grpc.StatusCode.NOT_FOUND:
-        cls = TopicNotFoundError if "topic" in details.lower() else NotFoundError
+        cls = TopicNotFoundError if _is_topic_missing(details) else NotFoundError
         return cls(details, **kw)
     if code == grpc.StatusCode.ALREADY_EXISTS:
         return AlreadyExistsError(details, **kw)

@@ -58,6 +58,14 @@ def test_write_status_maps_to_typed_error(scripted, code, message, cls):
     assert len(s.received["SendMessage"]) == 1, "a rejected write must not be re-sent"
 
 
+def test_not_found_for_a_queue_is_not_a_topic_error(scripted):
+    s = scripted()
+    s.push("SendMessage", Abort(C.NOT_FOUND, "topic 'T' has 4 write queues (0..3); queue 9 does not exist"))
+    with Producer(s.address) as p, pytest.raises(NotFoundError) as exc_info:
+        p.send("T", "x", queue_id=9)
+    assert not isinstance(exc_info.value, TopicNotFoundError)
+
+
 def test_not_found_for_a_message_is_not_a_topic_error(scripted):
     s = scripted()
     s.push("ViewMessage", Abort(C.NOT_FOUND, "no message with id 7F00000100002A9F0000000000001234"))
