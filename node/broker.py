@@ -171,6 +171,11 @@ class Broker:
 
     async def start(self) -> None:
         """Bring the node up; returns once it serves (raises when it cannot start)."""
+        await self.start_endpoints()
+        await self.open()
+
+    async def start_endpoints(self) -> None:
+        """HTTP and gRPC listen; until open() finishes they answer "not ready" (probes 503, RPCs UNAVAILABLE)."""
         cfg = self.config
         loop = asyncio.get_running_loop()
         self.long_polls = LongPollRegistry(loop)
@@ -179,8 +184,12 @@ class Broker:
         self._http.start()
         self._grpc = self._make_grpc_server()
         await self._grpc.start()
-        log.info("node %s: gRPC on %s, HTTP on %s; opening store %s", cfg.node.id, cfg.node.grpc_listen,
-                 cfg.node.http_listen, cfg.node.data_dir)
+        log.info("node %s: gRPC on %s, HTTP on %s", cfg.node.id, cfg.node.grpc_listen, cfg.node.http_listen)
+
+    async def open(self) -> None:
+        """Open (recover) the store, start the write path, wait until caught up; then serve."""
+        cfg = self.config
+        log.info("node %s: opening store %s", cfg.node.id, cfg.node.data_dir)
         self._phase = "recovering the store"
         from store import MessageStore
 

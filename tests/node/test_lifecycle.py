@@ -1,0 +1,171 @@
+"""Restart, SIGTERM, a node that is not ready, and a node that is not the leader."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from node.broker import Broker
+from node.config import load_config
+from replication import LocalWritePath, MemberInfo, NotLeaderError
+from store.topic_config import TopicConfig
+from tests.node.conftest import Api
+from tests.support.processes import free_ports, running_nodes
+
+pytestmark = pytest.mark.slow
+
+
+def test_restart_keeps_everything_and_sigterm_is_clean(tmp_path):
+    with running_nodes(tmp_path, 1) as [node]:
+        api = Api(node)
+        topic = api.topic("keep", queues=2)
+        sent = [api.send(topic, f"m{i}".encode() * 100, queue_id=i % 2, keys=[f"key{i}"], tags="T")
+                for i in range(300)]  # ~ 100 KiB per queue: several 256 KiB commit-log files in all
+        api.msg.CommitOffset(pb.CommitOffsetRequest(group="g", topic=topic, offsets={0: 7, 1: 9}), timeout=10)
+        data_dir = node.spec.data_dir
+        assert (data_dir / "abort").exists()  # a running store has its abort file
+
+        assert node.stop() == 0  # SIGTERM: clean exit
+        assert not (data_dir / "abort").exists()
+        assert "stopped" in node.log_tail()
+
+        node.start().wait_ready()
+        api = Api(node)
+        assert topic in {t.name for t in api.admin.ListTopics(pb.ListTopicsRequest(), timeout=10).topics}
+        offsets = api.msg.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic), timeout=10).queues
+        assert [(q.min_offset, q.max_offset) for q in offsets] == [(0, 150), (0, 150)]
+        for qid in (0, 1):
+            bodies, offset = [], 0
+            while offset < 150:
+                r = api.pull(topic, qid, offset, max_count=32)
+                assert r.status == pb.FOUND
+                bodies += [m.body for m in r.messages]
+                offset = r.next_offset
+            assert bodies == [f"m{i}".encode() * 100 for i in range(qid, 300, 2)]
+        assert dict(api.msg.FetchOffset(pb.FetchOffsetRequest(group="g", topic=topic), timeout=10).offsets) == \
+            {0: 7, 1: 9}
+        found = api.msg.QueryMessageByKey(pb.QueryMessageByKeyRequest(topic=topic, key="key123"), timeout=10)
+        assert [m.msg_id for m in found.messages] == [sent[123].msg_id]
+        view = api.msg.ViewMessage(pb.ViewMessageRequest(msg_id=sent[299].msg_id), timeout=10).message
+        assert view.body == b"m299" * 100
+        # the store keeps writing after the restart where it left off
+        r = api.send(topic, b"after restart", queue_id=0)
+        assert r.queue_offset == 150 and r.physical_offset > sent[-1].physical_offset
+
+
+def test_sigterm_while_a_long_poll_is_parked(tmp_path):
+    with running_nodes(tmp_path, 1) as [node]:
+        api = Api(node)
+        topic = api.topic("park")
+        outcome: dict = {}
+
+        def park():
+            try:
+                outcome["resp"] = api.pull(topic, 0, 0, long_poll_timeout_ms=60_000)
+            except grpc.RpcError as e:
+                outcome["code"] = e.code()
+
+        t = threading.Thread(target=park)
+        t.start()
+        time.sleep(0.5)
+        assert node.stop() == 0
+        t.join(30)
+        assert not t.is_alive()
+        # The parked pull was answered (NO_NEW_MSG) during the drain, not cut off.
+        assert outcome.get("resp") is not None and outcome["resp"].status == pb.NO_NEW_MSG, outcome
+        assert not (node.spec.data_dir / "abort").exists()
+
+
+def _config(tmp_path):
+    grpc_port, http_port = free_ports(2)
+    return load_config(None, environ={}, assignments=[
+        f"node.data_dir={tmp_path / 'store'}", f"node.grpc_listen=127.0.0.1:{grpc_port}",
+        f"node.http_listen=127.0.0.1:{http_port}", "kubernetes.role_label=false",
+        "store.mapped_file_size_commit_log=262144", "store.max_hash_slot_num=1024", "store.max_index_num=4096",
+        "store.preallocate=false",
+    ]), grpc_port, http_port
+
+
+def test_not_ready_node_answers_unavailable(tmp_path):
+    cfg, grpc_port, http_port = _config(tmp_path)
+
+    async def main():
+        broker = Broker(cfg)
+        await broker.start_endpoints()  # listening, store not opened yet
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+                stub = pb_grpc.MessagingServiceStub(ch)
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await stub.SendMessage(pb.SendMessageRequest(message=pb.Message(topic="T", body=b"x")),
+                                           timeout=10)
+                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert "not ready" in e.value.details()
+                with pytest.raises(urllib.error.HTTPError) as h:
+                    await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{http_port}/ready", None, 5)
+                assert h.value.code == 503
+                await broker.open()
+                admin = pb_grpc.AdminServiceStub(ch)
+                await admin.CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(name="T")), timeout=10)
+                r = await stub.SendMessage(pb.SendMessageRequest(message=pb.Message(topic="T", body=b"x")),
+                                           timeout=10)
+                assert r.result.queue_offset == 0
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
+
+
+class _FollowerWritePath(LocalWritePath):
+    """The write path as a follower sees it: another member leads, and puts are refused with its address."""
+
+    LEADER = MemberInfo("n1", "127.0.0.1:1", "10.1.2.3:8081")
+
+    def put(self, msgs):
+        from concurrent.futures import Future
+
+        f: Future = Future()
+        f.set_exception(NotLeaderError(self.LEADER.grpc_address))
+        return f
+
+    def leader(self):
+        return self.LEADER
+
+
+class _FollowerBroker(Broker):
+    def _make_write_path(self):
+        return _FollowerWritePath(self.store, self.config.cluster.name, self.config.store_host,
+                                  node_id=self.node_id)
+
+
+def test_not_leader_answers_failed_precondition_with_the_leader(tmp_path):
+    cfg, grpc_port, _ = _config(tmp_path)
+
+    async def main():
+        broker = _FollowerBroker(cfg)
+        await broker.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+                await broker.run_blocking(broker.write_path.create_topic,
+                                          TopicConfig("T", 4, 4))
+                stub = pb_grpc.MessagingServiceStub(ch)
+                for call, req in [
+                    (stub.SendMessage, pb.SendMessageRequest(message=pb.Message(topic="T", body=b"x"))),
+                    (stub.PullMessage, pb.PullMessageRequest(topic="T", from_leader=True)),
+                ]:
+                    with pytest.raises(grpc.aio.AioRpcError) as e:
+                        await call(req, timeout=10)
+                    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                    assert "10.1.2.3:8081" in e.value.details()
+                    assert dict(e.value.trailing_metadata())["x-raftmq-leader"] == "10.1.2.3:8081"
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
