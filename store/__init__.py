@@ -1,21 +1,38 @@
 """The single-node store engine: RocketMQ 4.9's CommitLog / ConsumeQueue / IndexFile, byte-compatible.
 
-The public surface is ``store.MessageStore`` (see ``store.message_store``) and the codec in
-``store.message``; everything else is internal to the package.
+The public surface is ``store.MessageStore`` (see ``store.message_store`` for the whole API) and the
+record codec in ``store.message``; everything else is internal to the package.
 """
 
+from store.commit_log import AppendResult
 from store.config import StoreConfig
 from store.errors import (
+    DiskFullError,
     MessageIllegalError,
     PropertiesSizeExceededError,
+    StoreClosedError,
     StoreError,
     StoreLockedError,
 )
+from store.message import Message, MessageExt
+from store.message_store import GetResult, GetStatus, MessageStore, PutResult, PutStatus
+from store.tag_filter import TagFilter
 
 __all__ = [
+    "AppendResult",
+    "DiskFullError",
+    "GetResult",
+    "GetStatus",
+    "Message",
+    "MessageExt",
     "MessageIllegalError",
+    "MessageStore",
     "PropertiesSizeExceededError",
+    "PutResult",
+    "PutStatus",
+    "StoreClosedError",
     "StoreConfig",
     "StoreError",
     "StoreLockedError",
+    "TagFilter",
 ]

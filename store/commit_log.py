@@ -147,10 +147,12 @@ class CommitLog:
         self.checkpoint = checkpoint
         self.topic_queue_table: dict[str, int] = {}
         self.put_lock = threading.RLock()
+        self._flush_lock = threading.Lock()
         self.delay_level_ms = parse_delay_levels(config.message_delay_level)
         self._uniq = UniqKeyGenerator(config.store_host_addr[0])
         self._valid_topics: set[str] = set()
         self.last_store_timestamp = 0
+        self.abnormal_recovery_start = 0  # first segment scanned by recover_abnormally
         self._empty_log_start = 0  # where the first segment of an empty log starts (catch-up of a wiped replica)
 
     # ================================================================== load / offsets
@@ -494,6 +496,18 @@ class CommitLog:
             return -1
         return size
 
+    def store_timestamp_at(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at ``offset`` (-1 when unreadable); ``size`` is its TOTALSIZE."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + min(size, 84) > mf.wrote_position:
+            return -1
+        buf = mf.buffer
+        sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+        return _I64.unpack_from(buf, pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8))[0]
+
     def check_message_and_return_size(self, buf, pos: int, limit: int, check_crc: bool) -> DispatchRequest:
         """RocketMQ ``checkMessageAndReturnSize`` (readBody=false)."""
         return decode_dispatch(buf, pos, check_crc=check_crc, limit=limit, delay_level_ms=self.delay_level_ms)
@@ -515,11 +529,12 @@ class CommitLog:
             self._reset_empty()
             return 0
         index = 0
-        for i in range(len(files) - 1, -1, -1):
+        for i in range(len(files) - 1, -1, -1):  # newest segment whose first message the checkpoint covers
             if self._is_mapped_file_matched_recover(files[i]):
                 index = i
-                log.info("abnormal recovery starts at segment %s", files[i].path)
                 break
+        self.abnormal_recovery_start = files[index].file_from_offset
+        log.info("abnormal recovery scans from segment %s", files[index].path)
         return self._scan_and_truncate(index, dispatch)
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
@@ -616,19 +631,27 @@ class CommitLog:
 
     # ================================================================== flush / lifecycle
     def flush(self, least_pages: int = 0) -> int:
-        """Flush and return the flushed offset; updates the checkpoint's physic timestamp."""
-        ts = self.last_store_timestamp
-        self.mapped_file_queue.flush(least_pages)
-        if ts and self.checkpoint is not None:
-            self.checkpoint.physic_msg_timestamp = ts
-        return self.mapped_file_queue.flushed_where
+        """Flush (RocketMQ's least-pages rule) and return the flushed offset.
+
+        The checkpoint's physic timestamp advances only when everything written before the flush is durable.
+        """
+        with self._flush_lock:
+            ts, end = self.last_store_timestamp, self.max_offset
+            self.mapped_file_queue.flush(least_pages)
+            return self._after_flush(ts, end)
 
     def flush_all(self) -> int:
-        ts = self.last_store_timestamp
-        self.mapped_file_queue.flush_all()
-        if ts and self.checkpoint is not None:
+        """Flush everything written so far, across segment boundaries."""
+        with self._flush_lock:
+            ts, end = self.last_store_timestamp, self.max_offset
+            self.mapped_file_queue.flush_all()
+            return self._after_flush(ts, end)
+
+    def _after_flush(self, ts: int, end: int) -> int:
+        where = self.mapped_file_queue.flushed_where
+        if ts and where >= end and self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = ts
-        return self.mapped_file_queue.flushed_where
+        return where
 
     @property
     def flushed_where(self) -> int:

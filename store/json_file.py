@@ -1,0 +1,102 @@
+"""fastjson-shaped config files (FORMATS.md §13): tab-indented, unquoted integer map keys, safe writes.
+
+RocketMQ tools read these files; its ``MixAll.string2File`` writes ``name.tmp``, keeps the old content as
+``name.bak`` and renames. We do the same and fsync each step, and read leniently with a ``.bak`` fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from typing import Any
+
+from store.errors import StoreLoadError
+
+log = logging.getLogger("store.json_file")
+
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def dumps(obj: Any) -> str:
+    """fastjson ``toJSONString(obj, prettyFormat=true)``: tabs, no space after ':', int keys unquoted."""
+    out: list[str] = []
+    _write(obj, 0, out)
+    return "".join(out)
+
+
+def _key(k: Any) -> str:
+    return str(k) if isinstance(k, int) and not isinstance(k, bool) else json.dumps(str(k), ensure_ascii=False)
+
+
+def _write(obj: Any, depth: int, out: list[str]) -> None:
+    if isinstance(obj, dict):
+        if obj and all(isinstance(k, int) for k in obj) and all(not isinstance(v, dict | list) for v in obj.values()):
+            body = ",".join(f"{_key(k)}:{json.dumps(v)}" for k, v in obj.items())
+            out.append("{" + body + "\n" + "\t" * depth + "}")  # fastjson prints int-keyed maps inline
+            return
+        if not obj:
+            out.append("{}")
+            return
+        out.append("{\n")
+        items = list(obj.items())
+        for i, (k, v) in enumerate(items):
+            out.append("\t" * (depth + 1) + _key(k) + ":")
+            _write(v, depth + 1, out)
+            out.append(",\n" if i + 1 < len(items) else "\n")
+        out.append("\t" * depth + "}")
+    elif isinstance(obj, list):
+        out.append("[" + ",".join(json.dumps(v, ensure_ascii=False) for v in obj) + "]")
+    else:
+        out.append(json.dumps(obj, ensure_ascii=False))
+
+
+def loads(text: str) -> Any:
+    """Parse fastjson output (bare integer keys are quoted first)."""
+    return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def write_safely(path: str, text: str) -> None:
+    """tmp + fsync, old content to .bak, atomic rename, fsync of the directory."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        shutil.copyfile(path, path + ".bak")
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_leniently(path: str) -> Any | None:
+    """The parsed file, else its ``.bak``; None when neither exists; StoreLoadError when both are damaged."""
+    problems: list[str] = []
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            continue
+        if not text.strip():
+            problems.append(f"{candidate} is empty")
+            continue
+        try:
+            value = loads(text)
+        except ValueError as e:
+            problems.append(f"{candidate} is not valid JSON ({e})")
+            continue
+        if candidate != path:
+            log.warning("config file %s unusable (%s); loaded %s instead", path, "; ".join(problems), candidate)
+        return value
+    if problems and any("not valid" in p for p in problems):
+        raise StoreLoadError("cannot load " + path + ": " + "; ".join(problems) + "; repair or remove the file")
+    return None

@@ -1,0 +1,656 @@
+"""MessageStore: the facade of the single-node engine (RocketMQ ``DefaultMessageStore``).
+
+Nothing outside ``store/`` touches the parts behind it. Lifecycle::
+
+    st = MessageStore(StoreConfig(root_dir="data/n0"))
+    st.open()       # lock, load, recover (normal or abnormal), dispatch the backlog, start threads
+    ...
+    st.shutdown()   # stop threads, flush everything, remove ``abort`` when caught up, release the lock
+
+Write path:
+    ``put_message(msg)`` / ``put_messages(msgs)`` -> ``PutResult`` per message (single node: encode + apply
+    under the put lock, then wait for the fsync in SYNC mode; FLUSH_DISK_TIMEOUT when it took too long).
+    ``encode_batch(msgs, store_timestamp=None, store_host=None, cluster_name=None) -> bytes`` (leader) and
+    ``apply_batch(batch) -> list[AppendResult]`` (every replica, deterministic) are the two halves for
+    replication; ``wait_flushed(offset, timeout_s) -> bool`` gives SYNC durability to applied batches.
+    Invalid input raises ``MessageIllegalError`` / ``PropertiesSizeExceededError``; a full disk raises
+    ``DiskFullError``; a closed store raises ``StoreClosedError``.
+
+Catch-up and truncation (replication):
+    ``read_commit_log(offset, max_bytes) -> bytes`` (whole records), ``append_commit_log_raw(offset, data)``,
+    ``truncate_to(offset)`` (commit log, consume queues, index), ``confirm_offset`` (reput stops there),
+    ``commit_log_min_offset`` / ``commit_log_max_offset``.
+
+Reads (any replica):
+    ``get_messages(topic, queue_id, offset, max_count=32, max_bytes=4 MiB, tag_filter=None) -> GetResult``
+    with RocketMQ's GetMessageStatus semantics, ``query_messages(topic, key, max_num, begin_ms, end_ms)``,
+    ``view_message_by_id(msg_id)``, ``view_message(physical_offset)``, ``get_offset_by_time``,
+    ``min_offset_in_queue`` / ``max_offset_in_queue``, ``queue_ids(topic)``, ``dispatch_behind_bytes()``.
+
+Metadata: ``topics`` (TopicConfigTable, ``config/topics.json``), ``consumer_offsets`` (ConsumerOffsetTable,
+``config/consumerOffset.json``), ``delete_topic_files(topic)``. Misc: ``add_arrival_listener(fn)``,
+``flush()``, ``stats()``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from store.checkpoint import StoreCheckpoint
+from store.commit_log import AppendResult, CommitLog
+from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
+from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from store.consumer_offsets import ConsumerOffsetTable
+from store.errors import DiskFullError, StoreClosedError, StoreError
+from store.file_lock import StoreLock
+from store.flush import GroupCommitService, PeriodicFlushService
+from store.index_service import IndexService
+from store.message import Message, MessageExt, decode_message_id, decode_record
+from store.reput import ReputMessageService
+from store.tag_filter import TagFilter
+from store.topic_config import TopicConfigTable
+
+log = logging.getLogger("store.message_store")
+
+# RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
+MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
+FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
+DISK_CHECK_INTERVAL_S = 1.0
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ ``PutMessageStatus`` (the ones this store produces)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but the fsync did not finish in sync_flush_timeout
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetStatus(enum.Enum):
+    """RocketMQ ``GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Outcome of one stored message; offsets are final."""
+
+    status: PutStatus
+    msg_id: str
+    uniq_key: str | None
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    wrote_bytes: int
+
+
+@dataclass(slots=True)
+class GetResult:
+    """Outcome of a pull: messages from ``offset`` and where the next pull should start."""
+
+    status: GetStatus
+    messages: list[MessageExt] = field(default_factory=list)
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+
+
+class MessageStore:
+    """One store directory; see the module docstring for the whole API."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self._lock = StoreLock(config.lock_path)
+        self._open = False
+        self._opening = threading.Lock()
+        self.checkpoint: StoreCheckpoint | None = None
+        self.commit_log: CommitLog | None = None
+        self.consume_queues = ConsumeQueueTable.from_config(config)
+        self.index_service: IndexService | None = None
+        self.reput: ReputMessageService | None = None
+        self.topics = TopicConfigTable(config.config_dir)
+        self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
+        self._services: list = []
+        self._group_commit: GroupCommitService | None = None
+        self.last_exit_ok = True
+        self._disk_full = False
+        self._disk_checked = 0.0
+        self._put_messages = 0
+        self._put_bytes = 0
+        self._put_batches = 0
+        self._store_host = config.store_host_addr
+
+    # ================================================================== lifecycle
+    def open(self) -> None:
+        """Lock, load and recover in RocketMQ's order, dispatch the backlog, then start the threads."""
+        with self._opening:
+            if self._open:
+                raise StoreError(f"store {self.config.root_dir} is already open")
+            os.makedirs(self.config.root_dir, exist_ok=True)
+            self._lock.acquire()
+            try:
+                self._load_and_recover()
+            except BaseException:
+                self._close_files()
+                self._lock.release()
+                raise
+            self._start_services()
+            self._touch_abort()
+            self._open = True
+            log.info("store %s open: commit log [%d, %d), %d consume queues, last exit %s",
+                     self.config.root_dir, self.commit_log_min_offset, self.commit_log_max_offset,
+                     sum(1 for _ in self.consume_queues.queues()), "clean" if self.last_exit_ok else "ABNORMAL")
+
+    def _load_and_recover(self) -> None:
+        cfg = self.config
+        self.last_exit_ok = not os.path.exists(cfg.abort_path)
+        # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (FORMATS.md §8.3)
+        self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
+        cl = self.commit_log = CommitLog(cfg, self.checkpoint)
+        cl.load()
+        self.consume_queues.load()
+        self.index_service = IndexService.from_config(cfg, self.checkpoint) if cfg.message_index_enable else None
+        if self.index_service is not None:
+            self.index_service.load(self.last_exit_ok)
+        self.topics.load()
+        self.consumer_offsets.load()
+        # 5. recover
+        max_phy_of_cq = self.consume_queues.recover()
+        if self.last_exit_ok:
+            end = cl.recover_normally()
+            redispatch_from = None
+        else:
+            log.warning("store %s was not shut down cleanly: abnormal recovery", cfg.root_dir)
+            end = cl.recover_abnormally()
+            redispatch_from = cl.abnormal_recovery_start  # reput re-dispatches from there (deduplicated)
+        if not cl.mapped_file_queue.mapped_files:
+            self.consume_queues.destroy()
+            if self.index_service is not None:
+                self.index_service.destroy()
+            max_phy_of_cq = -1
+        elif max_phy_of_cq >= end:
+            self.consume_queues.truncate_dirty_logic_files(end)
+        if self.index_service is not None and self.index_service.index_files:
+            if self.index_service.index_files[-1].end_phy_offset >= end:
+                self.index_service.truncate(end)
+        self.consume_queues.correct_min_offsets(cl.min_offset)
+        # dispatch what the consume queues / index miss, before anyone reads or writes (RocketMQ start())
+        reput_from = max(max_phy_of_cq, cl.min_offset, 0)
+        if redispatch_from is not None:
+            reput_from = max(min(reput_from, redispatch_from), cl.min_offset)
+        self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
+                                         reput_from_offset=reput_from, checkpoint=self.checkpoint)
+        while self.reput.dispatch_behind_bytes() > 0:
+            before = self.reput.reput_from_offset
+            self.reput.do_reput()
+            if self.reput.reput_from_offset == before:
+                log.error("store %s: dispatch stuck at %d (%s)", cfg.root_dir, before, self.reput.last_error)
+                break
+        self._rebuild_queue_offset_table()
+
+    def _rebuild_queue_offset_table(self) -> None:
+        """``recoverTopicQueueTable``: next queue offsets from the consume queues plus undispatched records."""
+        cl = self.commit_log
+        assert cl is not None and self.reput is not None
+        table = self.consume_queues.queue_offset_table()
+        offset = self.reput.reput_from_offset
+        end = cl.max_offset
+        while offset < end:
+            view = cl.get_data(offset)
+            if view is None:
+                break
+            next_offset: int | None = None
+            try:
+                pos, n = 0, len(view)
+                while pos < n:
+                    dr = cl.check_message_and_return_size(view, pos, n, False)
+                    if dr.success and dr.msg_size > 0:
+                        if dr.goes_to_consume_queue:
+                            key = f"{dr.topic}-{dr.queue_id}"
+                            table[key] = max(table.get(key, 0), dr.consume_queue_offset + 1)
+                        pos += dr.msg_size
+                    elif dr.success:
+                        next_offset = cl.roll_next_file(offset + pos)
+                        break
+                    elif dr.msg_size > 0:
+                        pos += dr.msg_size
+                    else:
+                        next_offset = -1
+                        break
+            finally:
+                view.release()
+            if next_offset == -1:
+                break
+            offset = offset + pos if next_offset is None else next_offset
+        cl.topic_queue_table = {k: v for k, v in table.items() if v > 0}
+
+    def _start_services(self) -> None:
+        cfg = self.config
+        cl = self.commit_log
+        assert cl is not None and self.reput is not None and self.checkpoint is not None
+        if cfg.sync_flush:
+            self._group_commit = GroupCommitService(cl.flush_all, cl.flushed_where)
+            self._services.append(self._group_commit)
+        else:
+            self._services.append(PeriodicFlushService(
+                "FlushRealTimeService", cl.flush, cfg.flush_interval_commit_log,
+                cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval))
+        self._services.append(PeriodicFlushService(
+            "FlushConsumeQueueService", self._flush_consume_queues, cfg.flush_interval_consume_queue,
+            cfg.flush_consume_queue_least_pages, cfg.flush_consume_queue_thorough_interval))
+        self._services.append(PeriodicFlushService(
+            "ConsumerOffsetPersistService", lambda _least: self.consumer_offsets.persist(only_if_dirty=True),
+            FLUSH_CONSUMER_OFFSET_INTERVAL_MS, 0, FLUSH_CONSUMER_OFFSET_INTERVAL_MS))
+        for s in self._services:
+            s.start()
+        self.reput.start()
+
+    def _flush_consume_queues(self, least_pages: int) -> None:
+        """FlushConsumeQueueService: on a thorough pass, persist the logics timestamp captured before the flush."""
+        ckpt = self.checkpoint
+        logics_ts = ckpt.logics_msg_timestamp if ckpt is not None else 0
+        if least_pages == 0:
+            self.consume_queues.flush_all()
+        else:
+            self.consume_queues.flush(least_pages)
+        if least_pages == 0 and ckpt is not None:
+            ckpt.logics_msg_timestamp = max(ckpt.logics_msg_timestamp, logics_ts)
+            ckpt.flush()
+
+    def _touch_abort(self) -> None:
+        with open(self.config.abort_path, "wb") as f:
+            os.fsync(f.fileno())
+        _fsync_dir(self.config.root_dir)
+
+    def shutdown(self) -> None:
+        """Stop threads, flush everything, remove ``abort`` when dispatch caught up, release the lock."""
+        with self._opening:
+            if not self._open:
+                return
+            self._open = False
+            caught_up = False
+            try:
+                if self.reput is not None:
+                    self.reput.shutdown()
+                    caught_up = self.reput.dispatch_behind_bytes() == 0
+                for s in reversed(self._services):
+                    s.shutdown()
+                self._services = []
+                self._flush_everything()
+                if self.checkpoint is not None:
+                    self.checkpoint.shutdown()
+                self.consumer_offsets.persist()
+            finally:
+                self._close_files()
+                if caught_up:
+                    try:
+                        os.unlink(self.config.abort_path)
+                        _fsync_dir(self.config.root_dir)
+                    except FileNotFoundError:
+                        pass
+                else:
+                    log.warning("store %s: dispatch not caught up at shutdown; next open recovers abnormally",
+                                self.config.root_dir)
+                self._lock.release()
+
+    def _close_files(self) -> None:
+        if self.index_service is not None:
+            self.index_service.close()
+        self.consume_queues.close()
+        if self.commit_log is not None:
+            self.commit_log.close()
+
+    def _flush_everything(self) -> None:
+        cl = self.commit_log
+        if cl is not None:
+            cl.flush_all()
+        self.consume_queues.flush_all()
+        if self.index_service is not None:
+            self.index_service.flush()
+        if self.checkpoint is not None and self.reput is not None and self.reput.dispatch_behind_bytes() == 0:
+            self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp,
+                                                       self.checkpoint.physic_msg_timestamp)
+        if self.checkpoint is not None:
+            self.checkpoint.flush()
+
+    def flush(self) -> None:
+        """Make everything written so far durable (commit log, consume queues, index, checkpoint, offsets)."""
+        self._check_open()
+        self._flush_everything()
+        self.consumer_offsets.persist(only_if_dirty=True)
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def _check_open(self) -> CommitLog:
+        if not self._open or self.commit_log is None:
+            raise StoreClosedError(f"store {self.config.root_dir} is not open")
+        return self.commit_log
+
+    def __enter__(self) -> MessageStore:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ================================================================== writes
+    def _check_writable(self) -> None:
+        now = time.monotonic()
+        if now - self._disk_checked >= DISK_CHECK_INTERVAL_S:
+            self._disk_checked = now
+            ratio = self.disk_used_ratio()
+            self._disk_full = ratio > self.config.disk_space_warning_level_ratio
+            if self._disk_full:
+                log.error("disk of %s is %.0f%% full: writes refused", self.config.root_dir, ratio * 100)
+        if self._disk_full:
+            raise DiskFullError(
+                f"disk holding {self.config.root_dir} is more than "
+                f"{self.config.disk_space_warning_level_ratio:.0%} full; free space or add disk"
+            )
+
+    def put_message(self, msg: Message) -> PutResult:
+        return self.put_messages([msg])[0]
+
+    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]:
+        """Store ``msgs`` as one contiguous append (single-node write path)."""
+        cl = self._check_open()
+        self._check_writable()
+        with cl.put_lock:
+            batch = cl.encode_batch(msgs, _now_ms(), self._store_host, self.config.cluster_name)
+            results = cl.apply_batch(batch)
+        self._after_append(results)
+        status = PutStatus.PUT_OK
+        if self._group_commit is not None and results:
+            end = results[-1].physical_offset + results[-1].wrote_bytes
+            if not self._group_commit.wait_for_flush(end, self.config.sync_flush_timeout / 1000.0):
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        return [
+            PutResult(status, r.msg_id, m.uniq_key, r.topic, r.queue_id, r.queue_offset, r.physical_offset,
+                      r.store_timestamp, r.wrote_bytes)
+            for m, r in zip(msgs, results, strict=True)
+        ]
+
+    def encode_batch(self, msgs: Sequence[Message], store_timestamp: int | None = None,
+                     store_host: tuple[str, int] | None = None, cluster_name: str | None = None) -> bytes:
+        """Leader half of the write path: validate + encode (offsets 0), see ``CommitLog.encode_batch``."""
+        cl = self._check_open()
+        self._check_writable()
+        return cl.encode_batch(msgs, _now_ms() if store_timestamp is None else store_timestamp,
+                               store_host or self._store_host,
+                               self.config.cluster_name if cluster_name is None else cluster_name)
+
+    def apply_batch(self, batch: bytes | bytearray | memoryview) -> list[AppendResult]:
+        """Replica half: deterministic append of an encoded batch; no flush wait (see ``wait_flushed``)."""
+        cl = self._check_open()
+        results = cl.apply_batch(batch)
+        self._after_append(results)
+        return results
+
+    def _after_append(self, results: list[AppendResult]) -> None:
+        self._put_batches += 1
+        self._put_messages += len(results)
+        self._put_bytes += sum(r.wrote_bytes for r in results)
+        assert self.reput is not None
+        self.reput.notify()
+
+    def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+        """True once every byte below ``offset`` is on disk (group commit in SYNC mode, a flush otherwise)."""
+        cl = self._check_open()
+        if self._group_commit is not None:
+            return self._group_commit.wait_for_flush(offset, timeout_s)
+        return cl.flush_all() >= offset
+
+    @property
+    def flushed_offset(self) -> int:
+        cl = self.commit_log
+        return cl.flushed_where if cl is not None else 0
+
+    # ================================================================== replication support
+    @property
+    def confirm_offset(self) -> int:
+        """Reput dispatches up to here (default: the end of the commit log)."""
+        assert self.reput is not None and self.commit_log is not None
+        c = self.reput.confirm_offset
+        return self.commit_log.max_offset if c is None else c
+
+    @confirm_offset.setter
+    def confirm_offset(self, offset: int | None) -> None:
+        assert self.reput is not None
+        self.reput.confirm_offset = offset
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.max_offset if self.commit_log is not None else 0
+
+    @property
+    def commit_log_min_offset(self) -> int:
+        return self.commit_log.min_offset if self.commit_log is not None else 0
+
+    def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
+        """Whole records from ``offset`` (within one segment; a closing blank record included)."""
+        cl = self._check_open()
+        if offset < cl.min_offset or offset > cl.max_offset:
+            raise StoreError(f"offset {offset} is outside the commit log [{cl.min_offset}, {cl.max_offset}]")
+        return cl.read_raw(offset, max_bytes)
+
+    def append_commit_log_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Catch-up: append verified raw records that start exactly at the current end."""
+        cl = self._check_open()
+        cl.append_raw(offset, data)
+        assert self.reput is not None
+        self.reput.notify()
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the commit log, consume queues and index at ``offset`` (a record boundary) and rebuild offsets."""
+        cl = self._check_open()
+        assert self.reput is not None
+        with cl.put_lock, self.reput.paused():
+            if offset > cl.max_offset:
+                raise StoreError(f"cannot truncate to {offset}: the commit log ends at {cl.max_offset}")
+            if offset < cl.min_offset:
+                raise StoreError(f"cannot truncate to {offset}: the commit log starts at {cl.min_offset}")
+            cl.truncate_dirty_files(offset)
+            self.consume_queues.truncate_dirty_logic_files(offset)
+            if self.index_service is not None:
+                self.index_service.truncate(offset)
+            self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
+            c = self.reput.confirm_offset
+            if c is not None and c > offset:
+                self.reput.confirm_offset = offset
+            self._rebuild_queue_offset_table()
+            log.warning("store %s truncated to commit-log offset %d", self.config.root_dir, offset)
+
+    # ================================================================== reads
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                     max_bytes: int = 4 << 20, tag_filter: TagFilter | None = None) -> GetResult:
+        """Pull up to ``max_count`` messages from queue offset ``offset`` (RocketMQ ``getMessage``)."""
+        cl = self._check_open()
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
+        min_o, max_o = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+        if max_o == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_o, max_o)
+        if offset < min_o:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_o, min_o, max_o)
+        if offset == max_o:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, min_o, max_o)
+        if offset > max_o:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], min_o if min_o == 0 else max_o, min_o, max_o)
+        units = cq.read_units(offset, max(MAX_FILTER_UNITS, max_count))
+        if not units:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_o, max_o)
+        status = GetStatus.NO_MATCHED_MESSAGE
+        messages: list[MessageExt] = []
+        size_total = 0
+        cl_min = cl.min_offset
+        consumed = 0
+        for phy, size, tags_code in units:
+            if len(messages) >= max_count or (messages and size_total + size > max_bytes):
+                break
+            consumed += 1
+            if size == BLANK_UNIT_SIZE:
+                continue
+            if phy < cl_min:
+                if not messages:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            if tag_filter is not None and not tag_filter.matches_code(tags_code):
+                continue
+            raw = cl.get_message(phy, size)
+            if raw is None:
+                if not messages:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            r = decode_record(raw, 0, check_crc=False)
+            if r.message is None:
+                log.error("consume queue %s-%d points at an unreadable record at %d (%s)",
+                          topic, queue_id, phy, r.reason)
+                continue
+            if tag_filter is not None and not tag_filter.matches_tags(r.message.tags):
+                continue
+            messages.append(r.message)
+            size_total += size
+            status = GetStatus.FOUND
+        return GetResult(status, messages, offset + consumed, min_o, max_o)
+
+    def query_messages(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[MessageExt]:
+        """Messages whose KEYS or UNIQ_KEY equal ``key``, stored within [begin_ms, end_ms], oldest first."""
+        cl = self._check_open()
+        if self.index_service is None:
+            raise StoreError("message index is disabled (message_index_enable=false): query by key is unavailable")
+        found = self.index_service.query_offset(topic, key, max_num, begin_ms, end_ms)
+        out: list[MessageExt] = []
+        for phy in sorted(set(found.phy_offsets)):
+            size = cl.get_record_size(phy)
+            if size <= 0:
+                continue
+            raw = cl.get_message(phy, size)
+            if raw is None:
+                continue
+            m = decode_record(raw, 0, check_crc=False).message
+            if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
+                continue
+            if key in m.keys or m.uniq_key == key:
+                out.append(m)
+        return out
+
+    def view_message(self, physical_offset: int) -> MessageExt | None:
+        """The message whose record starts at ``physical_offset``, or None."""
+        cl = self._check_open()
+        size = cl.get_record_size(physical_offset)
+        if size <= 0:
+            return None
+        raw = cl.get_message(physical_offset, size)
+        if raw is None:
+            return None
+        return decode_record(raw, 0, check_crc=False).message
+
+    def view_message_by_id(self, msg_id: str) -> MessageExt | None:
+        """Resolve an offset msgId (any node resolves any id: the offset is the same everywhere)."""
+        _host, offset = decode_message_id(msg_id)
+        return self.view_message(offset)
+
+    def get_offset_by_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        cl = self._check_open()
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(ts_ms, cl.store_timestamp_at, cl.min_offset)
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.get_min_offset_in_queue() if cq is not None else 0
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.get_max_offset_in_queue() if cq is not None else 0
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return self.consume_queues.queue_ids(topic)
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.dispatch_behind_bytes() if self.reput is not None else 0
+
+    def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None:
+        """``fn(topic, queue_id, max_offset)`` from the reput thread, once per queue per pass; must not block."""
+        assert self.reput is not None, "open the store first"
+        self.reput.add_arrival_listener(fn)
+
+    def delete_topic_files(self, topic: str) -> None:
+        """Drop the consume queues and queue offsets of a deleted topic."""
+        cl = self._check_open()
+        assert self.reput is not None
+        with cl.put_lock, self.reput.paused():
+            self.consume_queues.delete_topic(topic)
+            prefix = topic + "-"
+            for key in [k for k in cl.topic_queue_table if k.startswith(prefix) and k[len(prefix):].isdigit()]:
+                del cl.topic_queue_table[key]
+
+    # ================================================================== stats
+    def disk_used_ratio(self) -> float:
+        try:
+            u = shutil.disk_usage(self.config.root_dir)
+        except OSError:
+            return 0.0
+        return (u.total - u.free) / u.total if u.total else 0.0
+
+    def stats(self) -> dict[str, object]:
+        cl = self.commit_log
+        reput = self.reput
+        return {
+            "commit_log_min_offset": self.commit_log_min_offset,
+            "commit_log_max_offset": self.commit_log_max_offset,
+            "commit_log_flushed_offset": self.flushed_offset,
+            "confirm_offset": self.confirm_offset if reput is not None and cl is not None else 0,
+            "dispatch_behind_bytes": self.dispatch_behind_bytes(),
+            "dispatched_messages": reput.dispatched_messages if reput is not None else 0,
+            "dispatch_last_error": reput.last_error if reput is not None else "",
+            "put_messages_total": self._put_messages,
+            "put_bytes_total": self._put_bytes,
+            "put_batches_total": self._put_batches,
+            "group_commit_flushes": self._group_commit.flush_count if self._group_commit is not None else 0,
+            "commit_log_files": len(cl.mapped_file_queue.mapped_files) if cl is not None else 0,
+            "consume_queues": sum(1 for _ in self.consume_queues.queues()),
+            "index_files": len(self.index_service.index_files) if self.index_service is not None else 0,
+            "topics": len(self.topics.names()),
+            "disk_used_ratio": self.disk_used_ratio(),
+            "disk_full": self._disk_full,
+            "last_exit_ok": self.last_exit_ok,
+        }
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

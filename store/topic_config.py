@@ -1,0 +1,175 @@
+"""TopicConfigTable: ``config/topics.json`` in RocketMQ's shape (FORMATS.md §13).
+
+Changes take the timestamp from the caller (no clock reads inside), so applying the same replicated
+commands on every node yields the same table and the same ``dataVersion``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+from store import json_file
+from store.errors import StoreError
+from store.message import check_topic
+
+PERM_INHERIT = 1
+PERM_WRITE = 2
+PERM_READ = 4
+MAX_QUEUE_NUMS = 1024
+FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """One topic (RocketMQ ``TopicConfig``)."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def validate(self) -> None:
+        try:
+            check_topic(self.topic_name)
+        except StoreError as e:
+            raise StoreError(f"invalid topic name: {e}") from None
+        for name in ("read_queue_nums", "write_queue_nums"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 1 <= v <= MAX_QUEUE_NUMS:
+                raise StoreError(f"topic {self.topic_name}: {name} must be between 1 and {MAX_QUEUE_NUMS}, got {v}")
+        if not isinstance(self.perm, int) or self.perm & ~0x7:
+            raise StoreError(f"topic {self.topic_name}: perm must combine READ=4, WRITE=2, INHERIT=1, got {self.perm}")
+        if self.topic_filter_type not in FILTER_TYPES:
+            raise StoreError(f"topic {self.topic_name}: topic_filter_type must be one of {FILTER_TYPES}")
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    def to_json(self) -> dict[str, Any]:
+        # fastjson writes bean properties in alphabetical order
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TopicConfig:
+        return cls(
+            topic_name=d["topicName"],
+            read_queue_nums=int(d.get("readQueueNums", 16)),
+            write_queue_nums=int(d.get("writeQueueNums", 16)),
+            perm=int(d.get("perm", PERM_READ | PERM_WRITE)),
+            topic_filter_type=d.get("topicFilterType", "SINGLE_TAG"),
+            topic_sys_flag=int(d.get("topicSysFlag", 0)),
+            order=bool(d.get("order", False)),
+        )
+
+
+class TopicConfigTable:
+    """Topics of one store, persisted to ``{config_dir}/topics.json`` on every change."""
+
+    FILE_NAME = "topics.json"
+
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, self.FILE_NAME)
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        self.data_version = {"counter": 0, "timestamp": 0}
+
+    def load(self) -> None:
+        data = json_file.read_leniently(self.path)
+        if data is None:
+            return
+        try:
+            table = data.get("topicConfigTable", {})
+            topics = {name: TopicConfig.from_json(v) for name, v in table.items()}
+            dv = data.get("dataVersion", {})
+            version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"{self.path} does not have the topics.json shape: {e}") from None
+        with self._lock:
+            self._topics = topics
+            self.data_version = version
+
+    # ------------------------------------------------------------------ reads
+    def get(self, name: str) -> TopicConfig | None:
+        return self._topics.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._topics
+
+    def list(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda t: t.topic_name)
+
+    def names(self) -> list[str]:
+        return sorted(self._topics)
+
+    # ------------------------------------------------------------------ deterministic changes
+    def put(self, cfg: TopicConfig, timestamp_ms: int) -> TopicConfig:
+        """Create or replace a topic; ``timestamp_ms`` stamps the data version."""
+        cfg.validate()
+        with self._lock:
+            self._topics[cfg.topic_name] = cfg
+            self._bump(timestamp_ms)
+            self._persist_locked()
+        return cfg
+
+    def update(self, name: str, timestamp_ms: int, **changes: Any) -> TopicConfig:
+        current = self._topics.get(name)
+        if current is None:
+            raise StoreError(f"topic {name} does not exist")
+        return self.put(replace(current, **changes), timestamp_ms)
+
+    def delete(self, name: str, timestamp_ms: int) -> bool:
+        with self._lock:
+            if self._topics.pop(name, None) is None:
+                return False
+            self._bump(timestamp_ms)
+            self._persist_locked()
+            return True
+
+    def _bump(self, timestamp_ms: int) -> None:
+        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": int(timestamp_ms)}
+
+    # ------------------------------------------------------------------ persistence / snapshots
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataVersion": dict(self.data_version),
+            "topicConfigTable": {name: self._topics[name].to_json() for name in sorted(self._topics)},
+        }
+
+    def snapshot(self) -> str:
+        with self._lock:
+            return json_file.dumps(self.to_json())
+
+    def restore(self, text: str) -> None:
+        """Replace the table with a ``snapshot`` (replica catch-up) and persist it."""
+        data = json_file.loads(text)
+        with self._lock:
+            self._topics = {n: TopicConfig.from_json(v) for n, v in data.get("topicConfigTable", {}).items()}
+            dv = data.get("dataVersion", {})
+            self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
+            self._persist_locked()
+
+    def persist(self) -> None:
+        with self._lock:
+            self._persist_locked()
+
+    def _persist_locked(self) -> None:
+        json_file.write_safely(self.path, json_file.dumps(self.to_json()))
