@@ -10,6 +10,7 @@ from client.errors import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    PermissionDeniedError,
     RaftmqError,
     TopicNotFoundError,
     UnavailableError,
@@ -30,5 +31,5 @@ __all__ = [
     "Admin", "PullConsumer", "Producer",
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
-    "NotLeaderError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",
+    "NotLeaderError", "PermissionDeniedError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",
 ]

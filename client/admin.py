@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from raftmq.v1 import raftmq_pb2 as pb
 
 from client.connection import ServerPool
-from client.errors import TopicNotFoundError
+from client.errors import InvalidArgumentError, TopicNotFoundError
 from client.types import (
     PERM_READ,
     PERM_WRITE,
@@ -56,6 +56,8 @@ class Admin:
                      write_queues: int | None = None, perm: int | None = None,
                      order: bool | None = None) -> TopicConfig:
         """Change the given fields of an existing topic, keeping the others (raises ``TopicNotFoundError``)."""
+        if perm == 0:
+            raise InvalidArgumentError("perm 0 cannot be set on an existing topic; use 1 (inherit only) to close it")
         cur = self.get_topic(name)
         if cur is None:
             raise TopicNotFoundError(f"topic {name!r} does not exist")

@@ -71,6 +71,12 @@ class TopicNotFoundError(NotFoundError):
     """The topic does not exist (and the node does not auto-create topics)."""
 
 
+class PermissionDeniedError(RaftmqError):
+    """The topic's permission forbids this read or write (e.g. a read-only topic)."""
+
+    exit_code = 8
+
+
 class AlreadyExistsError(RaftmqError):
     """The topic to create exists already."""
 
@@ -164,6 +170,8 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
     if code == grpc.StatusCode.NOT_FOUND:
         cls = TopicNotFoundError if _is_topic_missing(details) else NotFoundError
         return cls(details, **kw)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDeniedError(details, **kw)
     if code == grpc.StatusCode.ALREADY_EXISTS:
         return AlreadyExistsError(details, **kw)
     if code == grpc.StatusCode.FAILED_PRECONDITION:

@@ -97,6 +97,7 @@ def test_bad_tag_expression_exit_4_before_connecting(capsys):
     (C.INVALID_ARGUMENT, "topic name 'a b' has illegal characters", 4),
     (C.ALREADY_EXISTS, "topic 'T' already exists", 6),
     (C.UNKNOWN, "outcome unknown", 7),
+    (C.PERMISSION_DENIED, "topic 'T' does not allow writes", 8),
     (C.INTERNAL, "internal error (see the node log)", 1),
 ])
 def test_server_errors_map_to_exit_codes(scripted, capsys, code, message, exit_code):

@@ -17,6 +17,7 @@ from client import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    PermissionDeniedError,
     Producer,
     RaftmqError,
     TopicNotFoundError,
@@ -44,6 +45,7 @@ def ok_send(request):
     (C.INVALID_ARGUMENT, "topic name 'a b' has illegal characters", InvalidArgumentError),
     (C.NOT_FOUND, "topic 'nope' does not exist", TopicNotFoundError),
     (C.ALREADY_EXISTS, "topic 'T' exists", AlreadyExistsError),
+    (C.PERMISSION_DENIED, "topic 'T' is read-only (perm r-)", PermissionDeniedError),
     (C.INTERNAL, "internal error in SendMessage", RaftmqError),
     (C.FAILED_PRECONDITION, "cannot transfer leadership: unknown member n9", RaftmqError),
 ])
