@@ -8,9 +8,10 @@ from replication.errors import (
     UnknownOutcomeError,
 )
 from replication.local import LocalWritePath
+from replication.raft_write_path import RaftSettings, RaftWritePath
 from replication.write_path import MemberInfo, WritePath
 
 __all__ = [
-    "BusyError", "LocalWritePath", "MemberInfo", "NoLeaderError", "NotLeaderError", "ReplicationError",
+    "BusyError", "LocalWritePath", "MemberInfo", "NoLeaderError", "NotLeaderError", "RaftSettings", "RaftWritePath", "ReplicationError",
     "UnknownOutcomeError", "WritePath",
 ]

@@ -48,37 +48,86 @@ class StoreApplier:
     def apply_batch(self, blob: bytes) -> list[Any]:
         return self.store.apply_batch(blob)
 
-    def wait_durable(self, results: list[Any]) -> None:
-        """In SYNC flush mode, return once the commit log is on disk up to the end of ``results``."""
+    def wait_durable(self, results: list[Any]) -> bool:
+        """In SYNC flush mode, wait until the commit log is on disk up to the end of ``results``.
+
+        False when the flush did not make it within ``sync_flush_timeout`` (reported as FLUSH_DISK_TIMEOUT)."""
         if not results or not self.store.config.sync_flush:
-            return
+            return True
         last = results[-1]
-        self.store.wait_flushed(last.physical_offset + last.wrote_bytes)
+        return self.store.wait_flushed(last.physical_offset + last.wrote_bytes,
+                                       self.store.config.sync_flush_timeout / 1000.0)
 
     @staticmethod
-    def resolve(puts: list[PendingPut], results: list[Any]) -> None:
-        """Give each put its own slice of the batch's results (same order as encoded)."""
+    def resolve(puts: list[PendingPut], results: list[Any], flushed: bool = True) -> None:
+        """Give each put its own slice of the batch's results (same order as encoded), as store.PutResult."""
+        from store import PutResult, PutStatus
+
+        status = PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT
         i = 0
         for p in puts:
-            n = len(p.msgs)
-            p.resolve(results[i:i + n])
-            i += n
+            out = []
+            for m in p.msgs:
+                r = results[i]
+                i += 1
+                out.append(PutResult(status, r.msg_id, m.uniq_key, r.topic, r.queue_id, r.queue_offset,
+                                     r.physical_offset, r.store_timestamp, r.wrote_bytes))
+            p.resolve(out)
 
     # ------------------------------------------------------------------ metadata
-    def apply_topic(self, op: str, arg: Any) -> None:
-        topics = self.store.topics
-        if op == "create":
-            topics.create(arg)
-        elif op == "update":
-            topics.update(arg)
+    def apply_topic(self, op: str, arg: Any, timestamp_ms: int) -> None:
+        """Create/update (``arg`` = store.topic_config.TopicConfig) or delete (``arg`` = name) a topic.
+
+        ``timestamp_ms`` stamps topics.json's dataVersion; the leader chose it, so replicas write the same file.
+        """
+        store = self.store
+        if op in ("create", "update"):
+            store.topics.put(arg, timestamp_ms)
         elif op == "delete":
-            topics.delete(arg)
-            self.store.delete_topic_files(arg)
+            store.topics.delete(arg, timestamp_ms)
+            store.delete_topic_files(arg)
+            if store.consumer_offsets.delete_topic(arg):
+                store.consumer_offsets.persist()
         else:
             raise ValueError(f"unknown topic operation {op!r}")
 
-    def apply_offsets(self, commits: list[tuple[str, str, dict[int, int]]]) -> None:
+    def apply_offsets(self, commits: list[tuple[str, str, dict[int, int]]]) -> list[str]:
+        """Apply each group's commit on its own, so one invalid commit cannot sink the others coalesced with it;
+        returns the refusals (the same on every replica)."""
+        from store.errors import StoreError
+
         table = self.store.consumer_offsets
+        refusals = []
         for group, topic, offsets in commits:
-            for qid, off in offsets.items():
-                table.commit(group, topic, int(qid), int(off))
+            try:
+                table.commit(group, topic, {int(q): int(o) for q, o in offsets.items()})
+            except StoreError as e:
+                refusals.append(str(e))
+        return refusals
+
+    def persist_metadata(self) -> None:
+        """Make replicated metadata as durable as the applied index that will record it."""
+        self.store.consumer_offsets.persist(only_if_dirty=True)
+
+    @staticmethod
+    def topic_to_dict(cfg: Any) -> dict:
+        return cfg.to_json()
+
+    @staticmethod
+    def topic_from_dict(d: dict) -> Any:
+        from store.topic_config import TopicConfig
+
+        return TopicConfig.from_json(d)
+
+    def export_metadata(self) -> dict:
+        return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot()}
+
+    def import_metadata(self, d: dict) -> None:
+        """Replace topics and offsets with a peer's (catch-up, snapshot install); drops consume queues of topics
+        that no longer exist."""
+        store = self.store
+        before = set(store.topics.names())
+        store.topics.restore(d["topics"])
+        store.consumer_offsets.restore(d["offsets"])
+        for gone in before - set(store.topics.names()):
+            store.delete_topic_files(gone)

@@ -57,25 +57,24 @@ class LocalWritePath:
             return
         blob, members = groups
         results = self._applier.apply_batch(blob)
-        self._applier.wait_durable(results)
-        StoreApplier.resolve(members, results)
+        StoreApplier.resolve(members, results, self._applier.wait_durable(results))
 
     # ------------------------------------------------------------------ metadata
     def create_topic(self, cfg: Any) -> None:
         with self._meta_lock:
-            self._applier.apply_topic("create", cfg)
+            self._applier.apply_topic("create", cfg, int(time.time() * 1000))
 
     def update_topic(self, cfg: Any) -> None:
         with self._meta_lock:
-            self._applier.apply_topic("update", cfg)
+            self._applier.apply_topic("update", cfg, int(time.time() * 1000))
 
     def delete_topic(self, name: str) -> None:
         with self._meta_lock:
-            self._applier.apply_topic("delete", name)
+            self._applier.apply_topic("delete", name, int(time.time() * 1000))
 
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        with self._meta_lock:
-            self._applier.apply_offsets([(group, topic, dict(offsets))])
+        """Applied at once; the store persists offsets on its own schedule (as RocketMQ does)."""
+        self._applier.apply_offsets([(group, topic, dict(offsets))])
 
     # ------------------------------------------------------------------ status
     def is_writable(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,21 @@ from raftmq.v1 import replica_pb2, replica_pb2_grpc
 from replication.peers import SECRET_METADATA_KEY
 
 MAX_CHUNK = 4 << 20
+BLANK_MAGIC_CODE = 0xCBD43194
+_BLANK = struct.Struct(">iI")
+
+
+def _next_offset(pos: int, data: bytes, file_size: int) -> int:
+    """Where the next chunk starts: after an end-of-file blank record, at the next segment.
+
+    A record always ends with its topic or UTF-8 properties, which cannot contain the blank magic's bytes, so a
+    chunk ending in (remaining size, BLANK magic) is a blank record."""
+    end = pos + len(data)
+    if len(data) >= 8:
+        size, magic = _BLANK.unpack_from(data, len(data) - 8)
+        if magic == BLANK_MAGIC_CODE and size == file_size - (end - 8) % file_size:
+            return end - 8 + size
+    return end
 
 
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
@@ -68,7 +84,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             if not data:
                 await context.abort(grpc.StatusCode.INTERNAL, f"commit log unreadable at offset {pos}")
             yield replica_pb2.CommitLogChunk(offset=pos, data=bytes(data))
-            pos += len(data)
+            pos = _next_offset(pos, data, store.config.mapped_file_size_commit_log)
         yield replica_pb2.CommitLogChunk(offset=pos, last=True, end_offset=end, end_index=end_index)
 
     async def SyncJournal(self, request, context):

@@ -1,0 +1,88 @@
+"""Catch-up by commit-log range transfer (REPLICATION.md 4.7): bulk pull first, then join Raft.
+
+Why: pysyncobj can ship our tiny snapshot but not the commit log, and its deserializer runs on the tick thread.
+A wiped or far-behind replica therefore copies the committed commit-log bytes (and the replicated metadata at the
+same Raft index) from a peer over gRPC before it starts its SyncObj; apply then skips every entry the copied
+bytes already contain.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import grpc
+from raftmq.v1 import replica_pb2
+
+from replication.peers import Peers
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT_S = 600.0
+
+
+class CatchUpError(Exception):
+    """Catch-up from peers failed; the message says which peer and why."""
+
+
+def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_to_index: int) -> tuple[int, int]:
+    """Stream [from_offset, peer's end at ``up_to_index``) into the local commit log.
+
+    Returns (end offset, Raft index the copied range is complete up to). Every chunk is verified by the store
+    (``append_commit_log_raw`` checks record framing and CRCs) before it is appended.
+    """
+    req = replica_pb2.FetchCommitLogRequest(from_offset=from_offset, up_to_index=up_to_index,
+                                            max_chunk_bytes=1 << 20)
+    end_offset, end_index = from_offset, -1
+    try:
+        for chunk in peers.stub(member_id).FetchCommitLog(req, timeout=FETCH_TIMEOUT_S, metadata=peers.metadata):
+            if chunk.data:
+                if chunk.offset != store.commit_log_max_offset:
+                    raise CatchUpError(f"peer {member_id} sent a chunk at {chunk.offset}, local end is "
+                                       f"{store.commit_log_max_offset}")
+                store.append_commit_log_raw(chunk.offset, chunk.data)
+            if chunk.last:
+                end_offset, end_index = chunk.end_offset, chunk.end_index
+    except grpc.RpcError as e:
+        raise CatchUpError(f"fetching the commit log from {member_id} failed: {e.code().name} {e.details()}") from e
+    if end_index < 0:
+        raise CatchUpError(f"peer {member_id} ended the commit-log stream without its final chunk")
+    return end_offset, end_index
+
+
+def peer_statuses(peers: Peers, timeout: float = 2.0) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
+    out = {}
+    for m in peers.others:
+        try:
+            out[m.id] = peers.stub(m.id).GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(), timeout=timeout,
+                                                          metadata=peers.metadata)
+        except grpc.RpcError as e:
+            log.info("peer %s status unavailable: %s", m.id, e.code().name)
+    return out
+
+
+def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file_size: int) -> bool:
+    """Copy the commit log and metadata from the most advanced reachable peer. True when something was copied."""
+    statuses = peer_statuses(peers)
+    if not statuses:
+        log.warning("no peer reachable for catch-up; starting from local data only")
+        return False
+    member_id, st = max(statuses.items(), key=lambda kv: kv[1].applied_index)
+    local_index, local_end = applied.last
+    if st.applied_index <= local_index:
+        return False
+    if st.commit_log_file_size and st.commit_log_file_size != file_size:
+        raise CatchUpError(f"peer {member_id} uses commit-log files of {st.commit_log_file_size} bytes, this node "
+                           f"{file_size}: store.mapped_file_size_commit_log must be the same on every member")
+    if local_end < st.commit_log_min_offset:
+        raise CatchUpError(f"peer {member_id} no longer has the commit log from offset {local_end} (its oldest is "
+                           f"{st.commit_log_min_offset}); wipe this node's data directory to rebuild it")
+    log.info("catching up from %s: commit log %d -> %d (Raft index %d -> %d)", member_id, local_end,
+             st.commit_log_max_offset, local_index, st.applied_index)
+    end_offset, end_index = fetch_range(peers, member_id, store, local_end, st.applied_index)
+    applier.import_metadata(json.loads(st.metadata))
+    applied.reset([(st.applied_index, end_offset, end_offset)])
+    store.confirm_offset = end_offset
+    log.info("caught up from %s to commit-log offset %d, Raft index %d", member_id, end_offset, st.applied_index)
+    return True

@@ -1,0 +1,680 @@
+"""RaftWritePath: leader-only writes replicated through pysyncobj (REPLICATION.md section 4, design A).
+
+How a put travels: the group committer (leader only) encodes concurrent puts into one store batch with the
+leader's clock and the group STOREHOST, proposes it as ONE Raft command, and the future resolves when pysyncobj's
+callback reports the entry committed by a majority and applied here (``sync`` mode additionally waits until a
+majority has fsynced its journal and commit log). Every replica applies the same bytes in log order, so commit
+logs, consume queues and index files are byte-identical.
+
+Safety: a put is acknowledged only on SUCCESS from the apply callback; pysyncobj commits only current-term
+entries by majority match, so a deposed or partitioned leader cannot acknowledge; when this node stops being
+leader every in-flight put fails with UnknownOutcomeError at once and queued ones with NotLeaderError. A new
+leader accepts writes only after a barrier entry of its own term has been applied.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from pysyncobj import FAIL_REASON, SyncObjConf
+from raftmq.v1 import replica_pb2
+
+from replication import catch_up, pysyncobj_patches
+from replication.applied_index import AppliedIndex
+from replication.errors import (
+    BusyError,
+    NoLeaderError,
+    NotLeaderError,
+    ReplicationError,
+    TransferLeadershipError,
+    UnknownOutcomeError,
+    WritePathStoppedError,
+)
+from replication.group_commit import GroupCommitter, PendingPut
+from replication.peers import Peers
+from replication.raft_log import ReplicatedLog
+from replication.state_machine import StateMachine, frame_batch
+from replication.write_path import MemberInfo
+
+log = logging.getLogger(__name__)
+
+_LEADER = 2
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+_ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+@dataclass
+class RaftSettings:
+    """Knobs with the defaults that worked on a shared 2-core box (REPLICATION.md 4.9)."""
+
+    durability: str = "async"            # async | sync
+    put_timeout_s: float = 8.0           # own timeout on apply callbacks -> UnknownOutcomeError
+    max_batch_bytes: int = 512 * 1024    # one Raft command per group commit, at most this much (one put may exceed)
+    linger_s: float = 0.002
+    max_inflight_batches: int = 16
+    max_pending_bytes: int = 64 << 20
+    offsets_linger_s: float = 0.02       # consumer-offset commits are coalesced for this long
+    append_entries_period: float = 0.05
+    raft_min_timeout: float = 1.5
+    raft_max_timeout: float = 3.0
+    leader_fallback_timeout: float = 1.2  # < raft_min_timeout: a cut-off leader steps down before a new one rises
+    connection_timeout: float = 3.5
+    connection_retry_time: float = 1.0
+    compaction_min_entries: int = 2000
+    compaction_min_time: float = 120.0
+    compaction_max_bytes: int = 256 << 20  # force a compaction once this much was proposed since the last one
+    dns_cache_time: float = 5.0            # peers are host names, re-resolved this often (new pod IPs)
+
+    @classmethod
+    def from_env(cls, durability: str, environ: dict | None = None) -> RaftSettings:
+        """Defaults, overridden by JSON in RAFTMQ_RAFT_TUNING (tests shrink compaction budgets with it)."""
+        text = (os.environ if environ is None else environ).get("RAFTMQ_RAFT_TUNING", "")
+        extra = json.loads(text) if text else {}
+        unknown = set(extra) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"RAFTMQ_RAFT_TUNING has unknown keys {sorted(unknown)}")
+        return cls(**{"durability": durability, **extra})
+
+    def __post_init__(self) -> None:
+        if self.durability not in ("async", "sync"):
+            raise ValueError(f"durability must be 'async' or 'sync', got {self.durability!r}")
+        if not self.leader_fallback_timeout < self.raft_min_timeout < self.raft_max_timeout:
+            raise ValueError("need leader_fallback_timeout < raft_min_timeout < raft_max_timeout")
+        if self.raft_min_timeout <= 3 * self.append_entries_period:
+            raise ValueError("raft_min_timeout must be more than 3 x append_entries_period")
+
+
+class _InFlight:
+    __slots__ = ("puts", "deadline", "done")
+
+    def __init__(self, puts: list[PendingPut], deadline: float):
+        self.puts = puts
+        self.deadline = deadline
+        self.done = False
+
+
+class RaftWritePath:
+    """The replicated WritePath. ``members`` includes this node; ids, Raft and gRPC addresses come from config."""
+
+    def __init__(self, store: Any, node_config: Any = None, *, node_id: str = "", members: list[MemberInfo] = (),
+                 raft_listen: str = "", cluster_name: str = "DefaultCluster",
+                 store_host: tuple[str, int] = ("127.0.0.1", 10911), secret: str = "", raft_dir: str | None = None,
+                 settings: RaftSettings | None = None):
+        if node_config is not None:  # the node's NodeConfig (node/config.py): one source of truth
+            node_id = node_config.node.id
+            members = [MemberInfo(m.id, m.raft, m.grpc) for m in node_config.members]
+            raft_listen = node_config.cluster.raft_listen
+            cluster_name = node_config.cluster.name
+            store_host = node_config.store_host
+            secret = node_config.cluster.secret
+            settings = settings or RaftSettings.from_env(node_config.cluster.durability)
+        members = list(members)
+        ids = [m.id for m in members]
+        if node_id not in ids:
+            raise ValueError(f"cluster.members must contain this node's id {node_id!r} (members: {ids})")
+        if len(set(ids)) != len(ids) or len({m.raft_address for m in members}) != len(members):
+            raise ValueError("cluster.members has duplicate ids or Raft addresses; each member needs its own")
+        if secret:
+            try:
+                import cryptography  # noqa: F401  (pysyncobj encrypts the Raft port with it)
+            except ImportError as e:
+                raise ValueError("cluster.secret needs the 'cryptography' package (pysyncobj encrypts the Raft "
+                                 "port with it); install it or leave cluster.secret empty") from e
+        self.store = store
+        self.node_id = node_id
+        self.members = members
+        self.me = next(m for m in members if m.id == node_id)
+        self.raft_listen = raft_listen or self.me.raft_address
+        self.cluster_name = cluster_name
+        self.store_host = store_host
+        self.settings = settings or RaftSettings()
+        self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
+        self.peers = Peers(members, node_id, secret)
+        self._secret = secret
+        self.machine: StateMachine | None = None
+        self._log: ReplicatedLog | None = None
+        self._committer = GroupCommitter(
+            self._commit, name="raftmq-raft-commit", max_batch_bytes=self.settings.max_batch_bytes,
+            linger_s=self.settings.linger_s, max_pending_bytes=self.settings.max_pending_bytes)
+        self._inflight_slots = threading.BoundedSemaphore(self.settings.max_inflight_batches)
+        self._inflight: dict[int, _InFlight] = {}
+        self._inflight_lock = threading.Lock()
+        self._next_id = 0
+        self._writable_term = -1               # term in which the barrier succeeded; writable iff == current term
+        self._transferring = False
+        self._role_events: collections.deque = collections.deque()
+        self._wake = threading.Condition()
+        self._tick_tasks: collections.deque = collections.deque()
+        self._offsets: dict[tuple[str, str], dict[int, int]] = {}
+        self._offset_waiters: list[Future] = []
+        self._offsets_lock = threading.Lock()
+        self._durable_q: collections.deque = collections.deque()
+        self._durable_cv = threading.Condition()
+        self._proposed_bytes = 0
+        self._running = False
+        self._threads: list[threading.Thread] = []
+        self.leader_changes = 0
+        self.acked_batches = 0
+
+    # ================================================================== lifecycle
+    def start(self) -> None:
+        pysyncobj_patches.apply()
+        os.makedirs(self.raft_dir, exist_ok=True)
+        applied = AppliedIndex(os.path.join(self.raft_dir, "applied.idx"))
+        self._reconcile_store(applied)
+        machine = StateMachine(self.store, applied)
+        journal = os.path.join(self.raft_dir, "raft.journal")
+        dump = os.path.join(self.raft_dir, "raft.dump")
+        if not os.path.exists(journal) and self.peers.others:
+            # Fresh or wiped member: copy what the group already has before joining Raft. A wiped member also lost
+            # its term and vote, so it waits one election timeout before voting again (REPLICATION.md 4.7).
+            if catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
+                                          self.store.config.mapped_file_size_commit_log):
+                for f in (dump,):
+                    if os.path.exists(f):
+                        os.remove(f)
+            time.sleep(self.settings.raft_max_timeout)
+        machine.gap_fetcher = self._fetch_gap
+        self.machine = machine
+        s = self.settings
+        conf = SyncObjConf(
+            journalFile=journal, fullDumpFile=dump,
+            serializer=machine.serialize, deserializer=machine.deserialize,
+            appendEntriesUseBatch=False, appendEntriesPeriod=s.append_entries_period,
+            appendEntriesBatchSizeBytes=max(8 << 20, 2 * self.store.config.max_message_size + s.max_batch_bytes),
+            raftMinTimeout=s.raft_min_timeout, raftMaxTimeout=s.raft_max_timeout,
+            leaderFallbackTimeout=s.leader_fallback_timeout, connectionTimeout=s.connection_timeout,
+            connectionRetryTime=s.connection_retry_time,
+            commandsQueueSize=4 * s.max_inflight_batches + 64, commandsWaitLeader=False,
+            logCompactionMinEntries=s.compaction_min_entries, logCompactionMinTime=s.compaction_min_time,
+            logCompactionSplit=True, sendBufferSize=1 << 20, recvBufferSize=1 << 20,
+            dnsCacheTime=s.dns_cache_time, dnsFailCacheTime=1.0, bindAddress=self.raft_listen,
+            onStateChanged=self._on_state_changed, password=self._secret or None,
+        )
+        self._running = True
+        self._log = ReplicatedLog(self.me.raft_address, [m.raft_address for m in self.peers.others], conf, machine)
+        if not self._log.tick_thread_alive():
+            self._running = False
+            raise ReplicationError(f"cannot listen for Raft peers on {self.raft_listen} (port in use, or the address "
+                                   "is not on this host); fix cluster.raft_listen / the member's raft address")
+        machine.entry_term = self._log.entry_term
+        self._log.addOnTickCallback(self._on_tick)
+        self._committer.start()
+        for name, target in (("raftmq-raft-roles", self._role_loop), ("raftmq-raft-housekeeping", self._housekeeping),
+                             ("raftmq-raft-durability", self._durability_loop)):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        log.info("Raft write path started: member %s at %s, %d members, durability %s", self.node_id,
+                 self.me.raft_address, len(self.members), s.durability)
+
+    def _reconcile_store(self, applied: AppliedIndex) -> None:
+        """Restart rule: the store recovered its commit log to V; forget frames beyond V and cut the commit log
+        back to the end of the last whole applied entry, so journal replay rewrites the same bytes."""
+        v = self.store.commit_log_max_offset
+        idx, end = applied.drop_beyond(v)
+        if end < v:
+            if idx == 0 and end == 0 and not os.path.exists(os.path.join(self.raft_dir, "raft.journal")):
+                # a store written before this member joined Raft (e.g. converted from single node): keep it as base
+                applied.reset([(0, v, v)])
+                end = v
+            else:
+                log.warning("cutting the commit log back from %d to %d (end of Raft entry %d) before replay", v, end,
+                            idx)
+                self.store.truncate_to(end)
+        self.store.confirm_offset = end
+
+    def stop(self) -> None:
+        if not self._running:
+            return
+        if self.is_leader() and self.peers.others:
+            try:
+                self.transfer_leadership(None, timeout=3.0)
+            except ReplicationError as e:
+                log.warning("graceful stop could not hand off leadership: %s", e)
+        self._running = False
+        self._writable_term = -1
+        self._committer.stop(NotLeaderError(None))
+        self._fail_inflight(UnknownOutcomeError("node shutting down"))
+        with self._wake:
+            self._wake.notify_all()
+        with self._durable_cv:
+            self._durable_cv.notify_all()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads.clear()
+        if self._log is not None:
+            self._log.destroy()
+            deadline = time.monotonic() + 5
+            while self._log.tick_thread_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if self.machine is not None:
+            self.machine.applied.close()
+        self.peers.close()
+
+    # ================================================================== state helpers
+    def is_leader(self) -> bool:
+        return self._log is not None and self._log.is_leader()
+
+    def term(self) -> int:
+        return self._log.raftCurrentTerm if self._log is not None else 0
+
+    def is_writable(self) -> bool:
+        return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
+                and self.is_leader() and self._writable_term == self.term())
+
+    def leader(self) -> MemberInfo | None:
+        if self._log is None:
+            return None
+        return self.peers.by_raft_address(self._log.leader_address())
+
+    def _not_writable_error(self) -> ReplicationError:
+        if not self._running:
+            return WritePathStoppedError()
+        if self.machine is not None and self.machine.fenced:
+            return NoLeaderError(f"this member is fenced ({self.machine.fenced})")
+        if self.is_leader():
+            return NoLeaderError("this member was just elected and is applying its barrier entry"
+                                 if not self._transferring else "leadership transfer in progress")
+        leader = self.leader()
+        if leader is None:
+            return NoLeaderError()
+        return NotLeaderError(leader.grpc_address)
+
+    # ================================================================== tick-thread tasks
+    def _on_tick(self) -> None:
+        while self._tick_tasks:
+            fn, fut = self._tick_tasks.popleft()
+            try:
+                fut.set_result(fn())
+            except BaseException as e:
+                fut.set_exception(e)
+
+    def _on_tick_thread(self, fn, timeout: float) -> Any:
+        """Run ``fn`` on pysyncobj's tick thread (where its state may be touched) and wait for the result."""
+        fut: Future = Future()
+        self._tick_tasks.append((fn, fut))
+        notifier = getattr(self._log, "_SyncObj__pipeNotifier", None)
+        if notifier is not None:
+            notifier.notify()
+        return fut.result(timeout)
+
+    # ================================================================== role changes
+    def _on_state_changed(self, old: int, new: int) -> None:  # tick thread: only enqueue
+        self._role_events.append((old, new))
+        with self._wake:
+            self._wake.notify_all()
+
+    def _role_loop(self) -> None:
+        while self._running:
+            with self._wake:
+                if not self._role_events:
+                    self._wake.wait(0.5)
+            while self._role_events:
+                old, new = self._role_events.popleft()
+                if new == _LEADER:
+                    self.leader_changes += 1
+                    self._become_leader()
+                elif old == _LEADER:
+                    self.leader_changes += 1
+                    self._writable_term = -1
+                    log.warning("member %s is no longer leader (term %d); failing in-flight writes", self.node_id,
+                                self.term())
+                    self._committer.fail_queued(self._not_writable_error())
+                    self._fail_inflight(UnknownOutcomeError("leadership lost while the write was in flight"))
+                    self._fail_durable(UnknownOutcomeError("leadership lost before the sync round completed"))
+
+    def _become_leader(self) -> None:
+        term = self.term()
+        try:
+            self._propose_meta("barrier", {"term": term, "member": self.node_id}, require_writable=False)
+        except ReplicationError as e:
+            log.warning("barrier for term %d failed (%s); not accepting writes", term, e)
+            return
+        if self.is_leader() and self.term() == term:
+            self._writable_term = term
+            log.info("member %s is leader for term %d and accepts writes", self.node_id, term)
+
+    # ================================================================== puts
+    def put(self, msgs: list[Any]) -> Future:
+        if not self.is_writable():
+            f: Future = Future()
+            f.set_exception(self._not_writable_error())
+            return f
+        return self._committer.submit(list(msgs))
+
+    def _commit(self, batch: list[PendingPut]) -> None:
+        """Committer thread: one Raft command per group commit."""
+        if not self.is_writable():
+            err = self._not_writable_error()
+            for p in batch:
+                p.fail(err)
+            return
+        if not self._inflight_slots.acquire(timeout=self.settings.put_timeout_s):
+            for p in batch:
+                p.fail(BusyError(f"{self.settings.max_inflight_batches} batches waiting for a majority"))
+            return
+        try:
+            encoded = self.machine.applier.encode_isolating(batch, _now_ms())
+        except BaseException:
+            self._inflight_slots.release()
+            raise
+        if encoded is None:
+            self._inflight_slots.release()
+            return
+        blob, puts = encoded
+        command = frame_batch(blob)
+        with self._inflight_lock:
+            self._next_id += 1
+            rid = self._next_id
+            self._inflight[rid] = _InFlight(puts, time.monotonic() + self.settings.put_timeout_s)
+        self._proposed_bytes += len(command)
+        self._log.apply_batch(command, callback=lambda res, err, rid=rid: self._on_batch_done(rid, res, err))
+
+    def _take_inflight(self, rid: int) -> _InFlight | None:
+        with self._inflight_lock:
+            rec = self._inflight.pop(rid, None)
+        if rec is not None:
+            self._inflight_slots.release()
+        return rec
+
+    def _on_batch_done(self, rid: int, res: Any, err: int) -> None:  # tick thread: no I/O, no blocking
+        rec = self._take_inflight(rid)
+        if rec is None:
+            return  # already timed out or failed on a role change
+        if err == FAIL_REASON.SUCCESS and res is not None:
+            index, term, results = res
+            self.acked_batches += 1
+            if self.settings.durability == "sync":
+                with self._durable_cv:
+                    self._durable_q.append((index, term, rec.puts, results, rec.deadline))
+                    self._durable_cv.notify()
+                return
+            self.machine.applier.resolve(rec.puts, results)
+            return
+        exc = self._error_for(err)
+        for p in rec.puts:
+            p.fail(exc)
+
+    def _error_for(self, err: int) -> ReplicationError:
+        if err in (FAIL_REASON.QUEUE_FULL,):
+            return BusyError("Raft command queue full")
+        if err in (FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED):
+            return self._not_writable_error()
+        return UnknownOutcomeError(f"pysyncobj reported {err}")
+
+    def _fail_inflight(self, exc: ReplicationError) -> None:
+        with self._inflight_lock:
+            recs = list(self._inflight.values())
+            n = len(recs)
+            self._inflight.clear()
+        for _ in range(n):
+            self._inflight_slots.release()
+        for rec in recs:
+            for p in rec.puts:
+                p.fail(exc)
+
+    # ================================================================== sync durability
+    def sync_local(self, index: int, term: int, timeout: float = 5.0) -> tuple[bool, int]:
+        """Make this member's journal and commit log durable and say whether entry (index, term) is among them."""
+        def do() -> tuple[bool, int]:
+            lg = self._log
+            last = lg.last_log_index()
+            lg.flush_journal()
+            self.store.wait_flushed(self.store.commit_log_max_offset, timeout)
+            self.machine.applied.fsync()
+            if index > last:
+                return False, last
+            t = lg.entry_term(index)
+            if t is None:  # compacted away: applied (and flushed just now) if the applied index covers it
+                return self.machine.applied.last[0] >= index or lg.raftLastApplied >= index, last
+            return t == term, last
+        if self._log is None:
+            return False, 0
+        return self._on_tick_thread(do, timeout)
+
+    def _durability_loop(self) -> None:
+        """Leader, sync mode: one fsync round on a majority covers every batch acknowledged since the last one."""
+        majority = len(self.members) // 2 + 1
+        while self._running:
+            with self._durable_cv:
+                while self._running and not self._durable_q:
+                    self._durable_cv.wait(0.5)
+                items = list(self._durable_q)
+                self._durable_q.clear()
+            if not items:
+                continue
+            index, term = max((it[0], it[1]) for it in items)
+            deadline = max(it[4] for it in items)
+            ok = False
+            while self._running and time.monotonic() < deadline and self.is_leader():
+                if self._sync_round(index, term, majority):
+                    ok = True
+                    break
+                time.sleep(0.05)
+            for it in items:
+                if ok:
+                    self.machine.applier.resolve(it[2], it[3])
+                else:
+                    for p in it[2]:
+                        p.fail(UnknownOutcomeError("could not make the write durable on a majority in time"))
+
+    def _sync_round(self, index: int, term: int, majority: int) -> bool:
+        req = replica_pb2.SyncJournalRequest(index=index, term=term)
+        futs = [self.peers.stub(m.id).SyncJournal.future(req, timeout=3.0, metadata=self.peers.metadata)
+                for m in self.peers.others]
+        count = 0
+        try:
+            if self.sync_local(index, term)[0]:
+                count += 1
+        except Exception as e:
+            log.warning("local sync failed: %s", e)
+        for f in futs:
+            if count >= majority:
+                f.cancel()
+                continue
+            try:
+                if f.result().durable:
+                    count += 1
+            except grpc.RpcError:
+                pass
+        return count >= majority
+
+    def _fail_durable(self, exc: ReplicationError) -> None:
+        with self._durable_cv:
+            items = list(self._durable_q)
+            self._durable_q.clear()
+        for it in items:
+            for p in it[2]:
+                p.fail(exc)
+
+    # ================================================================== metadata commands
+    def _propose_meta(self, kind: str, arg: Any, require_writable: bool = True) -> Any:
+        if require_writable and not self.is_writable():
+            raise self._not_writable_error()
+        done = threading.Event()
+        box: list = []
+
+        def cb(res, err):
+            box.append((res, err))
+            done.set()
+
+        self._log.apply_meta(kind, json.dumps(arg).encode(), callback=cb)
+        if not done.wait(self.settings.put_timeout_s):
+            raise UnknownOutcomeError(f"{kind} not confirmed within {self.settings.put_timeout_s}s")
+        res, err = box[0]
+        if err != FAIL_REASON.SUCCESS or res is None:
+            raise self._error_for(err)
+        return res[2]
+
+    def _meta_or_raise(self, kind: str, arg: Any) -> None:
+        refusal = self._propose_meta(kind, arg)
+        if refusal:
+            from store.errors import StoreError
+            raise StoreError(refusal)
+
+    def create_topic(self, cfg: Any) -> None:
+        cfg.validate()
+        self._meta_or_raise("topic_create", {"cfg": self.machine.applier.topic_to_dict(cfg), "ts": _now_ms()})
+
+    def update_topic(self, cfg: Any) -> None:
+        cfg.validate()
+        self._meta_or_raise("topic_update", {"cfg": self.machine.applier.topic_to_dict(cfg), "ts": _now_ms()})
+
+    def delete_topic(self, name: str) -> None:
+        self._meta_or_raise("topic_delete", {"name": name, "ts": _now_ms()})
+
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Coalesced: one Raft command per ``offsets_linger_s`` carries every group's latest offsets; returns when
+        the command carrying these offsets is committed and applied."""
+        if not self.is_writable():
+            raise self._not_writable_error()
+        if not group or "@" in group or "@" in topic:
+            from store.errors import StoreError
+            raise StoreError(f"consumer group {group!r} / topic {topic!r} must be non-empty and contain no '@'")
+        fut: Future = Future()
+        with self._offsets_lock:
+            self._offsets.setdefault((group, topic), {}).update({int(q): int(o) for q, o in offsets.items()})
+            self._offset_waiters.append(fut)
+        with self._wake:
+            self._wake.notify_all()
+        try:
+            fut.result(self.settings.put_timeout_s + self.settings.offsets_linger_s + 1)
+        except TimeoutError as e:
+            raise UnknownOutcomeError("offset commit not confirmed in time") from e
+
+    def _flush_offsets(self) -> None:
+        with self._offsets_lock:
+            if not self._offset_waiters:
+                return
+            pending, waiters = self._offsets, self._offset_waiters
+            self._offsets, self._offset_waiters = {}, []
+        try:
+            self._propose_meta("offsets", [[g, t, {str(q): o for q, o in offs.items()}]
+                                           for (g, t), offs in pending.items()])
+            for w in waiters:
+                w.set_result(None)
+        except BaseException as e:
+            for w in waiters:
+                w.set_exception(e)
+
+    # ================================================================== housekeeping
+    def _housekeeping(self) -> None:
+        last_offsets = time.monotonic()
+        while self._running:
+            with self._wake:
+                self._wake.wait(self.settings.offsets_linger_s)
+            now = time.monotonic()
+            if now - last_offsets >= self.settings.offsets_linger_s:
+                last_offsets = now
+                self._flush_offsets()
+            with self._inflight_lock:
+                expired = [rid for rid, rec in self._inflight.items() if rec.deadline < now]
+            for rid in expired:
+                rec = self._take_inflight(rid)
+                if rec is not None:
+                    for p in rec.puts:
+                        p.fail(UnknownOutcomeError(f"no commit within {self.settings.put_timeout_s}s"))
+            if self._proposed_bytes > self.settings.compaction_max_bytes and self._log is not None:
+                self._proposed_bytes = 0
+                self._log.forceLogCompaction()
+
+    def _fetch_gap(self, from_offset: int, up_to_index: int) -> tuple[int, int]:
+        """Snapshot install (tick thread): copy the commit-log gap from the leader, else any peer."""
+        leader = self.leader()
+        order = ([leader.id] if leader and leader.id != self.node_id else []) + \
+            [m.id for m in self.peers.others if not leader or m.id != leader.id]
+        last_err: Exception | None = None
+        for mid in order:
+            try:
+                return catch_up.fetch_range(self.peers, mid, self.store, from_offset, up_to_index)
+            except catch_up.CatchUpError as e:
+                last_err = e
+        raise catch_up.CatchUpError(f"no peer could supply the commit log from {from_offset}: {last_err}")
+
+    # ================================================================== operations
+    def transfer_leadership(self, to_id: str | None, timeout: float = 5.0) -> None:
+        if not self.is_leader():
+            raise self._not_writable_error() if self.leader() is None else NotLeaderError(self.leader().grpc_address)
+        target = None
+        if to_id is not None:
+            if to_id not in self.peers.members or to_id == self.node_id:
+                raise TransferLeadershipError(f"unknown or self member id {to_id!r}; choose one of "
+                                              f"{[m.id for m in self.peers.others]}")
+            target = self.peers.members[to_id].raft_address
+        deadline = time.monotonic() + timeout
+        self._transferring = True
+        try:
+            # drain: new puts are refused while the target catches up to our last index
+            while time.monotonic() < deadline:
+                with self._inflight_lock:
+                    busy = bool(self._inflight)
+                if not busy:
+                    break
+                time.sleep(0.01)
+            result: list = []
+            while time.monotonic() < deadline:
+                result.clear()
+                self._on_tick_thread(lambda: self._log.transferLeadership(
+                    target, callback=lambda res, err: result.append(err)), timeout=2.0)
+                if result and result[0] == FAIL_REASON.SUCCESS:
+                    break
+                time.sleep(0.05)  # target not caught up yet (match index != last index): retry
+            else:
+                raise TransferLeadershipError("the target did not catch up with the leader's log in time; "
+                                              "check that it is connected and healthy, then retry")
+            while time.monotonic() < deadline:
+                if not self.is_leader():
+                    return
+                time.sleep(0.02)
+            raise TransferLeadershipError("the transfer request was sent but no new leader took over in time; "
+                                          "this member stays leader")
+        finally:
+            self._transferring = False
+
+    def members_status(self) -> list[dict]:
+        st = self._on_tick_thread(self._log.getStatus, 2.0) if self._log is not None else {}
+        leader = self.leader()
+        last_index = self._log.last_log_index() if self._log is not None else 0
+        idx, end, _ = self.machine.status_view()
+        me = {
+            "id": self.node_id, "address": self.me.grpc_address, "raft_address": self.me.raft_address,
+            "role": _ROLE_NAMES.get(st.get("state"), "unknown"), "term": st.get("raft_term", 0),
+            "commit_index": st.get("commit_idx", 0), "applied_index": st.get("last_applied", 0),
+            "applied_offset": end, "dispatch_behind_bytes": self.store.dispatch_behind_bytes(),
+            "lag": 0, "health": ("fenced: " + self.machine.fenced) if self.machine.fenced else "ok",
+        }
+        out = [me]
+        statuses = catch_up.peer_statuses(self.peers, timeout=1.0)
+        for m in self.peers.others:
+            row = {"id": m.id, "address": m.grpc_address, "raft_address": m.raft_address, "role": "unreachable",
+                   "term": 0, "commit_index": 0, "applied_index": 0, "applied_offset": 0,
+                   "dispatch_behind_bytes": 0, "lag": 0, "health": "unreachable"}
+            rs = statuses.get(m.id)
+            if rs is not None:
+                role = "leader" if rs.is_leader else ("follower" if leader and leader.id != m.id else "unknown")
+                row.update(role=role, term=rs.raft_term, applied_index=rs.applied_index,
+                           applied_offset=rs.commit_log_max_offset, health="ok")
+                row["lag"] = max(0, end - rs.commit_log_max_offset) if self.is_leader() else 0
+            match = st.get("match_idx_server_" + m.raft_address)
+            if match is not None and self.is_leader():
+                row["commit_index"] = match
+                row["lag_entries"] = max(0, last_index - match)
+                connected = st.get("partner_node_status_server_" + m.raft_address) == 2
+                if not connected:
+                    row["health"] = "disconnected"
+            out.append(row)
+        return out

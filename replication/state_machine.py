@@ -1,0 +1,167 @@
+"""StateMachine: what every replica does with a committed Raft entry, plus the snapshot hooks.
+
+Rules it keeps (REPLICATION.md 4.4, 4.6):
+* deterministic: the leader encoded everything clock- or host-dependent; apply only assigns offsets;
+* idempotent on journal replay: an entry at or below the last applied index (AppliedIndex) is skipped;
+* never half-applied: on an I/O error the commit log is cut back to the batch start, the node is fenced
+  (unhealthy, refuses writes) and the error propagates, so pysyncobj retries the same entry instead of skipping it;
+* only committed entries reach the store, so ``confirm_offset`` (what reput may dispatch) is the applied end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from replication import snapshot
+from replication.applied_index import AppliedIndex
+from replication.applier import StoreApplier
+
+log = logging.getLogger(__name__)
+
+BATCH_MAGIC = 0x52504231  # "RPB1"
+_BATCH_HEADER = struct.Struct(">II")  # magic, crc32 of the store batch
+
+
+class CorruptCommandError(Exception):
+    """A replicated command failed its checksum: the node must stop applying (never skip an entry)."""
+
+
+def frame_batch(store_blob: bytes) -> bytes:
+    return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
+
+
+def unframe_batch(blob: bytes, index: int) -> memoryview:
+    magic, crc = _BATCH_HEADER.unpack_from(blob, 0)
+    body = memoryview(blob)[_BATCH_HEADER.size:]
+    if magic != BATCH_MAGIC or zlib.crc32(body) != crc:
+        raise CorruptCommandError(f"Raft entry {index}: batch command fails its checksum; this replica stops "
+                                  "applying. Wipe its data directory and let it rebuild from the leader.")
+    return body
+
+
+class StateMachine:
+    def __init__(self, store: Any, applied: AppliedIndex):
+        self.store = store
+        self.applier = StoreApplier(store)
+        self.applied = applied
+        self.lock = threading.Lock()       # held while applying; readers take it for a consistent view
+        self.fenced: str | None = None     # set when an apply failed; cleared when the retry succeeds
+        self.entry_term: Callable[[int], int | None] = lambda index: None
+        self.gap_fetcher: Callable[[int, int], tuple[int, int]] | None = None
+        self.snapshot_installs = 0
+        self.applied_raft_index = 0        # pysyncobj's index of the last entry handed to us
+
+    # ------------------------------------------------------------------ apply (tick thread)
+    def apply_batch(self, index: int, blob: bytes) -> Any:
+        with self.lock:
+            self.applied_raft_index = index
+            last_index, _ = self.applied.last
+            if index <= last_index:
+                return None  # journal replay or already copied from a peer
+            body = unframe_batch(blob, index)
+            start = self.store.commit_log_max_offset
+            try:
+                results = self.store.apply_batch(bytes(body))
+                end = self.store.commit_log_max_offset
+                self.applied.append(index, start, end)
+            except Exception as e:
+                self._fence(index, start, e)
+                raise
+            self.store.confirm_offset = end
+            if self.fenced:
+                log.warning("apply recovered at Raft index %d; fence lifted", index)
+                self.fenced = None
+            return index, self.entry_term(index), results
+
+    def apply_meta(self, index: int, kind: str, payload: bytes) -> Any:
+        with self.lock:
+            self.applied_raft_index = index
+            last_index, end = self.applied.last
+            if index <= last_index:
+                return None
+            try:
+                outcome = self._apply_meta(kind, json.loads(payload))
+                self.applied.append(index, end, end)
+            except Exception as e:
+                self._fence(index, None, e)
+                raise
+            return index, self.entry_term(index), outcome
+
+    def _apply_meta(self, kind: str, arg: Any) -> Any:
+        """Returns an error message (str) for a deterministic refusal, else None."""
+        from store.errors import StoreError
+
+        try:
+            if kind in ("topic_create", "topic_update"):
+                self.applier.apply_topic("create" if kind == "topic_create" else "update",
+                                         self.applier.topic_from_dict(arg["cfg"]), arg["ts"])
+            elif kind == "topic_delete":
+                self.applier.apply_topic("delete", arg["name"], arg["ts"])
+            elif kind == "offsets":
+                self.applier.apply_offsets([(g, t, {int(q): o for q, o in offs.items()}) for g, t, offs in arg])
+            elif kind == "barrier":
+                pass
+            else:
+                raise CorruptCommandError(f"unknown replicated command {kind!r}; is a member running a newer "
+                                          "raftmq version? Upgrade every member.")
+        except StoreError as e:  # same state everywhere -> same refusal everywhere
+            return f"{type(e).__name__}: {e}"
+        self.applier.persist_metadata()
+        return None
+
+    def _fence(self, index: int, start: int | None, exc: Exception) -> None:
+        if start is not None:
+            try:
+                if self.store.commit_log_max_offset > start:
+                    self.store.truncate_to(start)
+            except Exception:
+                log.exception("could not cut the commit log back to %d after a failed apply", start)
+        if self.fenced is None:
+            log.critical("apply of Raft entry %d failed (%s); node fenced: it refuses writes and retries the "
+                         "entry until the cause (disk full? I/O error?) is fixed", index, exc)
+        self.fenced = f"apply of Raft entry {index} failed: {exc}"
+
+    # ------------------------------------------------------------------ consistent views (any thread)
+    def status_view(self) -> tuple[int, int, dict]:
+        """(applied index, commit-log end, metadata) as of one point in the log."""
+        with self.lock:
+            idx, end = self.applied.last
+            return idx, end, self.applier.export_metadata()
+
+    # ------------------------------------------------------------------ snapshot hooks (tick thread)
+    def serialize(self, path: str, internal: tuple) -> None:
+        """pysyncobj serializer: make the store durable up to here, then write the tiny dump."""
+        with self.lock:
+            self.store.flush()
+            self.applied.fsync()
+            idx, end = self.applied.last
+            meta = snapshot.SnapshotMeta(idx, end, internal[0][1], self.applier.export_metadata())
+        snapshot.write_file(path, meta, internal)
+
+    def deserialize(self, path: str) -> tuple:
+        """pysyncobj deserializer: at startup (our own dump) or when the leader sent its dump."""
+        meta, internal = snapshot.read_file(path)
+        with self.lock:
+            local_index, local_end = self.applied.last
+            if local_index < meta.applied_index:
+                self.snapshot_installs += 1
+                if local_end < meta.commit_log_end:
+                    if self.gap_fetcher is None:
+                        raise snapshot.SnapshotError("snapshot is ahead of the local commit log and no peer to "
+                                                     "fetch the gap from")
+                    end_offset, end_index = self.gap_fetcher(local_end, meta.applied_index)
+                    if end_offset < meta.commit_log_end:
+                        raise snapshot.SnapshotError(f"fetched the commit log only up to {end_offset}, snapshot "
+                                                     f"needs {meta.commit_log_end}")
+                self.applier.import_metadata(meta.metadata)
+                self.applied.reset([(meta.applied_index, meta.commit_log_end, meta.commit_log_end)])
+                self.store.confirm_offset = meta.commit_log_end
+                log.info("installed snapshot: Raft index %d, commit log end %d", meta.applied_index,
+                         meta.commit_log_end)
+        return internal
