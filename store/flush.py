@@ -139,15 +139,14 @@ class GroupCommitService(ServiceThread):
             with self._cond:
                 while self._requested <= self._flushed and not self.stopped:
                     self._cond.wait()
-                if self.stopped and self._requested <= self._flushed:
-                    break
+                stopping = self.stopped  # one last flush for whoever still waits, then stop
             try:
                 flushed = self._flush_all()
                 self.error = None
             except Exception as e:  # waiters time out with FLUSH_DISK_TIMEOUT; keep trying
                 self.error = e
                 log.exception("group commit flush failed")
-                if self.stopped:
+                if stopping:
                     break
                 time.sleep(0.01)
                 continue
@@ -155,3 +154,5 @@ class GroupCommitService(ServiceThread):
                 self.flush_count += 1
                 self._flushed = max(self._flushed, flushed)
                 self._cond.notify_all()
+            if stopping:
+                break
