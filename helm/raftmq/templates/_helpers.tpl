@@ -1,0 +1,117 @@
+{{/* Names. fullname is capped at 50 characters: pods get a controller-revision-hash label of
+<statefulset>-<10 chars>, which must fit in 63, and "-headless" must still fit a Service name. */}}
+{{- define "raftmq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "raftmq.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "raftmq.headlessName" -}}
+{{- printf "%s-headless" (include "raftmq.fullname" .) -}}
+{{- end -}}
+
+{{- define "raftmq.leaderName" -}}
+{{- printf "%s-leader" (include "raftmq.fullname" .) -}}
+{{- end -}}
+
+{{- define "raftmq.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "raftmq.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "raftmq.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "raftmq.labels" -}}
+helm.sh/chart: {{ include "raftmq.chart" . }}
+{{ include "raftmq.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: raftmq
+{{- end -}}
+
+{{/* The broker pods of this release: StatefulSet selector, Services, PDB, NetworkPolicy all use exactly this. */}}
+{{- define "raftmq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "raftmq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: broker
+{{- end -}}
+
+{{/* The label a client pod needs when networkPolicy.clients restricts the gRPC port. */}}
+{{- define "raftmq.clientLabel" -}}
+{{ include "raftmq.fullname" . }}-client
+{{- end -}}
+
+{{- define "raftmq.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Stable DNS domain of the members: <pod>.<headless>.<namespace>.svc.<clusterDomain>. */}}
+{{- define "raftmq.peerDomain" -}}
+{{- printf "%s.%s.svc.%s" (include "raftmq.headlessName" .) .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{/* The client Service's in-cluster address (host:port). */}}
+{{- define "raftmq.clientAddress" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "raftmq.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.ports.grpc) -}}
+{{- end -}}
+
+{{/* The Raft members: one per ordinal 0..replicas-1, addressed by stable DNS names, never pod IPs. */}}
+{{- define "raftmq.members" -}}
+{{- $fullname := include "raftmq.fullname" . -}}
+{{- $domain := include "raftmq.peerDomain" . -}}
+{{- range $i := until (int .Values.replicas) }}
+- id: {{ printf "%s-%d" $fullname $i }}
+  raft: {{ printf "%s-%d.%s:%d" $fullname $i $domain (int $.Values.ports.raft) }}
+  grpc: {{ printf "%s-%d.%s:%d" $fullname $i $domain (int $.Values.ports.grpc) }}
+{{- end }}
+{{- end -}}
+
+{{/* Refuse a scale-down that Raft has not been told about (see README "Scaling down").
+     removedMembers may only name pods that the new replica count really removes, and when the live
+     StatefulSet is larger than .Values.replicas, every pod being removed must be listed. */}}
+{{- define "raftmq.validateScaleDown" -}}
+{{- $fullname := include "raftmq.fullname" . -}}
+{{- $replicas := int .Values.replicas -}}
+{{- range $id := .Values.scaleDown.removedMembers -}}
+{{- $ordinal := trimPrefix (printf "%s-" $fullname) $id -}}
+{{- if or (eq $ordinal $id) (not (regexMatch "^[0-9]+$" $ordinal)) -}}
+{{- fail (printf "scaleDown.removedMembers: %q is not a member id of this release (expected %s-<ordinal>)" $id $fullname) -}}
+{{- end -}}
+{{- if lt (atoi $ordinal) $replicas -}}
+{{- fail (printf "scaleDown.removedMembers: %q is still a member with replicas=%d; list only the pods the scale-down removes (ordinals >= %d)" $id $replicas $replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- $live := lookup "apps/v1" "StatefulSet" .Release.Namespace $fullname -}}
+{{- if $live -}}
+{{- $current := int $live.spec.replicas -}}
+{{- if lt $replicas $current -}}
+{{- range $i := untilStep $replicas $current 1 -}}
+{{- $id := printf "%s-%d" $fullname $i -}}
+{{- if not (has $id $.Values.scaleDown.removedMembers) -}}
+{{- fail (printf "refusing to scale %s from %d to %d replicas: member %s is still in the Raft group. Remove it first (raftmq cluster remove-member %s), check `raftmq cluster status`, then add it to scaleDown.removedMembers. See the chart README, \"Scaling down\"." $fullname $current $replicas $id $id) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
