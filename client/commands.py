@@ -89,13 +89,13 @@ def _property(value: str) -> tuple[str, str]:
     return key.strip(), val
 
 
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
+_RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_time(value: str, *, now_ms: int | None = None) -> int:
     """Epoch milliseconds from: an integer (ms), ISO-8601 (local time unless it has an offset), "now", or a
-    relative "-30s", "-10m", "-2h", "-1d"."""
+    time relative to now: "now-30s", "now-10m", "now-2h", "now-1d" (or "-2h" written as --begin=-2h)."""
     text = value.strip()
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     if text == "now":
@@ -109,7 +109,7 @@ def parse_time(value: str, *, now_ms: int | None = None) -> int:
         return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"bad time {value!r}: use epoch milliseconds, ISO-8601 (2026-11-21T07:30:00), now, or -10m/-2h/-1d"
+            f"bad time {value!r}: use epoch milliseconds, ISO-8601 (2026-11-21T07:30:00), now, or now-10m/now-2h/now-1d"
         ) from None
 
 
@@ -671,7 +671,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--key", "-k", required=True, help="the key to look up")
     p.add_argument("--begin", type=parse_time, metavar="TIME",
-                   help="earliest store time: epoch ms, ISO-8601 (local time), now, -10m/-2h/-1d")
+                   help="earliest store time: epoch ms, ISO-8601 (local time), now, now-10m/now-2h/now-1d")
     p.add_argument("--end", type=parse_time, metavar="TIME", help="latest store time (default now)")
     p.add_argument("--max", type=_positive_int, default=32, metavar="N", help="at most N messages (max 64)")
 

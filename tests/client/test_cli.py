@@ -177,6 +177,7 @@ def test_parse_time():
     assert parse_time("now", now_ms=now) == now
     assert parse_time("-10m", now_ms=now) == now - 600_000
     assert parse_time("-1.5h", now_ms=now) == now - 5_400_000
+    assert parse_time("now-1d", now_ms=now) == now - 86_400_000
     assert parse_time("2023-11-14T22:13:20+00:00") == now
 
 

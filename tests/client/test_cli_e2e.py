@@ -168,7 +168,7 @@ def test_query_and_view(cli):
     cli.ok("topic", "create", "Lookup")
     sent = cli.json("produce", "Lookup", "--body", "find me", "--keys", "order-42")
     cli.ok("produce", "Lookup", "--body", "other", "--keys", "order-43")
-    found = cli.json_lines("query", "Lookup", "--key", "order-42", "--begin", "-1h")
+    found = cli.json_lines("query", "Lookup", "--key", "order-42", "--begin", "now-1h")
     assert [m["body"] for m in found] == ["find me"]
     assert cli.json_lines("query", "Lookup", "--key", "order-42", "--begin", "1000", "--end", "2000") == []
     table = cli.ok("query", "Lookup", "--key", "order-42").stdout
