@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Sequence
 from operator import mul
 
 from store.mapped_file import MappedFile
@@ -31,6 +32,7 @@ _HASH_SLOT_COUNT = 32
 _INDEX_COUNT = 36
 
 _HEADER = struct.Struct(">qqqqii")
+_TAIL = struct.Struct(">qii")  # endPhyOffset, hashSlotCount, indexCount
 _ENTRY = struct.Struct(">iqii")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -70,22 +72,42 @@ def _unsigned_java_hash(s: str) -> int:
     return sum(map(mul, units, _rev_powers(len(units)))) & _MASK32
 
 
-_PREFIX_HASH: dict[str, tuple[int, int]] = {}
+_HEAD_UNITS = 16
+_HEAD_CACHE_MAX = 4096
+_HEAD_CACHE: dict[tuple[str, str], int] = {}
 
 
 def index_key_hash(topic: str, key: str) -> int:
     """``IndexFile.indexKeyHashMethod(topic + "#" + key)``: ``abs(hashCode)``, 0 for Integer.MIN_VALUE.
 
-    The hash of ``topic#`` is cached per topic and combined with the key's (``h(ab) = h(a)*31^len(b) +
-    h(b)``), because the reput thread hashes one or more keys for every message.
+    The reput thread hashes one or more keys per message, so ``h(ab) = h(a)*31^len(b) + h(b)`` is used to
+    cache the hash of ``topic#`` plus the key's first 16 characters: keys of one producer share that head
+    (uniq keys start with the producer's address and pid), leaving only the tail to hash.
     """
-    prefix = _PREFIX_HASH.get(topic)
-    if prefix is None:
-        p = topic + "#"
-        prefix = _PREFIX_HASH[topic] = (_unsigned_java_hash(p), len(p))
-    key_units = len(key) if key.isascii() else len(key.encode("utf-16-be", "surrogatepass")) // 2
-    h = (prefix[0] * _pow31(key_units) + _unsigned_java_hash(key)) & _MASK32
-    return _abs_hash(h)
+    if key.isascii():
+        n = len(key)
+        if n > _HEAD_UNITS:
+            cache_key = (topic, key[:_HEAD_UNITS])
+            tail = key[_HEAD_UNITS:]
+        else:
+            cache_key = (topic, key)
+            tail = ""
+        head = _HEAD_CACHE.get(cache_key)
+        if head is None:
+            if len(_HEAD_CACHE) >= _HEAD_CACHE_MAX:
+                _HEAD_CACHE.clear()
+            head = _HEAD_CACHE[cache_key] = _unsigned_java_hash(topic + "#" + cache_key[1])
+        if tail:
+            m = len(tail)
+            powers = _REV_POWERS.get(m) or _rev_powers(m)
+            h = (head * _POW31[m] + sum(map(mul, tail.encode("ascii"), powers))) & _MASK32
+        else:
+            h = head
+    else:
+        h = _unsigned_java_hash(topic + "#" + key)
+    if h & 0x80000000:  # Math.abs of a negative int; Integer.MIN_VALUE stays negative and RocketMQ uses 0
+        return 0 if h == 0x80000000 else (1 << 32) - h
+    return h
 
 
 def key_hash(full_key: str) -> int:
@@ -198,41 +220,63 @@ class IndexFile:
 
     def put_hash(self, key_hash_value: int, phy_offset: int, store_timestamp: int) -> bool:
         """``putKey`` with the key's index hash already computed (see ``index_key_hash``)."""
+        return self.put_hashes((key_hash_value,), 0, phy_offset, store_timestamp) == 1
+
+    def put_hashes(self, hashes: Sequence[int], start: int, phy_offset: int, store_timestamp: int) -> int:
+        """``putKey`` for ``hashes[start:]`` (the keys of one record); returns how far it got (``len(hashes)``
+        unless the file filled up first).
+
+        Entries and slots are written key by key; the header fields RocketMQ rewrites on every key are
+        written once at the end with the values they would have after the last key, so the bytes are the same.
+        """
         index_count = self.index_count
-        if index_count >= self.index_num:
-            return False
+        index_num = self.index_num
+        if index_count >= index_num or start >= len(hashes):
+            return start
         mm = self._mm
-        abs_slot_pos = INDEX_HEADER_SIZE + (key_hash_value % self.hash_slot_num) * HASH_SLOT_SIZE
-        slot_value = _I32.unpack_from(mm, abs_slot_pos)[0]
-        if slot_value <= INVALID_INDEX or slot_value > index_count:
-            slot_value = INVALID_INDEX
+        slots = self.hash_slot_num
+        entries_at = self._entries_at
         begin = self.begin_timestamp
+        first = (
+            index_count <= 1
+        )  # its timeDiff is measured from the (possibly seeded) begin, then it becomes the begin
+        if first:
+            self.begin_phy_offset = phy_offset
         if begin <= 0:
             time_diff = 0
-        else:
-            # Java long division truncates toward zero; negatives are clamped to 0 anyway.
+        else:  # Java long division truncates toward zero; negatives are clamped to 0 anyway
             delta = store_timestamp - begin
             time_diff = 0 if delta < 0 else min(INT_MAX, delta // 1000)
-        _ENTRY.pack_into(
-            mm,
-            self._entries_at + index_count * INDEX_ENTRY_SIZE,
-            key_hash_value,
-            phy_offset,
-            time_diff,
-            slot_value,
-        )
-        _I32.pack_into(mm, abs_slot_pos, index_count)
-        if index_count <= 1:
-            self._set_begin_phy_offset(phy_offset)
-            self._set_begin_timestamp(store_timestamp)
-        if slot_value == INVALID_INDEX:
-            self.hash_slot_count += 1
-            _I32.pack_into(mm, _HASH_SLOT_COUNT, self.hash_slot_count)
-        self.index_count = index_count + 1
-        _I32.pack_into(mm, _INDEX_COUNT, index_count + 1)
-        self._set_end_phy_offset(phy_offset)
-        self._set_end_timestamp(store_timestamp)
-        return True
+        slot_count = self.hash_slot_count
+        i = start
+        n = len(hashes)
+        unpack_slot = _I32.unpack_from
+        pack_slot = _I32.pack_into
+        pack_entry = _ENTRY.pack_into
+        while i < n and index_count < index_num:
+            h = hashes[i]
+            abs_slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
+            slot_value = unpack_slot(mm, abs_slot_pos)[0]
+            if slot_value <= INVALID_INDEX or slot_value > index_count:
+                slot_value = INVALID_INDEX
+                slot_count += 1
+            pack_entry(mm, entries_at + index_count * INDEX_ENTRY_SIZE, h, phy_offset, time_diff, slot_value)
+            pack_slot(mm, abs_slot_pos, index_count)
+            index_count += 1
+            if first:  # the begin timestamp is now this record's own: its later keys have timeDiff 0
+                time_diff = 0
+            i += 1
+        if first:
+            self.begin_timestamp = store_timestamp
+            _I64.pack_into(mm, _BEGIN_TIMESTAMP, store_timestamp)
+            _I64.pack_into(mm, _BEGIN_PHY_OFFSET, phy_offset)
+        self.hash_slot_count = slot_count
+        self.index_count = index_count
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        _I64.pack_into(mm, _END_TIMESTAMP, store_timestamp)
+        _TAIL.pack_into(mm, _END_PHY_OFFSET, phy_offset, slot_count, index_count)
+        return i
 
     # ------------------------------------------------------------------ reads
     def is_time_matched(self, begin: int, end: int) -> bool:

@@ -135,20 +135,17 @@ class IndexService:
         if (req.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return
         topic = req.topic
-        ts = req.store_timestamp
-        if req.uniq_key is not None:
-            f = self._put(f, index_key_hash(topic, req.uniq_key), offset, ts)
+        hashes = [index_key_hash(topic, req.uniq_key)] if req.uniq_key is not None else []
         keys = req.keys
         if keys:
-            for key in keys.split(" "):
-                if key:
-                    f = self._put(f, index_key_hash(topic, key), offset, ts)
-
-    def _put(self, f: IndexFile, key_hash_value: int, offset: int, ts: int) -> IndexFile:
-        while not f.put_hash(key_hash_value, offset, ts):
+            hashes.extend(index_key_hash(topic, key) for key in keys.split(" ") if key)
+        if not hashes:
+            return
+        done = f.put_hashes(hashes, 0, offset, req.store_timestamp)
+        while done < len(hashes):
             log.info("index file %s is full, creating the next one", f.file_name)
             f = self.get_and_create_last_index_file()
-        return f
+            done = f.put_hashes(hashes, done, offset, req.store_timestamp)
 
     def get_and_create_last_index_file(self) -> IndexFile:
         """The newest file if it has room, else a new one seeded with the full file's end values."""

@@ -1,0 +1,324 @@
+"""ReputMessageService: tails the commit log and builds consume queues and the index (FORMATS.md §9).
+
+One thread per store. It reads records (without their bodies) from ``reput_from_offset`` up to the
+*confirm offset* — the whole log on a single node, the Raft-committed end once replication drives it
+(contract 2: nothing uncommitted reaches a consumer) — and dispatches each one: NOT and COMMIT records to
+their consume queue, every record except ROLLBACK to the index. Arrival listeners (long polling) hear
+once per (topic, queue) per batch, with the queue's new max offset. The writer calls ``notify()`` after
+it appends; the thread sleeps on a condition otherwise, so idle costs nothing and new data is picked up
+at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from store.consume_queue import ConsumeQueue, ConsumeQueueTable
+from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from store.index_service import IndexService
+from store.message import MESSAGE_MAGIC_CODE
+
+log = logging.getLogger("store.reput")
+
+ArrivalListener = Callable[[str, int, int], None]
+
+_CQ_TYPES = (0, TRANSACTION_COMMIT_TYPE)  # TRANSACTION_NOT_TYPE and TRANSACTION_COMMIT_TYPE
+_SIZE_MAGIC = struct.Struct(">ii")
+_STOP_NONE = ""
+_STOP_BAD = "bad record"  # corrupt data: stays stopped there until the log is truncated
+_STOP_ERROR = "write error"  # disk trouble: retried after retry_wait_ms
+
+
+def _incomplete(view: memoryview, pos: int, end: int, can_grow: bool) -> bool:
+    """True when the bytes at ``pos`` may start a record that continues past ``end`` (the readable limit)."""
+    if not can_grow:  # the view reaches the end of its segment: nothing more will appear
+        return False
+    if end - pos < 8:
+        return True
+    total, magic = _SIZE_MAGIC.unpack_from(view, pos)
+    return magic == MESSAGE_MAGIC_CODE and total > end - pos
+
+
+class ReputMessageService:
+    """Dispatches committed commit-log records; see the module docstring.
+
+    ``commit_log`` is the store's ``CommitLog`` (``min_offset``, ``max_offset``, ``get_data``,
+    ``roll_next_file``, ``check_message_and_return_size``). ``checkpoint`` (optional) gets
+    ``logics_msg_timestamp`` = the store time of the last record written to a consume queue.
+    """
+
+    def __init__(
+        self,
+        commit_log: Any,
+        consume_queues: ConsumeQueueTable,
+        index_service: IndexService | None,
+        *,
+        reput_from_offset: int = 0,
+        checkpoint: Any = None,
+        batch_bytes: int = 4 << 20,
+        idle_wait_ms: int = 100,
+        retry_wait_ms: int = 1000,
+    ) -> None:
+        self.commit_log = commit_log
+        self.consume_queues = consume_queues
+        self.index_service = index_service
+        self.checkpoint = checkpoint
+        self.reput_from_offset = reput_from_offset
+        self.batch_bytes = batch_bytes
+        self.idle_wait_ms = idle_wait_ms
+        self.retry_wait_ms = retry_wait_ms
+        self._confirm_offset: int | None = None
+        self._listeners: list[ArrivalListener] = []
+        self._pass_lock = threading.RLock()  # one pass at a time; held by paused()
+        self._wakeup = threading.Condition()
+        self._pending = False
+        self._progress = threading.Condition()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._bad_offset = -1  # where a corrupt record stopped dispatch (logged once)
+        self.dispatched_messages = 0
+        self.last_error = ""
+        self.last_stop = _STOP_NONE  # why the last pass stopped short of the limit ("" if it did not)
+
+    # ------------------------------------------------------------------ confirm offset
+    @property
+    def confirm_offset(self) -> int | None:
+        """Dispatch stops here; None means the end of the commit log (single node)."""
+        return self._confirm_offset
+
+    @confirm_offset.setter
+    def confirm_offset(self, offset: int | None) -> None:
+        self._confirm_offset = offset
+        self.notify()
+
+    def _limit(self) -> int:
+        end = self.commit_log.max_offset
+        confirm = self._confirm_offset
+        return end if confirm is None else min(end, confirm)
+
+    def dispatch_behind_bytes(self) -> int:
+        """Bytes that may be dispatched but are not yet (``dispatchBehindBytes``)."""
+        return max(0, self._limit() - self.reput_from_offset)
+
+    # ------------------------------------------------------------------ listeners and wake-ups
+    def add_arrival_listener(self, fn: ArrivalListener) -> None:
+        """``fn(topic, queue_id, max_offset)`` runs on the reput thread once per queue per batch: keep it short."""
+        self._listeners = [*self._listeners, fn]
+
+    def remove_arrival_listener(self, fn: ArrivalListener) -> None:
+        self._listeners = [f for f in self._listeners if f is not fn]
+
+    def notify(self) -> None:
+        """New data may be dispatchable (called by the writer after an append, or when the confirm offset moves)."""
+        with self._wakeup:
+            self._pending = True
+            self._wakeup.notify()
+
+    def wait_dispatched(self, offset: int | None = None, timeout: float | None = None) -> bool:
+        """Block until everything up to ``offset`` (default: the current limit) is dispatched."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._progress:
+            while True:
+                target = self._limit() if offset is None else offset
+                if self.reput_from_offset >= target:
+                    return True
+                if self._thread is None:  # nobody is dispatching
+                    return False
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._progress.wait(remaining if remaining is not None else 1.0)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold dispatch (no pass runs) while the caller truncates or resets offsets."""
+        with self._pass_lock:
+            yield
+        self.notify()
+
+    # ------------------------------------------------------------------ the pass
+    def do_reput(self) -> int:
+        """Dispatch everything currently dispatchable; returns the number of messages dispatched."""
+        with self._pass_lock:
+            return self._do_reput()
+
+    def _do_reput(self) -> int:
+        cl = self.commit_log
+        min_offset = cl.min_offset
+        if self.reput_from_offset < min_offset:
+            log.warning(
+                "reput offset %d is below the commit log's minimum; jumping to %d",
+                self.reput_from_offset,
+                min_offset,
+            )
+            self.reput_from_offset = min_offset
+        total = 0
+        self.last_stop = _STOP_NONE
+        arrivals: dict[tuple[str, int], int] = {}
+        batch_start = self.reput_from_offset
+        last_cq_ts = 0
+        while not self._stopped.is_set():
+            limit = self._limit()
+            offset = self.reput_from_offset
+            if offset >= limit:
+                break
+            view = cl.get_data(offset, limit)
+            if view is None:
+                break
+            try:
+                budget = max(1, self.batch_bytes - (offset - batch_start))
+                count, new_offset, cq_ts, stop = self._dispatch_view(view, offset, budget, arrivals)
+            finally:
+                view.release()
+            self.reput_from_offset = new_offset
+            total += count
+            last_cq_ts = cq_ts or last_cq_ts
+            if stop != _STOP_NONE or new_offset == offset:
+                self.last_stop = stop
+                break
+            if new_offset - batch_start >= self.batch_bytes:  # a long backlog: tell waiters as we go
+                self._finish_batch(arrivals, last_cq_ts)
+                arrivals, batch_start, last_cq_ts = {}, new_offset, 0
+        self._finish_batch(arrivals, last_cq_ts)
+        self.dispatched_messages += total
+        return total
+
+    def _dispatch_view(
+        self, view: memoryview, start: int, budget: int, arrivals: dict[tuple[str, int], int]
+    ) -> tuple[int, int, int, str]:
+        """Dispatch about ``budget`` bytes of the records in ``view`` (commit-log bytes from ``start``),
+        recording each queue's new max offset in ``arrivals``.
+
+        Returns ``(messages, next offset, store time of the last CQ write or 0, stop reason)``.
+        """
+        check = self.commit_log.check_message_and_return_size
+        index = self.index_service
+        build_index = index.build_index if index is not None else None
+        queues: dict[tuple[str, int], ConsumeQueue] = {}
+        find_queue = self.consume_queues.find_or_create
+        last_cq_ts = 0
+        count = 0
+        pos = 0
+        end = len(view)
+        batch_end = min(end, budget)
+        while pos < batch_end:
+            dr = check(view, pos, end, False)
+            size = dr.msg_size
+            if dr.success:
+                if size == 0:  # end-of-file blank record: continue at the next segment
+                    return count, self.commit_log.roll_next_file(start + pos), last_cq_ts, _STOP_NONE
+                if (dr.sys_flag & TRANSACTION_TYPE_MASK) in _CQ_TYPES:
+                    key = (dr.topic, dr.queue_id)
+                    cq = queues.get(key)
+                    if cq is None:
+                        cq = queues[key] = find_queue(dr.topic, dr.queue_id)
+                    try:
+                        ok = cq.put_message_position_info(
+                            dr.commit_log_offset, size, dr.tags_code, dr.consume_queue_offset
+                        )
+                    except OSError as e:
+                        ok = False
+                        self.last_error = f"consume queue {key[0]}-{key[1]}: {e}"
+                    if not ok:  # disk trouble: this record is dispatched again later
+                        log.error(
+                            "reput: cannot write consume queue %s-%d at commit-log offset %d: %s",
+                            key[0],
+                            key[1],
+                            start + pos,
+                            self.last_error,
+                        )
+                        return count, start + pos, last_cq_ts, _STOP_ERROR
+                    last_cq_ts = dr.store_timestamp
+                    arrivals[key] = dr.consume_queue_offset + 1
+                if build_index is not None:
+                    try:
+                        build_index(dr)
+                    except OSError as e:
+                        self.last_error = f"index: {e}"
+                        log.error("reput: cannot write the index at commit-log offset %d: %s", start + pos, e)
+                        return count, start + pos, last_cq_ts, _STOP_ERROR
+                count += 1
+                pos += size
+            elif size > 0:
+                log.error(
+                    "reput: record at commit-log offset %d has a wrong length (%s); skipping %d bytes",
+                    start + pos,
+                    dr.reason,
+                    size,
+                )
+                pos += size
+            elif _incomplete(view, pos, end, (start + end) % self.commit_log.file_size != 0):
+                break  # the rest of this record is not readable yet (below the limit): wait for it
+            else:
+                bad = start + pos
+                if bad != self._bad_offset:
+                    self._bad_offset = bad
+                    self.last_error = f"unreadable record at commit-log offset {bad}: {dr.reason}"
+                    log.error("reput: %s; dispatch stops there", self.last_error)
+                return count, bad, last_cq_ts, _STOP_BAD
+        return count, start + pos, last_cq_ts, _STOP_NONE
+
+    def _finish_batch(self, arrivals: dict[tuple[str, int], int], last_cq_ts: int) -> None:
+        """Publish a batch: checkpoint time, progress waiters, then one arrival call per queue."""
+        if last_cq_ts and self.checkpoint is not None:
+            self.checkpoint.logics_msg_timestamp = last_cq_ts
+        with self._progress:
+            self._progress.notify_all()
+        listeners = self._listeners
+        if not listeners or not arrivals:
+            return
+        for (topic, queue_id), max_offset in arrivals.items():
+            for fn in listeners:
+                try:
+                    fn(topic, queue_id, max_offset)
+                except Exception:
+                    log.exception("arrival listener %r failed for %s-%d", fn, topic, queue_id)
+
+    # ------------------------------------------------------------------ thread
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            with self._wakeup:
+                if not self._pending:
+                    self._wakeup.wait(self.idle_wait_ms / 1000.0)
+                self._pending = False
+            if self._stopped.is_set():
+                break
+            try:
+                self.do_reput()
+            except Exception as e:  # keep the thread alive; the offset did not move past the failure
+                self.last_error = f"{type(e).__name__}: {e}"
+                self.last_stop = _STOP_ERROR
+                log.exception("reput pass failed at offset %d", self.reput_from_offset)
+            if self.last_stop == _STOP_ERROR:
+                self._stopped.wait(self.retry_wait_ms / 1000.0)  # disk trouble: retry later, do not spin
+
+    def shutdown(self, drain_timeout: float = 5.0) -> None:
+        """Let dispatch catch up (bounded by ``drain_timeout`` seconds), then stop the thread."""
+        if self._thread is None:
+            return
+        if drain_timeout > 0:
+            self.notify()
+            self.wait_dispatched(timeout=drain_timeout)
+        self._stopped.set()
+        self.notify()
+        self._thread.join()
+        self._thread = None
+        with self._progress:
+            self._progress.notify_all()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None

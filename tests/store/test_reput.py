@@ -1,0 +1,228 @@
+"""ReputMessageService over a real CommitLog: dispatch rules, confirm offset, listeners, bad data, threading."""
+
+import struct
+import threading
+
+import pytest
+
+from store.checkpoint import StoreCheckpoint
+from store.commit_log import CommitLog
+from store.config import StoreConfig
+from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from store.index_service import IndexService
+from store.java import java_string_hash
+from store.message import Message, decode_record
+from store.reput import ReputMessageService
+
+T0 = 1_700_000_000_000
+HOST = ("127.0.0.1", 10911)
+
+
+class Store:
+    """The pieces reput connects: a commit log, the consume-queue table and the index."""
+
+    def __init__(self, tmp_path, **overrides):
+        cfg = dict(
+            root_dir=str(tmp_path),
+            mapped_file_size_commit_log=4096,
+            mapped_file_size_consume_queue=4 * 20,
+            max_hash_slot_num=4,
+            max_index_num=6,
+            preallocate=False,
+        )
+        cfg.update(overrides)
+        self.cfg = StoreConfig(**cfg)
+        self.checkpoint = StoreCheckpoint(self.cfg.checkpoint_path)
+        self.commit_log = CommitLog(self.cfg, self.checkpoint)
+        self.commit_log.load()
+        self.cqs = ConsumeQueueTable.from_config(self.cfg)
+        self.index = IndexService.from_config(self.cfg, self.checkpoint)
+        self.reput = ReputMessageService(self.commit_log, self.cqs, self.index, checkpoint=self.checkpoint)
+        self.ts = T0
+
+    def put(self, *msgs):
+        self.ts += 1000
+        batch = self.commit_log.encode_batch(list(msgs), self.ts, HOST, "DefaultCluster")
+        results = self.commit_log.apply_batch(batch)
+        self.reput.notify()
+        return results
+
+    def close(self):
+        self.reput.shutdown()
+        self.index.close()
+        self.cqs.close()
+        self.commit_log.close()
+        self.checkpoint.shutdown()
+
+
+def msg(topic="T", qid=0, tags=None, keys=None, body=b"x" * 300, sys_flag=0):
+    props = {}
+    if tags:
+        props["TAGS"] = tags
+    if keys:
+        props["KEYS"] = keys
+    return Message(
+        topic=topic, queue_id=qid, body=body, properties=props, sys_flag=sys_flag, born_timestamp=T0
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path)
+    yield s
+    s.close()
+
+
+def test_dispatch_across_segment_rolls_builds_queues_and_index(store):
+    results = []
+    for i in range(30):
+        results += store.put(msg(qid=i % 2, tags=f"tag{i % 3}", keys=f"k{i} common"))
+    assert len(store.commit_log.mapped_file_queue.mapped_files) > 2  # blank records and rolls were crossed
+    assert store.reput.do_reput() == 30
+    assert store.reput.dispatch_behind_bytes() == 0
+    for qid in (0, 1):
+        cq = store.cqs.get("T", qid)
+        units = cq.read_units(0, 100)
+        expected = [r for r in results if r.queue_id == qid]
+        assert [(u[0], u[1]) for u in units] == [(r.physical_offset, r.wrote_bytes) for r in expected]
+        assert [u[2] for u in units] == [java_string_hash(f"tag{i % 3}") for i in range(qid, 30, 2)]
+        assert cq.get_max_offset_in_queue() == 15
+    hit = store.index.query_offset("T", "k7", 10, 0, 2**62).phy_offsets
+    assert hit == [results[7].physical_offset]
+    uniq = decode_record(
+        store.commit_log.get_message(results[3].physical_offset, results[3].wrote_bytes)
+    ).message.uniq_key
+    assert store.index.query_offset("T", uniq, 10, 0, 2**62).phy_offsets == [results[3].physical_offset]
+    assert len(store.index.query_offset("T", "common", 64, 0, 2**62).phy_offsets) == 30
+    assert store.checkpoint.logics_msg_timestamp == store.ts
+
+
+def test_transaction_types(store):
+    store.put(msg(keys="prep", sys_flag=TRANSACTION_PREPARED_TYPE))
+    store.put(msg(keys="roll", sys_flag=TRANSACTION_ROLLBACK_TYPE))
+    commit = store.put(msg(keys="comm", sys_flag=TRANSACTION_COMMIT_TYPE))[0]
+    plain = store.put(msg(keys="plain"))[0]
+    store.reput.do_reput()
+    units = store.cqs.get("T", 0).read_units(0, 10)
+    assert [u[0] for u in units] == [commit.physical_offset, plain.physical_offset]
+    q = store.index.query_offset
+    assert q("T", "prep", 5, 0, 2**62).phy_offsets != []
+    assert q("T", "roll", 5, 0, 2**62).phy_offsets == []
+    assert q("T", "comm", 5, 0, 2**62).phy_offsets == [commit.physical_offset]
+
+
+def test_confirm_offset_bounds_dispatch(store):
+    rs = [store.put(msg(keys=f"k{i}"))[0] for i in range(6)]
+    store.reput.confirm_offset = rs[3].physical_offset  # only records 0..2 are committed
+    assert store.reput.do_reput() == 3
+    assert store.cqs.get("T", 0).get_max_offset_in_queue() == 3
+    assert store.reput.dispatch_behind_bytes() == 0
+    assert store.index.query_offset("T", "k3", 5, 0, 2**62).phy_offsets == []
+    store.reput.confirm_offset = rs[5].physical_offset + rs[5].wrote_bytes
+    assert store.reput.dispatch_behind_bytes() == 3 * rs[5].wrote_bytes
+    assert store.reput.do_reput() == 3
+    store.reput.confirm_offset = None  # single node: the whole log
+    assert store.reput.dispatch_behind_bytes() == 0
+
+
+def test_listeners_hear_once_per_queue_per_pass_with_the_new_max(store):
+    heard = []
+    store.reput.add_arrival_listener(lambda t, q, m: heard.append((t, q, m)))
+    store.reput.add_arrival_listener(lambda t, q, m: 1 / 0)  # a failing listener harms nobody
+    for _ in range(5):
+        store.put(msg(qid=0), msg(qid=0), msg(topic="U", qid=3))
+    store.reput.do_reput()
+    assert sorted(heard) == [("T", 0, 10), ("U", 3, 5)]
+    heard.clear()
+    store.put(msg(topic="U", qid=3))
+    store.reput.do_reput()
+    assert heard == [("U", 3, 6)]
+
+
+def test_redispatch_is_idempotent(store):
+    for i in range(12):
+        store.put(msg(keys=f"k{i}"))
+    store.reput.do_reput()
+    before = store.cqs.get("T", 0).read_units(0, 100)
+    entries = sum(f.index_count - 1 for f in store.index.index_files)
+    store.reput.reput_from_offset = 0  # as after an abnormal restart
+    assert store.reput.do_reput() == 12
+    assert store.cqs.get("T", 0).read_units(0, 100) == before
+    assert sum(f.index_count - 1 for f in store.index.index_files) == entries
+
+
+def _corrupt(store, phy, rel, data):
+    mf = store.commit_log.mapped_file_queue.find_mapped_file_by_offset(phy)
+    mf.write_at(phy - mf.file_from_offset + rel, data)
+
+
+def test_length_mismatch_is_skipped(store):
+    rs = [store.put(msg(keys=f"k{i}"))[0] for i in range(3)]
+    # the properties length no longer adds up to TOTALSIZE: RocketMQ's reput skips the record
+    raw = store.commit_log.get_message(rs[1].physical_offset, rs[1].wrote_bytes)
+    rec = decode_record(raw).message
+    props_bytes = len("\x02".join(f"{k}\x01{v}" for k, v in rec.properties.items()).encode())
+    props_len_at = rs[1].wrote_bytes - props_bytes - 2
+    assert struct.unpack_from(">h", raw, props_len_at)[0] == props_bytes
+    _corrupt(store, rs[1].physical_offset, props_len_at, struct.pack(">h", props_bytes - 1))
+    assert store.reput.do_reput() == 2
+    units = store.cqs.get("T", 0).read_units(0, 10)
+    # queue offset 1 is a hole: a blank unit keeps offset 2 in its place
+    assert units == [
+        (rs[0].physical_offset, rs[0].wrote_bytes, 0),
+        (0, BLANK_UNIT_SIZE, 0),
+        (rs[2].physical_offset, rs[2].wrote_bytes, 0),
+    ]
+    assert store.reput.dispatch_behind_bytes() == 0
+
+
+def test_bad_record_stops_dispatch_there(store):
+    rs = [store.put(msg(keys=f"k{i}"))[0] for i in range(4)]
+    _corrupt(store, rs[2].physical_offset, 4, b"\x00\x00\x00\x01")  # bad magic
+    assert store.reput.do_reput() == 2
+    assert store.reput.reput_from_offset == rs[2].physical_offset
+    assert store.reput.last_stop == "bad record"
+    assert str(rs[2].physical_offset) in store.reput.last_error
+    assert store.reput.dispatch_behind_bytes() > 0
+    assert store.reput.do_reput() == 0  # stays there, no spinning through garbage
+
+
+def test_reput_offset_below_the_commit_log_minimum_jumps(store):
+    for _ in range(40):
+        store.put(msg())
+    mfq = store.commit_log.mapped_file_queue
+    first = mfq.mapped_files[0]
+    mfq.delete_expired_file_by_time(0, 0, 0, True)  # retention removed the oldest segments
+    assert mfq.get_min_offset() > first.file_from_offset
+    n = store.reput.do_reput()
+    assert store.reput.reput_from_offset == store.commit_log.max_offset
+    assert 0 < n < 40
+
+
+def test_thread_wakes_on_notify_and_drains_on_shutdown(tmp_path):
+    s = Store(tmp_path)
+    got = threading.Event()
+    s.reput.add_arrival_listener(lambda t, q, m: got.set() if m == 3 else None)
+    s.reput.start()
+    try:
+        s.put(msg(), msg(), msg())
+        assert got.wait(10)
+        assert s.reput.wait_dispatched(timeout=10)
+        for _ in range(5):
+            s.put(msg())
+    finally:
+        s.close()  # shutdown drains what was written before stopping
+    assert s.cqs.get("T", 0).get_max_offset_in_queue() == 8
+
+
+def test_paused_holds_dispatch(tmp_path):
+    s = Store(tmp_path)
+    s.reput.start()
+    try:
+        with s.reput.paused():
+            s.put(msg())
+            assert not s.reput.wait_dispatched(timeout=0.2)
+        assert s.reput.wait_dispatched(timeout=10)
+    finally:
+        s.close()
