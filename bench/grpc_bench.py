@@ -113,8 +113,9 @@ async def pull_all(address: str, topic: str, concurrency: int) -> dict:
 
 def store_put(size: int, batch: int, seconds: float) -> dict:
     """Direct MessageStore.put_messages in this process (no gRPC, no write path), same record shape."""
-    from store import MessageStore, StoreConfig
+    from store import StoreConfig
     from store.message import Message
+    from store.message_store import MessageStore
 
     body = os.urandom(size)
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-store-") as d:

@@ -191,7 +191,7 @@ class Broker:
         cfg = self.config
         log.info("node %s: opening store %s", cfg.node.id, cfg.node.data_dir)
         self._phase = "recovering the store"
-        from store import MessageStore
+        from store.message_store import MessageStore
 
         self.store = MessageStore(self.store_config)
         await self.run_blocking(self.store.open)

@@ -290,6 +290,8 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]], problems: list[str]) -> N
             if key not in names:
                 problems.append(f"{origin}: unknown key {where}{_suggest(key, names)}")
                 continue
+            if where == "kubernetes.role_label" and isinstance(value, bool):
+                value = "true" if value else "false"  # YAML reads an unquoted true/false as a boolean
             setattr(obj, key, _coerce(f"{origin}: {where}", value, getattr(obj, key), problems))
     _build_store(cfg, raw.get("store", {}), problems)
     _check(cfg, problems)
@@ -361,8 +363,6 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     _check_address("cluster.raft_address", c.raft_address, problems, allow_empty=True)
     _check_members(cfg, problems)
     role = cfg.kubernetes.role_label
-    if isinstance(role, bool):
-        cfg.kubernetes.role_label = role = "true" if role else "false"
     if role not in ("auto", "true", "false"):
         problems.append(f"kubernetes.role_label: {role!r} is not one of auto, true, false")
 

@@ -117,7 +117,7 @@ def _host(addr: tuple[str, int]) -> str:
 def check_put_results(results: list) -> None:
     """Every PutResult must be PUT_OK; anything else fails the call with what the status means."""
     for r in results:
-        status = r.status.name
+        status = r.status.name if getattr(r, "status", None) is not None else "PUT_OK"  # AppendResult: stored
         if status == "PUT_OK":
             continue
         code = grpc.StatusCode
@@ -131,8 +131,9 @@ def check_put_results(results: list) -> None:
         raise RpcError(code.INTERNAL, f"{status}: the store could not write the message (see the node log)")
 
 
-def send_result(r, topic: str, note: str = "") -> pb.SendResult:
-    return pb.SendResult(msg_id=r.msg_id, uniq_key=r.uniq_key or "", topic=topic,
+def send_result(r, msg: Message, note: str = "") -> pb.SendResult:
+    """``r``: the store's PutResult or AppendResult for ``msg``."""
+    return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
                          queue_id=r.queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
                          store_timestamp=r.store_timestamp, note=note)
 
@@ -169,7 +170,7 @@ def pull_response(got, offset: int) -> pb.PullMessageResponse | None:
         found, nxt = pb.OFFSET_OVERFLOW, got.max_offset
     elif status == "OFFSET_TOO_SMALL":
         found, nxt = pb.OFFSET_TOO_SMALL, got.min_offset
-    elif status == "OFFSET_FOUND_NULL":
+    elif status in ("OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"):
         found = pb.OFFSET_MOVED
     else:
         raise RpcError(grpc.StatusCode.INTERNAL, f"unexpected store status {status} for a pull")

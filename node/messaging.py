@@ -41,17 +41,18 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ produce
     @rpc_handler("SendMessage")
     async def SendMessage(self, request: pb.SendMessageRequest, context) -> pb.SendMessageResponse:  # noqa: N802
-        results, note = await self._send([request.message], context)
-        return pb.SendMessageResponse(result=convert.send_result(results[0], request.message.topic, note))
+        msgs, results, note = await self._send([request.message], context)
+        return pb.SendMessageResponse(result=convert.send_result(results[0], msgs[0], note))
 
     @rpc_handler("SendBatch")
     async def SendBatch(self, request: pb.SendBatchRequest, context) -> pb.SendBatchResponse:  # noqa: N802
         if not request.messages:
             raise invalid("the batch is empty; put at least one message in SendBatchRequest.messages")
-        results, note = await self._send(list(request.messages), context)
-        return pb.SendBatchResponse(results=[convert.send_result(r, request.messages[0].topic, note) for r in results])
+        msgs, results, note = await self._send(list(request.messages), context)
+        return pb.SendBatchResponse(results=[convert.send_result(r, m, note) for r, m in zip(results, msgs, strict=True)])
 
-    async def _send(self, messages: list[pb.Message], context) -> tuple[list, str]:
+    async def _send(self, messages: list[pb.Message], context) -> tuple[list, list, str]:
+        """Store messages, their results, and a note; raises for anything that was not stored."""
         node = self.node
         topic = messages[0].topic
         for m in messages[1:]:
@@ -67,7 +68,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         node.metrics.put_latency.observe(time.perf_counter() - t0)
         convert.check_put_results(results)
         node.metrics.record_put(topic, len(msgs), sum(len(m.body) for m in messages))
-        return results, note
+        return msgs, results, note
 
     def _queue_for(self, cfg, messages: list[pb.Message]) -> int:
         """The request's queue (all messages must agree) or the next writable queue, round robin."""
@@ -75,7 +76,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         chosen = {m.queue_id for m in messages if m.HasField("queue_id")}
         if len(chosen) > 1:
             raise invalid(f"a batch goes to one queue; found queue ids {sorted(chosen)} - send separate batches")
-        if len(chosen) == 1 and len(chosen) != len(messages) and len(messages) > 1:
+        if chosen and sum(m.HasField("queue_id") for m in messages) != len(messages):
             raise invalid("set queue_id on every message of the batch or on none (then the broker picks one)")
         if chosen:
             qid = chosen.pop()

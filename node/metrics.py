@@ -92,8 +92,6 @@ class BrokerMetrics:
 # store.stats() keys with a RocketMQ 5 name; every other numeric key is exported as raftmq_store_<key>.
 _ROCKETMQ_NAMES = {
     "dispatch_behind_bytes": ("rocketmq_storage_dispatch_behind_bytes", "Commit-log bytes not yet dispatched"),
-    "flush_behind_bytes": ("rocketmq_storage_flush_behind_bytes", "Commit-log bytes written but not yet flushed"),
-    "commit_log_size": ("rocketmq_storage_size", "Bytes of commit log kept on disk"),
     "commit_log_min_offset": ("raftmq_commitlog_min_offset", "Physical offset of the oldest commit-log byte kept"),
     "commit_log_max_offset": ("raftmq_commitlog_max_offset", "Physical offset where the next record goes"),
 }
@@ -120,6 +118,13 @@ class StoreCollector(Collector):
             stats = self._stats()
         except Exception:  # store not open yet (starting) or already closed (stopping)
             return
+        lo, hi = stats.get("commit_log_min_offset"), stats.get("commit_log_max_offset")
+        if isinstance(lo, int) and isinstance(hi, int):
+            yield self._gauge("rocketmq_storage_size", "Bytes of commit log kept (max - min offset)", hi - lo)
+            flushed = stats.get("commit_log_flushed_offset")
+            if isinstance(flushed, int):
+                yield self._gauge("rocketmq_storage_flush_behind_bytes", "Commit-log bytes not yet flushed",
+                                  max(0, hi - flushed))
         for key, value in sorted(stats.items()):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue

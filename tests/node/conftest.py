@@ -45,8 +45,15 @@ class Api:
         return self.msg.SendMessage(pb.SendMessageRequest(message=m), timeout=10).result
 
     def pull(self, topic: str, queue_id: int = 0, offset: int = 0, **fields) -> pb.PullMessageResponse:
+        """Pull; by default long-polls 10 s, since an acknowledged message reaches its queue asynchronously."""
+        fields.setdefault("long_poll_timeout_ms", 10_000)
         return self.msg.PullMessage(pb.PullMessageRequest(topic=topic, queue_id=queue_id, offset=offset, **fields),
                                     timeout=30)
+
+    def settle(self, topic: str, queue_id: int, count: int) -> None:
+        """Wait until the first ``count`` messages of a queue are dispatched (consume queue and index)."""
+        r = self.pull(topic, queue_id, count - 1, max_count=1)
+        assert r.status == pb.FOUND, r
 
 
 @pytest.fixture

@@ -72,6 +72,13 @@ def test_store_values_are_type_checked_and_validated(tmp_path):
     assert "mapped_file_size_commit_log" in e.value.problems[0]
 
 
+def test_unquoted_booleans_for_role_label():
+    assert load_config(None, environ={"RAFTMQ_KUBERNETES_ROLE_LABEL": "false"}).kubernetes.role_label == "false"
+    assert load_config(None, environ={}, assignments=["kubernetes.role_label=true"]).kubernetes.role_label == "true"
+    with pytest.raises(ConfigError):
+        load_config(None, environ={}, assignments=["kubernetes.role_label=sometimes"])
+
+
 def test_members_must_include_this_node():
     with pytest.raises(ConfigError) as e:
         load_config(None, environ={}, assignments=['cluster.members=[{id: a, raft: "h:1", grpc: "h:2"}]'])
