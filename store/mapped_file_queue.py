@@ -210,6 +210,10 @@ class MappedFileQueue:
             self._remove_front(mf)
         return len(doomed)
 
+    def delete_first_mapped_file(self, mf: MappedFile) -> None:
+        """Remove ``mf`` (the oldest segment) from the queue and delete it; retention decides which and when."""
+        self._remove_front(mf)
+
     def _remove_front(self, mf: MappedFile) -> None:
         with self._lock:
             self.mapped_files = [f for f in self.mapped_files if f is not mf]
