@@ -24,6 +24,7 @@ Batch frame v1 (big-endian)::
 
 from __future__ import annotations
 
+import enum
 import logging
 import struct
 import threading
@@ -45,7 +46,6 @@ from store.errors import (
     OffsetMismatchError,
     PropertiesSizeExceededError,
 )
-from store.java import masked_crc32
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
@@ -53,6 +53,9 @@ from store.message import (
     BORNHOST_V6_FLAG,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_CLUSTER,
+    PROPERTY_SEPARATOR,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     QUEUE_OFFSET_POSITION,
     RECORD_FIXED_PART,
@@ -60,12 +63,13 @@ from store.message import (
     SYSFLAG_POSITION,
     Message,
     UniqKeyGenerator,
-    broker_properties_string,
+    broker_order,
     check_properties,
     check_topic,
     decode_dispatch,
     host_to_bytes,
     parse_delay_levels,
+    properties_without_wait,
 )
 
 log = logging.getLogger("store.commit_log")
@@ -89,30 +93,48 @@ _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 
 
+class PutStatus(enum.Enum):
+    """RocketMQ ``PutMessageStatus`` (the ones this store produces)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but the fsync did not finish in sync_flush_timeout
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
 class AppendResult:
-    """Where one record landed: offsets are final once ``apply_batch`` returns."""
+    """Where one record landed (offsets are final once the apply returns); also the facade's ``PutResult``.
+
+    ``status`` and ``uniq_key`` are filled by ``MessageStore.put_messages``; after ``apply_batch`` they are
+    PUT_OK and None (the leader knows the uniq keys of the messages it encoded).
+    """
 
     __slots__ = ("physical_offset", "queue_offset", "wrote_bytes", "store_timestamp", "topic", "queue_id",
-                 "_host")
+                 "_host", "status", "uniq_key")
 
     def __init__(self, physical_offset: int, queue_offset: int, wrote_bytes: int, store_timestamp: int,
-                 topic: str, queue_id: int, host: bytes) -> None:
+                 topic: str, queue_id: int, host: str) -> None:
         self.physical_offset = physical_offset
         self.queue_offset = queue_offset
         self.wrote_bytes = wrote_bytes
         self.store_timestamp = store_timestamp
         self.topic = topic
         self.queue_id = queue_id
-        self._host = host  # store ip + port bytes: the msgId prefix
+        self._host = host  # upper-case hex of store ip + port: the msgId prefix
+        self.status = PutStatus.PUT_OK
+        self.uniq_key: str | None = None
 
     @property
     def msg_id(self) -> str:
         """Offset msgId: STOREHOST + physical offset, upper-case hex."""
-        return (self._host + _I64.pack(self.physical_offset)).hex().upper()
+        return f"{self._host}{self.physical_offset:016X}"
 
     def __repr__(self) -> str:
-        return (f"AppendResult({self.topic}-{self.queue_id} qo={self.queue_offset} "
-                f"phy={self.physical_offset} size={self.wrote_bytes})")
+        return (f"PutResult({self.status.name} {self.topic}-{self.queue_id} qo={self.queue_offset} "
+                f"phy={self.physical_offset} size={self.wrote_bytes} id={self.msg_id} uniq={self.uniq_key})")
 
 
 class DecodedBatch:
@@ -129,6 +151,11 @@ class DecodedBatch:
         self.key_refs = key_refs
         self.payload = payload
         self.flags = flags
+
+
+def store_port_of(host: bytes) -> int:
+    """Port of a msgId host prefix (ip bytes + i32 port)."""
+    return _I32.unpack_from(host, len(host) - 4)[0]
 
 
 def roll_next_file(offset: int, file_size: int) -> int:
@@ -150,7 +177,7 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self.delay_level_ms = parse_delay_levels(config.message_delay_level)
         self._uniq = UniqKeyGenerator(config.store_host_addr[0])
-        self._valid_topics: set[str] = set()
+        self._topic_parts: dict[str, bytes] = {}  # validated topic -> its TOPICLEN + TOPIC bytes
         self.last_store_timestamp = 0
         self.abnormal_recovery_start = 0  # first segment scanned by recover_abnormally
         self._empty_log_start = 0  # where the first segment of an empty log starts (catch-up of a wiped replica)
@@ -181,89 +208,110 @@ class CommitLog:
         Sets ``UNIQ_KEY`` in a message's properties when it has none (like the RocketMQ producer), so the
         caller can report it. Raises MessageIllegalError / PropertiesSizeExceededError naming the problem.
         """
+        b = self.encode(msgs, store_timestamp, store_host, cluster_name)
+        count = len(b.sizes)
+        head = _BATCH_HEAD.pack(BATCH_MAGIC, BATCH_VERSION, b.flags, len(b.host) - 4, 0, store_timestamp,
+                                b.host[:-4].ljust(16, b"\0"), store_port_of(b.host), count, len(b.keys),
+                                len(b.payload))
+        keys_blob = b"".join(_B.pack(len(t)) + t.encode("ascii") + _KEY_TAIL.pack(q) for t, q in b.keys)
+        frame = b"".join((head, keys_blob, struct.pack(f">{count}I", *b.sizes),
+                          struct.pack(f">{count}I", *b.key_refs), b.payload))
+        return frame + _U32.pack(zlib.crc32(frame))
+
+    def encode(self, msgs: Sequence[Message], store_timestamp: int, store_host: tuple[str, int],
+               cluster_name: str | None) -> DecodedBatch:
+        """``encode_batch`` without the frame: the records and their index, ready for ``apply_decoded``."""
         if not msgs:
             raise MessageIllegalError("empty batch: put at least one message")
-        cfg = self.config
-        max_body = cfg.max_message_size
+        max_body = self.config.max_message_size
         max_total = min(max_body + 64 * 1024, self.file_size - END_FILE_MIN_BLANK_LENGTH)
         store_ip = host_to_bytes(store_host[0])
         store_port = store_host[1]
-        store_v6 = len(store_ip) == 16
-        valid_topics = self._valid_topics
+        store_w = len(store_ip)
+        store_v6 = store_w == 16
+        topic_parts = self._topic_parts
+        fixed = {4: RECORD_FIXED_PART[4, store_w], 16: RECORD_FIXED_PART[16, store_w]}
         key_index: dict[tuple[str, int], int] = {}
-        keys_blob: list[bytes] = []
-        records: list[bytes] = []
+        parts: list[bytes] = []
+        sizes: list[int] = []
         refs: list[int] = []
         flags = 0
-        uniq = self._uniq
+        uniq_prefix, uniq_counter = self._uniq.reserve(len(msgs))
+        sep_kv, sep_p = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
         for i, m in enumerate(msgs):
             topic = m.topic
-            if topic not in valid_topics:
+            tpart = topic_parts.get(topic)
+            if tpart is None:
                 check_topic(topic)
-                if len(valid_topics) < 100_000:
-                    valid_topics.add(topic)
+                tpart = _I8.pack(len(topic)) + topic.encode("ascii")
+                if len(topic_parts) < 100_000:
+                    topic_parts[topic] = tpart
             qid = m.queue_id
-            if not isinstance(qid, int) or qid < 0 or qid > 0x7FFFFFFF:
+            if type(qid) is not int or not 0 <= qid <= 0x7FFFFFFF:
                 raise MessageIllegalError(f"message {i}: queue_id {qid!r} must be an int in [0, 2^31)")
             body = m.body
-            if not isinstance(body, bytes | bytearray | memoryview):
-                raise MessageIllegalError(f"message {i}: body must be bytes, got {type(body).__name__}")
-            if len(body) > max_body:
+            if type(body) is not bytes:
+                if not isinstance(body, bytearray | memoryview):
+                    raise MessageIllegalError(f"message {i}: body must be bytes, got {type(body).__name__}")
+                body = bytes(body)
+            body_len = len(body)
+            if body_len > max_body:
                 raise MessageIllegalError(
-                    f"message {i}: body of {len(body)} bytes exceeds max_message_size {max_body}"
+                    f"message {i}: body of {body_len} bytes exceeds max_message_size {max_body}"
                 )
             props = m.properties
-            check_properties(props)
             if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
-                props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq.next()
-            props_b = broker_properties_string(props, cluster_name).encode("utf-8", "replace")
-            if len(props_b) > MAX_PROPERTIES_LENGTH:
+                props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{uniq_prefix}{(uniq_counter + i) & 0xFFFF:04X}"
+            order = broker_order(tuple(props))
+            try:
+                props_s = sep_p.join([
+                    k + sep_kv + (cluster_name if k == PROPERTY_CLUSTER else props[k]) for k in order
+                ]) if cluster_name is not None else properties_without_wait(props)
+            except TypeError:
+                check_properties(props)
+                raise
+            n_props = len(order)
+            if (props_s.count(sep_kv) != n_props or props_s.count(sep_p) != n_props - 1
+                    or "" in props or "" in props.values()):
+                check_properties(props)
+            props_b = props_s.encode("utf-8", "replace")
+            props_len = len(props_b)
+            if props_len > MAX_PROPERTIES_LENGTH:
                 raise PropertiesSizeExceededError(
-                    f"message {i}: properties are {len(props_b)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
+                    f"message {i}: properties are {props_len} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
                 )
-            born_ip = host_to_bytes(m.born_host[0])
+            born_host = m.born_host
+            born_ip = host_to_bytes(born_host[0])
             sys_flag = m.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-            if len(born_ip) == 16:
+            born_w = len(born_ip)
+            if born_w == 16:
                 sys_flag |= BORNHOST_V6_FLAG
             if store_v6:
                 sys_flag |= STOREHOSTADDRESS_V6_FLAG
-            topic_b = topic.encode("ascii")
-            total = (75 + (20 if len(born_ip) == 16 else 8) + (20 if store_v6 else 8)
-                     + len(body) + len(topic_b) + len(props_b))
+            total = 82 + born_w + store_w + body_len + len(tpart) + props_len  # calMsgLength
             if total > max_total:
                 raise MessageIllegalError(
                     f"message {i}: record of {total} bytes exceeds the limit of {max_total} bytes "
                     "(max_message_size + 64 KiB, and it must fit one commit-log segment)"
                 )
-            records.append(b"".join((
-                RECORD_FIXED_PART[len(born_ip), len(store_ip)].pack(
-                    total, MESSAGE_MAGIC_CODE, masked_crc32(body), qid, m.flag, 0, 0, sys_flag,
-                    m.born_timestamp, born_ip, m.born_host[1], store_timestamp, store_ip, store_port,
-                    m.reconsume_times, m.prepared_transaction_offset, len(body)),
-                body, _I8.pack(len(topic_b)), topic_b, _I16.pack(len(props_b)), props_b,
-            )))
+            parts += (fixed[born_w].pack(
+                total, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, qid, m.flag, 0, 0, sys_flag,
+                m.born_timestamp, born_ip, born_host[1], store_timestamp, store_ip, store_port,
+                m.reconsume_times, m.prepared_transaction_offset, body_len), body, tpart,
+                _I16.pack(props_len) + props_b)
+            sizes.append(total)
             k = (topic, qid)
             ki = key_index.get(k)
             if ki is None:
                 ki = key_index[k] = len(key_index)
-                keys_blob.append(_B.pack(len(topic_b)) + topic_b + _KEY_TAIL.pack(qid))
             tran = sys_flag & TRANSACTION_TYPE_MASK
             if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
                 refs.append(ki)
             else:
                 refs.append(ki | NO_ADVANCE)
                 flags |= FLAG_HAS_TRANSACTIONAL
-        count = len(records)
-        payload_len = sum(len(r) for r in records)
-        head = _BATCH_HEAD.pack(BATCH_MAGIC, BATCH_VERSION, flags, len(store_ip), 0, store_timestamp,
-                                store_ip.ljust(16, b"\0"), store_port, count, len(key_index), payload_len)
-        frame = b"".join((
-            head, *keys_blob,
-            struct.pack(f">{count}I", *(len(r) for r in records)),
-            struct.pack(f">{count}I", *refs),
-            *records,
-        ))
-        return frame + _U32.pack(zlib.crc32(frame))
+        return DecodedBatch(store_timestamp, store_ip + _I32.pack(store_port), list(key_index), sizes, refs,
+                            memoryview(b"".join(parts)), flags)
 
     # ================================================================== apply (every replica)
     @staticmethod
@@ -309,7 +357,10 @@ class CommitLog:
 
     def apply_batch(self, batch: bytes | bytearray | memoryview) -> list[AppendResult]:
         """Append a frame made by ``encode_batch`` deterministically; returns one result per record."""
-        b = self.parse_batch(batch)
+        return self.apply_decoded(self.parse_batch(batch))
+
+    def apply_decoded(self, b: DecodedBatch) -> list[AppendResult]:
+        """Apply a parsed (or locally encoded) batch; see ``apply_batch``."""
         limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
         for s in b.sizes:
             if s > limit:
@@ -323,7 +374,7 @@ class CommitLog:
         n = len(sizes)
         table = self.topic_queue_table
         key_names = [f"{t}-{q}" for t, q in b.keys]
-        ts, host = b.store_timestamp, b.host
+        ts, host = b.store_timestamp, b.host.hex().upper()
         mfq = self.mapped_file_queue
         results: list[AppendResult] = []
         i = 0

@@ -179,6 +179,12 @@ class UniqKeyGenerator:
         self._next_start_ms = int(time.mktime((ny, nm, 1, 0, 0, 0, 0, 0, -1)) * 1000)
 
     def next(self, now_ms: int | None = None) -> str:
+        prefix, counter = self.reserve(1, now_ms)
+        return f"{prefix}{counter:04X}"
+
+    def reserve(self, n: int, now_ms: int | None = None) -> tuple[str, int]:
+        """``(prefix, first counter)`` for ``n`` ids sharing one clock read: id k is ``prefix + %04X``
+        of ``(first + k) & 0xFFFF``."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
             if now >= self._next_start_ms or now < self._start_ms - 1_000_000:
@@ -187,8 +193,8 @@ class UniqKeyGenerator:
             if diff < 0 and diff > -1_000_000:
                 diff = 0
             counter = self._counter
-            self._counter = (counter + 1) & 0xFFFF
-        return self._prefix + struct.pack(">iH", _to_int(diff), counter).hex().upper()
+            self._counter = (counter + n) & 0xFFFF
+        return self._prefix + _I32.pack(_to_int(diff)).hex().upper(), counter
 
 
 def _to_short(v: int) -> int:
@@ -235,7 +241,7 @@ def string_to_properties(s: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=4096)
-def _broker_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+def broker_order(keys: tuple[str, ...]) -> tuple[str, ...]:
     """Key order after the broker parses ``keys`` into a HashMap, puts CLUSTER and drops WAIT."""
     m = JavaHashMap()
     for k in keys:
@@ -245,18 +251,28 @@ def _broker_order(keys: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(m.keys())
 
 
+@lru_cache(maxsize=4096)
+def _order_without_wait(keys: tuple[str, ...]) -> tuple[str, ...]:
+    m = JavaHashMap()
+    for k in keys:
+        m.put(k, "")
+    m.remove(PROPERTY_WAIT_STORE_MSG_OK)
+    return tuple(m.keys())
+
+
+def properties_without_wait(props: dict[str, str]) -> str:
+    """The broker's properties string when no CLUSTER is added (HashMap order, WAIT left out)."""
+    return properties_to_string(props, _order_without_wait(tuple(props)))
+
+
 def broker_properties_string(props: dict[str, str], cluster_name: str | None) -> str:
     """The properties string a 4.9.x broker stores for a client's properties (FORMATS.md §3.3).
 
     ``props`` is taken in client order; CLUSTER is added (when ``cluster_name``) and WAIT left out.
     """
     if cluster_name is None:
-        m = JavaHashMap()
-        for k in props:
-            m.put(k, "")
-        m.remove(PROPERTY_WAIT_STORE_MSG_OK)
-        return properties_to_string(props, m.keys())
-    order = _broker_order(tuple(props))
+        return properties_without_wait(props)
+    order = broker_order(tuple(props))
     return PROPERTY_SEPARATOR.join(
         f"{k}{NAME_VALUE_SEPARATOR}{cluster_name if k == PROPERTY_CLUSTER else props[k]}" for k in order
     )

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from store.checkpoint import StoreCheckpoint
-from store.commit_log import AppendResult, CommitLog
+from store.commit_log import AppendResult, CommitLog, PutStatus
 from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.consumer_offsets import ConsumerOffsetTable
@@ -52,7 +52,13 @@ from store.errors import DiskFullError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
-from store.message import Message, MessageExt, decode_message_id, decode_record
+from store.message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    Message,
+    MessageExt,
+    decode_message_id,
+    decode_record,
+)
 from store.reput import ReputMessageService
 from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
@@ -63,18 +69,6 @@ log = logging.getLogger("store.message_store")
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
 DISK_CHECK_INTERVAL_S = 1.0
-
-
-class PutStatus(enum.Enum):
-    """RocketMQ ``PutMessageStatus`` (the ones this store produces)."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but the fsync did not finish in sync_flush_timeout
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
 class GetStatus(enum.Enum):
@@ -91,19 +85,9 @@ class GetStatus(enum.Enum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
-@dataclass(slots=True)
-class PutResult:
-    """Outcome of one stored message; offsets are final."""
-
-    status: PutStatus
-    msg_id: str
-    uniq_key: str | None
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    store_timestamp: int
-    wrote_bytes: int
+PutResult = AppendResult
+"""Outcome of one stored message: status, msg_id, uniq_key, topic, queue_id, queue_offset, physical_offset,
+store_timestamp, wrote_bytes (offsets are final)."""
 
 
 @dataclass(slots=True)
@@ -380,19 +364,17 @@ class MessageStore:
         cl = self._check_open()
         self._check_writable()
         with cl.put_lock:
-            batch = cl.encode_batch(msgs, _now_ms(), self._store_host, self.config.cluster_name)
-            results = cl.apply_batch(batch)
+            # the batch never leaves this process: no frame, no frame CRC
+            results = cl.apply_decoded(cl.encode(msgs, _now_ms(), self._store_host, self.config.cluster_name))
         self._after_append(results)
-        status = PutStatus.PUT_OK
+        for r, m in zip(results, msgs, strict=True):
+            r.uniq_key = m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if self._group_commit is not None and results:
             end = results[-1].physical_offset + results[-1].wrote_bytes
             if not self._group_commit.wait_for_flush(end, self.config.sync_flush_timeout / 1000.0):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-        return [
-            PutResult(status, r.msg_id, m.uniq_key, r.topic, r.queue_id, r.queue_offset, r.physical_offset,
-                      r.store_timestamp, r.wrote_bytes)
-            for m, r in zip(msgs, results, strict=True)
-        ]
+                for r in results:
+                    r.status = PutStatus.FLUSH_DISK_TIMEOUT
+        return results
 
     def encode_batch(self, msgs: Sequence[Message], store_timestamp: int | None = None,
                      store_host: tuple[str, int] | None = None, cluster_name: str | None = None) -> bytes:
