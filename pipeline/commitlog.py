@@ -193,11 +193,19 @@ def walk(buf: mmap.mmap, split: Split, first: int) -> RangeWalk:
             break
         reason = (f"bad magic 0x{magic & 0xFFFFFFFF:08x}" if magic != MESSAGE_MAGIC_CODE
                   else f"record length {total} impossible at segment offset {pos}")
-        nxt, _ = resync(buf, base, size, pos + 1, end)
+        # The damage may be in the previous record's TOTALSIZE (which led here): if that record does not
+        # validate, the gap starts at it, and the search for the next good record starts just after it.
+        gap = pos
+        if last >= 0 and _strong_record(buf, last, base, size) is None:
+            gap = last
+            records -= 1
+            reason = f"record at segment offset {last} is damaged (its length leads to {reason})"
+        nxt, _ = resync(buf, base, size, gap + 1, max(end, pos + 1))
         if nxt is None:
-            out.end_kind, out.end_pos, out.reason = END_BAD, pos, reason
+            out.end_kind, out.end_pos, out.reason = END_BAD, gap, reason
             break
-        out.gaps.append((pos, nxt, reason))
+        out.gaps.append((gap, nxt, reason))
+        last = -1
         pos = nxt
     out.records = records
     return out
@@ -364,5 +372,22 @@ def iter_records(split: ExactSplit, *, read_body: bool = True) -> Iterator[tuple
             if r.size <= 0:
                 return
             pos += r.size
+    finally:
+        buf.close()
+
+
+def record_containing(path: str, size: int, target: int) -> tuple[int, DecodeResult] | None:
+    """The record (segment offset, decoded) whose bytes include segment offset ``target``, walking from 0."""
+    buf = open_segment(path)
+    try:
+        pos = 0
+        while pos + 8 <= size and pos <= target:
+            total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+            if magic != MESSAGE_MAGIC_CODE or not MIN_RECORD_SIZE <= total <= size - pos:
+                return None
+            if target < pos + total:
+                return pos, decode_record(buf, pos, check_crc=False, read_body=False, limit=size)
+            pos += total
+        return None
     finally:
         buf.close()

@@ -3,4 +3,4 @@
 Job modules import Spark only inside ``run`` so that ``raftmq --help`` stays fast.
 """
 
-JOBS = ("reindex",)
+JOBS = ("reindex", "export", "stats", "verify", "replicas")
