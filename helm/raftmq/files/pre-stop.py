@@ -43,13 +43,16 @@ def status(server, seconds):
 
 
 def best_follower(st, me):
-    """The healthy, ready follower with the least lag, or None."""
+    """The healthy follower with the least lag (ready ones first), or None.
+
+    Readiness of other members is only known when the answering node reports it, so it ranks, not filters.
+    """
     candidates = [
         m for m in st.get("members", [])
-        if m.get("id") != me and m.get("role") == "follower" and m.get("healthy") and m.get("ready")
-        and not m.get("error")
+        if m.get("id") != me and m.get("role") == "follower" and m.get("healthy") and not m.get("error")
     ]
-    candidates.sort(key=lambda m: (m.get("lag_bytes", 0), -m.get("applied_index", 0), m.get("id", "")))
+    candidates.sort(key=lambda m: (not m.get("ready"), m.get("lag_bytes", 0), -m.get("applied_index", 0),
+                                   m.get("id", "")))
     return candidates[0]["id"] if candidates else None
 
 
@@ -74,7 +77,7 @@ def main(argv=None):
         return 0
     target = best_follower(st, args.id)
     if target is None:
-        log("no healthy, ready follower to take over; stopping without a transfer")
+        log("no healthy follower to take over; stopping without a transfer")
         return 0
     log(f"{args.id} leads; transferring leadership to {target}")
     if raftmq(["cluster", "transfer-leader", "--to", target], args.server, min(10.0, left())) is None:
