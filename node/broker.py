@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,7 @@ from node.long_poll import LongPollRegistry
 from node.messaging import MessagingService
 from node.metrics import BrokerMetrics, StoreCollector
 from node.validation import PERM_READ, PERM_WRITE, is_system_topic
-from replication import LocalWritePath
+from replication import LocalWritePath, RaftWritePath
 from store import StoreError, StoreLockedError
 
 log = logging.getLogger(__name__)
@@ -157,17 +158,12 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     def _make_write_path(self):
+        """Raft when cluster.members lists the group, otherwise the local single-node path."""
         cfg = self.config
         if cfg.members:
-            import replication
-
-            raft = getattr(replication, "RaftWritePath", None)
-            if raft is None:
-                raise RuntimeError("cluster.members is set but this build has no Raft write path yet; "
-                                   "leave cluster.members empty to run a single node")
-            return raft(self.store, cfg)
+            return RaftWritePath(self.store, cfg)
         return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
-                              grpc_address=cfg.advertised_address)
+                              grpc_address=cfg.advertised_address, linger_s=0.0)
 
     async def start(self) -> None:
         """Bring the node up; returns once it serves (raises when it cannot start)."""
@@ -200,7 +196,7 @@ class Broker:
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
-        self._start_labeler()
+        await self.run_blocking(self._start_labeler)
         await self._wait_caught_up()
         if self._stopping:
             return
@@ -248,9 +244,12 @@ class Broker:
         return server
 
     def _start_labeler(self) -> None:
+        mode = self.config.kubernetes.role_label
+        if mode == "false" or (mode == "auto" and not os.environ.get("KUBERNETES_SERVICE_HOST")):
+            return  # not in a pod: skip importing the Kubernetes client (a second of start-up)
         from node.kube import RoleLabeler
 
-        self._labeler = RoleLabeler.from_environment(self.config.kubernetes.role_label)
+        self._labeler = RoleLabeler.from_environment(mode)
         if self._labeler is not None:
             self._labeler.start()
 

@@ -122,3 +122,15 @@ def test_node_refuses_to_start_with_a_bad_config(tmp_path):
     r = _cli("node", "--set", "node.grpc_listen=nowhere")
     assert r.returncode == 2
     assert "node.grpc_listen" in r.stderr
+
+
+def test_make_run_configs_are_valid_for_one_and_three_nodes(tmp_path):
+    from node.local_cluster import write_configs
+
+    for n in (1, 3):
+        paths = write_configs(tmp_path, n)
+        cfgs = [load_config(p, environ={}) for p in paths]
+        assert [c.node.id for c in cfgs] == [f"n{i}" for i in range(n)]
+        ports = [c.grpc_listen.port for c in cfgs] + [c.http_listen.port for c in cfgs]
+        assert len(set(ports)) == 2 * n and cfgs[0].grpc_listen.port == 8081
+        assert all(len(c.members) == (n if n > 1 else 0) for c in cfgs)
