@@ -39,3 +39,10 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Install the chart into the cluster of the current kubeconfig context, run `helm test`, kill the leader pod and
+# check recovery. Needs kubectl, helm and IMAGE=<repository>:<tag> the cluster can pull (see helm/raftmq/ci/k8s-e2e.sh).
+# Not part of `make test`: CI has no cluster.
+.PHONY: k8s-e2e
+k8s-e2e:
+	helm/raftmq/ci/k8s-e2e.sh

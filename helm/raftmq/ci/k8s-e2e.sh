@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# End-to-end check of the raftmq chart on a real cluster: the one your current kubeconfig context points at.
+#
+#   IMAGE=registry.example.com/raftmq:0.1.0 make k8s-e2e
+#
+# 1. installs the chart into a fresh namespace and waits for every member to be ready;
+# 2. `helm test`: writes a message through the quorum and reads it back from every member;
+# 3. writes a marker message, force-kills the leader pod (no preStop, no graceful shutdown: a crash);
+# 4. checks that a new leader is elected and labelled, that writes work again, that the pod comes back ready,
+#    and that the marker written before the crash is on every member;
+# 5. runs `helm test` again; uninstalls and deletes the namespace (KEEP=1 keeps them for debugging).
+#
+# Needs: kubectl, helm (3.8+ or 4), a cluster that can pull $IMAGE (for kind: `docker build -t raftmq:e2e .` and
+# `kind load docker-image raftmq:e2e`, then IMAGE=raftmq:e2e), a default StorageClass, and room for 3 pods.
+# Single-node clusters (kind, minikube) need ANTI_AFFINITY=soft (the default here); use hard on real clusters.
+# CI cannot run this: no cluster is reachable there. The same checks of the rendered chart run in tests/helm/.
+set -euo pipefail
+
+CHART_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+: "${IMAGE:?set IMAGE=<repository>:<tag> to an image of this repository that the cluster can pull}"
+NAMESPACE="${NAMESPACE:-raftmq-e2e-$(date +%s)}"
+RELEASE="${RELEASE:-e2e}"
+ANTI_AFFINITY="${ANTI_AFFINITY:-soft}"
+STORAGE_SIZE="${STORAGE_SIZE:-1Gi}"
+TIMEOUT="${TIMEOUT:-600s}"
+KEEP="${KEEP:-0}"
+
+repo="${IMAGE%:*}"
+tag="${IMAGE##*:}"
+if [[ "$repo" == "$IMAGE" || "$tag" == */* ]]; then
+  echo "k8s-e2e: IMAGE must be <repository>:<tag>, got '$IMAGE'" >&2
+  exit 2
+fi
+
+log() { printf '\n=== %s\n' "$*"; }
+die() { printf 'k8s-e2e: FAIL: %s\n' "$*" >&2; exit 1; }
+
+for tool in kubectl helm; do
+  command -v "$tool" >/dev/null || die "$tool is not on PATH"
+done
+kubectl version --request-timeout=10s >/dev/null 2>&1 \
+  || die "no reachable cluster in the current kubeconfig context ($(kubectl config current-context 2>/dev/null || echo none))"
+
+FULL="${RELEASE}-raftmq"
+SELECTOR="app.kubernetes.io/instance=${RELEASE},app.kubernetes.io/component=broker"
+CLIENT_SVC="${FULL}.${NAMESPACE}.svc.cluster.local:8081"
+kc() { kubectl -n "$NAMESPACE" "$@"; }
+
+cleanup() {
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    log "diagnostics"
+    kc get pods -o wide -L raftmq.io/role || true
+    for pod in $(kc get pods -l "$SELECTOR" -o name 2>/dev/null); do
+      echo "--- $pod"; kc logs "$pod" --tail=40 || true
+    done
+    kc get events --sort-by=.lastTimestamp | tail -30 || true
+  fi
+  if [[ "$KEEP" == "1" ]]; then
+    echo "KEEP=1: leaving release $RELEASE in namespace $NAMESPACE"
+  else
+    helm uninstall "$RELEASE" -n "$NAMESPACE" --wait >/dev/null 2>&1 || true
+    kubectl delete namespace "$NAMESPACE" --wait=false >/dev/null 2>&1 || true
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+leader_pods() { kc get pods -l "${SELECTOR},raftmq.io/role=leader" -o jsonpath='{.items[*].metadata.name}'; }
+
+# Waits until exactly one pod carries raftmq.io/role=leader (optionally a different one than $1); prints it.
+wait_for_leader() {
+  local not="${1:-}" pods
+  for _ in $(seq 1 90); do
+    pods="$(leader_pods)"
+    if [[ -n "$pods" && "$pods" != *" "* && "$pods" != "$not" ]]; then
+      echo "$pods"
+      return 0
+    fi
+    sleep 2
+  done
+  die "no single leader label after 180s (leader pods: '${pods:-none}')"
+}
+
+# Runs the raftmq CLI inside a running member (the image ships it); the member's own config is not involved.
+cli() { kc exec "$1" -c raftmq -- raftmq "${@:2}"; }
+
+log "install $IMAGE as $RELEASE into namespace $NAMESPACE"
+kubectl create namespace "$NAMESPACE"
+helm install "$RELEASE" "$CHART_DIR" -n "$NAMESPACE" \
+  --set image.repository="$repo" --set image.tag="$tag" \
+  --set podAntiAffinity="$ANTI_AFFINITY" --set persistence.size="$STORAGE_SIZE" \
+  --wait --timeout "$TIMEOUT"
+kc rollout status "statefulset/$FULL" --timeout "$TIMEOUT"
+
+log "helm test (write through the quorum, read back from every member)"
+helm test "$RELEASE" -n "$NAMESPACE" --logs --timeout "$TIMEOUT"
+
+leader="$(wait_for_leader)"
+survivor="$(kc get pods -l "$SELECTOR" -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | grep -vx "$leader" | head -1)"
+echo "leader: $leader, running the CLI from: $survivor"
+cli "$survivor" cluster status --server "$CLIENT_SVC"
+
+marker="before-crash-$(date +%s)"
+log "write $marker, then kill the leader $leader"
+cli "$survivor" topic create e2e --server "$CLIENT_SVC" || [[ $? -eq 6 ]]
+cli "$survivor" produce e2e --body "$marker" --keys "$marker" --server "$CLIENT_SVC"
+old_uid="$(kc get pod "$leader" -o jsonpath='{.metadata.uid}')"
+kc delete pod "$leader" --grace-period=0 --force --wait=false
+
+log "a new leader takes over"
+new_leader="$(wait_for_leader "$leader")"
+echo "new leader: $new_leader"
+writer="$survivor"
+[[ "$writer" == "$leader" ]] && writer="$new_leader"
+for attempt in $(seq 1 30); do
+  if cli "$writer" produce e2e --body "after-crash" --server "$CLIENT_SVC"; then break; fi
+  [[ $attempt -eq 30 ]] && die "writes did not recover after the leader was killed"
+  sleep 2
+done
+
+log "the killed pod comes back and catches up"
+for _ in $(seq 1 150); do
+  uid="$(kc get pod "$leader" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)"
+  [[ -n "$uid" && "$uid" != "$old_uid" ]] && break
+  sleep 2
+done
+kc wait --for=condition=Ready "pod/$leader" --timeout "$TIMEOUT"
+kc rollout status "statefulset/$FULL" --timeout "$TIMEOUT"
+replicas="$(kc get statefulset "$FULL" -o jsonpath='{.spec.replicas}')"
+for i in $(seq 0 $((replicas - 1))); do
+  member="${FULL}-${i}.${FULL}-headless.${NAMESPACE}.svc.cluster.local:8081"
+  for attempt in $(seq 1 30); do
+    if cli "$writer" query e2e --key "$marker" --begin=-1h --json --server "$member" | grep -q "\"$marker\""; then
+      echo "ok: $member has $marker"
+      break
+    fi
+    [[ $attempt -eq 30 ]] && die "$member lost $marker (acknowledged before the crash)"
+    sleep 2
+  done
+done
+cli "$writer" cluster status --server "$CLIENT_SVC"
+
+log "helm test again"
+helm test "$RELEASE" -n "$NAMESPACE" --logs --timeout "$TIMEOUT"
+
+log "PASS"
