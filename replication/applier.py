@@ -60,19 +60,22 @@ class StoreApplier:
 
     @staticmethod
     def resolve(puts: list[PendingPut], results: list[Any], flushed: bool = True) -> None:
-        """Give each put its own slice of the batch's results (same order as encoded), as store.PutResult."""
-        from store import PutResult, PutStatus
+        """Give each put its own slice of the batch's results (same order as encoded).
 
-        status = PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT
+        The store's AppendResult is its PutResult; apply leaves status PUT_OK and uniq_key None, so fill those
+        in from the messages the leader encoded (encode_batch set every UNIQ_KEY)."""
+        from store import PutStatus
+
         i = 0
         for p in puts:
-            out = []
-            for m in p.msgs:
-                r = results[i]
-                i += 1
-                out.append(PutResult(status, r.msg_id, m.uniq_key, r.topic, r.queue_id, r.queue_offset,
-                                     r.physical_offset, r.store_timestamp, r.wrote_bytes))
+            n = len(p.msgs)
+            out = results[i:i + n]
+            for m, r in zip(p.msgs, out, strict=True):
+                r.uniq_key = m.uniq_key
+                if not flushed:
+                    r.status = PutStatus.FLUSH_DISK_TIMEOUT
             p.resolve(out)
+            i += n
 
     # ------------------------------------------------------------------ metadata
     def apply_topic(self, op: str, arg: Any, timestamp_ms: int) -> None:

@@ -161,8 +161,8 @@ class RaftWritePath:
         self._offsets: dict[tuple[str, str], dict[int, int]] = {}
         self._offset_waiters: list[Future] = []
         self._offsets_lock = threading.Lock()
-        self._durable_q: collections.deque = collections.deque()
-        self._durable_cv = threading.Condition()
+        self._done_q: collections.deque = collections.deque()
+        self._done_cv = threading.Condition()
         self._proposed_bytes = 0
         self._running = False
         self._threads: list[threading.Thread] = []
@@ -214,7 +214,7 @@ class RaftWritePath:
         self._log.addOnTickCallback(self._on_tick)
         self._committer.start()
         for name, target in (("raftmq-raft-roles", self._role_loop), ("raftmq-raft-housekeeping", self._housekeeping),
-                             ("raftmq-raft-durability", self._durability_loop)):
+                             ("raftmq-raft-completion", self._completion_loop)):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -243,6 +243,7 @@ class RaftWritePath:
         if self.is_leader() and self.peers.others:
             try:
                 self.transfer_leadership(None, timeout=3.0)
+                log.info("graceful stop: handed leadership to %s", self.leader().id if self.leader() else "?")
             except ReplicationError as e:
                 log.warning("graceful stop could not hand off leadership: %s", e)
         self._running = False
@@ -251,8 +252,8 @@ class RaftWritePath:
         self._fail_inflight(UnknownOutcomeError("node shutting down"))
         with self._wake:
             self._wake.notify_all()
-        with self._durable_cv:
-            self._durable_cv.notify_all()
+        with self._done_cv:
+            self._done_cv.notify_all()
         for t in self._threads:
             t.join(timeout=5)
         self._threads.clear()
@@ -335,7 +336,9 @@ class RaftWritePath:
                                 self.term())
                     self._committer.fail_queued(self._not_writable_error())
                     self._fail_inflight(UnknownOutcomeError("leadership lost while the write was in flight"))
-                    self._fail_durable(UnknownOutcomeError("leadership lost before the sync round completed"))
+                    if self.settings.durability == "sync":  # committed, but not known durable on a majority
+                        self._fail_completions(UnknownOutcomeError("leadership lost before the sync round "
+                                                                   "completed"))
 
     def _become_leader(self) -> None:
         term = self.term()
@@ -391,23 +394,25 @@ class RaftWritePath:
             self._inflight_slots.release()
         return rec
 
-    def _on_batch_done(self, rid: int, res: Any, err: int) -> None:  # tick thread: no I/O, no blocking
-        rec = self._take_inflight(rid)
-        if rec is None:
-            return  # already timed out or failed on a role change
-        if err == FAIL_REASON.SUCCESS and res is not None:
-            index, term, results = res
-            self.acked_batches += 1
-            if self.settings.durability == "sync":
-                with self._durable_cv:
-                    self._durable_q.append((index, term, rec.puts, results, rec.deadline))
-                    self._durable_cv.notify()
+    def _on_batch_done(self, rid: int, res: Any, err: int) -> None:
+        """Tick thread: hand the outcome to the completion thread; never raise (an exception here would abort
+        pysyncobj's tick after the entry was applied)."""
+        try:
+            rec = self._take_inflight(rid)
+            if rec is None:
+                return  # already timed out or failed on a role change
+            if err == FAIL_REASON.SUCCESS and res is not None:
+                index, term, results = res
+                self.acked_batches += 1
+                with self._done_cv:
+                    self._done_q.append((index, term, rec.puts, results, rec.deadline))
+                    self._done_cv.notify()
                 return
-            self.machine.applier.resolve(rec.puts, results)
-            return
-        exc = self._error_for(err)
-        for p in rec.puts:
-            p.fail(exc)
+            exc = self._error_for(err)
+            for p in rec.puts:
+                p.fail(exc)
+        except Exception:
+            log.exception("completing Raft batch %d failed", rid)
 
     def _error_for(self, err: int) -> ReplicationError:
         if err in (FAIL_REASON.QUEUE_FULL,):
@@ -446,28 +451,36 @@ class RaftWritePath:
             return False, 0
         return self._on_tick_thread(do, timeout)
 
-    def _durability_loop(self) -> None:
-        """Leader, sync mode: one fsync round on a majority covers every batch acknowledged since the last one."""
+    def _completion_loop(self) -> None:
+        """Resolve committed batches off the tick thread. In ``sync`` mode, first one fsync round on a majority
+        covers every batch committed since the previous round (group commit for durability)."""
         majority = len(self.members) // 2 + 1
         while self._running:
-            with self._durable_cv:
-                while self._running and not self._durable_q:
-                    self._durable_cv.wait(0.5)
-                items = list(self._durable_q)
-                self._durable_q.clear()
+            with self._done_cv:
+                while self._running and not self._done_q:
+                    self._done_cv.wait(0.5)
+                items = list(self._done_q)
+                self._done_q.clear()
             if not items:
                 continue
-            index, term = max((it[0], it[1]) for it in items)
-            deadline = max(it[4] for it in items)
-            ok = False
-            while self._running and time.monotonic() < deadline and self.is_leader():
-                if self._sync_round(index, term, majority):
-                    ok = True
-                    break
-                time.sleep(0.05)
+            ok = True
+            if self.settings.durability == "sync":
+                index, term = max((it[0], it[1]) for it in items)
+                deadline = max(it[4] for it in items)
+                ok = False
+                while self._running and time.monotonic() < deadline and self.is_leader():
+                    if self._sync_round(index, term, majority):
+                        ok = True
+                        break
+                    time.sleep(0.05)
             for it in items:
                 if ok:
-                    self.machine.applier.resolve(it[2], it[3])
+                    try:
+                        self.machine.applier.resolve(it[2], it[3])
+                    except Exception as e:
+                        log.exception("resolving a committed batch failed")
+                        for p in it[2]:
+                            p.fail(e)
                 else:
                     for p in it[2]:
                         p.fail(UnknownOutcomeError("could not make the write durable on a majority in time"))
@@ -493,10 +506,10 @@ class RaftWritePath:
                 pass
         return count >= majority
 
-    def _fail_durable(self, exc: ReplicationError) -> None:
-        with self._durable_cv:
-            items = list(self._durable_q)
-            self._durable_q.clear()
+    def _fail_completions(self, exc: ReplicationError) -> None:
+        with self._done_cv:
+            items = list(self._done_q)
+            self._done_q.clear()
         for it in items:
             for p in it[2]:
                 p.fail(exc)

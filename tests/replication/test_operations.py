@@ -1,0 +1,98 @@
+"""Operations on a 3-member cluster: status, transfer-leader, graceful stop hand-off, bounded journal,
+restart of every member after compaction."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import grpc
+import pytest
+from raftmq.v1 import raftmq_pb2 as pb
+
+from tests.replication.cluster_util import (
+    LEADER_KEY,
+    Producers,
+    admin,
+    create_topic,
+    read_topic,
+    wait_applied_equal,
+    wait_leader,
+)
+from tests.replication.test_raft_cluster import QUEUES, TOPIC, assert_byte_identical, check_acked
+
+pytestmark = pytest.mark.slow
+
+
+def journal_records(path) -> int:
+    """Entries in a pysyncobj journal file (header: name 24 B, version 8 B, format 4 B, last-record offset 4 B)."""
+    data = path.read_bytes()
+    (end,) = struct.unpack_from("<I", data, 36)
+    pos, n = 40, 0
+    while pos < end:
+        (size,) = struct.unpack_from("<I", data, pos)
+        pos += size + 8
+        n += 1
+    return n
+
+
+def test_status_transfer_and_graceful_stop(cluster_factory):
+    c = cluster_factory()
+    create_topic(c.nodes, TOPIC, QUEUES)
+    leader = wait_leader(c.nodes)
+    p = Producers(c.nodes, TOPIC, n=3, queues=QUEUES).start()
+    p.wait_acked(200)
+
+    st = admin(leader).ClusterStatus(pb.ClusterStatusRequest(), timeout=10)
+    roles = {m.id: m.role for m in st.members}
+    assert roles[leader.spec.id] == "leader"
+    assert sorted(r for i, r in roles.items() if i != leader.spec.id) == ["follower", "follower"]
+    assert all(m.healthy and m.term >= 1 and m.raft_address and m.grpc_address for m in st.members), st
+
+    # transfer to a chosen follower, under load
+    target = next(n for n in c.nodes if n is not leader)
+    r = admin(leader).TransferLeader(pb.TransferLeaderRequest(to_id=target.spec.id), timeout=30)
+    assert r.leader_id == target.spec.id
+    assert wait_leader(c.nodes) is target
+    # asking a follower to transfer names the leader
+    with pytest.raises(grpc.RpcError) as e:
+        admin(leader).TransferLeader(pb.TransferLeaderRequest(to_id=leader.spec.id), timeout=30)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert dict(e.value.trailing_metadata()).get(LEADER_KEY) == target.grpc_address
+    p.wait_acked(len(p.log.acked) + 200)
+
+    # graceful stop of the leader hands leadership off before the process exits
+    assert target.stop() == 0
+    assert "graceful stop: handed leadership to" in target.spec.log_path.read_text()
+    survivors = [n for n in c.nodes if n is not target]
+    wait_leader(survivors, timeout=30)
+    p.wait_acked(len(p.log.acked) + 200)
+    log = p.stop()
+    target.start(env=c.env).wait_ready(90)
+    wait_applied_equal(c.nodes)
+    check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+
+
+def test_compaction_bounds_the_journal_and_a_full_restart_loses_nothing(cluster_factory):
+    c = cluster_factory(tuning={"compaction_min_entries": 200, "compaction_min_time": 6.0})
+    create_topic(c.nodes, TOPIC, QUEUES)
+    p = Producers(c.nodes, TOPIC, n=4, queues=QUEUES).start()
+    p.wait_acked(2500)
+    time.sleep(7)  # one full compaction window for every member
+    p.wait_acked(len(p.log.acked) + 300)
+    log = p.stop()
+    wait_applied_equal(c.nodes)
+    for n in c.nodes:
+        raft = n.spec.data_dir / "raft"
+        assert (raft / "raft.dump").exists(), f"{n.spec.id} never compacted"
+        assert journal_records(raft / "raft.journal") < 1500, f"{n.spec.id} journal not bounded"
+    for n in c.nodes:
+        n.kill()
+    for n in c.nodes:
+        n.start(env=c.env)
+    for n in c.nodes:
+        n.wait_ready(120)
+    wait_leader(c.nodes)
+    wait_applied_equal(c.nodes)
+    check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+    assert_byte_identical(c.nodes)
