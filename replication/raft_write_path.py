@@ -659,9 +659,11 @@ class RaftWritePath:
             self._transferring = False
 
     def members_status(self) -> list[dict]:
-        st = self._on_tick_thread(self._log.getStatus, 2.0) if self._log is not None else {}
+        def read() -> tuple[dict, int]:  # on the tick thread: the journal may be rewritten by compaction
+            return self._log.getStatus(), self._log.last_log_index()
+
+        st, last_index = self._on_tick_thread(read, 2.0) if self._log is not None else ({}, 0)
         leader = self.leader()
-        last_index = self._log.last_log_index() if self._log is not None else 0
         idx, end, _ = self.machine.status_view()
         me = {
             "id": self.node_id, "address": self.me.grpc_address, "raft_address": self.me.raft_address,
