@@ -96,6 +96,8 @@ BAD_VALUES = {
 BAD_RENDER = {
     "removed-member-still-kept": ({"scaleDown": {"removedMembers": [f"{FULL}-1"]}}, "is still a member"),
     "removed-member-other-release": ({"scaleDown": {"removedMembers": ["other-raftmq-3"]}}, "not a member id"),
+    "added-member-beyond-replicas": ({"scaleUp": {"addedMembers": [f"{FULL}-3"]}}, "is not a member with"),
+    "added-member-garbage": ({"scaleUp": {"addedMembers": ["raftmq"]}}, "not a member id"),
 }
 
 
@@ -178,9 +180,11 @@ def test_template_refuses_inconsistent_scale_down_lists(case):
         render(values)
 
 
-def test_removed_members_beyond_replicas_are_accepted():
+def test_membership_lists_that_match_replicas_are_accepted():
     objs = objects({"scaleDown": {"removedMembers": [f"{FULL}-3", f"{FULL}-4"]}})
     assert sts(objs)["spec"]["replicas"] == 3
+    objs = objects({"replicas": 5, "scaleUp": {"addedMembers": [f"{FULL}-3", f"{FULL}-4"]}})
+    assert sts(objs)["spec"]["replicas"] == 5
 
 
 # ---------------------------------------------------------------- StatefulSet

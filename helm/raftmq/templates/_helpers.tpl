@@ -87,9 +87,11 @@ app.kubernetes.io/component: broker
 {{- end }}
 {{- end -}}
 
-{{/* Refuse a scale-down that Raft has not been told about (see README "Scaling down").
-     removedMembers may only name pods that the new replica count really removes, and when the live
-     StatefulSet is larger than .Values.replicas, every pod being removed must be listed. */}}
+{{/* Refuse a membership change that Raft has not been told about (see README "Changing the number of members").
+     Changing the member list by restarting pods with a new config is unsafe: members with the old and the new
+     list could elect two leaders at once. So removedMembers may only name pods the new replica count really
+     removes, addedMembers only pods it keeps, and when the live StatefulSet differs from .Values.replicas, every
+     pod that leaves or joins must be listed (after `raftmq cluster remove-member` / `add-member`). */}}
 {{- define "raftmq.validateScaleDown" -}}
 {{- $fullname := include "raftmq.fullname" . -}}
 {{- $replicas := int .Values.replicas -}}
@@ -102,6 +104,15 @@ app.kubernetes.io/component: broker
 {{- fail (printf "scaleDown.removedMembers: %q is still a member with replicas=%d; list only the pods the scale-down removes (ordinals >= %d)" $id $replicas $replicas) -}}
 {{- end -}}
 {{- end -}}
+{{- range $id := .Values.scaleUp.addedMembers -}}
+{{- $ordinal := trimPrefix (printf "%s-" $fullname) $id -}}
+{{- if or (eq $ordinal $id) (not (regexMatch "^[0-9]+$" $ordinal)) -}}
+{{- fail (printf "scaleUp.addedMembers: %q is not a member id of this release (expected %s-<ordinal>)" $id $fullname) -}}
+{{- end -}}
+{{- if ge (atoi $ordinal) $replicas -}}
+{{- fail (printf "scaleUp.addedMembers: %q is not a member with replicas=%d; list only pods the scale-up adds (ordinals < %d)" $id $replicas $replicas) -}}
+{{- end -}}
+{{- end -}}
 {{- $live := lookup "apps/v1" "StatefulSet" .Release.Namespace $fullname -}}
 {{- if $live -}}
 {{- $current := int $live.spec.replicas -}}
@@ -109,7 +120,14 @@ app.kubernetes.io/component: broker
 {{- range $i := untilStep $replicas $current 1 -}}
 {{- $id := printf "%s-%d" $fullname $i -}}
 {{- if not (has $id $.Values.scaleDown.removedMembers) -}}
-{{- fail (printf "refusing to scale %s from %d to %d replicas: member %s is still in the Raft group. Remove it first (raftmq cluster remove-member %s), check `raftmq cluster status`, then add it to scaleDown.removedMembers. See the chart README, \"Scaling down\"." $fullname $current $replicas $id $id) -}}
+{{- fail (printf "refusing to scale %s from %d to %d replicas: member %s is still in the Raft group. Remove it first (raftmq cluster remove-member %s), check `raftmq cluster status`, then add it to scaleDown.removedMembers. See the chart README, \"Changing the number of members\"." $fullname $current $replicas $id $id) -}}
+{{- end -}}
+{{- end -}}
+{{- else if gt $replicas $current -}}
+{{- range $i := untilStep $current $replicas 1 -}}
+{{- $id := printf "%s-%d" $fullname $i -}}
+{{- if not (has $id $.Values.scaleUp.addedMembers) -}}
+{{- fail (printf "refusing to scale %s from %d to %d replicas: member %s is not in the Raft group yet. Add it first (raftmq cluster add-member %s), then list it in scaleUp.addedMembers. See the chart README, \"Changing the number of members\"." $fullname $current $replicas $id $id) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
