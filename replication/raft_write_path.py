@@ -49,6 +49,7 @@ from replication.write_path import MemberInfo
 log = logging.getLogger(__name__)
 
 _LEADER = 2
+BIND_RETRIES = 5  # then start() fails with a clear error instead of running unbound
 
 
 def _now_ms() -> int:
@@ -178,6 +179,8 @@ class RaftWritePath:
         machine = StateMachine(self.store, applied)
         journal = os.path.join(self.raft_dir, "raft.journal")
         dump = os.path.join(self.raft_dir, "raft.dump")
+        if os.path.exists(journal) and os.path.getsize(journal) == 0:
+            os.remove(journal)  # created but never written (crash at first start): pysyncobj cannot map it
         if not os.path.exists(journal) and self.peers.others:
             # Fresh or wiped member: copy what the group already has before joining Raft. A wiped member also lost
             # its term and vote, so it waits one election timeout before voting again (REPLICATION.md 4.7).
@@ -203,13 +206,17 @@ class RaftWritePath:
             logCompactionSplit=True, sendBufferSize=1 << 20, recvBufferSize=1 << 20,
             dnsCacheTime=s.dns_cache_time, dnsFailCacheTime=1.0, bindAddress=self.raft_listen,
             onStateChanged=self._on_state_changed, password=self._secret or None,
+            maxBindRetries=BIND_RETRIES, bindRetryTime=1.0,
         )
         self._running = True
         self._log = ReplicatedLog(self.me.raft_address, [m.raft_address for m in self.peers.others], conf, machine)
-        if not self._log.tick_thread_alive():
+        try:
+            self._log.waitBinded()
+        except Exception:
             self._running = False
+            self._log.destroy()
             raise ReplicationError(f"cannot listen for Raft peers on {self.raft_listen} (port in use, or the address "
-                                   "is not on this host); fix cluster.raft_listen / the member's raft address")
+                                   "is not on this host); fix cluster.raft_listen / the member's raft address") from None
         machine.entry_term = self._log.entry_term
         self._log.addOnTickCallback(self._on_tick)
         self._committer.start()

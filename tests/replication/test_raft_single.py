@@ -1,0 +1,119 @@
+"""RaftWritePath in-process with a real store and real pysyncobj (a group of one, or two with one absent):
+barrier before writes, replay idempotence across restarts, metadata commands, errors that say what to do."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from replication import NoLeaderError, RaftSettings, RaftWritePath
+from replication.errors import ReplicationError
+from replication.write_path import MemberInfo
+from store import Message, MessageStore, StoreConfig
+from store.topic_config import TopicConfig
+from tests.support.processes import free_ports
+
+FAST = dict(raft_min_timeout=0.4, raft_max_timeout=0.8, leader_fallback_timeout=0.3, append_entries_period=0.05,
+            put_timeout_s=5.0)
+
+
+def open_store(root) -> MessageStore:
+    st = MessageStore(StoreConfig(root_dir=str(root), mapped_file_size_commit_log=64 * 1024,
+                                  mapped_file_size_consume_queue=20 * 100, max_hash_slot_num=256,
+                                  max_index_num=1024, max_message_size=16 * 1024, preallocate=False))
+    st.open()
+    return st
+
+
+def make(root, members, node_id="n0", **settings):
+    st = open_store(root)
+    wp = RaftWritePath(st, node_id=node_id, members=members, settings=RaftSettings(**{**FAST, **settings}))
+    return st, wp
+
+
+def wait_writable(wp, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not wp.is_writable():
+        assert time.monotonic() < deadline, "never became writable"
+        time.sleep(0.02)
+
+
+def one_member(tmp_path):
+    raft, grpc_port = free_ports(2)
+    return [MemberInfo("n0", f"127.0.0.1:{raft}", f"127.0.0.1:{grpc_port}")]
+
+
+def test_single_member_group_writes_after_its_barrier_and_replays_idempotently(tmp_path):
+    members = one_member(tmp_path)
+    st, wp = make(tmp_path / "s", members)
+    wp.start()
+    try:
+        wait_writable(wp)
+        wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=2, write_queue_nums=2))
+        rs = []
+        for i in range(30):
+            rs += wp.put([Message(topic="T", queue_id=i % 2, body=b"m%d" % i)]).result(10)
+        wp.commit_offsets("G", "T", {0: 3})
+        assert [r.queue_offset for r in rs if r.queue_id == 0] == list(range(15))
+        assert all(r.uniq_key for r in rs)
+        assert st.consumer_offsets.offsets("G", "T") == {0: 3}
+        [me] = wp.members_status()
+        assert me["role"] == "leader" and me["applied_offset"] == st.commit_log_max_offset
+        end = st.commit_log_max_offset
+    finally:
+        wp.stop()
+        st.shutdown()
+
+    # restart: pysyncobj replays its journal; apply skips what the commit log already has
+    st, wp = make(tmp_path / "s", members)
+    wp.start()
+    try:
+        wait_writable(wp)
+        assert st.commit_log_max_offset == end
+        r = wp.put([Message(topic="T", queue_id=0, body=b"after")]).result(10)[0]
+        assert r.physical_offset == end and r.queue_offset == 15
+        assert st.topics.get("T").read_queue_nums == 2
+    finally:
+        wp.stop()
+        st.shutdown()
+
+
+def test_without_a_majority_nothing_is_writable_and_errors_say_so(tmp_path):
+    raft0, raft1, g0, g1 = free_ports(4)
+    members = [MemberInfo("n0", f"127.0.0.1:{raft0}", f"127.0.0.1:{g0}"),
+               MemberInfo("n1", f"127.0.0.1:{raft1}", f"127.0.0.1:{g1}")]
+    st, wp = make(tmp_path / "s", members)
+    wp.start()
+    try:
+        time.sleep(1.0)
+        assert not wp.is_writable()
+        with pytest.raises(NoLeaderError, match="retry"):
+            wp.put([Message(topic="T", queue_id=0, body=b"x")]).result(5)
+        with pytest.raises(NoLeaderError):
+            wp.commit_offsets("G", "T", {0: 1})
+        assert wp.leader() is None
+    finally:
+        wp.stop()
+        st.shutdown()
+
+
+def test_config_errors_name_the_fix(tmp_path):
+    members = one_member(tmp_path)
+    st = open_store(tmp_path / "s")
+    try:
+        with pytest.raises(ValueError, match="must contain this node's id"):
+            RaftWritePath(st, node_id="nX", members=members)
+        with pytest.raises(ValueError, match="duplicate"):
+            RaftWritePath(st, node_id="n0", members=members + members)
+        busy = socket.socket()
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = [MemberInfo("n0", f"127.0.0.1:{busy.getsockname()[1]}", members[0].grpc_address)]
+        wp = RaftWritePath(st, node_id="n0", members=taken, settings=RaftSettings(**FAST))
+        with pytest.raises(ReplicationError, match="cannot listen"):
+            wp.start()
+        busy.close()
+    finally:
+        st.shutdown()
