@@ -18,14 +18,19 @@ import random
 import re
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from kubernetes import client as k8s
-from kubernetes.config import incluster_config
-from kubernetes.config.config_exception import ConfigException
+if TYPE_CHECKING:  # the client is imported only when a labeler is really built (it is the optional [k8s] extra)
+    from kubernetes import client as k8s
 
 __all__ = ["ROLE_LABEL", "RoleLabeler", "RoleLabelerError"]
 
 log = logging.getLogger(__name__)
+
+# Where Kubernetes mounts the pod's service-account credentials.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_TOKEN_FILENAME = f"{SERVICE_ACCOUNT_DIR}/token"
+SERVICE_CERT_FILENAME = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 
 ROLE_LABEL = "raftmq.io/role"
 # Written at start, before the node reports a role: a container restarted in the same pod keeps the pod's
@@ -95,8 +100,8 @@ class RoleLabeler:
         mode: str | bool | None = "auto",
         *,
         environ: Mapping[str, str] | None = None,
-        token_path: str = incluster_config.SERVICE_TOKEN_FILENAME,
-        ca_path: str = incluster_config.SERVICE_CERT_FILENAME,
+        token_path: str = SERVICE_TOKEN_FILENAME,
+        ca_path: str = SERVICE_CERT_FILENAME,
         **options: float,
     ) -> RoleLabeler | None:
         """Build a labeler from the pod's environment, or return None when not in a pod or disabled.
@@ -124,6 +129,18 @@ class RoleLabeler:
                     + " (set POD_NAME/POD_NAMESPACE from the downward API and mount a service-account token)"
                 )
             log.debug("role labeler off: not running in a pod (missing %s)", ", ".join(missing))
+            return None
+        try:
+            from kubernetes import client as k8s
+            from kubernetes.config import incluster_config
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError as exc:
+            if parsed == "true":
+                raise RoleLabelerError(
+                    f"kubernetes.role_label is true but the Kubernetes client is not installed ({exc}); "
+                    "install raftmq with the k8s extra: pip install 'raftmq[k8s]'"
+                ) from exc
+            log.warning("role labeler off: the Kubernetes client is not installed (pip install 'raftmq[k8s]')")
             return None
         configuration = k8s.Configuration()
         try:

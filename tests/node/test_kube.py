@@ -11,6 +11,7 @@ import logging
 import shutil
 import ssl
 import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -337,3 +338,14 @@ def test_from_environment_uses_the_in_cluster_token_and_ca(tmp_path):
     assert request["path"] == PATH
     assert request["headers"]["authorization"].lower() == "bearer sa-token-123"
     assert role_of(request) == "leader"
+
+
+def test_without_the_kubernetes_client_auto_is_off_and_true_says_how_to_fix(tmp_path, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("t")
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "443",
+           "POD_NAME": POD, "POD_NAMESPACE": NS}
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as if the [k8s] extra were not installed
+    assert RoleLabeler.from_environment("auto", environ=env, token_path=str(token)) is None
+    with pytest.raises(RoleLabelerError, match=r"raftmq\[k8s\]"):
+        RoleLabeler.from_environment("true", environ=env, token_path=str(token))
