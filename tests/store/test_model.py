@@ -1,0 +1,332 @@
+"""The whole store against a simple in-memory model (Hypothesis stateful test), through the facade only.
+
+The model is a list of records in commit-log order plus a list per (topic, queue). Every read the store
+answers (pull with tag filters, query by key and time, view by msgId and physical offset, min/max offsets) is
+checked against it, with tiny segment sizes so commit-log, consume-queue and index files roll every few
+messages, across clean restarts (shutdown + open) and unclean ones (the process state is dropped without a
+shutdown, so recovery runs the abnormal path).
+
+Tags "Aa" and "BB" have the same Java String.hashCode (2112), so they share a consume-queue tagsCode and, as
+keys, an index hash: the store must tell them apart by the exact string.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as hs
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from store import MessageStore, StoreConfig
+from store.java import java_string_hash
+from store.message import Message, create_message_id
+from tests.store.store_helpers import TINY, read_commit_log_files, wait_dispatched
+
+TOPICS = ("TopA", "TopB")
+QUEUES = (0, 1)
+TAGS = ("Aa", "BB", "C", None)
+KEYS = ("Aa", "BB", "k1", "k2")
+FILTERS = ("*", "Aa", "BB", "Aa || C", "C || BB", "Zz")
+STORE_HOST = ("127.0.0.1", 10911)
+STORE_HOST_STR = "127.0.0.1:10911"
+BORN_HOST = ("10.0.0.7", 53210)
+FAR_FUTURE = 1 << 62
+
+assert java_string_hash("Aa") == java_string_hash("BB")
+
+bodies = hs.binary(max_size=300)
+tag_values = hs.sampled_from(TAGS)
+key_lists = hs.lists(hs.sampled_from(KEYS), max_size=2, unique=True)
+
+
+@dataclass
+class Rec:
+    """What the model knows about one stored message."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    body: bytes
+    tags: str | None
+    keys: list[str]
+    uniq_key: str
+    born_timestamp: int
+    store_timestamp: int
+    msg_id: str
+
+
+@dataclass
+class Model:
+    log: list[Rec] = field(default_factory=list)
+    queues: dict[tuple[str, int], list[Rec]] = field(default_factory=dict)
+    end: int = 0
+
+    def queue(self, topic: str, qid: int) -> list[Rec]:
+        return self.queues.get((topic, qid), [])
+
+
+def same_message(m, rec: Rec) -> None:
+    """Every field the model knows, compared with a MessageExt from the store."""
+    assert m is not None, f"message {rec.msg_id} not found"
+    got = (m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.store_size, m.body, m.tags, m.keys,
+           m.uniq_key, m.born_timestamp, m.born_host, m.store_timestamp, m.store_host, m.msg_id)
+    want = (rec.topic, rec.queue_id, rec.queue_offset, rec.physical_offset, rec.size, rec.body, rec.tags,
+            rec.keys, rec.uniq_key, rec.born_timestamp, BORN_HOST, rec.store_timestamp, STORE_HOST, rec.msg_id)
+    assert got == want
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="raftmq-model-")
+        self.cfg = StoreConfig(root_dir=self.root, store_host=STORE_HOST_STR, **TINY)
+        self.st: MessageStore | None = None
+        self.model = Model()
+        self.born = 1_600_000_000_000
+        self.restarts = 0
+
+    @initialize()
+    def start(self) -> None:
+        self.st = MessageStore(self.cfg)
+        self.st.open()
+
+    def teardown(self) -> None:
+        try:
+            if self.st is not None:
+                self.st.shutdown()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ writes
+    def _message(self, topic: str, qid: int, body: bytes, tags: str | None, keys: list[str]) -> Message:
+        props = {}
+        if tags:
+            props["TAGS"] = tags
+        if keys:
+            props["KEYS"] = " ".join(keys)
+        self.born += 1
+        return Message(topic=topic, queue_id=qid, body=body, properties=props, born_timestamp=self.born,
+                       born_host=BORN_HOST)
+
+    def _record(self, msgs: list[Message], results) -> None:
+        """Check the put results against the model's prediction, then add the records to the model."""
+        assert len(results) == len(msgs)
+        fs = self.cfg.mapped_file_size_commit_log
+        end = self.model.end
+        total = sum(r.wrote_bytes for r in results)
+        # RocketMQ's rule: the batch goes at the end if it fits with 8 bytes to spare, else a blank record
+        # closes the segment and the whole batch starts the next one.
+        pos = end if total + 8 <= fs - end % fs else end + fs - end % fs
+        for m, r in zip(msgs, results, strict=True):
+            assert r.status.name == "PUT_OK"
+            q = self.model.queues.setdefault((m.topic, m.queue_id), [])
+            assert (r.physical_offset, r.queue_offset) == (pos, len(q))
+            assert r.msg_id == create_message_id(STORE_HOST, pos)
+            assert r.uniq_key, "the store sets UNIQ_KEY when the producer did not"
+            rec = Rec(m.topic, m.queue_id, len(q), pos, r.wrote_bytes, bytes(m.body), m.tags, m.keys,
+                      r.uniq_key, m.born_timestamp, r.store_timestamp, r.msg_id)
+            q.append(rec)
+            self.model.log.append(rec)
+            pos += r.wrote_bytes
+        self.model.end = pos
+
+    @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES), body=bodies, tags=tag_values,
+          keys=key_lists)
+    def put(self, topic, qid, body, tags, keys) -> None:
+        m = self._message(topic, qid, body, tags, keys)
+        self._record([m], [self.st.put_message(m)])
+
+    @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES),
+          items=hs.lists(hs.tuples(bodies, tag_values, key_lists), min_size=1, max_size=6))
+    def put_batch(self, topic, qid, items) -> None:
+        msgs = [self._message(topic, qid, b, t, k) for b, t, k in items]
+        self._record(msgs, self.st.put_messages(msgs))
+
+    # ------------------------------------------------------------------ restarts
+    @rule()
+    def restart_clean(self) -> None:
+        self.st.shutdown()
+        self.st = MessageStore(self.cfg)
+        self.st.open()
+        self.restarts += 1
+
+    @rule()
+    def restart_unclean(self) -> None:
+        """Drop the open store without shutdown: threads stop, the abort file stays, nothing is flushed."""
+        crash_in_process(self.st)
+        self.st = MessageStore(self.cfg)
+        self.st.open()
+        self.restarts += 1
+
+    @precondition(lambda self: self.model.log)
+    @rule(data=hs.data())
+    def truncate(self, data) -> None:
+        """Cut the log at a record boundary (what a replica does when Raft rewrites its tail)."""
+        k = data.draw(hs.integers(0, len(self.model.log)), label="keep records")
+        offset = self.model.log[k].physical_offset if k < len(self.model.log) else self.model.end
+        self.st.truncate_to(offset)
+        self.model.log = self.model.log[:k]
+        self.model.queues = {key: [r for r in q if r.physical_offset < offset]
+                             for key, q in self.model.queues.items()}
+        self.model.end = offset
+
+    # ------------------------------------------------------------------ reads
+    @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES), data=hs.data(),
+          max_count=hs.integers(1, 8), expr=hs.sampled_from(FILTERS))
+    def get(self, topic, qid, data, max_count, expr) -> None:
+        from store import TagFilter
+
+        wait_dispatched(self.st)
+        q = self.model.queue(topic, qid)
+        offset = data.draw(hs.integers(-1, len(q) + 2), label="offset")
+        flt = TagFilter.parse(expr)
+        g = self.st.get_messages(topic, qid, offset, max_count=max_count, tag_filter=flt)
+        status = g.status.name
+        mx = len(q)
+        if mx == 0:
+            assert status in ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE")
+            assert g.next_begin_offset == 0 and not g.messages
+            return
+        assert (g.min_offset, g.max_offset) == (0, mx)
+        if offset < 0:
+            assert status == "OFFSET_TOO_SMALL" and g.next_begin_offset == 0
+        elif offset == mx:
+            assert status == "OFFSET_OVERFLOW_ONE" and g.next_begin_offset == mx
+        elif offset > mx:
+            assert status == "OFFSET_OVERFLOW_BADLY" and g.next_begin_offset in (0, mx)
+        else:
+            nxt = g.next_begin_offset
+            assert offset < nxt <= mx, (offset, nxt, mx)
+            want = [r for r in q[offset:nxt] if flt.matches_tags(r.tags)]
+            assert len(g.messages) <= max_count
+            # everything matching in [offset, next) is returned, in order, and nothing else
+            assert [m.queue_offset for m in g.messages] == [r.queue_offset for r in want]
+            for m, r in zip(g.messages, want, strict=True):
+                same_message(m, r)
+            assert status == ("FOUND" if want else "NO_MATCHED_MESSAGE")
+            if len(want) < max_count and nxt < mx:
+                # a pull may stop early only at the end of a consume-queue file
+                units = self.cfg.mapped_file_size_consume_queue // 20
+                assert nxt % units == 0, (offset, nxt, mx, units)
+            return
+        assert not g.messages
+
+    @rule(topic=hs.sampled_from(TOPICS), key=hs.sampled_from(KEYS))
+    def query_by_key(self, topic, key) -> None:
+        wait_dispatched(self.st)
+        got = self.st.query_messages(topic, key, 64, 0, FAR_FUTURE)
+        want = [r for r in self.model.log if r.topic == topic and key in r.keys]
+        # the index returns at most 64 hash matches, newest first; "Aa" and "BB" share a hash
+        colliding = [r for r in self.model.log if r.topic == topic
+                     and any(java_string_hash(f"{topic}#{k}") == java_string_hash(f"{topic}#{key}")
+                             for k in r.keys)]
+        got_offsets = sorted(m.physical_offset for m in got)
+        assert len(got_offsets) == len(set(got_offsets)), "a message came back twice"
+        if len(colliding) <= 64:
+            assert got_offsets == [r.physical_offset for r in want]
+        else:
+            newest = {r.physical_offset for r in colliding[-64:]}
+            assert set(got_offsets) == {r.physical_offset for r in want} & newest
+        by_phy = {r.physical_offset: r for r in want}
+        for m in got:
+            same_message(m, by_phy[m.physical_offset])
+
+    @precondition(lambda self: self.model.log)
+    @rule(data=hs.data())
+    def query_by_uniq_key_and_time(self, data) -> None:
+        wait_dispatched(self.st)
+        rec = data.draw(hs.sampled_from(self.model.log), label="record")
+        got = self.st.query_messages(rec.topic, rec.uniq_key, 64, 0, FAR_FUTURE)
+        assert len(got) == 1
+        same_message(got[0], rec)
+        # a window wholly after every message, or wholly before, finds nothing
+        last = max(r.store_timestamp for r in self.model.log)
+        assert self.st.query_messages(rec.topic, rec.uniq_key, 64, last + 10_000, FAR_FUTURE) == []
+        assert self.st.query_messages(rec.topic, rec.uniq_key, 64, 0, 1_000) == []
+        # a window that starts a second before the message finds it (the index stores whole seconds)
+        got = self.st.query_messages(rec.topic, rec.uniq_key, 64, rec.store_timestamp - 1000, FAR_FUTURE)
+        assert [m.physical_offset for m in got] == [rec.physical_offset]
+
+    @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES), data=hs.data())
+    def offset_by_time(self, topic, qid, data) -> None:
+        wait_dispatched(self.st)
+        q = self.model.queue(topic, qid)
+        i = data.draw(hs.integers(0, len(q)), label="near record")
+        delta = data.draw(hs.sampled_from((-1, 0, 1)), label="ms off")
+        ts = (q[i].store_timestamp if i < len(q) else q[-1].store_timestamp + 1 if q else 0) + delta
+        want = next((r.queue_offset for r in q if r.store_timestamp >= ts), len(q))
+        assert self.st.get_offset_by_time(topic, qid, ts) == want
+
+    @precondition(lambda self: self.model.log)
+    @rule(data=hs.data())
+    def view(self, data) -> None:
+        rec = data.draw(hs.sampled_from(self.model.log), label="record")
+        same_message(self.st.view_message_by_id(rec.msg_id), rec)
+        same_message(self.st.view_message(rec.physical_offset), rec)
+        # an offset inside a record or past the end is not a message
+        assert self.st.view_message(rec.physical_offset + 1) is None
+        assert self.st.view_message(self.model.end) is None
+        assert self.st.view_message_by_id(create_message_id(STORE_HOST, self.model.end + 3)) is None
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def offsets_match(self) -> None:
+        if self.st is None:
+            return
+        wait_dispatched(self.st)
+        assert self.st.commit_log_max_offset == self.model.end
+        assert self.st.commit_log_min_offset == 0
+        for topic in TOPICS:
+            for qid in QUEUES:
+                q = self.model.queue(topic, qid)
+                assert (self.st.min_offset_in_queue(topic, qid), self.st.max_offset_in_queue(topic, qid)) == \
+                    (0, len(q)), (topic, qid)
+            want_qids = sorted(qid for (t, qid), q in self.model.queues.items() if t == topic and q)
+            assert sorted(self.st.queue_ids(topic)) == want_qids
+
+
+def crash_in_process(st: MessageStore) -> None:
+    """Leave the directory as a SIGKILL right after a full flush would: everything on disk, ``abort`` present.
+
+    A kill can land at any moment, including just after the periodic flushes caught up, so this is a state
+    the store must recover from; the next open takes the abnormal path (test_crash.py kills real processes).
+    """
+    st.shutdown()
+    with open(st.config.abort_path, "wb"):
+        pass
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=30, stateful_step_count=35, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestStoreModel = StoreMachine.TestCase
+
+
+def test_commit_log_files_hold_exactly_the_model(tmp_path) -> None:
+    """A deterministic run, then the segment files decoded from disk equal the model (no extra records)."""
+    cfg = StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR, **TINY)
+    st = MessageStore(cfg)
+    st.open()
+    sent = []
+    try:
+        for i in range(120):
+            m = Message(topic=TOPICS[i % 2], queue_id=i % 3, body=bytes([i % 256]) * (i * 7 % 500),
+                        properties={"TAGS": TAGS[i % 3], "KEYS": f"key{i}"}, born_timestamp=i, born_host=BORN_HOST)
+            if i % 10 == 0:
+                batch = [m, Message(topic=m.topic, queue_id=m.queue_id, body=b"second", born_host=BORN_HOST)]
+                sent += list(zip(batch, st.put_messages(batch), strict=True))
+            else:
+                sent.append((m, st.put_message(m)))
+        wait_dispatched(st)
+    finally:
+        st.shutdown()
+    msgs, end = read_commit_log_files(tmp_path)
+    assert [(m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.body) for m in msgs] == \
+        [(m.topic, m.queue_id, r.queue_offset, r.physical_offset, m.body) for m, r in sent]
+    assert end == sent[-1][1].physical_offset + sent[-1][1].wrote_bytes
