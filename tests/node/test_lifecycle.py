@@ -61,6 +61,46 @@ def test_restart_keeps_everything_and_sigterm_is_clean(tmp_path):
         assert r.queue_offset == 150 and r.physical_offset > sent[-1].physical_offset
 
 
+def test_sigterm_under_load_loses_no_acknowledged_message(tmp_path):
+    with running_nodes(tmp_path, 1) as [node]:
+        topic = Api(node).topic("load")
+        acked: list[tuple[str, bytes]] = []
+        failures: list[grpc.StatusCode] = []
+        stop = threading.Event()
+
+        def producer(i: int) -> None:
+            with grpc.insecure_channel(node.grpc_address) as ch:
+                stub = pb_grpc.MessagingServiceStub(ch)
+                n = 0
+                while not stop.is_set():
+                    body = f"p{i}-{n}".encode()
+                    try:
+                        r = stub.SendMessage(pb.SendMessageRequest(message=pb.Message(topic=topic, body=body)),
+                                             timeout=10)
+                    except grpc.RpcError as e:
+                        failures.append(e.code())
+                        return
+                    acked.append((r.result.msg_id, body))
+                    n += 1
+
+        threads = [threading.Thread(target=producer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        while len(acked) < 200:
+            time.sleep(0.05)
+        assert node.stop() == 0
+        stop.set()
+        for t in threads:
+            t.join(30)
+        # After SIGTERM a request is refused (UNAVAILABLE), never half-done.
+        assert set(failures) <= {grpc.StatusCode.UNAVAILABLE}, failures
+
+        node.start().wait_ready()
+        stub = pb_grpc.MessagingServiceStub(node.channel())
+        for msg_id, body in acked:
+            assert stub.ViewMessage(pb.ViewMessageRequest(msg_id=msg_id), timeout=10).message.body == body
+
+
 def test_sigterm_while_a_long_poll_is_parked(tmp_path):
     with running_nodes(tmp_path, 1) as [node]:
         api = Api(node)
