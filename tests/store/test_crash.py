@@ -380,3 +380,35 @@ def test_kill_while_creating_a_segment(tmp_path: Path, where: str) -> None:
         assert r.queue_offset == 15
     finally:
         st.shutdown()
+
+
+def test_kill_between_copy_and_offset_patch(tmp_path: Path) -> None:
+    """A record whose QUEUEOFFSET/PHYSICALOFFSET were never patched must not survive recovery as if valid.
+
+    ``CommitLog._apply`` copies the encoded records (offsets 0) into the mapping and patches the two offset
+    fields afterwards; a SIGKILL between the two leaves records with a good BODYCRC and offsets 0 (the
+    random-kill test found such a record: message 507 at queue offset 0 of a queue already at 58). Here the
+    last record's offset fields are zeroed by hand, as that kill leaves them.
+    """
+    cfg, results = _write(tmp_path, 30)
+    last = results[-1]
+    _patch(cfg, last.physical_offset + 20, bytes(16))  # QUEUEOFFSET (int64 at 20) and PHYSICALOFFSET (at 28)
+    Path(cfg.abort_path).touch()
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        wait_dispatched(st)
+        m = st.view_message(last.physical_offset)
+        if m is None:  # dropped: the log ends where the unpatched record began
+            assert st.commit_log_max_offset == last.physical_offset
+            assert st.max_offset_in_queue("CrashA", 1) == last.queue_offset
+        else:  # or repaired: then it must be where it says and in its queue
+            assert (m.physical_offset, m.queue_offset) == (last.physical_offset, last.queue_offset)
+            assert st.max_offset_in_queue("CrashA", 1) == last.queue_offset + 1
+        r = st.put_message(cw.make_message(30, "CrashA", 1))
+        wait_dispatched(st)
+        assert r.queue_offset == st.max_offset_in_queue("CrashA", 1) - 1
+        g = st.get_messages("CrashA", 1, r.queue_offset, max_count=1)
+        assert g.status.name == "FOUND" and g.messages[0].physical_offset == r.physical_offset
+    finally:
+        st.shutdown()
