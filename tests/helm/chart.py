@@ -18,8 +18,10 @@ import yaml
 CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "raftmq"
 RELEASE = "rel"
 NAMESPACE = "mq"
-# The newest Kubernetes version kubernetes-validate ships schemas for.
+# The newest Kubernetes version kubernetes-validate ships schemas for, and the oldest the chart supports
+# (Chart.yaml kubeVersion): manifests must be valid for both.
 K8S_VERSION = kv.latest_version()
+K8S_MIN_VERSION = "1.27"
 
 
 def render(values: dict[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE,
@@ -49,8 +51,9 @@ def notes(values: dict[str, Any] | None = None) -> str:
     return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
 
 
-def lint(values: dict[str, Any] | None = None) -> dict[str, Any]:
-    return helm.lint(str(CHART_DIR), values, strict=True, namespace=NAMESPACE)
+def lint(values: dict[str, Any] | None = None, kube_version: str | None = None) -> dict[str, Any]:
+    return helm.lint(str(CHART_DIR), values, strict=True, namespace=NAMESPACE,
+                     kube_version=None if kube_version is None else f"v{kube_version}.0")
 
 
 def one(objs: list[dict], kind: str, name: str | None = None) -> dict:

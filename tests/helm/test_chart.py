@@ -10,7 +10,19 @@ import kubernetes_validate.utils as kv
 import pytest
 import yaml
 
-from tests.helm.chart import K8S_VERSION, NAMESPACE, RELEASE, all_of, lint, notes, objects, one, render
+from tests.helm.chart import (
+    CHART_DIR,
+    K8S_MIN_VERSION,
+    K8S_VERSION,
+    NAMESPACE,
+    RELEASE,
+    all_of,
+    lint,
+    notes,
+    objects,
+    one,
+    render,
+)
 
 FULL = f"{RELEASE}-raftmq"
 HEADLESS = f"{FULL}-headless"
@@ -130,15 +142,22 @@ def selects(selector: dict, labels: dict) -> bool:
 # ---------------------------------------------------------------- lint and schemas
 
 
-def test_lint_strict_is_clean(value_set):
+@pytest.mark.parametrize("kube", [K8S_MIN_VERSION, K8S_VERSION])
+def test_lint_strict_is_clean(value_set, kube):
     name, values = value_set
-    report = lint(values)
+    report = lint(values, kube_version=kube)
     assert report["errors"] == []
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert problems == [], problems
 
 
-def test_every_manifest_validates_against_the_kubernetes_schemas(value_set):
+def test_chart_declares_the_oldest_kubernetes_it_is_validated_against():
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={K8S_MIN_VERSION}.0-0"
+
+
+@pytest.mark.parametrize("kube", [K8S_MIN_VERSION, K8S_VERSION])
+def test_every_manifest_validates_against_the_kubernetes_schemas(value_set, kube):
     name, values = value_set
     objs = objects(values)
     assert objs
@@ -146,7 +165,7 @@ def test_every_manifest_validates_against_the_kubernetes_schemas(value_set):
     for obj in objs:
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
             continue  # CRDs of the Prometheus operator: checked in test_service_monitor/test_prometheus_rule
-        kv.validate(obj, K8S_VERSION, strict=True)
+        kv.validate(obj, kube, strict=True)
         checked += 1
     assert checked >= 4
 
