@@ -175,7 +175,8 @@ class MessageStore:
                 self.index_service.destroy()
             max_phy_of_cq = -1
         elif max_phy_of_cq >= end:
-            self.consume_queues.truncate_dirty_logic_files(end)
+            self._truncate_consume_queues(end)
+            max_phy_of_cq = self.consume_queues.max_physic_offset()
         if self.index_service is not None and self.index_service.index_files:
             if self.index_service.index_files[-1].end_phy_offset >= end:
                 self.index_service.truncate(end)
@@ -193,6 +194,19 @@ class MessageStore:
                 log.error("store %s: dispatch stuck at %d (%s)", cfg.root_dir, before, self.reput.last_error)
                 break
         self._rebuild_queue_offset_table()
+
+    def _truncate_consume_queues(self, offset: int) -> None:
+        """Drop units at or beyond ``offset`` and zero the dropped bytes, so a restart cannot recover them."""
+        before = [(cq, cq.mapped_file_queue.get_max_offset()) for cq in self.consume_queues.queues()]
+        self.consume_queues.truncate_dirty_logic_files(offset)
+        for cq, old_end in before:
+            mfq = cq.mapped_file_queue
+            new_end = mfq.get_max_offset()
+            mf = mfq.find_mapped_file_by_offset(new_end)
+            if new_end < old_end and mf is not None:
+                pos = new_end - mf.file_from_offset
+                stop = min(old_end - mf.file_from_offset, mf.file_size)
+                mf.write_at(pos, bytes(stop - pos))
 
     def _rebuild_queue_offset_table(self) -> None:
         """``recoverTopicQueueTable``: next queue offsets from the consume queues plus undispatched records."""
@@ -456,7 +470,7 @@ class MessageStore:
             if offset < cl.min_offset:
                 raise StoreError(f"cannot truncate to {offset}: the commit log starts at {cl.min_offset}")
             cl.truncate_dirty_files(offset)
-            self.consume_queues.truncate_dirty_logic_files(offset)
+            self._truncate_consume_queues(offset)
             if self.index_service is not None:
                 self.index_service.truncate(offset)
             self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
