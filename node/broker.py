@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 READ_THREADS = 4
 ROLE_POLL_SECONDS = 1.0
+DRAIN_QUIET_SECONDS = 0.2  # SIGTERM: no new call for this long before the gRPC server stops
 
 
 class Broker:
@@ -58,6 +59,8 @@ class Broker:
         self.write_path: Any = None
         self.long_polls: LongPollRegistry | None = None
         self.serving = False
+        self.rpcs_in_flight = 0
+        self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
         self._stopping = False  # asked to stop: start() and background loops give up
         self._stopped = False
@@ -266,6 +269,19 @@ class Broker:
         """Make a running start() give up at its next step (SIGTERM during recovery)."""
         self._stopping = True
 
+    async def _drain(self, grace: float) -> None:
+        """Answer UNAVAILABLE until in-flight calls are done and callers have noticed (no call for a moment).
+
+        Why before the gRPC server's own stop: a call that reaches gRPC while its server shuts down is CANCELLED
+        without running, which a client cannot tell from a lost reply; an UNAVAILABLE from us is unambiguous.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while loop.time() < deadline:
+            if self.rpcs_in_flight == 0 and time.monotonic() - self.last_rpc_started >= DRAIN_QUIET_SECONDS:
+                return
+            await asyncio.sleep(0.01)
+
     async def stop(self) -> None:
         """Graceful stop, after start() has returned or failed."""
         if self._stopped:
@@ -277,7 +293,9 @@ class Broker:
         if self.long_polls is not None:
             self.long_polls.close()
         if self._grpc is not None:
-            await self._grpc.stop(self.config.node.shutdown_grace_seconds)
+            grace = self.config.node.shutdown_grace_seconds
+            await self._drain(grace)
+            await self._grpc.stop(grace)
         if self._write_path_started:
             await self.run_blocking(self.write_path.stop)
         if self._labeler is not None:

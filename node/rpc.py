@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 class ServingState(Protocol):
     metrics: BrokerMetrics
+    rpcs_in_flight: int
+    last_rpc_started: float  # time.monotonic()
 
     def check_serving(self) -> None:
         """Raise RpcError(UNAVAILABLE) when the node cannot answer yet (starting) or any more (stopping)."""
@@ -38,6 +40,8 @@ def rpc_handler(method: str, *, needs_ready: bool = True):
             node: ServingState = self.node
             t0 = time.perf_counter()
             code = "OK"
+            node.rpcs_in_flight += 1  # event-loop thread only: no lock needed
+            node.last_rpc_started = time.monotonic()
             try:
                 if needs_ready:
                     node.check_serving()
@@ -57,6 +61,7 @@ def rpc_handler(method: str, *, needs_ready: bool = True):
                 metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
                 await context.abort(err.code, err.message, metadata)
             finally:
+                node.rpcs_in_flight -= 1
                 node.metrics.record_rpc(method, code, time.perf_counter() - t0)
 
         return wrapper
