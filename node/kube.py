@@ -179,8 +179,14 @@ class RoleLabeler:
             self._desired = value
             self._cond.notify_all()
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop the thread; it makes one last attempt to publish the latest role, bounded by ``timeout``."""
+    def stop(self, timeout: float = 2.0, final_role: str | None = UNKNOWN_ROLE) -> None:
+        """Stop the thread after one last attempt, bounded by ``timeout``, to publish ``final_role``.
+
+        A stopping node holds no role any more, so by default the pod drops out of the leader Service at once
+        instead of when it is gone; ``final_role=None`` publishes the latest role set instead.
+        """
+        if final_role is not None:
+            self.set_role(final_role)
         with self._cond:
             thread = self._thread
             self._stopping = True

@@ -137,7 +137,7 @@ def test_patch_sets_only_the_role_label_with_a_merge_patch(server):
         server.wait_for(lambda reqs: role_of(reqs[-1]) == "follower")
         assert server.labels == {ROLE_LABEL: "follower"}
     finally:
-        labeler.stop()
+        labeler.stop(final_role=None)
     assert [role_of(r) for r in server.requests] == ["leader", "follower"]
     assert labeler.failures == 0
 
@@ -150,7 +150,7 @@ def test_start_clears_a_stale_role_before_the_node_reports_one(server):
         server.wait_for(lambda reqs: len(reqs) >= 1)
         assert role_of(server.requests[0]) == "unknown"
     finally:
-        labeler.stop()
+        labeler.stop(final_role=None)
 
 
 def test_server_errors_are_retried_with_backoff_until_success(server, caplog):
@@ -163,7 +163,7 @@ def test_server_errors_are_retried_with_backoff_until_success(server, caplog):
             server.wait_for(lambda reqs: len(reqs) >= 4)
             wait_applied(labeler, "leader", server)
         finally:
-            labeler.stop()
+            labeler.stop(final_role=None)
     assert [role_of(r) for r in server.requests] == ["leader"] * 4
     assert labeler.failures == 3
     assert server.labels[ROLE_LABEL] == "leader"
@@ -181,7 +181,7 @@ def test_forbidden_is_logged_and_retried(server, caplog):
             server.wait_for(lambda reqs: len(reqs) >= 2)
             wait_applied(labeler, "candidate", server)
         finally:
-            labeler.stop()
+            labeler.stop(final_role=None)
     assert any("HTTP 403" in m and "retrying" in m for m in caplog.messages)
 
 
@@ -194,7 +194,7 @@ def test_dropped_connections_are_retried(server):
         server.wait_for(lambda reqs: len(reqs) >= 3)
         wait_applied(labeler, "leader", server)
     finally:
-        labeler.stop()
+        labeler.stop(final_role=None)
     assert labeler.failures == 2
 
 
@@ -215,7 +215,7 @@ def test_refused_connections_are_retried_until_the_api_comes_back():
         assert labeler.failures >= 2
         assert labeler.applied_role is None
     finally:
-        labeler.stop()
+        labeler.stop(final_role=None)
 
 
 def test_set_role_never_blocks_while_the_api_hangs(server):
@@ -235,7 +235,7 @@ def test_set_role_never_blocks_while_the_api_hangs(server):
         server.release.set()
         wait_applied(labeler, "leader", server)
     finally:
-        labeler.stop()
+        labeler.stop(final_role=None)
     # Intermediate roles were coalesced: after the stuck request, only the latest one was sent.
     assert [role_of(r) for r in server.requests] == ["follower", "leader"]
 
@@ -247,18 +247,28 @@ def test_stop_returns_even_when_the_api_hangs(server):
     labeler.start()
     server.wait_for(lambda reqs: len(reqs) == 1)
     labeler.stop(timeout=0.2)  # bounded: the worker is a daemon thread stuck in I/O
+    assert labeler.desired_role == "unknown"
     server.release.set()
 
 
-def test_stop_publishes_the_final_role_once(server):
+def test_stop_takes_the_pod_out_of_the_leader_service(server):
+    labeler = make_labeler(server.port)
+    labeler.set_role("leader")
+    labeler.start()
+    wait_applied(labeler, "leader", server)
+    labeler.stop(timeout=10)
+    assert [role_of(r) for r in server.requests] == ["leader", "unknown"]
+    assert server.labels[ROLE_LABEL] == "unknown"
+
+
+def test_stop_can_publish_the_latest_role_instead(server):
     labeler = make_labeler(server.port)
     labeler.set_role("leader")
     labeler.start()
     wait_applied(labeler, "leader", server)
     labeler.set_role("follower")
-    labeler.stop(timeout=10)
-    assert role_of(server.requests[-1]) == "follower"
-    assert server.labels[ROLE_LABEL] == "follower"
+    labeler.stop(timeout=10, final_role=None)
+    assert [role_of(r) for r in server.requests] == ["leader", "follower"]
 
 
 def test_invalid_roles_are_ignored_without_raising(server):
@@ -276,7 +286,7 @@ def test_resync_reasserts_a_label_edited_by_hand(server):
     try:
         server.wait_for(lambda reqs: len(reqs) >= 3)
     finally:
-        labeler.stop()
+        labeler.stop(final_role=None)
     assert {role_of(r) for r in server.requests} == {"follower"}
 
 
@@ -332,7 +342,7 @@ def test_from_environment_uses_the_in_cluster_token_and_ca(tmp_path):
         srv.wait_for(lambda reqs: len(reqs) >= 1)
         wait_applied(labeler, "leader", srv)
     finally:
-        labeler.stop()
+        labeler.stop(final_role=None)
         srv.close()
     request = srv.requests[0]
     assert request["path"] == PATH
