@@ -22,11 +22,14 @@ code  meaning
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from client import commands
 from client.errors import RaftmqError
@@ -79,6 +82,23 @@ def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = 
     return parser
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM stops a command the way Ctrl-C does (a consumer commits its offsets, a load prints its summary)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(argv: list[str] | None = None,
         entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> int:
     """Parse and run one command; returns the exit status."""
@@ -94,7 +114,8 @@ def run(argv: list[str] | None = None,
         return EXIT_USAGE
     debug = bool(os.environ.get("RAFTMQ_DEBUG"))
     try:
-        code = func(args)
+        with _stop_on_sigterm():
+            code = func(args)
         sys.stdout.flush()
         return EXIT_OK if code is None else int(code)
     except commands.UsageError as exc:
