@@ -5,10 +5,12 @@
 #
 # 1. installs the chart into a fresh namespace and waits for every member to be ready;
 # 2. `helm test`: writes a message through the quorum and reads it back from every member;
-# 3. writes a marker message, force-kills the leader pod (no preStop, no graceful shutdown: a crash);
-# 4. checks that a new leader is elected and labelled, that writes work again, that the pod comes back ready,
+# 3. checks that exactly one pod is labelled leader and that the leader Service routes to it only;
+# 4. writes a marker message, force-kills the leader pod (no preStop, no graceful shutdown: a crash);
+# 5. checks that a new leader is elected and labelled, that writes work again, that the pod comes back ready,
 #    and that the marker written before the crash is on every member;
-# 5. runs `helm test` again; uninstalls and deletes the namespace (KEEP=1 keeps them for debugging).
+# 6. does a rolling restart (preStop hand-off, readiness-paced), runs `helm test` again; uninstalls and deletes
+#    the namespace (KEEP=1 keeps them for debugging).
 #
 # Needs: kubectl, helm (3.8+ or 4), a cluster that can pull $IMAGE (for kind: `docker build -t raftmq:e2e .` and
 # `kind load docker-image raftmq:e2e`, then IMAGE=raftmq:e2e), a default StorageClass, and room for 3 pods.
@@ -101,9 +103,20 @@ survivor="$(kc get pods -l "$SELECTOR" -o jsonpath='{.items[*].metadata.name}' |
 echo "leader: $leader, running the CLI from: $survivor"
 cli "$survivor" cluster status --server "$CLIENT_SVC"
 
+log "the leader Service routes to the leader pod only"
+for attempt in $(seq 1 30); do
+  behind="$(kc get endpointslices -l "kubernetes.io/service-name=${FULL}-leader" \
+    -o jsonpath='{range .items[*].endpoints[*]}{.targetRef.name}{" "}{end}' | xargs)"
+  [[ "$behind" == "$leader" ]] && break
+  [[ $attempt -eq 30 ]] && die "leader Service endpoints are '$behind', expected '$leader'"
+  sleep 2
+done
+cli "$survivor" topic create e2e --server "$CLIENT_SVC" || [[ $? -eq 6 ]]
+cli "$survivor" produce e2e --body via-leader-service --server "${FULL}-leader.${NAMESPACE}.svc.cluster.local:8081" \
+  || die "write through the leader Service failed"
+
 marker="before-crash-$(date +%s)"
 log "write $marker, then kill the leader $leader"
-cli "$survivor" topic create e2e --server "$CLIENT_SVC" || [[ $? -eq 6 ]]
 cli "$survivor" produce e2e --body "$marker" --keys "$marker" --server "$CLIENT_SVC"
 old_uid="$(kc get pod "$leader" -o jsonpath='{.metadata.uid}')"
 kc delete pod "$leader" --grace-period=0 --force --wait=false
@@ -140,6 +153,11 @@ for i in $(seq 0 $((replicas - 1))); do
   done
 done
 cli "$writer" cluster status --server "$CLIENT_SVC"
+
+log "rolling restart (preStop hands leadership away, the PDB and readiness pace it)"
+kc rollout restart "statefulset/$FULL"
+kc rollout status "statefulset/$FULL" --timeout "$TIMEOUT"
+wait_for_leader >/dev/null
 
 log "helm test again"
 helm test "$RELEASE" -n "$NAMESPACE" --logs --timeout "$TIMEOUT"
