@@ -30,7 +30,7 @@ from node.errors import RpcError, not_found, unavailable
 from node.http_server import HealthServer
 from node.long_poll import LongPollRegistry
 from node.messaging import MessagingService
-from node.metrics import BrokerMetrics, StoreCollector
+from node.metrics import BrokerMetrics, RaftCollector, StoreCollector
 from node.validation import PERM_READ, PERM_WRITE, is_system_topic
 from replication import LocalWritePath, RaftWritePath
 from store import StoreError, StoreLockedError
@@ -73,6 +73,7 @@ class Broker:
         self.grpc_port = 0
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.serving))
+        self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
 
     # ------------------------------------------------------------------ state seen by handlers and probes
     def readiness(self) -> tuple[bool, str]:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -130,3 +130,38 @@ class StoreCollector(Collector):
                 continue
             name, doc = _ROCKETMQ_NAMES.get(key, (f"raftmq_store_{_NAME_CLEAN.sub('_', key)}", f"store stat {key}"))
             yield self._gauge(name, doc, float(value))
+
+
+class RaftCollector(Collector):
+    """Replication health at scrape time, from the write path's cheap accessors (no peer round trips).
+
+    A single node reports itself as a leader of a group of one in term 0, so alerts on has_leader work unchanged
+    when the deployment grows to a cluster.
+    """
+
+    def __init__(self, cluster: str, node_id: str, write_path: Callable[[], object | None]):
+        self._labels = {"cluster": cluster, "node_id": node_id}
+        self._node_id = node_id
+        self._write_path = write_path
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=list(self._labels))
+        g.add_metric(list(self._labels.values()), value)
+        return g
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        wp = self._write_path()
+        if wp is None:
+            return
+        leader = wp.leader()
+        yield self._gauge("raftmq_raft_has_leader", "1 when this node knows a leader", float(leader is not None))
+        yield self._gauge("raftmq_raft_is_leader", "1 when this node is the leader (role gauge)",
+                          float(leader is not None and leader.id == self._node_id))
+        term = getattr(wp, "term", None)
+        yield self._gauge("raftmq_raft_term", "Current Raft term (0 for a single node)",
+                          float(term() if callable(term) else 0))
+        changes = getattr(wp, "leader_changes", 0)
+        c = CounterMetricFamily("raftmq_raft_leader_changes", "Leader changes seen by this node",
+                                labels=list(self._labels))
+        c.add_metric(list(self._labels.values()), float(changes))
+        yield c

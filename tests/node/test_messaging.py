@@ -221,3 +221,5 @@ def test_health_ready_and_metrics(api):
     assert value("raftmq_node_ready") == 1
     assert value("rocketmq_storage_dispatch_behind_bytes") >= 0
     assert value("raftmq_commitlog_max_offset") > value("raftmq_commitlog_min_offset")
+    assert value("raftmq_raft_has_leader") == 1 and value("raftmq_raft_is_leader") == 1
+    assert value("raftmq_raft_term") == 0 and value("raftmq_raft_leader_changes_total") == 0
