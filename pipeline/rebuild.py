@@ -127,12 +127,18 @@ def _rebuild_index(spark: SparkSession, disp: DataFrame, out_root: str, geometry
         return
     keys = disp.mapInArrow(_key_numberer(plan), spark_schema(_INDEX_KEY_FIELDS)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        wanted = [f * plan.per_file - 1 for f in range(1, plan.files)]
+        # One small query for both: the last key of each file seeds the next file, the first key names it.
+        lasts = [f * plan.per_file - 1 for f in range(1, plan.files)]
+        firsts_at = [f * plan.per_file for f in range(plan.files)]
         seeds = {0: (0, 0)}
-        boundary_rows = keys.filter(F.col("gseq").isin(wanted)).select("gseq", "physicalOffset", "storeTimestamp")
+        firsts: dict[int, int] = {}
+        boundary_rows = keys.filter(F.col("gseq").isin(lasts + firsts_at)).select("gseq", "physicalOffset",
+                                                                                   "storeTimestamp")
         for r in boundary_rows.collect():
-            seeds[(r.gseq + 1) // plan.per_file] = (r.physicalOffset, r.storeTimestamp)
-        firsts = {r.file: r.ts for r in keys.groupBy("file").agg(F.min("storeTimestamp").alias("ts")).collect()}
+            if (r.gseq + 1) % plan.per_file == 0:
+                seeds[(r.gseq + 1) // plan.per_file] = (r.physicalOffset, r.storeTimestamp)
+            if r.gseq % plan.per_file == 0:
+                firsts[r.gseq // plan.per_file] = r.storeTimestamp
         if 0 not in firsts:  # no key at all: the first record opened the file
             firsts[0] = disp.agg(F.min("storeTimestamp")).first()[0] or 0
         names = _index_names(plan.files, existing_names, firsts, seeds)
