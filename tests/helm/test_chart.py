@@ -527,3 +527,18 @@ def test_notes_say_how_to_produce_and_consume():
     assert f"port-forward svc/{FULL}-leader 8081:8081" in text
     assert "helm test rel" in text
     assert "WARNING" in notes({"replicas": 1, "allowSingleReplica": True})
+
+
+def test_packaged_chart_renders_the_same(tmp_path):
+    """`helm package` honours .helmignore: the archive must still carry the hook and schema, not the e2e script."""
+    archive = helm.package(str(CHART_DIR), destination=str(tmp_path))
+    with helm.Chart.load(archive) as chart:
+        names = {f["name"] for f in chart.files}
+        assert "files/pre-stop.py" in names and "README.md" in names
+        assert not any(n.startswith("ci/") for n in names)
+        assert chart.schema is not None
+        packaged = chart.render(None, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        with pytest.raises(helm.HelmValuesError):
+            chart.render({"replicas": 2}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    with helm.Chart.load(CHART_DIR) as chart:
+        assert chart.render(None, name=RELEASE, namespace=NAMESPACE, is_install=True) == packaged
