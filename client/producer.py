@@ -52,6 +52,11 @@ class Producer:
     def servers(self) -> list[str]:
         return list(self._pool.addresses)
 
+    @property
+    def leader(self) -> str | None:
+        """The leader's address as last learned (a redirect hint or a successful write), if any."""
+        return self._pool.leader
+
     def _to_pb(self, topic: str, msg: Message, queue_id: int | None, born_ms: int) -> pb.Message:
         body = msg.body.encode() if isinstance(msg.body, str) else bytes(msg.body)
         m = pb.Message(topic=topic, body=body, tags=msg.tags or "", keys=_keys(msg.keys),
