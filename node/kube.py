@@ -17,6 +17,7 @@ import os
 import random
 import re
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -176,8 +177,9 @@ class RoleLabeler:
             log.error("role labeler: ignoring role %r, not a valid Kubernetes label value", role)
             return
         with self._cond:
-            self._desired = value
-            self._cond.notify_all()
+            if value != self._desired:
+                self._desired = value
+                self._cond.notify_all()
 
     def stop(self, timeout: float = 2.0, final_role: str | None = UNKNOWN_ROLE) -> None:
         """Stop the thread after one last attempt, bounded by ``timeout``, to publish ``final_role``.
@@ -234,9 +236,7 @@ class RoleLabeler:
                     self.label, role, self.namespace, self.pod_name, _brief(exc), delay,
                 )
                 backoff = min(backoff * 2, self._max_backoff)
-                with self._cond:
-                    if not self._stopping:
-                        self._cond.wait(delay)
+                self._sleep_unless_stopping(delay)
                 continue
             backoff = self._initial_backoff
             with self._cond:
@@ -244,6 +244,16 @@ class RoleLabeler:
             log.info("role labeler: pod %s/%s now %s=%s", self.namespace, self.pod_name, self.label, role)
             if last_try:
                 return
+
+    def _sleep_unless_stopping(self, delay: float) -> None:
+        """Back off for the full delay (role changes do not cut it short: the API is failing); stop does."""
+        deadline = time.monotonic() + delay
+        with self._cond:
+            while not self._stopping:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._cond.wait(remaining)
 
     def _desired_already_published(self, role: str, last_try: bool) -> bool:
         """On stop, exit at once when the latest role is already on the pod."""

@@ -359,3 +359,35 @@ def test_without_the_kubernetes_client_auto_is_off_and_true_says_how_to_fix(tmp_
     assert RoleLabeler.from_environment("auto", environ=env, token_path=str(token)) is None
     with pytest.raises(RoleLabelerError, match=r"raftmq\[k8s\]"):
         RoleLabeler.from_environment("true", environ=env, token_path=str(token))
+
+
+def test_role_changes_do_not_cut_the_backoff_short(server):
+    """The node reports its role every second; while the API fails, that must not turn into a retry storm."""
+    server.plan = [500] * 50
+    labeler = make_labeler(server.port, initial_backoff=30.0, max_backoff=30.0)
+    labeler.set_role("leader")
+    labeler.start()
+    try:
+        server.wait_for(lambda reqs: len(reqs) == 1)
+        for i in range(200):
+            labeler.set_role("follower" if i % 2 else "leader")
+        threading.Event().wait(0.5)  # a retry cut short by set_role would arrive within milliseconds
+        assert len(server.requests) == 1
+    finally:
+        labeler.stop(timeout=10, final_role=None)  # stop does end the backoff: one last attempt, then exit
+    assert len(server.requests) == 2
+
+
+def test_repeating_the_same_role_sends_nothing(server):
+    labeler = make_labeler(server.port, resync_interval=3600)
+    labeler.set_role("follower")
+    labeler.start()
+    try:
+        wait_applied(labeler, "follower", server)
+        for _ in range(100):
+            labeler.set_role("follower")
+        labeler.set_role("leader")
+        wait_applied(labeler, "leader", server)
+    finally:
+        labeler.stop(final_role=None)
+    assert [role_of(r) for r in server.requests] == ["follower", "leader"]
