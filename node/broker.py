@@ -29,7 +29,7 @@ from node.convert import StoreMessageBuilder
 from node.errors import RpcError, not_found, unavailable
 from node.http_server import HealthServer
 from node.long_poll import LongPollRegistry
-from node.messaging import MessagingService
+from node.messaging import MAX_PULL_BYTES, MessagingService
 from node.metrics import BrokerMetrics, RaftCollector, StoreCollector
 from node.validation import PERM_READ, PERM_WRITE, is_system_topic
 from replication import LocalWritePath, RaftWritePath
@@ -52,7 +52,6 @@ class Broker:
         self.store_config = cfg.store_config()
         self.converter = StoreMessageBuilder(
             max_message_size=self.store_config.max_message_size,
-            delay_levels=self.store_config.message_delay_level,
             uniq_key_ip=cfg.store_host[0],
         )
         self.store: Any = None
@@ -225,10 +224,12 @@ class Broker:
             await asyncio.sleep(0.02)
 
     def _make_grpc_server(self) -> grpc.aio.Server:
-        limit = 2 * self.store_config.max_message_size + (1 << 20)  # an oversized body gets our clear error
+        # Requests: room for a maximal message (or batch) and then some, so an oversized body reaches our check
+        # and gets a message that names the limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
+        max_message = self.store_config.max_message_size
         server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", 2 * max_message + (1 << 20)),
+            ("grpc.max_send_message_length", MAX_PULL_BYTES + 2 * max_message + (1 << 20)),
             ("grpc.so_reuseport", 0),
         ])
         pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)

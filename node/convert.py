@@ -7,6 +7,7 @@ decisions; keeping them in one place keeps the handlers short and the decisions 
 
 from __future__ import annotations
 
+import ipaddress
 import time
 
 import grpc
@@ -15,34 +16,34 @@ from raftmq.v1 import raftmq_pb2 as pb
 from node.errors import RpcError, invalid
 from node.validation import check_keys, check_tags, check_user_properties
 from store.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
+        PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
     UniqKeyGenerator,
-    parse_delay_levels,
 )
 
 
 class StoreMessageBuilder:
-    """Turns request messages into store Messages: checks, properties, UNIQ_KEY, delay level, born host."""
+    """Turns request messages into store Messages: checks, properties, UNIQ_KEY, born host."""
 
-    def __init__(self, *, max_message_size: int, delay_levels: str, uniq_key_ip: str):
+    def __init__(self, *, max_message_size: int, uniq_key_ip: str):
         self.max_message_size = max_message_size
-        self.max_delay_level = len(parse_delay_levels(delay_levels))
         self._uniq = UniqKeyGenerator(uniq_key_ip)
 
     def to_store_messages(
         self, messages: list[pb.Message], queue_id: int, peer: tuple[str, int]
-    ) -> tuple[list[Message], str]:
-        """The store messages for one request, and a note for the caller (e.g. a clamped delay level)."""
+    ) -> list[Message]:
+        """The store messages for one request; raises RpcError for what cannot be stored."""
         now_ms = int(time.time() * 1000)
         total = 0
-        notes: list[str] = []
         out: list[Message] = []
         for i, m in enumerate(messages):
             where = f"message {i}: " if len(messages) > 1 else ""
+            if m.delay_level:
+                raise RpcError(grpc.StatusCode.UNIMPLEMENTED,
+                               f"{where}delay_level {m.delay_level}: delayed delivery is not available in this broker "
+                               "yet (the store has no schedule service); send with delay_level 0")
             body_len = len(m.body)
             if body_len > self.max_message_size:
                 raise invalid(
@@ -51,7 +52,7 @@ class StoreMessageBuilder:
                 )
             total += body_len
             try:
-                props = self._properties(m, notes)
+                props = self._properties(m)
             except ValueError as e:
                 raise invalid(f"{where}{e}") from None
             born_host = _born_host(m.born_host, where) if m.born_host else peer
@@ -62,9 +63,9 @@ class StoreMessageBuilder:
                 f"the batch's bodies add up to {total} bytes; a batch is limited to {self.max_message_size} "
                 "(store.max_message_size) - send smaller batches"
             )
-        return out, "; ".join(dict.fromkeys(notes))
+        return out
 
-    def _properties(self, m: pb.Message, notes: list[str]) -> dict[str, str]:
+    def _properties(self, m: pb.Message) -> dict[str, str]:
         props: dict[str, str] = {}
         if m.tags:
             check_tags(m.tags)
@@ -77,14 +78,6 @@ class StoreMessageBuilder:
             user = dict(m.properties)
             check_user_properties(user)
             props.update(user)
-        if m.delay_level:
-            level = m.delay_level
-            if level < 0:
-                raise ValueError(f"delay_level {level} is negative; use 0 (now) or 1..{self.max_delay_level}")
-            if level > self.max_delay_level:
-                notes.append(f"delay level {level} clamped to {self.max_delay_level}")
-                level = self.max_delay_level
-            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
         if m.uniq_key:
             if len(m.uniq_key) > 128 or any(c in m.uniq_key for c in " \x01\x02"):
                 raise ValueError("uniq_key must be at most 128 characters without spaces or control separators")
@@ -95,8 +88,6 @@ class StoreMessageBuilder:
 
 
 def _born_host(text: str, where: str) -> tuple[str, int]:
-    import ipaddress
-
     host, sep, port = text.strip().rpartition(":")
     host = host.strip("[]")
     try:
@@ -131,11 +122,11 @@ def check_put_results(results: list) -> None:
         raise RpcError(code.INTERNAL, f"{status}: the store could not write the message (see the node log)")
 
 
-def send_result(r, msg: Message, note: str = "") -> pb.SendResult:
+def send_result(r, msg: Message) -> pb.SendResult:
     """``r``: the store's PutResult or AppendResult for ``msg``."""
     return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
                          queue_id=r.queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
-                         store_timestamp=r.store_timestamp, note=note)
+                         store_timestamp=r.store_timestamp)
 
 
 def message_view(m) -> pb.MessageView:

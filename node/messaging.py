@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_COUNT = 32
 DEFAULT_MAX_BYTES = 4 << 20
+MAX_PULL_COUNT = 1024  # bounds one pull's memory and store time; a consumer simply pulls again
+MAX_PULL_BYTES = 32 << 20  # below the server's send limit (see Broker._make_grpc_server)
 QUERY_DEFAULT_MAX = 32
 QUERY_MAX = 64  # RocketMQ's per-call cap
 _HEX = frozenset(string.hexdigits)
@@ -41,18 +43,18 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ produce
     @rpc_handler("SendMessage")
     async def SendMessage(self, request: pb.SendMessageRequest, context) -> pb.SendMessageResponse:  # noqa: N802
-        msgs, results, note = await self._send([request.message], context)
-        return pb.SendMessageResponse(result=convert.send_result(results[0], msgs[0], note))
+        msgs, results = await self._send([request.message], context)
+        return pb.SendMessageResponse(result=convert.send_result(results[0], msgs[0]))
 
     @rpc_handler("SendBatch")
     async def SendBatch(self, request: pb.SendBatchRequest, context) -> pb.SendBatchResponse:  # noqa: N802
         if not request.messages:
             raise invalid("the batch is empty; put at least one message in SendBatchRequest.messages")
-        msgs, results, note = await self._send(list(request.messages), context)
-        return pb.SendBatchResponse(results=[convert.send_result(r, m, note) for r, m in zip(results, msgs, strict=True)])
+        msgs, results = await self._send(list(request.messages), context)
+        return pb.SendBatchResponse(results=[convert.send_result(r, m) for r, m in zip(results, msgs, strict=True)])
 
-    async def _send(self, messages: list[pb.Message], context) -> tuple[list, list, str]:
-        """Store messages, their results, and a note; raises for anything that was not stored."""
+    async def _send(self, messages: list[pb.Message], context) -> tuple[list, list]:
+        """Store messages and their results; raises for anything that was not stored."""
         node = self.node
         topic = messages[0].topic
         for m in messages[1:]:
@@ -62,13 +64,13 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         cfg = await node.writable_topic(topic)
         queue_id = self._queue_for(cfg, messages)
         born_host = _peer_host(context.peer())
-        msgs, note = node.converter.to_store_messages(messages, queue_id, born_host)
+        msgs = node.converter.to_store_messages(messages, queue_id, born_host)
         t0 = time.perf_counter()
         results = await asyncio.wrap_future(node.write_path.put(msgs))
         node.metrics.put_latency.observe(time.perf_counter() - t0)
         convert.check_put_results(results)
         node.metrics.record_put(topic, len(msgs), sum(len(m.body) for m in messages))
-        return msgs, results, note
+        return msgs, results
 
     def _queue_for(self, cfg, messages: list[pb.Message]) -> int:
         """The request's queue (all messages must agree) or the next writable queue, round robin."""
@@ -110,8 +112,8 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         tag_filter = TagFilter.parse(request.tag_expression)
         if request.from_leader:
             node.check_leader()
-        max_count = request.max_count or DEFAULT_MAX_COUNT
-        max_bytes = request.max_bytes or DEFAULT_MAX_BYTES
+        max_count = min(request.max_count or DEFAULT_MAX_COUNT, MAX_PULL_COUNT)
+        max_bytes = min(request.max_bytes or DEFAULT_MAX_BYTES, MAX_PULL_BYTES)
         loop = asyncio.get_running_loop()
         wait = request.long_poll_timeout_ms / 1000.0
         remaining = context.time_remaining()

@@ -131,16 +131,15 @@ def test_bad_tags_keys_and_hosts(api):
         (pb.Message(topic=topic, body=b"x", keys=["two words"]), "space"),
         (pb.Message(topic=topic, body=b"x", keys=[""]), "empty"),
         (pb.Message(topic=topic, body=b"x", born_host="not-a-host"), "born_host"),
-        (pb.Message(topic=topic, body=b"x", delay_level=-1), "delay_level"),
     ]:
         code, details = _send(api, m)
         assert code == INVALID and hint in details, (m, details)
 
 
-def test_delay_level_is_clamped_with_a_note(api):
+def test_delay_level_is_refused_until_the_store_schedules(api):
     topic = api.topic("delay")
-    r = api.send(topic, b"later", delay_level=40)
-    assert "clamped to 18" in r.note
+    code, details = _send(api, pb.Message(topic=topic, body=b"later", delay_level=3))
+    assert code == grpc.StatusCode.UNIMPLEMENTED and "delay_level 0" in details
 
 
 def test_bad_message_ids_and_groups(api):
