@@ -611,6 +611,11 @@ class CommitLog:
         last_ts = 0
         while True:
             dr = self.check_message_and_return_size(mf.buffer, pos, mf.file_size, check_crc)
+            if dr.success and dr.msg_size > 0 and dr.commit_log_offset != mf.file_from_offset + pos:
+                # copied but never patched (killed inside apply), or misplaced: not a stored record
+                reason = (f"record says PHYSICALOFFSET {dr.commit_log_offset} but lies at "
+                          f"{mf.file_from_offset + pos} (write interrupted before its offsets were set)")
+                break
             if dr.success and dr.msg_size > 0:
                 if dispatch is not None:
                     dispatch(dr)

@@ -38,22 +38,18 @@ class MappedFile:
             raise StoreLoadError(f"segment file name {path!r} is not a 20-digit offset") from None
         self.file_size = file_size
         exists = os.path.exists(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR) if exists else self._create(path, file_size, preallocate)
         try:
             actual = os.fstat(fd).st_size
-            if exists and actual != file_size:
+            if actual != file_size:
                 raise StoreLoadError(
                     f"segment {path} has {actual} bytes but the configured segment size is {file_size} bytes; "
                     "the store was written with a different segment size (fix the size setting) "
                     "or the file is damaged"
                 )
-            if not exists or actual == 0:
-                self._allocate(fd, file_size, preallocate)
             self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
-            if not exists:
-                _unlink_quietly(path)
             raise
         self._fd = fd
         start = 0 if not exists else file_size
@@ -62,6 +58,25 @@ class MappedFile:
         self._flush_lock = threading.Lock()
         self.store_timestamp = 0  # store timestamp of the last message appended (commit log)
         self.closed = False
+
+    @classmethod
+    def _create(cls, path: str, size: int, preallocate: bool) -> int:
+        """Create the file at full size under a temporary name, then rename it into place.
+
+        A process killed meanwhile leaves only a ``.*.creating`` file (removed at the next load), never a
+        short segment that would stop the store from opening.
+        """
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.creating")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            cls._allocate(fd, size, preallocate)
+            os.rename(tmp, path)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        return fd
 
     @staticmethod
     def _allocate(fd: int, size: int, preallocate: bool) -> None:

@@ -39,7 +39,19 @@ class MappedFileQueue:
         """Open every segment in name order; a segment of the wrong size stops the load with a clear error."""
         if not os.path.isdir(self.store_path):
             return
-        names = sorted(n for n in os.listdir(self.store_path) if not n.startswith("."))
+        names = sorted(os.listdir(self.store_path))
+        for name in names:
+            if name.startswith(".") and name.endswith(".creating"):  # interrupted segment creation
+                log.warning("removing unfinished segment file %s", os.path.join(self.store_path, name))
+                os.unlink(os.path.join(self.store_path, name))
+        names = [n for n in names if not n.startswith(".")]
+        if names:
+            last = os.path.join(self.store_path, names[-1])
+            if os.path.isfile(last) and os.path.getsize(last) == 0:
+                # a segment created by a process killed before it was sized holds no data
+                log.warning("removing empty trailing segment file %s (creation was interrupted)", last)
+                os.unlink(last)
+                names.pop()
         files: list[MappedFile] = []
         try:
             for name in names:

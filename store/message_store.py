@@ -184,7 +184,13 @@ class MessageStore:
         # dispatch what the consume queues / index miss, before anyone reads or writes (RocketMQ start())
         reput_from = max(max_phy_of_cq, cl.min_offset, 0)
         if redispatch_from is not None:
-            reput_from = max(min(reput_from, redispatch_from), cl.min_offset)
+            # after a crash, index files newer than the checkpoint were dropped at load: re-dispatch from
+            # the end of what the index still holds (CQ and index writes skip what they already have)
+            reput_from = min(reput_from, redispatch_from)
+            if self.index_service is not None:
+                files = self.index_service.index_files
+                reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
+            reput_from = max(reput_from, cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
                                          reput_from_offset=reput_from, checkpoint=self.checkpoint)
         while self.reput.dispatch_behind_bytes() > 0:
