@@ -1,0 +1,43 @@
+"""Every metric the chart's PrometheusRule alerts on is really exported by a running node.
+
+A renamed metric would otherwise disable its alert without a sound.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.helm.chart import objects, one
+from tests.support.processes import running_nodes
+
+pytestmark = pytest.mark.slow
+
+# Series that come from Prometheus itself or the kubelet, not from the node.
+EXTERNAL = {"up", "kubelet_volume_stats_used_bytes", "kubelet_volume_stats_capacity_bytes"}
+
+
+def alert_metrics() -> set[str]:
+    rule = one(objects({"metrics": {"prometheusRule": {"enabled": True}}}), "PrometheusRule")
+    names = set()
+    for group in rule["spec"]["groups"]:
+        for r in group["rules"]:
+            names |= set(re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", r["expr"]))
+    return names - EXTERNAL
+
+
+def test_the_alerts_use_the_node_metrics_we_expect():
+    assert alert_metrics() == {
+        "raftmq_raft_has_leader", "raftmq_raft_leader_changes_total", "raftmq_raft_term", "raftmq_node_ready",
+        "rocketmq_storage_dispatch_behind_bytes", "raftmq_store_disk_used_ratio",
+    }
+
+
+def test_a_running_node_exports_every_alerted_metric(tmp_path):
+    with running_nodes(tmp_path, 1) as [node]:
+        status, text = node.http_get("/metrics")
+    assert status == 200
+    exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    missing = alert_metrics() - exported
+    assert not missing, f"alerted metrics the node does not export: {sorted(missing)}"
