@@ -202,7 +202,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.start = time.monotonic()
-        self._last = 0.0
+        self._last = self.start
         self._interval = 0.25 if self.tty else 2.0
 
     def update(self, done: int, *, force: bool = False) -> None:

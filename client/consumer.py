@@ -110,6 +110,9 @@ class PullConsumer:
     def _refresh_queues(self, committed: dict[int, int], *, initial: bool) -> None:
         req = pb.GetQueueOffsetsRequest(topic=self.topic)
         resp, _ = self._pool.read(lambda s, t: s.messaging.GetQueueOffsets(req, timeout=t))
+        present = {q.queue_id for q in resp.queues}
+        for q in [q for q in self._fetch_pos if q not in present]:
+            self._drop_queue(q, "no longer a read queue of the topic")
         for q in resp.queues:
             if q.queue_id in self._fetch_pos:
                 continue
@@ -180,7 +183,24 @@ class PullConsumer:
             if not fut.done():
                 continue
             del self._inflight[q]
-            self._apply(q, fut.result())
+            try:
+                resp = fut.result()
+            except errors.NotFoundError as exc:
+                if isinstance(exc, errors.TopicNotFoundError):
+                    raise
+                self._drop_queue(q, exc)
+                continue
+            self._apply(q, resp)
+
+    def _drop_queue(self, queue_id: int, why: object) -> None:
+        """The topic's read queues shrank (topic update): stop pulling and committing that queue."""
+        log.warning("topic %s: dropping queue %d: %s", self.topic, queue_id, why)
+        self._fetch_pos.pop(queue_id, None)
+        self._inflight.pop(queue_id, None)  # a pull still running is left to finish; its answer is ignored
+        self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
+        with self._lock:
+            self._consumed.pop(queue_id, None)
+            self._committed.pop(queue_id, None)
 
     def _apply(self, queue_id: int, resp: pb.PullMessageResponse) -> None:
         if resp.status == pb.FOUND and resp.messages:
@@ -253,10 +273,21 @@ class PullConsumer:
         self._last_commit = time.monotonic()
         if not changed:
             return
-        req = pb.CommitOffsetRequest(group=self.group, topic=self.topic, offsets=changed)
-        self._pool.write(lambda s, t: s.messaging.CommitOffset(req, timeout=t), idempotent=True)
+        try:
+            self._commit(changed)
+        except errors.NotFoundError as exc:
+            if isinstance(exc, errors.TopicNotFoundError):
+                raise
+            self._refresh_queues({}, initial=False)  # a queue went away: drop it and commit the rest
+            changed = {q: o for q, o in changed.items() if q in self._fetch_pos}
+            if changed:
+                self._commit(changed)
         with self._lock:
             self._committed.update(changed)
+
+    def _commit(self, offsets: dict[int, int]) -> None:
+        req = pb.CommitOffsetRequest(group=self.group, topic=self.topic, offsets=offsets)
+        self._pool.write(lambda s, t: s.messaging.CommitOffset(req, timeout=t), idempotent=True)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -31,6 +31,14 @@ from client.types import Message, SendResult
 from client.uniq_key import UniqKeyGenerator
 
 
+def _body(body: bytes | bytearray | memoryview | str) -> bytes:
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body)
+    raise TypeError(f"body must be bytes or str, got {type(body).__name__}")
+
+
 def _keys(keys: list[str] | str | None) -> list[str]:
     if keys is None:
         return []
@@ -58,7 +66,12 @@ class Producer:
         return self._pool.leader
 
     def _to_pb(self, topic: str, msg: Message, queue_id: int | None, born_ms: int) -> pb.Message:
-        body = msg.body.encode() if isinstance(msg.body, str) else bytes(msg.body)
+        body = _body(msg.body)
+        if msg.tags is not None and not isinstance(msg.tags, str):
+            raise TypeError(f"tags must be a str, got {type(msg.tags).__name__}")
+        for k, v in (msg.properties or {}).items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError(f"property {k!r}: names and values must be str, got {type(v).__name__}")
         m = pb.Message(topic=topic, body=body, tags=msg.tags or "", keys=_keys(msg.keys),
                        properties=dict(msg.properties or {}), born_timestamp=born_ms,
                        uniq_key=self._ids.next(), delay_level=msg.delay_level)

@@ -100,3 +100,19 @@ def test_admin_offsets_query_view_and_status(server):
         admin.delete_topic("Adm")
         with pytest.raises(TopicNotFoundError):
             admin.queue_offsets("Adm")
+
+
+def test_consumer_follows_topic_queue_changes(server):
+    with Admin(server) as admin, Producer(server) as p:
+        admin.create_topic("Grow", queues=1)
+        p.send("Grow", "q0", queue_id=0)
+        with PullConsumer("g", "Grow", server, start_from="first", queue_refresh_interval=0) as c:
+            assert [m.text for m in drain(c, 1)] == ["q0"]
+            admin.update_topic("Grow", queues=2)
+            p.send("Grow", "q1", queue_id=1)
+            assert [m.text for m in drain(c, 1)] == ["q1"], "a queue added later is read from its start"
+            admin.update_topic("Grow", queues=1)
+            p.send("Grow", "q0-again", queue_id=0)
+            assert [m.text for m in drain(c, 1)] == ["q0-again"]
+            c.commit()
+        assert set(admin.committed_offsets("g", "Grow")) == {0}

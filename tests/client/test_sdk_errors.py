@@ -219,3 +219,12 @@ def test_unrecognised_unavailable_on_write_is_unknown_outcome_not_resent(scripte
     with Producer(s.address) as p, pytest.raises(UnknownOutcomeError):
         p.send("T", "x")
     assert len(s.received["SendMessage"]) == 1
+
+
+def test_wrong_python_types_are_type_errors_before_sending(scripted):
+    s = scripted()
+    with Producer(s.address) as p:
+        for kw in (dict(body=5), dict(body="x", tags=5), dict(body="x", properties={"a": 1})):
+            with pytest.raises(TypeError):
+                p.send("T", **kw)
+    assert s.received["SendMessage"] == []
