@@ -112,7 +112,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
                 commit_index=int(s.get("commit_index", 0)), applied_index=int(s.get("applied_index", 0)),
                 applied_offset=int(s.get("applied_offset", 0)),
                 dispatch_behind_bytes=int(s.get("dispatch_behind_bytes", 0)), lag_bytes=int(s.get("lag", 0)),
-                healthy=s.get("health", "ok") == "ok", ready=node.serving if me else bool(s.get("ready", False)),
+                # a peer's own readiness when the write path reports it; else "answering and healthy"
+                healthy=s.get("health", "ok") == "ok",
+                ready=node.serving if me else bool(s.get("ready", s.get("health") == "ok")),
                 error=str(s.get("error", "")),
             ))
         return resp

@@ -67,6 +67,13 @@ def _ready(http_port: int) -> bool:
 
 def start(base: Path, n: int, timeout: float) -> int:
     base.mkdir(parents=True, exist_ok=True)
+    layout = base / "layout"
+    if layout.exists() and layout.read_text().strip() != f"nodes={n}":
+        was = layout.read_text().strip().removeprefix("nodes=")
+        print(f"{base}/ holds the data of a {was}-node run; a store cannot join a group it was not started in. "
+              f"Run `make stop` and remove {base}/ to start {n} node(s) fresh.", file=sys.stderr)
+        return 1
+    layout.write_text(f"nodes={n}\n")
     configs = write_configs(base, n)
     procs: dict[str, subprocess.Popen | None] = {}
     for i, cfg_path in enumerate(configs):
