@@ -48,6 +48,7 @@ VALUE_SETS = {
         "priorityClassName": "messaging",
     },
     "single-dev": {"replicas": 1, "allowSingleReplica": True, "persistence": {"size": "1Gi"}},
+    "admission-policy": {"rbac": {"admissionPolicy": {"enabled": True}}},
     "minimal-features": {
         "roleLabel": {"enabled": False}, "leaderService": {"enabled": False},
         "podDisruptionBudget": {"enabled": False}, "preStop": {"enabled": False},
@@ -156,9 +157,14 @@ def test_chart_declares_the_oldest_kubernetes_it_is_validated_against():
     assert chart["kubeVersion"] == f">={K8S_MIN_VERSION}.0-0"
 
 
+# Value sets that need a newer Kubernetes than the chart's minimum (ValidatingAdmissionPolicy v1: 1.30).
+NEEDS_NEWER = {"admission-policy": "1.30"}
+
+
 @pytest.mark.parametrize("kube", [K8S_MIN_VERSION, K8S_VERSION])
 def test_every_manifest_validates_against_the_kubernetes_schemas(value_set, kube):
     name, values = value_set
+    kube = max(kube, NEEDS_NEWER.get(name, kube), key=lambda v: tuple(map(int, v.split("."))))
     objs = objects(values)
     assert objs
     checked = 0
@@ -542,3 +548,24 @@ def test_packaged_chart_renders_the_same(tmp_path):
             chart.render({"replicas": 2}, name=RELEASE, namespace=NAMESPACE, is_install=True)
     with helm.Chart.load(CHART_DIR) as chart:
         assert chart.render(None, name=RELEASE, namespace=NAMESPACE, is_install=True) == packaged
+
+
+def test_admission_policy_binds_the_labelers_identity_to_its_own_pod_and_label():
+    objs = objects(VALUE_SETS["admission-policy"])
+    policy = one(objs, "ValidatingAdmissionPolicy")
+    binding = one(objs, "ValidatingAdmissionPolicyBinding")
+    sa = one(objs, "ServiceAccount")["metadata"]["name"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (cond,) = policy["spec"]["matchConditions"]
+    assert cond["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{sa}"'
+    checks = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert "authentication.kubernetes.io/pod-name" in checks and "raftmq.io/role" in checks
+    assert "object.spec == oldObject.spec" in checks
+    for selector in (policy["spec"]["matchConstraints"]["namespaceSelector"],
+                     binding["spec"]["matchResources"]["namespaceSelector"]):
+        assert selector == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+    assert not all_of(objects(), "ValidatingAdmissionPolicy")
+    no_labels = {"rbac": {"admissionPolicy": {"enabled": True}}, "roleLabel": {"enabled": False}}
+    assert not all_of(objects(no_labels), "ValidatingAdmissionPolicy")
