@@ -26,6 +26,9 @@ ANTI_AFFINITY="${ANTI_AFFINITY:-soft}"
 STORAGE_SIZE="${STORAGE_SIZE:-1Gi}"
 TIMEOUT="${TIMEOUT:-600s}"
 KEEP="${KEEP:-0}"
+# 1: also install the ValidatingAdmissionPolicy (Kubernetes 1.30+, cluster-admin) and check it stops a member
+# from labelling a peer.
+ADMISSION_POLICY="${ADMISSION_POLICY:-0}"
 
 repo="${IMAGE%:*}"
 tag="${IMAGE##*:}"
@@ -92,6 +95,7 @@ kubectl create namespace "$NAMESPACE"
 helm install "$RELEASE" "$CHART_DIR" -n "$NAMESPACE" \
   --set image.repository="$repo" --set image.tag="$tag" \
   --set podAntiAffinity="$ANTI_AFFINITY" --set persistence.size="$STORAGE_SIZE" \
+  --set rbac.admissionPolicy.enabled="$([[ "$ADMISSION_POLICY" == 1 ]] && echo true || echo false)" \
   --wait --timeout "$TIMEOUT"
 kc rollout status "statefulset/$FULL" --timeout "$TIMEOUT"
 
@@ -111,6 +115,22 @@ for attempt in $(seq 1 30); do
   [[ $attempt -eq 30 ]] && die "leader Service endpoints are '$behind', expected '$leader'"
   sleep 2
 done
+if [[ "$ADMISSION_POLICY" == 1 ]]; then
+  log "the admission policy stops $survivor from labelling its peer $leader"
+  kc exec "$survivor" -c raftmq -- python -c '
+import sys
+from kubernetes import client, config
+config.load_incluster_config()
+try:
+    client.CoreV1Api().patch_namespaced_pod(sys.argv[1], sys.argv[2], {"metadata": {"labels": {"raftmq.io/role": "follower"}}},
+                                            _content_type="application/merge-patch+json")
+except client.ApiException as e:
+    print("refused:", e.status, e.reason)
+    sys.exit(0 if e.status in (403, 422) else 1)
+print("a member relabelled its peer")
+sys.exit(1)' "$leader" "$NAMESPACE" || die "the admission policy let a member relabel another pod"
+  [[ "$(leader_pods)" == "$leader" ]] || die "the leader label changed during the admission check"
+fi
 cli "$survivor" topic create e2e --server "$CLIENT_SVC" || [[ $? -eq 6 ]]
 cli "$survivor" produce e2e --body via-leader-service --server "${FULL}-leader.${NAMESPACE}.svc.cluster.local:8081" \
   || die "write through the leader Service failed"
