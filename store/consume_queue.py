@@ -365,10 +365,18 @@ class ConsumeQueueTable:
             return cq
 
     def topics(self) -> list[str]:
-        return list(self._table)
+        """Topics with at least one queue that has files (a truncated-away queue does not count)."""
+        return [
+            t
+            for t, queues in list(self._table.items())
+            if any(q.mapped_file_queue.mapped_files for q in queues.values())
+        ]
 
     def queue_ids(self, topic: str) -> list[int]:
-        return sorted(self._table.get(topic, {}))
+        """Queue ids of ``topic`` that have files."""
+        return sorted(
+            qid for qid, q in self._table.get(topic, {}).items() if q.mapped_file_queue.mapped_files
+        )
 
     def queues(self) -> Iterator[ConsumeQueue]:
         for queues in list(self._table.values()):

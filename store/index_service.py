@@ -128,9 +128,9 @@ class IndexService:
         f = self.get_and_create_last_index_file()
         end = f.end_phy_offset
         offset = req.commit_log_offset
-        # RocketMQ skips offset < end only, which re-indexes the last record after a re-dispatch; a file
-        # that holds (or was seeded from) an entry has end_timestamp > 0, so offset == end is indexed too.
-        if offset < end or (offset == end and f.end_timestamp > 0):
+        # RocketMQ's rule: offset == end is indexed again, because the file that held the rest of that record's
+        # keys may be the one an abnormal restart deleted; queries deduplicate offsets.
+        if offset < end:
             return
         if (req.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return

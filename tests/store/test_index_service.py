@@ -64,10 +64,11 @@ def test_transaction_types_and_already_indexed_records(tmp_path):
     svc.build_index(_req(0, T0, keys="a", sys_flag=TRANSACTION_PREPARED_TYPE))
     svc.build_index(_req(100, T0, keys="b", sys_flag=TRANSACTION_ROLLBACK_TYPE))
     svc.build_index(_req(200, T0, keys="c", sys_flag=TRANSACTION_COMMIT_TYPE))
-    svc.build_index(_req(200, T0, keys="c"))  # re-dispatch of the last record: not indexed twice
-    svc.build_index(_req(0, T0, keys="a"))  # re-dispatch of an older record
+    svc.build_index(_req(0, T0, keys="a"))  # re-dispatch of an older record: skipped
     (f,) = svc.index_files
     assert [e[1] for e in _entries(f)] == [0, 200]
+    svc.build_index(_req(200, T0, keys="c"))  # the last record is indexed again (RocketMQ's rule)
+    assert [e[1] for e in _entries(f)] == [0, 200, 200]
     svc.close()
 
 
@@ -115,6 +116,26 @@ def test_query_newest_to_oldest_across_files_with_limits(tmp_path):
     assert svc.query_offset("T", "K", 10, T0 + 25_000, T0 + 55_000).phy_offsets == [500, 300]
     assert svc.query_offset("OtherTopic", "K", 10, 0, 2**62).phy_offsets == []
     svc.close()
+
+
+def test_record_split_across_files_is_whole_again_after_abnormal_exit(tmp_path):
+    cp = RecordingCheckpoint()
+    clock = iter(range(T0, T0 + 100_000, 1000))
+    svc = _svc(tmp_path, entries=4, checkpoint=cp, clock=lambda: next(clock))  # 3 entries per file
+    svc.build_index(_req(0, T0, keys="a b"))
+    svc.build_index(_req(100, T0, keys="c d"))  # c fills the first file, d starts the second
+    svc.wait_for_flushes()
+    svc.build_index(_req(200, T0 + 1000, keys="e"))
+    svc.close()
+    assert cp.index_msg_timestamp == T0
+    crashed = _svc(tmp_path, entries=4, checkpoint=cp, clock=lambda: next(clock))
+    crashed.load(last_exit_ok=False)  # the second file (d, e) is newer than the checkpoint: deleted
+    assert len(crashed.index_files) == 1
+    for phy, keys in ((0, "a b"), (100, "c d"), (200, "e")):  # abnormal recovery re-dispatches
+        crashed.build_index(_req(phy, T0 if phy < 200 else T0 + 1000, keys=keys))
+    for key, phy in (("a", 0), ("c", 100), ("d", 100), ("e", 200)):
+        assert phy in crashed.query_offset("T", key, 10, 0, 2**62).phy_offsets, key
+    crashed.close()
 
 
 def test_load_normal_and_after_abnormal_exit(tmp_path):
