@@ -49,6 +49,13 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line too (argparse prints the whole usage first); ``--help`` has the details."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
 def _load_plugins(subparsers: argparse._SubParsersAction,
                   entry_points: Iterable[importlib.metadata.EntryPoint]) -> None:
     """Let each plugin add its subcommands; a plugin that cannot load costs one warning line, not the CLI."""
@@ -62,7 +69,7 @@ def _load_plugins(subparsers: argparse._SubParsersAction,
 
 def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> argparse.ArgumentParser:
     """The full parser; ``entry_points`` defaults to the installed ``raftmq.commands`` plugins."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="raftmq",
         description="raftmq command line: produce, consume, query and administer a raftmq cluster.",
         epilog="Servers: --server host:port (repeatable or comma-separated), else $RAFTMQ_SERVER, else "

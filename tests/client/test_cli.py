@@ -56,6 +56,7 @@ def test_usage_errors_exit_2(capsys, argv, fragment):
     code, out, err = cli(argv, capsys)
     assert code == 2
     assert fragment in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("argv,fragment", [
