@@ -2,7 +2,8 @@
 an fsync) is paid per batch, not per message. Batching, not threads, is how Python gets throughput here.
 
 One committer thread takes the first waiting put, keeps taking more until the batch reaches ``max_batch_bytes``
-or no new put arrived within ``linger_s``, and hands the batch to ``commit_fn``. ``commit_fn`` owns resolving the
+or no new put arrived within ``linger_s``, and hands the batch to ``commit_fn``. ``should_linger`` lets the owner
+linger only while earlier batches are still in flight: an idle pipeline sends a lone put at once. ``commit_fn`` owns resolving the
 futures (synchronously for a local store, from Raft callbacks when replicated). A bounded queue (bytes and puts)
 turns overload into BusyError instead of unbounded memory.
 """
@@ -57,8 +58,10 @@ class GroupCommitter:
 
     def __init__(self, commit_fn: Callable[[list[PendingPut]], None], *, name: str,
                  max_batch_bytes: int = 256 * 1024, max_batch_msgs: int = 4096, linger_s: float = 0.001,
-                 max_pending_bytes: int = 64 * 1024 * 1024, max_pending_puts: int = 20_000):
+                 max_pending_bytes: int = 64 * 1024 * 1024, max_pending_puts: int = 20_000,
+                 should_linger: Callable[[], bool] | None = None):
         self._commit_fn = commit_fn
+        self._should_linger = should_linger or (lambda: True)
         self._name = name
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_msgs = max_batch_msgs
@@ -145,7 +148,7 @@ class GroupCommitter:
                     batch.append(p)
                     nbytes += p.nbytes
                     nmsgs += len(p.msgs)
-                if q or nbytes >= self.max_batch_bytes or nmsgs >= self.max_batch_msgs:
+                if q or nbytes >= self.max_batch_bytes or nmsgs >= self.max_batch_msgs or not self._should_linger():
                     break
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._running:

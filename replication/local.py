@@ -24,7 +24,7 @@ class LocalWritePath:
 
     def __init__(self, store: Any, cluster_name: str = "DefaultCluster",
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), *, node_id: str = "n0",
-                 grpc_address: str = "", max_batch_bytes: int = 1 << 20, linger_s: float = 0.0005,
+                 grpc_address: str = "", max_batch_bytes: int = 1 << 20, linger_s: float = 0.0,
                  max_pending_bytes: int = 64 << 20):
         self._store = store
         self._applier = StoreApplier(store)

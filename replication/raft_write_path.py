@@ -64,8 +64,8 @@ class RaftSettings:
     durability: str = "async"            # async | sync
     put_timeout_s: float = 8.0           # own timeout on apply callbacks -> UnknownOutcomeError
     max_batch_bytes: int = 512 * 1024    # one Raft command per group commit, at most this much (one put may exceed)
-    linger_s: float = 0.002
-    max_inflight_batches: int = 16
+    linger_s: float = 0.002              # only while earlier batches are in flight
+    max_inflight_batches: int = 4        # few in flight -> the queue grows -> bigger batches, fewer Raft rounds
     max_pending_bytes: int = 64 << 20
     offsets_linger_s: float = 0.02       # consumer-offset commits are coalesced for this long
     append_entries_period: float = 0.05
@@ -94,6 +94,8 @@ class RaftSettings:
             raise ValueError(f"durability must be 'async' or 'sync', got {self.durability!r}")
         if not self.leader_fallback_timeout < self.raft_min_timeout < self.raft_max_timeout:
             raise ValueError("need leader_fallback_timeout < raft_min_timeout < raft_max_timeout")
+        if self.connection_timeout < self.raft_max_timeout:
+            raise ValueError("connection_timeout must be >= raft_max_timeout (pysyncobj drops idle peers sooner)")
         if self.raft_min_timeout <= 3 * self.append_entries_period:
             raise ValueError("raft_min_timeout must be more than 3 x append_entries_period")
 
@@ -149,7 +151,8 @@ class RaftWritePath:
         self._log: ReplicatedLog | None = None
         self._committer = GroupCommitter(
             self._commit, name="raftmq-raft-commit", max_batch_bytes=self.settings.max_batch_bytes,
-            linger_s=self.settings.linger_s, max_pending_bytes=self.settings.max_pending_bytes)
+            linger_s=self.settings.linger_s, max_pending_bytes=self.settings.max_pending_bytes,
+            should_linger=lambda: bool(self._inflight))
         self._inflight_slots = threading.BoundedSemaphore(self.settings.max_inflight_batches)
         self._inflight: dict[int, _InFlight] = {}
         self._inflight_lock = threading.Lock()
@@ -658,10 +661,16 @@ class RaftWritePath:
                                               "check that it is connected and healthy, then retry")
             while time.monotonic() < deadline:
                 if not self.is_leader():
+                    break
+                time.sleep(0.02)
+            else:
+                raise TransferLeadershipError("the transfer request was sent but no new leader took over in time; "
+                                              "this member stays leader")
+            while time.monotonic() < deadline + 2.0:  # until this member has heard from the new leader
+                new = self.leader()
+                if new is not None and new.id != self.node_id:
                     return
                 time.sleep(0.02)
-            raise TransferLeadershipError("the transfer request was sent but no new leader took over in time; "
-                                          "this member stays leader")
         finally:
             self._transferring = False
 
