@@ -81,6 +81,13 @@ class ConsumeQueue:
         process_offset = mf.file_from_offset + valid
         self.mapped_file_queue.flushed_where = process_offset
         self.mapped_file_queue.truncate_dirty_files(process_offset)
+        if _zero_tail(mf, valid):
+            log.warning(
+                "consume queue %s-%d: cleared stale units after queue byte %d",
+                self.topic,
+                self.queue_id,
+                process_offset,
+            )
 
     # ------------------------------------------------------------------ offsets
     def get_min_offset_in_queue(self) -> int:
@@ -248,7 +255,8 @@ class ConsumeQueue:
         """Drop units pointing at or beyond ``phy_offset`` (the commit log ends there now).
 
         Works from the last file backwards (``truncateDirtyLogicFiles``). Unlike RocketMQ, an all-zero first
-        unit is not kept (it is not a unit), and blank units do not move ``max_physic_offset``.
+        unit is not kept (it is not a unit), blank units do not move ``max_physic_offset``, only written
+        units are looked at, and the dropped units are zeroed so a later recovery cannot bring them back.
         """
         self.max_physic_offset = phy_offset
         mfq = self.mapped_file_queue
@@ -256,7 +264,8 @@ class ConsumeQueue:
             mf = mfq.get_last_mapped_file(need_create=False)
             if mf is None:
                 return
-            view = mf.read(0, self.mapped_file_size)
+            wrote = mf.wrote_position
+            view = mf.read(0, wrote)
             try:
                 kept = 0
                 delete = False
@@ -274,6 +283,8 @@ class ConsumeQueue:
             if delete:
                 mfq.delete_last_mapped_file()
                 continue
+            if wrote > kept:
+                mf.write_at(kept, bytes(wrote - kept))
             mf.wrote_position = kept
             mf.flushed_position = min(mf.flushed_position, kept)
             mfq.flushed_where = min(mfq.flushed_where, mf.file_from_offset + kept)
@@ -308,6 +319,23 @@ class ConsumeQueue:
             f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.get_min_offset_in_queue()}, "
             f"max={self.get_max_offset_in_queue()}, max_phy={self.max_physic_offset})"
         )
+
+
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def _zero_tail(mf: MappedFile, pos: int) -> bool:
+    """Zero whatever follows ``pos`` in ``mf`` (stale units past a torn one); True if anything was there."""
+    buf = mf.buffer
+    size = mf.file_size
+    found = False
+    while pos < size:
+        n = min(len(_ZERO_CHUNK), size - pos)
+        if buf[pos : pos + n] != _ZERO_CHUNK[:n]:
+            buf[pos : pos + n] = _ZERO_CHUNK[:n]
+            found = True
+        pos += n
+    return found
 
 
 def _scan_valid_units(mf: MappedFile, file_size: int) -> tuple[int, int]:

@@ -109,7 +109,7 @@ def test_recover_finds_the_end_and_max_physic_offset(tmp_path):
     again.close()
 
 
-def test_recover_stops_at_a_torn_unit_and_keeps_stale_bytes(tmp_path):
+def test_recover_stops_at_a_torn_unit_and_clears_what_follows(tmp_path):
     cq = _cq(tmp_path)
     _fill(cq, 3)
     cq.close()
@@ -122,6 +122,25 @@ def test_recover_stops_at_a_torn_unit_and_keeps_stale_bytes(tmp_path):
     again.recover()
     assert again.get_max_offset_in_queue() == 1
     assert again.max_physic_offset == 1100
+    again.put_message_position_info(7000, 10, 0, 1)  # unit 1 rewritten: stale unit 2 must not come back
+    again.close()
+    third = _cq(tmp_path)
+    third.load()
+    third.recover()
+    assert third.read_units(0, 10) == [(1000, 100, -3), (7000, 10, 0)]
+    third.close()
+
+
+def test_truncated_units_do_not_come_back_after_a_restart(tmp_path):
+    cq = _cq(tmp_path)
+    _fill(cq, 4)
+    cq.truncate_dirty_logic_files(1200)  # keeps units 0 and 1
+    cq.put_message_position_info(1200, 50, 0, 2)  # the log was rewritten differently after the cut
+    cq.close()
+    again = _cq(tmp_path)
+    again.load()
+    again.recover()
+    assert again.read_units(0, 10) == [(1000, 100, -3), (1100, 100, 4), (1200, 50, 0)]
     again.close()
 
 
