@@ -306,7 +306,8 @@ class IndexFile:
             if time_diff < 0:
                 break
             time_read = file_begin + time_diff * 1000
-            if hash_read == key_hash_value and begin <= time_read <= end:
+            # a record re-indexed after an abnormal restart (offset == end rule) is reported once
+            if hash_read == key_hash_value and begin <= time_read <= end and phy not in out:
                 out.append(phy)
             if prev <= INVALID_INDEX or prev > index_count or prev == current or time_read < begin:
                 break
