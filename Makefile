@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/raftmq/v1/*.proto
 
-# One node in the background on loopback (data, configs, logs and pids under ./data); RUN_NODES=3 for a cluster.
+# A 3-member Raft cluster in the background on loopback (data, configs, logs and pids under ./data/n0..n2);
+# RUN_NODES=1 for a single node.
 RUN_DIR ?= data
-RUN_NODES ?= 1
+RUN_NODES ?= 3
 run: $(STAMP)
 	$(PY) -m node.local_cluster start --dir $(RUN_DIR) --nodes $(RUN_NODES)
 

@@ -283,6 +283,12 @@ class RaftWritePath:
     def term(self) -> int:
         return self._log.raftCurrentTerm if self._log is not None else 0
 
+    def commit_index(self) -> int:
+        return self._log.raftCommitIndex if self._log is not None else 0
+
+    def raft_applied_index(self) -> int:
+        return self._log.raftLastApplied if self._log is not None else 0
+
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
                 and self.is_leader() and self._writable_term == self.term())
@@ -680,7 +686,7 @@ class RaftWritePath:
 
         st, last_index = self._on_tick_thread(read, 2.0) if self._log is not None else ({}, 0)
         leader = self.leader()
-        idx, end, _ = self.machine.status_view()
+        _, end, _ = self.machine.status_view()
         me = {
             "id": self.node_id, "address": self.me.grpc_address, "raft_address": self.me.raft_address,
             "role": _ROLE_NAMES.get(st.get("state"), "unknown"), "term": st.get("raft_term", 0),
@@ -697,15 +703,17 @@ class RaftWritePath:
             rs = statuses.get(m.id)
             if rs is not None:
                 role = "leader" if rs.is_leader else ("follower" if leader and leader.id != m.id else "unknown")
-                row.update(role=role, term=rs.raft_term, applied_index=rs.applied_index,
-                           applied_offset=rs.commit_log_max_offset, health="ok")
-                row["lag"] = max(0, end - rs.commit_log_max_offset) if self.is_leader() else 0
+                row.update(role=role, term=rs.raft_term, commit_index=rs.commit_index,
+                           applied_index=rs.raft_applied_index, applied_offset=rs.commit_log_max_offset,
+                           dispatch_behind_bytes=rs.dispatch_behind_bytes, health="ok")
             match = st.get("match_idx_server_" + m.raft_address)
             if match is not None and self.is_leader():
-                row["commit_index"] = match
                 row["lag_entries"] = max(0, last_index - match)
-                connected = st.get("partner_node_status_server_" + m.raft_address) == 2
-                if not connected:
+                if st.get("partner_node_status_server_" + m.raft_address) != 2:
                     row["health"] = "disconnected"
             out.append(row)
+        leader_row = next((r for r in out if r["role"] == "leader"), None)
+        if leader_row is not None:  # lag: bytes of commit log behind the leader's applied end
+            for r in out:
+                r["lag"] = max(0, leader_row["applied_offset"] - r["applied_offset"]) if r["health"] == "ok" else 0
         return out

@@ -63,7 +63,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             member_id=wp.node_id, is_leader=wp.is_leader(), leader_id=leader.id if leader else "",
             raft_term=wp.term(), applied_index=idx, commit_log_min_offset=store.commit_log_min_offset,
             commit_log_max_offset=end, commit_log_file_size=store.config.mapped_file_size_commit_log,
-            metadata=json.dumps(metadata).encode())
+            metadata=json.dumps(metadata).encode(), commit_index=wp.commit_index(),
+            raft_applied_index=wp.raft_applied_index(), dispatch_behind_bytes=store.dispatch_behind_bytes())
 
     async def FetchCommitLog(self, request, context):
         wp = await self._write_path(context)
