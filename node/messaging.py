@@ -127,6 +127,10 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
             got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter)
             node.metrics.get_latency.observe(time.perf_counter() - t0)
             response = convert.pull_response(got, offset)
+            if (response is not None and response.status == pb.NO_MATCHED_MSG and not timed_out and node.serving
+                    and deadline > loop.time()):
+                offset = response.next_offset  # nothing for this subscription yet: keep waiting past it
+                continue
             if response is not None:
                 if response.messages:
                     node.metrics.record_pull(topic, request.consumer_group, len(response.messages),
@@ -135,7 +139,8 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
             left = deadline - loop.time()
             if left <= 0 or not node.serving or timed_out:
                 return convert.no_new_message(got, offset)
-            woke = await node.long_polls.wait(topic, qid, left, lambda: store.max_offset_in_queue(topic, qid) > offset)
+            woke = await node.long_polls.wait(topic, qid, left,
+                                              lambda o=offset: store.max_offset_in_queue(topic, qid) > o)
             if woke:
                 node.metrics.long_poll_wakeups.inc()
             else:

@@ -99,6 +99,25 @@ def _metric(api, name: str, **labels) -> float:
                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
+def test_filtered_long_poll_skips_other_tags_and_waits_for_its_own(api):
+    topic = api.topic("lpf")
+    result: dict = {}
+
+    def pull():
+        result["resp"] = api.pull(topic, 0, 0, tag_expression="B", long_poll_timeout_ms=20_000)
+
+    t = threading.Thread(target=pull)
+    t.start()
+    time.sleep(0.3)
+    api.send(topic, b"not for you", tags="A")
+    time.sleep(0.3)
+    assert t.is_alive(), "a non-matching arrival must not end a filtered long poll"
+    api.send(topic, b"yours", tags="B")
+    t.join(25)
+    resp = result["resp"]
+    assert resp.status == pb.FOUND and [m.body for m in resp.messages] == [b"yours"] and resp.next_offset == 2
+
+
 def test_long_poll_times_out_with_no_new_msg(api):
     topic = api.topic("lpt")
     resp = api.pull(topic, 0, 0, long_poll_timeout_ms=300)
