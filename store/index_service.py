@@ -103,6 +103,10 @@ class IndexService:
                         "yyyyMMddHHmmssSSS timestamps"
                     )
                 size = os.path.getsize(path)
+                if size == 0:  # killed between creating and sizing the file: it never held an entry
+                    log.warning("deleting empty index file %s (left by an interrupted file creation)", path)
+                    os.unlink(path)
+                    continue
                 if size != expected:
                     raise StoreLoadError(
                         f"index file {path} has {size} bytes but max_hash_slot_num={self.hash_slot_num} and "

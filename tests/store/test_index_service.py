@@ -171,6 +171,11 @@ def test_load_rejects_files_of_another_geometry(tmp_path):
     svc.close()
     with pytest.raises(StoreLoadError, match="max_hash_slot_num=8"):
         _svc(tmp_path, slots=8).load(True)
+    (tmp_path / "index" / "99999999999999999").touch()  # an interrupted file creation leaves 0 bytes
+    ok = _svc(tmp_path)
+    ok.load(True)
+    assert len(ok.index_files) == 1 and not (tmp_path / "index" / "99999999999999999").exists()
+    ok.close()
     (tmp_path / "index" / "notes.txt").write_text("x")
     with pytest.raises(StoreLoadError, match="yyyyMMddHHmmssSSS"):
         _svc(tmp_path).load(True)
