@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -49,6 +50,17 @@ class Cli:
 
     def json_lines(self, *args: str, **kw) -> list:
         return [json.loads(line) for line in self.ok(*args, "--json", **kw).stdout.splitlines() if line.strip()]
+
+
+def eventually(fetch, check, timeout: float = 30.0):
+    """``fetch()`` until ``check(value)`` holds: consume queues and the index are built asynchronously after the
+    write is acknowledged (reput), so reads of them catch up shortly after. Returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if check(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
 
 
 def one_error_line(r: subprocess.CompletedProcess) -> str:
@@ -118,18 +130,18 @@ def test_produce_consume_round_trip_and_offsets_with_lag(cli):
     assert sum(q["committed_offset"] for q in offsets["queues"]) == 4
 
     cli.ok("produce", "RoundTrip", "--body", "later", "--count", "2")
-    offsets = cli.json("offsets", "RoundTrip", "--group", "g1")
+    offsets = eventually(lambda: cli.json("offsets", "RoundTrip", "--group", "g1"), lambda o: o["total_lag"] == 2)
     assert offsets["total_lag"] == 2
     table = cli.ok("offsets", "RoundTrip", "--group", "g1").stdout
     assert "Committed" in table and "total lag 2" in table
 
     # the group resumes where it committed: only the two new messages
-    again = cli.json_lines("consume", "g1", "RoundTrip", "--idle-timeout", "2")
+    again = cli.json_lines("consume", "g1", "RoundTrip", "--max", "2", "--idle-timeout", "30")
     assert [m["body"] for m in again] == ["later", "later"]
     assert cli.json("offsets", "RoundTrip", "--group", "g1")["total_lag"] == 0
 
-    tagged = cli.json_lines("consume", "g-tags", "RoundTrip", "--from-beginning", "--tags", "B",
-                            "--idle-timeout", "2")
+    tagged = cli.json_lines("consume", "g-tags", "RoundTrip", "--from-beginning", "--tags", "B", "--max", "3",
+                            "--idle-timeout", "30")
     assert sorted(m["body"] for m in tagged) == ["line one", "line three", "line two"]
 
 
@@ -158,8 +170,9 @@ def test_load_with_count_and_size(cli):
     r = cli.ok("produce", "Load", "--count", "300", "--size", "100", "--batch", "10", "--concurrency", "2")
     assert "sent 300/300 messages of 100 B" in r.stdout and "msg/s" in r.stdout
     assert "sent 300/300 (100%)" in r.stderr  # progress on stderr
-    queues = cli.json("offsets", "Load")["queues"]
-    assert sum(q["max_offset"] - q["min_offset"] for q in queues) == 300
+    total = eventually(lambda: sum(q["max_offset"] - q["min_offset"] for q in cli.json("offsets", "Load")["queues"]),
+                       lambda n: n == 300)
+    assert total == 300
     summary = cli.json("produce", "Load", "--count", "20", "--size", "10")
     assert summary["sent"] == 20 and summary["body_bytes"] == 10
 
@@ -168,7 +181,8 @@ def test_query_and_view(cli):
     cli.ok("topic", "create", "Lookup")
     sent = cli.json("produce", "Lookup", "--body", "find me", "--keys", "order-42")
     cli.ok("produce", "Lookup", "--body", "other", "--keys", "order-43")
-    found = cli.json_lines("query", "Lookup", "--key", "order-42", "--begin", "now-1h")
+    found = eventually(lambda: cli.json_lines("query", "Lookup", "--key", "order-42", "--begin", "now-1h"),
+                       lambda ms: len(ms) > 0)
     assert [m["body"] for m in found] == ["find me"]
     assert cli.json_lines("query", "Lookup", "--key", "order-42", "--begin", "1000", "--end", "2000") == []
     table = cli.ok("query", "Lookup", "--key", "order-42").stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from client import Admin, AlreadyExistsError, Message, Producer, PullConsumer, TopicNotFoundError
+from tests.client.test_cli_e2e import eventually
 from tests.support.processes import running_nodes
 
 pytestmark = pytest.mark.slow
@@ -85,10 +86,10 @@ def test_admin_offsets_query_view_and_status(server):
         admin.create_topic("Adm", queues=2)
         r = p.send("Adm", b"\x00binary", keys="order-1 order-2", tags="X", properties={"a": "b"}, queue_id=1)
         assert r.queue_id == 1 and r.queue_offset == 0
-        queues = admin.queue_offsets("Adm")
+        queues = eventually(lambda: admin.queue_offsets("Adm"), lambda qs: sum(q.max_offset for q in qs) == 1)
         assert [(q.queue_id, q.min_offset, q.max_offset) for q in queues] == [(0, 0, 0), (1, 0, 1)]
         assert admin.search_offset("Adm", 1, 0) == 0
-        found = admin.query_by_key("Adm", "order-2")
+        found = eventually(lambda: admin.query_by_key("Adm", "order-2"), lambda ms: len(ms) > 0)
         assert [m.msg_id for m in found] == [r.msg_id] and found[0].body == b"\x00binary"
         view = admin.view_message(r.msg_id)
         assert view.uniq_key == r.uniq_key and view.properties["a"] == "b" and view.keys == ["order-1", "order-2"]
