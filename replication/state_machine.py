@@ -159,6 +159,9 @@ class StateMachine:
                     if end_offset < meta.commit_log_end:
                         raise snapshot.SnapshotError(f"fetched the commit log only up to {end_offset}, snapshot "
                                                      f"needs {meta.commit_log_end}")
+                elif local_end > meta.commit_log_end:
+                    # bytes beyond the snapshot that no applied entry accounts for: cut them, the log rewrites them
+                    self.store.truncate_to(meta.commit_log_end)
                 self.applier.import_metadata(meta.metadata)
                 self.applied.reset([(meta.applied_index, meta.commit_log_end, meta.commit_log_end)])
                 self.store.confirm_offset = meta.commit_log_end

@@ -14,8 +14,15 @@ TEST_TUNING = {"compaction_min_entries": 300, "compaction_min_time": 30.0, "put_
 
 
 class Cluster:
-    def __init__(self, base, durability: str = "async", tuning: dict | None = None, n: int = 3):
+    def __init__(self, base, durability: str = "async", tuning: dict | None = None, n: int = 3,
+                 host_names: bool = False):
         self.specs = node_specs(base, n, cluster={"durability": durability})
+        if host_names:  # peers addressed by name (as on Kubernetes), resolved by pysyncobj on every connect
+            members = [{**m, "raft": m["raft"].replace("127.0.0.1", "localhost")} for m in self.specs[0].members]
+            for s in self.specs:
+                s.members = members
+                s.overrides.setdefault("cluster", {})["raft_address"] = next(
+                    m["raft"] for m in members if m["id"] == s.id)
         self.env = {"RAFTMQ_RAFT_TUNING": json.dumps({**TEST_TUNING, **(tuning or {})})}
         self.nodes = [NodeProcess(s) for s in self.specs]
 
@@ -38,8 +45,8 @@ class Cluster:
 def cluster_factory(tmp_path) -> Iterator:
     made: list[Cluster] = []
 
-    def make(durability: str = "async", tuning: dict | None = None) -> Cluster:
-        c = Cluster(tmp_path, durability, tuning)
+    def make(durability: str = "async", tuning: dict | None = None, host_names: bool = False) -> Cluster:
+        c = Cluster(tmp_path, durability, tuning, host_names=host_names)
         made.append(c)
         return c.start()
 

@@ -71,7 +71,7 @@ def assert_byte_identical(nodes) -> None:
 
 
 def test_writes_replicate_byte_identical_and_followers_redirect(cluster_factory):
-    c = cluster_factory()
+    c = cluster_factory(host_names=True)
     create_topic(c.nodes, TOPIC, QUEUES)
     leader = wait_leader(c.nodes)
     follower = next(n for n in c.nodes if n is not leader)

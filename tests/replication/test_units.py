@@ -83,3 +83,24 @@ def test_pysyncobj_patches_keep_binary_commands_small_and_wire_compatible():
     assert sopickle.loads(pickle.dumps((1, (payload,)), protocol=2)) == (1, (payload,))  # reads stock peers
     wire = tcp_connection.zlib.compress(patched, 3)
     assert zlib.decompress(wire) == patched  # stock zlib reads it
+
+
+def test_peer_host_names_are_re_resolved_after_the_cache_time(monkeypatch):
+    """Peers are stable DNS names (a pod keeps its name, not its IP); pysyncobj's resolver must pick up a new IP
+    within RaftSettings.dns_cache_time, which RaftWritePath passes as dnsCacheTime."""
+    import socket
+    import time
+
+    from pysyncobj.dns_resolver import DnsCachingResolver
+
+    answers = iter(["10.0.0.1", "10.0.0.2"])
+    current = {"ip": next(answers)}
+    monkeypatch.setattr(socket, "getaddrinfo",
+                        lambda host, port, *a, **k: [(socket.AF_INET, 1, 6, "", (current["ip"], 0))])
+    settings = RaftSettings(dns_cache_time=0.05)
+    resolver = DnsCachingResolver(settings.dns_cache_time, 1.0)
+    assert resolver.resolve("raftmq-1.raftmq-headless") == "10.0.0.1"
+    current["ip"] = next(answers)  # the pod came back with a new IP
+    assert resolver.resolve("raftmq-1.raftmq-headless") == "10.0.0.1"  # cached
+    time.sleep(0.1)
+    assert resolver.resolve("raftmq-1.raftmq-headless") == "10.0.0.2"
