@@ -29,7 +29,9 @@ Reads (any replica):
 
 Metadata: ``topics`` (TopicConfigTable, ``config/topics.json``), ``consumer_offsets`` (ConsumerOffsetTable,
 ``config/consumerOffset.json``), ``delete_topic_files(topic)``. Misc: ``add_arrival_listener(fn)``,
-``flush()``, ``stats()``.
+``flush()``, ``stats()``, ``retention`` (RetentionService: expiry of old segments; writes are refused with
+DiskFullError while its disk-full flag is up), ``retain_from`` (optional callable: the lowest commit-log
+offset retention must keep, e.g. for a lagging replica).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from store.message import (
     decode_record,
 )
 from store.reput import ReputMessageService
+from store.retention import RetentionService
 from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
 
@@ -68,7 +71,6 @@ log = logging.getLogger("store.message_store")
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
-DISK_CHECK_INTERVAL_S = 1.0
 
 
 class GetStatus(enum.Enum):
@@ -117,10 +119,11 @@ class MessageStore:
         self.topics = TopicConfigTable(config.config_dir)
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
         self._services: list = []
+        self.retention: RetentionService | None = None
+        # replication may set this to the lowest commit-log offset a lagging replica still has to fetch
+        self.retain_from: Callable[[], int] | None = None
         self._group_commit: GroupCommitService | None = None
         self.last_exit_ok = True
-        self._disk_full = False
-        self._disk_checked = 0.0
         self._put_messages = 0
         self._put_bytes = 0
         self._put_batches = 0
@@ -269,7 +272,18 @@ class MessageStore:
             FLUSH_CONSUMER_OFFSET_INTERVAL_MS, 0, FLUSH_CONSUMER_OFFSET_INTERVAL_MS))
         for s in self._services:
             s.start()
+        self.retention = RetentionService(cfg, cl, self.consume_queues, self.index_service,
+                                          protect_offset=self._retention_protect_offset)
+        self.retention.start()
         self.reput.start()
+
+    def _retention_protect_offset(self) -> int:
+        """Retention never deletes what reput has not dispatched or what ``retain_from`` still needs."""
+        assert self.reput is not None
+        protect = self.reput.reput_from_offset
+        if self.retain_from is not None:
+            protect = min(protect, self.retain_from())
+        return protect
 
     def _flush_consume_queues(self, least_pages: int) -> None:
         """FlushConsumeQueueService: on a thorough pass, persist the logics timestamp captured before the flush."""
@@ -296,6 +310,8 @@ class MessageStore:
             self._open = False
             caught_up = False
             try:
+                if self.retention is not None:
+                    self.retention.shutdown()
                 if self.reput is not None:
                     self.reput.shutdown()
                     caught_up = self.reput.dispatch_behind_bytes() == 0
@@ -363,17 +379,11 @@ class MessageStore:
 
     # ================================================================== writes
     def _check_writable(self) -> None:
-        now = time.monotonic()
-        if now - self._disk_checked >= DISK_CHECK_INTERVAL_S:
-            self._disk_checked = now
-            ratio = self.disk_used_ratio()
-            self._disk_full = ratio > self.config.disk_space_warning_level_ratio
-            if self._disk_full:
-                log.error("disk of %s is %.0f%% full: writes refused", self.config.root_dir, ratio * 100)
-        if self._disk_full:
+        if self.retention is not None and self.retention.disk_full:
             raise DiskFullError(
                 f"disk holding {self.config.root_dir} is more than "
-                f"{self.config.disk_space_warning_level_ratio:.0%} full; free space or add disk"
+                f"{self.config.disk_space_warning_level_ratio:.0%} full; writes are refused until retention "
+                "frees space (lower file_reserved_time) or the disk grows"
             )
 
     def put_message(self, msg: Message) -> PutResult:
@@ -641,7 +651,7 @@ class MessageStore:
             "index_files": len(self.index_service.index_files) if self.index_service is not None else 0,
             "topics": len(self.topics.names()),
             "disk_used_ratio": self.disk_used_ratio(),
-            "disk_full": self._disk_full,
+            "disk_full": self.retention.disk_full if self.retention is not None else False,
             "last_exit_ok": self.last_exit_ok,
         }
 

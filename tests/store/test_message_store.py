@@ -244,3 +244,25 @@ def test_sync_flush_put_waits_for_fsync(tmp_path):
         assert r.status is PutStatus.PUT_OK
         assert st.flushed_offset >= r.physical_offset + r.wrote_bytes
         assert st.wait_flushed(st.commit_log_max_offset, 5)
+
+
+def test_retention_expires_old_segments_and_pulls_report_it(store):
+    for b in range(8):
+        store.put_messages([_msg(b * 10 + i) for i in range(10)])
+    _dispatched(store)
+    files_before = store.stats()["commit_log_files"]
+    store.retention.delete_files_manually()
+    now = 2**41 + store.config.file_reserved_time * 3_600_000
+    result = store.retention.run_once(now)
+    assert result.commit_log_files == files_before - 1  # never the segment being written
+    low = store.commit_log_min_offset
+    assert low > 0 and store.stats()["commit_log_files"] == 1
+    min_q = store.min_offset_in_queue("T", 0)
+    assert min_q > 0
+    g = store.get_messages("T", 0, 0)
+    assert g.status is GetStatus.OFFSET_TOO_SMALL and g.next_begin_offset == min_q
+    g = store.get_messages("T", 0, min_q)
+    assert g.status is GetStatus.FOUND and g.messages[0].physical_offset >= low
+    assert store.view_message(0) is None
+    r = store.put_message(_msg(999))
+    assert r.queue_offset == 80
