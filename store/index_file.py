@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from collections.abc import Sequence
 from operator import mul
 
@@ -38,7 +39,8 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 _MASK32 = 0xFFFFFFFF
-_POW31 = [1]
+_POW31 = [1]  # 31^i mod 2^32; only ever extended under _POW_LOCK, so readers see correct prefixes
+_POW_LOCK = threading.Lock()
 _REV_POWERS: dict[int, list[int]] = {}
 
 
@@ -48,8 +50,10 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
 
 
 def _pow31(n: int) -> int:
-    while len(_POW31) <= n:
-        _POW31.append((_POW31[-1] * 31) & _MASK32)
+    if len(_POW31) <= n:
+        with _POW_LOCK:
+            while len(_POW31) <= n:
+                _POW31.append((_POW31[-1] * 31) & _MASK32)
     return _POW31[n]
 
 
@@ -85,24 +89,20 @@ def index_key_hash(topic: str, key: str) -> int:
     (uniq keys start with the producer's address and pid), leaving only the tail to hash.
     """
     if key.isascii():
-        n = len(key)
-        if n > _HEAD_UNITS:
+        if len(key) > _HEAD_UNITS:
             cache_key = (topic, key[:_HEAD_UNITS])
             tail = key[_HEAD_UNITS:]
-        else:
-            cache_key = (topic, key)
-            tail = ""
+        else:  # short keys are often unique (order ids): cache only the topic's part
+            cache_key = (topic, "")
+            tail = key
         head = _HEAD_CACHE.get(cache_key)
         if head is None:
             if len(_HEAD_CACHE) >= _HEAD_CACHE_MAX:
                 _HEAD_CACHE.clear()
             head = _HEAD_CACHE[cache_key] = _unsigned_java_hash(topic + "#" + cache_key[1])
-        if tail:
-            m = len(tail)
-            powers = _REV_POWERS.get(m) or _rev_powers(m)
-            h = (head * _POW31[m] + sum(map(mul, tail.encode("ascii"), powers))) & _MASK32
-        else:
-            h = head
+        m = len(tail)
+        powers = _REV_POWERS.get(m) or _rev_powers(m)
+        h = (head * _POW31[m] + sum(map(mul, tail.encode("ascii"), powers))) & _MASK32
     else:
         h = _unsigned_java_hash(topic + "#" + key)
     if h & 0x80000000:  # Math.abs of a negative int; Integer.MIN_VALUE stays negative and RocketMQ uses 0
