@@ -238,9 +238,11 @@ class RaftWritePath:
         idx, end = applied.drop_beyond(v)
         if end < v:
             if idx == 0 and end == 0 and not os.path.exists(os.path.join(self.raft_dir, "raft.journal")):
-                # a store written before this member joined Raft (e.g. converted from single node): keep it as base
-                applied.reset([(0, v, v)])
-                end = v
+                raise ReplicationError(
+                    f"the store at {self.store.config.root_dir} holds {v} bytes of commit log written outside Raft "
+                    "(e.g. by a single-node run); a replicated member must start from an empty data directory "
+                    "(it then copies the group's data) or from a copy of another member's data directory. Move "
+                    "this data directory away and start again.")
             else:
                 log.warning("cutting the commit log back from %d to %d (end of Raft entry %d) before replay", v, end,
                             idx)

@@ -117,3 +117,14 @@ def test_config_errors_name_the_fix(tmp_path):
         busy.close()
     finally:
         st.shutdown()
+
+
+def test_a_store_written_outside_raft_is_refused_with_a_clear_reason(tmp_path):
+    st = open_store(tmp_path / "s")
+    try:
+        st.put_messages([Message(topic="T", queue_id=0, body=b"single-node data")])
+        wp = RaftWritePath(st, node_id="n0", members=one_member(tmp_path), settings=RaftSettings(**FAST))
+        with pytest.raises(ReplicationError, match="written outside Raft"):
+            wp.start()
+    finally:
+        st.shutdown()
