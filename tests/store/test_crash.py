@@ -412,3 +412,36 @@ def test_kill_between_copy_and_offset_patch(tmp_path: Path) -> None:
         assert g.status.name == "FOUND" and g.messages[0].physical_offset == r.physical_offset
     finally:
         st.shutdown()
+
+
+def test_truncate_to_inside_a_record_is_refused(tmp_path: Path) -> None:
+    """``truncate_to`` takes a record boundary; any other offset must be refused without touching the store.
+
+    Accepting it cuts a record in half: the next put then lands inside the old record, and the next open
+    finds a broken record at the start of the log and truncates everything, acknowledged puts included.
+    """
+    from store.errors import StoreError
+
+    cfg = StoreConfig(root_dir=str(tmp_path), **CRASH_CONFIG)
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        results = [st.put_message(cw.make_message(s, "CrashA", 0)) for s in range(3)]
+        end = st.commit_log_max_offset
+        for bad in (5, results[1].physical_offset + 1, results[2].physical_offset - 1):
+            with pytest.raises(StoreError):
+                st.truncate_to(bad)
+            assert st.commit_log_max_offset == end
+        st.truncate_to(results[2].physical_offset)  # a boundary is fine
+        r = st.put_message(cw.make_message(3, "CrashA", 0))
+        assert (r.physical_offset, r.queue_offset) == (results[2].physical_offset, 2)
+    finally:
+        st.shutdown()
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        wait_dispatched(st)
+        assert st.max_offset_in_queue("CrashA", 0) == 3
+        assert [seq_of(m.body) for m in st.get_messages("CrashA", 0, 0).messages] == [0, 1, 3]
+    finally:
+        st.shutdown()

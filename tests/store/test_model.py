@@ -330,3 +330,25 @@ def test_commit_log_files_hold_exactly_the_model(tmp_path) -> None:
     assert [(m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.body) for m in msgs] == \
         [(m.topic, m.queue_id, r.queue_offset, r.physical_offset, m.body) for m, r in sent]
     assert end == sent[-1][1].physical_offset + sent[-1][1].wrote_bytes
+
+
+def test_out_of_range_fields_are_illegal_not_crashes(tmp_path) -> None:
+    """Numbers that do not fit their record field get MessageIllegalError (what callers map to a clear status)."""
+    from store import MessageIllegalError
+
+    st = MessageStore(StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR, **TINY))
+    st.open()
+    try:
+        for bad in (dict(born_host=("10.0.0.1", 1 << 40)), dict(born_timestamp=1 << 70), dict(flag=1 << 40),
+                    dict(reconsume_times=1 << 40), dict(prepared_transaction_offset=1 << 70)):
+            m = Message(topic="TopA", body=b"x", **{"born_host": BORN_HOST, **bad})
+            try:
+                st.put_message(m)
+            except MessageIllegalError:
+                pass
+            else:
+                raise AssertionError(f"{bad} was stored")
+        r = st.put_message(Message(topic="TopA", body=b"ok", born_host=BORN_HOST))
+        assert (r.physical_offset, r.queue_offset) == (0, 0)
+    finally:
+        st.shutdown()
