@@ -253,7 +253,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise UsageError("--size generates the body; drop --size, or drop --body/--file")
     if not load and (args.batch != 1 or args.concurrency != 1):
         raise UsageError("--batch and --concurrency apply to a load (--count N [--size B])")
-    with Producer(servers_of(args), timeout=args.timeout) as producer:
+    with Producer(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
         if load:
             return _produce_load(args, producer, body, keys, props)
         if body is not None:
@@ -353,7 +353,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     consumer = PullConsumer(args.group, args.topic, servers_of(args), tags=args.tags,
                             start_from=START_FIRST if args.from_beginning else START_LAST,
                             auto_commit=not args.no_commit, auto_commit_interval=1.0,
-                            timeout=args.timeout, long_poll=1.0)
+                            timeout=args.timeout, retry_timeout=args.timeout, long_poll=1.0)
     received = 0
     try:
         consumer.start()
@@ -388,7 +388,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     if args.begin is not None and args.end is not None and args.begin > args.end:
         raise UsageError("--begin is after --end")
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         msgs = admin.query_by_key(args.topic, args.key, begin_ms=args.begin or 0, end_ms=args.end or 0,
                                   max_num=args.max)
     if args.json:
@@ -410,7 +410,7 @@ def _preview(text: str, width: int = 40) -> str:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         m = admin.view_message(args.msg_id, topic=args.topic)
     if args.json:
         _print_json(message_json(m))
@@ -436,7 +436,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_offsets(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         queues = admin.queue_offsets(args.topic)
         committed = admin.committed_offsets(args.group, args.topic) if args.group else None
     rows = []
@@ -485,7 +485,7 @@ def _topic_line(verb: str, t) -> str:
 
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         t = admin.create_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order)
     _print_json(_topic_json(t)) if args.json else print(_topic_line("created", t))
@@ -497,7 +497,7 @@ def cmd_topic_update(args: argparse.Namespace) -> int:
     if all(c is None for c in changes):
         raise UsageError("nothing to update: give --queues, --read-queues, --write-queues, --perm or "
                          "--order/--no-order")
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         t = admin.update_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order)
     _print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t))
@@ -505,7 +505,7 @@ def cmd_topic_update(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_list(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         topics = admin.list_topics(include_system=args.system)
     if args.json:
         _print_json([_topic_json(t) for t in topics])
@@ -517,7 +517,7 @@ def cmd_topic_list(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_delete(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         admin.delete_topic(args.name)
     print(f"deleted topic {args.name}")
     return 0
@@ -556,7 +556,7 @@ def _status_json(status: ClusterStatus) -> dict:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=min(args.timeout, 5.0)) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
             status = admin.cluster_status()
             _print_json(_status_json(status)) if args.json else print(cluster_table(status))
@@ -589,7 +589,7 @@ def _watch_once(admin: Admin, as_json: bool, clear: bool) -> None:
 
 
 def cmd_transfer_leader(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout) as admin:
+    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         leader = admin.transfer_leader(args.to)
     print(f"leader is now {leader}")
     return 0
@@ -605,7 +605,7 @@ def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
                    help=f"server address (repeatable or comma-separated); default ${SERVER_ENV} or "
                         f"{DEFAULT_SERVER}")
     g.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",
-                   help="per-call deadline (default 10)")
+                   help="how long one request may take, retries included (default 10)")
     if json_flag:
         p.add_argument("--json", action="store_true", help="machine-readable JSON output")
     return p

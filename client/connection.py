@@ -137,8 +137,11 @@ class ServerPool:
             while i < len(candidates):
                 address = candidates[i]
                 i += 1
+                # A read never waits past the operation's budget; a write keeps its full deadline (cutting it
+                # short would only turn more writes into unknown outcomes).
+                budget = per_call if write else max(0.1, min(per_call, deadline - time.monotonic()))
                 try:
-                    response = call(self.stubs(address), per_call)
+                    response = call(self.stubs(address), budget)
                 except grpc.RpcError as rpc_err:
                     err = errors.from_rpc_error(rpc_err, address, write=write and not idempotent,
                                                 uniq_keys=uniq_keys)
