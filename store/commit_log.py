@@ -29,7 +29,7 @@ import logging
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import accumulate
 
 from store.checkpoint import StoreCheckpoint
@@ -512,7 +512,10 @@ class CommitLog:
 
     # ================================================================== reads
     def get_data(self, offset: int, max_offset: int | None = None) -> memoryview | None:
-        """Readable bytes from ``offset`` to the end of data in its segment (capped at ``max_offset``)."""
+        """Readable bytes from ``offset`` to the end of data in its segment (capped at ``max_offset``).
+
+        Like every read here, None (or -1) when the segment was deleted by retention meanwhile.
+        """
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
         if mf is None:
             return None
@@ -522,7 +525,10 @@ class CommitLog:
             end = min(end, max_offset - mf.file_from_offset)
         if pos < 0 or pos >= end:
             return None
-        return mf.read(pos, end - pos)
+        try:
+            return mf.read(pos, end - pos)
+        except ValueError:  # unmapped by retention
+            return None
 
     def get_message(self, offset: int, size: int) -> bytes | None:
         """A copy of ``size`` bytes at ``offset`` when they are all written."""
@@ -532,7 +538,10 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + size > mf.wrote_position:
             return None
-        return mf.read_bytes(pos, size)
+        try:
+            return mf.read_bytes(pos, size)
+        except ValueError:  # unmapped by retention
+            return None
 
     def get_record_size(self, offset: int) -> int:
         """TOTALSIZE of the message record at ``offset``, or -1."""
@@ -542,7 +551,10 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + 8 > mf.wrote_position:
             return -1
-        size, magic = _BLANK.unpack_from(mf.buffer, pos)
+        try:
+            size, magic = _BLANK.unpack_from(mf.buffer, pos)
+        except ValueError:  # unmapped by retention
+            return -1
         if magic != MESSAGE_MAGIC_CODE or size <= 0 or pos + size > mf.wrote_position:
             return -1
         return size
@@ -555,9 +567,11 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + min(size, 84) > mf.wrote_position:
             return -1
-        buf = mf.buffer
-        sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
-        return _I64.unpack_from(buf, pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8))[0]
+        try:
+            sys_flag = _I32.unpack_from(mf.buffer, pos + SYSFLAG_POSITION)[0]
+            return _I64.unpack_from(mf.buffer, pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8))[0]
+        except ValueError:  # unmapped by retention
+            return -1
 
     def check_message_and_return_size(self, buf, pos: int, limit: int, check_crc: bool) -> DispatchRequest:
         """RocketMQ ``checkMessageAndReturnSize`` (readBody=false)."""
@@ -571,10 +585,11 @@ class CommitLog:
             self._reset_empty()
             return 0
         index = max(0, len(files) - 3)
-        return self._scan_and_truncate(index, None)
+        return self._scan_and_truncate(index)
 
-    def recover_abnormally(self, dispatch: Callable[[DispatchRequest], None] | None = None) -> int:
-        """Scan from the newest segment known dispatched/flushed by the checkpoint, re-dispatching records."""
+    def recover_abnormally(self) -> int:
+        """Scan from the newest segment the checkpoint shows flushed and dispatched (``abnormal_recovery_start``;
+        the caller re-dispatches from there)."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             self._reset_empty()
@@ -586,7 +601,7 @@ class CommitLog:
                 break
         self.abnormal_recovery_start = files[index].file_from_offset
         log.info("abnormal recovery scans from segment %s", files[index].path)
-        return self._scan_and_truncate(index, dispatch)
+        return self._scan_and_truncate(index)
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
         buf = mf.buffer
@@ -602,7 +617,7 @@ class CommitLog:
             return store_ts <= self.checkpoint.min_timestamp_index()
         return store_ts <= self.checkpoint.min_timestamp()
 
-    def _scan_and_truncate(self, index: int, dispatch: Callable[[DispatchRequest], None] | None) -> int:
+    def _scan_and_truncate(self, index: int) -> int:
         files = self.mapped_file_queue.mapped_files
         check_crc = self.config.check_crc_on_recover
         mf = files[index]
@@ -617,8 +632,6 @@ class CommitLog:
                           f"{mf.file_from_offset + pos} (write interrupted before its offsets were set)")
                 break
             if dr.success and dr.msg_size > 0:
-                if dispatch is not None:
-                    dispatch(dr)
                 last_ts = dr.store_timestamp
                 pos += dr.msg_size
             elif dr.success:

@@ -27,6 +27,7 @@ class ConsumerOffsetTable:
         self._lock = threading.Lock()
         self._table: dict[str, dict[int, int]] = {}
         self._dirty = False
+        self._write_lock = threading.Lock()  # one writer of the file at a time
 
     def load(self) -> None:
         data = json_file.read_leniently(self.path)
@@ -99,7 +100,7 @@ class ConsumerOffsetTable:
 
     # ------------------------------------------------------------------ persistence / snapshots
     def to_json(self) -> dict[str, Any]:
-        return {"offsetTable": {k: dict(sorted(v.items())) for k, v in sorted(self._table.items())}}
+        return {"offsetTable": {k: dict(sorted(v.items())) for k, v in sorted(list(self._table.items()))}}
 
     def snapshot(self) -> str:
         with self._lock:
@@ -113,9 +114,10 @@ class ConsumerOffsetTable:
         self.persist()
 
     def persist(self, only_if_dirty: bool = False) -> None:
-        with self._lock:
-            if only_if_dirty and not self._dirty:
-                return
-            text = json_file.dumps(self.to_json())
-            self._dirty = False
-        json_file.write_safely(self.path, text)
+        with self._write_lock:
+            with self._lock:
+                if only_if_dirty and not self._dirty:
+                    return
+                text = json_file.dumps(self.to_json())
+                self._dirty = False
+            json_file.write_safely(self.path, text)

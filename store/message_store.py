@@ -137,6 +137,12 @@ class MessageStore:
                 raise StoreError(f"store {self.config.root_dir} is already open")
             os.makedirs(self.config.root_dir, exist_ok=True)
             self._lock.acquire()
+            if self.commit_log is not None:  # re-opened after a shutdown: start from fresh objects
+                self.consume_queues = ConsumeQueueTable.from_config(self.config)
+                self.topics = TopicConfigTable(self.config.config_dir)
+                self.consumer_offsets = ConsumerOffsetTable(self.config.config_dir)
+                self._services = []
+                self._group_commit = None
             try:
                 self._load_and_recover()
             except BaseException:

@@ -266,3 +266,16 @@ def test_retention_expires_old_segments_and_pulls_report_it(store):
     assert store.view_message(0) is None
     r = store.put_message(_msg(999))
     assert r.queue_offset == 80
+
+
+def test_same_object_can_be_reopened(tmp_path):
+    st = MessageStore(_cfg(tmp_path / "s"))
+    st.open()
+    st.put_messages([_msg(i) for i in range(3)])
+    st.shutdown()
+    st.open()
+    try:
+        _dispatched(st)
+        assert st.max_offset_in_queue("T", 0) == 3 and st.put_message(_msg(3)).queue_offset == 3
+    finally:
+        st.shutdown()
