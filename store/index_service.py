@@ -187,7 +187,10 @@ class IndexService:
     def flush_file(self, f: IndexFile) -> None:
         """Force ``f`` to disk; when it is full, record its end timestamp in the checkpoint (``IndexService.flush``)."""
         full_ts = f.end_timestamp if f.is_write_full() else 0
-        f.flush()
+        try:
+            f.flush()
+        except ValueError:  # closed meanwhile (shutdown or expiry): nothing left to make durable
+            return
         if full_ts > 0 and self.checkpoint is not None:
             self.checkpoint.index_msg_timestamp = full_ts
             self.checkpoint.flush()
@@ -231,6 +234,7 @@ class IndexService:
     # ------------------------------------------------------------------ expiry and truncation
     def delete_expired_file(self, offset: int) -> int:
         """Delete the oldest files (never the newest) whose ``end_phy_offset`` is below ``offset``."""
+        self.wait_for_flushes()  # never unmap a file a background flush is writing
         with self._lock:
             files = self.index_files
             doomed = []

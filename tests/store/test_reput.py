@@ -2,6 +2,7 @@
 
 import struct
 import threading
+import time
 
 import pytest
 
@@ -32,6 +33,7 @@ class Store:
             preallocate=False,
         )
         cfg.update(overrides)
+        tmp_path.mkdir(parents=True, exist_ok=True)
         self.cfg = StoreConfig(**cfg)
         self.checkpoint = StoreCheckpoint(self.cfg.checkpoint_path)
         self.commit_log = CommitLog(self.cfg, self.checkpoint)
@@ -231,3 +233,70 @@ def test_paused_holds_dispatch(tmp_path):
         assert s.reput.wait_dispatched(timeout=10)
     finally:
         s.close()
+
+
+def test_replicas_build_byte_identical_queues_and_index(tmp_path):
+    a = Store(tmp_path / "a")
+    b = Store(tmp_path / "b")
+    try:
+        for i in range(25):
+            batch = a.commit_log.encode_batch(
+                [msg(qid=i % 3, tags=f"t{i % 2}", keys=f"k{i} x{i % 4}")],
+                T0 + i * 700,
+                HOST,
+                "DefaultCluster",
+            )
+            a.commit_log.apply_batch(batch)
+            b.commit_log.apply_batch(batch)  # the replicated command, applied on another replica
+        a.reput.do_reput()
+        b.reput.batch_bytes = 1000  # dispatched in other slices: same bytes anyway
+        b.reput.do_reput()
+
+        def files(root, sub):
+            base = root / sub
+            return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+
+        assert files(tmp_path / "a", "consumequeue") == files(tmp_path / "b", "consumequeue")
+        idx_a = list(files(tmp_path / "a", "index").values())
+        idx_b = list(files(tmp_path / "b", "index").values())
+        assert len(idx_a) > 1 and idx_a == idx_b  # names carry the local clock; contents are identical
+    finally:
+        a.close()
+        b.close()
+
+
+def test_concurrent_writer_reader_and_reput_thread(tmp_path):
+    s = Store(tmp_path)
+    s.reput.start()
+    stop = threading.Event()
+    seen_max = []
+    errors = []
+
+    def reader():
+        while not stop.is_set():
+            cq = s.cqs.get("T", 0)
+            if cq is None:
+                time.sleep(0.001)
+                continue
+            mx = cq.get_max_offset_in_queue()
+            units = cq.read_units(0, mx)
+            try:
+                assert len(units) == mx  # everything below max is readable
+                assert all(u[1] > 0 for u in units)
+                seen_max.append(mx)
+            except AssertionError as e:  # reported to the main thread
+                errors.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(60):
+            s.put(msg(keys=f"k{i}"), msg(keys=f"j{i}"))
+        assert s.reput.wait_dispatched(timeout=20)
+    finally:
+        stop.set()
+        t.join()
+        s.close()
+    assert not errors
+    assert s.cqs.get("T", 0).get_max_offset_in_queue() == 120
+    assert seen_max == sorted(seen_max)  # the queue only grows
