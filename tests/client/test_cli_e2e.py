@@ -242,3 +242,25 @@ def test_console_script(node):
     r = subprocess.run([script, "cluster", "status"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "n0" in r.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopping_a_follower_commits_what_it_printed(cli, sig):
+    topic = f"Stop{sig.name}"
+    cli.ok("topic", "create", topic, "--queues", "1")
+    cli.ok("produce", topic, "--body", "x", "--count", "3")
+    proc = subprocess.Popen(cli.argv("consume", "gs", topic, "--from-beginning"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO_ROOT)
+    try:
+        printed = [proc.stdout.readline() for _ in range(3)]
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert all("| x" in line for line in printed)
+    assert proc.returncode == 0, err
+    assert "consumed 3 message(s)" in err and "offsets committed" in err
+    offsets = cli.json("offsets", topic, "--group", "gs")
+    assert offsets["queues"][0]["committed_offset"] == 3 and offsets["total_lag"] == 0
