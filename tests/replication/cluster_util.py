@@ -91,7 +91,8 @@ class Producers:
     """
 
     def __init__(self, nodes: list[NodeProcess], topic: str, n: int = 4, body_size: int = 200,
-                 queues: int = 4):
+                 queues: int = 4, prefix: str = "P"):
+        self.prefix = prefix
         self.nodes = nodes
         self.topic = topic
         self.n = n
@@ -127,7 +128,7 @@ class Producers:
         target = self.nodes[i % len(self.nodes)]
         seq = 0
         while not self._stop.is_set():
-            key = f"P{i:02d}-{seq:07d}"
+            key = f"{self.prefix}{i:02d}-{seq:07d}"
             msg = pb.Message(topic=self.topic, queue_id=seq % self.queues, body=self.body + key.encode(),
                              uniq_key=key, keys=[key])
             while not self._stop.is_set():

@@ -96,3 +96,61 @@ def test_compaction_bounds_the_journal_and_a_full_restart_loses_nothing(cluster_
     wait_applied_equal(c.nodes)
     check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
     assert_byte_identical(c.nodes)
+
+
+def test_add_then_remove_a_member_with_the_documented_full_restart(tmp_path):
+    from tests.replication.conftest import Cluster
+    from tests.support.processes import stop_all
+
+    c = Cluster(tmp_path, n=4)
+    all_members = list(c.specs[0].members)
+    first_three = [m for m in all_members if m["id"] != "n3"]
+    newcomer = c.by_id("n3")
+    running = [n for n in c.nodes if n is not newcomer]
+    try:
+        for s in c.specs:
+            s.members = first_three
+        for n in running:
+            n.start(env=c.env)
+        for n in running:
+            n.wait_ready(90)
+        create_topic(running, TOPIC, QUEUES)
+        p = Producers(running, TOPIC, n=3, queues=QUEUES).start()
+        p.wait_acked(300)
+        log1 = p.stop()
+
+        # add n3: stop all, give everyone the 4-member list, start all; n3 copies the group's data first
+        for n in running:
+            assert n.stop() == 0
+        for s in c.specs:
+            s.members = all_members
+        for n in c.nodes:
+            n.start(env=c.env)
+        for n in c.nodes:
+            n.wait_ready(120)
+        p = Producers(c.nodes, TOPIC, n=3, queues=QUEUES, prefix="Q").start()
+        p.wait_acked(300)
+        log2 = p.stop()
+        wait_applied_equal(c.nodes)
+        log2.acked.update(log1.acked)
+        check_acked(log2, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+        assert_byte_identical(c.nodes)
+
+        # remove n0 the same way
+        for n in c.nodes:
+            assert n.stop() == 0
+        rest = [n for n in c.nodes if n.spec.id != "n0"]
+        for n in rest:
+            n.spec.members = [m for m in all_members if m["id"] != "n0"]
+            n.start(env=c.env)
+        for n in rest:
+            n.wait_ready(120)
+        p = Producers(rest, TOPIC, n=3, queues=QUEUES, prefix="R").start()
+        p.wait_acked(200)
+        log3 = p.stop()
+        wait_applied_equal(rest)
+        log3.acked.update(log2.acked)
+        check_acked(log3, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in rest})
+        assert_byte_identical(rest)
+    finally:
+        stop_all(c.nodes, kill=True)
