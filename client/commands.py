@@ -157,12 +157,6 @@ def _ms_to_text(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
 
 
-def _json_default(value):
-    if isinstance(value, bytes | bytearray):
-        return value.decode("utf-8", errors="replace")
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
 def message_json(m: MessageView) -> dict:
     """A message as JSON: the body as text when it is UTF-8, else base64 in ``body_base64``."""
     d = dataclasses.asdict(m)
@@ -175,7 +169,7 @@ def message_json(m: MessageView) -> dict:
 
 
 def _print_json(obj) -> None:
-    print(json.dumps(obj, default=_json_default, sort_keys=False), flush=True)
+    print(json.dumps(obj), flush=True)
 
 
 def _message_line(m: MessageView) -> str:
@@ -302,24 +296,18 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
     inflight: set[futures.Future] = set()
     try:
         submitted = 0
-        while submitted < count or inflight:
-            while submitted < count and len(inflight) < args.concurrency and error is None:
+        while (submitted < count and error is None) or inflight:
+            while submitted < count and error is None and len(inflight) < args.concurrency:
                 n = min(args.batch, count - submitted)
                 inflight.add(pool.submit(send, n))
                 submitted += n
-            if not inflight:
-                break
             done, inflight = futures.wait(inflight, return_when=futures.FIRST_COMPLETED)
             for fut in done:
                 try:
                     sent += fut.result()
-                except RaftmqError as exc:
+                except RaftmqError as exc:  # stop submitting; let what is in flight finish
                     error = error or exc
             progress.update(sent)
-            if error is not None and not inflight:
-                break
-            if error is not None:
-                submitted = count  # stop submitting; let what is in flight finish
     except KeyboardInterrupt:
         error = KeyboardInterrupt()
         for fut in inflight:
@@ -339,8 +327,6 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
         print(f"sent {sent}/{count} messages of {len(payload)} B ({mib:.2f} MiB) to {args.topic} in "
               f"{elapsed:.2f} s: {sent / elapsed:,.0f} msg/s, {mib / elapsed:.2f} MiB/s "
               f"(batch {args.batch}, concurrency {args.concurrency})", flush=True)
-    if isinstance(error, KeyboardInterrupt):
-        raise error
     if error is not None:
         raise error
     return 0
