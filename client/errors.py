@@ -187,9 +187,12 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
     if write and (code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN,
                            grpc.StatusCode.CANCELLED) or is_broken_transport(err)
                   or (code == grpc.StatusCode.UNAVAILABLE and not _is_refusal(details))):
+        keys = list(uniq_keys or [])
+        which = f" (UNIQ_KEY {keys[0]})" if len(keys) == 1 else (
+            f" ({len(keys)} messages, UNIQ_KEYs {keys[0]} .. {keys[-1]})" if keys else "")
         return UnknownOutcomeError(
-            f"outcome unknown at {address} ({code.name}: {details}); the write may or may not have been stored",
-            uniq_keys=uniq_keys, **kw)
+            f"outcome unknown at {address} ({code.name}: {details}); the write{which} may or may not have been "
+            "stored", uniq_keys=keys, **kw)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return UnavailableError(f"server {address} did not answer in time", **kw)
     if code == grpc.StatusCode.UNAVAILABLE:

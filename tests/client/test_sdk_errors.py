@@ -141,6 +141,7 @@ def test_deadline_on_write_is_unknown_outcome_and_not_resent(scripted):
     sent = s.received["SendMessage"]
     assert len(sent) == 1
     assert exc_info.value.uniq_keys == [sent[0].message.uniq_key]
+    assert sent[0].message.uniq_key in str(exc_info.value), "the user can look the message up"
     assert exc_info.value.exit_code == 7
 
 
