@@ -3,8 +3,8 @@
 The model is a list of records in commit-log order plus a list per (topic, queue). Every read the store
 answers (pull with tag filters, query by key and time, view by msgId and physical offset, min/max offsets) is
 checked against it, with tiny segment sizes so commit-log, consume-queue and index files roll every few
-messages, across clean restarts (shutdown + open) and unclean ones (the process state is dropped without a
-shutdown, so recovery runs the abnormal path).
+messages, across clean restarts (shutdown + open), unclean ones (recovery runs the abnormal path), truncation (what a replica
+does when its log tail is rewritten) and retention (the oldest segments deleted, minimum offsets move up).
 
 Tags "Aa" and "BB" have the same Java String.hashCode (2112), so they share a consume-queue tagsCode and, as
 keys, an index hash: the store must tell them apart by the exact string.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as hs
@@ -65,9 +66,21 @@ class Model:
     log: list[Rec] = field(default_factory=list)
     queues: dict[tuple[str, int], list[Rec]] = field(default_factory=dict)
     end: int = 0
+    min: int = 0  # commit-log minimum: records below it were deleted by retention (they stay in the lists)
 
     def queue(self, topic: str, qid: int) -> list[Rec]:
         return self.queues.get((topic, qid), [])
+
+    def alive(self, rec: Rec) -> bool:
+        return rec.physical_offset >= self.min
+
+    def live_log(self) -> list[Rec]:
+        return [r for r in self.log if self.alive(r)]
+
+    def queue_min(self, topic: str, qid: int) -> int:
+        """First queue offset whose message is still in the commit log (the max offset when none is)."""
+        q = self.queue(topic, qid)
+        return next((r.queue_offset for r in q if self.alive(r)), len(q))
 
 
 def same_message(m, rec: Rec) -> None:
@@ -167,13 +180,27 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=hs.data())
     def truncate(self, data) -> None:
         """Cut the log at a record boundary (what a replica does when Raft rewrites its tail)."""
-        k = data.draw(hs.integers(0, len(self.model.log)), label="keep records")
+        first_alive = len(self.model.log) - len(self.model.live_log())
+        k = data.draw(hs.integers(first_alive, len(self.model.log)), label="keep records")
         offset = self.model.log[k].physical_offset if k < len(self.model.log) else self.model.end
         self.st.truncate_to(offset)
         self.model.log = self.model.log[:k]
         self.model.queues = {key: [r for r in q if r.physical_offset < offset]
                              for key, q in self.model.queues.items()}
         self.model.end = offset
+
+    @rule()
+    def retention(self) -> None:
+        """Expire the oldest segments now (at most 10 per pass, never the last one)."""
+        wait_dispatched(self.st)
+        fs = self.cfg.mapped_file_size_commit_log
+        m = self.model
+        files = list(range(m.min, (m.end - 1) // fs * fs + fs, fs)) if m.end > m.min else []
+        expected_min = files[min(len(files) - 1, 10)] if files else m.min
+        self.st.retention.delete_files_manually()
+        self.st.retention.run_once(now_ms=int(time.time() * 1000) + 10**10)
+        assert self.st.commit_log_min_offset == expected_min
+        m.min = expected_min
 
     # ------------------------------------------------------------------ reads
     @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES), data=hs.data(),
@@ -192,13 +219,14 @@ class StoreMachine(RuleBasedStateMachine):
             assert status in ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE")
             assert g.next_begin_offset == 0 and not g.messages
             return
-        assert (g.min_offset, g.max_offset) == (0, mx)
-        if offset < 0:
-            assert status == "OFFSET_TOO_SMALL" and g.next_begin_offset == 0
+        mn = self.model.queue_min(topic, qid)
+        assert (g.min_offset, g.max_offset) == (mn, mx)
+        if offset < mn:
+            assert status == "OFFSET_TOO_SMALL" and g.next_begin_offset == mn
         elif offset == mx:
             assert status == "OFFSET_OVERFLOW_ONE" and g.next_begin_offset == mx
         elif offset > mx:
-            assert status == "OFFSET_OVERFLOW_BADLY" and g.next_begin_offset in (0, mx)
+            assert status == "OFFSET_OVERFLOW_BADLY" and g.next_begin_offset in (mn, mx)
         else:
             nxt = g.next_begin_offset
             assert offset < nxt <= mx, (offset, nxt, mx)
@@ -220,27 +248,29 @@ class StoreMachine(RuleBasedStateMachine):
     def query_by_key(self, topic, key) -> None:
         wait_dispatched(self.st)
         got = self.st.query_messages(topic, key, 64, 0, FAR_FUTURE)
-        want = [r for r in self.model.log if r.topic == topic and key in r.keys]
-        # the index returns at most 64 hash matches, newest first; "Aa" and "BB" share a hash
-        colliding = [r for r in self.model.log if r.topic == topic
-                     and any(java_string_hash(f"{topic}#{k}") == java_string_hash(f"{topic}#{key}")
-                             for k in r.keys)]
+        want = [r for r in self.model.live_log() if r.topic == topic and key in r.keys]
+        # the index returns at most 64 hash-matching entries, newest first ("Aa" and "BB" share a hash, and a
+        # message with both has two entries); entries of expired messages may still use up that budget
+        h = java_string_hash(f"{topic}#{key}")
+        entries = [r.physical_offset for r in self.model.log if r.topic == topic
+                   for k in r.keys if java_string_hash(f"{topic}#{k}") == h]
         got_offsets = sorted(m.physical_offset for m in got)
         assert len(got_offsets) == len(set(got_offsets)), "a message came back twice"
-        if len(colliding) <= 64:
-            assert got_offsets == [r.physical_offset for r in want]
+        want_offsets = [r.physical_offset for r in want]
+        if len(entries) <= 64:
+            assert got_offsets == want_offsets
         else:
-            newest = {r.physical_offset for r in colliding[-64:]}
-            assert set(got_offsets) == {r.physical_offset for r in want} & newest
+            newest = set(entries[-64:])
+            assert {p for p in want_offsets if p in newest} <= set(got_offsets) <= set(want_offsets)
         by_phy = {r.physical_offset: r for r in want}
         for m in got:
             same_message(m, by_phy[m.physical_offset])
 
-    @precondition(lambda self: self.model.log)
+    @precondition(lambda self: self.model.live_log())
     @rule(data=hs.data())
     def query_by_uniq_key_and_time(self, data) -> None:
         wait_dispatched(self.st)
-        rec = data.draw(hs.sampled_from(self.model.log), label="record")
+        rec = data.draw(hs.sampled_from(self.model.live_log()), label="record")
         got = self.st.query_messages(rec.topic, rec.uniq_key, 64, 0, FAR_FUTURE)
         assert len(got) == 1
         same_message(got[0], rec)
@@ -259,13 +289,17 @@ class StoreMachine(RuleBasedStateMachine):
         i = data.draw(hs.integers(0, len(q)), label="near record")
         delta = data.draw(hs.sampled_from((-1, 0, 1)), label="ms off")
         ts = (q[i].store_timestamp if i < len(q) else q[-1].store_timestamp + 1 if q else 0) + delta
-        want = next((r.queue_offset for r in q if r.store_timestamp >= ts), len(q))
+        want = next((r.queue_offset for r in q if self.model.alive(r) and r.store_timestamp >= ts), len(q))
         assert self.st.get_offset_by_time(topic, qid, ts) == want
 
     @precondition(lambda self: self.model.log)
     @rule(data=hs.data())
     def view(self, data) -> None:
         rec = data.draw(hs.sampled_from(self.model.log), label="record")
+        if not self.model.alive(rec):  # expired with its segment
+            assert self.st.view_message_by_id(rec.msg_id) is None
+            assert self.st.view_message(rec.physical_offset) is None
+            return
         same_message(self.st.view_message_by_id(rec.msg_id), rec)
         same_message(self.st.view_message(rec.physical_offset), rec)
         # an offset inside a record or past the end is not a message
@@ -280,12 +314,12 @@ class StoreMachine(RuleBasedStateMachine):
             return
         wait_dispatched(self.st)
         assert self.st.commit_log_max_offset == self.model.end
-        assert self.st.commit_log_min_offset == 0
+        assert self.st.commit_log_min_offset == self.model.min
         for topic in TOPICS:
             for qid in QUEUES:
                 q = self.model.queue(topic, qid)
                 assert (self.st.min_offset_in_queue(topic, qid), self.st.max_offset_in_queue(topic, qid)) == \
-                    (0, len(q)), (topic, qid)
+                    (self.model.queue_min(topic, qid), len(q)), (topic, qid)
             want_qids = sorted(qid for (t, qid), q in self.model.queues.items() if t == topic and q)
             assert sorted(self.st.queue_ids(topic)) == want_qids
 
