@@ -513,8 +513,10 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 
 def member_state(m: MemberStatus) -> str:
+    if m.role == "unreachable":
+        return f"unreachable: {m.error}" if m.error else "unreachable"
     if m.error:
-        return f"unreachable: {m.error}" if m.role == "unreachable" else f"error: {m.error}"
+        return f"error: {m.error}"
     if not m.healthy:
         return "unhealthy"
     return "running" if m.ready else "not ready"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from client import Admin, Producer, PullConsumer
-from tests.client.test_cli_e2e import _env
+from tests.client.test_cli_e2e import _env, eventually
 from tests.support.processes import REPO_ROOT, running_nodes
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,15 @@ def test_redirect_transfer_and_failover(tmp_path):
             sent = [p.send("Fail", f"after-{i}").uniq_key for i in range(5)]
             assert p.leader in survivors
 
-        got = read_all(survivors, "Fail", 8)
+        def dead_row() -> str:
+            r = raftmq("cluster", "status", "-s", ",".join(survivors))
+            assert r.returncode == 0, r.stderr
+            return next(line for line in r.stdout.splitlines() if line.startswith(f"| {current.spec.id} "))
+
+        assert "unreachable" in eventually(dead_row, lambda row: "unreachable" in row.lower()).lower()
+
+        # a consumer whose first address is the dead member reads from the others
+        got = read_all([current.grpc_address] + survivors, "Fail", 8)
         bodies = sorted(m.text for m in got)
         assert bodies == sorted(["m0", "m1", "m2"] + [f"after-{i}" for i in range(5)])
         assert {m.uniq_key for m in got} >= set(sent)
