@@ -65,3 +65,18 @@ def test_cluster_table_has_every_column_and_member():
     leader = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert leader == ["n0", "127.0.0.1:8081", "Leader", "3", "42", "1024", "7", "0", "running"]
     assert "unreachable: connection refused" in rows[2]
+
+
+def test_message_json_keeps_binary_bodies_intact():
+    import base64
+    import json
+
+    from client.commands import message_json
+    from client.types import MessageView
+
+    def view(body: bytes) -> MessageView:
+        return MessageView("ID", "UK", "T", 0, 1, 2, 3, body, "", [], {}, 0, "", 0, "")
+
+    assert json.loads(json.dumps(message_json(view("héllo".encode()))))["body"] == "héllo"
+    binary = message_json(view(b"\xff\x00\xfe"))
+    assert "body" not in binary and base64.b64decode(binary["body_base64"]) == b"\xff\x00\xfe"
