@@ -137,7 +137,7 @@ def _decode_dispatch(batches: Iterator[pa.RecordBatch], delay_level_ms: list[int
     names = DISPATCH_ARROW.names
     for split in _exact_splits(batches):
         cols: dict[str, list] = {n: [] for n in names}
-        seq = 0
+        seq = key_base = 0
         gaps = dict(split.gaps)
         pos = split.first
         buf = open_segment(split.path)
@@ -166,6 +166,8 @@ def _decode_dispatch(batches: Iterator[pa.RecordBatch], delay_level_ms: list[int
                 cols["sysFlag"].append(req.sys_flag)
                 cols["toConsumeQueue"].append(req.goes_to_consume_queue)
                 cols["toIndex"].append(to_index)
+                cols["keyBase"].append(key_base)
+                key_base += len(hashes)
                 cols["keyHashes"].append(hashes)
                 cols["keys"].append(keys)
                 seq += 1

@@ -33,8 +33,6 @@ from pipeline.schema import arrow_schema, spark_schema
 
 _CQ_RESULT_FIELDS = [("topic", "string", False), ("queueId", "int", False), ("units", "long", False),
                      ("files", "int", False)]
-_INDEX_KEY_FIELDS = [("file", "int", False), ("gseq", "long", False), ("hash", "int", False),
-                     ("physicalOffset", "long", False), ("storeTimestamp", "long", False)]
 _INDEX_RESULT_FIELDS = [("file", "int", False), ("name", "string", False), ("entries", "long", False)]
 
 
@@ -125,7 +123,16 @@ def _rebuild_index(spark: SparkSession, disp: DataFrame, out_root: str, geometry
     progress.phase(f"index: {plan.total_keys} key(s) into {plan.files} file(s) of {plan.per_file} entries")
     if plan.files == 0:
         return
-    keys = disp.mapInArrow(_key_numberer(plan), spark_schema(_INDEX_KEY_FIELDS)).persist(StorageLevel.MEMORY_AND_DISK)
+    # global key number = keys of the earlier splits + keys of the earlier records of the split + position
+    bases = F.create_map(*[F.lit(x) for kv in sorted(plan.bases.items()) for x in kv])
+    keys = (
+        disp.filter(F.size("keyHashes") > 0)
+        .select("split", "keyBase", "physicalOffset", "storeTimestamp", F.posexplode("keyHashes").alias("pos", "hash"))
+        .withColumn("gseq", (bases[F.col("split")] + F.col("keyBase") + F.col("pos")).cast("long"))
+        .withColumn("file", (F.col("gseq") / F.lit(plan.per_file)).cast("int"))
+        .select("file", "gseq", "hash", "physicalOffset", "storeTimestamp")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     try:
         # One small query for both: the last key of each file seeds the next file, the first key names it.
         lasts = [f * plan.per_file - 1 for f in range(1, plan.files)]
@@ -176,34 +183,6 @@ def _index_names(files: int, existing: list[str], firsts: dict[int, int], seeds:
             name = str(int(names[-1]) + 1)
         names.append(name)
     return names
-
-
-def _key_numberer(plan: IndexPlan):  # noqa: ANN202 - returns a mapInArrow function
-    schema = arrow_schema(_INDEX_KEY_FIELDS)
-    bases, per_file = plan.bases, plan.per_file
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        counters: dict[int, int] = {}
-        for batch in batches:
-            cols: dict[str, list] = {n: [] for n in schema.names}
-            d = batch.to_pydict()
-            for split, hashes, phy, ts in zip(d["split"], d["keyHashes"], d["physicalOffset"], d["storeTimestamp"],
-                                              strict=True):
-                if not hashes:
-                    continue
-                n = counters.get(split, bases[split])
-                for h in hashes:
-                    cols["file"].append(n // per_file)
-                    cols["gseq"].append(n)
-                    cols["hash"].append(h)
-                    cols["physicalOffset"].append(phy)
-                    cols["storeTimestamp"].append(ts)
-                    n += 1
-                counters[split] = n
-            if cols["gseq"]:
-                yield pa.RecordBatch.from_pydict(cols, schema=schema)
-
-    return run
 
 
 def _write_index_file(path: str, seed: tuple[int, int], geometry: IndexGeometry,
