@@ -445,3 +445,17 @@ def test_truncate_to_inside_a_record_is_refused(tmp_path: Path) -> None:
         assert [seq_of(m.body) for m in st.get_messages("CrashA", 0, 0).messages] == [0, 1, 3]
     finally:
         st.shutdown()
+
+
+def test_sync_put_returns_only_after_its_bytes_are_flushed(tmp_path: Path) -> None:
+    """SYNC durability: when a put returns PUT_OK its last byte is below the flushed offset."""
+    st = MessageStore(StoreConfig(root_dir=str(tmp_path), **{**CRASH_CONFIG, "flush_disk_type": "SYNC"}))
+    st.open()
+    try:
+        for s in range(0, 60, 3):
+            msgs = [cw.make_message(x, "CrashA", 0) for x in range(s, s + 3)]
+            rs = st.put_messages(msgs) if s % 2 else [st.put_message(m) for m in msgs]
+            assert {r.status.name for r in rs} == {"PUT_OK"}
+            assert st.flushed_offset >= rs[-1].physical_offset + rs[-1].wrote_bytes
+    finally:
+        st.shutdown()

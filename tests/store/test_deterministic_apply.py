@@ -205,3 +205,50 @@ def test_catch_up_copies_the_log_byte_for_byte(tmp_path: Path, batches: list[byt
         assert sorted(a) == sorted(b)
         for name in a:
             assert a[name] == b[name], f"{sub}/{name} differs after catch-up"
+
+
+def test_reput_stops_at_the_confirm_offset(tmp_path: Path, batches: list[bytes]) -> None:
+    """Contract 2: nothing beyond the confirm offset reaches a consume queue, the index or a listener."""
+    st = MessageStore(StoreConfig(root_dir=str(tmp_path / "r"), **GEOMETRY))
+    st.open()
+    heard: list[tuple[str, int, int]] = []
+    try:
+        st.add_arrival_listener(lambda t, q, mx: heard.append((t, q, mx)))
+        st.confirm_offset = 0
+        first = apply_all(st, batches[:10])
+        confirmed = st.commit_log_max_offset
+        rest = []
+        for b in batches[10:20]:
+            rest += st.apply_batch(b)
+        st.confirm_offset = confirmed
+        wait_dispatched(st)
+        assert st.dispatch_behind_bytes() == 0
+        counts: dict[tuple[str, int], int] = {}
+        for b in batches[:10]:
+            for topic, qid in _placements(b):
+                counts[(topic, qid)] = counts.get((topic, qid), 0) + 1
+        for (topic, qid), n in counts.items():
+            assert st.max_offset_in_queue(topic, qid) == n, (topic, qid)
+        assert st.query_messages("DetA", "k10-0", 4, 0, 1 << 62) == []  # batch 10 is not confirmed
+        assert all(mx <= counts[(t, q)] for t, q, mx in heard)
+        assert len(first) == sum(counts.values())
+        st.confirm_offset = st.commit_log_max_offset
+        wait_dispatched(st)
+        assert len(st.query_messages("DetA", "k10-0", 4, 0, 1 << 62)) == 1
+    finally:
+        st.shutdown()
+
+
+def _placements(batch: bytes) -> list[tuple[str, int]]:
+    """(topic, queue) of every record in an encoded batch, from the record bytes themselves."""
+    from store.message import decode_record
+
+    out = []
+    pos = batch.find(bytes.fromhex("daa320a7")) - 4
+    while pos >= 0:
+        r = decode_record(batch, pos, check_crc=True)
+        if not r.ok:
+            break
+        out.append((r.message.topic, r.message.queue_id))
+        pos += r.size
+    return out
