@@ -62,8 +62,10 @@ from store.message import (
     STOREHOSTADDRESS_V6_FLAG,
     SYSFLAG_POSITION,
     Message,
+    RecordStatus,
     UniqKeyGenerator,
     broker_order,
+    check_frame,
     check_properties,
     check_topic,
     decode_dispatch,
@@ -151,6 +153,22 @@ class DecodedBatch:
         self.key_refs = key_refs
         self.payload = payload
         self.flags = flags
+
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _out_of_range_field(m: Message, store_timestamp: int, store_port: int) -> str:
+    """Which numeric field does not fit its place in the record (for the error message)."""
+    checks = (("flag", m.flag, _INT32), ("sys_flag", m.sys_flag, _INT32), ("born_timestamp", m.born_timestamp, _INT64),
+              ("born_host port", m.born_host[1], _INT32), ("store_timestamp", store_timestamp, _INT64),
+              ("store_host port", store_port, _INT32), ("reconsume_times", m.reconsume_times, _INT32),
+              ("prepared_transaction_offset", m.prepared_transaction_offset, _INT64))
+    for name, value, (lo, hi) in checks:
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            return f"{name} {value!r} does not fit its record field (an integer in [{lo}, {hi}])"
+    return "a numeric field does not fit its record field"
 
 
 def store_port_of(host: bytes) -> int:
@@ -294,11 +312,15 @@ class CommitLog:
                     f"message {i}: record of {total} bytes exceeds the limit of {max_total} bytes "
                     "(max_message_size + 64 KiB, and it must fit one commit-log segment)"
                 )
-            parts += (fixed[born_w].pack(
-                total, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, qid, m.flag, 0, 0, sys_flag,
-                m.born_timestamp, born_ip, born_host[1], store_timestamp, store_ip, store_port,
-                m.reconsume_times, m.prepared_transaction_offset, body_len), body, tpart,
-                _I16.pack(props_len) + props_b)
+            try:
+                head = fixed[born_w].pack(
+                    total, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, qid, m.flag, 0, 0, sys_flag,
+                    m.born_timestamp, born_ip, born_host[1], store_timestamp, store_ip, store_port,
+                    m.reconsume_times, m.prepared_transaction_offset, body_len)
+            except struct.error:
+                raise MessageIllegalError(f"message {i}: {_out_of_range_field(m, store_timestamp, store_port)}") \
+                    from None
+            parts += (head, body, tpart, _I16.pack(props_len) + props_b)
             sizes.append(total)
             k = (topic, qid)
             ki = key_index.get(k)
@@ -625,23 +647,28 @@ class CommitLog:
         reason = ""
         last_ts = 0
         while True:
-            dr = self.check_message_and_return_size(mf.buffer, pos, mf.file_size, check_crc)
-            if dr.success and dr.msg_size > 0 and dr.commit_log_offset != mf.file_from_offset + pos:
-                # copied but never patched (killed inside apply), or misplaced: not a stored record
-                reason = (f"record says PHYSICALOFFSET {dr.commit_log_offset} but lies at "
-                          f"{mf.file_from_offset + pos} (write interrupted before its offsets were set)")
-                break
-            if dr.success and dr.msg_size > 0:
-                last_ts = dr.store_timestamp
-                pos += dr.msg_size
-            elif dr.success:
+            try:
+                status, size, reason, parts = check_frame(mf.buffer, pos, mf.file_size, check_crc)
+            except (struct.error, IndexError, ValueError) as e:
+                status, size, reason, parts = RecordStatus.BAD, -1, f"undecodable record: {e}", None
+            if status == RecordStatus.OK:
+                assert parts is not None
+                fields = parts[0]
+                if fields[6] != mf.file_from_offset + pos:
+                    # copied but never patched (killed inside apply), or misplaced: not a stored record
+                    reason = (f"record says PHYSICALOFFSET {fields[6]} but lies at "
+                              f"{mf.file_from_offset + pos} (write interrupted before its offsets were set)")
+                    break
+                last_ts = fields[11]
+                pos += size
+                reason = ""
+            elif status == RecordStatus.BLANK:
                 index += 1
                 if index >= len(files):
                     break
                 mf = files[index]
                 pos = 0
             else:
-                reason = dr.reason
                 break
         process_offset = mf.file_from_offset + pos
         clean_end = reason.startswith("end of data") or not reason
@@ -682,6 +709,22 @@ class CommitLog:
 
     def _reset_empty(self) -> None:
         self.mapped_file_queue.flushed_where = 0
+
+    def is_record_boundary(self, offset: int) -> bool:
+        """True when a record (or the end-of-file blank) starts at ``offset``, or ``offset`` is the log end."""
+        if offset == self.max_offset:
+            return True
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return False
+        pos = offset - mf.file_from_offset
+        try:
+            status, _size, _reason, parts = check_frame(mf.buffer, pos, mf.wrote_position, False)
+        except (struct.error, IndexError, ValueError):
+            return False
+        if status == RecordStatus.BLANK:
+            return True
+        return status == RecordStatus.OK and parts is not None and parts[0][6] == offset
 
     def truncate_dirty_files(self, offset: int) -> None:
         """Cut the log at ``offset`` (a record boundary); later segments are deleted."""

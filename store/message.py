@@ -422,8 +422,12 @@ class DecodeResult:
         return self.status == RecordStatus.OK
 
 
-def _check_frame(buf, pos: int, limit: int, check_crc: bool):
-    """Shared structural checks. Returns (status, size, reason, fields) where fields are the parsed values."""
+def check_frame(buf, pos: int, limit: int, check_crc: bool):
+    """Structural checks of the record at ``pos`` without parsing its strings (recovery's fast path).
+
+    Returns ``(status, size, reason, parts)``; for OK, ``parts[0]`` is the tuple of fixed fields (index 6 =
+    PHYSICALOFFSET, 11 = STORETIMESTAMP). Raises struct.error/IndexError on bytes too short to hold a record.
+    """
     if pos + 8 > limit:
         return RecordStatus.BAD, -1, "fewer than 8 bytes left before the readable end", None
     total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
@@ -467,7 +471,7 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True, read_body: bool 
     """Decode the record at ``buf[pos:]`` (bytes, memoryview or mmap); never raises on bad data."""
     end = len(buf) if limit is None else limit
     try:
-        status, size, reason, parts = _check_frame(buf, pos, end, check_crc)
+        status, size, reason, parts = check_frame(buf, pos, end, check_crc)
     except (struct.error, IndexError, ValueError) as e:
         return DecodeResult(-1, RecordStatus.BAD, None, f"undecodable record: {e}")
     if parts is None:
@@ -489,7 +493,7 @@ def decode_dispatch(buf, pos: int, *, check_crc: bool, limit: int,
                     delay_level_ms: list[int] | None = None) -> DispatchRequest:
     """``checkMessageAndReturnSize`` with readBody=false: the DispatchRequest of the record at ``pos``."""
     try:
-        status, size, reason, parts = _check_frame(buf, pos, limit, check_crc)
+        status, size, reason, parts = check_frame(buf, pos, limit, check_crc)
     except (struct.error, IndexError, ValueError) as e:
         return DispatchRequest(msg_size=-1, success=False, reason=f"undecodable record: {e}")
     if parts is None:

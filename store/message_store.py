@@ -491,6 +491,8 @@ class MessageStore:
                 raise StoreError(f"cannot truncate to {offset}: the commit log ends at {cl.max_offset}")
             if offset < cl.min_offset:
                 raise StoreError(f"cannot truncate to {offset}: the commit log starts at {cl.min_offset}")
+            if not cl.is_record_boundary(offset):
+                raise StoreError(f"cannot truncate to {offset}: no record starts there (pass a record boundary)")
             cl.truncate_dirty_files(offset)
             self._truncate_consume_queues(offset)
             if self.index_service is not None:
