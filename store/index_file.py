@@ -224,59 +224,76 @@ class IndexFile:
 
     def put_hashes(self, hashes: Sequence[int], start: int, phy_offset: int, store_timestamp: int) -> int:
         """``putKey`` for ``hashes[start:]`` (the keys of one record); returns how far it got (``len(hashes)``
-        unless the file filled up first).
+        unless the file filled up first)."""
+        record, key = self.put_records(((hashes, phy_offset, store_timestamp),), 0, start)
+        return len(hashes) if record >= 1 else key
 
-        Entries and slots are written key by key; the header fields RocketMQ rewrites on every key are
-        written once at the end with the values they would have after the last key, so the bytes are the same.
+    def put_records(
+        self, records: Sequence[tuple[Sequence[int], int, int]], record: int = 0, key: int = 0
+    ) -> tuple[int, int]:
+        """``putKey`` for every key hash of ``records[record:]`` (``(hashes, phy_offset, store_timestamp)`` in
+        commit-log order), starting with key ``key`` of the first; returns where it stopped: ``(len(records),
+        0)`` when everything is in, else the ``(record, key)`` that did not fit (the file is full).
+
+        Entries and slots are written key by key exactly as RocketMQ's ``putKey`` does; the header fields it
+        rewrites on every key are written once at the end with the values they would have by then, so the
+        bytes are the same.
         """
         index_count = self.index_count
         index_num = self.index_num
-        if index_count >= index_num or start >= len(hashes):
-            return start
         mm = self._mm
         slots = self.hash_slot_num
         entries_at = self._entries_at
         begin = self.begin_timestamp
-        first = (
-            index_count <= 1
-        )  # its timeDiff is measured from the (possibly seeded) begin, then it becomes the begin
-        if first:
-            self.begin_phy_offset = phy_offset
-        if begin <= 0:
-            time_diff = 0
-        else:  # Java long division truncates toward zero; negatives are clamped to 0 anyway
-            delta = store_timestamp - begin
-            time_diff = 0 if delta < 0 else min(INT_MAX, delta // 1000)
+        begin_phy = -1
         slot_count = self.hash_slot_count
-        i = start
-        n = len(hashes)
         unpack_slot = _I32.unpack_from
         pack_slot = _I32.pack_into
         pack_entry = _ENTRY.pack_into
-        while i < n and index_count < index_num:
-            h = hashes[i]
-            abs_slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
-            slot_value = unpack_slot(mm, abs_slot_pos)[0]
-            if slot_value <= INVALID_INDEX or slot_value > index_count:
-                slot_value = INVALID_INDEX
-                slot_count += 1
-            pack_entry(mm, entries_at + index_count * INDEX_ENTRY_SIZE, h, phy_offset, time_diff, slot_value)
-            pack_slot(mm, abs_slot_pos, index_count)
-            index_count += 1
-            if first:  # the begin timestamp is now this record's own: its later keys have timeDiff 0
-                time_diff = 0
-            i += 1
-        if first:
-            self.begin_timestamp = store_timestamp
-            _I64.pack_into(mm, _BEGIN_TIMESTAMP, store_timestamp)
-            _I64.pack_into(mm, _BEGIN_PHY_OFFSET, phy_offset)
-        self.hash_slot_count = slot_count
-        self.index_count = index_count
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
-        _I64.pack_into(mm, _END_TIMESTAMP, store_timestamp)
-        _TAIL.pack_into(mm, _END_PHY_OFFSET, phy_offset, slot_count, index_count)
-        return i
+        last_phy = last_ts = -1
+        n_records = len(records)
+        while record < n_records:
+            hashes, phy, ts = records[record]
+            n = len(hashes)
+            if key < n:
+                if index_count >= index_num:
+                    break
+                if begin <= 0:
+                    time_diff = 0
+                else:  # Java long division truncates toward zero; negatives are clamped to 0 anyway
+                    delta = ts - begin
+                    time_diff = 0 if delta < 0 else min(INT_MAX, delta // 1000)
+                while key < n and index_count < index_num:
+                    h = hashes[key]
+                    abs_slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
+                    slot_value = unpack_slot(mm, abs_slot_pos)[0]
+                    if slot_value <= INVALID_INDEX or slot_value > index_count:
+                        slot_value = INVALID_INDEX
+                        slot_count += 1
+                    pack_entry(mm, entries_at + index_count * INDEX_ENTRY_SIZE, h, phy, time_diff, slot_value)
+                    pack_slot(mm, abs_slot_pos, index_count)
+                    if index_count <= 1:  # the file's first entry: its record becomes the begin (§6.6)
+                        begin, begin_phy, time_diff = ts, phy, 0
+                    index_count += 1
+                    key += 1
+                last_phy, last_ts = phy, ts
+                if key < n:
+                    break
+            record += 1
+            key = 0
+        if last_phy >= 0:
+            if begin_phy >= 0:
+                self.begin_timestamp = begin
+                self.begin_phy_offset = begin_phy
+                _I64.pack_into(mm, _BEGIN_TIMESTAMP, begin)
+                _I64.pack_into(mm, _BEGIN_PHY_OFFSET, begin_phy)
+            self.hash_slot_count = slot_count
+            self.index_count = index_count
+            self.end_phy_offset = last_phy
+            self.end_timestamp = last_ts
+            _I64.pack_into(mm, _END_TIMESTAMP, last_ts)
+            _TAIL.pack_into(mm, _END_PHY_OFFSET, last_phy, slot_count, index_count)
+        return record, key
 
     # ------------------------------------------------------------------ reads
     def is_time_matched(self, begin: int, end: int) -> bool:

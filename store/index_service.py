@@ -12,12 +12,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from store.dispatch import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
-from store.errors import StoreLoadError
+from store.errors import StoreError, StoreLoadError
 from store.index_file import IndexFile, index_file_size, index_key_hash
 from store.java import time_millis_to_human_string
 
@@ -55,6 +55,11 @@ class IndexService:
         preallocate: bool = True,
         clock: Callable[[], int] = _now_ms,
     ) -> None:
+        if hash_slot_num < 1 or index_num < 2:
+            raise StoreError(
+                f"an index file needs max_hash_slot_num >= 1 and max_index_num >= 2 (entry 0 is never used), "
+                f"got {hash_slot_num} and {index_num}"
+            )
         self.store_path = store_path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
@@ -65,6 +70,7 @@ class IndexService:
         self.index_files: list[IndexFile] = []  # replaced, never mutated: readers iterate a snapshot
         self._lock = threading.Lock()
         self._flushers: list[threading.Thread] = []
+        self._checkpoint_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, cfg: Any, checkpoint: Any = None, **kwargs: Any) -> IndexService:
@@ -129,27 +135,49 @@ class IndexService:
     # ------------------------------------------------------------------ build
     def build_index(self, req: DispatchRequest) -> None:
         """Index one dispatched record (``IndexService.buildIndex``)."""
+        self.build_index_batch((req,))
+
+    def build_index_batch(self, reqs: Sequence[DispatchRequest]) -> None:
+        """Index records in commit-log order: the same entries as ``build_index`` on each, in one pass."""
         f = self.get_and_create_last_index_file()
         end = f.end_phy_offset
-        offset = req.commit_log_offset
-        # RocketMQ's rule: offset == end is indexed again, because the file that held the rest of that record's
-        # keys may be the one an abnormal restart deleted; queries deduplicate offsets.
-        if offset < end:
-            return
-        if (req.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
-            return
-        topic = req.topic
-        hashes = [index_key_hash(topic, req.uniq_key)] if req.uniq_key is not None else []
-        keys = req.keys
-        if keys:
-            hashes.extend(index_key_hash(topic, key) for key in keys.split(" ") if key)
-        if not hashes:
-            return
-        done = f.put_hashes(hashes, 0, offset, req.store_timestamp)
-        while done < len(hashes):
+        key_hash_of = index_key_hash
+        records: list[tuple[list[int], int, int]] = []
+        last_keyed = -1  # position in reqs of the last record that has keys
+        for i, req in enumerate(reqs):
+            offset = req.commit_log_offset
+            # RocketMQ's rule: offset == end is indexed again, because the file that held the rest of that
+            # record's keys may be the one an abnormal restart deleted; queries deduplicate offsets.
+            if offset < end:
+                continue
+            if (req.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
+                continue
+            topic = req.topic
+            uniq = req.uniq_key
+            keys = req.keys
+            if keys:
+                hashes = [key_hash_of(topic, k) for k in keys.split(" ") if k]
+                if uniq is not None:
+                    hashes.insert(0, key_hash_of(topic, uniq))
+            elif uniq is not None:
+                hashes = [key_hash_of(topic, uniq)]
+            else:
+                continue
+            if hashes:
+                records.append((hashes, offset, req.store_timestamp))
+                end = offset
+                last_keyed = i
+        record, key = 0, 0
+        while records:
+            record, key = f.put_records(records, record, key)
+            if record >= len(records):
+                break
             log.info("index file %s is full, creating the next one", f.file_name)
             f = self.get_and_create_last_index_file()
-            done = f.put_hashes(hashes, done, offset, req.store_timestamp)
+        if f.is_write_full() and last_keyed < len(reqs) - 1:
+            # RocketMQ gets (and so creates) the next file at the start of every buildIndex: a record after
+            # the one that filled the file creates it even when that record has nothing to index
+            self.get_and_create_last_index_file()
 
     def get_and_create_last_index_file(self) -> IndexFile:
         """The newest file if it has room, else a new one seeded with the full file's end values."""
@@ -192,8 +220,10 @@ class IndexService:
         except ValueError:  # closed meanwhile (shutdown or expiry): nothing left to make durable
             return
         if full_ts > 0 and self.checkpoint is not None:
-            self.checkpoint.index_msg_timestamp = full_ts
-            self.checkpoint.flush()
+            with self._checkpoint_lock:  # flushes of consecutive full files may finish out of order
+                if full_ts > self.checkpoint.index_msg_timestamp:
+                    self.checkpoint.index_msg_timestamp = full_ts
+                    self.checkpoint.flush()
 
     def wait_for_flushes(self, timeout: float | None = None) -> None:
         """Join the background flushes of full files (shutdown, tests)."""

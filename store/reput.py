@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
 from store.index_service import IndexService
 from store.message import MESSAGE_MAGIC_CODE
 
@@ -193,13 +193,35 @@ class ReputMessageService:
         self, view: memoryview, start: int, budget: int, arrivals: dict[tuple[str, int], int]
     ) -> tuple[int, int, int, str]:
         """Dispatch about ``budget`` bytes of the records in ``view`` (commit-log bytes from ``start``),
-        recording each queue's new max offset in ``arrivals``.
+        recording each queue's new max offset in ``arrivals``; the index is built once for the slice.
 
         Returns ``(messages, next offset, store time of the last CQ write or 0, stop reason)``.
         """
-        check = self.commit_log.check_message_and_return_size
         index = self.index_service
-        build_index = index.build_index if index is not None else None
+        index_reqs: list[DispatchRequest] | None = [] if index is not None else None
+        result = self._dispatch_records(view, start, budget, arrivals, index_reqs)
+        if index is not None and index_reqs:
+            try:
+                index.build_index_batch(index_reqs)
+            except (
+                OSError
+            ) as e:  # disk trouble: the slice is dispatched again later (both sides skip duplicates)
+                self.last_error = f"index: {e}"
+                first = index_reqs[0].commit_log_offset
+                log.error("reput: cannot write the index from commit-log offset %d: %s", first, e)
+                return result[0], first, result[2], _STOP_ERROR
+        return result
+
+    def _dispatch_records(
+        self,
+        view: memoryview,
+        start: int,
+        budget: int,
+        arrivals: dict[tuple[str, int], int],
+        index_reqs: list[DispatchRequest] | None,
+    ) -> tuple[int, int, int, str]:
+        check = self.commit_log.check_message_and_return_size
+        add_index = index_reqs.append if index_reqs is not None else None
         queues: dict[tuple[str, int], ConsumeQueue] = {}
         find_queue = self.consume_queues.find_or_create
         last_cq_ts = 0
@@ -236,13 +258,8 @@ class ReputMessageService:
                         return count, start + pos, last_cq_ts, _STOP_ERROR
                     last_cq_ts = dr.store_timestamp
                     arrivals[key] = dr.consume_queue_offset + 1
-                if build_index is not None:
-                    try:
-                        build_index(dr)
-                    except OSError as e:
-                        self.last_error = f"index: {e}"
-                        log.error("reput: cannot write the index at commit-log offset %d: %s", start + pos, e)
-                        return count, start + pos, last_cq_ts, _STOP_ERROR
+                if add_index is not None:
+                    add_index(dr)
                 count += 1
                 pos += size
             elif size > 0:

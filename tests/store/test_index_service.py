@@ -1,9 +1,12 @@
 """IndexService: build from dispatch requests, roll files, query newest first, load, expiry, truncation."""
 
 import os
+import struct
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
@@ -14,7 +17,7 @@ from store.dispatch import (
 from store.errors import StoreLoadError
 from store.index_file import key_hash
 from store.index_service import IndexService
-from store.java import time_millis_to_human_string
+from store.java import java_string_hash, time_millis_to_human_string
 
 T0 = 1_700_000_000_000
 
@@ -218,4 +221,109 @@ def test_real_clock_names_files_in_local_time(tmp_path):
     after = time.time_ns() // 1_000_000
     name = svc.index_files[0].file_name
     assert time_millis_to_human_string(before) <= name <= time_millis_to_human_string(after)
+    svc.close()
+
+
+class ReferenceIndex:
+    """A literal port of RocketMQ 4.9's IndexService.buildIndex / IndexFile.putKey / IndexHeader setters,
+    writing each header field as it changes, over in-memory files: what our files must equal byte for byte."""
+
+    def __init__(self, slots, entries):
+        self.slots, self.entries = slots, entries
+        self.files = []  # [bytearray, header dict]
+
+    def _new_file(self, end_phy, end_ts):
+        buf = bytearray(40 + 4 * self.slots + 20 * self.entries)
+        h = {"bt": 0, "et": 0, "bp": 0, "ep": 0, "sc": 0, "ic": 1}
+        if end_phy > 0:
+            h["bp"] = h["ep"] = end_phy
+            struct.pack_into(">q", buf, 16, end_phy)
+            struct.pack_into(">q", buf, 24, end_phy)
+        if end_ts > 0:
+            h["bt"] = h["et"] = end_ts
+            struct.pack_into(">q", buf, 0, end_ts)
+            struct.pack_into(">q", buf, 8, end_ts)
+        self.files.append([buf, h])
+
+    def _last(self):
+        if not self.files:
+            self._new_file(0, 0)
+        elif self.files[-1][1]["ic"] >= self.entries:
+            h = self.files[-1][1]
+            self._new_file(h["ep"], h["et"])
+        return self.files[-1]
+
+    def _put_key(self, f, key, phy, ts):
+        buf, h = f
+        if h["ic"] >= self.entries:
+            return False
+        kh = java_string_hash(key)
+        kh = 0 if kh == -(1 << 31) else abs(kh)
+        slot_pos = 40 + (kh % self.slots) * 4
+        slot = struct.unpack_from(">i", buf, slot_pos)[0]
+        if slot <= 0 or slot > h["ic"]:
+            slot = 0
+        diff = int((ts - h["bt"]) / 1000)  # Java truncation toward zero
+        diff = 0 if h["bt"] <= 0 else min(2**31 - 1, max(0, diff))
+        struct.pack_into(">iqii", buf, 40 + 4 * self.slots + h["ic"] * 20, kh, phy, diff, slot)
+        struct.pack_into(">i", buf, slot_pos, h["ic"])
+        if h["ic"] <= 1:
+            h["bp"], h["bt"] = phy, ts
+            struct.pack_into(">q", buf, 16, phy)
+            struct.pack_into(">q", buf, 0, ts)
+        if slot == 0:
+            h["sc"] += 1
+            struct.pack_into(">i", buf, 32, h["sc"])
+        h["ic"] += 1
+        struct.pack_into(">i", buf, 36, h["ic"])
+        h["ep"], h["et"] = phy, ts
+        struct.pack_into(">q", buf, 24, phy)
+        struct.pack_into(">q", buf, 8, ts)
+        return True
+
+    def build_index(self, topic, phy, ts, uniq, keys):
+        f = self._last()
+        if phy < f[1]["ep"]:
+            return
+        todo = ([uniq] if uniq is not None else []) + [k for k in (keys or "").split(" ") if k]
+        for k in todo:
+            while not self._put_key(f, f"{topic}#{k}", phy, ts):
+                f = self._last()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T", "Tx", "中"]),
+            st.integers(0, 5_000),  # ms since the previous record (0: same batch)
+            st.one_of(st.none(), st.text("ABC0123456789", min_size=1, max_size=24)),
+            st.lists(st.sampled_from(["k1", "k2", "polygenelubricants", "键", "Aa", "BB", ""]), max_size=3),
+        ),
+        max_size=25,
+    ),
+    st.integers(1, 4),
+    st.integers(2, 6),
+    st.integers(1, 7),
+)
+def test_index_files_equal_a_literal_port_of_rocketmq(tmp_path_factory, records, slots, entries, batch):
+    tmp = tmp_path_factory.mktemp("idx")
+    ref = ReferenceIndex(slots, entries)
+    svc = _svc(tmp, slots=slots, entries=entries, clock=iter(range(T0, T0 + 10**6)).__next__)
+    reqs = []
+    phy, ts = 0, T0
+    for topic, gap, uniq, keys in records:
+        ts += gap
+        keys_s = " ".join(keys)
+        ref.build_index(topic, phy, ts, uniq, keys_s)
+        reqs.append(
+            DispatchRequest(
+                topic=topic, commit_log_offset=phy, store_timestamp=ts, uniq_key=uniq, keys=keys_s
+            )
+        )
+        phy += 100
+    for i in range(0, len(reqs), batch):  # reput hands the index slices of different sizes
+        svc.build_index_batch(reqs[i : i + batch])
+    ours = [open(f.path, "rb").read() for f in svc.index_files]
+    assert ours == [bytes(b) for b, _h in ref.files]
     svc.close()
