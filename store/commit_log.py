@@ -258,7 +258,7 @@ class CommitLog:
         sep_kv, sep_p = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
         for i, m in enumerate(msgs):
             topic = m.topic
-            tpart = topic_parts.get(topic)
+            tpart = topic_parts.get(topic) if type(topic) is str else None
             if tpart is None:
                 check_topic(topic)
                 tpart = _I8.pack(len(topic)) + topic.encode("ascii")
@@ -280,12 +280,12 @@ class CommitLog:
             props = m.properties
             if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
                 props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{uniq_prefix}{(uniq_counter + i) & 0xFFFF:04X}"
-            order = broker_order(tuple(props))
             try:
+                order = broker_order(tuple(props))
                 props_s = sep_p.join([
                     k + sep_kv + (cluster_name if k == PROPERTY_CLUSTER else props[k]) for k in order
                 ]) if cluster_name is not None else properties_without_wait(props)
-            except TypeError:
+            except (TypeError, AttributeError):
                 check_properties(props)
                 raise
             n_props = len(order)
@@ -299,7 +299,12 @@ class CommitLog:
                     f"message {i}: properties are {props_len} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
                 )
             born_host = m.born_host
-            born_ip = host_to_bytes(born_host[0])
+            try:
+                if len(born_host) != 2 or type(born_host[0]) is not str:
+                    raise TypeError
+                born_ip = host_to_bytes(born_host[0])
+            except (TypeError, IndexError, AttributeError):
+                raise MessageIllegalError(f"message {i}: born_host must be (ip, port), got {born_host!r}") from None
             sys_flag = m.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
             born_w = len(born_ip)
             if born_w == 16:

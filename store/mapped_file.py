@@ -175,14 +175,15 @@ class MappedFile:
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Unmap and close. A mapping still viewed by a reader is freed when the last view goes."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self._mm.close()
-        except BufferError:
-            log.debug("segment %s still has readers; its mapping is released with the last view", self.path)
-        os.close(self._fd)
+        with self._flush_lock:  # never unmap under a running msync
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self._mm.close()
+            except BufferError:
+                log.debug("segment %s still has readers; its mapping is released with the last view", self.path)
+            os.close(self._fd)
 
     def destroy(self) -> None:
         """Close and delete the segment file."""

@@ -540,6 +540,8 @@ def parse_delay_levels(spec: str) -> list[int]:
 
 def check_topic(topic: str) -> None:
     """``DefaultMessageStore.checkMessage`` / ``TopicValidator`` rules for a topic name."""
+    if not isinstance(topic, str):
+        raise MessageIllegalError(f"topic must be a string, got {type(topic).__name__}")
     if not topic:
         raise MessageIllegalError("topic is empty")
     if len(topic) > MAX_TOPIC_LENGTH:
@@ -554,7 +556,9 @@ def check_properties(props: dict[str, str]) -> None:
     """Keys and values must survive the round trip through the ``\\x01``/``\\x02`` string."""
     for k, v in props.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise MessageIllegalError(f"property {k!r} must map a string to a string, got {type(v).__name__}")
+            raise MessageIllegalError(
+                f"property {k!r}: names and values must be strings, got {type(k).__name__} -> {type(v).__name__}"
+            )
         if not k or not v:
             raise MessageIllegalError(f"property {k!r} has an empty name or value; both must be non-empty")
         if "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:

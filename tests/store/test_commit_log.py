@@ -201,3 +201,23 @@ def test_restart_keeps_everything(tmp_path):
     for r in rs:
         assert decode_record(cl2.get_message(r.physical_offset, r.wrote_bytes)).ok
     assert os.path.exists(tmp_path / "s" / "commitlog" / "00000000000000000000")
+
+
+@pytest.mark.parametrize("bad, words", [
+    (dict(topic=["x"]), "string"),
+    (dict(born_host="abc"), "born_host"),
+    (dict(properties={"a": None}), "strings"),
+    (dict(properties={1: "x"}), "strings"),
+    (dict(properties={"a": ""}), "empty"),
+    (dict(body="text"), "bytes"),
+    (dict(queue_id=-1), "queue_id"),
+    (dict(flag=1 << 40), "flag"),
+    (dict(born_timestamp=1 << 70), "born_timestamp"),
+    (dict(born_host=("10.0.0.1", 1 << 40)), "port"),
+])
+def test_bad_fields_are_message_illegal_with_a_reason(tmp_path, bad, words):
+    cl = _cl(tmp_path)
+    fields = {"topic": "T", "body": b"x", **bad}
+    with pytest.raises(MessageIllegalError, match=words):
+        _encode(cl, [Message(**fields)])
+    assert cl.max_offset == 0
