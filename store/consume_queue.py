@@ -321,19 +321,24 @@ class ConsumeQueue:
         )
 
 
-_ZERO_CHUNK = bytes(1 << 20)
+_ZERO_CHUNK = bytes(64 * 1024)
 
 
 def _zero_tail(mf: MappedFile, pos: int) -> bool:
-    """Zero whatever follows ``pos`` in ``mf`` (stale units past a torn one); True if anything was there."""
+    """Zero stale units after ``pos`` in ``mf`` (past a torn unit, or left by an older truncation); True if any.
+
+    Units are written in order, so stale ones form a run right after ``pos``: the scan stops at the first
+    all-zero 64 KiB chunk instead of reading the whole (up to 6 MB) file of every queue at every start.
+    """
     buf = mf.buffer
     size = mf.file_size
     found = False
     while pos < size:
         n = min(len(_ZERO_CHUNK), size - pos)
-        if buf[pos : pos + n] != _ZERO_CHUNK[:n]:
-            buf[pos : pos + n] = _ZERO_CHUNK[:n]
-            found = True
+        if buf[pos : pos + n] == _ZERO_CHUNK[:n]:
+            break
+        buf[pos : pos + n] = _ZERO_CHUNK[:n]
+        found = True
         pos += n
     return found
 
