@@ -143,7 +143,8 @@ def main() -> None:
         print(f"store: {a.messages:,} messages, {mb:,.1f} MB of commit log in "
               f"{len(os.listdir(os.path.join(work, 'broker', 'commitlog')))} segment(s) of {a.segment >> 20} MiB, "
               f"2 keys + uniq key per message (built in {time.perf_counter() - t:.1f}s)")
-        print(f"machine: {os.cpu_count()} cores (shared); durability of the build: async flush")
+        print(f"machine: {os.cpu_count()} cores (shared), load average {os.getloadavg()[0]:.1f} at start; "
+              "durability of the build: async flush")
         results = []
         copy_commit_log(os.path.join(work, "broker"), os.path.join(work, "reput"))
         secs = reput_rebuild(os.path.join(work, "reput"), cfg_kw)
@@ -162,7 +163,7 @@ def main() -> None:
             print(f"{name:<18} {secs:8.2f} {mb / secs:8.2f} {a.messages / secs:10,.0f} {base / secs:8.2f}x  "
                   f"{'yes' if ok else 'NO':<9}  {'' if startup is None else f'{startup:.1f}s'}")
         s1, s2 = results[1][1], results[2][1]
-        print(f"scaling local[1] -> local[2]: {s1 / s2:.2f}x")
+        print(f"scaling local[1] -> local[2]: {s1 / s2:.2f}x; load average at end {os.getloadavg()[0]:.1f}")
     finally:
         if a.dir is None:
             shutil.rmtree(work, ignore_errors=True)

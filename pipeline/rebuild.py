@@ -93,7 +93,9 @@ def rebuild(spark: SparkSession, disp: DataFrame, out_root: str, *, cq_file_size
         rows = (
             disp.filter("toConsumeQueue")
             .select("topic", "queueId", "queueOffset", "physicalOffset", "size", "tagsCode")
-            .repartition("topic", "queueId")
+            # an explicit partition count: adaptive execution would otherwise coalesce this small shuffle
+            # into a single task and write every queue serially
+            .repartition(max(2, spark.sparkContext.defaultParallelism * 2), "topic", "queueId")
             .sortWithinPartitions("topic", "queueId", "physicalOffset")
             .mapInArrow(_cq_writer(cq_dir, cq_file_size, preallocate), spark_schema(_CQ_RESULT_FIELDS))
             .collect()
