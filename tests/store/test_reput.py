@@ -300,3 +300,33 @@ def test_concurrent_writer_reader_and_reput_thread(tmp_path):
     assert not errors
     assert s.cqs.get("T", 0).get_max_offset_in_queue() == 120
     assert seen_max == sorted(seen_max)  # the queue only grows
+
+
+def test_confirm_offset_inside_a_record_waits_for_the_rest(store):
+    rs = [store.put(msg(keys=f"k{i}"))[0] for i in range(3)]
+    store.reput.confirm_offset = rs[1].physical_offset + 50  # mid-record: not committed as a whole yet
+    assert store.reput.do_reput() == 1
+    assert store.reput.last_stop == "" and store.reput.last_error == ""
+    assert store.reput.reput_from_offset == rs[1].physical_offset
+    store.reput.confirm_offset = None
+    assert store.reput.do_reput() == 2
+
+
+def test_disk_error_is_retried_without_losing_records(store, monkeypatch):
+    from store.consume_queue import ConsumeQueue
+
+    real = ConsumeQueue.put_message_position_info
+    failures = iter([True, False])
+
+    def flaky(self, *args):
+        if next(failures, False):
+            raise OSError(28, "No space left on device")
+        return real(self, *args)
+
+    monkeypatch.setattr(ConsumeQueue, "put_message_position_info", flaky)
+    rs = [store.put(msg())[0] for _ in range(3)]
+    assert store.reput.do_reput() == 0
+    assert store.reput.last_stop == "write error" and "No space left" in store.reput.last_error
+    assert store.reput.reput_from_offset == rs[0].physical_offset
+    assert store.reput.do_reput() == 3  # the next pass (after retry_wait_ms on the thread) catches up
+    assert [u[0] for u in store.cqs.get("T", 0).read_units(0, 10)] == [r.physical_offset for r in rs]
