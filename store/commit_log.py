@@ -648,6 +648,7 @@ class CommitLog:
         files = self.mapped_file_queue.mapped_files
         check_crc = self.config.check_crc_on_recover
         mf = files[index]
+        first_scanned = mf.file_from_offset
         pos = 0
         reason = ""
         last_ts = 0
@@ -690,6 +691,12 @@ class CommitLog:
             log.info("commit log: removing empty trailing segment %s", files[-1].path)
             self.mapped_file_queue.delete_last_mapped_file()
             files = self.mapped_file_queue.mapped_files
+        # what was scanned may still be dirty in the page cache of a killed process: flush it all again
+        mfq = self.mapped_file_queue
+        scanned = [f for f in mfq.mapped_files if f.file_from_offset >= first_scanned]
+        for f in scanned:
+            f.flushed_position = 0
+        mfq.flushed_where = scanned[0].file_from_offset if scanned else process_offset
         if last_ts:
             self.last_store_timestamp = last_ts
         return process_offset

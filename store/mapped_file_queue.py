@@ -146,6 +146,9 @@ class MappedFileQueue:
     # ------------------------------------------------------------------ flush
     def flush(self, least_pages: int) -> bool:
         """Flush the segment at ``flushed_where``; True when nothing new became durable (RocketMQ's result)."""
+        files = self.mapped_files
+        if files and self.flushed_where < files[0].file_from_offset:  # segments below were deleted
+            self.flushed_where = files[0].file_from_offset
         mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
         if mf is None:
             return True
