@@ -42,6 +42,7 @@ from store.dispatch import (
 )
 from store.errors import (
     BatchFormatError,
+    DiskFullError,
     MessageIllegalError,
     OffsetMismatchError,
     PropertiesSizeExceededError,
@@ -402,12 +403,10 @@ class CommitLog:
         table = self.topic_queue_table
         key_names = [f"{t}-{q}" for t, q in b.keys]
         ts, host = b.store_timestamp, b.host.hex().upper()
-        mfq = self.mapped_file_queue
         results: list[AppendResult] = []
         i = 0
         while i < n:
-            mf = mfq.get_last_mapped_file(self._empty_log_start)
-            assert mf is not None
+            mf = self._writable_segment()
             wrote = mf.wrote_position
             room = mf.file_size - wrote
             rest = rel[n] - rel[i]
@@ -446,6 +445,19 @@ class CommitLog:
             i = j
         self.last_store_timestamp = ts
         return results
+
+    def _writable_segment(self) -> MappedFile:
+        """The segment to append to, creating the next one when needed (DiskFullError when that fails).
+
+        A failure leaves the log unchanged apart from a possible end-of-file blank record, which a retry
+        writes identically, so a retried apply produces the same bytes.
+        """
+        try:
+            mf = self.mapped_file_queue.get_last_mapped_file(self._empty_log_start)
+        except OSError as e:
+            raise DiskFullError(f"cannot create a commit-log segment in {self.config.commit_log_dir}: {e}") from e
+        assert mf is not None
+        return mf
 
     def _write_blank(self, mf: MappedFile) -> None:
         """End-of-file blank record: (remaining bytes, BLANK magic); the segment becomes full."""
@@ -514,28 +526,25 @@ class CommitLog:
                     break
                 else:
                     raise BatchFormatError(f"raw data at {offset + p} is not a whole record: {dr.reason}")
-            mf = mfq.get_last_mapped_file(self._empty_log_start)
-            assert mf is not None
+            mf = self._writable_segment()
             wrote = mf.wrote_position
-            body = mv[: p]
-            if wrote + len(body) + (0 if blank else END_FILE_MIN_BLANK_LENGTH) > mf.file_size and not blank:
-                raise BatchFormatError(f"raw data of {len(body)} bytes does not fit the segment at {offset}")
-            mf.write_at(wrote, body)
+            if blank:
+                remaining = mf.file_size - (wrote + p)
+                if remaining < END_FILE_MIN_BLANK_LENGTH or _I32.unpack_from(mv, p)[0] != remaining:
+                    raise BatchFormatError("raw blank record length does not match this segment's free space")
+            elif wrote + p + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+                raise BatchFormatError(f"raw data of {p} bytes does not fit the segment at {offset}")
+            mf.write_at(wrote, mv[:p])
             table = self.topic_queue_table
             for dr in reqs:
                 if dr.goes_to_consume_queue:
                     name = f"{dr.topic}-{dr.queue_id}"
                     table[name] = max(table.get(name, 0), dr.consume_queue_offset + 1)
-                self.last_store_timestamp = dr.store_timestamp
             if reqs:
-                mf.store_timestamp = reqs[-1].store_timestamp
+                mf.store_timestamp = self.last_store_timestamp = reqs[-1].store_timestamp
+            mf.wrote_position = wrote + p
             if blank:
-                if mf.file_size - (wrote + p) != _I32.unpack_from(mv, p)[0]:
-                    raise BatchFormatError("raw blank record length does not match this segment's free space")
-                mf.wrote_position = wrote + p
                 self._write_blank(mf)
-            else:
-                mf.wrote_position = wrote + p
 
     # ================================================================== reads
     def get_data(self, offset: int, max_offset: int | None = None) -> memoryview | None:
