@@ -204,15 +204,16 @@ class StoreMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ reads
     @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES), data=hs.data(),
-          max_count=hs.integers(1, 8), expr=hs.sampled_from(FILTERS))
-    def get(self, topic, qid, data, max_count, expr) -> None:
+          max_count=hs.integers(1, 8), expr=hs.sampled_from(FILTERS),
+          max_bytes=hs.sampled_from((4 << 20, 1, 600)))
+    def get(self, topic, qid, data, max_count, expr, max_bytes) -> None:
         from store import TagFilter
 
         wait_dispatched(self.st)
         q = self.model.queue(topic, qid)
         offset = data.draw(hs.integers(-1, len(q) + 2), label="offset")
         flt = TagFilter.parse(expr)
-        g = self.st.get_messages(topic, qid, offset, max_count=max_count, tag_filter=flt)
+        g = self.st.get_messages(topic, qid, offset, max_count=max_count, max_bytes=max_bytes, tag_filter=flt)
         status = g.status.name
         mx = len(q)
         if mx == 0:
@@ -237,10 +238,13 @@ class StoreMachine(RuleBasedStateMachine):
             for m, r in zip(g.messages, want, strict=True):
                 same_message(m, r)
             assert status == ("FOUND" if want else "NO_MATCHED_MESSAGE")
+            got_bytes = sum(r.size for r in want)
+            assert len(want) <= 1 or got_bytes <= max_bytes, "max_bytes exceeded"
             if len(want) < max_count and nxt < mx:
-                # a pull may stop early only at the end of a consume-queue file
+                # a pull stops early when the next unit would pass max_bytes (RocketMQ checks the unit's
+                # size before its tag), or at the end of a consume-queue file as RocketMQ's reads do
                 units = self.cfg.mapped_file_size_consume_queue // 20
-                assert nxt % units == 0, (offset, nxt, mx, units)
+                assert (want and got_bytes + q[nxt].size > max_bytes) or nxt % units == 0, (offset, nxt, mx)
             return
         assert not g.messages
 
