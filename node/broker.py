@@ -179,7 +179,10 @@ class Broker:
         loop = asyncio.get_running_loop()
         self.long_polls = LongPollRegistry(loop)
         http = cfg.http_listen
-        self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness)
+        try:
+            self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness)
+        except OSError as e:
+            raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
         self._http.start()
         self._grpc = self._make_grpc_server()
         await self._grpc.start()

@@ -16,7 +16,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from node.broker import Broker
 from node.config import load_config
 from tests.node.conftest import Api
-from tests.support.processes import free_ports, running_nodes
+from tests.support.processes import NodeProcess, free_ports, node_specs, running_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -159,3 +159,25 @@ def test_not_ready_node_answers_unavailable(tmp_path):
             await broker.stop()
 
     asyncio.run(main())
+
+
+def test_start_failures_exit_1_with_the_reason(tmp_path):
+    import socket
+
+    with running_nodes(tmp_path / "a", 1) as [node]:
+        # Same data directory as a running node: the store lock says who holds it.
+        spec = node_specs(tmp_path / "b", 1)[0]
+        spec.data_dir = node.spec.data_dir
+        other = NodeProcess(spec).start()
+        assert other.proc.wait(60) == 1
+        assert "is in use by another process" in other.log_tail()
+        other.kill()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        spec = node_specs(tmp_path / "c", 1)[0]
+        spec.http_port = held.getsockname()[1]
+        proc = NodeProcess(spec).start()
+        assert proc.proc.wait(60) == 1
+        assert f"cannot listen for HTTP on 127.0.0.1:{spec.http_port}" in proc.log_tail()
+        proc.kill()
