@@ -279,3 +279,27 @@ def test_same_object_can_be_reopened(tmp_path):
         assert st.max_offset_in_queue("T", 0) == 3 and st.put_message(_msg(3)).queue_offset == 3
     finally:
         st.shutdown()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_garbage_after_valid_records_never_crashes_open(tmp_path, seed):
+    import random
+    import struct
+    rnd = random.Random(seed)
+    cfg = _cfg(tmp_path / "s")
+    with MessageStore(cfg) as st:
+        rs = st.put_messages([_msg(i) for i in range(5)])
+    end = rs[-1].physical_offset + rs[-1].wrote_bytes
+    seg = os.path.join(cfg.commit_log_dir, f"{0:020d}")
+    with open(seg, "r+b") as f:
+        f.seek(end)
+        junk = bytearray(rnd.randbytes(600))
+        if seed % 2:  # looks like a record header: plausible size and the message magic
+            junk[:8] = struct.pack(">iI", rnd.randrange(91, 600), 0xDAA320A7)
+        f.write(junk)
+    open(cfg.abort_path, "wb").close()
+    with MessageStore(cfg) as st:
+        assert st.commit_log_max_offset == end
+        _dispatched(st)
+        assert st.max_offset_in_queue("T", 0) == 5
+        assert st.put_message(_msg(5)).physical_offset == end
