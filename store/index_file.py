@@ -8,15 +8,12 @@ newest entry of its chain. Entry 0 is never used. The header is written field by
 
 from __future__ import annotations
 
-import logging
 import struct
 import threading
 from collections.abc import Sequence
 from operator import mul
 
 from store.mapped_file import MappedFile
-
-log = logging.getLogger("store.index_file")
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -29,8 +26,6 @@ _BEGIN_TIMESTAMP = 0
 _END_TIMESTAMP = 8
 _BEGIN_PHY_OFFSET = 16
 _END_PHY_OFFSET = 24
-_HASH_SLOT_COUNT = 32
-_INDEX_COUNT = 36
 
 _HEADER = struct.Struct(">qqqqii")
 _TAIL = struct.Struct(">qii")  # endPhyOffset, hashSlotCount, indexCount
