@@ -5,7 +5,9 @@ the same filesystem in the same run, it says how much the store itself costs. Th
 
 * ``write``: sequential ``os.write`` of 1 MiB chunks into the page cache (what an async-flush put can hope for);
 * ``mmap``: sequential copy into an mmap'd file of the same size (what the store's mapped files actually do);
-* ``write_fsync``: small appends each followed by ``os.fsync`` (the ceiling for sync-flush group commits).
+* ``write_fsync``: small appends each followed by ``os.fsync`` (every append also changes the file size);
+* ``prealloc_fdatasync``: the same writes into a preallocated file, each followed by ``os.fdatasync`` — what a
+  sync-flush put into a preallocated mapped segment costs at best, so the ratio for sync puts uses this one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class DiskBaseline:
     fsync_per_s: float
     fsync_chunk: int
     fsync_mb_s: float
+    datasync_per_s: float
+    datasync_mb_s: float
 
     def lines(self) -> list[str]:
         return [
@@ -37,6 +41,8 @@ class DiskBaseline:
             f"disk: sequential mmap copy (1 MiB chunks):         {self.mmap_mb_s:,.1f} MB/s",
             f"disk: write+fsync of {self.fsync_chunk} B appends:       "
             f"{self.fsync_per_s:,.0f} fsyncs/s = {self.fsync_mb_s:,.2f} MB/s",
+            f"disk: preallocated write+fdatasync of {self.fsync_chunk} B: "
+            f"{self.datasync_per_s:,.0f} syncs/s = {self.datasync_mb_s:,.2f} MB/s",
         ]
 
 
@@ -83,6 +89,31 @@ def _fsync_speed(path: str, seconds: float, chunk_size: int) -> tuple[float, flo
     return n / elapsed, n * chunk_size / elapsed / 1e6
 
 
+def _datasync_speed(path: str, seconds: float, chunk_size: int, prealloc: int = 256 * MIB) -> tuple[float, float]:
+    """Sequential pwrite + fdatasync into a file whose blocks were allocated first (no size change per write)."""
+    chunk = os.urandom(chunk_size)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    n = 0
+    try:
+        os.posix_fallocate(fd, 0, prealloc)
+        os.fsync(fd)
+        pos = 0
+        t0 = time.perf_counter()
+        while True:
+            if pos + chunk_size > prealloc:
+                pos = 0
+            os.pwrite(fd, chunk, pos)
+            os.fdatasync(fd)
+            pos += chunk_size
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= seconds:
+                break
+    finally:
+        os.close(fd)
+    return n / elapsed, n * chunk_size / elapsed / 1e6
+
+
 def measure(directory: str, total_bytes: int = 256 * MIB, fsync_seconds: float = 2.0,
             fsync_chunk: int = 4096) -> DiskBaseline:
     """Measure the disk that holds ``directory``; scratch files go in a temp dir inside it and are removed."""
@@ -95,9 +126,11 @@ def measure(directory: str, total_bytes: int = 256 * MIB, fsync_seconds: float =
         mm = _mmap_speed(os.path.join(scratch, "mmap"), total)
         os.unlink(os.path.join(scratch, "mmap"))
         per_s, mb_s = _fsync_speed(os.path.join(scratch, "fsync"), fsync_seconds, fsync_chunk)
+        os.unlink(os.path.join(scratch, "fsync"))
+        d_per_s, d_mb_s = _datasync_speed(os.path.join(scratch, "datasync"), fsync_seconds, fsync_chunk)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return DiskBaseline(write, mm, per_s, fsync_chunk, mb_s)
+    return DiskBaseline(write, mm, per_s, fsync_chunk, mb_s, d_per_s, d_mb_s)
 
 
 def main() -> None:

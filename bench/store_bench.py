@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.disk_baseline import MIB, DiskBaseline, _fsync_speed, measure  # noqa: E402
+from bench.disk_baseline import MIB, DiskBaseline, _datasync_speed, measure  # noqa: E402
 from store import MessageStore, StoreConfig  # noqa: E402
 from store.message import Message  # noqa: E402
 
@@ -273,11 +273,12 @@ def main() -> None:
                         else:
                             if per_call not in fsync_cache:
                                 scratch = tempfile.mkdtemp(dir=work)
-                                _, fsync_cache[per_call] = _fsync_speed(os.path.join(scratch, "f"),
-                                                                        scale.fsync_seconds, per_call)
+                                _, fsync_cache[per_call] = _datasync_speed(os.path.join(scratch, "f"),
+                                                                           scale.fsync_seconds, per_call)
                                 shutil.rmtree(scratch)
                             base = fsync_cache[per_call]
-                            ratio = f"{mb_s / base:6.1%} of write+fsync of {per_call} B appends ({base:,.2f} MB/s)"
+                            ratio = (f"{mb_s / base:6.1%} of preallocated write+fdatasync of {per_call} B "
+                                     f"({base:,.2f} MB/s)")
                         mode = "async" if flush == "ASYNC" else "sync"
                         print(f"{body_size:>6} {call:>8} {mode:>5} {rate:>10,.0f} {mb_s:>8,.1f} {per_cpu:>10,.0f}  "
                               f"{ratio}",
