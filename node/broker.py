@@ -71,14 +71,17 @@ class Broker:
         self._labeler: Any = None
         self.grpc_port = 0
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
-                                                  lambda: self.serving))
+                                                  lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
 
     # ------------------------------------------------------------------ state seen by handlers and probes
     def readiness(self) -> tuple[bool, str]:
-        if self.serving:
-            return True, "ready"
-        return False, f"not ready: {self._phase}"
+        """``/ready``: serving and a leader is known (reads still work during an election; writes do not)."""
+        if not self.serving:
+            return False, f"not ready: {self._phase}"
+        if self.write_path.leader() is None:
+            return False, "not ready: no leader (election in progress or no majority reachable)"
+        return True, "ready"
 
     def check_serving(self) -> None:
         if not self.serving:

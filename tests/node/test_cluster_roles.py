@@ -62,5 +62,20 @@ def test_lone_member_not_ready_then_followers_redirect(tmp_path):
             assert leader.grpc_address in err.details()
         # reads are served by any member
         assert messaging.PullMessage(pb.PullMessageRequest(topic="T"), timeout=10).status == pb.NO_NEW_MSG
+
+        # The majority goes away: the last member loses its leader and reports not ready, but still serves reads.
+        for n in nodes:
+            if n is not follower:
+                assert n.stop() == 0
+        deadline = time.monotonic() + 60
+        while True:
+            status, reason = follower.http_get("/ready")
+            if status == 503:
+                break
+            assert time.monotonic() < deadline, "a member without a majority must stop reporting ready"
+            time.sleep(0.2)
+        assert "no leader" in reason
+        messaging = pb_grpc.MessagingServiceStub(follower.channel())
+        assert messaging.PullMessage(pb.PullMessageRequest(topic="T"), timeout=10).status == pb.NO_NEW_MSG
     finally:
         stop_all(nodes)
