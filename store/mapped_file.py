@@ -72,6 +72,11 @@ class MappedFile:
         try:
             cls._allocate(fd, size, preallocate)
             os.rename(tmp, path)
+            dfd = os.open(directory or ".", os.O_RDONLY)  # the new name must survive a power loss too
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
         except BaseException:
             os.close(fd)
             _unlink_quietly(tmp)
