@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as hs
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -491,4 +492,45 @@ def test_readers_see_a_consistent_prefix_while_writing(tmp_path) -> None:
         assert errors == []
     finally:
         done.set()
+        st.shutdown()
+
+
+@pytest.mark.parametrize("flush", ["ASYNC", "SYNC"])
+def test_concurrent_producers_get_unique_ordered_offsets(tmp_path, flush) -> None:
+    """Puts from several threads: every queue offset once, physical order equals queue order, all readable."""
+    import threading
+
+    st = MessageStore(StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR,
+                                  **{**TINY, "flush_disk_type": flush}))
+    st.open()
+    results: list = []
+    lock = threading.Lock()
+
+    def produce(t: int) -> None:
+        for i in range(0, 120, 3):
+            msgs = [Message(topic="TopA", body=f"t{t}-{i + j}".encode(), born_host=BORN_HOST) for j in range(3)]
+            rs = st.put_messages(msgs) if i % 2 else [st.put_message(m) for m in msgs]
+            with lock:
+                results.extend(zip(msgs, rs, strict=True))
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(results) == 480 and {r.status.name for _, r in results} == {"PUT_OK"}
+        by_qo = sorted(results, key=lambda x: x[1].queue_offset)
+        assert [r.queue_offset for _, r in by_qo] == list(range(480))
+        phys = [r.physical_offset for _, r in by_qo]
+        assert phys == sorted(phys) and len(set(phys)) == 480
+        wait_dispatched(st)
+        got = []
+        offset = 0
+        while offset < 480:
+            g = st.get_messages("TopA", 0, offset, max_count=32)
+            got += [m.body for m in g.messages]
+            offset = g.next_begin_offset
+        assert got == [m.body for m, _ in by_qo]
+    finally:
         st.shutdown()
