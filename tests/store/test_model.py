@@ -534,3 +534,29 @@ def test_concurrent_producers_get_unique_ordered_offsets(tmp_path, flush) -> Non
         assert got == [m.body for m, _ in by_qo]
     finally:
         st.shutdown()
+
+
+def test_query_time_window_is_exact_to_the_millisecond(tmp_path) -> None:
+    """query_messages promises messages "stored within [begin_ms, end_ms]"; the window is in milliseconds.
+
+    The index keeps whole seconds since its file's begin time (RocketMQ's format), and a window that starts
+    inside the message's second used to miss it: [ts, ts] found nothing for a message stored at ts.
+    """
+    st = MessageStore(StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR,
+                                  **{**TINY, "max_hash_slot_num": 16, "max_index_num": 64}))
+    st.open()
+    try:
+        t0 = 1_700_000_000_000
+        for i in range(5):  # 1.7 s apart, so no store time falls on a whole second after the index's begin
+            st.apply_batch(st.encode_batch([Message(topic="TopA", body=b"m", properties={"KEYS": f"k{i}"},
+                                                    born_host=BORN_HOST)], store_timestamp=t0 + i * 1700))
+        wait_dispatched(st)
+        for i in range(5):
+            ts = t0 + i * 1700
+            for begin, end in ((ts, ts), (ts - 1, ts + 1), (ts, ts + 10_000), (ts - 10_000, ts)):
+                got = st.query_messages("TopA", f"k{i}", 4, begin, end)
+                assert [m.store_timestamp for m in got] == [ts], (i, begin - ts, end - ts)
+            assert st.query_messages("TopA", f"k{i}", 4, ts + 1, ts + 10_000) == []
+            assert st.query_messages("TopA", f"k{i}", 4, ts - 10_000, ts - 1) == []
+    finally:
+        st.shutdown()
