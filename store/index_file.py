@@ -269,7 +269,9 @@ class IndexFile:
                     pack_slot(mm, abs_slot_pos, index_count)
                     if index_count <= 1:  # the file's first entry: its record becomes the begin (§6.6)
                         begin, begin_phy, time_diff = ts, phy, 0
+                        self.begin_timestamp, self.begin_phy_offset = ts, phy
                     index_count += 1
+                    self.index_count = index_count  # readers accept the slot only once this covers it
                     key += 1
                 last_phy, last_ts = phy, ts
                 if key < n:
