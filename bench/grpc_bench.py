@@ -172,8 +172,10 @@ def main() -> int:
         finally:
             stop_all(nodes)
 
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nraftmq gRPC benchmark: {args.size} B bodies, single node, durability async, "
-          f"{os.cpu_count()} CPUs shared by client and node, {args.seconds:.0f} s per produce run\n")
+          f"{os.cpu_count()} CPUs shared by client and node (load average {load}), "
+          f"{args.seconds:.0f} s per produce run\n")
     hdr = f"{'case':32} {'msgs/s':>10} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'vs store':>9}"
     print(hdr)
     print("-" * len(hdr))
