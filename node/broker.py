@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 READ_THREADS = 4
 ROLE_POLL_SECONDS = 1.0
+AUTO_CREATE_QUEUE_NUMS = 4  # as CreateTopic's default
 DRAIN_QUIET_SECONDS = 0.2  # SIGTERM: no new call for this long before the gRPC server stops
 
 
@@ -122,7 +123,9 @@ class Broker:
             from store.topic_config import TopicConfig
 
             try:
-                await self.run_blocking(self.write_path.create_topic, TopicConfig(topic_name=name))
+                await self.run_blocking(self.write_path.create_topic,
+                                        TopicConfig(topic_name=name, read_queue_nums=AUTO_CREATE_QUEUE_NUMS,
+                                                    write_queue_nums=AUTO_CREATE_QUEUE_NUMS))
             except StoreError:
                 pass  # created concurrently by another request
             cfg = self.topic_config(name)

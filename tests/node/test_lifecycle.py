@@ -181,3 +181,29 @@ def test_start_failures_exit_1_with_the_reason(tmp_path):
         assert proc.proc.wait(60) == 1
         assert f"cannot listen for HTTP on 127.0.0.1:{spec.http_port}" in proc.log_tail()
         proc.kill()
+
+
+def test_auto_create_topics(tmp_path):
+    cfg, grpc_port, _ = _config(tmp_path)
+    cfg.node.auto_create_topics = True
+
+    async def main():
+        broker = Broker(cfg)
+        await broker.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+                stub = pb_grpc.MessagingServiceStub(ch)
+                r = await stub.SendMessage(pb.SendMessageRequest(message=pb.Message(topic="fresh", body=b"x")),
+                                           timeout=10)
+                assert r.result.topic == "fresh"
+                topics = await pb_grpc.AdminServiceStub(ch).ListTopics(pb.ListTopicsRequest(), timeout=10)
+                [fresh] = [t for t in topics.topics if t.name == "fresh"]
+                assert (fresh.read_queue_nums, fresh.write_queue_nums, fresh.perm) == (4, 4, 6)
+                with pytest.raises(grpc.aio.AioRpcError) as e:  # never a system topic
+                    await stub.SendMessage(pb.SendMessageRequest(
+                        message=pb.Message(topic="SCHEDULE_TOPIC_XXXX", body=b"x")), timeout=10)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
