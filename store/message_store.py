@@ -124,6 +124,7 @@ class MessageStore:
         self.retain_from: Callable[[], int] | None = None
         self._group_commit: GroupCommitService | None = None
         self.last_exit_ok = True
+        self.process_crash_only = False
         self._put_messages = 0
         self._put_bytes = 0
         self._put_batches = 0
@@ -165,8 +166,11 @@ class MessageStore:
         cl.load()
         self.consume_queues.load()
         self.index_service = IndexService.from_config(cfg, self.checkpoint) if cfg.message_index_enable else None
+        # After a crash of only this process every write is still in the page cache, so index files are
+        # whole: keep them (RocketMQ drops the newer ones, which costs a re-index of up to a whole file).
+        self.process_crash_only = not self.last_exit_ok and _abort_is_from_this_boot(cfg.abort_path)
         if self.index_service is not None:
-            self.index_service.load(self.last_exit_ok)
+            self.index_service.load(self.last_exit_ok or self.process_crash_only)
         self.topics.load()
         self.consumer_offsets.load()
         # 5. recover
@@ -175,7 +179,9 @@ class MessageStore:
             end = cl.recover_normally()
             redispatch_from = None
         else:
-            log.warning("store %s was not shut down cleanly: abnormal recovery", cfg.root_dir)
+            log.warning("store %s was not shut down cleanly: abnormal recovery (%s)", cfg.root_dir,
+                        "the process died, the machine did not restart" if self.process_crash_only
+                        else "the machine may have restarted")
             end = cl.recover_abnormally()
             redispatch_from = cl.abnormal_recovery_start  # reput re-dispatches from there (deduplicated)
         if not cl.mapped_file_queue.mapped_files:
@@ -563,7 +569,9 @@ class MessageStore:
         cl = self._check_open()
         if self.index_service is None:
             raise StoreError("message index is disabled (message_index_enable=false): query by key is unavailable")
-        found = self.index_service.query_offset(topic, key, max_num, begin_ms, end_ms)
+        # the index keeps whole seconds since its file's begin time (an entry reads as up to 999 ms early):
+        # widen the window for the index, then filter on the exact store timestamp below
+        found = self.index_service.query_offset(topic, key, max_num, begin_ms - 999, end_ms)
         out: list[MessageExt] = []
         for phy in sorted(set(found.phy_offsets)):
             size = cl.get_record_size(phy)
@@ -666,6 +674,16 @@ class MessageStore:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _abort_is_from_this_boot(abort_path: str) -> bool:
+    """True when the ``abort`` marker was written after the machine last booted (Linux ``/proc/stat``)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return os.stat(abort_path).st_mtime > boot
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
 
 
 def _fsync_dir(path: str) -> None:
