@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from tests.support.processes import NodeProcess
+from tests.support.processes import TINY_STORE, NodeProcess
 
 LEADER_KEY = "x-raftmq-leader"
 
@@ -214,9 +215,9 @@ def wait_applied_equal(nodes: list[NodeProcess], timeout: float = 60.0) -> int:
     raise TimeoutError(f"replicas did not converge: {last}")
 
 
-def store_digests(store_dir: Path) -> dict[str, str]:
-    """sha256 of every commit-log and consume-queue file, and of the index files' contents in name order
-    (index file names are creation timestamps, which differ between replicas; their contents must not)."""
+def store_digests(store_dir: Path, index: bool = True) -> dict[str, str]:
+    """sha256 of every commit-log and consume-queue file, and (``index``) of the index files' contents in name
+    order (index file names are creation timestamps, which differ between replicas; their contents must not)."""
     out: dict[str, str] = {}
     root = Path(store_dir)
     for sub in ("commitlog", "consumequeue"):
@@ -225,9 +226,23 @@ def store_digests(store_dir: Path) -> dict[str, str]:
             if p.is_file():
                 out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
     idx = root / "index"
-    for i, p in enumerate(sorted(idx.iterdir()) if idx.exists() else []):
+    for i, p in enumerate(sorted(idx.iterdir()) if idx.exists() and index else []):
         if p.is_file():
             out[f"index#{i}"] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def index_keys(store_dir: Path) -> set[tuple[int, int]]:
+    """(key hash, physical offset) of every IndexFile entry: what a key query can find, duplicates ignored."""
+    out: set[tuple[int, int]] = set()
+    slots = TINY_STORE["max_hash_slot_num"]
+    for p in sorted((Path(store_dir) / "index").iterdir()):
+        data = p.read_bytes()
+        (count,) = struct.unpack_from(">i", data, 36)
+        base = 40 + 4 * slots
+        for i in range(1, count):
+            h, phy, _, _ = struct.unpack_from(">iqii", data, base + 20 * i)
+            out.add((h, phy))
     return out
 
 
