@@ -402,7 +402,10 @@ class CommitLog:
         table = self.topic_queue_table
         key_names = [f"{t}-{q}" for t, q in b.keys]
         ts, host = b.store_timestamp, b.host.hex().upper()
+        keys = b.keys
         results: list[AppendResult] = []
+        append = results.append
+        pack_into = _QQ.pack_into
         i = 0
         while i < n:
             mf = self._writable_segment()
@@ -426,19 +429,24 @@ class CommitLog:
             mf.write_at(wrote, chunk)
             base = mf.file_from_offset + wrote - rel[i]
             delta = wrote - rel[i] + QUEUE_OFFSET_POSITION
+            counters = [table.get(name, 0) for name in key_names]
             for k in range(i, j):
                 ref = refs[k]
-                ki = ref & ~NO_ADVANCE
-                topic, qid = b.keys[ki]
                 if ref & NO_ADVANCE:
+                    ki = ref & ~NO_ADVANCE
                     qo = 0
                 else:
-                    name = key_names[ki]
-                    qo = table.get(name, 0)
-                    table[name] = qo + 1
-                phy = base + rel[k]
-                _QQ.pack_into(buf, delta + rel[k], qo, phy)
-                results.append(AppendResult(phy, qo, sizes[k], ts, topic, qid, host))
+                    ki = ref
+                    qo = counters[ki]
+                    counters[ki] = qo + 1
+                r = rel[k]
+                phy = base + r
+                pack_into(buf, delta + r, qo, phy)
+                topic, qid = keys[ki]
+                append(AppendResult(phy, qo, sizes[k], ts, topic, qid, host))
+            for name, c in zip(key_names, counters, strict=True):
+                if c:
+                    table[name] = c
             mf.store_timestamp = ts
             mf.wrote_position = wrote + len(chunk)  # publish only after the offsets are patched
             i = j
