@@ -119,16 +119,16 @@ def _decode_messages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBat
             yield pa.RecordBatch.from_pydict(cols, schema=MESSAGE_ARROW)
 
 
-def index_keys(topic: str, uniq_key: str | None, keys: str | None) -> tuple[list[int], list[str]]:
-    """Index hashes and keys of one record in ``IndexService.build_index`` order: uniq key, then KEYS pieces."""
+def index_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
+    """Index hashes of one record in ``IndexService.build_index`` order: the uniq key, then each KEYS piece."""
     from store.index_file import index_key_hash
 
-    out_keys: list[str] = []
+    out: list[int] = []
     if uniq_key is not None:
-        out_keys.append(uniq_key)
+        out.append(index_key_hash(topic, uniq_key))
     if keys:
-        out_keys.extend(k for k in keys.split(" ") if k)
-    return [index_key_hash(topic, k) for k in out_keys], out_keys
+        out.extend(index_key_hash(topic, k) for k in keys.split(" ") if k)
+    return out
 
 
 def _decode_dispatch(batches: Iterator[pa.RecordBatch], delay_level_ms: list[int]) -> Iterator[pa.RecordBatch]:
@@ -153,7 +153,7 @@ def _decode_dispatch(batches: Iterator[pa.RecordBatch], delay_level_ms: list[int
                         continue
                     break
                 to_index = req.goes_to_index
-                hashes, keys = index_keys(req.topic, req.uniq_key, req.keys) if to_index else ([], [])
+                hashes = index_hashes(req.topic, req.uniq_key, req.keys) if to_index else []
                 cols["split"].append(split.index)
                 cols["seq"].append(seq)
                 cols["topic"].append(req.topic)
@@ -169,7 +169,6 @@ def _decode_dispatch(batches: Iterator[pa.RecordBatch], delay_level_ms: list[int
                 cols["keyBase"].append(key_base)
                 key_base += len(hashes)
                 cols["keyHashes"].append(hashes)
-                cols["keys"].append(keys)
                 seq += 1
                 pos += req.msg_size
                 if len(cols["split"]) >= BATCH_ROWS:

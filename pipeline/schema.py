@@ -81,7 +81,6 @@ DISPATCH_FIELDS: list[tuple[str, str, bool]] = [
     ("toIndex", "bool", False),
     ("keyBase", "int", False),  # index keys of the earlier records of this split
     ("keyHashes", "ints", False),  # index hashes in the order the index service puts them (uniq key first)
-    ("keys", "strings", False),  # the matching index keys (without the "topic#" prefix), for reports
 ]
 
 
