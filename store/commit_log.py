@@ -256,6 +256,8 @@ class CommitLog:
         flags = 0
         uniq_prefix, uniq_counter = self._uniq.reserve(len(msgs))
         sep_kv, sep_p = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+        crc32, pack16, host_bytes, add_size = zlib.crc32, _I16.pack, host_to_bytes, sizes.append
+        v6_bits = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
         for i, m in enumerate(msgs):
             topic = m.topic
             tpart = topic_parts.get(topic) if type(topic) is str else None
@@ -302,10 +304,10 @@ class CommitLog:
             try:
                 if len(born_host) != 2 or type(born_host[0]) is not str:
                     raise TypeError
-                born_ip = host_to_bytes(born_host[0])
+                born_ip = host_bytes(born_host[0])
             except (TypeError, IndexError, AttributeError):
                 raise MessageIllegalError(f"message {i}: born_host must be (ip, port), got {born_host!r}") from None
-            sys_flag = m.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+            sys_flag = m.sys_flag & ~v6_bits
             born_w = len(born_ip)
             if born_w == 16:
                 sys_flag |= BORNHOST_V6_FLAG
@@ -319,14 +321,14 @@ class CommitLog:
                 )
             try:
                 head = fixed[born_w].pack(
-                    total, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, qid, m.flag, 0, 0, sys_flag,
+                    total, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, qid, m.flag, 0, 0, sys_flag,
                     m.born_timestamp, born_ip, born_host[1], store_timestamp, store_ip, store_port,
                     m.reconsume_times, m.prepared_transaction_offset, body_len)
             except struct.error:
                 raise MessageIllegalError(f"message {i}: {_out_of_range_field(m, store_timestamp, store_port)}") \
                     from None
-            parts += (head, body, tpart, _I16.pack(props_len) + props_b)
-            sizes.append(total)
+            parts += (head, body, tpart, pack16(props_len) + props_b)
+            add_size(total)
             k = (topic, qid)
             ki = key_index.get(k)
             if ki is None:
