@@ -131,12 +131,32 @@ class StoreMachine(RuleBasedStateMachine):
         """Check the put results against the model's prediction, then add the records to the model."""
         assert len(results) == len(msgs)
         fs = self.cfg.mapped_file_size_commit_log
-        end = self.model.end
-        total = sum(r.wrote_bytes for r in results)
+        sizes = [r.wrote_bytes for r in results]
         # RocketMQ's rule: the batch goes at the end if it fits with 8 bytes to spare, else a blank record
-        # closes the segment and the whole batch starts the next one.
-        pos = end if total + 8 <= fs - end % fs else end + fs - end % fs
-        for m, r in zip(msgs, results, strict=True):
+        # closes the segment and the whole batch starts the next one; a batch larger than a whole segment
+        # fills segments record by record (RocketMQ never meets one: its segments are 1 GiB).
+        places = []
+        pos, i = self.model.end, 0
+        while i < len(sizes):
+            room = fs - pos % fs
+            rest = sum(sizes[i:])
+            if rest + 8 <= room:
+                j = len(sizes)
+            elif rest + 8 <= fs:
+                pos += room
+                continue
+            else:
+                j = i
+                while j < len(sizes) and sum(sizes[i : j + 1]) + 8 <= room:
+                    j += 1
+                if j == i:
+                    pos += room
+                    continue
+            for k in range(i, j):
+                places.append(pos)
+                pos += sizes[k]
+            i = j
+        for m, r, pos in zip(msgs, results, places, strict=True):
             assert r.status.name == "PUT_OK"
             q = self.model.queues.setdefault((m.topic, m.queue_id), [])
             assert (r.physical_offset, r.queue_offset) == (pos, len(q))
@@ -146,8 +166,7 @@ class StoreMachine(RuleBasedStateMachine):
                       r.uniq_key, m.born_timestamp, r.store_timestamp, r.msg_id)
             q.append(rec)
             self.model.log.append(rec)
-            pos += r.wrote_bytes
-        self.model.end = pos
+        self.model.end = places[-1] + sizes[-1]
 
     @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES), body=bodies, tags=tag_values,
           keys=key_lists)
@@ -159,6 +178,12 @@ class StoreMachine(RuleBasedStateMachine):
           items=hs.lists(hs.tuples(bodies, tag_values, key_lists), min_size=1, max_size=6))
     def put_batch(self, topic, qid, items) -> None:
         msgs = [self._message(topic, qid, b, t, k) for b, t, k in items]
+        self._record(msgs, self.st.put_messages(msgs))
+
+    @rule(topic=hs.sampled_from(TOPICS), qid=hs.sampled_from(QUEUES), n=hs.integers(20, 40),
+          tags=tag_values)
+    def put_batch_larger_than_a_segment(self, topic, qid, n, tags) -> None:
+        msgs = [self._message(topic, qid, bytes([i]) * 300, tags, [KEYS[i % 4]]) for i in range(n)]
         self._record(msgs, self.st.put_messages(msgs))
 
     # ------------------------------------------------------------------ restarts
