@@ -12,6 +12,10 @@ producers against ``LocalWritePath`` on one store.
 Durability modes: ``async`` = committed by a majority in memory/page cache (flushed on an interval); ``sync`` =
 a majority fsynced its Raft journal and commit log before the ack (Raft), or the store's group-commit fsync
 (single node, flush_disk_type=SYNC).
+
+Reading the ratio: all three members share this machine's cores, and every member applies and dispatches
+(reput: consume queue + index) every message, so on a CPU-bound box the replicated figure is bounded by about a
+third of the single-node one before any Raft cost; on three machines that factor goes away.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ class RaftWritePath:
         self._proposed_bytes = 0
         self._running = False
         self._threads: list[threading.Thread] = []
-        self.leader_changes = 0
+        self.leader_changes = 0   # leaders this member has seen take over (metrics)
         self.acked_batches = 0
 
     # ================================================================== lifecycle
@@ -345,10 +345,8 @@ class RaftWritePath:
             while self._role_events:
                 old, new = self._role_events.popleft()
                 if new == _LEADER:
-                    self.leader_changes += 1
                     self._become_leader()
                 elif old == _LEADER:
-                    self.leader_changes += 1
                     self._writable_term = -1
                     log.warning("member %s is no longer leader (term %d); failing in-flight writes", self.node_id,
                                 self.term())
@@ -605,7 +603,12 @@ class RaftWritePath:
     # ================================================================== housekeeping
     def _housekeeping(self) -> None:
         last_offsets = time.monotonic()
+        seen_leader = None
         while self._running:
+            current = self._log.leader_address() if self._log is not None else None
+            if current is not None and current != seen_leader:  # a leader other than the last one took over
+                self.leader_changes += 1
+                seen_leader = current
             with self._wake:
                 self._wake.wait(self.settings.offsets_linger_s)
             now = time.monotonic()
