@@ -199,9 +199,11 @@ class MessageStore:
         # dispatch what the consume queues / index miss, before anyone reads or writes (RocketMQ start())
         reput_from = max(max_phy_of_cq, cl.min_offset, 0)
         if redispatch_from is not None:
-            # after a crash, index files newer than the checkpoint were dropped at load: re-dispatch from
-            # the end of what the index still holds (CQ and index writes skip what they already have)
-            reput_from = min(reput_from, redispatch_from)
+            # After a crash re-dispatch what may be missing (CQ and index writes skip what they already have):
+            # from the checkpoint's segment when the machine may have lost dirty pages (consume queues can
+            # have holes), and from the end of what the index still holds (its newer files may be dropped).
+            if not self.process_crash_only:
+                reput_from = min(reput_from, redispatch_from)
             if self.index_service is not None:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
