@@ -19,14 +19,16 @@ from replication.peers import Peers
 
 log = logging.getLogger(__name__)
 
-FETCH_TIMEOUT_S = 600.0
+FETCH_TIMEOUT_S = 600.0   # bulk catch-up before joining Raft
+INLINE_FETCH_TIMEOUT_S = 20.0  # a gap fetched on pysyncobj's tick thread (snapshot install): fail, let it retry
 
 
 class CatchUpError(Exception):
     """Catch-up from peers failed; the message says which peer and why."""
 
 
-def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_to_index: int) -> tuple[int, int]:
+def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_to_index: int,
+                timeout: float = FETCH_TIMEOUT_S) -> tuple[int, int]:
     """Stream [from_offset, peer's end at ``up_to_index``) into the local commit log.
 
     Returns (end offset, Raft index the copied range is complete up to). Every chunk is verified by the store
@@ -36,7 +38,7 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
                                             max_chunk_bytes=1 << 20)
     end_offset, end_index = from_offset, -1
     try:
-        for chunk in peers.stub(member_id).FetchCommitLog(req, timeout=FETCH_TIMEOUT_S, metadata=peers.metadata):
+        for chunk in peers.stub(member_id).FetchCommitLog(req, timeout=timeout, metadata=peers.metadata):
             if chunk.data:
                 if chunk.offset != store.commit_log_max_offset:
                     raise CatchUpError(f"peer {member_id} sent a chunk at {chunk.offset}, local end is "

@@ -627,14 +627,16 @@ class RaftWritePath:
                 self._log.forceLogCompaction()
 
     def _fetch_gap(self, from_offset: int, up_to_index: int) -> tuple[int, int]:
-        """Snapshot install (tick thread): copy the commit-log gap from the leader, else any peer."""
+        """Snapshot install (tick thread): copy the commit-log gap from the leader, else any peer. On failure the
+        deserializer raises, pysyncobj keeps its old state and the leader sends the snapshot again."""
         leader = self.leader()
         order = ([leader.id] if leader and leader.id != self.node_id else []) + \
             [m.id for m in self.peers.others if not leader or m.id != leader.id]
         last_err: Exception | None = None
         for mid in order:
             try:
-                return catch_up.fetch_range(self.peers, mid, self.store, from_offset, up_to_index)
+                return catch_up.fetch_range(self.peers, mid, self.store, from_offset, up_to_index,
+                                            timeout=catch_up.INLINE_FETCH_TIMEOUT_S)
             except catch_up.CatchUpError as e:
                 last_err = e
         raise catch_up.CatchUpError(f"no peer could supply the commit log from {from_offset}: {last_err}")
