@@ -192,3 +192,23 @@ def test_sync_mode_kill_all_members_mid_load_keeps_every_acknowledged_write(clus
     wait_applied_equal(c.nodes)
     check_acked(log, replica_views(c.nodes))
     assert_byte_identical(c.nodes, crashed=True)
+
+
+def test_follower_behind_the_compacted_log_installs_a_snapshot_and_fetches_the_gap(cluster_factory):
+    c = cluster_factory(tuning={"compaction_min_entries": 100, "compaction_min_time": 4.0})
+    create_topic(c.nodes, TOPIC, QUEUES)
+    leader = wait_leader(c.nodes)
+    victim = next(n for n in c.nodes if n is not leader)
+    p = Producers(c.nodes, TOPIC, n=4, queues=QUEUES).start()
+    p.wait_acked(200)
+    victim.kill()  # keeps its files: journal, dump, commit log
+    p.wait_acked(len(p.log.acked) + 600)
+    time.sleep(9)  # two compaction windows of every member: the leader's log now starts after the victim's end
+    p.wait_acked(len(p.log.acked) + 100)
+    victim.start(env=c.env).wait_ready(120)
+    p.wait_acked(len(p.log.acked) + 100)
+    log = p.stop()
+    wait_applied_equal(c.nodes)
+    check_acked(log, replica_views(c.nodes))
+    assert_byte_identical(c.nodes, crashed=True)
+    assert "installed snapshot" in victim.spec.log_path.read_text()
