@@ -200,6 +200,18 @@ class MappedFile:
         return f"MappedFile({self.path!r}, wrote={self._wrote}, flushed={self._flushed})"
 
 
+def remove_unfinished_segments(directory: str) -> None:
+    """Delete ``.*.creating`` files left by a process killed while creating a segment."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(".") and name.endswith(".creating"):
+            log.warning("removing unfinished segment file %s", os.path.join(directory, name))
+            _unlink_quietly(os.path.join(directory, name))
+
+
 def _unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)

@@ -15,7 +15,7 @@ import time
 
 from store.errors import StoreLoadError
 from store.java import offset_to_file_name
-from store.mapped_file import MappedFile
+from store.mapped_file import MappedFile, remove_unfinished_segments
 
 log = logging.getLogger("store.mapped_file_queue")
 
@@ -39,12 +39,8 @@ class MappedFileQueue:
         """Open every segment in name order; a segment of the wrong size stops the load with a clear error."""
         if not os.path.isdir(self.store_path):
             return
-        names = sorted(os.listdir(self.store_path))
-        for name in names:
-            if name.startswith(".") and name.endswith(".creating"):  # interrupted segment creation
-                log.warning("removing unfinished segment file %s", os.path.join(self.store_path, name))
-                os.unlink(os.path.join(self.store_path, name))
-        names = [n for n in names if not n.startswith(".")]
+        remove_unfinished_segments(self.store_path)
+        names = sorted(n for n in os.listdir(self.store_path) if not n.startswith("."))
         if names:
             last = os.path.join(self.store_path, names[-1])
             if os.path.isfile(last) and os.path.getsize(last) == 0:

@@ -54,6 +54,7 @@ from store.errors import DiskFullError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
+from store.mapped_file import remove_unfinished_segments
 from store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
@@ -170,6 +171,7 @@ class MessageStore:
         # whole: keep them (RocketMQ drops the newer ones, which costs a re-index of up to a whole file).
         self.process_crash_only = not self.last_exit_ok and _abort_is_from_this_boot(cfg.abort_path)
         if self.index_service is not None:
+            remove_unfinished_segments(cfg.index_dir)
             self.index_service.load(self.last_exit_ok or self.process_crash_only)
         self.topics.load()
         self.consumer_offsets.load()

@@ -81,3 +81,16 @@ def test_delete_expired_by_time_and_offset(tmp_path):
     assert q.delete_expired_file_by_time(10**9, 0, 0, clean_immediately=True) == 1  # never the last
     assert len(q.mapped_files) == 1
     q.destroy()
+
+
+def test_unfinished_segment_files_are_removed_at_load(tmp_path):
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / ".00000000000000004096.creating").write_bytes(b"\0" * 100)
+    (d / "00000000000000000000").write_bytes(b"\0" * 4096)
+    (d / "00000000000000004096").write_bytes(b"")  # created, never sized: holds no data
+    q = MappedFileQueue(str(d), 4096)
+    q.load()
+    assert [m.file_from_offset for m in q.mapped_files] == [0]
+    assert sorted(os.listdir(d)) == ["00000000000000000000"]
+    q.close()
