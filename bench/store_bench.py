@@ -262,7 +262,6 @@ def main() -> None:
         if "put" in only:
             print("\n## put (one producer thread; stored MB/s counts whole records)")
             print(f"{'body':>6} {'call':>8} {'mode':>5} {'msgs/s':>10} {'MB/s':>8} {'msgs/cpu-s':>10}  ratio of disk")
-            fsync_cache: dict[int, float] = {}
             for flush in ("ASYNC", "SYNC"):
                 for body_size in (128, 1024, 4096):
                     for batched in (False, True):
@@ -271,12 +270,10 @@ def main() -> None:
                         if flush == "ASYNC":
                             ratio = f"{mb_s / disk.write_mb_s:6.1%} of sequential write ({disk.write_mb_s:,.0f} MB/s)"
                         else:
-                            if per_call not in fsync_cache:
-                                scratch = tempfile.mkdtemp(dir=work)
-                                _, fsync_cache[per_call] = _datasync_speed(os.path.join(scratch, "f"),
-                                                                           scale.fsync_seconds, per_call)
-                                shutil.rmtree(scratch)
-                            base = fsync_cache[per_call]
+                            # measured right after the case: the shared disk's sync speed drifts a lot
+                            scratch = tempfile.mkdtemp(dir=work)
+                            _, base = _datasync_speed(os.path.join(scratch, "f"), scale.fsync_seconds, per_call)
+                            shutil.rmtree(scratch)
                             ratio = (f"{mb_s / base:6.1%} of preallocated write+fdatasync of {per_call} B "
                                      f"({base:,.2f} MB/s)")
                         mode = "async" if flush == "ASYNC" else "sync"
