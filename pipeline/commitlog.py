@@ -23,6 +23,12 @@ Two passes make that exact:
 
 The decode pass then reads each range from its exact start to its exact handoff with the store's own decoder
 (``store.message.decode_record`` / ``decode_dispatch``).
+
+Ends and damage: a blank record ends a segment's data (reput rolls to the next segment), zeros end the written
+data. The record just before the end of data is checked fully (CRC, own position), because a crash can leave
+the newest record half written: if it fails, it is a *torn tail*, reported and not read (recovery would cut it).
+A header that cannot be a record in the middle of the log (bad magic, impossible length) is a corrupt region:
+reported, and reading resumes at the next record that resync validates.
 """
 
 from __future__ import annotations
