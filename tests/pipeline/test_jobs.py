@@ -101,11 +101,20 @@ def test_verify_finds_a_corrupted_consume_queue_entry(spark, built_store, store_
     with open(cq_file, "r+b") as f:
         f.seek((44 - 40) * 20)
         f.write(struct.pack(">q", victim.physical_offset + 1))
+    index_files = sorted(os.listdir(os.path.join(root, "index")))
+    entries_at = 40 + 4 * 16  # header + hash slots of the test geometry
+    with open(os.path.join(root, "index", index_files[1]), "r+b") as f:
+        f.seek(entries_at + 7 * 20 + 4)  # entry 7's phy offset
+        phy = struct.unpack(">q", f.read(8))[0]
+        f.seek(entries_at + 7 * 20 + 4)
+        f.write(struct.pack(">q", phy + 3))
     assert pipeline_main(["verify", root, *SMALL]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1
+    assert len(lines) == 2
     assert lines[0].startswith(f"consumequeue Payments/1 offset 44: expected (phy={victim.physical_offset}, ")
     assert f"store has (phy={victim.physical_offset + 1}, " in lines[0]
+    assert lines[1].startswith(f"index file #1 ({index_files[1]}) entry 7: expected (keyHash=")
+    assert f"phy={phy}," in lines[1] and f"phy={phy + 3}," in lines[1]
 
 
 def test_torn_tail_is_reported_not_crashed(spark, built_store, store_copy, tmp_path, capsys) -> None:
