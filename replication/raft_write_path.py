@@ -403,10 +403,10 @@ class RaftWritePath:
         self._proposed_bytes += len(command)
         self._log.apply_batch(command, callback=lambda res, err, rid=rid: self._on_batch_done(rid, res, err))
 
-    def _take_inflight(self, rid: int) -> _InFlight | None:
+    def _take_inflight(self, rid: int, release: bool = True) -> _InFlight | None:
         with self._inflight_lock:
             rec = self._inflight.pop(rid, None)
-        if rec is not None:
+        if rec is not None and release:
             self._inflight_slots.release()
         return rec
 
@@ -414,7 +414,9 @@ class RaftWritePath:
         """Tick thread: hand the outcome to the completion thread; never raise (an exception here would abort
         pysyncobj's tick after the entry was applied)."""
         try:
-            rec = self._take_inflight(rid)
+            # sync mode keeps the in-flight slot until the fsync round: the queue grows, batches get bigger
+            hold = err == FAIL_REASON.SUCCESS and res is not None and self.settings.durability == "sync"
+            rec = self._take_inflight(rid, release=not hold)
             if rec is None:
                 return  # already timed out or failed on a role change
             if err == FAIL_REASON.SUCCESS and res is not None:
@@ -500,6 +502,9 @@ class RaftWritePath:
                 else:
                     for p in it[2]:
                         p.fail(UnknownOutcomeError("could not make the write durable on a majority in time"))
+            if self.settings.durability == "sync":
+                for _ in items:
+                    self._inflight_slots.release()
 
     def _sync_round(self, index: int, term: int, majority: int) -> bool:
         req = replica_pb2.SyncJournalRequest(index=index, term=term)
@@ -527,6 +532,7 @@ class RaftWritePath:
             items = list(self._done_q)
             self._done_q.clear()
         for it in items:
+            self._inflight_slots.release()
             for p in it[2]:
                 p.fail(exc)
 
