@@ -130,8 +130,8 @@ def _rebuild_index(spark: SparkSession, disp: DataFrame, out_root: str, geometry
     keys = (
         disp.filter(F.size("keyHashes") > 0)
         .select("split", "keyBase", "physicalOffset", "storeTimestamp", F.posexplode("keyHashes").alias("pos", "hash"))
-        .withColumn("gseq", (bases[F.col("split")] + F.col("keyBase") + F.col("pos")).cast("long"))
-        .withColumn("file", (F.col("gseq") / F.lit(plan.per_file)).cast("int"))
+        .withColumn("gseq", bases[F.col("split")].cast("long") + F.col("keyBase").cast("long") + F.col("pos"))
+        .withColumn("file", F.expr(f"cast(gseq div {plan.per_file} as int)"))
         .select("file", "gseq", "hash", "physicalOffset", "storeTimestamp")
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
