@@ -32,6 +32,7 @@ from pipeline.schema import (
 
 DEFAULT_SPLIT_BYTES = 64 << 20
 BATCH_ROWS = 2048
+BATCH_BYTES = 32 << 20  # bodies can be 4 MiB each: bound an Arrow batch by bytes as well as rows
 
 
 def scan_boundaries(spark: SparkSession, layout: StoreLayout, split_bytes: int = DEFAULT_SPLIT_BYTES,
@@ -87,6 +88,7 @@ def _decode_messages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBat
     names = MESSAGE_ARROW.names
     for split in _exact_splits(batches):
         cols: dict[str, list] = {n: [] for n in names}
+        batch_bytes = 0
         for _pos, r in iter_records(split, read_body=True):
             m = r.message
             if m is None:
@@ -112,9 +114,11 @@ def _decode_messages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBat
             cols["msgId"].append(m.msg_id)
             cols["properties"].append(list(m.properties.items()))
             cols["body"].append(m.body)
-            if len(cols["topic"]) >= BATCH_ROWS:
+            batch_bytes += m.store_size
+            if len(cols["topic"]) >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
                 yield pa.RecordBatch.from_pydict(cols, schema=MESSAGE_ARROW)
                 cols = {n: [] for n in names}
+                batch_bytes = 0
         if cols["topic"]:
             yield pa.RecordBatch.from_pydict(cols, schema=MESSAGE_ARROW)
 
