@@ -136,9 +136,13 @@ class StateMachine:
 
     # ------------------------------------------------------------------ snapshot hooks (tick thread)
     def serialize(self, path: str, internal: tuple) -> None:
-        """pysyncobj serializer: make the store durable up to here, then write the tiny dump."""
+        """pysyncobj serializer: make the commit log durable up to here, then write the tiny dump.
+
+        Only the commit log (and the applied index) must reach disk before a dump that points past them: consume
+        queues and index are rebuilt from it on recovery, and metadata is persisted when applied. Runs on the
+        tick thread, so it stays one commit-log fsync."""
         with self.lock:
-            self.store.flush()
+            self.store.wait_flushed(self.store.commit_log_max_offset, 30.0)
             self.applied.fsync()
             idx, end = self.applied.last
             meta = snapshot.SnapshotMeta(idx, end, internal[0][1], self.applier.export_metadata())
