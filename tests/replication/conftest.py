@@ -15,8 +15,8 @@ TEST_TUNING = {"compaction_min_entries": 300, "compaction_min_time": 30.0, "put_
 
 class Cluster:
     def __init__(self, base, durability: str = "async", tuning: dict | None = None, n: int = 3,
-                 host_names: bool = False):
-        self.specs = node_specs(base, n, cluster={"durability": durability})
+                 host_names: bool = False, secret: str = ""):
+        self.specs = node_specs(base, n, cluster={"durability": durability, "secret": secret})
         if host_names:  # peers addressed by name (as on Kubernetes), resolved by pysyncobj on every connect
             members = [{**m, "raft": m["raft"].replace("127.0.0.1", "localhost")} for m in self.specs[0].members]
             for s in self.specs:
@@ -45,8 +45,9 @@ class Cluster:
 def cluster_factory(tmp_path) -> Iterator:
     made: list[Cluster] = []
 
-    def make(durability: str = "async", tuning: dict | None = None, host_names: bool = False) -> Cluster:
-        c = Cluster(tmp_path, durability, tuning, host_names=host_names)
+    def make(durability: str = "async", tuning: dict | None = None, host_names: bool = False,
+             secret: str = "") -> Cluster:
+        c = Cluster(tmp_path, durability, tuning, host_names=host_names, secret=secret)
         made.append(c)
         return c.start()
 

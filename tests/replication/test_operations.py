@@ -156,3 +156,23 @@ def test_add_then_remove_a_member_with_the_documented_full_restart(tmp_path):
         assert_byte_identical(rest)
     finally:
         stop_all(c.nodes, kill=True)
+
+
+def test_cluster_secret_encrypts_raft_and_guards_the_replica_service(cluster_factory):
+    from raftmq.v1 import replica_pb2, replica_pb2_grpc
+
+    c = cluster_factory(secret="s3cret-for-tests")
+    create_topic(c.nodes, TOPIC, QUEUES)
+    p = Producers(c.nodes, TOPIC, n=2, queues=QUEUES).start()
+    p.wait_acked(100)
+    log = p.stop()
+    wait_applied_equal(c.nodes)
+    check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+
+    stub = replica_pb2_grpc.ReplicaServiceStub(c.nodes[0].channel())
+    with pytest.raises(grpc.RpcError) as e:
+        stub.GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and "cluster.secret" in e.value.details()
+    ok = stub.GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(), timeout=10,
+                               metadata=(("x-raftmq-secret", "s3cret-for-tests"),))
+    assert ok.applied_index > 0
