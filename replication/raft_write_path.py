@@ -178,7 +178,11 @@ class RaftWritePath:
         pysyncobj_patches.apply()
         os.makedirs(self.raft_dir, exist_ok=True)
         applied = AppliedIndex(os.path.join(self.raft_dir, "applied.idx"))
-        self._reconcile_store(applied)
+        try:
+            self._reconcile_store(applied)
+        except BaseException:
+            applied.close()
+            raise
         machine = StateMachine(self.store, applied)
         journal = os.path.join(self.raft_dir, "raft.journal")
         dump = os.path.join(self.raft_dir, "raft.dump")
@@ -187,11 +191,10 @@ class RaftWritePath:
         if not os.path.exists(journal) and self.peers.others:
             # Fresh or wiped member: copy what the group already has before joining Raft. A wiped member also lost
             # its term and vote, so it waits one election timeout before voting again (REPLICATION.md 4.7).
-            if catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
-                                          self.store.config.mapped_file_size_commit_log):
-                for f in (dump,):
-                    if os.path.exists(f):
-                        os.remove(f)
+            copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
+                                                self.store.config.mapped_file_size_commit_log)
+            if copied and os.path.exists(dump):
+                os.remove(dump)  # a dump without its journal would describe a log this member no longer has
             time.sleep(self.settings.raft_max_timeout)
         machine.gap_fetcher = self._fetch_gap
         self.machine = machine
