@@ -261,9 +261,12 @@ class RaftWritePath:
                 log.info("graceful stop: handed leadership to %s", self.leader().id if self.leader() else "?")
             except ReplicationError as e:
                 log.warning("graceful stop could not hand off leadership: %s", e)
+        leader = self.leader()
+        redirect = NotLeaderError(leader.grpc_address) if leader and leader.id != self.node_id \
+            else WritePathStoppedError()
         self._running = False
         self._writable_term = -1
-        self._committer.stop(NotLeaderError(None))
+        self._committer.stop(redirect)
         self._fail_inflight(UnknownOutcomeError("node shutting down"))
         with self._wake:
             self._wake.notify_all()
