@@ -304,3 +304,38 @@ def test_wiped_replica_catches_up_from_after_retention(tmp_path: Path, batches: 
     finally:
         src.shutdown()
         dst.shutdown()
+
+
+def test_truncate_after_retention_keeps_queue_offsets(tmp_path: Path) -> None:
+    """truncate_to down to the commit log's minimum must not reset a queue's offsets to 0.
+
+    Five 1.5 KiB records fill each 8 KiB segment and each 5-unit consume-queue file, so after retention the
+    queue's only file starts exactly at the first record still in the commit log. Cutting the log there
+    leaves the queue with no units, but its offsets 0..19 were used: the next message must get offset 20,
+    as it does on a replica that did not truncate (otherwise replicas diverge and consumers are reset).
+    Found by the model test (retention, then truncate).
+    """
+    import time
+
+    cfg = StoreConfig(root_dir=str(tmp_path), **{**GEOMETRY, "mapped_file_size_consume_queue": 5 * 20})
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        msg = lambda: Message(topic="DetA", queue_id=0, body=b"x" * 1400, born_host=("10.0.0.7", 1))  # noqa: E731
+        rs = st.put_messages([msg() for _ in range(25)])
+        assert [r.physical_offset // 8192 for r in rs] == [i // 5 for i in range(25)], "5 records per segment"
+        wait_dispatched(st)
+        st.retention.delete_files_manually()
+        st.retention.run_once(now_ms=int(time.time() * 1000) + 10**10)
+        assert st.commit_log_min_offset == rs[20].physical_offset
+        assert (st.min_offset_in_queue("DetA", 0), st.max_offset_in_queue("DetA", 0)) == (20, 25)
+        st.truncate_to(rs[20].physical_offset)
+        assert (st.min_offset_in_queue("DetA", 0), st.max_offset_in_queue("DetA", 0)) == (20, 20)
+        r = st.put_message(msg())
+        assert (r.physical_offset, r.queue_offset) == (rs[20].physical_offset, 20)
+        st = restart(st, cfg, clean=True)
+        wait_dispatched(st)
+        assert (st.min_offset_in_queue("DetA", 0), st.max_offset_in_queue("DetA", 0)) == (20, 21)
+        assert st.put_message(msg()).queue_offset == 21
+    finally:
+        st.shutdown()
