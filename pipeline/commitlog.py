@@ -87,7 +87,7 @@ class RangeWalk:
     end_pos: int  # where the walk stopped
     records: int = 0
     reason: str = ""
-    resynced: bool = False  # first came from resync (not offset 0)
+    validated: bool = True  # False: ``first`` came from resync without a full chain of valid records behind it
     gaps: list[tuple[int, int, str]] = field(default_factory=list)  # unreadable regions [from, to) + why
 
 
@@ -236,11 +236,11 @@ def walk_split(split: Split) -> RangeWalk:
     try:
         if split.start == 0:
             return walk(buf, split, 0)
-        first, _validated = resync(buf, split.base, split.size, split.start, split.end)
+        first, validated = resync(buf, split.base, split.size, split.start, split.end)
         if first is None:
             return RangeWalk(split.index, None, None, END_NOSTART, split.start)
         w = walk(buf, split, first)
-        w.resynced = True
+        w.validated = validated
         return w
     finally:
         buf.close()
@@ -314,6 +314,11 @@ def stitch(splits: list[Split], walks: list[RangeWalk]) -> Boundaries:
                     buf.close()
             if w.first is None:
                 continue
+            if expected is None and not w.validated:
+                problems.append(
+                    f"segment {s.base:020d}: reading resumed at {s.base + w.first} after damage, on a record whose "
+                    f"following records could not all be validated"
+                )
             for g_from, g_to, why in w.gaps:
                 problems.append(
                     f"corrupt region [{s.base + g_from}, {s.base + g_to}) in segment {s.base:020d} ({why}); "
