@@ -212,3 +212,35 @@ def test_follower_behind_the_compacted_log_installs_a_snapshot_and_fetches_the_g
     check_acked(log, replica_views(c.nodes))
     assert_byte_identical(c.nodes, crashed=True)
     assert "installed snapshot" in victim.spec.log_path.read_text()
+
+
+def test_leader_cut_off_from_its_majority_acknowledges_nothing_and_steps_down(cluster_factory):
+    c = cluster_factory()
+    create_topic(c.nodes, TOPIC, QUEUES)
+    leader = wait_leader(c.nodes)
+    followers = [n for n in c.nodes if n is not leader]
+    for f in followers:
+        os.kill(f.proc.pid, signal.SIGSTOP)
+    try:
+        outcomes = []
+        for i in range(5):
+            try:
+                messaging(leader).SendMessage(pb.SendMessageRequest(message=pb.Message(
+                    topic=TOPIC, queue_id=0, body=b"cut-off %d" % i, uniq_key=f"CUT-{i}")), timeout=15)
+                outcomes.append("ACKED")
+            except grpc.RpcError as e:
+                outcomes.append(e.code().name)
+        assert "ACKED" not in outcomes, outcomes  # no majority: nothing may be acknowledged
+        st = admin(leader).ClusterStatus(pb.ClusterStatusRequest(), timeout=10)
+        me = next(m for m in st.members if m.id == leader.spec.id)
+        assert me.role != "leader", "a leader without a majority must step down"
+    finally:
+        for f in followers:
+            os.kill(f.proc.pid, signal.SIGCONT)
+    wait_leader(c.nodes, timeout=60)
+    p = Producers(c.nodes, TOPIC, n=2, queues=QUEUES).start()
+    p.wait_acked(50)
+    log = p.stop()
+    wait_applied_equal(c.nodes)
+    check_acked(log, replica_views(c.nodes))
+    assert_byte_identical(c.nodes)
