@@ -391,37 +391,50 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
         problems.append(f"cluster.members: this node's id {cfg.node.id!r} is not among the members {sorted(seen)}")
 
 
+def _yaml_scalar(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
 def sample_yaml() -> str:
     """A complete, commented configuration with every default (``raftmq config sample``)."""
-    store_lines = []
-    for name, default in _store_fields().items():
-        if name in _STORE_FIELDS_FROM_NODE:
-            continue
-        store_lines.append(f"  {name}: {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}")
     n, c = NodeSection(), ClusterSection()
-    return f"""\
-# raftmq node configuration. Every key can be overridden by the environment as RAFTMQ_<SECTION>_<KEY>
-# (value parsed as YAML, e.g. RAFTMQ_CLUSTER_MEMBERS='[{{id: n0, raft: "h0:8091", grpc: "h0:8081"}}]')
-# or on the command line: raftmq node --config FILE --set section.key=value
-node:
-  id: {n.id}                        # unique member id
-  data_dir: {n.data_dir}            # store root (commitlog/, consumequeue/, index/, config/, ...)
-  grpc_listen: {n.grpc_listen}      # MessagingService + AdminService
-  http_listen: {n.http_listen}      # /metrics /health /ready
-  advertised_address: ""            # host:port clients are told to use (redirect hints); default: grpc_listen's host
-  auto_create_topics: {str(n.auto_create_topics).lower()}          # create unknown topics on first send (4 queues)
-  log_level: {n.log_level}                  # {' | '.join(LOG_LEVELS)}
-  shutdown_grace_seconds: {n.shutdown_grace_seconds}      # SIGTERM: how long in-flight requests may take to finish
-cluster:
-  name: {c.name}             # CLUSTER property of every message
-  store_host: {c.store_host}       # group-level STOREHOST (IP:port) in every record and msgId
-  durability: {c.durability}                 # async (majority in page cache) | sync (majority fsynced before the ack)
-  raft_listen: {c.raft_listen}
-  raft_address: ""                  # this node's Raft address as peers see it (stable DNS name)
-  members: []                       # [{{id: n0, raft: host:8091, grpc: host:8081}}, ...]; empty = single node
-  secret: ""                        # Raft peer password (optional)
-store:                              # store.StoreConfig fields (root_dir, store_host, cluster_name come from above)
-{chr(10).join(store_lines)}
-kubernetes:
-  role_label: auto                  # auto (on when running in a pod) | true | false
-"""
+    notes = {
+        "node": {
+            "id": "unique member id",
+            "data_dir": "store root (commitlog/, consumequeue/, index/, config/, ...)",
+            "grpc_listen": "MessagingService + AdminService",
+            "http_listen": "/metrics /health /ready",
+            "advertised_address": "host:port clients are told to use (redirect hints); default: grpc_listen's host",
+            "auto_create_topics": "create unknown topics on first send (4 queues)",
+            "log_level": " | ".join(LOG_LEVELS),
+            "shutdown_grace_seconds": "SIGTERM: how long in-flight requests may take to finish",
+        },
+        "cluster": {
+            "name": "CLUSTER property of every message",
+            "store_host": "group-level STOREHOST (IP:port) in every record and msgId",
+            "durability": "async (majority in page cache) | sync (majority fsynced before the ack)",
+            "raft_listen": "Raft peer port",
+            "raft_address": "this node's Raft address as peers see it (stable DNS name)",
+            "members": "[{id: n0, raft: host:8091, grpc: host:8081}, ...]; empty = single node",
+            "secret": "Raft peer password (optional)",
+        },
+    }
+    lines = [
+        "# raftmq node configuration. Every key can be overridden by the environment as RAFTMQ_<SECTION>_<KEY>",
+        "# (value parsed as YAML, e.g. RAFTMQ_CLUSTER_MEMBERS='[{id: n0, raft: \"h0:8091\", grpc: \"h0:8081\"}]')",
+        "# or on the command line: raftmq node --config FILE --set section.key=value",
+    ]
+
+    def section(name: str, values: dict[str, Any], comments: dict[str, str], header: str = "") -> None:
+        lines.append(f"{name + ':':36}# {header}" if header else f"{name}:")
+        for key, value in values.items():
+            entry = f"  {key}: {_yaml_scalar(value)}"
+            lines.append(f"{entry:36}# {comments[key]}" if key in comments else entry)
+
+    section("node", dataclasses.asdict(n), notes["node"])
+    section("cluster", dataclasses.asdict(c), notes["cluster"])
+    store = {k: v for k, v in _store_fields().items() if k not in _STORE_FIELDS_FROM_NODE}
+    section("store", store, {}, "store.StoreConfig fields (root_dir, store_host, cluster_name come from above)")
+    section("kubernetes", {"role_label": KubernetesSection().role_label},
+            {"role_label": "auto (on when running in a pod) | true | false"})
+    return "\n".join(lines) + "\n"
