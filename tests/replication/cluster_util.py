@@ -140,6 +140,9 @@ class Producers:
                     with self.log.lock:
                         self.log.acked[key] = (r.result.queue_id, r.result.queue_offset, r.result.physical_offset)
                     break
+                except ValueError:  # the test killed this node and closed its channel before the call: not sent
+                    time.sleep(0.05)
+                    continue
                 except grpc.RpcError as e:
                     code = e.code()
                     if code == grpc.StatusCode.FAILED_PRECONDITION:
