@@ -703,15 +703,20 @@ class RaftWritePath:
         def read() -> tuple[dict, int]:  # on the tick thread: the journal may be rewritten by compaction
             return self._log.getStatus(), self._log.last_log_index()
 
-        st, last_index = self._on_tick_thread(read, 2.0) if self._log is not None else ({}, 0)
+        health = ("fenced: " + self.machine.fenced) if self.machine.fenced else "ok"
+        try:
+            st, last_index = self._on_tick_thread(read, 2.0) if self._log is not None else ({}, 0)
+        except TimeoutError:
+            st, last_index = {}, 0
+            health = "stalled: the Raft tick thread did not answer within 2 s (overloaded host or stuck apply)"
         leader = self.leader()
         _, end, _ = self.machine.status_view()
         me = {
             "id": self.node_id, "address": self.me.grpc_address, "raft_address": self.me.raft_address,
-            "role": _ROLE_NAMES.get(st.get("state"), "unknown"), "term": st.get("raft_term", 0),
+            "role": _ROLE_NAMES.get(st.get("state"), "unknown"), "term": st.get("raft_term", self.term()),
             "commit_index": st.get("commit_idx", 0), "applied_index": st.get("last_applied", 0),
             "applied_offset": end, "dispatch_behind_bytes": self.store.dispatch_behind_bytes(),
-            "lag": 0, "health": ("fenced: " + self.machine.fenced) if self.machine.fenced else "ok",
+            "lag": 0, "health": health,
         }
         out = [me]
         statuses = catch_up.peer_statuses(self.peers, timeout=1.0)

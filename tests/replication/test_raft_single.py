@@ -128,3 +128,41 @@ def test_a_store_written_outside_raft_is_refused_with_a_clear_reason(tmp_path):
             wp.start()
     finally:
         st.shutdown()
+
+
+def test_a_failing_apply_fences_retries_the_same_entry_and_never_skips_it(tmp_path):
+    """An I/O error inside apply must not skip the entry (replicas would diverge): the commit log is cut back to
+    the batch start, the member is fenced (not writable), pysyncobj retries the entry, and once the store works
+    again the entry is applied exactly once. The caller's callback is lost inside pysyncobj, so the put ends as
+    UnknownOutcomeError after put_timeout_s, although the message is stored."""
+    from replication import UnknownOutcomeError
+
+    st, wp = make(tmp_path / "s", one_member(tmp_path), put_timeout_s=3.0)
+    wp.start()
+    try:
+        wait_writable(wp)
+        wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1))
+        real_apply = st.apply_batch
+        failures = []
+
+        def flaky_apply(batch):  # fault injection: the disk fails twice, then recovers
+            if len(failures) < 2:
+                failures.append(1)
+                real_apply(batch)  # half-done write, as a real I/O error mid-append could leave
+                raise OSError(28, "No space left on device")
+            return real_apply(batch)
+
+        st.apply_batch = flaky_apply
+        fut = wp.put([Message(topic="T", queue_id=0, body=b"survives")])
+        with pytest.raises(UnknownOutcomeError):
+            fut.result(15)
+        st.apply_batch = real_apply
+        wait_writable(wp)
+        r = wp.put([Message(topic="T", queue_id=0, body=b"next")]).result(10)[0]
+        assert r.queue_offset == 1, "the failed entry must be applied exactly once before the next one"
+        first = st.get_messages("T", 0, 0, max_count=10).messages
+        assert [m.body for m in first] == [b"survives", b"next"]
+        assert wp.members_status()[0]["health"] == "ok"
+    finally:
+        wp.stop()
+        st.shutdown()
