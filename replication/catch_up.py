@@ -70,10 +70,12 @@ def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file
     if not statuses:
         log.warning("no peer reachable for catch-up; starting from local data only")
         return False
-    member_id, st = max(statuses.items(), key=lambda kv: kv[1].applied_index)
     local_index, local_end = applied.last
-    if st.applied_index <= local_index:
+    ahead = [(mid, st) for mid, st in statuses.items() if st.applied_index > local_index]
+    if not ahead:
         return False
+    # spare the leader: copy from the most advanced follower; pysyncobj brings the last entries afterwards
+    member_id, st = max(ahead, key=lambda kv: (not kv[1].is_leader, kv[1].applied_index))
     if st.commit_log_file_size and st.commit_log_file_size != file_size:
         raise CatchUpError(f"peer {member_id} uses commit-log files of {st.commit_log_file_size} bytes, this node "
                            f"{file_size}: store.mapped_file_size_commit_log must be the same on every member")

@@ -297,6 +297,11 @@ class RaftWritePath:
     def raft_applied_index(self) -> int:
         return self._log.raftLastApplied if self._log is not None else 0
 
+    @property
+    def snapshot_installs(self) -> int:
+        """Snapshots received from a leader since start; a steady rise means compaction outruns a lagging member."""
+        return self.machine.snapshot_installs if self.machine is not None else 0
+
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
                 and self.is_leader() and self._writable_term == self.term())
