@@ -36,6 +36,8 @@ class StoreMessageBuilder:
     ) -> list[Message]:
         """The store messages for one request; raises RpcError for what cannot be stored."""
         now_ms = int(time.time() * 1000)
+        need = sum(1 for m in messages if not m.uniq_key)
+        prefix, counter = self._uniq.reserve(need, now_ms) if need else ("", 0)  # one clock read and lock per batch
         total = 0
         out: list[Message] = []
         for i, m in enumerate(messages):
@@ -55,6 +57,9 @@ class StoreMessageBuilder:
                 props = self._properties(m)
             except ValueError as e:
                 raise invalid(f"{where}{e}") from None
+            if not m.uniq_key:
+                props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{prefix}{counter & 0xFFFF:04X}"
+                counter += 1
             born_host = _born_host(m.born_host, where) if m.born_host else peer
             out.append(Message(topic=m.topic, body=m.body, queue_id=queue_id, properties=props, flag=m.flag,
                                born_timestamp=m.born_timestamp or now_ms, born_host=born_host))
@@ -82,8 +87,6 @@ class StoreMessageBuilder:
             if len(m.uniq_key) > 128 or any(c in m.uniq_key for c in " \x01\x02"):
                 raise ValueError("uniq_key must be at most 128 characters without spaces or control separators")
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = m.uniq_key
-        else:
-            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self._uniq.next()
         return props
 
 

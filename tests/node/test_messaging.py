@@ -41,6 +41,7 @@ def test_batch_is_contiguous_in_one_queue(api):
     api.settle(topic, results[0].queue_id, 10)
     assert len({r.queue_id for r in results}) == 1
     assert [r.queue_offset for r in results] == list(range(10))
+    assert len({r.uniq_key for r in results}) == 10  # broker-made UNIQ_KEYs are distinct within a batch
     got = api.pull(topic, results[0].queue_id, 0, max_count=32)
     assert [m.body for m in got.messages] == [f"m{i}".encode() for i in range(10)]
 
