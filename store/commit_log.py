@@ -280,20 +280,25 @@ class CommitLog:
                     f"message {i}: body of {body_len} bytes exceeds max_message_size {max_body}"
                 )
             props = m.properties
-            if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
-                props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{uniq_prefix}{(uniq_counter + i) & 0xFFFF:04X}"
-            try:
-                order = broker_order(tuple(props))
-                props_s = sep_p.join([
-                    k + sep_kv + (cluster_name if k == PROPERTY_CLUSTER else props[k]) for k in order
-                ]) if cluster_name is not None else properties_without_wait(props)
-            except (TypeError, AttributeError):
-                check_properties(props)
-                raise
-            n_props = len(order)
-            if (props_s.count(sep_kv) != n_props or props_s.count(sep_p) != n_props - 1
-                    or "" in props or "" in props.values()):
-                check_properties(props)
+            props_s = m.properties_string
+            if props_s is not None:  # built by the broker itself (transactions): stored verbatim
+                if type(props_s) is not str:
+                    raise MessageIllegalError(f"message {i}: properties_string must be a str")
+            else:
+                if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+                    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{uniq_prefix}{(uniq_counter + i) & 0xFFFF:04X}"
+                try:
+                    order = broker_order(tuple(props))
+                    props_s = sep_p.join([
+                        k + sep_kv + (cluster_name if k == PROPERTY_CLUSTER else props[k]) for k in order
+                    ]) if cluster_name is not None else properties_without_wait(props)
+                except (TypeError, AttributeError):
+                    check_properties(props)
+                    raise
+                n_props = len(order)
+                if (props_s.count(sep_kv) != n_props or props_s.count(sep_p) != n_props - 1
+                        or "" in props or "" in props.values()):
+                    check_properties(props)
             props_b = props_s.encode("utf-8", "replace")
             props_len = len(props_b)
             if props_len > MAX_PROPERTIES_LENGTH:

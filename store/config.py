@@ -62,6 +62,10 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     # --- delay levels (ScheduleMessageService)
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # --- transactional messages (BrokerConfig transactionTimeOut / transactionCheckInterval / transactionCheckMax)
+    transaction_timeout_ms: int = 6_000  # a half message without an outcome this long is checked with its producer
+    transaction_check_interval_ms: int = 60_000  # how often the leader scans the half queue
+    transaction_check_max: int = 15  # checks before a half message goes to TRANS_CHECK_MAX_TIME_TOPIC
     # --- identity written into records (group-level, contract 7)
     store_host: str = "127.0.0.1:10911"
     cluster_name: str = "DefaultCluster"
@@ -128,6 +132,9 @@ class StoreConfig:
                 f"mapped_file_size_consume_queue must be at least {CQ_STORE_UNIT_SIZE}, "
                 f"got {self.mapped_file_size_consume_queue}"
             )
+        for name in ("transaction_timeout_ms", "transaction_check_interval_ms", "transaction_check_max"):
+            if getattr(self, name) < 1:
+                raise StoreError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("max_hash_slot_num", "max_index_num", "max_message_size", "max_msgs_num_batch"):
             if getattr(self, name) <= 0:
                 raise StoreError(f"{name} must be positive, got {getattr(self, name)}")

@@ -293,6 +293,9 @@ class Message:
     born_host: tuple[str, int] = ("127.0.0.1", 0)
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+    # The exact stored properties string, for records the broker builds itself (transaction half/commit/op
+    # records re-serialize a map their own way, FORMATS.md §3.3); None: derived from ``properties`` as a send.
+    properties_string: str | None = None
 
     @property
     def tags(self) -> str | None:

@@ -1,0 +1,255 @@
+"""Transactional messages (RocketMQ 4.9): the records of a transaction, and the bookkeeping of the half queue.
+
+A half message waits in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (a NOT_TYPE record: in that topic's consume queue and
+index, invisible to consumers of its real topic). Commit writes the real record (type COMMIT) plus an op message in
+``RMQ_SYS_TRANS_OP_HALF_TOPIC`` whose body is the half record's queue offset; rollback writes only the op message.
+The check service walks the half queue from the internal group's offset: a record with an op is done; an old one
+is checked with its producer (a renewed copy with ``TRANSACTION_CHECK_TIMES`` + 1 is appended, as RocketMQ's
+``renewHalfMessageInner``), or discarded to ``TRANS_CHECK_MAX_TIME_TOPIC`` after too many checks.
+
+Why everything is records and offsets: the progress is then made of replicated puts plus the ``CID_RMQ_SYS_TRANS``
+consumer offsets, so a new leader resumes exactly where the store says. A transaction is identified by its
+UNIQ_KEY across renewed copies: an op for any copy finishes all of them. This module only builds records and reads
+the store; the caller puts through its write path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from store.java import JavaHashMap
+from store.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_CLUSTER,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    Message,
+    MessageExt,
+)
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_GROUP = "CID_RMQ_SYS_TRANS"
+REMOVE_TAG = "d"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+OP_PROPERTIES = f"WAIT{NAME_VALUE_SEPARATOR}true{PROPERTY_SEPARATOR}TAGS{NAME_VALUE_SEPARATOR}{REMOVE_TAG}"
+SCAN_LIMIT = 1024  # half records looked at per scan; the rest waits for the next one
+
+
+class TransactionStateError(Exception):
+    """An end-transaction request that cannot be applied; ``kind`` is "not_found" or "finished" or "mismatch"."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+# ------------------------------------------------------------------------------------------------ records
+def _serialize(m: JavaHashMap) -> str:
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in m.items())
+
+
+def _reserialize(props: dict[str, str]) -> JavaHashMap:
+    """``MessageDecoder.string2messageProperties`` then a map: keys in stored order into a fresh HashMap."""
+    m = JavaHashMap()
+    for k, v in props.items():
+        m.put(k, v)
+    return m
+
+
+def half_message(msg: Message, producer_group: str, cluster_name: str) -> Message:
+    """``parseHalfMessageInner`` for a producer's message (real topic and queue set, properties in client order).
+
+    The broker's map: client properties + TRAN_MSG + PGROUP, CLUSTER put, WAIT removed and put back, then REAL_TOPIC
+    and REAL_QID; the string is re-serialized from that map (FORMATS.md §3.3).
+    """
+    m = JavaHashMap()
+    for k, v in msg.properties.items():
+        m.put(k, v)
+    m.put(PROPERTY_TRANSACTION_PREPARED, "true")
+    m.put(PROPERTY_PRODUCER_GROUP, producer_group)
+    m.put(PROPERTY_CLUSTER, cluster_name)
+    wait = msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true")
+    m.remove(PROPERTY_WAIT_STORE_MSG_OK)
+    m.put(PROPERTY_WAIT_STORE_MSG_OK, wait)
+    m.put(PROPERTY_REAL_TOPIC, msg.topic)
+    m.put(PROPERTY_REAL_QUEUE_ID, str(msg.queue_id))
+    return Message(topic=HALF_TOPIC, queue_id=0, body=msg.body, properties=dict(m.items()),
+                   properties_string=_serialize(m), flag=msg.flag, sys_flag=msg.sys_flag & ~TRANSACTION_TYPE_MASK,
+                   born_timestamp=msg.born_timestamp, born_host=msg.born_host, reconsume_times=msg.reconsume_times)
+
+
+def _copy(half: MessageExt, topic: str, queue_id: int, props: JavaHashMap, sys_flag: int,
+          prepared_offset: int = 0) -> Message:
+    return Message(topic=topic, queue_id=queue_id, body=half.body, properties=dict(props.items()),
+                   properties_string=_serialize(props), flag=half.flag, sys_flag=sys_flag,
+                   born_timestamp=half.born_timestamp, born_host=half.born_host,
+                   reconsume_times=half.reconsume_times, prepared_transaction_offset=prepared_offset)
+
+
+def commit_message(half: MessageExt) -> Message:
+    """``EndTransactionProcessor.endMessageTransaction``: the real record, type COMMIT, pointing at the half record.
+
+    Its properties string is taken before REAL_TOPIC, REAL_QID and TRAN_MSG are cleared, so it keeps them.
+    """
+    props = half.properties
+    sys_flag = (half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE
+    return _copy(half, props[PROPERTY_REAL_TOPIC], int(props[PROPERTY_REAL_QUEUE_ID]), _reserialize(props),
+                 sys_flag, prepared_offset=half.physical_offset)
+
+
+def op_message(half_queue_offset: int, broker_host: tuple[str, int], now_ms: int | None = None) -> Message:
+    """``makeOpMessageInner``: body = the half record's queue offset, tag ``d``, no UNIQ_KEY in the string."""
+    ts = int(time.time() * 1000) if now_ms is None else now_ms
+    return Message(topic=OP_TOPIC, queue_id=0, body=str(half_queue_offset).encode(),
+                   properties={"WAIT": "true", "TAGS": REMOVE_TAG}, properties_string=OP_PROPERTIES,
+                   born_timestamp=ts, born_host=broker_host)
+
+
+def check_times(half: MessageExt) -> int:
+    try:
+        return int(half.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0"))
+    except ValueError:
+        return 0
+
+
+def renewed_half(half: MessageExt, times: int) -> Message:
+    """``renewHalfMessageInner``: the same half message appended again, its check count set to ``times``."""
+    props = _reserialize(half.properties)
+    props.put(PROPERTY_TRANSACTION_CHECK_TIMES, str(times))
+    return _copy(half, HALF_TOPIC, 0, props, half.sys_flag)
+
+
+def discarded_message(half: MessageExt) -> Message:
+    """``toMessageExtBrokerInner`` of the check listener: the half message moved to TRANS_CHECK_MAX_TIME_TOPIC."""
+    return _copy(half, CHECK_MAX_TOPIC, 0, _reserialize(half.properties), half.sys_flag)
+
+
+def real_topic(half: MessageExt) -> str:
+    return half.properties.get(PROPERTY_REAL_TOPIC, "")
+
+
+def producer_group(half: MessageExt) -> str:
+    return half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+
+
+# ------------------------------------------------------------------------------------------------ bookkeeping
+@dataclass
+class ScanResult:
+    """What one pass over the half queue found; the caller acts on ``due`` then commits the two offsets."""
+
+    due: list[MessageExt]  # timed out, unresolved, in queue order
+    half_offset: int  # next half-queue offset once ``due`` is handled
+    op_offset: int  # next op-queue offset (ops below it are no longer needed)
+    half_from: int
+    op_from: int
+
+
+class TransactionLog:
+    """Reads the half and op queues of a store (any replica; the leader acts on what it finds)."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def progress(self) -> tuple[int, int]:
+        """(half offset, op offset) of ``CID_RMQ_SYS_TRANS``, clamped into each queue's range."""
+        st = self.store
+        out = []
+        for topic in (HALF_TOPIC, OP_TOPIC):
+            off = st.consumer_offsets.offsets(SYSTEM_GROUP, topic).get(0, 0)
+            lo, hi = st.min_offset_in_queue(topic, 0), st.max_offset_in_queue(topic, 0)
+            out.append(min(max(off, lo), hi))
+        return out[0], out[1]
+
+    def _half_at(self, queue_offset: int) -> MessageExt | None:
+        got = self.store.get_messages(HALF_TOPIC, 0, queue_offset, 1, 1 << 30, None)
+        return got.messages[0] if got.messages else None
+
+    def ops(self, op_from: int) -> list[tuple[int, int, str | None]]:
+        """Op messages from ``op_from``: (op queue offset, half queue offset, UNIQ_KEY of that half record)."""
+        out: list[tuple[int, int, str | None]] = []
+        offset = op_from
+        while True:
+            got = self.store.get_messages(OP_TOPIC, 0, offset, 256, 4 << 20, None)
+            if not got.messages:
+                return out
+            for m in got.messages:
+                try:
+                    half_off = int(m.body.decode("ascii"))
+                except (ValueError, UnicodeDecodeError):
+                    continue  # not an op message of ours: nothing it could finish
+                half = self._half_at(half_off)
+                out.append((m.queue_offset, half_off, half.uniq_key if half is not None else None))
+            offset = got.next_begin_offset
+
+    def scan(self, now_ms: int, timeout_ms: int, limit: int = SCAN_LIMIT) -> ScanResult:
+        half_from, op_from = self.progress()
+        ops = self.ops(op_from)
+        done_offsets = {h for _, h, _ in ops}
+        done_keys = {k for _, _, k in ops if k}
+        got = self.store.get_messages(HALF_TOPIC, 0, half_from, limit, 16 << 20, None)
+        records = got.messages
+        due: list[MessageExt] = []
+        half_offset = half_from
+        rest: list[MessageExt] = []
+        for i, m in enumerate(records):
+            if m.queue_offset in done_offsets or m.uniq_key in done_keys:
+                half_offset = m.queue_offset + 1
+                continue
+            if now_ms - m.store_timestamp < timeout_ms:
+                rest = records[i:]
+                break
+            due.append(m)
+            half_offset = m.queue_offset + 1
+        op_offset = op_from
+        if len(records) < limit:  # the whole pending window is known: drop ops nothing pending refers to
+            pending = {m.uniq_key for m in rest} | {m.uniq_key for m in due}
+            for op_q, half_off, key in ops:
+                if half_off >= half_offset or key in pending:
+                    break
+                op_offset = op_q + 1
+        return ScanResult(due, half_offset, op_offset, half_from, op_from)
+
+    def open_half(self, physical_offset: int, transaction_id: str, group: str) -> MessageExt:
+        """The half record an end-transaction request names, if its transaction is still open.
+
+        Raises TransactionStateError: "not_found" (no such half message), "mismatch" (another producer group's),
+        "finished" (committed, rolled back, or discarded after too many checks).
+        """
+        st = self.store
+        half = st.view_message(physical_offset) if physical_offset >= 0 else None
+        if half is None or half.topic != HALF_TOPIC or (transaction_id and half.uniq_key != transaction_id):
+            raise TransactionStateError(
+                "not_found", f"no half message for transaction {transaction_id!r} at that msg_id (never sent, or "
+                "removed by retention); pass the msg_id and transaction_id that SendHalfMessage returned")
+        if producer_group(half) != group:
+            raise TransactionStateError(
+                "mismatch", f"transaction {half.uniq_key!r} belongs to producer group {producer_group(half)!r}, "
+                f"not {group!r}")
+        half_from, op_from = self.progress()
+        for _, half_off, key in self.ops(op_from):
+            if half_off == half.queue_offset or key == half.uniq_key:
+                raise TransactionStateError(
+                    "finished", f"transaction {half.uniq_key!r} is already finished (committed or rolled back)")
+        if half.queue_offset < half_from:
+            # passed by the check service: still open only through a renewed copy it appended later
+            copies = st.query_messages(HALF_TOPIC, half.uniq_key, 64, 0, int(time.time() * 1000) + 1000)
+            if not any(c.queue_offset >= half_from and c.uniq_key == half.uniq_key for c in copies):
+                raise TransactionStateError(
+                    "finished", f"transaction {half.uniq_key!r} is already finished (committed, rolled back, or "
+                    f"discarded to {CHECK_MAX_TOPIC} after too many checks)")
+        return half
+
+
+__all__ = [
+    "CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "SYSTEM_GROUP",
+    "ScanResult", "TransactionLog", "TransactionStateError", "check_times", "commit_message", "discarded_message",
+    "half_message", "op_message", "producer_group", "real_topic", "renewed_half",
+]
