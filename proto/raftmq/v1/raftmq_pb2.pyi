@@ -16,6 +16,13 @@ class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OFFSET_TOO_SMALL: _ClassVar[PullStatus]
     OFFSET_OVERFLOW: _ClassVar[PullStatus]
     OFFSET_MOVED: _ClassVar[PullStatus]
+
+class TransactionResolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRANSACTION_RESOLUTION_UNSPECIFIED: _ClassVar[TransactionResolution]
+    TX_COMMIT: _ClassVar[TransactionResolution]
+    TX_ROLLBACK: _ClassVar[TransactionResolution]
+    TX_UNKNOWN: _ClassVar[TransactionResolution]
 PULL_STATUS_UNSPECIFIED: PullStatus
 FOUND: PullStatus
 NO_NEW_MSG: PullStatus
@@ -23,6 +30,10 @@ NO_MATCHED_MSG: PullStatus
 OFFSET_TOO_SMALL: PullStatus
 OFFSET_OVERFLOW: PullStatus
 OFFSET_MOVED: PullStatus
+TRANSACTION_RESOLUTION_UNSPECIFIED: TransactionResolution
+TX_COMMIT: TransactionResolution
+TX_ROLLBACK: TransactionResolution
+TX_UNKNOWN: TransactionResolution
 
 class Message(_message.Message):
     __slots__ = ("topic", "queue_id", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "flag", "uniq_key", "delay_level")
@@ -415,3 +426,57 @@ class TransferLeaderResponse(_message.Message):
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     leader_id: str
     def __init__(self, leader_id: _Optional[str] = ...) -> None: ...
+
+class SendHalfMessageRequest(_message.Message):
+    __slots__ = ("message", "producer_group")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    producer_group: str
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., producer_group: _Optional[str] = ...) -> None: ...
+
+class SendHalfMessageResponse(_message.Message):
+    __slots__ = ("result", "transaction_id")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    result: SendResult
+    transaction_id: str
+    def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ..., transaction_id: _Optional[str] = ...) -> None: ...
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("producer_group", "transaction_id", "msg_id", "resolution")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    transaction_id: str
+    msg_id: str
+    resolution: TransactionResolution
+    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: SendResult
+    def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
+
+class TransactionStreamRequest(_message.Message):
+    __slots__ = ("register_group", "check_answer")
+    REGISTER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CHECK_ANSWER_FIELD_NUMBER: _ClassVar[int]
+    register_group: str
+    check_answer: EndTransactionRequest
+    def __init__(self, register_group: _Optional[str] = ..., check_answer: _Optional[_Union[EndTransactionRequest, _Mapping]] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("transaction_id", "msg_id", "message", "check_times")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TIMES_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    msg_id: str
+    message: MessageView
+    check_times: int
+    def __init__(self, transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., message: _Optional[_Union[MessageView, _Mapping]] = ..., check_times: _Optional[int] = ...) -> None: ...

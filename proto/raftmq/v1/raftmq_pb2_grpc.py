@@ -726,3 +726,161 @@ class AdminService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class TransactionServiceStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SendHalfMessage = channel.unary_unary(
+                '/raftmq.v1.TransactionService/SendHalfMessage',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendHalfMessageRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendHalfMessageResponse.FromString,
+                _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/raftmq.v1.TransactionService/EndTransaction',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.CheckTransactions = channel.stream_stream(
+                '/raftmq.v1.TransactionService/CheckTransactions',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.TransactionStreamRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TransactionCheck.FromString,
+                _registered_method=True)
+
+
+class TransactionServiceServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def SendHalfMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckTransactions(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TransactionServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SendHalfMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendHalfMessage,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendHalfMessageRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendHalfMessageResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.EndTransactionRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'CheckTransactions': grpc.stream_stream_rpc_method_handler(
+                    servicer.CheckTransactions,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TransactionStreamRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.TransactionCheck.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'raftmq.v1.TransactionService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('raftmq.v1.TransactionService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class TransactionService:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def SendHalfMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.TransactionService/SendHalfMessage',
+            raftmq_dot_v1_dot_raftmq__pb2.SendHalfMessageRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.SendHalfMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.TransactionService/EndTransaction',
+            raftmq_dot_v1_dot_raftmq__pb2.EndTransactionRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckTransactions(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/raftmq.v1.TransactionService/CheckTransactions',
+            raftmq_dot_v1_dot_raftmq__pb2.TransactionStreamRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.TransactionCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
