@@ -50,6 +50,7 @@ from store.commit_log import AppendResult, CommitLog, PutStatus
 from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.consumer_offsets import ConsumerOffsetTable
+from store.delay_offsets import DelayOffsetTable
 from store.errors import DiskFullError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
@@ -59,11 +60,13 @@ from store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
     MessageExt,
+    UniqKeyGenerator,
     decode_message_id,
     decode_record,
 )
 from store.reput import ReputMessageService
 from store.retention import RetentionService
+from store.schedule import DelayLevels, to_schedule_messages
 from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
 
@@ -119,6 +122,8 @@ class MessageStore:
         self.reput: ReputMessageService | None = None
         self.topics = TopicConfigTable(config.config_dir)
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
+        self.delay_offsets = DelayOffsetTable(config.config_dir)  # schedule progress (replicated metadata)
+        self.delay_levels = DelayLevels(config.message_delay_level)
         self._services: list = []
         self.retention: RetentionService | None = None
         # replication may set this to the lowest commit-log offset a lagging replica still has to fetch
@@ -130,6 +135,7 @@ class MessageStore:
         self._put_bytes = 0
         self._put_batches = 0
         self._store_host = config.store_host_addr
+        self._uniq = UniqKeyGenerator(self._store_host[0])  # UNIQ_KEY of a delayed message sent without one
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -143,6 +149,7 @@ class MessageStore:
                 self.consume_queues = ConsumeQueueTable.from_config(self.config)
                 self.topics = TopicConfigTable(self.config.config_dir)
                 self.consumer_offsets = ConsumerOffsetTable(self.config.config_dir)
+                self.delay_offsets = DelayOffsetTable(self.config.config_dir)
                 self._services = []
                 self._group_commit = None
             try:
@@ -175,6 +182,7 @@ class MessageStore:
             self.index_service.load(self.last_exit_ok or self.process_crash_only)
         self.topics.load()
         self.consumer_offsets.load()
+        self.delay_offsets.load()
         # 5. recover
         max_phy_of_cq = self.consume_queues.recover()
         if self.last_exit_ok:
@@ -338,6 +346,7 @@ class MessageStore:
                 if self.checkpoint is not None:
                     self.checkpoint.shutdown()
                 self.consumer_offsets.persist()
+                self.delay_offsets.persist(only_if_dirty=True)
             finally:
                 self._close_files()
                 if caught_up:
@@ -376,6 +385,7 @@ class MessageStore:
         self._check_open()
         self._flush_everything()
         self.consumer_offsets.persist(only_if_dirty=True)
+        self.delay_offsets.persist(only_if_dirty=True)
 
     @property
     def is_open(self) -> bool:
@@ -409,9 +419,10 @@ class MessageStore:
         """Store ``msgs`` as one contiguous append (single-node write path)."""
         cl = self._check_open()
         self._check_writable()
+        stored = to_schedule_messages(msgs, self.delay_levels, self.config.cluster_name, self._uniq)
         with cl.put_lock:
             # the batch never leaves this process: no frame, no frame CRC
-            results = cl.apply_decoded(cl.encode(msgs, _now_ms(), self._store_host, self.config.cluster_name))
+            results = cl.apply_decoded(cl.encode(stored, _now_ms(), self._store_host, self.config.cluster_name))
         self._after_append(results)
         for r, m in zip(results, msgs, strict=True):
             r.uniq_key = m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -427,9 +438,10 @@ class MessageStore:
         """Leader half of the write path: validate + encode (offsets 0), see ``CommitLog.encode_batch``."""
         cl = self._check_open()
         self._check_writable()
+        cluster = self.config.cluster_name if cluster_name is None else cluster_name
+        msgs = to_schedule_messages(msgs, self.delay_levels, cluster, self._uniq)  # delayed -> SCHEDULE_TOPIC_XXXX
         return cl.encode_batch(msgs, _now_ms() if store_timestamp is None else store_timestamp,
-                               store_host or self._store_host,
-                               self.config.cluster_name if cluster_name is None else cluster_name)
+                               store_host or self._store_host, cluster)
 
     def apply_batch(self, batch: bytes | bytearray | memoryview) -> list[AppendResult]:
         """Replica half: deterministic append of an encoded batch; no flush wait (see ``wait_flushed``)."""

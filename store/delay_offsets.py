@@ -1,0 +1,86 @@
+"""DelayOffsetTable: ``config/delayOffset.json`` (``{"offsetTable":{1:5,2:0,...}}``, FORMATS.md §10, §13).
+
+Per delay level, the next consume-queue offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` the schedule service
+has not delivered yet. The table is replicated metadata (the write path applies every change on every replica), so
+a new leader continues where the old one stopped. No clock reads inside: applies are identical everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from store import json_file
+from store.errors import StoreError
+
+
+class DelayOffsetTable:
+    """Next schedule-queue offset to deliver, per delay level (1-based)."""
+
+    FILE_NAME = "delayOffset.json"
+
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, self.FILE_NAME)
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._table: dict[int, int] = {}
+        self._dirty = False
+
+    def load(self) -> None:
+        data = json_file.read_leniently(self.path)
+        if data is None:
+            return
+        table = self._parse(data)
+        with self._lock:
+            self._table = table
+
+    def _parse(self, data: object) -> dict[int, int]:
+        try:
+            table = {int(k): int(v) for k, v in data.get("offsetTable", {}).items()}  # type: ignore[union-attr]
+        except (AttributeError, TypeError, ValueError) as e:
+            raise StoreError(f"{self.path} does not have the delayOffset.json shape "
+                             f'{{"offsetTable":{{1:0,...}}}}: {e}') from None
+        return table
+
+    # ------------------------------------------------------------------ changes / reads
+    def update(self, offsets: dict[int, int]) -> None:
+        """Set the next offset to deliver for each level in ``offsets``."""
+        for level, offset in offsets.items():
+            if type(level) is not int or level < 1 or type(offset) is not int or offset < 0:
+                raise StoreError(f"delay offsets: levels must be ints >= 1 and offsets ints >= 0, "
+                                 f"got {level!r}:{offset!r}")
+        with self._lock:
+            self._table.update(offsets)
+            self._dirty = True
+
+    def get(self, level: int) -> int:
+        """The next offset to deliver for ``level`` (0 when the level never delivered anything)."""
+        return self._table.get(level, 0)
+
+    def all(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._table)
+
+    # ------------------------------------------------------------------ persistence / snapshots
+    def to_json(self) -> dict:
+        return {"offsetTable": dict(sorted(self._table.items()))}
+
+    def snapshot(self) -> str:
+        with self._lock:
+            return json_file.dumps(self.to_json())
+
+    def restore(self, text: str) -> None:
+        table = self._parse(json_file.loads(text))
+        with self._lock:
+            self._table = table
+            self._dirty = True
+        self.persist()
+
+    def persist(self, only_if_dirty: bool = False) -> None:
+        with self._write_lock:
+            with self._lock:
+                if only_if_dirty and not self._dirty:
+                    return
+                text = json_file.dumps(self.to_json())
+                self._dirty = False
+            json_file.write_safely(self.path, text)

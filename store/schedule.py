@@ -1,0 +1,307 @@
+"""Delayed messages (RocketMQ 4.9 ``ScheduleMessageService``, FORMATS.md §1.6, §3.3, §10).
+
+Two halves:
+
+* **On send** (``to_schedule_messages``, called by the store's write entry points): a message with a ``DELAY``
+  level > 0 is stored in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` instead of its topic, with ``REAL_TOPIC`` /
+  ``REAL_QID`` added and the properties re-serialized from the broker's HashMap (``WAIT`` kept). A level above the
+  maximum is clamped to it. Its consume-queue tagsCode is the delivery time (``decode_dispatch``).
+* **Delivery** (``ScheduleMessageService``, leader only): per level, read the schedule queue from the replicated
+  progress (``DelayOffsetTable``), rebuild each due message for its real topic/queue exactly as
+  ``messageTimeup`` does, re-put the batch through the write path (replicated, offsets assigned by apply), then
+  replicate the new progress. The service is given callables, so the store does not depend on replication.
+
+Delivery guarantees: a delayed message is re-put only once ``now >= store timestamp + level delay`` (the store
+timestamp of the schedule record, set by the leader that accepted it), so it never shows up in its real topic
+early — except when the delivering leader's clock is behind by more than a level's delay (RocketMQ's
+``correctDeliverTimestamp`` then delivers at once rather than leave a message stuck). Progress is replicated
+*after* the re-put is acknowledged, so nothing is lost across a failover; a message is delivered twice when the
+leader dies (or loses leadership) after its re-put committed and before the progress command did: the new leader
+re-puts everything from the last replicated progress of that level (at most one batch per level).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from store.consume_queue import BLANK_UNIT_SIZE
+from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
+from store.errors import MessageIllegalError, StoreError
+from store.java import JavaHashMap, hashmap_order
+from store.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    SCHEDULE_TOPIC,
+    Message,
+    MessageExt,
+    UniqKeyGenerator,
+    check_properties,
+    check_topic,
+    parse_delay_levels,
+    properties_to_string,
+)
+
+log = logging.getLogger("store.schedule")
+
+RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+
+
+class DelayLevels:
+    """``messageDelayLevel`` parsed: level ``n`` (1-based) waits ``delay_ms(n)``."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.millis = parse_delay_levels(spec)
+        if not self.millis:
+            raise StoreError(f"message_delay_level {spec!r} has no levels; give at least one, e.g. \"1s 5s 10s\"")
+
+    @property
+    def max_level(self) -> int:
+        return len(self.millis)
+
+    def clamp(self, level: int) -> int:
+        return min(level, self.max_level)
+
+    def delay_ms(self, level: int) -> int:
+        return self.millis[self.clamp(level) - 1]
+
+    @staticmethod
+    def queue_id(level: int) -> int:
+        return level - 1
+
+    @staticmethod
+    def level_of_queue(queue_id: int) -> int:
+        return queue_id + 1
+
+    def correct_deliver_timestamp(self, now_ms: int, deliver_ms: int, level: int) -> int:
+        """``correctDeliverTimestamp``: a delivery time further away than the level's delay (the clock went back)
+        is treated as now."""
+        return now_ms if deliver_ms > now_ms + self.delay_ms(level) else deliver_ms
+
+
+def delay_level_of(props: dict[str, str]) -> int:
+    """``Message.getDelayTimeLevel``: the ``DELAY`` property as an int (0 when absent)."""
+    text = props.get(PROPERTY_DELAY_TIME_LEVEL)
+    if text is None:
+        return 0
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise MessageIllegalError(f"property DELAY={text!r} is not a delay level; use an integer "
+                                  "(1 = the first of message_delay_level)") from None
+
+
+def schedule_properties(props: dict[str, str], cluster_name: str | None, real_topic: str, real_qid: int,
+                        level: int) -> dict[str, str]:
+    """The broker's property map of a delayed message, in its HashMap iteration order (FORMATS.md §3.3).
+
+    SendMessageProcessor parses the client's properties into a HashMap, puts CLUSTER, removes WAIT and puts it
+    back (it then sits at the end of its bucket); CommitLog sets the clamped DELAY and puts REAL_TOPIC and
+    REAL_QID, then re-serializes the whole map (WAIT included)."""
+    m = JavaHashMap()
+    for k, v in props.items():
+        m.put(k, v)
+    if cluster_name is not None:
+        m.put(PROPERTY_CLUSTER, cluster_name)
+    wait = props.get(PROPERTY_WAIT_STORE_MSG_OK)
+    if wait is not None:
+        m.remove(PROPERTY_WAIT_STORE_MSG_OK)
+        m.put(PROPERTY_WAIT_STORE_MSG_OK, wait)
+    m.put(PROPERTY_DELAY_TIME_LEVEL, str(level))
+    m.put(PROPERTY_REAL_TOPIC, real_topic)
+    m.put(PROPERTY_REAL_QUEUE_ID, str(real_qid))
+    return dict(m.items())
+
+
+def to_schedule_messages(msgs: Sequence[Message], levels: DelayLevels, cluster_name: str | None,
+                         uniq: UniqKeyGenerator) -> Sequence[Message]:
+    """``msgs`` with every delayed message replaced by its schedule-topic form (``msgs`` itself when none is).
+
+    The originals keep their topic and queue (callers report them); a missing UNIQ_KEY is set in the original's
+    properties as the encoder would. Raises MessageIllegalError for a delayed message that cannot be stored."""
+    out: list[Message] | None = None
+    for i, m in enumerate(msgs):
+        props = m.properties
+        if (not isinstance(props, dict) or PROPERTY_DELAY_TIME_LEVEL not in props
+                or m.properties_string is not None):
+            continue
+        if (m.sys_flag & TRANSACTION_TYPE_MASK) not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            continue
+        level = delay_level_of(props)
+        if level <= 0:
+            continue
+        check_topic(m.topic)
+        check_properties(props)
+        qid = m.queue_id
+        if type(qid) is not int or not 0 <= qid <= 0x7FFFFFFF:
+            raise MessageIllegalError(f"message {i}: queue_id {qid!r} must be an int in [0, 2^31)")
+        if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq.next()
+        level = levels.clamp(level)
+        sched_props = schedule_properties(props, cluster_name, m.topic, qid, level)
+        if out is None:
+            out = list(msgs)
+        out[i] = Message(
+            topic=SCHEDULE_TOPIC, body=m.body, queue_id=levels.queue_id(level), properties=sched_props,
+            flag=m.flag, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp, born_host=m.born_host,
+            reconsume_times=m.reconsume_times, prepared_transaction_offset=m.prepared_transaction_offset,
+            properties_string=properties_to_string(sched_props),
+        )
+    return msgs if out is None else out
+
+
+def timeup_message(ext: MessageExt) -> Message | None:
+    """``messageTimeup``: the message to put into its real topic/queue, or None when it must be dropped.
+
+    The properties string is re-serialized from the decoded map *before* DELAY is cleared and WAIT=false is set,
+    so the delivered record keeps DELAY, REAL_TOPIC, REAL_QID and WAIT (FORMATS.md §3.3)."""
+    props = ext.properties
+    real_topic = props.get(PROPERTY_REAL_TOPIC)
+    try:
+        real_qid = int(props.get(PROPERTY_REAL_QUEUE_ID, ""))
+    except ValueError:
+        real_qid = -1
+    if not real_topic or real_qid < 0:
+        log.error("schedule record at %d has no usable REAL_TOPIC/REAL_QID (%r/%r); skipped", ext.physical_offset,
+                  real_topic, props.get(PROPERTY_REAL_QUEUE_ID))
+        return None
+    if real_topic == RMQ_SYS_TRANS_HALF_TOPIC:
+        log.error("schedule record at %d targets the transaction half topic; discarded as RocketMQ does",
+                  ext.physical_offset)
+        return None
+    props_s = properties_to_string(props, hashmap_order(props))
+    new_props = {k: v for k, v in props.items() if k != PROPERTY_DELAY_TIME_LEVEL}
+    new_props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+    return Message(
+        topic=real_topic, body=ext.body, queue_id=real_qid, properties=new_props, flag=ext.flag,
+        sys_flag=ext.sys_flag, born_timestamp=ext.born_timestamp, born_host=ext.born_host,
+        reconsume_times=ext.reconsume_times, properties_string=props_s,
+    )
+
+
+class ScheduleMessageService:
+    """Delivers due delayed messages while ``is_active()`` (the node leads and accepts writes).
+
+    ``put(msgs) -> Future[list[PutResult]]`` is the write path's put; ``commit_progress({level: offset})`` replicates
+    (and persists) the delay offsets and returns once applied. Both are re-checked every pass, so leadership moving
+    away just makes them fail; the next leader starts from the replicated progress.
+    """
+
+    def __init__(self, store: Any, put: Callable[[list[Message]], Future],
+                 commit_progress: Callable[[dict[int, int]], None], is_active: Callable[[], bool], *,
+                 interval_s: float = 0.1, max_batch: int = 256, max_batch_bytes: int = 1 << 20,
+                 put_timeout_s: float = 30.0, retry_after_error_s: float = 1.0) -> None:
+        self.store = store
+        self.levels = DelayLevels(store.config.message_delay_level)
+        self._put = put
+        self._commit_progress = commit_progress
+        self._is_active = is_active
+        self.interval_s = interval_s
+        self.max_batch = max_batch
+        self.max_batch_bytes = max_batch_bytes
+        self.put_timeout_s = put_timeout_s
+        self.retry_after_error_s = retry_after_error_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.delivered = 0  # messages re-put into their real topics by this node (metrics)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="ScheduleMessageService", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.put_timeout_s + 5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                if self._is_active():
+                    self.run_once()
+            except Exception as e:  # leadership lost mid-pass, store closing, ...: retry after a pause
+                if self._is_active() and not self._stop.is_set():
+                    log.warning("delayed delivery pass failed (%s: %s); retrying", type(e).__name__, e)
+                self._stop.wait(self.retry_after_error_s)
+
+    # ------------------------------------------------------------------ one pass
+    def run_once(self, now_ms: int | None = None) -> int:
+        """Deliver what is due on every level; returns how many messages were re-put."""
+        total = 0
+        for level in range(1, self.levels.max_level + 1):
+            while not self._stop.is_set():
+                n, more = self._deliver_level(level, int(time.time() * 1000) if now_ms is None else now_ms)
+                total += n
+                if not more:
+                    break
+        return total
+
+    def _deliver_level(self, level: int, now_ms: int) -> tuple[int, bool]:
+        """One batch of ``level``: (messages re-put, whether a full batch was due so more may be)."""
+        store = self.store
+        cq = store.consume_queues.get(SCHEDULE_TOPIC, DelayLevels.queue_id(level))
+        if cq is None:
+            return 0, False
+        start = store.delay_offsets.get(level)
+        # below the queue's minimum: retention removed those units (RocketMQ's correctDelayOffset). Not clamped
+        # from above: a follower that just became leader may still be dispatching, its queue catches up.
+        offset = max(start, cq.get_min_offset_in_queue())
+        units = cq.read_units(offset, self.max_batch)
+        msgs: list[Message] = []
+        size = 0
+        nxt = offset
+        full = False
+        for phy, unit_size, tags_code in units:
+            if unit_size == BLANK_UNIT_SIZE:
+                nxt += 1
+                continue
+            if self.levels.correct_deliver_timestamp(now_ms, tags_code, level) > now_ms:
+                break
+            if msgs and size + unit_size > self.max_batch_bytes:
+                full = True
+                break
+            ext = store.view_message(phy)
+            nxt += 1
+            if ext is None:
+                log.error("delay level %d: no message at commit-log offset %d (queue offset %d); skipped", level,
+                          phy, nxt - 1)
+                continue
+            m = timeup_message(ext)
+            if m is not None:
+                msgs.append(m)
+                size += unit_size
+        else:
+            full = len(units) == self.max_batch
+        if nxt == start:
+            return 0, False
+        if msgs:
+            self._put_all(level, msgs)
+        self._commit_progress({level: nxt})
+        self.delivered += len(msgs)
+        return len(msgs), full
+
+    def _put_all(self, level: int, msgs: list[Message]) -> None:
+        """Re-put a batch; when the store refuses it as invalid, put one by one and skip only the invalid ones
+        (RocketMQ logs and skips a message whose put throws)."""
+        try:
+            self._put(msgs).result(self.put_timeout_s)
+            return
+        except MessageIllegalError as e:
+            if len(msgs) == 1:
+                log.error("delay level %d: message for %s-%d cannot be re-put (%s); skipped", level, msgs[0].topic,
+                          msgs[0].queue_id, e)
+                return
+        for m in msgs:
+            self._put_all(level, [m])
