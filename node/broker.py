@@ -243,6 +243,10 @@ class Broker:
         ])
         pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(self), server)
+        from node.transaction_service import TransactionService
+
+        self.transactions = TransactionService(self)  # its check loop acts while this node leads
+        pb_grpc.add_TransactionServiceServicer_to_server(self.transactions, server)
         # peers' catch-up and sync-durability calls (replication owns it; answers UNAVAILABLE until Raft runs)
         from raftmq.v1 import replica_pb2_grpc
 
@@ -293,10 +297,10 @@ class Broker:
                 return
             await asyncio.sleep(0.01)
 
-    async def stop(self) -> None:
-        """Graceful stop, after start() has returned or failed."""
+    async def stop(self) -> bool:
+        """Graceful stop, after start() has returned or failed; False when a step failed (logged)."""
         if self._stopped:
-            return
+            return True
         self._stopped = self._stopping = True
         self.serving = False
         self._phase = "shutting down"
@@ -307,16 +311,24 @@ class Broker:
             grace = self.config.node.shutdown_grace_seconds
             await self._drain(grace)
             await self._grpc.stop(grace)
-        if self._write_path_started:
-            await self.run_blocking(self.write_path.stop)
-        if self._labeler is not None:
-            await self.run_blocking(self._labeler.stop)
-        if self._store_open:
-            await self.run_blocking(self.store.shutdown)
+        ok = True
+        # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
+        # so the next start recovers it as after a crash.
+        for what, step in (("write path", self.write_path.stop if self._write_path_started else None),
+                           ("role labeler", self._labeler.stop if self._labeler is not None else None),
+                           ("store", self.store.shutdown if self._store_open else None)):
+            if step is None:
+                continue
+            try:
+                await self.run_blocking(step)
+            except Exception:
+                log.exception("node %s: stopping the %s failed", self.node_id, what)
+                ok = False
         if self._http is not None:
             self._http.stop()
         self._pool.shutdown(wait=True)
-        log.info("node %s stopped", self.node_id)
+        log.info("node %s stopped%s", self.node_id, "" if ok else " (with errors, see above)")
+        return ok
 
 
 async def serve(cfg: NodeConfig) -> int:
@@ -345,7 +357,8 @@ async def serve(cfg: NodeConfig) -> int:
         await stopped
         role.cancel()
     stopped.cancel()
-    await broker.stop()
+    if not await broker.stop():
+        code = 1
     return code
 
 
