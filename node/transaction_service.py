@@ -1,0 +1,297 @@
+"""TransactionService: half messages, commit/rollback, and the leader's check-back over producers' streams.
+
+Why this shape: every step of a transaction is a put through the write path (half, commit + op as one atomic
+batch, renewed or discarded copies) and the check progress is the ``CID_RMQ_SYS_TRANS`` consumer offsets, so all
+of it is replicated and a new leader resumes from its own store (``store.transaction.TransactionLog``). The check
+loop runs on every node and acts only while this node leads with its election barrier applied (it polls
+``write_path.is_writable()``; no leadership hook needed).
+Producers keep a ``CheckTransactions`` stream open to the leader; when this node stops leading, their streams are
+closed with FAILED_PRECONDITION and the leader hint, and the SDK reconnects there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from node import convert
+from node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
+from node.messaging import _peer_host
+from node.rpc import rpc_handler
+from node.validation import check_group_name, check_topic_name
+from store import StoreError
+from store.message import decode_message_id
+from store.topic_config import TopicConfig
+from store.transaction import (
+    CHECK_MAX_TOPIC,
+    HALF_TOPIC,
+    OP_TOPIC,
+    SYSTEM_GROUP,
+    TransactionLog,
+    TransactionStateError,
+    check_times,
+    commit_message,
+    discarded_message,
+    op_message,
+    producer_group,
+    renewed_half,
+)
+from store.transaction import half_message as make_half
+
+if TYPE_CHECKING:
+    from node.broker import Broker
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_SECONDS = 0.2  # how soon a node notices it leads / stopped leading
+REGISTER_TIMEOUT_SECONDS = 10.0
+
+
+class _Checker:
+    """One producer's open CheckTransactions stream: checks are queued to it; None closes it."""
+
+    def __init__(self, group: str):
+        self.group = group
+        self.queue: asyncio.Queue[pb.TransactionCheck | None] = asyncio.Queue()
+        self.close_reason: RpcError | None = None
+
+
+class TransactionService(pb_grpc.TransactionServiceServicer):
+    def __init__(self, node: Broker):
+        self.node = node
+        self._end_lock = asyncio.Lock()  # one outcome at a time: "still open?" and the put are one step
+        self._checkers: dict[str, list[_Checker]] = {}
+        self._round_robin: dict[str, itertools.count] = {}
+        self._pick = itertools.count()
+        self._task = asyncio.get_running_loop().create_task(self._check_loop())
+
+    @property
+    def _log(self) -> TransactionLog:
+        return TransactionLog(self.node.store)
+
+    # ------------------------------------------------------------------ half message
+    @rpc_handler("SendHalfMessage")
+    async def SendHalfMessage(self, request: pb.SendHalfMessageRequest, context):  # noqa: N802
+        node = self.node
+        if not request.producer_group:
+            raise invalid("producer_group is empty; transactional messages need a producer group (checks go to it)")
+        check_group_name(request.producer_group)
+        m = request.message
+        check_topic_name(m.topic)
+        if m.delay_level:
+            raise invalid(f"delay_level {m.delay_level}: a transactional message cannot be delayed; send it with "
+                          "delay_level 0")
+        cfg = await node.writable_topic(m.topic)
+        qid = self._queue_for(cfg, m)
+        msgs = node.converter.to_store_messages([m], qid, _peer_host(context.peer()))
+        half = make_half(msgs[0], request.producer_group, node.config.cluster.name)
+        results = await asyncio.wrap_future(node.write_path.put([half]))
+        convert.check_put_results(results)
+        node.metrics.record_put(HALF_TOPIC, 1, len(half.body))
+        return pb.SendHalfMessageResponse(result=convert.send_result(results[0], half),
+                                          transaction_id=half.uniq_key or "")
+
+    def _queue_for(self, cfg, m: pb.Message) -> int:
+        n = cfg.write_queue_nums
+        if m.HasField("queue_id"):
+            if not 0 <= m.queue_id < n:
+                raise not_found(f"topic {cfg.topic_name!r} has {n} write queues (0..{n - 1}); queue {m.queue_id} "
+                                "does not exist - leave queue_id unset to let the broker pick one")
+            return m.queue_id
+        counter = self._round_robin.setdefault(cfg.topic_name, itertools.count())
+        return next(counter) % n
+
+    # ------------------------------------------------------------------ outcome
+    @rpc_handler("EndTransaction")
+    async def EndTransaction(self, request: pb.EndTransactionRequest, context):  # noqa: N802
+        result = await self._end(request)
+        return pb.EndTransactionResponse(result=result) if result is not None else pb.EndTransactionResponse()
+
+    async def _end(self, request: pb.EndTransactionRequest) -> pb.SendResult | None:
+        node = self.node
+        check_group_name(request.producer_group)
+        resolution = request.resolution
+        if resolution not in (pb.TX_COMMIT, pb.TX_ROLLBACK):
+            raise invalid(f"resolution {pb.TransactionResolution.Name(resolution)} cannot end a transaction; use "
+                          "TX_COMMIT or TX_ROLLBACK")
+        try:
+            _, physical_offset = decode_message_id(request.msg_id.strip().upper())
+        except (ValueError, TypeError, StoreError):
+            raise invalid(f"msg_id {request.msg_id!r} is not an offset message id; pass the msg_id SendHalfMessage "
+                          "(or the check) returned") from None
+        node.check_leader()
+        async with self._end_lock:
+            try:
+                half = await node.run_blocking(self._log.open_half, physical_offset, request.transaction_id,
+                                               request.producer_group)
+            except TransactionStateError as e:
+                code = grpc.StatusCode.NOT_FOUND if e.kind == "not_found" else grpc.StatusCode.FAILED_PRECONDITION
+                raise RpcError(code, str(e)) from None
+            op = op_message(half.queue_offset, node.config.store_host)
+            msgs = [commit_message(half), op] if resolution == pb.TX_COMMIT else [op]
+            results = await asyncio.wrap_future(node.write_path.put(msgs))  # one batch: commit and op, atomically
+            convert.check_put_results(results)
+        if resolution != pb.TX_COMMIT:
+            return None
+        node.metrics.record_put(msgs[0].topic, 1, len(msgs[0].body))
+        return convert.send_result(results[0], msgs[0])
+
+    # ------------------------------------------------------------------ producers' check streams
+    async def CheckTransactions(self, request_iterator, context):  # noqa: N802
+        node = self.node
+        try:
+            node.check_serving()
+            node.check_leader()
+            first = await asyncio.wait_for(request_iterator.__anext__(), REGISTER_TIMEOUT_SECONDS)
+            if first.WhichOneof("kind") != "register_group" or not first.register_group:
+                raise invalid("the first message on CheckTransactions must be register_group (the producer group)")
+            check_group_name(first.register_group)
+        except (TimeoutError, StopAsyncIteration):
+            return
+        except Exception as exc:
+            await self._abort(context, exc)
+            return
+        checker = _Checker(first.register_group)
+        self._checkers.setdefault(checker.group, []).append(checker)
+        log.info("transaction checker registered for producer group %s (%s)", checker.group, context.peer())
+        answers = asyncio.get_running_loop().create_task(self._read_answers(request_iterator, checker))
+        try:
+            while True:
+                item = await checker.queue.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            answers.cancel()
+            group = self._checkers.get(checker.group, [])
+            if checker in group:
+                group.remove(checker)
+        if checker.close_reason is not None:
+            await self._abort(context, checker.close_reason)
+
+    async def _read_answers(self, request_iterator, checker: _Checker) -> None:
+        try:
+            async for req in request_iterator:
+                if req.WhichOneof("kind") != "check_answer":
+                    continue
+                answer = req.check_answer
+                if answer.resolution == pb.TX_UNKNOWN:
+                    continue  # checked again after the next timeout
+                if not answer.producer_group:
+                    answer.producer_group = checker.group
+                try:
+                    await self._end(answer)
+                except Exception as exc:  # an answer for a finished transaction, or leadership moved
+                    err = to_rpc_error(exc)
+                    log.info("check answer for transaction %s not applied: %s", answer.transaction_id,
+                             err.message if err else exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            pass  # the stream broke: the producer reconnects
+        finally:
+            checker.queue.put_nowait(None)
+
+    @staticmethod
+    async def _abort(context, exc: Exception) -> None:
+        err = to_rpc_error(exc) or RpcError(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
+        await context.abort(err.code, err.message, metadata)
+
+    def _close_checkers(self) -> None:
+        leader = self.node.write_path.leader() if self.node.write_path is not None else None
+        reason = RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"node {self.node.node_id} is not the leader any more; reconnect to the leader",
+                          leader=leader.grpc_address if leader is not None and leader.grpc_address else None)
+        if self.node._stopping:
+            reason = RpcError(grpc.StatusCode.UNAVAILABLE, f"node {self.node.node_id} is shutting down")
+        for group in self._checkers.values():
+            for c in group:
+                c.close_reason = reason
+                c.queue.put_nowait(None)
+
+    def _checker_for(self, group: str) -> _Checker | None:
+        group_checkers = self._checkers.get(group)
+        if not group_checkers:
+            return None
+        return group_checkers[next(self._pick) % len(group_checkers)]
+
+    # ------------------------------------------------------------------ the check loop (leader only)
+    def _leads(self) -> bool:
+        node = self.node
+        # writable = leader with its election barrier applied: the replicated progress in the store is current
+        return node.serving and node.write_path is not None and node.write_path.is_writable()
+
+    async def _check_loop(self) -> None:
+        node = self.node
+        last_pass = 0.0
+        while not node._stopping:
+            await asyncio.sleep(IDLE_POLL_SECONDS)
+            if not self._leads():
+                if any(self._checkers.values()):
+                    self._close_checkers()
+                continue
+            interval = node.store_config.transaction_check_interval_ms / 1000.0
+            if time.monotonic() - last_pass < interval:
+                continue
+            last_pass = time.monotonic()
+            try:
+                await self.check_once()
+            except Exception as exc:  # no leader for a moment, a stopping write path: try again next pass
+                err = to_rpc_error(exc)
+                log.warning("transaction check pass failed: %s", err.message if err else repr(exc))
+        self._close_checkers()
+
+    async def check_once(self) -> int:
+        """One pass over the half queue: renew + check, or discard, each due half message; returns how many."""
+        node = self.node
+        cfg = node.store_config
+        scan = await node.run_blocking(self._log.scan, int(time.time() * 1000), cfg.transaction_timeout_ms)
+        if not scan.due and scan.half_offset == scan.half_from and scan.op_offset == scan.op_from:
+            return 0
+        puts, checks = [], []
+        for half in scan.due:
+            times = check_times(half)
+            if times >= cfg.transaction_check_max:
+                log.warning("transaction %s of group %s discarded to %s after %d checks", half.uniq_key,
+                            producer_group(half), CHECK_MAX_TOPIC, times)
+                await self._ensure_check_max_topic()
+                puts.append(discarded_message(half))
+                checks.append(None)
+                continue
+            checker = self._checker_for(producer_group(half))
+            # nobody to ask: keep the message pending without spending one of its checks
+            puts.append(renewed_half(half, times + 1 if checker is not None else times))
+            checks.append((checker, half, times + 1) if checker is not None else None)
+        if puts:
+            results = await asyncio.wrap_future(node.write_path.put(puts))
+            convert.check_put_results(results)
+            for r, check in zip(results, checks, strict=True):
+                if check is None:
+                    continue
+                checker, half, times = check
+                checker.queue.put_nowait(pb.TransactionCheck(
+                    transaction_id=half.uniq_key or "", msg_id=r.msg_id, message=convert.message_view(half),
+                    check_times=times))
+        wp = node.write_path
+        if scan.half_offset != scan.half_from:
+            await node.run_blocking(wp.commit_offsets, SYSTEM_GROUP, HALF_TOPIC, {0: scan.half_offset})
+        if scan.op_offset != scan.op_from:
+            await node.run_blocking(wp.commit_offsets, SYSTEM_GROUP, OP_TOPIC, {0: scan.op_offset})
+        return len(scan.due)
+
+    async def _ensure_check_max_topic(self) -> None:
+        node = self.node
+        if node.topic_config(CHECK_MAX_TOPIC) is None:
+            try:
+                await node.run_blocking(node.write_path.create_topic,
+                                        TopicConfig(topic_name=CHECK_MAX_TOPIC, read_queue_nums=1, write_queue_nums=1))
+            except StoreError:
+                pass  # created concurrently

@@ -1,0 +1,270 @@
+"""Transactional messages end to end: real node processes, the SDK's TransactionProducer, check-back streams."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import grpc
+import pytest
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from client import RaftmqError
+from client.errors import NotFoundError
+from client.transaction_producer import TransactionProducer, TransactionState
+from tests.support.processes import REPO_ROOT, node_specs, running_nodes, start_nodes, stop_all
+
+pytestmark = pytest.mark.slow
+
+# short timeouts so checks happen within a second or two
+TX_STORE = {"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100, "transaction_check_max": 3}
+HALF, CHECK_MAX = "RMQ_SYS_TRANS_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"
+_names = itertools.count()
+
+
+def _wait(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    with running_nodes(tmp_path_factory.mktemp("tx"), store=TX_STORE) as nodes:
+        yield nodes[0]
+
+
+def _topic(node, queues: int = 1) -> str:
+    name = f"tx-{next(_names)}"
+    pb_grpc.AdminServiceStub(node.channel()).CreateTopic(pb.CreateTopicRequest(
+        topic=pb.TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues)), timeout=10)
+    return name
+
+
+def _pull_all(node, topic: str, queue_id: int = 0, wait_ms: int = 0) -> list[pb.MessageView]:
+    stub = pb_grpc.MessagingServiceStub(node.channel())
+    r = stub.PullMessage(pb.PullMessageRequest(topic=topic, queue_id=queue_id, offset=0, max_count=100,
+                                               long_poll_timeout_ms=wait_ms), timeout=30)
+    return list(r.messages)
+
+
+def test_commit_delivers_once_and_half_stays_hidden(node):
+    topic = _topic(node)
+    with TransactionProducer(node.grpc_address, group="pg-commit") as p:
+        r = p.send_in_transaction(topic, b"order-1", tags="new", keys="k1",
+                                  local_tx=lambda half: TransactionState.COMMIT)
+        assert r.state == TransactionState.COMMIT and r.end_error == ""
+        assert r.half.send_result.topic == HALF and r.committed.topic == topic
+        got = _pull_all(node, topic, wait_ms=10_000)
+        assert [m.body for m in got] == [b"order-1"]
+        m = got[0]
+        assert m.sys_flag & 0xC == 0x8 and m.uniq_key == r.half.transaction_id and m.tags == "new"
+        assert m.prepared_transaction_offset == r.half.send_result.physical_offset
+        assert m.properties["REAL_TOPIC"] == topic and m.properties["PGROUP"] == "pg-commit"
+        with pytest.raises(RaftmqError, match="already finished") as e:  # a second outcome is refused
+            p.end(r.half, TransactionState.ROLLBACK)
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert len(_pull_all(node, topic)) == 1
+
+
+def test_rollback_delivers_nothing(node):
+    topic = _topic(node)
+    with TransactionProducer(node.grpc_address, group="pg-rollback") as p:
+        r = p.send_in_transaction(topic, b"x", local_tx=lambda half: TransactionState.ROLLBACK)
+        assert r.committed is None and r.end_error == ""
+        with pytest.raises(RaftmqError, match="already finished"):
+            p.end(r.half, TransactionState.COMMIT)
+        # a later transaction of the group is committed: the rolled-back one still never shows up
+        p.send_in_transaction(topic, b"y", local_tx=lambda half: TransactionState.COMMIT)
+    assert [m.body for m in _pull_all(node, topic, wait_ms=10_000)] == [b"y"]
+
+
+@pytest.mark.parametrize("answer", [TransactionState.COMMIT, TransactionState.ROLLBACK])
+def test_check_back_resolves_unknown(node, answer):
+    topic = _topic(node)
+    asked: list = []
+
+    def checker(view):
+        asked.append(view)
+        return answer
+
+    with TransactionProducer(node.grpc_address, group=f"pg-check-{answer.name}", checker=checker) as p:
+        r = p.send_in_transaction(topic, b"pending", local_tx=lambda half: TransactionState.UNKNOWN)
+        assert r.state == TransactionState.UNKNOWN and r.committed is None
+        _wait(lambda: asked, "the broker's check")
+        assert asked[0].uniq_key == r.half.transaction_id and asked[0].body == b"pending"
+        assert asked[0].properties["REAL_TOPIC"] == topic
+        if answer == TransactionState.COMMIT:
+            got = _wait(lambda: _pull_all(node, topic), "the committed message")
+            assert [m.body for m in got] == [b"pending"]
+            assert got[0].properties["TRANSACTION_CHECK_TIMES"] == "1"  # committed from the renewed copy
+        time.sleep(1.5)  # more than two timeouts: a resolved transaction is not asked about again
+        assert len(asked) == 1
+        opposite = TransactionState.ROLLBACK if answer == TransactionState.COMMIT else TransactionState.COMMIT
+        with pytest.raises(RaftmqError, match="already finished"):
+            p.end(r.half, opposite)
+    assert len(_pull_all(node, topic)) == (1 if answer == TransactionState.COMMIT else 0)
+
+
+def test_too_many_checks_go_to_check_max_topic(node):
+    topic = _topic(node)
+    asked: list = []
+    with TransactionProducer(node.grpc_address, group="pg-maxed",
+                             checker=lambda v: asked.append(v) or TransactionState.UNKNOWN) as p:
+        r = p.send_in_transaction(topic, b"undecided", local_tx=lambda half: TransactionState.UNKNOWN)
+
+        def discarded():
+            try:
+                msgs = _pull_all(node, CHECK_MAX)
+            except grpc.RpcError:
+                return None  # the topic is created with the first discarded message
+            return [m for m in msgs if m.uniq_key == r.half.transaction_id]
+
+        [m] = _wait(discarded, f"the message in {CHECK_MAX}")
+        assert m.body == b"undecided" and m.properties["TRANSACTION_CHECK_TIMES"] == "3"
+        assert [int(v.properties.get("TRANSACTION_CHECK_TIMES", "0")) for v in asked] == [0, 1, 2]
+        with pytest.raises(RaftmqError, match="already finished"):
+            p.end(r.half, TransactionState.COMMIT)
+    assert _pull_all(node, topic) == []
+
+
+def test_bad_input(node):
+    topic = _topic(node)
+    stub = pb_grpc.TransactionServiceStub(node.channel())
+    with TransactionProducer(node.grpc_address, group="pg-bad") as p:
+        half = p.send_half(topic, b"a")
+        with pytest.raises(NotFoundError, match="no half message"):  # msg id of a non-half record
+            p.end(type(half)("nope", half.msg_id[:-4] + "0000", half.send_result), TransactionState.COMMIT)
+        p.end(half, TransactionState.ROLLBACK)
+    other = TransactionProducer(node.grpc_address, group="pg-other")
+    with other:
+        h2 = TransactionProducer(node.grpc_address, group="pg-bad").send_half(topic, b"b")
+        with pytest.raises(RaftmqError, match="belongs to producer group 'pg-bad'"):
+            other.end(h2, TransactionState.COMMIT)
+    cases = [
+        (pb.SendHalfMessageRequest(message=pb.Message(topic=topic, body=b"x", delay_level=3), producer_group="g"),
+         "cannot be delayed"),
+        (pb.SendHalfMessageRequest(message=pb.Message(topic=topic, body=b"x")), "producer_group is empty"),
+        (pb.SendHalfMessageRequest(message=pb.Message(topic=HALF, body=b"x"), producer_group="g"), "system"),
+    ]
+    for req, text in cases:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.SendHalfMessage(req, timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and text in e.value.details(), e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        stub.EndTransaction(pb.EndTransactionRequest(producer_group="g", msg_id="zz", resolution=pb.TX_COMMIT),
+                            timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as e:
+        stub.EndTransaction(pb.EndTransactionRequest(producer_group="g", msg_id=h2.msg_id,
+                                                     resolution=pb.TX_UNKNOWN), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # consumers never see the half queue: not a topic they can pull or list
+    with pytest.raises(grpc.RpcError) as e:
+        _pull_all(node, HALF)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    listed = pb_grpc.AdminServiceStub(node.channel()).ListTopics(pb.ListTopicsRequest(), timeout=10)
+    assert HALF not in {t.name for t in listed.topics}
+    assert _pull_all(node, topic) == []
+
+
+_CRASHING_PRODUCER = textwrap.dedent("""
+    import os, signal, sys
+    from client.transaction_producer import TransactionProducer, TransactionState
+
+    def local_tx(half):
+        print(half.transaction_id, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # crash between the half message and the outcome
+
+    TransactionProducer(sys.argv[1], group=sys.argv[2]).send_in_transaction(sys.argv[3], b"crashed",
+                                                                             local_tx=local_tx)
+""")
+
+
+def test_crashed_producer_is_resolved_by_another_of_its_group(node):
+    topic = _topic(node)
+    proc = subprocess.run([sys.executable, "-c", _CRASHING_PRODUCER, node.grpc_address, "pg-crash", topic],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    tx_id = proc.stdout.strip()
+    assert tx_id
+    asked: list = []
+    with TransactionProducer(node.grpc_address, group="pg-crash",
+                             checker=lambda v: asked.append(v.uniq_key) or TransactionState.COMMIT):
+        got = _wait(lambda: _pull_all(node, topic), "the crashed producer's message, committed by the checker")
+    assert [(m.body, m.uniq_key) for m in got] == [(b"crashed", tx_id)] and asked == [tx_id]
+
+
+def _restart_all(nodes):
+    for n in nodes:
+        n.stop()
+    for n in nodes:
+        n.start()
+    for n in nodes:
+        n.wait_ready()
+
+
+def test_everything_survives_a_restart(tmp_path):
+    nodes = start_nodes(node_specs(tmp_path, 1, store=TX_STORE))
+    try:
+        topic = _topic(nodes[0])
+        addr = nodes[0].grpc_address
+        with TransactionProducer(addr, group="pg-restart") as p:
+            done = p.send_in_transaction(topic, b"committed", local_tx=lambda h: TransactionState.COMMIT)
+            open_tx = p.send_in_transaction(topic, b"open", local_tx=lambda h: TransactionState.UNKNOWN)
+            rolled = p.send_in_transaction(topic, b"rolled", local_tx=lambda h: TransactionState.ROLLBACK)
+        _restart_all(nodes)
+        asked: list = []
+        with TransactionProducer(addr, group="pg-restart",
+                                 checker=lambda v: asked.append(v.uniq_key) or TransactionState.COMMIT) as p:
+            got = _wait(lambda: len(_pull_all(nodes[0], topic)) >= 2 and _pull_all(nodes[0], topic),
+                        "the open transaction resolved after the restart")
+            assert [m.body for m in got] == [b"committed", b"open"]
+            assert asked == [open_tx.half.transaction_id]
+            for r in (done, rolled):
+                with pytest.raises(RaftmqError, match="already finished"):
+                    p.end(r.half, TransactionState.COMMIT)
+    finally:
+        stop_all(nodes)
+
+
+def test_leader_failover_resumes_checks(tmp_path):
+    nodes = start_nodes(node_specs(tmp_path, 3, store=TX_STORE))
+    try:
+        admin = pb_grpc.AdminServiceStub(nodes[0].channel())
+        status = _wait(lambda: admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10).leader_id or None,
+                       "a leader")
+        leader = next(n for n in nodes if n.spec.id == status)
+        topic = _topic(leader)
+        addrs = [n.grpc_address for n in nodes]
+        with TransactionProducer(addrs, group="pg-failover") as p:
+            before = p.send_in_transaction(topic, b"before", local_tx=lambda h: TransactionState.UNKNOWN)
+        leader.kill()
+        rest = [n for n in nodes if n is not leader]
+        asked: list = []
+        lock = threading.Lock()
+
+        def checker(view):
+            with lock:
+                asked.append(view.uniq_key)
+            return TransactionState.COMMIT
+
+        with TransactionProducer(addrs, group="pg-failover", checker=checker) as p:
+            got = _wait(lambda: _pull_all(rest[0], topic), "the transaction resolved by the new leader", 60)
+            assert [m.body for m in got] == [b"before"]
+            assert set(asked) == {before.half.transaction_id}
+    finally:
+        stop_all(nodes)
