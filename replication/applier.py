@@ -108,9 +108,14 @@ class StoreApplier:
                 refusals.append(str(e))
         return refusals
 
+    def apply_delay_offsets(self, offsets: dict[int, int]) -> None:
+        """Schedule-service progress ({delay level: next schedule-queue offset}); persisted with the metadata."""
+        self.store.delay_offsets.update({int(level): int(o) for level, o in offsets.items()})
+
     def persist_metadata(self) -> None:
         """Make replicated metadata as durable as the applied index that will record it."""
         self.store.consumer_offsets.persist(only_if_dirty=True)
+        self.store.delay_offsets.persist(only_if_dirty=True)
 
     @staticmethod
     def topic_to_dict(cfg: Any) -> dict:
@@ -123,7 +128,8 @@ class StoreApplier:
         return TopicConfig.from_json(d)
 
     def export_metadata(self) -> dict:
-        return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot()}
+        return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot(),
+                "delay_offsets": self.store.delay_offsets.snapshot()}
 
     def import_metadata(self, d: dict) -> None:
         """Replace topics and offsets with a peer's (catch-up, snapshot install); drops consume queues of topics
@@ -132,5 +138,7 @@ class StoreApplier:
         before = set(store.topics.names())
         store.topics.restore(d["topics"])
         store.consumer_offsets.restore(d["offsets"])
+        if "delay_offsets" in d:  # absent in snapshots of members from before delayed messages
+            store.delay_offsets.restore(d["delay_offsets"])
         for gone in before - set(store.topics.names()):
             store.delete_topic_files(gone)

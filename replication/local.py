@@ -76,6 +76,12 @@ class LocalWritePath:
         """Applied at once; the store persists offsets on its own schedule (as RocketMQ does)."""
         self._applier.apply_offsets([(group, topic, dict(offsets))])
 
+    def update_delay_offsets(self, offsets: dict[int, int]) -> None:
+        """Schedule progress: applied and persisted at once (a restart must not deliver again)."""
+        with self._meta_lock:
+            self._applier.apply_delay_offsets(offsets)
+            self._applier.persist_metadata()
+
     # ------------------------------------------------------------------ status
     def is_writable(self) -> bool:
         return self._started

@@ -583,6 +583,11 @@ class RaftWritePath:
     def delete_topic(self, name: str) -> None:
         self._meta_or_raise("topic_delete", {"name": name, "ts": _now_ms()})
 
+    def update_delay_offsets(self, offsets: dict[int, int]) -> None:
+        """Replicate the schedule service's progress ({level: next schedule-queue offset}); returns once applied
+        here, so a new leader continues from it."""
+        self._meta_or_raise("delay_offsets", {str(level): int(o) for level, o in offsets.items()})
+
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Coalesced: one Raft command per ``offsets_linger_s`` carries every group's latest offsets; returns when
         the command carrying these offsets is committed and applied."""
@@ -663,9 +668,11 @@ class RaftWritePath:
         if not self.is_leader():
             raise self._not_writable_error() if self.leader() is None else NotLeaderError(self.leader().grpc_address)
         target = None
+        if to_id == self.node_id:
+            return  # already the leader: nothing to hand over
         if to_id is not None:
-            if to_id not in self.peers.members or to_id == self.node_id:
-                raise TransferLeadershipError(f"unknown or self member id {to_id!r}; choose one of "
+            if to_id not in self.peers.members:
+                raise TransferLeadershipError(f"unknown member id {to_id!r}; choose one of "
                                               f"{[m.id for m in self.peers.others]}")
             target = self.peers.members[to_id].raft_address
         deadline = time.monotonic() + timeout

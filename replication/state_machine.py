@@ -105,6 +105,8 @@ class StateMachine:
                 self.applier.apply_topic("delete", arg["name"], arg["ts"])
             elif kind == "offsets":
                 self.applier.apply_offsets([(g, t, {int(q): o for q, o in offs.items()}) for g, t, offs in arg])
+            elif kind == "delay_offsets":
+                self.applier.apply_delay_offsets(arg)
             elif kind == "barrier":
                 pass
             else:

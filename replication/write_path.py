@@ -49,6 +49,10 @@ class WritePath(Protocol):
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Record a consumer group's next offsets ({queue_id: offset}); replicated (coalesced) when clustered."""
 
+    def update_delay_offsets(self, offsets: dict[int, int]) -> None:
+        """Record delayed-delivery progress ({delay level: next schedule-queue offset}); replicated when
+        clustered, persisted in config/delayOffset.json; returns once applied."""
+
     def is_writable(self) -> bool:
         """True when a put submitted now can be accepted by this node."""
 
