@@ -1,5 +1,5 @@
-"""raftmq Python SDK: ``Producer``, ``PullConsumer``, ``Admin``; typed results in ``client.types`` and typed
-errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
+"""raftmq Python SDK: ``Producer``, ``TransactionProducer``, ``PullConsumer``, ``Admin``; typed results in
+``client.types`` and typed errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
 
 from client.admin import Admin
 from client.consumer import PullConsumer
@@ -17,6 +17,7 @@ from client.errors import (
     UnknownOutcomeError,
 )
 from client.producer import Producer
+from client.transaction_producer import TransactionProducer, TransactionResult, TransactionState
 from client.types import (
     ClusterStatus,
     MemberStatus,
@@ -28,7 +29,7 @@ from client.types import (
 )
 
 __all__ = [
-    "Admin", "PullConsumer", "Producer",
+    "Admin", "PullConsumer", "Producer", "TransactionProducer", "TransactionResult", "TransactionState",
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
     "NotLeaderError", "PermissionDeniedError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",

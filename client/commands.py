@@ -247,6 +247,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise UsageError("--size generates the body; drop --size, or drop --body/--file")
     if not load and (args.batch != 1 or args.concurrency != 1):
         raise UsageError("--batch and --concurrency apply to a load (--count N [--size B])")
+    if args.transactional:
+        return _produce_transactional(args, body, keys, props, load)
     with Producer(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
         if load:
             return _produce_load(args, producer, body, keys, props)
@@ -267,6 +269,32 @@ def cmd_produce(args: argparse.Namespace) -> int:
         if sent == 0:
             raise UsageError("no message to send: give --body TEXT, --file PATH, or lines on stdin")
         return 0
+
+
+def _produce_transactional(args: argparse.Namespace, body: bytes | None, keys: list[str], props: dict,
+                           load: bool) -> int:
+    """One transactional message: half message, then the outcome given on the command line."""
+    from client.transaction_producer import TransactionProducer, TransactionState
+
+    if body is None or load:
+        raise UsageError("--transactional sends one message: give --body TEXT or --file PATH (no --count/--size)")
+    if getattr(args, "delay_level", 0):
+        raise UsageError("--transactional messages cannot be delayed; drop --delay-level")
+    state = TransactionState.COMMIT if args.transactional == "commit" else TransactionState.ROLLBACK
+    with TransactionProducer(servers_of(args), group=args.group, timeout=args.timeout,
+                             retry_timeout=args.timeout) as producer:
+        r = producer.send_in_transaction(args.topic, body, tags=args.tags, keys=keys, properties=props,
+                                         queue_id=args.queue, local_tx=lambda half: state)
+    if r.end_error:
+        raise UsageError(f"half message {r.half.msg_id} stored, but the {args.transactional} failed: {r.end_error} "
+                         "(the broker checks producers of the group later)")
+    if r.committed is not None:
+        _print_send(args, r.committed)
+    elif args.json:
+        _print_json({"transaction_id": r.half.transaction_id, "half_msg_id": r.half.msg_id, "state": "ROLLBACK"})
+    else:
+        print(f"rolled back transaction {r.half.transaction_id} (half message {r.half.msg_id})", flush=True)
+    return 0
 
 
 def _print_send(args: argparse.Namespace, r: SendResult) -> None:
@@ -641,6 +669,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=_positive_int, default=1, metavar="K", help="load: messages per request")
     p.add_argument("--concurrency", "-c", type=_positive_int, default=1, metavar="C",
                    help="load: requests in flight (default 1)")
+    p.add_argument("--transactional", choices=("commit", "rollback"),
+                   help="send one transactional message: a half message, then commit or roll it back")
+    p.add_argument("--group", default="raftmq-cli", metavar="GROUP",
+                   help="producer group of a --transactional message (default raftmq-cli)")
 
     p = _add(sub, "consume", cmd_consume, "consume a topic as a group",
              description="Print messages as they arrive and commit the group's offsets. Starts at the group's "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -268,3 +269,25 @@ def test_leader_failover_resumes_checks(tmp_path):
             assert set(asked) == {before.half.transaction_id}
     finally:
         stop_all(nodes)
+
+
+def test_cli_produce_transactional(node):
+    topic = _topic(node)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "client", "produce", topic, *args, "--server", node.grpc_address],
+                              capture_output=True, text=True, timeout=60, env=env, cwd=REPO_ROOT)
+
+    r = cli("--body", "via-cli", "--transactional", "commit", "--group", "cli-group", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["topic"] == topic
+    r = cli("--body", "dropped", "--transactional", "rollback")
+    assert r.returncode == 0 and r.stdout.startswith("rolled back transaction "), r.stdout + r.stderr
+    r = cli("--transactional", "commit", "--count", "3")
+    assert r.returncode != 0 and "--transactional sends one message" in r.stderr
+    r = cli("--body", "x", "--transactional", "maybe")
+    assert r.returncode != 0 and "invalid choice" in r.stderr
+    got = _pull_all(node, topic, wait_ms=10_000)
+    assert [(m.body, m.properties["PGROUP"]) for m in got] == [(b"via-cli", "cli-group")]
