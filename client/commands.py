@@ -253,7 +253,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         if load:
             return _produce_load(args, producer, body, keys, props)
         if body is not None:
-            r = producer.send(args.topic, body, tags=args.tags, keys=keys, properties=props, queue_id=args.queue)
+            r = producer.send(args.topic, body, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
+                              delay_level=args.delay_level)
             _print_send(args, r)
             return 0
         if sys.stdin.isatty():
@@ -263,7 +264,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
             line = raw.rstrip(b"\r\n")
             if not line:
                 continue
-            r = producer.send(args.topic, line, tags=args.tags, keys=keys, properties=props, queue_id=args.queue)
+            r = producer.send(args.topic, line, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
+                              delay_level=args.delay_level)
             _print_send(args, r)
             sent += 1
         if sent == 0:
@@ -308,14 +310,15 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
     count = args.count or 1
     size = args.size if args.size is not None else 128
     payload = body if body is not None else _generated_body(size)
-    msg = Message(payload, args.tags, keys, props)
+    msg = Message(payload, args.tags, keys, props, args.delay_level)
     progress = Progress(count)
     sent = 0
     error: BaseException | None = None
 
     def send(n: int) -> int:
         if args.batch == 1:
-            producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue)
+            producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
+                          delay_level=args.delay_level)
         else:
             producer.send_batch(args.topic, [msg] * n, queue_id=args.queue)
         return n
@@ -664,6 +667,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--property", "-p", action="append", default=[], type=_property, metavar="KEY=VALUE",
                    help="user property (repeatable)")
     p.add_argument("--queue", type=_non_negative_int, metavar="ID", help="queue id (default: broker picks)")
+    p.add_argument("--delay-level", type=_non_negative_int, default=0, metavar="N",
+                   help="deliver after delay level N of the broker's store.message_delay_level (default levels: "
+                        "1=1s 2=5s 3=10s 4=30s 5=1m ... 18=2h; a higher level is clamped to the last, 0 = now)")
     p.add_argument("--count", "-n", type=_positive_int, metavar="N", help="load: send N messages")
     p.add_argument("--size", type=_positive_int, metavar="BYTES", help="load: generated body size (default 128)")
     p.add_argument("--batch", type=_positive_int, default=1, metavar="K", help="load: messages per request")

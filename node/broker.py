@@ -66,6 +66,7 @@ class Broker:
         self._stopped = False
         self._store_open = False
         self._write_path_started = False
+        self.schedule: Any = None  # store.schedule.ScheduleMessageService: delivers delayed messages while leading
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="raftmq-read")
         self._grpc: grpc.aio.Server | None = None
         self._http: HealthServer | None = None
@@ -208,6 +209,7 @@ class Broker:
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
+        self._start_schedule()
         await self.run_blocking(self._start_labeler)
         await self._wait_caught_up()
         if self._stopping:
@@ -260,6 +262,15 @@ class Broker:
         except RuntimeError as e:
             raise RuntimeError(f"cannot listen for gRPC on {listen}: {e} (port in use?)") from None
         return server
+
+    def _start_schedule(self) -> None:
+        """Delayed delivery runs on every member but acts only while this one accepts writes (Raft: leader with
+        its barrier applied, so the replicated progress is current); it re-puts through the write path."""
+        from store.schedule import ScheduleMessageService
+
+        wp = self.write_path
+        self.schedule = ScheduleMessageService(self.store, wp.put, wp.update_delay_offsets, wp.is_writable)
+        self.schedule.start()
 
     def _start_labeler(self) -> None:
         mode = self.config.kubernetes.role_label
@@ -314,7 +325,8 @@ class Broker:
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.
-        for what, step in (("write path", self.write_path.stop if self._write_path_started else None),
+        for what, step in (("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
+                           ("write path", self.write_path.stop if self._write_path_started else None),
                            ("role labeler", self._labeler.stop if self._labeler is not None else None),
                            ("store", self.store.shutdown if self._store_open else None)):
             if step is None:

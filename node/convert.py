@@ -16,9 +16,11 @@ from raftmq.v1 import raftmq_pb2 as pb
 from node.errors import RpcError, invalid
 from node.validation import check_keys, check_tags, check_user_properties
 from store.message import (
-        PROPERTY_KEYS,
+        PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SCHEDULE_TOPIC,
     Message,
     UniqKeyGenerator,
 )
@@ -42,10 +44,10 @@ class StoreMessageBuilder:
         out: list[Message] = []
         for i, m in enumerate(messages):
             where = f"message {i}: " if len(messages) > 1 else ""
-            if m.delay_level:
-                raise RpcError(grpc.StatusCode.UNIMPLEMENTED,
-                               f"{where}delay_level {m.delay_level}: delayed delivery is not available in this broker "
-                               "yet (the store has no schedule service); send with delay_level 0")
+            if m.delay_level < 0:
+                raise invalid(f"{where}delay_level {m.delay_level} is negative; use 0 to deliver now or a level "
+                              "from 1 (store.message_delay_level lists the delays; a higher level is clamped to the "
+                              "last one)")
             body_len = len(m.body)
             if body_len > self.max_message_size:
                 raise invalid(
@@ -83,6 +85,8 @@ class StoreMessageBuilder:
             user = dict(m.properties)
             check_user_properties(user)
             props.update(user)
+        if m.delay_level > 0:  # set after TAGS/KEYS/WAIT and before UNIQ_KEY, as a RocketMQ producer does
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(m.delay_level)
         if m.uniq_key:
             if len(m.uniq_key) > 128 or any(c in m.uniq_key for c in " \x01\x02"):
                 raise ValueError("uniq_key must be at most 128 characters without spaces or control separators")
@@ -126,10 +130,23 @@ def check_put_results(results: list) -> None:
 
 
 def send_result(r, msg: Message) -> pb.SendResult:
-    """``r``: the store's PutResult or AppendResult for ``msg``."""
+    """``r``: the store's PutResult or AppendResult for ``msg``.
+
+    A delayed message is stored in SCHEDULE_TOPIC_XXXX queue ``level - 1`` until due: topic and queue_id are the
+    real ones, queue_offset is its offset in the schedule queue (as RocketMQ reports it), and the note says so and
+    whether the level was clamped."""
+    queue_id, note = r.queue_id, ""
+    if r.topic == SCHEDULE_TOPIC and r.topic != msg.topic:
+        queue_id = msg.queue_id
+        level = r.queue_id + 1
+        asked = int(msg.properties.get(PROPERTY_DELAY_TIME_LEVEL, level))
+        if asked > level:
+            note = f"delay level {asked} clamped to {level} (the last of store.message_delay_level); "
+        note += (f"held in {SCHEDULE_TOPIC} queue {r.queue_id} (queue_offset is there) until its delay has passed, "
+                 f"then delivered to {msg.topic}-{msg.queue_id}")
     return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
-                         queue_id=r.queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
-                         store_timestamp=r.store_timestamp)
+                         queue_id=queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
+                         store_timestamp=r.store_timestamp, note=note)
 
 
 def message_view(m) -> pb.MessageView:

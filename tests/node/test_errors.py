@@ -136,10 +136,10 @@ def test_bad_tags_keys_and_hosts(api):
         assert code == INVALID and hint in details, (m, details)
 
 
-def test_delay_level_is_refused_until_the_store_schedules(api):
+def test_a_negative_delay_level_is_invalid(api):
     topic = api.topic("delay")
-    code, details = _send(api, pb.Message(topic=topic, body=b"later", delay_level=3))
-    assert code == grpc.StatusCode.UNIMPLEMENTED and "delay_level 0" in details
+    code, details = _send(api, pb.Message(topic=topic, body=b"later", delay_level=-3))
+    assert code == INVALID and "delay_level -3 is negative" in details
 
 
 def test_bad_message_ids_and_groups(api):
