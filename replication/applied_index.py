@@ -59,11 +59,6 @@ class AppliedIndex:
             if len(self._frames) > 2 * self.keep:
                 self._rewrite(self._frames[-self.keep:])
 
-    def extend(self, frames: list[tuple[int, int, int]]) -> None:
-        with self._lock:
-            self._frames.extend(frames)
-            os.write(self._fd, b"".join(_FRAME.pack(*f) for f in frames))
-
     def reset(self, frames: list[tuple[int, int, int]]) -> None:
         """Replace everything (catch-up installed a peer's state)."""
         with self._lock:

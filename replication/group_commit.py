@@ -123,10 +123,6 @@ class GroupCommitter:
                 self._cond.notify()
         return p.future
 
-    def pending(self) -> tuple[int, int]:
-        with self._cond:
-            return len(self._queue), self._pending_bytes
-
     def _take_batch(self) -> list[PendingPut]:
         """Block for the first put, then linger for more until the batch is full."""
         q = self._queue

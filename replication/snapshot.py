@@ -70,10 +70,3 @@ def write_file(path: str, meta: SnapshotMeta, internal: tuple) -> None:
 def read_file(path: str) -> tuple[SnapshotMeta, tuple]:
     with open(path, "rb") as f:
         return decode(f.read(), path)
-
-
-def peek_meta(path: str) -> SnapshotMeta | None:
-    """The dump's meta, or None when there is no dump yet."""
-    if not os.path.exists(path):
-        return None
-    return read_file(path)[0]
