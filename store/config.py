@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.errors import StoreError
+from store.message import parse_delay_levels
 
 CQ_STORE_UNIT_SIZE = 20
 OS_PAGE_SIZE = 4096
@@ -145,6 +146,9 @@ class StoreConfig:
         if self.file_reserved_time <= 0:
             raise StoreError(f"file_reserved_time (hours) must be positive, got {self.file_reserved_time}")
         parse_host_port(self.store_host)
+        if not parse_delay_levels(self.message_delay_level):
+            raise StoreError(f"message_delay_level {self.message_delay_level!r} has no levels; give at least one, "
+                             'e.g. "1s 5s 10s"')
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> StoreConfig:

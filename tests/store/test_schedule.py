@@ -187,3 +187,6 @@ def test_delay_levels():
     with pytest.raises(StoreError, match="bad delay level"):
         DelayLevels("1s 5x")
     assert DelayLevels(StoreConfig(root_dir="/tmp/x").message_delay_level).max_level == 18
+    for bad, why in (("", "no levels"), ("1s 10", "bad delay level")):  # refused by config validation already
+        with pytest.raises(StoreError, match=why):
+            StoreConfig(root_dir="/tmp/x", message_delay_level=bad)
