@@ -182,6 +182,37 @@ def test_single_node_delays_clamps_rejects_and_survives_restart(tmp_path):
 
 
 @pytest.mark.slow
+def test_single_node_sigkill_while_messages_wait_loses_none(tmp_path):
+    specs = node_specs(tmp_path, 1, store=STORE)
+    nodes = start_nodes(specs)
+    try:
+        [n0] = nodes
+        server = [n0.grpc_address]
+        sent = {}
+        with Admin(server) as admin, Producer(server) as p:
+            admin.create_topic("Crash", queues=1)
+            for i in range(12):
+                r = p.send("Crash", f"c{i}", delay_level=1 + i % 3)
+                sent[r.uniq_key] = r
+            sched = schedule_records(admin, sent)
+        time.sleep(1.2)  # level 1 delivered (or being delivered), levels 2 and 3 still waiting
+        kill_ms = int(time.time() * 1000)
+        n0.kill()
+        n0.start().wait_ready()
+        got = collect(server, "Crash", set(sent))
+        assert {m.uniq_key for m in got} == set(sent)
+        assert_on_time(got, sched)
+        assert any(m.store_timestamp > kill_ms for m in got)
+        copies: dict[str, list] = {}
+        for m in got:
+            copies.setdefault(m.uniq_key, []).append(m.store_timestamp)
+        for uniq, ts in copies.items():  # only the batch whose progress was not yet persisted may come twice
+            assert len(ts) == 1 or (len(ts) == 2 and min(ts) <= kill_ms), (uniq, ts)
+    finally:
+        stop_all(nodes)
+
+
+@pytest.mark.slow
 def test_leader_failover_while_messages_wait_loses_none(tmp_path):
     specs = node_specs(tmp_path, 3, store=STORE)
     nodes = start_nodes(specs)
