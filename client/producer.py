@@ -96,7 +96,9 @@ class Producer:
         """Send one message; returns where it was stored once a majority has it.
 
         ``keys`` (a list, or a space-separated string) are indexed for ``Admin.query_by_key``; ``queue_id``
-        unset lets the broker pick a queue. Raises a subclass of ``RaftmqError``.
+        unset lets the broker pick a queue. ``delay_level`` N > 0 delivers the message after level N of the
+        broker's ``store.message_delay_level`` (a higher level is clamped to the last; ``SendResult.note`` says so).
+        Raises a subclass of ``RaftmqError``.
         """
         msg = Message(body, tags, keys, dict(properties or {}), delay_level)
         req = pb.SendMessageRequest(message=self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000))

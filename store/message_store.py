@@ -685,7 +685,19 @@ class MessageStore:
             "disk_used_ratio": self.disk_used_ratio(),
             "disk_full": self.retention.disk_full if self.retention is not None else False,
             "last_exit_ok": self.last_exit_ok,
+            "delay_messages_pending": self.delay_messages_pending(),
         }
+
+    def delay_messages_pending(self) -> int:
+        """Delayed messages stored but not yet delivered (schedule-queue units past the delivery progress)."""
+        from store.message import SCHEDULE_TOPIC
+
+        pending = 0
+        for qid in self.consume_queues.queue_ids(SCHEDULE_TOPIC):
+            cq = self.consume_queues.get(SCHEDULE_TOPIC, qid)
+            if cq is not None:
+                pending += max(0, cq.get_max_offset_in_queue() - self.delay_offsets.get(qid + 1))
+        return pending
 
 
 def _now_ms() -> int:

@@ -94,6 +94,7 @@ def test_delivery_is_never_early_and_rebuilds_the_message_as_message_timeup(tmp_
             for q in (0, 1) for lvl in (1, 2)
         ])
         _wait_dispatched(st)
+        assert st.stats()["delay_messages_pending"] == 4
         svc = _service(st)
         first_due = min(st.view_message(r.physical_offset).store_timestamp for r in sent) + 1000
         assert svc.run_once(now_ms=first_due - 1) == 0  # nothing is due one ms before the first delivery time
@@ -126,6 +127,7 @@ def test_delivery_is_never_early_and_rebuilds_the_message_as_message_timeup(tmp_
             assert (d.body, d.flag, d.born_timestamp, d.born_host) == (sched.body, 7, 123, ("10.0.0.9", 4242))
         assert st.query_messages("T", "k01", 10, 0, 2**62)  # keys of delivered messages are indexed
         assert st.delay_offsets.all() == {1: 2, 2: 2}
+        assert st.stats()["delay_messages_pending"] == 0
         assert svc.run_once() == 0  # progress recorded: nothing is delivered twice
 
 
