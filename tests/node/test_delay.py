@@ -125,6 +125,31 @@ def test_raft_write_path_replicates_delay_progress_and_replays_it(tmp_path):
     run(second)
 
 
+def test_delay_progress_travels_with_catch_up_metadata(tmp_path):
+    """A wiped replica gets the delay progress with the topics and offsets (snapshot install, catch-up)."""
+    from replication.applier import StoreApplier
+
+    stores = []
+    try:
+        for name in ("a", "b"):
+            st = MessageStore(StoreConfig(root_dir=str(tmp_path / name), message_delay_level=LEVELS,
+                                          preallocate=False, mapped_file_size_commit_log=64 * 1024))
+            st.open()
+            stores.append(st)
+        a, b = (StoreApplier(st) for st in stores)
+        a.apply_delay_offsets({1: 7, 3: 2})
+        meta = json.loads(json.dumps(a.export_metadata()))  # travels as JSON
+        b.import_metadata(meta)
+        assert stores[1].delay_offsets.all() == {1: 7, 3: 2}
+        assert (tmp_path / "b" / "config" / "delayOffset.json").read_text() == '{\n\t"offsetTable":{1:7,3:2\n\t}\n}'
+        del meta["delay_offsets"]  # a peer from before delayed messages: progress left as it is
+        b.import_metadata(meta)
+        assert stores[1].delay_offsets.all() == {1: 7, 3: 2}
+    finally:
+        for st in stores:
+            st.shutdown()
+
+
 # ------------------------------------------------------------------------------------------------ processes
 @pytest.mark.slow
 def test_single_node_delays_clamps_rejects_and_survives_restart(tmp_path):
