@@ -272,14 +272,14 @@ def _patch(cfg: StoreConfig, offset: int, data: bytes) -> None:
         f.write(data)
 
 
-@pytest.mark.parametrize("abnormal", [False, True], ids=["clean-exit", "abort-file"])
-def test_corrupt_body_of_last_record_is_truncated(tmp_path: Path, caplog, abnormal: bool) -> None:
+@pytest.mark.parametrize("exit_kind", ["clean", "process-crash", "machine-restart"])
+def test_corrupt_body_of_last_record_is_truncated(tmp_path: Path, caplog, exit_kind: str) -> None:
     cfg, results = _write(tmp_path, 30)
     last = results[-1]
     # the body starts at byte 88 of a record with IPv4 hosts; flipping bytes there breaks BODYCRC
     _patch(cfg, last.physical_offset + 88 + 4, b"\xff\x00\xee")
-    if abnormal:
-        Path(cfg.abort_path).touch()
+    if exit_kind != "clean":
+        _mark_crashed(cfg, reboot=exit_kind == "machine-restart")
     _check_truncated_at(cfg, results, len(results) - 1, caplog)
 
 
@@ -289,7 +289,7 @@ def test_torn_last_record_is_truncated(tmp_path: Path, caplog) -> None:
     last = results[-1]
     half = last.wrote_bytes // 2
     _patch(cfg, last.physical_offset + half, bytes(last.wrote_bytes - half))
-    Path(cfg.abort_path).touch()
+    _mark_crashed(cfg, reboot=True)
     _check_truncated_at(cfg, results, len(results) - 1, caplog)
 
 
@@ -303,7 +303,16 @@ def test_garbage_header_mid_log_truncates_there(tmp_path: Path, caplog) -> None:
     assert [seq_of(m.body) for m in msgs] == list(range(victim + 1))
 
 
-def test_index_survives_crash_after_checkpoint(tmp_path: Path) -> None:
+def _mark_crashed(cfg: StoreConfig, reboot: bool) -> None:
+    """Leave ``abort`` as a crash does; with ``reboot``, dated before the machine booted (dirty pages may be lost,
+    so the store takes RocketMQ's full abnormal path: index files newer than the checkpoint are dropped)."""
+    Path(cfg.abort_path).touch()
+    if reboot:
+        os.utime(cfg.abort_path, (1_000_000, 1_000_000))
+
+
+@pytest.mark.parametrize("reboot", [False, True], ids=["process-crash", "machine-restart"])
+def test_index_survives_crash_after_checkpoint(tmp_path: Path, reboot: bool) -> None:
     """Keys stored long before a crash stay queryable after abnormal recovery.
 
     Store timestamps are set through the split write path (encode_batch/apply_batch), one second apart, so
@@ -323,7 +332,7 @@ def test_index_survives_crash_after_checkpoint(tmp_path: Path) -> None:
         st.flush()
     finally:
         st.shutdown()
-    Path(cfg.abort_path).touch()  # killed right after everything was flushed
+    _mark_crashed(cfg, reboot)  # killed right after everything was flushed
     st = MessageStore(cfg)
     st.open()
     try:

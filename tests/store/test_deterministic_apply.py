@@ -15,6 +15,7 @@ duplicate entry among the newest 64 makes that replica return one message fewer.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -68,8 +69,9 @@ def apply_all(st: MessageStore, batches: list[bytes]) -> list[tuple[int, int]]:
 def restart(st: MessageStore, cfg: StoreConfig, clean: bool) -> MessageStore:
     wait_dispatched(st)
     st.shutdown()
-    if not clean:  # as if killed right after everything was flushed
+    if not clean:  # as if the machine died right after everything was flushed (abort older than the boot)
         Path(cfg.abort_path).touch()
+        os.utime(cfg.abort_path, (1_000_000, 1_000_000))
     st = MessageStore(cfg)
     st.open()
     return st

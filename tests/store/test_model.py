@@ -12,6 +12,7 @@ keys, an index hash: the store must tell them apart by the exact string.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -194,10 +195,12 @@ class StoreMachine(RuleBasedStateMachine):
         self.st.open()
         self.restarts += 1
 
-    @rule()
-    def restart_unclean(self) -> None:
-        """Drop the open store without shutdown: threads stop, the abort file stays, nothing is flushed."""
+    @rule(reboot=hs.booleans())
+    def restart_unclean(self, reboot: bool) -> None:
+        """Restart as after a crash of the process (or of the machine: ``abort`` older than the boot)."""
         crash_in_process(self.st)
+        if reboot:
+            os.utime(self.cfg.abort_path, (1_000_000, 1_000_000))
         self.st = MessageStore(self.cfg)
         self.st.open()
         self.restarts += 1
