@@ -120,7 +120,7 @@ def member_main(args: argparse.Namespace) -> None:
 
     loop.run_until_complete(serve())
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    wp = RaftWritePath(st, node_id=args.member, members=members, settings=RaftSettings.from_env(args.durability))
+    wp = RaftWritePath(st, node_id=args.member, members=members, settings=RaftSettings(durability=args.durability))
     holder[0] = wp
     wp.start()
     print("started", flush=True)

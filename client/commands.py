@@ -558,8 +558,10 @@ def cluster_table(status: ClusterStatus) -> str:
     rows = []
     for m in sorted(status.members, key=lambda m: m.id):
         role = m.role.capitalize() if m.role else ""
-        rows.append([m.id, m.grpc_address, role, m.term, m.commit_index, m.applied_offset,
-                     m.dispatch_behind_bytes, m.lag_bytes, member_state(m)])
+        # an unreachable member's numbers are unknown, not zero
+        numbers = ["-"] * 5 if m.role == "unreachable" else [m.term, m.commit_index, m.applied_offset,
+                                                             m.dispatch_behind_bytes, m.lag_bytes]
+        rows.append([m.id, m.grpc_address, role, *numbers, member_state(m)])
     title = (f"Cluster: {status.cluster_name or '?'} (leader: {status.leader_id or 'none'}, "
              f"durability: {status.durability or '?'})")
     headers = ["Member", "Address", "Role", "Term", "Commit index", "Applied offset", "Dispatch behind (B)",

@@ -6,6 +6,7 @@ its local table directly would disagree with its peers after a failover.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
@@ -101,21 +102,32 @@ class AdminService(pb_grpc.AdminServiceServicer):
             return resp
         leader = node.write_path.leader()
         resp.leader_id = leader.id if leader else ""
-        statuses = await node.run_blocking(node.write_path.members_status)
+        # its own thread, not the read pool: asking peers may wait out a short timeout and pulls must not queue
+        statuses = await asyncio.to_thread(node.write_path.members_status)
         standalone = not cfg.members
+
+        def num(s: dict, key: str) -> int:  # None: unknown (an unreachable member), shown as 0 with role/error
+            v = s.get(key)
+            return int(v) if v is not None else 0
+
         for s in statuses:
             me = s.get("id") == node.node_id
             role = "standalone" if standalone else str(s.get("role", ""))
+            healthy = s.get("health", "ok") == "ok"
+            error = str(s.get("error") or "")
+            if not healthy and not error and s.get("health") not in ("unreachable", None):
+                error = str(s.get("health"))  # fenced / stalled / disconnected: say why it is unhealthy
+            if me:
+                ready = node.readiness()[0]
+            else:  # the peer's own /ready verdict; an older peer that does not send one: answering and healthy
+                ready = s.get("ready")
+                ready = healthy if ready is None else bool(ready) and healthy
             resp.members.append(pb.MemberStatus(
                 id=str(s.get("id", "")), grpc_address=str(s.get("address") or s.get("grpc_address") or ""),
-                raft_address=str(s.get("raft_address", "")), role=role, term=int(s.get("term", 0)),
-                commit_index=int(s.get("commit_index", 0)), applied_index=int(s.get("applied_index", 0)),
-                applied_offset=int(s.get("applied_offset", 0)),
-                dispatch_behind_bytes=int(s.get("dispatch_behind_bytes", 0)), lag_bytes=int(s.get("lag", 0)),
-                # a peer's own readiness when the write path reports it; else "answering and healthy"
-                healthy=s.get("health", "ok") == "ok",
-                ready=node.serving if me else bool(s.get("ready", s.get("health") == "ok")),
-                error=str(s.get("error", "")),
+                raft_address=str(s.get("raft_address", "")), role=role, term=num(s, "term"),
+                commit_index=num(s, "commit_index"), applied_index=num(s, "applied_index"),
+                applied_offset=num(s, "applied_offset"), dispatch_behind_bytes=num(s, "dispatch_behind_bytes"),
+                lag_bytes=num(s, "lag"), healthy=healthy, ready=ready, error=error,
             ))
         return resp
 

@@ -255,7 +255,7 @@ class Broker:
         from replication.replica_service import ReplicaServicer
 
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
-            ReplicaServicer(lambda: self.write_path, self.config.cluster.secret), server)
+            ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness), server)
         listen = str(self.config.grpc_listen)
         try:
             self.grpc_port = server.add_insecure_port(listen)

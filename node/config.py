@@ -72,6 +72,7 @@ class ClusterSection:
     raft_address: str = ""
     members: list = field(default_factory=list)
     secret: str = ""
+    raft: dict = field(default_factory=dict)  # replication.RaftSettings overrides by field name (not durability)
 
 
 @dataclass
@@ -114,6 +115,12 @@ class NodeConfig:
     def members(self) -> list[Member]:
         return [Member(str(m["id"]), str(m["raft"]), str(m["grpc"])) for m in self.cluster.members]
 
+    def raft_settings(self):
+        """The ``replication.RaftSettings`` for this node: ``cluster.raft`` overrides, ``cluster.durability``."""
+        from replication.raft_write_path import RaftSettings
+
+        return RaftSettings(durability=self.cluster.durability, **self.cluster.raft)
+
     def store_config(self):
         """The ``store.StoreConfig`` for this node: ``node.data_dir`` is the store root."""
         from store import StoreConfig
@@ -130,6 +137,24 @@ _SECTIONS: dict[str, type] = {"node": NodeSection, "cluster": ClusterSection, "k
 _ALL_SECTIONS = ("node", "cluster", "store", "kubernetes")
 # StoreConfig fields the node fills in from its own sections, so each setting has exactly one home.
 _STORE_FIELDS_FROM_NODE = {"root_dir": "node.data_dir", "store_host": "cluster.store_host", "cluster_name": "cluster.name"}
+
+
+def _raft_fields() -> dict[str, Any]:
+    """RaftSettings field name -> default; ``durability`` is cluster.durability, so it has no second home here."""
+    from replication.raft_write_path import RaftSettings
+
+    return {f.name: f.default for f in dataclasses.fields(RaftSettings) if f.name != "durability"}
+
+
+def _string_keys(section: str) -> set[str]:
+    """Keys whose value is text: environment and ``--set`` values for them are taken verbatim, not as YAML, so
+    a secret ``0123``, ``yes`` or ``1e3`` (or an id / address that looks like a number) keeps its exact text."""
+    if section == "store":
+        return {k for k, v in _store_fields().items() if isinstance(v, str)}
+    cls = _SECTIONS.get(section)
+    if cls is None:
+        return set()
+    return {f.name for f in dataclasses.fields(cls) if isinstance(f.default, str)}
 
 
 def _store_fields() -> dict[str, Any]:
@@ -206,8 +231,14 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+def _parse_value(section: str, key: str, text: str) -> Any:
+    return text if key in _string_keys(section) else _parse_scalar(text)
+
+
 def env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """``RAFTMQ_NODE_ID=n1`` -> ``{"node": {"id": "n1"}}``; variables of unknown sections are reported."""
+    """``RAFTMQ_NODE_ID=n1`` -> ``{"node": {"id": "n1"}}``; variables of unknown sections are reported.
+
+    ``RAFTMQ_CLUSTER_RAFT_<FIELD>`` sets ``cluster.raft.<field>`` (cluster's own raft_listen / raft_address win)."""
     out: dict[str, dict[str, Any]] = {}
     for name, text in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX):
@@ -216,7 +247,11 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         section = next((s for s in _ALL_SECTIONS if rest.startswith(s + "_")), None)
         if section is None:
             continue  # RAFTMQ_* variables of other tools (e.g. the CLI's target address) are not ours
-        out.setdefault(section, {})[rest[len(section) + 1 :]] = _parse_scalar(text)
+        key = rest[len(section) + 1 :]
+        if section == "cluster" and key.startswith("raft_") and key not in _string_keys("cluster") \
+                and key[len("raft_"):] in _raft_fields():
+            key = "raft." + key[len("raft_"):]
+        out.setdefault(section, {})[key] = _parse_value(section, key, text)
     return out
 
 
@@ -229,7 +264,7 @@ def set_overrides(assignments: Sequence[str], problems: list[str]) -> dict[str, 
         if not sep or not dot or not name:
             problems.append(f"--set {item!r}: expected section.key=value, e.g. node.id=n1")
             continue
-        out.setdefault(section, {})[name] = _parse_scalar(text)
+        out.setdefault(section, {})[name] = _parse_value(section, name, text)
     return out
 
 
@@ -244,7 +279,13 @@ def _merge(base: dict[str, Any], layer: Mapping[str, Any], origin: str, problems
             problems.append(f"{origin}: section {section!r} must be a mapping of key: value")
             continue
         for key, value in values.items():
-            base.setdefault(section, {})[str(key)] = (value, origin)
+            if section == "cluster" and key == "raft" and isinstance(value, Mapping):
+                for k, v in value.items():  # one entry per field, so a file, env and --set each change a few
+                    base.setdefault(section, {})[f"raft.{k}"] = (v, origin)
+            elif section == "cluster" and key == "raft" and value is None:
+                continue
+            else:
+                base.setdefault(section, {})[str(key)] = (value, origin)
 
 
 def load_config(
@@ -272,7 +313,11 @@ def load_config(
         if not isinstance(doc, Mapping):
             raise ConfigError([f"{origin}: the top level must be a mapping with sections {', '.join(_ALL_SECTIONS)}"])
         _merge(raw, doc, origin, problems)
-    _merge(raw, env_overrides(os.environ if environ is None else environ), "environment", problems)
+    env = os.environ if environ is None else environ
+    if "RAFTMQ_RAFT_TUNING" in env:
+        problems.append("environment: RAFTMQ_RAFT_TUNING is no longer read; put those settings under cluster.raft "
+                        "in the config file or set RAFTMQ_CLUSTER_RAFT_<KEY> (e.g. RAFTMQ_CLUSTER_RAFT_LINGER_S=0.005)")
+    _merge(raw, env_overrides(env), "environment", problems)
     _merge(raw, set_overrides(assignments, problems), "--set", problems)
     cfg = _build(raw, problems)
     if problems:
@@ -287,6 +332,12 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]], problems: list[str]) -> N
         names = [f.name for f in dataclasses.fields(cls)]
         for key, (value, origin) in raw.get(section, {}).items():
             where = f"{section}.{key}"
+            if section == "cluster" and key.startswith("raft."):
+                _build_raft(cfg, key[len("raft."):], value, origin, problems)
+                continue
+            if section == "cluster" and key == "raft":
+                problems.append(f"{origin}: cluster.raft must be a mapping of Raft settings, got {value!r}")
+                continue
             if key not in names:
                 problems.append(f"{origin}: unknown key {where}{_suggest(key, names)}")
                 continue
@@ -296,6 +347,15 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]], problems: list[str]) -> N
     _build_store(cfg, raw.get("store", {}), problems)
     _check(cfg, problems)
     return cfg
+
+
+def _build_raft(cfg: NodeConfig, key: str, value: Any, origin: str, problems: list[str]) -> None:
+    fields = _raft_fields()
+    if key not in fields:
+        hint = " (set cluster.durability instead)" if key == "durability" else _suggest(key, list(fields))
+        problems.append(f"{origin}: unknown key cluster.raft.{key}{hint}")
+        return
+    cfg.cluster.raft[key] = _coerce(f"{origin}: cluster.raft.{key}", value, fields[key], problems)
 
 
 def _build_store(cfg: NodeConfig, raw: dict[str, tuple[Any, str]], problems: list[str]) -> None:
@@ -362,6 +422,11 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     _check_address("cluster.raft_listen", c.raft_listen, problems)
     _check_address("cluster.raft_address", c.raft_address, problems, allow_empty=True)
     _check_members(cfg, problems)
+    if c.durability in DURABILITY_MODES:
+        try:
+            cfg.raft_settings()
+        except ValueError as e:
+            problems.append(f"cluster.raft: {e}")
     role = cfg.kubernetes.role_label
     if role not in ("auto", "true", "false"):
         problems.append(f"kubernetes.role_label: {role!r} is not one of auto, true, false")
@@ -416,18 +481,45 @@ def sample_yaml() -> str:
             "raft_listen": "Raft peer port",
             "raft_address": "this node's Raft address as peers see it (stable DNS name)",
             "members": "[{id: n0, raft: host:8091, grpc: host:8081}, ...]; empty = single node",
-            "secret": "Raft peer password (optional)",
+            "secret": "Raft peer password (optional; env/--set value taken verbatim)",
+            "raft": "Raft and group-commit tuning (replication.RaftSettings); defaults suit most groups",
+        },
+        "raft": {
+            "put_timeout_s": "a put not applied by then answers UNKNOWN",
+            "max_batch_bytes": "group commit: at most this much per Raft command",
+            "linger_s": "group commit: wait this long for more puts (only while batches are in flight)",
+            "max_inflight_batches": "Raft commands awaiting a majority at once",
+            "max_pending_bytes": "puts queued beyond this are refused (busy)",
+            "offsets_linger_s": "consumer-offset commits are coalesced this long",
+            "append_entries_period": "leader heartbeat / replication period (s)",
+            "raft_min_timeout": "election timeout, lower bound (s)",
+            "raft_max_timeout": "election timeout, upper bound (s)",
+            "leader_fallback_timeout": "a leader cut off from its majority steps down after this (< min timeout)",
+            "connection_timeout": "peer connection considered dead after this (>= max timeout)",
+            "connection_retry_time": "reconnect to a peer every (s)",
+            "compaction_min_entries": "compact the Raft log after this many entries ...",
+            "compaction_min_time": "... and at least this many seconds",
+            "compaction_max_bytes": "force a compaction once this much was proposed",
+            "dns_cache_time": "peer host names are re-resolved this often (s)",
         },
     }
     lines = [
         "# raftmq node configuration. Every key can be overridden by the environment as RAFTMQ_<SECTION>_<KEY>",
-        "# (value parsed as YAML, e.g. RAFTMQ_CLUSTER_MEMBERS='[{id: n0, raft: \"h0:8091\", grpc: \"h0:8081\"}]')",
-        "# or on the command line: raftmq node --config FILE --set section.key=value",
+        "# (value parsed as YAML, e.g. RAFTMQ_CLUSTER_MEMBERS='[{id: n0, raft: \"h0:8091\", grpc: \"h0:8081\"}]';",
+        "# text keys such as ids, addresses and the secret are taken verbatim), cluster.raft keys as",
+        "# RAFTMQ_CLUSTER_RAFT_<KEY>, or on the command line: raftmq node --config FILE --set section.key=value",
+        "# (--set cluster.raft.<key>=value).",
     ]
 
     def section(name: str, values: dict[str, Any], comments: dict[str, str], header: str = "") -> None:
         lines.append(f"{name + ':':36}# {header}" if header else f"{name}:")
         for key, value in values.items():
+            if isinstance(value, dict) and key == "raft":  # nested: every Raft setting with its default
+                lines.append(f"{'  raft:':36}# {comments[key]}")
+                for k, v in _raft_fields().items():
+                    entry = f"    {k}: {_yaml_scalar(v)}"
+                    lines.append(f"{entry:36}# {notes['raft'][k]}" if k in notes["raft"] else entry)
+                continue
             entry = f"  {key}: {_yaml_scalar(value)}"
             lines.append(f"{entry:36}# {comments[key]}" if key in comments else entry)
 

@@ -157,11 +157,21 @@ class RaftCollector(Collector):
         yield self._gauge("raftmq_raft_has_leader", "1 when this node knows a leader", float(leader is not None))
         yield self._gauge("raftmq_raft_is_leader", "1 when this node is the leader (role gauge)",
                           float(leader is not None and leader.id == self._node_id))
-        term = getattr(wp, "term", None)
-        yield self._gauge("raftmq_raft_term", "Current Raft term (0 for a single node)",
-                          float(term() if callable(term) else 0))
-        changes = getattr(wp, "leader_changes", 0)
-        c = CounterMetricFamily("raftmq_raft_leader_changes", "Leader changes seen by this node",
-                                labels=list(self._labels))
-        c.add_metric(list(self._labels.values()), float(changes))
-        yield c
+        # plain attribute reads of pysyncobj's counters: never a round trip to (or a wait for) its tick thread
+        for name, doc, accessor in (
+            ("raftmq_raft_term", "Current Raft term (0 for a single node)", "term"),
+            ("raftmq_raft_commit_index", "Highest Raft log index known committed by a majority", "commit_index"),
+            ("raftmq_raft_applied_index", "Raft log index of the last entry applied here", "raft_applied_index"),
+        ):
+            fn = getattr(wp, accessor, None)
+            yield self._gauge(name, doc, float(fn() if callable(fn) else 0))
+        for name, doc, attr in (
+            ("raftmq_raft_leader_changes", "Leader changes seen by this node", "leader_changes"),
+            ("raftmq_raft_snapshot_installs", "Raft snapshots installed from a leader (this member fell behind the "
+             "compacted log)", "snapshot_installs"),
+            ("raftmq_raft_catch_up_bytes", "Commit-log bytes copied from peers (start-up rebuild and snapshot "
+             "gaps)", "catch_up_bytes"),
+        ):
+            c = CounterMetricFamily(name, doc, labels=list(self._labels))
+            c.add_metric(list(self._labels.values()), float(getattr(wp, attr, 0)))
+            yield c

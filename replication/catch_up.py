@@ -53,14 +53,21 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
     return end_offset, end_index
 
 
-def peer_statuses(peers: Peers, timeout: float = 2.0) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
+def peer_statuses(peers: Peers, timeout: float = 2.0,
+                  errors: dict[str, str] | None = None) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
+    """Ask every other member at once (a stopped peer costs one ``timeout``, not one per peer); members that did
+    not answer are missing from the result and, when ``errors`` is given, named there with the reason."""
+    req = replica_pb2.GetReplicaStatusRequest()
+    calls = {m.id: peers.stub(m.id).GetReplicaStatus.future(req, timeout=timeout, metadata=peers.metadata)
+             for m in peers.others}
     out = {}
-    for m in peers.others:
+    for mid, call in calls.items():
         try:
-            out[m.id] = peers.stub(m.id).GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(), timeout=timeout,
-                                                          metadata=peers.metadata)
+            out[mid] = call.result()
         except grpc.RpcError as e:
-            log.info("peer %s status unavailable: %s", m.id, e.code().name)
+            log.info("peer %s status unavailable: %s", mid, e.code().name)
+            if errors is not None:
+                errors[mid] = f"{e.code().name}: {e.details() or 'no answer'}"
     return out
 
 

@@ -15,7 +15,6 @@ leader accepts writes only after a barrier entry of its own term has been applie
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import logging
 import os
@@ -50,6 +49,7 @@ log = logging.getLogger(__name__)
 
 _LEADER = 2
 BIND_RETRIES = 5  # then start() fails with a clear error instead of running unbound
+PEER_STATUS_TIMEOUT_S = 1.0  # members_status asks all peers at once; a stopped one costs this, once
 
 
 def _now_ms() -> int:
@@ -59,7 +59,8 @@ _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 
 @dataclass
 class RaftSettings:
-    """Knobs with the defaults that worked on a shared 2-core box (REPLICATION.md 4.9)."""
+    """Knobs with the defaults that worked on a shared 2-core box (REPLICATION.md 4.9); the node's config
+    section ``cluster.raft`` sets them by field name (``durability`` is ``cluster.durability``)."""
 
     durability: str = "async"            # async | sync
     put_timeout_s: float = 8.0           # own timeout on apply callbacks -> UnknownOutcomeError
@@ -78,16 +79,6 @@ class RaftSettings:
     compaction_min_time: float = 120.0
     compaction_max_bytes: int = 256 << 20  # force a compaction once this much was proposed since the last one
     dns_cache_time: float = 5.0            # peers are host names, re-resolved this often (new pod IPs)
-
-    @classmethod
-    def from_env(cls, durability: str, environ: dict | None = None) -> RaftSettings:
-        """Defaults, overridden by JSON in RAFTMQ_RAFT_TUNING (tests shrink compaction budgets with it)."""
-        text = (os.environ if environ is None else environ).get("RAFTMQ_RAFT_TUNING", "")
-        extra = json.loads(text) if text else {}
-        unknown = set(extra) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"RAFTMQ_RAFT_TUNING has unknown keys {sorted(unknown)}")
-        return cls(**{"durability": durability, **extra})
 
     def __post_init__(self) -> None:
         if self.durability not in ("async", "sync"):
@@ -123,7 +114,7 @@ class RaftWritePath:
             cluster_name = node_config.cluster.name
             store_host = node_config.store_host
             secret = node_config.cluster.secret
-            settings = settings or RaftSettings.from_env(node_config.cluster.durability)
+            settings = settings or node_config.raft_settings()  # cluster.raft + cluster.durability
         members = list(members)
         ids = [m.id for m in members]
         if node_id not in ids:
@@ -171,6 +162,7 @@ class RaftWritePath:
         self._running = False
         self._threads: list[threading.Thread] = []
         self.leader_changes = 0   # leaders this member has seen take over (metrics)
+        self.catch_up_bytes = 0   # commit-log bytes copied from peers (start-up rebuild + snapshot gaps; metrics)
         self.acked_batches = 0
 
     # ================================================================== lifecycle
@@ -191,8 +183,10 @@ class RaftWritePath:
         if not os.path.exists(journal) and self.peers.others:
             # Fresh or wiped member: copy what the group already has before joining Raft. A wiped member also lost
             # its term and vote, so it waits one election timeout before voting again (REPLICATION.md 4.7).
+            before = self.store.commit_log_max_offset
             copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
                                                 self.store.config.mapped_file_size_commit_log)
+            self.catch_up_bytes += max(0, self.store.commit_log_max_offset - before)
             if copied and os.path.exists(dump):
                 os.remove(dump)  # a dump without its journal would describe a log this member no longer has
             time.sleep(self.settings.raft_max_timeout)
@@ -657,8 +651,10 @@ class RaftWritePath:
         last_err: Exception | None = None
         for mid in order:
             try:
-                return catch_up.fetch_range(self.peers, mid, self.store, from_offset, up_to_index,
-                                            timeout=catch_up.INLINE_FETCH_TIMEOUT_S)
+                end_offset, end_index = catch_up.fetch_range(self.peers, mid, self.store, from_offset, up_to_index,
+                                                             timeout=catch_up.INLINE_FETCH_TIMEOUT_S)
+                self.catch_up_bytes += max(0, end_offset - from_offset)
+                return end_offset, end_index
             except catch_up.CatchUpError as e:
                 last_err = e
         raise catch_up.CatchUpError(f"no peer could supply the commit log from {from_offset}: {last_err}")
@@ -731,17 +727,22 @@ class RaftWritePath:
             "lag": 0, "health": health,
         }
         out = [me]
-        statuses = catch_up.peer_statuses(self.peers, timeout=1.0)
+        errors: dict[str, str] = {}
+        statuses = catch_up.peer_statuses(self.peers, timeout=PEER_STATUS_TIMEOUT_S, errors=errors)
         for m in self.peers.others:
+            # an unreachable member has no known indexes or lag (None), only the reason it could not be asked
             row = {"id": m.id, "address": m.grpc_address, "raft_address": m.raft_address, "role": "unreachable",
-                   "term": 0, "commit_index": 0, "applied_index": 0, "applied_offset": 0,
-                   "dispatch_behind_bytes": 0, "lag": 0, "health": "unreachable"}
+                   "term": None, "commit_index": None, "applied_index": None, "applied_offset": None,
+                   "dispatch_behind_bytes": None, "lag": None, "health": "unreachable", "ready": False,
+                   "error": errors.get(m.id, "no answer")}
             rs = statuses.get(m.id)
             if rs is not None:
                 role = "leader" if rs.is_leader else ("follower" if leader and leader.id != m.id else "unknown")
                 row.update(role=role, term=rs.raft_term, commit_index=rs.commit_index,
                            applied_index=rs.raft_applied_index, applied_offset=rs.commit_log_max_offset,
-                           dispatch_behind_bytes=rs.dispatch_behind_bytes, health="ok")
+                           dispatch_behind_bytes=rs.dispatch_behind_bytes, health="ok", error="",
+                           ready=rs.ready if rs.HasField("ready") else None,
+                           not_ready_reason=rs.not_ready_reason)
             match = st.get("match_idx_server_" + m.raft_address)
             if match is not None and self.is_leader():
                 row["lag_entries"] = max(0, last_index - match)
@@ -751,5 +752,6 @@ class RaftWritePath:
         leader_row = next((r for r in out if r["role"] == "leader"), None)
         if leader_row is not None:  # lag: bytes of commit log behind the leader's applied end
             for r in out:
-                r["lag"] = max(0, leader_row["applied_offset"] - r["applied_offset"]) if r["health"] == "ok" else 0
+                if r["applied_offset"] is not None:
+                    r["lag"] = max(0, leader_row["applied_offset"] - r["applied_offset"])
         return out

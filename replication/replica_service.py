@@ -38,9 +38,12 @@ def _next_offset(pos: int, data: bytes, file_size: int) -> int:
 
 
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
-    def __init__(self, get_write_path: Callable[[], Any], secret: str = ""):
+    def __init__(self, get_write_path: Callable[[], Any], secret: str = "",
+                 readiness: Callable[[], tuple[bool, str]] | None = None):
+        """``readiness``: the node's own /ready verdict, so a leader's cluster status shows each peer's real one."""
         self._get = get_write_path
         self._secret = secret
+        self._readiness = readiness
 
     async def _write_path(self, context: grpc.aio.ServicerContext) -> Any:
         if self._secret:
@@ -59,7 +62,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         idx, end, metadata = await asyncio.to_thread(wp.machine.status_view)
         store = wp.store
         leader = wp.leader()
+        ready, reason = self._readiness() if self._readiness is not None else (None, "")
         return replica_pb2.GetReplicaStatusResponse(
+            ready=ready, not_ready_reason="" if ready else reason,
             member_id=wp.node_id, is_leader=wp.is_leader(), leader_id=leader.id if leader else "",
             raft_term=wp.term(), applied_index=idx, commit_log_min_offset=store.commit_log_min_offset,
             commit_log_max_offset=end, commit_log_file_size=store.config.mapped_file_size_commit_log,

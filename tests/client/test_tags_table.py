@@ -65,6 +65,7 @@ def test_cluster_table_has_every_column_and_member():
     leader = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert leader == ["n0", "127.0.0.1:8081", "Leader", "3", "42", "1024", "7", "0", "running"]
     assert "unreachable: connection refused" in rows[2]
+    assert [c.strip() for c in rows[2].split("|")[4:9]] == ["-"] * 5  # unknown, not a fake zero lag
 
 
 def test_message_json_keeps_binary_bodies_intact():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -16,14 +15,15 @@ TEST_TUNING = {"compaction_min_entries": 300, "compaction_min_time": 30.0, "put_
 class Cluster:
     def __init__(self, base, durability: str = "async", tuning: dict | None = None, n: int = 3,
                  host_names: bool = False, secret: str = ""):
-        self.specs = node_specs(base, n, cluster={"durability": durability, "secret": secret})
+        self.specs = node_specs(base, n, cluster={"durability": durability, "secret": secret,
+                                                  "raft": {**TEST_TUNING, **(tuning or {})}})
         if host_names:  # peers addressed by name (as on Kubernetes), resolved by pysyncobj on every connect
             members = [{**m, "raft": m["raft"].replace("127.0.0.1", "localhost")} for m in self.specs[0].members]
             for s in self.specs:
                 s.members = members
                 s.overrides.setdefault("cluster", {})["raft_address"] = next(
                     m["raft"] for m in members if m["id"] == s.id)
-        self.env = {"RAFTMQ_RAFT_TUNING": json.dumps({**TEST_TUNING, **(tuning or {})})}
+        self.env: dict[str, str] = {}  # extra environment for every (re)start; Raft tuning is in the config
         self.nodes = [NodeProcess(s) for s in self.specs]
 
     def start(self, wait: bool = True) -> Cluster:
