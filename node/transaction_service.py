@@ -235,7 +235,10 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         while not node._stopping:
             await asyncio.sleep(IDLE_POLL_SECONDS)
             if not self._leads():
-                if any(self._checkers.values()):
+                leader = node.write_path.leader() if node.write_path is not None else None
+                # another leader (or none): producers reconnect there; while this node still leads but is not
+                # writable yet (its election barrier), their streams stay open
+                if (leader is None or leader.id != node.node_id) and any(self._checkers.values()):
                     self._close_checkers()
                 continue
             interval = node.store_config.transaction_check_interval_ms / 1000.0
