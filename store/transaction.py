@@ -236,16 +236,30 @@ class TransactionLog:
         half_from, op_from = self.progress()
         for _, half_off, key in self.ops(op_from):
             if half_off == half.queue_offset or key == half.uniq_key:
-                raise TransactionStateError(
-                    "finished", f"transaction {half.uniq_key!r} is already finished (committed or rolled back)")
+                raise self._finished(half)
         if half.queue_offset < half_from:
             # passed by the check service: still open only through a renewed copy it appended later
-            copies = st.query_messages(HALF_TOPIC, half.uniq_key, 64, 0, int(time.time() * 1000) + 1000)
-            if not any(c.queue_offset >= half_from and c.uniq_key == half.uniq_key for c in copies):
-                raise TransactionStateError(
-                    "finished", f"transaction {half.uniq_key!r} is already finished (committed, rolled back, or "
-                    f"discarded to {CHECK_MAX_TOPIC} after too many checks)")
+            if not any(c.queue_offset >= half_from for c in self._copies(HALF_TOPIC, half.uniq_key)):
+                raise self._finished(half)
         return half
+
+    def _copies(self, topic: str, uniq_key: str | None) -> list[MessageExt]:
+        if not uniq_key:
+            return []
+        found = self.store.query_messages(topic, uniq_key, 64, 0, int(time.time() * 1000) + 1000)
+        return [m for m in found if m.uniq_key == uniq_key]
+
+    def _finished(self, half: MessageExt) -> TransactionStateError:
+        """How a finished transaction ended, from the records it left (found through the index)."""
+        key = half.uniq_key
+        if any(m.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
+               for m in self._copies(real_topic(half), key)):
+            how = "committed"
+        elif self._copies(CHECK_MAX_TOPIC, key):
+            how = f"discarded to {CHECK_MAX_TOPIC} after too many checks"
+        else:
+            how = "rolled back"
+        return TransactionStateError("finished", f"transaction {key!r} is already finished ({how})")
 
 
 __all__ = [

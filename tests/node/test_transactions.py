@@ -74,7 +74,7 @@ def test_commit_delivers_once_and_half_stays_hidden(node):
         assert m.sys_flag & 0xC == 0x8 and m.uniq_key == r.half.transaction_id and m.tags == "new"
         assert m.prepared_transaction_offset == r.half.send_result.physical_offset
         assert m.properties["REAL_TOPIC"] == topic and m.properties["PGROUP"] == "pg-commit"
-        with pytest.raises(RaftmqError, match="already finished") as e:  # a second outcome is refused
+        with pytest.raises(RaftmqError, match=r"already finished \(committed\)") as e:  # a second outcome
             p.end(r.half, TransactionState.ROLLBACK)
         assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert len(_pull_all(node, topic)) == 1
@@ -85,7 +85,7 @@ def test_rollback_delivers_nothing(node):
     with TransactionProducer(node.grpc_address, group="pg-rollback") as p:
         r = p.send_in_transaction(topic, b"x", local_tx=lambda half: TransactionState.ROLLBACK)
         assert r.committed is None and r.end_error == ""
-        with pytest.raises(RaftmqError, match="already finished"):
+        with pytest.raises(RaftmqError, match=r"already finished \(rolled back\)"):
             p.end(r.half, TransactionState.COMMIT)
         # a later transaction of the group is committed: the rolled-back one still never shows up
         p.send_in_transaction(topic, b"y", local_tx=lambda half: TransactionState.COMMIT)
@@ -114,7 +114,8 @@ def test_check_back_resolves_unknown(node, answer):
         time.sleep(1.5)  # more than two timeouts: a resolved transaction is not asked about again
         assert len(asked) == 1
         opposite = TransactionState.ROLLBACK if answer == TransactionState.COMMIT else TransactionState.COMMIT
-        with pytest.raises(RaftmqError, match="already finished"):
+        how = "committed" if answer == TransactionState.COMMIT else "rolled back"
+        with pytest.raises(RaftmqError, match=f"already finished \\({how}\\)"):
             p.end(r.half, opposite)
     assert len(_pull_all(node, topic)) == (1 if answer == TransactionState.COMMIT else 0)
 
@@ -136,7 +137,7 @@ def test_too_many_checks_go_to_check_max_topic(node):
         [m] = _wait(discarded, f"the message in {CHECK_MAX}")
         assert m.body == b"undecided" and m.properties["TRANSACTION_CHECK_TIMES"] == "3"
         assert [int(v.properties.get("TRANSACTION_CHECK_TIMES", "0")) for v in asked] == [0, 1, 2]
-        with pytest.raises(RaftmqError, match="already finished"):
+        with pytest.raises(RaftmqError, match=f"already finished \\(discarded to {CHECK_MAX}"):
             p.end(r.half, TransactionState.COMMIT)
     assert _pull_all(node, topic) == []
 
@@ -235,8 +236,8 @@ def test_everything_survives_a_restart(tmp_path):
                         "the open transaction resolved after the restart")
             assert [m.body for m in got] == [b"committed", b"open"]
             assert asked == [open_tx.half.transaction_id]
-            for r in (done, rolled):
-                with pytest.raises(RaftmqError, match="already finished"):
+            for r, how in ((done, "committed"), (rolled, "rolled back")):
+                with pytest.raises(RaftmqError, match=f"already finished \\({how}\\)"):
                     p.end(r.half, TransactionState.COMMIT)
     finally:
         stop_all(nodes)

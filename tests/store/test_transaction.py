@@ -82,6 +82,8 @@ def test_commit_record_and_op_message(st):
     assert _raw_properties(st, rs[1].physical_offset) == OP_PROPERTIES.encode() == b"WAIT\x01true\x02TAGS\x01d"
     scan = TransactionLog(st).scan(now_ms=2**62, timeout_ms=1)
     assert scan.due == [] and scan.half_offset == 1 and scan.op_offset == 1
+    with pytest.raises(TransactionStateError, match=r"already finished \(committed\)"):
+        TransactionLog(st).open_half(half.physical_offset, "UK1", "pg")
 
 
 def test_open_half_rejects_unknown_foreign_and_finished(st):
@@ -99,7 +101,7 @@ def test_open_half_rejects_unknown_foreign_and_finished(st):
     assert e.value.kind == "mismatch"
     st.put_message(op_message(half.queue_offset, HOST))  # rolled back
     wait_dispatched(st)
-    with pytest.raises(TransactionStateError) as e:
+    with pytest.raises(TransactionStateError, match=r"already finished \(rolled back\)") as e:
         log.open_half(half.physical_offset, "UK1", "pg")
     assert e.value.kind == "finished"
     assert st.max_offset_in_queue("Orders", 2) == 0
