@@ -292,3 +292,24 @@ def test_cli_produce_transactional(node):
     assert r.returncode != 0 and "invalid choice" in r.stderr
     got = _pull_all(node, topic, wait_ms=10_000)
     assert [(m.body, m.properties["PGROUP"]) for m in got] == [(b"via-cli", "cli-group")]
+
+
+def test_failing_local_transaction_and_checker_are_unknown(node):
+    topic = _topic(node)
+    calls: list = []
+
+    def checker(view):
+        calls.append(view.uniq_key)
+        if len(calls) == 1:
+            raise RuntimeError("database unreachable")  # answered UNKNOWN: asked again later
+        return TransactionState.COMMIT
+
+    def local_tx(half):
+        raise RuntimeError("boom")
+
+    with TransactionProducer(node.grpc_address, group="pg-failing", checker=checker) as p:
+        r = p.send_in_transaction(topic, b"eventually", local_tx=local_tx)
+        assert r.state == TransactionState.UNKNOWN and r.committed is None
+        got = _wait(lambda: _pull_all(node, topic), "the commit after a failed check")
+    assert [m.body for m in got] == [b"eventually"] and calls == [r.half.transaction_id] * 2
+    assert got[0].properties["TRANSACTION_CHECK_TIMES"] == "2"

@@ -158,3 +158,17 @@ def test_progress_survives_restart(tmp_path):
         assert st.get_messages("Orders", 2, 0).messages[0].prepared_transaction_offset == half.physical_offset
     finally:
         st.shutdown()
+
+
+def test_property_strings_follow_the_brokers_hashmap_order(st):
+    """FORMATS.md §3.3 buckets (cap 16): REAL_TOPIC 1, KEYS 7, TRAN_MSG 9, UNIQ_KEY/CLUSTER 12, PGROUP/WAIT 13
+    (WAIT re-put last), TAGS 14, REAL_QID 15; the commit record keeps the half message's string."""
+    msg = Message(topic="Orders", queue_id=2, body=b"b", properties={"TAGS": "t", "KEYS": "k", "UNIQ_KEY": "U"},
+                  born_host=("10.0.0.7", 5000))
+    r = st.put_message(half_message(msg, "pg", "DefaultCluster"))
+    wait_dispatched(st)
+    expected = ("REAL_TOPIC\x01Orders\x02KEYS\x01k\x02TRAN_MSG\x01true\x02UNIQ_KEY\x01U\x02CLUSTER\x01DefaultCluster"
+                "\x02PGROUP\x01pg\x02WAIT\x01true\x02TAGS\x01t\x02REAL_QID\x012").encode()
+    assert _raw_properties(st, r.physical_offset) == expected
+    c = st.put_message(commit_message(st.view_message(r.physical_offset)))
+    assert _raw_properties(st, c.physical_offset) == expected
