@@ -33,6 +33,57 @@ class ConfigError(Exception):
         self.problems = list(problems)
 
 
+class _YamlInt(int):
+    """An int read from YAML that remembers how it was written: a text key given an unquoted ``0123`` keeps
+    ``"0123"``, not ``"83"`` (YAML 1.1 octal)."""
+
+    yaml_text: str
+
+    def __new__(cls, value: int, text: str) -> _YamlInt:
+        obj = super().__new__(cls, value)
+        obj.yaml_text = text
+        return obj
+
+
+class _YamlFloat(float):
+    """A float read from YAML that remembers how it was written (``1e3`` stays ``"1e3"`` for a text key)."""
+
+    yaml_text: str
+
+    def __new__(cls, value: float, text: str) -> _YamlFloat:
+        obj = super().__new__(cls, value)
+        obj.yaml_text = text
+        return obj
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader whose numbers keep their source text (see ``_text``)."""
+
+
+_ConfigLoader.add_constructor(
+    "tag:yaml.org,2002:int", lambda loader, node: _YamlInt(loader.construct_yaml_int(node), node.value))
+_ConfigLoader.add_constructor(
+    "tag:yaml.org,2002:float", lambda loader, node: _YamlFloat(loader.construct_yaml_float(node), node.value))
+
+
+def _text(value: Any) -> str:
+    """A value meant as text: numbers as they were written in the YAML, anything else via str()."""
+    return getattr(value, "yaml_text", None) or str(value)
+
+
+def _plain(value: Any) -> Any:
+    """Drop the source text again where a value is kept as a number (or inside a list / mapping)."""
+    if isinstance(value, _YamlInt):
+        return int(value)
+    if isinstance(value, _YamlFloat):
+        return float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
 class HostPort:
     host: str
@@ -113,7 +164,7 @@ class NodeConfig:
 
     @property
     def members(self) -> list[Member]:
-        return [Member(str(m["id"]), str(m["raft"]), str(m["grpc"])) for m in self.cluster.members]
+        return [Member(_text(m["id"]), _text(m["raft"]), _text(m["grpc"])) for m in self.cluster.members]
 
     def raft_settings(self):
         """The ``replication.RaftSettings`` for this node: ``cluster.raft`` overrides, ``cluster.durability``."""
@@ -201,14 +252,14 @@ def _type_name(t: type) -> str:
 def _coerce(where: str, value: Any, default: Any, problems: list[str]) -> Any:
     """Check ``value`` against the type of ``default``; YAML scalars that are clearly meant are converted."""
     if default is None:
-        return value
+        return _plain(value)
     want = type(default)
     if want is bool:
         if isinstance(value, bool):
             return value
     elif want is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return int(value)
     elif want is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -216,9 +267,13 @@ def _coerce(where: str, value: Any, default: Any, problems: list[str]) -> Any:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
+            return _text(value)  # as written: an unquoted 0123 stays "0123"
+        if isinstance(value, bool):
+            problems.append(f"{where}: must be a string, got {value!r}; quote it (unquoted yes/no/on/off/true/false "
+                            "are booleans in YAML)")
+            return default
     elif isinstance(value, want):
-        return value
+        return value if want is list else _plain(value)
     problems.append(f"{where}: must be {_type_name(want)}, got {value!r}")
     return default
 
@@ -226,7 +281,7 @@ def _coerce(where: str, value: Any, default: Any, problems: list[str]) -> Any:
 def _parse_scalar(text: str) -> Any:
     """Environment and ``--set`` values are YAML, so lists and numbers work; plain text stays text."""
     try:
-        return yaml.safe_load(text) if text.strip() else ""
+        return yaml.load(text, Loader=_ConfigLoader) if text.strip() else ""  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError:
         return text
 
@@ -301,7 +356,7 @@ def load_config(
         origin = str(path)
         try:
             with open(path, encoding="utf-8") as f:
-                doc = yaml.safe_load(f)
+                doc = yaml.load(f, Loader=_ConfigLoader)  # noqa: S506 (a SafeLoader)
         except OSError as e:
             raise ConfigError([f"{origin}: cannot read: {e.strerror or e}"]) from None
         except yaml.YAMLError as e:
@@ -446,12 +501,14 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
             problems.append(f"{where}: must be a mapping with exactly the keys id, raft, grpc; got {m!r}")
             ok = False
             continue
-        mid = str(m["id"])
+        mid = _text(m["id"])
         if mid in seen:
             problems.append(f"{where}: duplicate member id {mid!r}")
         seen.add(mid)
-        _check_address(f"{where}.raft", str(m["raft"]), problems)
-        _check_address(f"{where}.grpc", str(m["grpc"]), problems)
+        _check_address(f"{where}.raft", _text(m["raft"]), problems)
+        _check_address(f"{where}.grpc", _text(m["grpc"]), problems)
+    if ok:  # ids and addresses as text, exactly as written
+        cfg.cluster.members = [{k: _text(m[k]) for k in ("id", "raft", "grpc")} for m in members]
     if ok and members and cfg.node.id not in seen:
         problems.append(f"cluster.members: this node's id {cfg.node.id!r} is not among the members {sorted(seen)}")
 

@@ -81,3 +81,22 @@ def test_other_text_keys_from_env_are_verbatim_and_typed_ones_still_parse():
     assert (cfg.node.id, cfg.cluster.name) == ("0123", "1e3")
     assert cfg.kubernetes.role_label == "false" and cfg.store["flush_disk_type"] == "SYNC"
     assert cfg.node.auto_create_topics is True and cfg.store["max_message_size"] == 2000
+
+
+def test_text_keys_in_the_file_keep_numbers_as_written(tmp_path):
+    path = _write(tmp_path, "node:\n  id: 0123\ncluster:\n  name: 1e3\n  secret: 0123\n"
+                            "  members: [{id: 0123, raft: 'h0:8091', grpc: 'h0:8081'}, {id: 7, raft: 'h1:8091', "
+                            "grpc: 'h1:8081'}]\nstore:\n  max_message_size: 0x1000\n")
+    cfg = load_config(path, environ={})
+    assert (cfg.node.id, cfg.cluster.name, cfg.cluster.secret) == ("0123", "1e3", "0123")
+    assert [m.id for m in cfg.members] == ["0123", "7"]
+    assert cfg.store["max_message_size"] == 4096 and type(cfg.store["max_message_size"]) is int
+    # the same from the environment (members parsed as YAML, their ids still text as written)
+    cfg = load_config(None, environ={"RAFTMQ_NODE_ID": "0123",
+                                     "RAFTMQ_CLUSTER_MEMBERS": "[{id: 0123, raft: 'h0:8091', grpc: 'h0:8081'}]"})
+    assert [m.id for m in cfg.members] == ["0123"]
+
+
+def test_a_boolean_for_a_text_key_in_the_file_says_to_quote_it(tmp_path):
+    with pytest.raises(ConfigError, match="quote it"):
+        load_config(_write(tmp_path, "cluster:\n  secret: yes\n"), environ={})
