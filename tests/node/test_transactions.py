@@ -268,6 +268,14 @@ def test_leader_failover_resumes_checks(tmp_path):
             got = _wait(lambda: _pull_all(rest[0], topic), "the transaction resolved by the new leader", 60)
             assert [m.body for m in got] == [b"before"]
             assert set(asked) == {before.half.transaction_id}
+        # restart every member, the killed one included: all agree, and the outcome is final
+        _restart_all(nodes)
+        for n in nodes:
+            got = _wait(lambda n=n: _pull_all(n, topic), f"the committed message on {n.spec.id}")
+            assert [m.body for m in got] == [b"before"], n.spec.id
+        with TransactionProducer(addrs, group="pg-failover") as p:
+            with pytest.raises(RaftmqError, match=r"already finished \(committed\)"):
+                p.end(before.half, TransactionState.ROLLBACK)
     finally:
         stop_all(nodes)
 
