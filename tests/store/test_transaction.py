@@ -167,8 +167,8 @@ def test_property_strings_follow_the_brokers_hashmap_order(st):
                   born_host=("10.0.0.7", 5000))
     r = st.put_message(half_message(msg, "pg", "DefaultCluster"))
     wait_dispatched(st)
-    expected = ("REAL_TOPIC\x01Orders\x02KEYS\x01k\x02TRAN_MSG\x01true\x02UNIQ_KEY\x01U\x02CLUSTER\x01DefaultCluster"
-                "\x02PGROUP\x01pg\x02WAIT\x01true\x02TAGS\x01t\x02REAL_QID\x012").encode()
+    expected = (b"REAL_TOPIC\x01Orders\x02KEYS\x01k\x02TRAN_MSG\x01true\x02UNIQ_KEY\x01U\x02CLUSTER\x01DefaultCluster"
+                b"\x02PGROUP\x01pg\x02WAIT\x01true\x02TAGS\x01t\x02REAL_QID\x012")
     assert _raw_properties(st, r.physical_offset) == expected
     c = st.put_message(commit_message(st.view_message(r.physical_offset)))
     assert _raw_properties(st, c.physical_offset) == expected
