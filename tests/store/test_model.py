@@ -592,3 +592,33 @@ def test_query_time_window_is_exact_to_the_millisecond(tmp_path) -> None:
             assert st.query_messages("TopA", f"k{i}", 4, ts - 10_000, ts - 1) == []
     finally:
         st.shutdown()
+
+
+def test_wall_clock_stepping_back_keeps_time_lookups_right(tmp_path, monkeypatch) -> None:
+    """The store stamps puts with the wall clock; when that clock steps back (NTP, a VM resumed), lookups by time
+    must still find messages by the times the store gave them.
+
+    Index entries hold seconds since their file's begin time (never negative) and get_offset_by_time searches
+    a queue assuming store times grow with the offset, so a stored time below an earlier one breaks both:
+    with the clock going back 700 ms per put, every message after the first was missed by a query over its
+    own [t-1, t+1] window, and get_offset_by_time returned the queue's end for all of them.
+    """
+    import store.message_store as ms
+
+    clock = iter(1_700_000_010_000 - i * 700 for i in range(1000))
+    monkeypatch.setattr(ms, "_now_ms", lambda: next(clock))
+    st = MessageStore(StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR,
+                                  **{**TINY, "max_hash_slot_num": 16, "max_index_num": 64}))
+    st.open()
+    try:
+        rs = [st.put_message(Message(topic="TopA", body=b"m", properties={"KEYS": f"k{i}"}, born_host=BORN_HOST))
+              for i in range(20)]
+        wait_dispatched(st)
+        stamps = [r.store_timestamp for r in rs]
+        for i, ts in enumerate(stamps):
+            got = st.query_messages("TopA", f"k{i}", 4, ts - 1, ts + 1)
+            assert [m.queue_offset for m in got] == [i], f"message {i} not found in its own time window"
+            first_at_or_after = next(j for j, t in enumerate(stamps) if t >= ts)
+            assert st.get_offset_by_time("TopA", 0, ts) == first_at_or_after, i
+    finally:
+        st.shutdown()
