@@ -66,7 +66,9 @@ class _Checker:
 class TransactionService(pb_grpc.TransactionServiceServicer):
     def __init__(self, node: Broker):
         self.node = node
-        self._end_lock = asyncio.Lock()  # one outcome at a time: "still open?" and the put are one step
+        # one outcome at a time per transaction: "still open?" and the put are one step (other transactions
+        # proceed in parallel, so their puts share group commits)
+        self._end_locks: dict[str, list] = {}  # transaction id -> [lock, users]
         self._checkers: dict[str, list[_Checker]] = {}
         self._round_robin: dict[str, itertools.count] = {}
         self._pick = itertools.count()
@@ -117,6 +119,8 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
     async def _end(self, request: pb.EndTransactionRequest) -> pb.SendResult | None:
         node = self.node
         check_group_name(request.producer_group)
+        if not request.transaction_id:
+            raise invalid("transaction_id is empty; pass the transaction_id SendHalfMessage (or the check) returned")
         resolution = request.resolution
         if resolution not in (pb.TX_COMMIT, pb.TX_ROLLBACK):
             raise invalid(f"resolution {pb.TransactionResolution.Name(resolution)} cannot end a transaction; use "
@@ -127,17 +131,33 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             raise invalid(f"msg_id {request.msg_id!r} is not an offset message id; pass the msg_id SendHalfMessage "
                           "(or the check) returned") from None
         node.check_leader()
-        async with self._end_lock:
-            try:
-                half = await node.run_blocking(self._log.open_half, physical_offset, request.transaction_id,
-                                               request.producer_group)
-            except TransactionStateError as e:
-                code = grpc.StatusCode.NOT_FOUND if e.kind == "not_found" else grpc.StatusCode.FAILED_PRECONDITION
-                raise RpcError(code, str(e)) from None
-            op = op_message(half.queue_offset, node.config.store_host)
-            msgs = [commit_message(half), op] if resolution == pb.TX_COMMIT else [op]
-            results = await asyncio.wrap_future(node.write_path.put(msgs))  # one batch: commit and op, atomically
-            convert.check_put_results(results)
+        tx = request.transaction_id
+        entry = self._end_locks.get(tx)
+        if entry is None:
+            entry = self._end_locks[tx] = [asyncio.Lock(), 0]
+        entry[1] += 1  # callers holding or waiting for this lock; the last one out removes it
+        try:
+            async with entry[0]:
+                return await self._end_locked(request, physical_offset)
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._end_locks[tx]
+
+    async def _end_locked(self, request: pb.EndTransactionRequest, physical_offset: int) -> pb.SendResult | None:
+        node = self.node
+        resolution = request.resolution
+        try:
+            half = await node.run_blocking(self._log.open_half, physical_offset, request.transaction_id,
+                                           request.producer_group)
+        except TransactionStateError as e:
+            code = {"not_found": grpc.StatusCode.NOT_FOUND,
+                    "busy": grpc.StatusCode.UNAVAILABLE}.get(e.kind, grpc.StatusCode.FAILED_PRECONDITION)
+            raise RpcError(code, str(e)) from None
+        op = op_message(half.queue_offset, node.config.store_host)
+        msgs = [commit_message(half), op] if resolution == pb.TX_COMMIT else [op]
+        results = await asyncio.wrap_future(node.write_path.put(msgs))  # one batch: commit and op, atomically
+        convert.check_put_results(results)
         if resolution != pb.TX_COMMIT:
             return None
         node.metrics.record_put(msgs[0].topic, 1, len(msgs[0].body))

@@ -44,7 +44,7 @@ SCAN_LIMIT = 1024  # half records looked at per scan; the rest waits for the nex
 
 
 class TransactionStateError(Exception):
-    """An end-transaction request that cannot be applied; ``kind`` is "not_found" or "finished" or "mismatch"."""
+    """An end-transaction request that cannot be applied; ``kind``: "not_found", "finished", "mismatch", "busy"."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
@@ -158,6 +158,22 @@ class TransactionLog:
     def __init__(self, store) -> None:
         self.store = store
 
+    def catch_up(self, timeout_s: float = 10.0) -> None:
+        """Wait until the consume queues hold every record stored so far (an op message just written included).
+
+        Why: a put returns once its record is in the commit log; the op queue gets it from the reput thread a
+        moment later, and "is this transaction still open?" must not miss it.
+        """
+        st = self.store
+        target = st.confirm_offset
+        deadline = time.monotonic() + timeout_s
+        while st.confirm_offset - st.dispatch_behind_bytes() < target:  # a lower bound of the dispatched offset
+            if time.monotonic() > deadline:
+                raise TransactionStateError(
+                    "busy", f"the consume queues are {st.dispatch_behind_bytes()} bytes behind the commit log; "
+                    "retry shortly")
+            time.sleep(0.001)
+
     def progress(self) -> tuple[int, int]:
         """(half offset, op offset) of ``CID_RMQ_SYS_TRANS``, clamped into each queue's range."""
         st = self.store
@@ -190,6 +206,7 @@ class TransactionLog:
             offset = got.next_begin_offset
 
     def scan(self, now_ms: int, timeout_ms: int, limit: int = SCAN_LIMIT) -> ScanResult:
+        self.catch_up()
         half_from, op_from = self.progress()
         ops = self.ops(op_from)
         done_offsets = {h for _, h, _ in ops}
@@ -221,9 +238,10 @@ class TransactionLog:
         """The half record an end-transaction request names, if its transaction is still open.
 
         Raises TransactionStateError: "not_found" (no such half message), "mismatch" (another producer group's),
-        "finished" (committed, rolled back, or discarded after too many checks).
+        "finished" (committed, rolled back, or discarded after too many checks), "busy" (dispatch far behind).
         """
         st = self.store
+        self.catch_up()
         half = st.view_message(physical_offset) if physical_offset >= 0 else None
         if half is None or half.topic != HALF_TOPIC or (transaction_id and half.uniq_key != transaction_id):
             raise TransactionStateError(

@@ -321,3 +321,36 @@ def test_failing_local_transaction_and_checker_are_unknown(node):
         got = _wait(lambda: _pull_all(node, topic), "the commit after a failed check")
     assert [m.body for m in got] == [b"eventually"] and calls == [r.half.transaction_id] * 2
     assert got[0].properties["TRANSACTION_CHECK_TIMES"] == "2"
+
+
+def test_concurrent_outcomes_apply_once(node):
+    topic = _topic(node)
+    stub = pb_grpc.TransactionServiceStub(node.channel())
+    with TransactionProducer(node.grpc_address, group="pg-race") as p:
+        halves = [p.send_half(topic, f"m{i}".encode()) for i in range(4)]
+    outcomes: list = []
+
+    def end(half, resolution):
+        try:
+            stub.EndTransaction(pb.EndTransactionRequest(producer_group="pg-race", transaction_id=half.transaction_id,
+                                                         msg_id=half.msg_id, resolution=resolution), timeout=30)
+            outcomes.append((half.transaction_id, resolution))
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.FAILED_PRECONDITION, e.details()
+            assert "already finished" in e.details()
+
+    threads = [threading.Thread(target=end, args=(h, res)) for h in halves for res in (pb.TX_COMMIT, pb.TX_ROLLBACK)
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(tx for tx, _ in outcomes) == sorted(h.transaction_id for h in halves)  # one outcome each
+    committed = {tx for tx, res in outcomes if res == pb.TX_COMMIT}
+    _wait(lambda: len(_pull_all(node, topic)) == len(committed), "the committed messages")
+    got = _pull_all(node, topic)
+    assert sorted(m.uniq_key for m in got) == sorted(committed)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.EndTransaction(pb.EndTransactionRequest(producer_group="pg-race", msg_id=halves[0].msg_id,
+                                                     resolution=pb.TX_COMMIT), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "transaction_id is empty" in e.value.details()
