@@ -280,11 +280,14 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         if not scan.due and scan.half_offset == scan.half_from and scan.op_offset == scan.op_from:
             return 0
         puts, checks = [], []
+        now_ms = int(time.time() * 1000)
+        reserved_ms = cfg.file_reserved_time * 3_600_000
         for half in scan.due:
             times = check_times(half)
-            if times >= cfg.transaction_check_max:
-                log.warning("transaction %s of group %s discarded to %s after %d checks", half.uniq_key,
-                            producer_group(half), CHECK_MAX_TOPIC, times)
+            # RocketMQ's needDiscard / needSkip: too many checks, or older than the commit log is kept
+            if times >= cfg.transaction_check_max or now_ms - half.born_timestamp > reserved_ms:
+                log.warning("transaction %s of group %s discarded to %s after %d checks (born %d ms ago)",
+                            half.uniq_key, producer_group(half), CHECK_MAX_TOPIC, times, now_ms - half.born_timestamp)
                 await self._ensure_check_max_topic()
                 puts.append(discarded_message(half))
                 checks.append(None)

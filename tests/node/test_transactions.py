@@ -354,3 +354,21 @@ def test_concurrent_outcomes_apply_once(node):
         stub.EndTransaction(pb.EndTransactionRequest(producer_group="pg-race", msg_id=halves[0].msg_id,
                                                      resolution=pb.TX_COMMIT), timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "transaction_id is empty" in e.value.details()
+
+
+def test_half_message_older_than_file_reserved_time_is_discarded(node):
+    topic = _topic(node)
+    stub = pb_grpc.TransactionServiceStub(node.channel())
+    born = int(time.time() * 1000) - 73 * 3_600_000  # file_reserved_time defaults to 72 h
+    r = stub.SendHalfMessage(pb.SendHalfMessageRequest(
+        message=pb.Message(topic=topic, body=b"ancient", born_timestamp=born), producer_group="pg-old"), timeout=10)
+
+    def discarded():
+        try:
+            return [m for m in _pull_all(node, CHECK_MAX) if m.uniq_key == r.transaction_id]
+        except grpc.RpcError:
+            return None
+
+    [m] = _wait(discarded, f"the old half message in {CHECK_MAX}")
+    assert m.body == b"ancient" and "TRANSACTION_CHECK_TIMES" not in m.properties  # never checked
+    assert _pull_all(node, topic) == []
