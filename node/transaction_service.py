@@ -72,11 +72,15 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         self._checkers: dict[str, list[_Checker]] = {}
         self._round_robin: dict[str, itertools.count] = {}
         self._pick = itertools.count()
+        self._tlog: TransactionLog | None = None  # its op cache is dropped whenever this node stops leading
         self._task = asyncio.get_running_loop().create_task(self._check_loop())
 
     @property
     def _log(self) -> TransactionLog:
-        return TransactionLog(self.node.store)
+        log_ = self._tlog
+        if log_ is None or log_.store is not self.node.store:
+            log_ = self._tlog = TransactionLog(self.node.store)
+        return log_
 
     # ------------------------------------------------------------------ half message
     @rpc_handler("SendHalfMessage")
@@ -255,6 +259,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         while not node._stopping:
             await asyncio.sleep(IDLE_POLL_SECONDS)
             if not self._leads():
+                self._tlog = None
                 leader = node.write_path.leader() if node.write_path is not None else None
                 # another leader (or none): producers reconnect there; while this node still leads but is not
                 # writable yet (its election barrier), their streams stay open

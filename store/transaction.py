@@ -15,6 +15,7 @@ the store; the caller puts through its write path.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -153,10 +154,21 @@ class ScanResult:
 
 
 class TransactionLog:
-    """Reads the half and op queues of a store (any replica; the leader acts on what it finds)."""
+    """Reads the half and op queues of a store (any replica; the leader acts on what it finds).
+
+    The op messages from the committed op offset on are cached (read once each, with the UNIQ_KEY of the half
+    record they finish), so deciding whether a transaction is open costs a set lookup, not a pass over every op
+    since the last check. Thread-safe.
+    """
 
     def __init__(self, store) -> None:
         self.store = store
+        self._lock = threading.Lock()
+        self._ops: list[tuple[int, int, str | None]] = []  # (op queue offset, half queue offset, UNIQ_KEY)
+        self._ops_from = 0
+        self._ops_end = 0
+        self._done_offsets: set[int] = set()
+        self._done_keys: set[str] = set()
 
     def catch_up(self, timeout_s: float = 10.0) -> None:
         """Wait until the consume queues hold every record stored so far (an op message just written included).
@@ -188,22 +200,46 @@ class TransactionLog:
         got = self.store.get_messages(HALF_TOPIC, 0, queue_offset, 1, 1 << 30, None)
         return got.messages[0] if got.messages else None
 
-    def ops(self, op_from: int) -> list[tuple[int, int, str | None]]:
-        """Op messages from ``op_from``: (op queue offset, half queue offset, UNIQ_KEY of that half record)."""
-        out: list[tuple[int, int, str | None]] = []
-        offset = op_from
+    def _refresh_ops(self, op_from: int) -> None:
+        """Bring the op cache to [op_from, end of the op queue) (under the lock)."""
+        st = self.store
+        if op_from < self._ops_from or op_from > self._ops_end or st.max_offset_in_queue(OP_TOPIC, 0) < self._ops_end:
+            self._ops, self._ops_from, self._ops_end = [], op_from, op_from  # another window (or a truncation)
+            self._done_offsets, self._done_keys = set(), set()
+        elif op_from > self._ops_from:
+            self._ops = [e for e in self._ops if e[0] >= op_from]
+            self._ops_from = op_from
+            self._done_offsets = {h for _, h, _ in self._ops}
+            self._done_keys = {k for _, _, k in self._ops if k}
+        offset = self._ops_end
         while True:
-            got = self.store.get_messages(OP_TOPIC, 0, offset, 256, 4 << 20, None)
+            got = st.get_messages(OP_TOPIC, 0, offset, 256, 4 << 20, None)
             if not got.messages:
-                return out
+                break
             for m in got.messages:
                 try:
                     half_off = int(m.body.decode("ascii"))
                 except (ValueError, UnicodeDecodeError):
                     continue  # not an op message of ours: nothing it could finish
                 half = self._half_at(half_off)
-                out.append((m.queue_offset, half_off, half.uniq_key if half is not None else None))
+                key = half.uniq_key if half is not None else None
+                self._ops.append((m.queue_offset, half_off, key))
+                self._done_offsets.add(half_off)
+                if key:
+                    self._done_keys.add(key)
             offset = got.next_begin_offset
+        self._ops_end = offset
+
+    def ops(self, op_from: int) -> list[tuple[int, int, str | None]]:
+        """Op messages from ``op_from``: (op queue offset, half queue offset, UNIQ_KEY of that half record)."""
+        with self._lock:
+            self._refresh_ops(op_from)
+            return list(self._ops)
+
+    def _is_done(self, op_from: int, half: MessageExt) -> bool:
+        with self._lock:
+            self._refresh_ops(op_from)
+            return half.queue_offset in self._done_offsets or half.uniq_key in self._done_keys
 
     def scan(self, now_ms: int, timeout_ms: int, limit: int = SCAN_LIMIT) -> ScanResult:
         self.catch_up()
@@ -252,9 +288,8 @@ class TransactionLog:
                 "mismatch", f"transaction {half.uniq_key!r} belongs to producer group {producer_group(half)!r}, "
                 f"not {group!r}")
         half_from, op_from = self.progress()
-        for _, half_off, key in self.ops(op_from):
-            if half_off == half.queue_offset or key == half.uniq_key:
-                raise self._finished(half)
+        if self._is_done(op_from, half):
+            raise self._finished(half)
         if half.queue_offset < half_from:
             # passed by the check service: still open only through a renewed copy it appended later
             if not any(c.queue_offset >= half_from for c in self._copies(HALF_TOPIC, half.uniq_key)):
