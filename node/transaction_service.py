@@ -279,11 +279,19 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
 
     async def check_once(self) -> int:
         """One pass over the half queue: renew + check, or discard, each due half message; returns how many."""
+        total = 0
+        while True:  # window after window until the rest of the queue is not due yet
+            n, more = await self._check_window()
+            total += n
+            if not more or not self._leads():
+                return total
+
+    async def _check_window(self) -> tuple[int, bool]:
         node = self.node
         cfg = node.store_config
         scan = await node.run_blocking(self._log.scan, int(time.time() * 1000), cfg.transaction_timeout_ms)
         if not scan.due and scan.half_offset == scan.half_from and scan.op_offset == scan.op_from:
-            return 0
+            return 0, False
         puts, checks = [], []
         now_ms = int(time.time() * 1000)
         reserved_ms = cfg.file_reserved_time * 3_600_000
@@ -316,7 +324,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             await node.run_blocking(wp.commit_offsets, SYSTEM_GROUP, HALF_TOPIC, {0: scan.half_offset})
         if scan.op_offset != scan.op_from:
             await node.run_blocking(wp.commit_offsets, SYSTEM_GROUP, OP_TOPIC, {0: scan.op_offset})
-        return len(scan.due)
+        return len(scan.due), scan.more
 
     async def _ensure_check_max_topic(self) -> None:
         node = self.node

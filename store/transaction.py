@@ -151,6 +151,7 @@ class ScanResult:
     op_offset: int  # next op-queue offset (ops below it are no longer needed)
     half_from: int
     op_from: int
+    more: bool = False  # the window ended before the queue did with nothing left waiting: scan again at once
 
 
 class TransactionLog:
@@ -262,13 +263,14 @@ class TransactionLog:
             due.append(m)
             half_offset = m.queue_offset + 1
         op_offset = op_from
-        if len(records) < limit:  # the whole pending window is known: drop ops nothing pending refers to
+        read_all = not records or got.next_begin_offset >= got.max_offset
+        if read_all:  # the whole pending window is known: drop ops nothing pending refers to
             pending = {m.uniq_key for m in rest} | {m.uniq_key for m in due}
             for op_q, half_off, key in ops:
                 if half_off >= half_offset or key in pending:
                     break
                 op_offset = op_q + 1
-        return ScanResult(due, half_offset, op_offset, half_from, op_from)
+        return ScanResult(due, half_offset, op_offset, half_from, op_from, more=not read_all and not rest)
 
     def open_half(self, physical_offset: int, transaction_id: str, group: str) -> MessageExt:
         """The half record an end-transaction request names, if its transaction is still open.

@@ -172,3 +172,16 @@ def test_property_strings_follow_the_brokers_hashmap_order(st):
     assert _raw_properties(st, r.physical_offset) == expected
     c = st.put_message(commit_message(st.view_message(r.physical_offset)))
     assert _raw_properties(st, c.physical_offset) == expected
+
+
+def test_scan_in_windows_keeps_ops_until_the_whole_queue_is_read(st):
+    halves = [_send_half(st, uniq=f"W{i}") for i in range(3)]
+    st.put_messages([op_message(h.queue_offset, HOST) for h in halves])  # all rolled back
+    wait_dispatched(st)
+    log = TransactionLog(st)
+    first = log.scan(now_ms=2**62, timeout_ms=1, limit=2)
+    assert first.due == [] and first.half_offset == 2 and first.more
+    assert first.op_offset == 0  # the rest of the half queue is unknown: every op is kept
+    st.consumer_offsets.commit(SYSTEM_GROUP, HALF_TOPIC, {0: first.half_offset})
+    second = log.scan(now_ms=2**62, timeout_ms=1, limit=2)
+    assert second.half_offset == 3 and second.op_offset == 3 and not second.more
