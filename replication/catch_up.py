@@ -53,11 +53,11 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
     return end_offset, end_index
 
 
-def peer_statuses(peers: Peers, timeout: float = 2.0,
-                  errors: dict[str, str] | None = None) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
+def peer_statuses(peers: Peers, timeout: float = 2.0, errors: dict[str, str] | None = None,
+                  with_metadata: bool = True) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
     """Ask every other member at once (a stopped peer costs one ``timeout``, not one per peer); members that did
     not answer are missing from the result and, when ``errors`` is given, named there with the reason."""
-    req = replica_pb2.GetReplicaStatusRequest()
+    req = replica_pb2.GetReplicaStatusRequest(skip_metadata=not with_metadata)
     calls = {m.id: peers.stub(m.id).GetReplicaStatus.future(req, timeout=timeout, metadata=peers.metadata)
              for m in peers.others}
     out = {}

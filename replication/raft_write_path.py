@@ -728,7 +728,8 @@ class RaftWritePath:
         }
         out = [me]
         errors: dict[str, str] = {}
-        statuses = catch_up.peer_statuses(self.peers, timeout=PEER_STATUS_TIMEOUT_S, errors=errors)
+        statuses = catch_up.peer_statuses(self.peers, timeout=PEER_STATUS_TIMEOUT_S, errors=errors,
+                                          with_metadata=False)
         for m in self.peers.others:
             # an unreachable member has no known indexes or lag (None), only the reason it could not be asked
             row = {"id": m.id, "address": m.grpc_address, "raft_address": m.raft_address, "role": "unreachable",

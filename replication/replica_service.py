@@ -59,7 +59,10 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
 
     async def GetReplicaStatus(self, request, context):
         wp = await self._write_path(context)
-        idx, end, metadata = await asyncio.to_thread(wp.machine.status_view)
+        if request.skip_metadata:
+            (idx, end), metadata = await asyncio.to_thread(wp.machine.applied_position), None
+        else:
+            idx, end, metadata = await asyncio.to_thread(wp.machine.status_view)
         store = wp.store
         leader = wp.leader()
         ready, reason = self._readiness() if self._readiness is not None else (None, "")
@@ -68,7 +71,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             member_id=wp.node_id, is_leader=wp.is_leader(), leader_id=leader.id if leader else "",
             raft_term=wp.term(), applied_index=idx, commit_log_min_offset=store.commit_log_min_offset,
             commit_log_max_offset=end, commit_log_file_size=store.config.mapped_file_size_commit_log,
-            metadata=json.dumps(metadata).encode(), commit_index=wp.commit_index(),
+            metadata=json.dumps(metadata).encode() if metadata is not None else b"", commit_index=wp.commit_index(),
             raft_applied_index=wp.raft_applied_index(), dispatch_behind_bytes=store.dispatch_behind_bytes())
 
     async def FetchCommitLog(self, request, context):

@@ -136,6 +136,11 @@ class StateMachine:
             idx, end = self.applied.last
             return idx, end, self.applier.export_metadata()
 
+    def applied_position(self) -> tuple[int, int]:
+        """(applied index, commit-log end) without exporting metadata: status polls must not hold up apply."""
+        with self.lock:
+            return self.applied.last
+
     # ------------------------------------------------------------------ snapshot hooks (tick thread)
     def serialize(self, path: str, internal: tuple) -> None:
         """pysyncobj serializer: make the commit log durable up to here, then write the tiny dump.

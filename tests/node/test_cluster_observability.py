@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
 from client.admin import Admin
 from client.commands import cluster_table
@@ -92,6 +93,14 @@ def test_raft_metrics_and_cluster_status_with_a_stopped_follower(tmp_path):
         offsets = {m.applied_offset for m in st.members}
         assert len(offsets) == 1 and offsets.pop() > 0
         assert all(m.applied_index > 0 and m.commit_index > 0 for m in st.members)
+
+        # the peer call behind it: the member's own /ready verdict; metadata only when asked for
+        replica = replica_pb2_grpc.ReplicaServiceStub(followers[0].channel())
+        quick = replica.GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(skip_metadata=True), timeout=20)
+        full = replica.GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(), timeout=20)
+        assert quick.HasField("ready") and quick.ready and not quick.not_ready_reason
+        assert quick.metadata == b"" and b'topics' in full.metadata
+        assert quick.commit_log_max_offset == full.commit_log_max_offset > 0
 
         # ---- one follower frozen (SIGSTOP): reported unreachable with the reason, no made-up lag
         frozen, alive = followers

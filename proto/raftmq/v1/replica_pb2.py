@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftmq/v1/replica.proto\x12\traftmq.v1\"\x19\n\x17GetReplicaStatusRequest\"\xf4\x02\n\x18GetReplicaStatusResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x11\n\tis_leader\x18\x02 \x01(\x08\x12\x11\n\tleader_id\x18\x03 \x01(\t\x12\x11\n\traft_term\x18\x04 \x01(\x03\x12\x15\n\rapplied_index\x18\x05 \x01(\x03\x12\x1d\n\x15\x63ommit_log_min_offset\x18\x06 \x01(\x03\x12\x1d\n\x15\x63ommit_log_max_offset\x18\x07 \x01(\x03\x12\x1c\n\x14\x63ommit_log_file_size\x18\x08 \x01(\x05\x12\x10\n\x08metadata\x18\t \x01(\x0c\x12\x14\n\x0c\x63ommit_index\x18\n \x01(\x03\x12\x1a\n\x12raft_applied_index\x18\x0b \x01(\x03\x12\x1d\n\x15\x64ispatch_behind_bytes\x18\x0c \x01(\x03\x12\x12\n\x05ready\x18\r \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10not_ready_reason\x18\x0e \x01(\tB\x08\n\x06_ready\"Z\n\x15\x46\x65tchCommitLogRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x13\n\x0bup_to_index\x18\x02 \x01(\x03\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\x05\"c\n\x0e\x43ommitLogChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x11\n\tend_index\x18\x05 \x01(\x03\"1\n\x12SyncJournalRequest\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\"=\n\x13SyncJournalResponse\x12\x0f\n\x07\x64urable\x18\x01 \x01(\x08\x12\x15\n\rdurable_index\x18\x02 \x01(\x03\x32\x8c\x02\n\x0eReplicaService\x12[\n\x10GetReplicaStatus\x12\".raftmq.v1.GetReplicaStatusRequest\x1a#.raftmq.v1.GetReplicaStatusResponse\x12O\n\x0e\x46\x65tchCommitLog\x12 .raftmq.v1.FetchCommitLogRequest\x1a\x19.raftmq.v1.CommitLogChunk0\x01\x12L\n\x0bSyncJournal\x12\x1d.raftmq.v1.SyncJournalRequest\x1a\x1e.raftmq.v1.SyncJournalResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftmq/v1/replica.proto\x12\traftmq.v1\"0\n\x17GetReplicaStatusRequest\x12\x15\n\rskip_metadata\x18\x01 \x01(\x08\"\xf4\x02\n\x18GetReplicaStatusResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x11\n\tis_leader\x18\x02 \x01(\x08\x12\x11\n\tleader_id\x18\x03 \x01(\t\x12\x11\n\traft_term\x18\x04 \x01(\x03\x12\x15\n\rapplied_index\x18\x05 \x01(\x03\x12\x1d\n\x15\x63ommit_log_min_offset\x18\x06 \x01(\x03\x12\x1d\n\x15\x63ommit_log_max_offset\x18\x07 \x01(\x03\x12\x1c\n\x14\x63ommit_log_file_size\x18\x08 \x01(\x05\x12\x10\n\x08metadata\x18\t \x01(\x0c\x12\x14\n\x0c\x63ommit_index\x18\n \x01(\x03\x12\x1a\n\x12raft_applied_index\x18\x0b \x01(\x03\x12\x1d\n\x15\x64ispatch_behind_bytes\x18\x0c \x01(\x03\x12\x12\n\x05ready\x18\r \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10not_ready_reason\x18\x0e \x01(\tB\x08\n\x06_ready\"Z\n\x15\x46\x65tchCommitLogRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x13\n\x0bup_to_index\x18\x02 \x01(\x03\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\x05\"c\n\x0e\x43ommitLogChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x11\n\tend_index\x18\x05 \x01(\x03\"1\n\x12SyncJournalRequest\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\"=\n\x13SyncJournalResponse\x12\x0f\n\x07\x64urable\x18\x01 \x01(\x08\x12\x15\n\rdurable_index\x18\x02 \x01(\x03\x32\x8c\x02\n\x0eReplicaService\x12[\n\x10GetReplicaStatus\x12\".raftmq.v1.GetReplicaStatusRequest\x1a#.raftmq.v1.GetReplicaStatusResponse\x12O\n\x0e\x46\x65tchCommitLog\x12 .raftmq.v1.FetchCommitLogRequest\x1a\x19.raftmq.v1.CommitLogChunk0\x01\x12L\n\x0bSyncJournal\x12\x1d.raftmq.v1.SyncJournalRequest\x1a\x1e.raftmq.v1.SyncJournalResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,17 +32,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftmq.v1.replica_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GETREPLICASTATUSREQUEST']._serialized_start=38
-  _globals['_GETREPLICASTATUSREQUEST']._serialized_end=63
-  _globals['_GETREPLICASTATUSRESPONSE']._serialized_start=66
-  _globals['_GETREPLICASTATUSRESPONSE']._serialized_end=438
-  _globals['_FETCHCOMMITLOGREQUEST']._serialized_start=440
-  _globals['_FETCHCOMMITLOGREQUEST']._serialized_end=530
-  _globals['_COMMITLOGCHUNK']._serialized_start=532
-  _globals['_COMMITLOGCHUNK']._serialized_end=631
-  _globals['_SYNCJOURNALREQUEST']._serialized_start=633
-  _globals['_SYNCJOURNALREQUEST']._serialized_end=682
-  _globals['_SYNCJOURNALRESPONSE']._serialized_start=684
-  _globals['_SYNCJOURNALRESPONSE']._serialized_end=745
-  _globals['_REPLICASERVICE']._serialized_start=748
-  _globals['_REPLICASERVICE']._serialized_end=1016
+  _globals['_GETREPLICASTATUSREQUEST']._serialized_end=86
+  _globals['_GETREPLICASTATUSRESPONSE']._serialized_start=89
+  _globals['_GETREPLICASTATUSRESPONSE']._serialized_end=461
+  _globals['_FETCHCOMMITLOGREQUEST']._serialized_start=463
+  _globals['_FETCHCOMMITLOGREQUEST']._serialized_end=553
+  _globals['_COMMITLOGCHUNK']._serialized_start=555
+  _globals['_COMMITLOGCHUNK']._serialized_end=654
+  _globals['_SYNCJOURNALREQUEST']._serialized_start=656
+  _globals['_SYNCJOURNALREQUEST']._serialized_end=705
+  _globals['_SYNCJOURNALRESPONSE']._serialized_start=707
+  _globals['_SYNCJOURNALRESPONSE']._serialized_end=768
+  _globals['_REPLICASERVICE']._serialized_start=771
+  _globals['_REPLICASERVICE']._serialized_end=1039
 # @@protoc_insertion_point(module_scope)

@@ -5,8 +5,10 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GetReplicaStatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("skip_metadata",)
+    SKIP_METADATA_FIELD_NUMBER: _ClassVar[int]
+    skip_metadata: bool
+    def __init__(self, skip_metadata: _Optional[bool] = ...) -> None: ...
 
 class GetReplicaStatusResponse(_message.Message):
     __slots__ = ("member_id", "is_leader", "leader_id", "raft_term", "applied_index", "commit_log_min_offset", "commit_log_max_offset", "commit_log_file_size", "metadata", "commit_index", "raft_applied_index", "dispatch_behind_bytes", "ready", "not_ready_reason")
