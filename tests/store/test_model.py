@@ -596,6 +596,10 @@ def test_query_time_window_is_exact_to_the_millisecond(tmp_path) -> None:
         st.shutdown()
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "store bug: MessageStore.put_messages stamps records with the wall clock as is (_now_ms), so stored times "
+    "go backwards when the clock does; the index (seconds since a file's begin, never negative) and "
+    "ConsumeQueue.get_offset_in_queue_by_time (binary search) both assume they never do"))
 def test_wall_clock_stepping_back_keeps_time_lookups_right(tmp_path, monkeypatch) -> None:
     """The store stamps puts with the wall clock; when that clock steps back (NTP, a VM resumed), lookups by time
     must still find messages by the times the store gave them.
