@@ -80,6 +80,9 @@ def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = 
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     parser.add_argument("--version", action="version", version=f"raftmq {version}")
+    # Also accepted before the command (`raftmq --server h:p topic list`); a --server after it wins.
+    parser.add_argument("--server", "-s", action="append", type=commands.server_list, dest="global_servers",
+                        metavar="HOST:PORT", help="server address, as the commands' own --server")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     commands.register(sub)
@@ -114,6 +117,8 @@ def run(argv: list[str] | None = None,
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors 2
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if getattr(args, "global_servers", None) and getattr(args, "server", "absent") is None:
+        args.server = args.global_servers
     func = getattr(args, "func", None)
     if func is None:
         print(f"raftmq: error: command {args.command!r} is incomplete; see raftmq {args.command} --help",

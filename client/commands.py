@@ -45,7 +45,7 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------- argument types
 
 
-def _server_list(value: str) -> list[str]:
+def server_list(value: str) -> list[str]:
     try:
         return parse_servers(value)
     except InvalidArgumentError as exc:
@@ -622,7 +622,7 @@ def cmd_transfer_leader(args: argparse.Namespace) -> int:
 def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
-    g.add_argument("--server", "-s", action="append", type=_server_list, metavar="HOST:PORT",
+    g.add_argument("--server", "-s", action="append", type=server_list, metavar="HOST:PORT",
                    help=f"server address (repeatable or comma-separated); default ${SERVER_ENV} or "
                         f"{DEFAULT_SERVER}")
     g.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",

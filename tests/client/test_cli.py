@@ -185,3 +185,12 @@ def test_parse_time():
 def test_parse_perm():
     assert parse_perm("rw") == 6 and parse_perm("r") == 4 and parse_perm("w") == 2
     assert parse_perm("rw+inherit") == 7 and parse_perm("none") == 0 and parse_perm("5") == 5
+
+
+def test_server_accepted_before_the_command_and_overridden_after_it(capsys):
+    before, after = free_port(), free_port()
+    code, _, err = cli(["--server", f"127.0.0.1:{before}", "topic", "list"], capsys)
+    assert code == 5 and f"127.0.0.1:{before}" in err
+    code, _, err = cli(["--server", f"127.0.0.1:{before}", "topic", "list", "--server", f"127.0.0.1:{after}"],
+                       capsys)
+    assert code == 5 and f"127.0.0.1:{after}" in err and f"127.0.0.1:{before}" not in err
