@@ -257,6 +257,12 @@ class ConsumeQueue:
         Works from the last file backwards (``truncateDirtyLogicFiles``). Unlike RocketMQ, an all-zero first
         unit is not kept (it is not a unit), blank units do not move ``max_physic_offset``, only written
         units are looked at, and the dropped units are zeroed so a later recovery cannot bring them back.
+
+        The queue's first file is emptied rather than deleted when it starts past queue offset 0 (its
+        earlier units went to retention): its name keeps the queue's next offset at its start, so offsets
+        already handed out are never reused (RocketMQ would delete it and restart the queue at 0, and a
+        replica that truncated would diverge from one that did not). A first file at 0 is deleted, which
+        leaves the same files as a replica that never had the queue.
         """
         self.max_physic_offset = phy_offset
         mfq = self.mapped_file_queue
@@ -280,7 +286,7 @@ class ConsumeQueue:
                         self.max_physic_offset = phy + size
             finally:
                 view.release()
-            if delete:
+            if delete and (len(mfq.mapped_files) > 1 or mf.file_from_offset == 0):
                 mfq.delete_last_mapped_file()
                 continue
             if wrote > kept:
@@ -288,6 +294,7 @@ class ConsumeQueue:
             mf.wrote_position = kept
             mf.flushed_position = min(mf.flushed_position, kept)
             mfq.flushed_where = min(mfq.flushed_where, mf.file_from_offset + kept)
+            self.min_logic_offset = min(self.min_logic_offset, mf.file_from_offset + kept)
             return
 
     def delete_expired_file(self, commit_log_min_offset: int) -> int:

@@ -308,10 +308,6 @@ def test_wiped_replica_catches_up_from_after_retention(tmp_path: Path, batches: 
         dst.shutdown()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store bug: ConsumeQueue.truncate_dirty_logic_files deletes a queue's only file when its first unit is at or "
-    "past the cut, so the queue has no files; MessageStore.truncate_to then rebuilds the queue-offset table from "
-    "the consume queues (0): max offset 0 < min 20, the next put gets queue offset 0 instead of 20"))
 def test_truncate_after_retention_keeps_queue_offsets(tmp_path: Path) -> None:
     """truncate_to down to the commit log's minimum must not reset a queue's offsets to 0.
 
@@ -343,5 +339,30 @@ def test_truncate_after_retention_keeps_queue_offsets(tmp_path: Path) -> None:
         wait_dispatched(st)
         assert (st.min_offset_in_queue("DetA", 0), st.max_offset_in_queue("DetA", 0)) == (20, 21)
         assert st.put_message(msg()).queue_offset == 21
+    finally:
+        st.shutdown()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_restart_right_after_truncate_below_a_queues_files_keeps_its_offsets(tmp_path: Path, clean: bool) -> None:
+    """Reopening (after a clean or an unclean shutdown) right after truncate_to emptied a queue whose earlier
+    files went to retention keeps its offsets: the next message still gets offset 20, not 0."""
+    import time
+
+    geometry = {**GEOMETRY, "mapped_file_size_consume_queue": 5 * 20}
+    cfg = StoreConfig(root_dir=str(tmp_path / "a"), **geometry)
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        msg = lambda: Message(topic="DetA", queue_id=0, body=b"x" * 1400, born_host=("10.0.0.7", 1))  # noqa: E731
+        rs = st.put_messages([msg() for _ in range(25)])
+        wait_dispatched(st)
+        st.retention.delete_files_manually()
+        st.retention.run_once(now_ms=int(time.time() * 1000) + 10**10)
+        st.truncate_to(rs[20].physical_offset)
+        st = restart(st, cfg, clean=clean)
+        wait_dispatched(st)
+        assert (st.min_offset_in_queue("DetA", 0), st.max_offset_in_queue("DetA", 0)) == (20, 20)
+        assert st.put_message(msg()).queue_offset == 20
     finally:
         st.shutdown()
