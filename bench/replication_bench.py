@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -56,8 +57,8 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def run_load(wp, producers: int, seconds: float) -> dict:
-    """Closed-loop producers; returns throughput and ack latency percentiles."""
+def run_load(wp, producers: int, seconds: float, batch: int = 1) -> dict:
+    """Closed-loop producers putting ``batch`` messages per call; throughput counts messages, latency calls."""
     from store import Message
 
     lat: list[list[float]] = [[] for _ in range(producers)]
@@ -69,7 +70,7 @@ def run_load(wp, producers: int, seconds: float) -> dict:
         while not stop.is_set():
             t0 = time.perf_counter()
             try:
-                wp.put([Message(topic=TOPIC, queue_id=q % 8, body=BODY)]).result(30)
+                wp.put([Message(topic=TOPIC, queue_id=q % 8, body=BODY) for _ in range(batch)]).result(30)
                 lat[i].append(time.perf_counter() - t0)
             except Exception:
                 errors[i] += 1
@@ -86,7 +87,7 @@ def run_load(wp, producers: int, seconds: float) -> dict:
     elapsed = time.perf_counter() - t0
     all_lat = sorted(x for part in lat for x in part)
     n = len(all_lat)
-    return {"msgs": n, "msgs_per_s": n / elapsed, "errors": sum(errors),
+    return {"msgs": n * batch, "msgs_per_s": n * batch / elapsed, "errors": sum(errors),
             "p50_ms": 1000 * all_lat[n // 2] if n else 0.0,
             "p99_ms": 1000 * all_lat[min(n - 1, int(n * 0.99))] if n else 0.0,
             "mean_ms": 1000 * statistics.fmean(all_lat) if n else 0.0}
@@ -134,9 +135,10 @@ def member_main(args: argparse.Namespace) -> None:
             wp.create_topic(TopicConfig(topic_name=TOPIC, read_queue_nums=8, write_queue_nums=8))
             print("ok", flush=True)
         elif cmd[0] == "run":
-            res = run_load(wp, int(cmd[1]), float(cmd[2]))
-            res["batches"] = wp._committer.batches
-            res["batched_msgs"] = wp._committer.batched_msgs
+            batches0, msgs0 = wp._committer.batches, wp._committer.batched_msgs  # counters span runs
+            res = run_load(wp, int(cmd[1]), float(cmd[2]), int(cmd[3]))
+            res["batches"] = wp._committer.batches - batches0
+            res["batched_msgs"] = wp._committer.batched_msgs - msgs0
             print(json.dumps(res), flush=True)
     wp.stop()
     st.shutdown()
@@ -184,12 +186,12 @@ class Cluster:
                 p.kill()
 
 
-def local_run(base: Path, durability: str, producers: int, seconds: float) -> dict:
+def local_run(base: Path, durability: str, producers: int, seconds: float, batch: int) -> dict:
     from replication import LocalWritePath
     from store import MessageStore, StoreConfig
     from store.topic_config import TopicConfig
 
-    d = base / f"local-{durability}-{producers}"
+    d = base / f"local-{durability}-{producers}-{batch}"
     st = MessageStore(StoreConfig(root_dir=str(d), flush_disk_type="SYNC" if durability == "sync" else "ASYNC",
                                   **STORE_SIZES))
     st.open()
@@ -197,7 +199,7 @@ def local_run(base: Path, durability: str, producers: int, seconds: float) -> di
     wp.start()
     try:
         wp.create_topic(TopicConfig(topic_name=TOPIC, read_queue_nums=8, write_queue_nums=8))
-        res = run_load(wp, producers, seconds)
+        res = run_load(wp, producers, seconds, batch)
         res["batches"] = wp._committer.batches
         res["batched_msgs"] = wp._committer.batched_msgs
         return res
@@ -212,6 +214,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--producers", type=int, nargs="*", default=[1, 8, 64])
     ap.add_argument("--modes", nargs="*", default=["async", "sync"])
+    ap.add_argument("--batch", type=int, nargs="*", default=[1, 32],
+                    help="messages per put call (1 = single sends; 32 = batching producers)")
     ap.add_argument("--dir", default=None, help="where the stores live (a temp dir under it)")
     ap.add_argument("--member", help=argparse.SUPPRESS)
     ap.add_argument("--members", help=argparse.SUPPRESS)
@@ -221,8 +225,8 @@ def main() -> None:
         return member_main(args)
     base = Path(tempfile.mkdtemp(prefix="raftmq-repl-bench-", dir=args.dir))
     print(f"1 KiB messages, closed-loop producers, {args.seconds:.0f} s per point, {os.cpu_count()} CPUs, "
-          f"stores under {base}")
-    print(f"{'mode':6} {'prod':>4} | {'single msgs/s':>13} {'p50 ms':>7} {'p99 ms':>7} | "
+          f"stores under {base}; latency is per put call")
+    print(f"{'mode':6} {'prod':>4} {'batch':>5} | {'single msgs/s':>13} {'p50 ms':>7} {'p99 ms':>7} | "
           f"{'raft msgs/s':>11} {'p50 ms':>7} {'p99 ms':>7} {'msgs/batch':>10} | {'ratio':>5}")
     try:
         for mode in args.modes:
@@ -230,11 +234,11 @@ def main() -> None:
             try:
                 leader = cluster.leader()
                 cluster.ask(leader, "topic")
-                for n in args.producers:
-                    loc = local_run(base, mode, n, args.seconds)
-                    raft = json.loads(cluster.ask(leader, f"run {n} {args.seconds}"))
+                for batch, n in itertools.product(args.batch, args.producers):
+                    loc = local_run(base, mode, n, args.seconds, batch)
+                    raft = json.loads(cluster.ask(leader, f"run {n} {args.seconds} {batch}"))
                     per_batch = raft["batched_msgs"] / max(1, raft["batches"])
-                    print(f"{mode:6} {n:4d} | {loc['msgs_per_s']:13,.0f} {loc['p50_ms']:7.2f} {loc['p99_ms']:7.2f} | "
+                    print(f"{mode:6} {n:4d} {batch:5d} | {loc['msgs_per_s']:13,.0f} {loc['p50_ms']:7.2f} {loc['p99_ms']:7.2f} | "
                           f"{raft['msgs_per_s']:11,.0f} {raft['p50_ms']:7.2f} {raft['p99_ms']:7.2f} "
                           f"{per_batch:10.1f} | {raft['msgs_per_s'] / max(1.0, loc['msgs_per_s']):5.2f}"
                           + (f"  ({raft['errors']} raft errors)" if raft["errors"] else ""), flush=True)
