@@ -197,6 +197,8 @@ class CommitLog:
         self._uniq = UniqKeyGenerator(config.store_host_addr[0])
         self._topic_parts: dict[str, bytes] = {}  # validated topic -> its TOPICLEN + TOPIC bytes
         self.last_store_timestamp = 0
+        self._last_encoded_timestamp = 0  # leader: highest STORETIMESTAMP handed out, applied or not yet
+        self._stamp_lock = threading.Lock()
         self.abnormal_recovery_start = 0  # first segment scanned by recover_abnormally
         self._empty_log_start = 0  # where the first segment of an empty log starts (catch-up of a wiped replica)
 
@@ -228,7 +230,7 @@ class CommitLog:
         """
         b = self.encode(msgs, store_timestamp, store_host, cluster_name)
         count = len(b.sizes)
-        head = _BATCH_HEAD.pack(BATCH_MAGIC, BATCH_VERSION, b.flags, len(b.host) - 4, 0, store_timestamp,
+        head = _BATCH_HEAD.pack(BATCH_MAGIC, BATCH_VERSION, b.flags, len(b.host) - 4, 0, b.store_timestamp,
                                 b.host[:-4].ljust(16, b"\0"), store_port_of(b.host), count, len(b.keys),
                                 len(b.payload))
         keys_blob = b"".join(_B.pack(len(t)) + t.encode("ascii") + _KEY_TAIL.pack(q) for t, q in b.keys)
@@ -236,11 +238,30 @@ class CommitLog:
                           struct.pack(f">{count}I", *b.key_refs), b.payload))
         return frame + _U32.pack(zlib.crc32(frame))
 
+    def monotonic_store_timestamp(self, now_ms: int) -> int:
+        """``max(now_ms, last STORETIMESTAMP in the log, last one encoded)``: store times never decrease.
+
+        The index keeps seconds since a file's begin time (never negative) and the time search over a
+        consume queue is a binary search, so both need store times that grow with the offset; the wall
+        clock can step back (NTP, a resumed VM). Basing it on the applied log, which every replica has,
+        keeps it true across a leader change; the encoded maximum covers batches not applied yet.
+        """
+        with self._stamp_lock:
+            ts = max(now_ms, self.last_store_timestamp, self._last_encoded_timestamp)
+            if ts <= _INT64[1]:  # an out-of-range time is refused by encode; never remember it
+                self._last_encoded_timestamp = ts
+            return ts
+
     def encode(self, msgs: Sequence[Message], store_timestamp: int, store_host: tuple[str, int],
                cluster_name: str | None) -> DecodedBatch:
-        """``encode_batch`` without the frame: the records and their index, ready for ``apply_decoded``."""
+        """``encode_batch`` without the frame: the records and their index, ready for ``apply_decoded``.
+
+        ``store_timestamp`` is raised to the last one in the log (or handed out by an earlier encode) when
+        it is lower, see ``monotonic_store_timestamp``.
+        """
         if not msgs:
             raise MessageIllegalError("empty batch: put at least one message")
+        store_timestamp = self.monotonic_store_timestamp(store_timestamp)
         max_body = self.config.max_message_size
         max_total = min(max_body + 64 * 1024, self.file_size - END_FILE_MIN_BLANK_LENGTH)
         store_ip = host_to_bytes(store_host[0])

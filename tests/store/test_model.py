@@ -596,10 +596,6 @@ def test_query_time_window_is_exact_to_the_millisecond(tmp_path) -> None:
         st.shutdown()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store bug: MessageStore.put_messages stamps records with the wall clock as is (_now_ms), so stored times "
-    "go backwards when the clock does; the index (seconds since a file's begin, never negative) and "
-    "ConsumeQueue.get_offset_in_queue_by_time (binary search) both assume they never do"))
 def test_wall_clock_stepping_back_keeps_time_lookups_right(tmp_path, monkeypatch) -> None:
     """The store stamps puts with the wall clock; when that clock steps back (NTP, a VM resumed), lookups by time
     must still find messages by the times the store gave them.
@@ -626,5 +622,33 @@ def test_wall_clock_stepping_back_keeps_time_lookups_right(tmp_path, monkeypatch
             assert [m.queue_offset for m in got] == [i], f"message {i} not found in its own time window"
             first_at_or_after = next(j for j, t in enumerate(stamps) if t >= ts)
             assert st.get_offset_by_time("TopA", 0, ts) == first_at_or_after, i
+    finally:
+        st.shutdown()
+
+
+def test_new_leader_with_a_slower_clock_never_stamps_below_the_applied_log(tmp_path, monkeypatch) -> None:
+    """A replica that only applied the old leader's batches, and whose clock is behind it, stamps its first
+    batch as leader no lower than the last store time in the log; so does any store after a restart."""
+    import store.message_store as ms
+
+    monkeypatch.setattr(ms, "_now_ms", lambda: 1_600_000_000_000)  # this machine's clock: far behind
+    cfg = StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR, **TINY)
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        old_leader_ts = 1_700_000_000_000
+        st.apply_batch(st.encode_batch([Message(topic="TopA", body=b"m", born_host=BORN_HOST)],
+                                       store_timestamp=old_leader_ts))
+        assert st.apply_batch(st.encode_batch([Message(topic="TopA", body=b"n", born_host=BORN_HOST)],
+                                              store_timestamp=old_leader_ts - 5000))[0].store_timestamp \
+            == old_leader_ts
+        assert st.put_message(Message(topic="TopA", body=b"o", born_host=BORN_HOST)).store_timestamp == old_leader_ts
+        wait_dispatched(st)
+        st.shutdown()
+        st = MessageStore(cfg)
+        st.open()
+        assert st.put_message(Message(topic="TopA", body=b"p", born_host=BORN_HOST)).store_timestamp == old_leader_ts
+        wait_dispatched(st)
+        assert st.get_offset_by_time("TopA", 0, old_leader_ts) == 0
     finally:
         st.shutdown()
