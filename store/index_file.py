@@ -9,7 +9,9 @@ newest entry of its chain. Entry 0 is never used. The header is written field by
 from __future__ import annotations
 
 import struct
+import sys
 import threading
+from array import array
 from collections.abc import Sequence
 from operator import mul
 
@@ -374,6 +376,51 @@ class IndexFile:
             self.end_phy_offset = kept_phy
             self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + kept_diff * 1000 + 999)
         self._write_header()
+
+    # ------------------------------------------------------------------ crash repair
+    def _slot_values(self) -> array:
+        """Every hash slot as an int array (one copy of the slot table, not one unpack per slot)."""
+        slots = array("i")
+        slots.frombytes(self._mm[INDEX_HEADER_SIZE : self._entries_at])
+        if sys.byteorder == "little":
+            slots.byteswap()
+        return slots
+
+    def repair_after_crash(self) -> int:
+        """Bring the file back to what its header says, after the process died while indexing; returns the
+        number of entries dropped.
+
+        ``put_records`` writes entries and slots key by key but the header once per slice, so a kill leaves
+        entries (and slots pointing at them) past the header's indexCount. Left there, the slots look invalid
+        (they exceed the count) and re-indexing overwrites entries chains still use. Writes of one process
+        reach the page cache in order, so those entries are a run starting at indexCount, ending at the
+        newest slot value or the last non-zero entry: unlinking them newest first (as ``truncate``) restores
+        the slots of the header's state. End offset and slot count are then recomputed from what is kept (the
+        header's own fields may be torn too), and reput re-indexes from the end offset.
+        """
+        mm = self._mm
+        count = self.index_count
+        slots = self._slot_values()
+        end = max(count, max(slots, default=0) + 1)
+        zero = bytes(INDEX_ENTRY_SIZE)
+        at = self._entries_at
+        while end < self.index_num and mm[at + end * INDEX_ENTRY_SIZE : at + (end + 1) * INDEX_ENTRY_SIZE] != zero:
+            end += 1
+        for number in range(end - 1, count - 1, -1):
+            key_hash_value, _phy, _diff, prev = self.entry(number)
+            abs_slot_pos = INDEX_HEADER_SIZE + (key_hash_value % self.hash_slot_num) * HASH_SLOT_SIZE
+            if _I32.unpack_from(mm, abs_slot_pos)[0] == number:
+                _I32.pack_into(mm, abs_slot_pos, prev if 0 < prev < number else INVALID_INDEX)
+            mm[at + number * INDEX_ENTRY_SIZE : at + (number + 1) * INDEX_ENTRY_SIZE] = zero
+        slot_count = self.hash_slot_count
+        if end > count:
+            slot_count = len(slots) - self._slot_values().count(INVALID_INDEX)
+        end_phy = self.entry(count - 1)[1] if count > 1 else self.end_phy_offset
+        if (end, slot_count, end_phy) != (count, self.hash_slot_count, self.end_phy_offset):
+            self.hash_slot_count = slot_count
+            self.end_phy_offset = end_phy
+            self._write_header()
+        return end - count
 
     # ------------------------------------------------------------------ lifecycle
     def flush(self) -> None:

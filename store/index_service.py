@@ -132,6 +132,17 @@ class IndexService:
             raise
         self.index_files = files
 
+    def repair_after_crash(self) -> None:
+        """After an unclean exit, make the newest file's header match its entries and slots (see
+        ``IndexFile.repair_after_crash``). Only the newest file can lag: a file that filled up got its
+        header written before the next one was created."""
+        files = self.index_files
+        if files:
+            dropped = files[-1].repair_after_crash()
+            if dropped:
+                log.warning("index file %s: dropped %d entries written past its header by an interrupted "
+                            "indexing run; they are indexed again", files[-1].path, dropped)
+
     # ------------------------------------------------------------------ build
     def build_index(self, req: DispatchRequest) -> None:
         """Index one dispatched record (``IndexService.buildIndex``)."""

@@ -180,10 +180,16 @@ class MessageStore:
         if self.index_service is not None:
             remove_unfinished_segments(cfg.index_dir)
             self.index_service.load(self.last_exit_ok or self.process_crash_only)
+            if not self.last_exit_ok:
+                self.index_service.repair_after_crash()
         self.topics.load()
         self.consumer_offsets.load()
         self.delay_offsets.load()
-        # 5. recover
+        # 5. recover. From here on files change and the index is rebuilt: mark the store in use now, not only
+        # once open() is done as RocketMQ does, so a kill during recovery or the catch-up dispatch below is
+        # recovered as the crash it is (an existing marker keeps its time: it tells whether the machine rebooted)
+        if self.last_exit_ok:
+            self._touch_abort()
         max_phy_of_cq = self.consume_queues.recover()
         if self.last_exit_ok:
             end = cl.recover_normally()

@@ -27,12 +27,6 @@ from tests.store import crash_writer as cw
 from tests.store.store_helpers import read_commit_log_files, segment_files, tree_bytes, wait_dispatched
 
 WRITER = Path(cw.__file__)
-INDEX_HEADER_BUG = (
-    "store bug: IndexFile.put_records writes the index header (indexCount, endPhyOffset) once per reput slice, "
-    "after its entries and slots; a SIGKILL mid-slice leaves it lagging, the file is kept after a process-only "
-    "crash (MessageStore._load_and_recover), slots past the stale count are ignored and re-indexing overwrites "
-    "entries that chains still use, so keys are lost"
-)
 REPO = Path(__file__).resolve().parents[2]
 CRASH_CONFIG = {
     "mapped_file_size_commit_log": 16 * 1024,  # a batch (up to 39 x ~800 B) can span segments
@@ -547,8 +541,6 @@ def test_consumer_offsets_file_survives_sigkill(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-# not strict: whether a kill lands inside an index slice is up to timing (the rebuild test above is strict)
-@pytest.mark.xfail(strict=False, reason=INDEX_HEADER_BUG)
 def test_sigkill_after_seconds_of_writing_keeps_every_key(tmp_path: Path) -> None:
     """Writers killed after seconds of fast writing, with index files far larger than the crash tests above:
     after recovery every key and every UNIQ_KEY must still be found.
@@ -595,7 +587,6 @@ time.sleep(600)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=INDEX_HEADER_BUG)
 def test_sigkill_while_rebuilding_the_index(tmp_path: Path) -> None:
     """Kill a process while its open() re-dispatches a large backlog, then recover: every key is still found.
 

@@ -177,3 +177,57 @@ def test_truncate_unlinks_chains_and_allows_reindexing(tmp_path):
     f.select_phy_offset(out, "T#a", 10, 0, 2**62)
     assert out == [100]
     f.close()
+
+
+def _keys_found(f, keys, ts_end=T0 + 10**9):
+    out = {}
+    for k in keys:
+        got = []
+        f.select_phy_offset(got, k, 64, 0, ts_end)
+        out[k] = got
+    return out
+
+
+def test_repair_after_crash_unlinks_entries_past_a_lagging_header_and_reindexing_keeps_every_key(tmp_path):
+    """A kill inside put_records leaves entries and slots past the header's indexCount (the header is written
+    once per slice). repair_after_crash unlinks them, so the file is what its header says, and indexing the
+    lost slice again neither breaks an older chain nor loses a key."""
+    path = tmp_path / "20231114221320000"
+    f = IndexFile(str(path), 3, 64)
+    older = [(f"T#a{i}", 100 + i) for i in range(10)]
+    newer = [(f"T#b{i}", 200 + i) for i in range(10)]
+    f.put_records([([key_hash(k)], phy, T0 + phy) for k, phy in older])
+    header = bytes(f._mm[:INDEX_HEADER_SIZE])
+    f.put_records([([key_hash(k)], phy, T0 + phy) for k, phy in newer])
+    f._mm[:INDEX_HEADER_SIZE] = header  # the kill: entries and slots of the second slice, not its header
+    f.close()
+
+    f = IndexFile(str(path), 3, 64)
+    f.load()
+    assert f.index_count == 11
+    assert f.repair_after_crash() == 10
+    assert f.header_on_disk()[3:] == (109, 3, 11)  # endPhyOffset, hashSlotCount, indexCount
+    assert all(f.entry(n) == (0, 0, 0, 0) for n in range(11, 21))
+    assert _keys_found(f, [k for k, _ in older]) == {k: [phy] for k, phy in older}
+    assert _keys_found(f, [k for k, _ in newer]) == {k: [] for k, _ in newer}
+    f.put_records([([key_hash(k)], phy, T0 + phy) for k, phy in newer])
+    assert _keys_found(f, [k for k, _ in older + newer]) == {k: [phy] for k, phy in older + newer}
+    assert f.repair_after_crash() == 0
+    f.close()
+
+
+def test_repair_after_crash_fixes_a_torn_header_tail(tmp_path):
+    """A kill in the middle of writing the header tail can leave a new endPhyOffset with an old indexCount:
+    the end offset is taken from the last kept entry, so reput indexes the dropped records again."""
+    path = tmp_path / "20231114221320000"
+    f = IndexFile(str(path), 3, 64)
+    f.put_records([([key_hash(f"T#a{i}")], 100 + i, T0) for i in range(4)])
+    f.put_records([([key_hash(f"T#b{i}")], 200 + i, T0) for i in range(4)])
+    struct.pack_into(">i", f._mm, 36, 5)  # indexCount back to the first slice's, endPhyOffset stays 203
+    f.close()
+    f = IndexFile(str(path), 3, 64)
+    f.load()
+    assert f.repair_after_crash() == 4
+    assert (f.end_phy_offset, f.index_count) == (103, 5)
+    assert f.header_on_disk()[3] == 103
+    f.close()
