@@ -160,6 +160,9 @@ def test_a_failing_apply_fences_retries_the_same_entry_and_never_skips_it(tmp_pa
         wait_writable(wp)
         r = wp.put([Message(topic="T", queue_id=0, body=b"next")]).result(10)[0]
         assert r.queue_offset == 1, "the failed entry must be applied exactly once before the next one"
+        deadline = time.monotonic() + 10  # acks come at apply; consume queues follow through reput
+        while st.max_offset_in_queue("T", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         first = st.get_messages("T", 0, 0, max_count=10).messages
         assert [m.body for m in first] == [b"survives", b"next"]
         assert wp.members_status()[0]["health"] == "ok"
