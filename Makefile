@@ -32,7 +32,7 @@ stop:
 	@if [ -x $(PY) ]; then $(PY) -m node.local_cluster stop --dir $(RUN_DIR); else echo "nothing to stop"; fi
 
 # Benchmarks print numbers and ratios against baselines measured in the same run; they never fail on time.
-BENCHES ?= bench/grpc_bench.py bench/replication_bench.py
+BENCHES ?= bench/store_bench.py bench/reput_bench.py bench/grpc_bench.py bench/replication_bench.py bench/pipeline_bench.py
 bench: $(STAMP)
 	@for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
