@@ -48,10 +48,8 @@ class MappedFile:
                     "or the file is damaged"
                 )
             self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        finally:
+            os.close(fd)  # the mapping keeps its own descriptor: one open file per segment, not two
         start = 0 if not exists else file_size
         self._wrote = start
         self._flushed = start
@@ -188,7 +186,6 @@ class MappedFile:
                 self._mm.close()
             except BufferError:
                 log.debug("segment %s still has readers; its mapping is released with the last view", self.path)
-            os.close(self._fd)
 
     def destroy(self) -> None:
         """Close and delete the segment file."""

@@ -94,3 +94,18 @@ def test_unfinished_segment_files_are_removed_at_load(tmp_path):
     assert [m.file_from_offset for m in q.mapped_files] == [0]
     assert sorted(os.listdir(d)) == ["00000000000000000000"]
     q.close()
+
+
+def test_a_segment_holds_one_open_file_and_releases_it(tmp_path):
+    """Stores with many small segments ran out of descriptors when each segment held two (ours and mmap's)."""
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    files = [MappedFile(str(tmp_path / f"{i * 4096:020d}"), 4096) for i in range(20)]
+    assert open_fds() - before == 20
+    files[0].append(b"x" * 100)
+    assert files[0].flush(0) == 100
+    for mf in files:
+        mf.close()
+    assert open_fds() == before
