@@ -118,9 +118,13 @@ def test_sigkill_leader_under_load_loses_no_acknowledged_write(cluster_factory):
     old = wait_leader(c.nodes)
     p = Producers(c.nodes, TOPIC, n=6, queues=QUEUES).start()
     p.wait_acked(400)
+    # a consumer group's offsets acknowledged by the old leader survive the failover (never rewound)
+    messaging(old).CommitOffset(pb.CommitOffsetRequest(group="G1", topic=TOPIC, offsets={1: 5, 2: 9}), timeout=15)
     old.kill()
     new = wait_leader(c.nodes, timeout=30, exclude={old.spec.id})
     assert new is not old
+    got = messaging(new).FetchOffset(pb.FetchOffsetRequest(group="G1", topic=TOPIC), timeout=10).offsets
+    assert dict(got) == {1: 5, 2: 9}
     before = len(p.log.acked)
     p.wait_acked(before + 400)
     log = p.stop()
