@@ -7,8 +7,6 @@ commits apply identically on every node.
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any
 
 from store import json_file
@@ -17,28 +15,17 @@ from store.errors import StoreError
 TOPIC_GROUP_SEPARATOR = "@"
 
 
-class ConsumerOffsetTable:
+class ConsumerOffsetTable(json_file.PersistedTable):
     """Next offset to consume per (topic, group, queue)."""
 
     FILE_NAME = "consumerOffset.json"
+    _table: dict[str, dict[int, int]]
 
-    def __init__(self, config_dir: str) -> None:
-        self.path = os.path.join(config_dir, self.FILE_NAME)
-        self._lock = threading.Lock()
-        self._table: dict[str, dict[int, int]] = {}
-        self._dirty = False
-        self._write_lock = threading.Lock()  # one writer of the file at a time
-
-    def load(self) -> None:
-        data = json_file.read_leniently(self.path)
-        if data is None:
-            return
+    def _parse(self, data: Any) -> dict[str, dict[int, int]]:
         try:
-            table = {k: {int(q): int(o) for q, o in v.items()} for k, v in data.get("offsetTable", {}).items()}
+            return {k: {int(q): int(o) for q, o in v.items()} for k, v in data.get("offsetTable", {}).items()}
         except (AttributeError, TypeError, ValueError) as e:
             raise StoreError(f"{self.path} does not have the consumerOffset.json shape: {e}") from None
-        with self._lock:
-            self._table = table
 
     @staticmethod
     def _key(group: str, topic: str) -> str:
@@ -101,23 +88,3 @@ class ConsumerOffsetTable:
     # ------------------------------------------------------------------ persistence / snapshots
     def to_json(self) -> dict[str, Any]:
         return {"offsetTable": {k: dict(sorted(v.items())) for k, v in sorted(list(self._table.items()))}}
-
-    def snapshot(self) -> str:
-        with self._lock:
-            return json_file.dumps(self.to_json())
-
-    def restore(self, text: str) -> None:
-        data = json_file.loads(text)
-        with self._lock:
-            self._table = {k: {int(q): int(o) for q, o in v.items()} for k, v in data.get("offsetTable", {}).items()}
-            self._dirty = True
-        self.persist()
-
-    def persist(self, only_if_dirty: bool = False) -> None:
-        with self._write_lock:
-            with self._lock:
-                if only_if_dirty and not self._dirty:
-                    return
-                text = json_file.dumps(self.to_json())
-                self._dirty = False
-            json_file.write_safely(self.path, text)

@@ -7,32 +7,15 @@ a new leader continues where the old one stopped. No clock reads inside: applies
 
 from __future__ import annotations
 
-import os
-import threading
-
 from store import json_file
 from store.errors import StoreError
 
 
-class DelayOffsetTable:
+class DelayOffsetTable(json_file.PersistedTable):
     """Next schedule-queue offset to deliver, per delay level (1-based)."""
 
     FILE_NAME = "delayOffset.json"
-
-    def __init__(self, config_dir: str) -> None:
-        self.path = os.path.join(config_dir, self.FILE_NAME)
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._table: dict[int, int] = {}
-        self._dirty = False
-
-    def load(self) -> None:
-        data = json_file.read_leniently(self.path)
-        if data is None:
-            return
-        table = self._parse(data)
-        with self._lock:
-            self._table = table
+    _table: dict[int, int]
 
     def _parse(self, data: object) -> dict[int, int]:
         try:
@@ -64,23 +47,3 @@ class DelayOffsetTable:
     # ------------------------------------------------------------------ persistence / snapshots
     def to_json(self) -> dict:
         return {"offsetTable": dict(sorted(self._table.items()))}
-
-    def snapshot(self) -> str:
-        with self._lock:
-            return json_file.dumps(self.to_json())
-
-    def restore(self, text: str) -> None:
-        table = self._parse(json_file.loads(text))
-        with self._lock:
-            self._table = table
-            self._dirty = True
-        self.persist()
-
-    def persist(self, only_if_dirty: bool = False) -> None:
-        with self._write_lock:
-            with self._lock:
-                if only_if_dirty and not self._dirty:
-                    return
-                text = json_file.dumps(self.to_json())
-                self._dirty = False
-            json_file.write_safely(self.path, text)

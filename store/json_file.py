@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 from typing import Any
 
 from store.errors import StoreLoadError
@@ -100,3 +101,57 @@ def read_leniently(path: str) -> Any | None:
     if problems and any("not valid" in p for p in problems):
         raise StoreLoadError("cannot load " + path + ": " + "; ".join(problems) + "; repair or remove the file")
     return None
+
+
+class PersistedTable:
+    """A small in-memory table written to one fastjson-shaped file by the store's periodic thread.
+
+    Offsets change far more often than they need to reach disk, so changes only mark the table dirty and
+    ``persist`` writes it (RocketMQ's ``ConfigManager.persist``). Subclasses name the file and say how the table
+    is read from and written to its JSON shape; ``snapshot``/``restore`` carry it to a catching-up replica.
+    """
+
+    FILE_NAME = ""
+
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, self.FILE_NAME)
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one writer of the file at a time
+        self._table: dict = {}
+        self._dirty = False
+
+    def _parse(self, data: Any) -> dict:
+        """The table held by the file's parsed JSON; StoreError naming the file when it has the wrong shape."""
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load(self) -> None:
+        data = read_leniently(self.path)
+        if data is None:
+            return
+        table = self._parse(data)
+        with self._lock:
+            self._table = table
+
+    def snapshot(self) -> str:
+        with self._lock:
+            return dumps(self.to_json())
+
+    def restore(self, text: str) -> None:
+        """Replace the table with a ``snapshot`` (replica catch-up) and persist it."""
+        table = self._parse(loads(text))
+        with self._lock:
+            self._table = table
+            self._dirty = True
+        self.persist()
+
+    def persist(self, only_if_dirty: bool = False) -> None:
+        with self._write_lock:
+            with self._lock:
+                if only_if_dirty and not self._dirty:
+                    return
+                text = dumps(self.to_json())
+                self._dirty = False
+            write_safely(self.path, text)
