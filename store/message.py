@@ -279,8 +279,27 @@ def broker_properties_string(props: dict[str, str], cluster_name: str | None) ->
 
 
 # ---------------------------------------------------------------------------------------------- messages
+class _PropertyAccessors:
+    """The well-known properties of a message, read from its ``properties`` map."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+
 @dataclass(slots=True)
-class Message:
+class Message(_PropertyAccessors):
     """A message to store, as a producer hands it over (``Message`` + the broker-side send fields)."""
 
     topic: str
@@ -297,21 +316,9 @@ class Message:
     # records re-serialize a map their own way, FORMATS.md §3.3); None: derived from ``properties`` as a send.
     properties_string: str | None = None
 
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-
 
 @dataclass(slots=True)
-class MessageExt:
+class MessageExt(_PropertyAccessors):
     """A decoded commit-log record (RocketMQ ``MessageExt``)."""
 
     topic: str
@@ -330,18 +337,6 @@ class MessageExt:
     reconsume_times: int
     body_crc: int
     prepared_transaction_offset: int
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def msg_id(self) -> str:
