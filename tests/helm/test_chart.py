@@ -34,7 +34,8 @@ VALUE_SETS = {
     "five-sync-monitored": {
         "replicas": 5,
         "cluster": {"durability": "sync", "name": "Prod", "storeHost": "10.1.2.3:10911",
-                    "auth": {"existingSecret": "raftmq-raft", "secretKey": "password"}},
+                    "auth": {"existingSecret": "raftmq-raft", "secretKey": "password"},
+                    "raft": {"raft_min_timeout": 2.0, "raft_max_timeout": 3.5, "compaction_min_entries": 5000}},
         "image": {"repository": "registry.example.com/raftmq", "digest": "sha256:" + "a" * 64},
         "store": {"mapped_file_size_commit_log": 268435456, "flush_disk_type": "SYNC"},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
@@ -103,6 +104,8 @@ BAD_VALUES = {
     "grace-too-short": ({"terminationGracePeriodSeconds": 1}, "terminationGracePeriodSeconds"),
     "probe-typo": (_with("probes.readiness.periodSecond", 5), "periodSecond"),
     "digest": (_with("image.digest", "latest"), "/image/digest"),
+    "raft-durability": (_with("cluster.raft", {"durability": "sync"}), "/cluster/raft"),
+    "raft-nested": (_with("cluster.raft", {"raft_min_timeout": {"seconds": 2}}), "/cluster/raft"),
 }
 
 # Refused by a template `fail` (needs the other values to decide).
@@ -410,6 +413,8 @@ def test_each_pod_gets_a_config_the_node_accepts(name, tmp_path):
         assert len(cfg.members) == len(config["cluster"]["members"])
         if "auth" in (values or {}).get("cluster", {}):
             assert cfg.cluster.secret == "s3cret-from-secret"
+        for key, value in (values or {}).get("cluster", {}).get("raft", {}).items():
+            assert getattr(cfg.raft_settings(), key) == value
 
 
 # ---------------------------------------------------------------- RBAC
