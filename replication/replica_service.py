@@ -17,9 +17,14 @@ from typing import Any
 import grpc
 from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
+from replication.commit_log_digest import digest_commit_log
 from replication.peers import SECRET_METADATA_KEY
+from store.errors import StoreError
 
 MAX_CHUNK = 4 << 20
+DEFAULT_CHECKSUM_CHUNK = 1 << 20
+MAX_CHECKSUM_CHUNK = 16 << 20
+MAX_CHECKSUM_BYTES_PER_CALL = 64 << 20  # one call digests at most this much; the caller pages on
 BLANK_MAGIC_CODE = 0xCBD43194
 _BLANK = struct.Struct(">iI")
 
@@ -100,3 +105,35 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         wp = await self._write_path(context)
         durable, durable_index = await asyncio.to_thread(wp.sync_local, request.index, request.term, 5.0)
         return replica_pb2.SyncJournalResponse(durable=durable, durable_index=durable_index)
+
+    async def ChecksumCommitLog(self, request, context):
+        """SHA-256 per chunk of the applied commit log in [from_offset, to_offset) (see commit_log_digest)."""
+        wp = await self._write_path(context)
+        start, stop = request.from_offset, request.to_offset
+        chunk = request.chunk_bytes or DEFAULT_CHECKSUM_CHUNK
+        if start < 0 or stop < start:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad range [{start}, {stop}): need "
+                                "0 <= from_offset <= to_offset")
+        if not 0 < chunk <= MAX_CHECKSUM_CHUNK:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"chunk_bytes {chunk} must be 1..{MAX_CHECKSUM_CHUNK} "
+                                "(0 means 1 MiB)")
+        index, applied = await asyncio.to_thread(wp.machine.applied_position)
+        store = wp.store
+        low = store.commit_log_min_offset
+        if stop > applied:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"to_offset {stop} is past what member {wp.node_id} has "
+                                f"applied ({applied}): only committed bytes are compared; ask up to {applied}, or wait "
+                                "until it has caught up")
+        if start < low:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"from_offset {start} is before member {wp.node_id}'s "
+                                f"first retained commit-log offset {low} (older segments went to retention): start "
+                                f"at {low} or later")
+        try:
+            chunks, end = await asyncio.to_thread(digest_commit_log, store, start, stop, chunk,
+                                                  MAX_CHECKSUM_BYTES_PER_CALL)
+        except StoreError as exc:  # retention deleted a segment during the call
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"{exc}; start the check again at "
+                                f"{store.commit_log_min_offset} or later")
+        return replica_pb2.ChecksumCommitLogResponse(
+            member_id=wp.node_id, end_offset=end, applied_offset=applied, applied_index=index, min_offset=low,
+            chunks=[replica_pb2.CommitLogDigest(offset=c.offset, length=c.length, sha256=c.sha256) for c in chunks])

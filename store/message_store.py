@@ -503,6 +503,21 @@ class MessageStore:
             raise StoreError(f"offset {offset} is outside the commit log [{cl.min_offset}, {cl.max_offset}]")
         return cl.read_raw(offset, max_bytes)
 
+    def read_commit_log_bytes(self, offset: int, max_bytes: int) -> bytes:
+        """A copy of the segment bytes from ``offset``, up to ``max_bytes``, not past its segment's end nor the
+        log's end; record boundaries ignored (replica checksums). Lock-free: callers read committed bytes only."""
+        cl = self._check_open()
+        end = cl.max_offset
+        if offset < cl.min_offset or offset > end:
+            raise StoreError(f"offset {offset} is outside the commit log [{cl.min_offset}, {end}]")
+        mf = cl.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return b""
+        try:
+            return mf.read_bytes(offset - mf.file_from_offset, min(max_bytes, end - offset))
+        except ValueError:  # retention unmapped the segment meanwhile
+            raise StoreError(f"offset {offset} is no longer in the commit log (its segment was deleted)") from None
+
     def append_commit_log_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Catch-up: append verified raw records that start exactly at the current end."""
         cl = self._check_open()

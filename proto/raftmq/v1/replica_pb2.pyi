@@ -1,6 +1,8 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -81,3 +83,39 @@ class SyncJournalResponse(_message.Message):
     durable: bool
     durable_index: int
     def __init__(self, durable: _Optional[bool] = ..., durable_index: _Optional[int] = ...) -> None: ...
+
+class ChecksumCommitLogRequest(_message.Message):
+    __slots__ = ("from_offset", "to_offset", "chunk_bytes")
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    to_offset: int
+    chunk_bytes: int
+    def __init__(self, from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., chunk_bytes: _Optional[int] = ...) -> None: ...
+
+class CommitLogDigest(_message.Message):
+    __slots__ = ("offset", "length", "sha256")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    length: int
+    sha256: bytes
+    def __init__(self, offset: _Optional[int] = ..., length: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class ChecksumCommitLogResponse(_message.Message):
+    __slots__ = ("member_id", "chunks", "end_offset", "applied_offset", "applied_index", "min_offset")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    chunks: _containers.RepeatedCompositeFieldContainer[CommitLogDigest]
+    end_offset: int
+    applied_offset: int
+    applied_index: int
+    min_offset: int
+    def __init__(self, member_id: _Optional[str] = ..., chunks: _Optional[_Iterable[_Union[CommitLogDigest, _Mapping]]] = ..., end_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., applied_index: _Optional[int] = ..., min_offset: _Optional[int] = ...) -> None: ...

@@ -49,6 +49,11 @@ class ReplicaServiceStub:
                 request_serializer=raftmq_dot_v1_dot_replica__pb2.SyncJournalRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_replica__pb2.SyncJournalResponse.FromString,
                 _registered_method=True)
+        self.ChecksumCommitLog = channel.unary_unary(
+                '/raftmq.v1.ReplicaService/ChecksumCommitLog',
+                request_serializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
@@ -72,6 +77,12 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChecksumCommitLog(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +100,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.SyncJournal,
                     request_deserializer=raftmq_dot_v1_dot_replica__pb2.SyncJournalRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_replica__pb2.SyncJournalResponse.SerializeToString,
+            ),
+            'ChecksumCommitLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChecksumCommitLog,
+                    request_deserializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +188,33 @@ class ReplicaService:
             '/raftmq.v1.ReplicaService/SyncJournal',
             raftmq_dot_v1_dot_replica__pb2.SyncJournalRequest.SerializeToString,
             raftmq_dot_v1_dot_replica__pb2.SyncJournalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChecksumCommitLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.ReplicaService/ChecksumCommitLog',
+            raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogRequest.SerializeToString,
+            raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogResponse.FromString,
             options,
             channel_credentials,
             insecure,
