@@ -252,12 +252,18 @@ class ScheduleMessageService:
         """One batch of ``level``: (messages re-put, whether a full batch was due so more may be)."""
         store = self.store
         cq = store.consume_queues.get(SCHEDULE_TOPIC, DelayLevels.queue_id(level))
+        start = store.delay_offsets.get(level)
+        if start > (cq.get_max_offset_in_queue() if cq is not None else 0):
+            self._correct_above_max(level, start)
+            return 0, False
         if cq is None:
             return 0, False
-        start = store.delay_offsets.get(level)
-        # below the queue's minimum: retention removed those units (RocketMQ's correctDelayOffset). Not clamped
-        # from above: a follower that just became leader may still be dispatching, its queue catches up.
-        offset = max(start, cq.get_min_offset_in_queue())
+        offset = start
+        lowest = cq.get_min_offset_in_queue()
+        if offset < lowest:  # retention removed those units: RocketMQ's correctDelayOffset moves up to the minimum
+            log.error("delay level %d: delivery progress %d is below the schedule queue's min offset %d (its files "
+                      "went to retention before delivery); continuing from %d", level, offset, lowest, lowest)
+            offset = lowest
         units = cq.read_units(offset, self.max_batch)
         msgs: list[Message] = []
         size = 0
@@ -291,6 +297,24 @@ class ScheduleMessageService:
         self._commit_progress({level: nxt})
         self.delivered += len(msgs)
         return len(msgs), full
+
+    def _correct_above_max(self, level: int, start: int) -> None:
+        """The progress of ``level`` is past the end of its schedule queue: RocketMQ's ``correctDelayOffset`` sets it
+        to the queue's max offset (and logs), or every message stored there until the queue grows past the stale
+        value would be skipped. Only once the consume queues hold the whole commit log: a member that just became
+        leader may still be dispatching, and its queue then catches up by itself. The corrected value goes through
+        the replicated progress, so every member's delayOffset.json agrees."""
+        store = self.store
+        if store.dispatch_behind_bytes() > 0:
+            return
+        cq = store.consume_queues.get(SCHEDULE_TOPIC, DelayLevels.queue_id(level))
+        highest = cq.get_max_offset_in_queue() if cq is not None else 0  # read after the dispatch check
+        if start <= highest:
+            return
+        log.error("delay level %d: delivery progress %d is above the schedule queue's max offset %d "
+                  "(delayOffset.json restored from a newer store, or edited); corrected to %d, so messages stored "
+                  "from now on are delivered", level, start, highest, highest)
+        self._commit_progress({level: highest})
 
     def _put_all(self, level: int, msgs: list[Message]) -> None:
         """Re-put a batch; when the store refuses it as invalid, put one by one and skip only the invalid ones

@@ -192,3 +192,68 @@ def test_delay_levels():
     for bad, why in (("", "no levels"), ("1s 10", "bad delay level")):  # refused by config validation already
         with pytest.raises(StoreError, match=why):
             StoreConfig(root_dir="/tmp/x", message_delay_level=bad)
+
+
+def test_progress_past_the_queue_end_is_corrected_to_its_max_and_nothing_later_is_skipped(tmp_path, caplog):
+    """A delayOffset.json ahead of its schedule queues (restored from a newer store, or edited) is corrected to each
+    queue's max offset as RocketMQ's correctDelayOffset does, with an error line; messages stored afterwards are
+    delivered instead of being skipped until the queue grows past the stale value."""
+    st = MessageStore(_cfg(tmp_path))
+    st.open()
+    st.put_messages([Message(topic="T", body=b"old%d" % i, properties={"DELAY": "1"}) for i in range(3)])
+    _wait_dispatched(st)
+    ts = st.view_message(0).store_timestamp
+    assert _service(st).run_once(now_ms=ts + 5000) == 3
+    st.shutdown()
+    (tmp_path / "config" / "delayOffset.json").write_text('{\n\t"offsetTable":{1:50,2:7\n\t}\n}')
+    st = MessageStore(_cfg(tmp_path))
+    st.open()
+    try:
+        _wait_dispatched(st)
+        svc = _service(st)
+        with caplog.at_level("ERROR", logger="store.schedule"):
+            assert svc.run_once(now_ms=ts + 5000) == 0
+        assert st.delay_offsets.all() == {1: 3, 2: 0}  # level 2 never had a queue: its max is 0
+        lines = [r.getMessage() for r in caplog.records if "above the schedule queue's max offset" in r.getMessage()]
+        assert len(lines) == 2 and "progress 50" in lines[0] and "corrected to 3" in lines[0], lines
+        assert '"offsetTable":{1:3,2:0' in (tmp_path / "config" / "delayOffset.json").read_text()
+        new = st.put_messages([Message(topic="T", body=b"new%d" % i, properties={"DELAY": str(1 + i % 2)})
+                               for i in range(4)])
+        _wait_dispatched(st)
+        due = max(st.view_message(r.physical_offset).store_timestamp for r in new) + 5000
+        assert svc.run_once(now_ms=due) == 4
+        _wait_dispatched(st)
+        assert sorted(m.body for m in st.get_messages("T", 0, 0, 20).messages) == \
+            [b"new0", b"new1", b"new2", b"new3", b"old0", b"old1", b"old2"]
+        assert st.delay_offsets.all() == {1: 5, 2: 2}
+    finally:
+        st.shutdown()
+
+
+def test_progress_past_the_queue_end_waits_while_the_queue_is_still_dispatching(tmp_path, monkeypatch):
+    """A member that just became leader may not have dispatched its commit log yet: its queue is short for a moment,
+    not the progress wrong, so nothing is corrected (which would deliver those messages a second time)."""
+    with MessageStore(_cfg(tmp_path)) as st:
+        st.put_messages([Message(topic="T", body=b"x", properties={"DELAY": "1"}) for _ in range(2)])
+        _wait_dispatched(st)
+        st.delay_offsets.update({1: 4})
+        monkeypatch.setattr(st, "dispatch_behind_bytes", lambda: 100)  # reput still behind the commit log
+        svc = _service(st)
+        assert svc.run_once(now_ms=int(time.time() * 1000) + 5000) == 0
+        assert st.delay_offsets.all() == {1: 4}
+        monkeypatch.undo()
+        assert svc.run_once(now_ms=int(time.time() * 1000) + 5000) == 0
+        assert st.delay_offsets.all() == {1: 2}
+
+
+def test_progress_below_the_queue_minimum_moves_up_with_a_log_line(tmp_path, caplog, monkeypatch):
+    with MessageStore(_cfg(tmp_path)) as st:
+        st.put_messages([Message(topic="T", body=b"x%d" % i, properties={"DELAY": "1"}) for i in range(3)])
+        _wait_dispatched(st)
+        cq = st.consume_queues.get(SCHEDULE_TOPIC, 0)
+        monkeypatch.setattr(cq, "get_min_offset_in_queue", lambda: 2)  # as if retention removed units 0 and 1
+        ts = st.view_message(0).store_timestamp
+        with caplog.at_level("ERROR", logger="store.schedule"):
+            assert _service(st).run_once(now_ms=ts + 5000) == 1
+        assert any("below the schedule queue's min offset 2" in r.getMessage() for r in caplog.records)
+        assert st.delay_offsets.get(1) == 3
