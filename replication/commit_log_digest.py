@@ -25,17 +25,18 @@ class ChunkDigest(NamedTuple):
     sha256: bytes
 
 
-def digest_commit_log(store: MessageStore, start: int, stop: int, chunk_bytes: int,
-                      budget: int) -> tuple[list[ChunkDigest], int]:
+def digest_commit_log(store: MessageStore, start: int, stop: int, chunk_bytes: int, budget: int,
+                      max_chunks: int) -> tuple[list[ChunkDigest], int]:
     """Digests of the chunks [start + k*chunk_bytes, ...) clipped at ``stop``, and where they end.
 
-    Stops after the last whole chunk that fits in ``budget`` bytes (at least one chunk), so one call is bounded;
-    the caller continues from the returned end. The caller guarantees [start, stop) is applied (immutable)."""
+    Stops after the last whole chunk that fits in ``budget`` bytes and ``max_chunks`` chunks (at least one chunk),
+    so one call is bounded in work and answer size; the caller continues from the returned end. The caller
+    guarantees [start, stop) is applied (immutable)."""
     out: list[ChunkDigest] = []
     pos = start
     while pos < stop:
         n = min(chunk_bytes, stop - pos)
-        if out and pos + n - start > budget:
+        if out and (pos + n - start > budget or len(out) >= max_chunks):
             break
         h = hashlib.sha256()
         p, end = pos, pos + n

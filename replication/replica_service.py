@@ -25,6 +25,7 @@ MAX_CHUNK = 4 << 20
 DEFAULT_CHECKSUM_CHUNK = 1 << 20
 MAX_CHECKSUM_CHUNK = 16 << 20
 MAX_CHECKSUM_BYTES_PER_CALL = 64 << 20  # one call digests at most this much; the caller pages on
+MAX_CHECKSUM_CHUNKS_PER_CALL = 4096     # and answers at most this many digests (tiny chunks stay small answers)
 BLANK_MAGIC_CODE = 0xCBD43194
 _BLANK = struct.Struct(">iI")
 
@@ -130,7 +131,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                                 f"at {low} or later")
         try:
             chunks, end = await asyncio.to_thread(digest_commit_log, store, start, stop, chunk,
-                                                  MAX_CHECKSUM_BYTES_PER_CALL)
+                                                  MAX_CHECKSUM_BYTES_PER_CALL, MAX_CHECKSUM_CHUNKS_PER_CALL)
         except StoreError as exc:  # retention deleted a segment during the call
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"{exc}; start the check again at "
                                 f"{store.commit_log_min_offset} or later")

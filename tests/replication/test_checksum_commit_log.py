@@ -121,6 +121,10 @@ def test_one_call_is_bounded_and_the_caller_pages_on(member, monkeypatch):
                                    metadata=AUTH, timeout=10)
     assert len(whole.chunks) == len(chunks) and whole.end_offset == end
     assert [(c.offset, c.sha256) for c in chunks] == [(c.offset, c.sha256) for c in whole.chunks]
+    # tiny chunks: the answer is capped in digests, not only in bytes
+    r = stub.ChecksumCommitLog(rpb.ChecksumCommitLogRequest(from_offset=0, to_offset=end, chunk_bytes=1),
+                               metadata=AUTH, timeout=10)
+    assert len(r.chunks) == replica_service.MAX_CHECKSUM_CHUNKS_PER_CALL and r.end_offset == len(r.chunks)
 
 
 BAD_REQUESTS = [
