@@ -21,8 +21,9 @@ from concurrent import futures
 from client.admin import Admin
 from client.connection import DEFAULT_SERVER, parse_servers
 from client.consumer import START_FIRST, START_LAST, PullConsumer
-from client.errors import InvalidArgumentError, RaftmqError
+from client.errors import InvalidArgumentError, RaftmqError, ReplicasDifferError, UnavailableError
 from client.producer import Producer
+from client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
 from client.table import render_table
 from client.types import (
     PERM_INHERIT,
@@ -69,6 +70,28 @@ def _non_negative_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+_SIZE = re.compile(r"^(\d+)\s*([a-z]*)$")
+
+
+def _size(value: str) -> int:
+    """A byte count > 0: 4096, 64K, 1M, 2G (binary units)."""
+    m = _SIZE.match(value.strip().lower())
+    if not m or m.group(2) not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"expected a byte count such as 4096, 64K, 1M or 2G, got {value!r}")
+    n = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a byte count > 0, got {value!r}")
+    return n
+
+
+def _chunk_size(value: str) -> int:
+    n = _size(value)
+    if not MIN_CHUNK <= n <= MAX_CHUNK:
+        raise argparse.ArgumentTypeError(f"chunk size {value!r} must be 4K..16M")
     return n
 
 
@@ -188,11 +211,23 @@ def _send_line(r: SendResult) -> str:
     return line + (f" note={r.note}" if r.note else "")
 
 
+def _sent_text(done: int, total: int, elapsed: float) -> str:
+    return f"sent {done}/{total} ({100 * done // max(total, 1)}%), {done / elapsed:,.0f} msg/s"
+
+
+def _checked_text(done: int, total: int, elapsed: float) -> str:
+    mib = 1 << 20
+    return (f"checked {done / mib:,.1f}/{total / mib:,.1f} MiB ({100 * done // max(total, 1)}%), "
+            f"{done / mib / elapsed:,.1f} MiB/s")
+
+
 class Progress:
     """A progress line on stderr: redrawn in place on a terminal, a plain line every few seconds otherwise."""
 
-    def __init__(self, total: int, stream=None):
+    def __init__(self, total: int, stream=None, render: Callable[[int, int, float], str] | None = None):
+        """``render(done, total, elapsed_s)`` makes the text (default: messages sent)."""
         self.total = total
+        self.render = render or _sent_text
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.start = time.monotonic()
@@ -204,8 +239,7 @@ class Progress:
         if not force and now - self._last < self._interval:
             return
         self._last = now
-        elapsed = max(now - self.start, 1e-9)
-        text = f"sent {done}/{self.total} ({100 * done // max(self.total, 1)}%), {done / elapsed:,.0f} msg/s"
+        text = self.render(done, self.total, max(now - self.start, 1e-9))
         if self.tty:
             self.stream.write("\r" + text.ljust(60))
         else:
@@ -616,6 +650,79 @@ def cmd_transfer_leader(args: argparse.Namespace) -> int:
     return 0
 
 
+def _range_text(start: int, end: int) -> str:
+    return f"[{start}, {end})"
+
+
+def check_table(report: CheckReport) -> str:
+    """The ``cluster check`` table: one row per member, its checked range, bytes and verdict."""
+    rows = []
+    for m in report.members:
+        if m.verdict == "unreachable":
+            rows.append([m.id, m.address, "-", "-", f"unreachable: {m.error}" if m.error else "unreachable"])
+            continue
+        verdict = m.verdict
+        d = report.difference
+        if d is not None and m.id in d.differing:
+            verdict = f"DIFFERS in {_range_text(d.offset, d.end)}"
+        rows.append([m.id, m.address, _range_text(m.checked_from, m.checked_to), m.bytes_checked, verdict])
+    title = f"Commit-log check: {report.algorithm} in {report.chunk_bytes}-byte chunks"
+    return render_table(["Member", "Address", "Range checked", "Bytes", "Verdict"], rows, title=title)
+
+
+def _check_summary(report: CheckReport) -> str:
+    d = report.difference
+    if d is not None:
+        who = ", ".join(d.differing)
+        than = f" from {', '.join(d.majority)}" if d.majority else " (no majority: every member differs)"
+        return (f"first difference: commit-log bytes {_range_text(d.offset, d.end)} (in chunk "
+                f"{_range_text(d.chunk_offset, d.chunk_end)}): {who} differ{'s' if len(d.differing) == 1 else ''}"
+                f"{than}")
+    compared = [m for m in report.members if m.verdict == "identical"]
+    if compared:
+        return (f"{len(compared)} members identical over {_range_text(report.range_from, report.range_to)} "
+                f"({report.range_to - report.range_from} bytes)")
+    return f"nothing compared over {_range_text(report.range_from, report.range_to)}"
+
+
+def _read_secret(args: argparse.Namespace) -> str:
+    if args.secret_file is None:
+        return os.environ.get(SECRET_ENV, "")
+    try:
+        with open(args.secret_file, encoding="utf-8") as f:
+            return f.read().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --secret-file {args.secret_file}: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+
+
+def cmd_cluster_check(args: argparse.Namespace) -> int:
+    progress = Progress(0, render=_checked_text)
+
+    def show(done: int, total: int) -> None:
+        progress.total = total
+        progress.update(done)
+
+    with ReplicaChecker(servers_of(args), secret=_read_secret(args), timeout=args.timeout) as checker:
+        report = checker.check(from_offset=args.from_offset, max_bytes=args.bytes, chunk_bytes=args.chunk,
+                               progress=show)
+    progress.finish()
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print(check_table(report))
+        print(_check_summary(report))
+    lost = ", ".join(f"{m.id} ({m.address}): {m.error}" for m in report.unreachable)
+    if report.difference is not None:
+        raise ReplicasDifferError(_check_summary(report) + (f"; also unreachable: {lost}" if lost else ""))
+    if lost:
+        raise UnavailableError(f"member(s) not checked, unreachable: {lost}")
+    if report.range_to <= report.range_from:
+        print(f"raftmq: note: no committed commit-log bytes held by every member in "
+              f"{_range_text(report.range_from, report.range_to)}: nothing to compare", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 
 
@@ -722,12 +829,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = _add(tsub, "delete", cmd_topic_delete, "delete a topic and its consume queues", json_flag=False)
     p.add_argument("name", metavar="TOPIC")
 
-    c = sub.add_parser("cluster", help="cluster status and leadership")
-    csub = c.add_subparsers(dest="cluster_command", metavar="{status,transfer-leader}")
+    c = sub.add_parser("cluster", help="cluster status, replica check and leadership")
+    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader}")
     csub.required = True
     p = _add(csub, "status", cmd_cluster_status, "members, roles, terms, indexes and lag")
     p.add_argument("--watch", "-w", nargs="?", const=2.0, type=_positive_float, metavar="SECONDS",
                    help="refresh every SECONDS (default 2) until Ctrl-C")
+    p = _add(csub, "check", cmd_cluster_check, "prove the members' commit logs byte-identical",
+             description="Ask every member for SHA-256 digests of its commit log over the range all members have "
+                         "committed and applied ([largest first retained offset, smallest applied end)), compare "
+                         "them chunk by chunk and name the first differing 4 KiB block. Progress on stderr. Exit 0 "
+                         "when all agree, 9 when they differ, 5 when a member cannot be reached (the others are "
+                         f"still compared). The cluster secret, when set, comes from ${SECRET_ENV} or --secret-file.")
+    p.add_argument("--from", dest="from_offset", type=_non_negative_int, default=0, metavar="OFFSET",
+                   help="start at this commit-log offset (default: the first one every member holds)")
+    p.add_argument("--bytes", type=_size, metavar="N", help="check at most N bytes (e.g. 64M; default: all)")
+    p.add_argument("--chunk", type=_chunk_size, default=DEFAULT_CHUNK, metavar="N",
+                   help="digest chunk size, 4K..16M (default 1M)")
+    p.add_argument("--secret-file", metavar="PATH", help=f"file holding cluster.secret (default ${SECRET_ENV})")
     p = _add(csub, "transfer-leader", cmd_transfer_leader, "hand leadership to another member", json_flag=False)
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")
 

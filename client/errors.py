@@ -105,6 +105,12 @@ class ConnectionError(UnavailableError):  # noqa: A001 - the SDK's own, delibera
     """No connection could be made to the server(s); the request was never sent."""
 
 
+class ReplicasDifferError(RaftmqError):
+    """``raftmq cluster check`` found members whose committed commit-log bytes are not identical."""
+
+    exit_code = 9
+
+
 class UnknownOutcomeError(RaftmqError):
     """A write whose outcome is unknown: it may or may not have been stored.
 

@@ -1,0 +1,257 @@
+"""Prove the members' commit logs byte-identical over the range all of them hold (``raftmq cluster check``).
+
+The members come from the cluster status of any given server; each is then asked directly, on its own address,
+for SHA-256 digests of fixed-size chunks (``ReplicaService.ChecksumCommitLog``, the cluster secret in metadata
+when one is set). Only the committed prefix counts: the range checked is [the largest first retained offset, the
+smallest applied end) of the reachable members. Pages are asked of every member at once; the first chunk whose
+digests differ is narrowed down to a 4 KiB block and the check stops there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+from raftmq.v1 import replica_pb2 as rpb
+from raftmq.v1 import replica_pb2_grpc as rpb_grpc
+
+from client.admin import Admin
+from client.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    RaftmqError,
+    UnavailableError,
+    from_rpc_error,
+)
+
+ALGORITHM = "sha256"
+SECRET_METADATA_KEY = "x-raftmq-secret"
+SECRET_ENV = "RAFTMQ_CLUSTER_SECRET"  # the node reads cluster.secret from the same variable
+DEFAULT_CHUNK = 1 << 20
+MIN_CHUNK = 4096
+MAX_CHUNK = 16 << 20  # the server's limit
+REFINE_BLOCK = 4096   # a differing chunk is narrowed down to a block of this size
+
+IDENTICAL = "identical"
+MATCHES_MAJORITY = "matches majority"
+DIFFERS = "DIFFERS"
+UNREACHABLE = "unreachable"
+NOT_COMPARED = "not compared"  # fewer than two members reachable, or no byte all of them hold
+
+
+@dataclass
+class MemberCheck:
+    """One member's part of the check. ``checked_to`` is exclusive; ``verdict`` one of the constants above."""
+
+    id: str
+    address: str
+    min_offset: int | None = None
+    applied_offset: int | None = None
+    checked_from: int = 0
+    checked_to: int = 0
+    verdict: str = ""
+    error: str = ""
+
+    @property
+    def bytes_checked(self) -> int:
+        return max(0, self.checked_to - self.checked_from)
+
+
+@dataclass
+class Difference:
+    """The first place the members disagree: [offset, end) inside the chunk [chunk_offset, chunk_end)."""
+
+    offset: int
+    end: int
+    chunk_offset: int
+    chunk_end: int
+    differing: list[str]
+    majority: list[str]  # empty when no digest is held by more than half of the compared members
+
+
+@dataclass
+class CheckReport:
+    algorithm: str
+    chunk_bytes: int
+    range_from: int
+    range_to: int
+    members: list[MemberCheck] = field(default_factory=list)
+    difference: Difference | None = None
+    answered_by: str = ""
+
+    @property
+    def unreachable(self) -> list[MemberCheck]:
+        return [m for m in self.members if m.verdict == UNREACHABLE]
+
+    @property
+    def compared(self) -> list[MemberCheck]:
+        return [m for m in self.members if m.verdict != UNREACHABLE]
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["identical"] = self.difference is None and any(m.verdict == IDENTICAL for m in self.members)
+        for m, member in zip(d["members"], self.members, strict=True):
+            m["bytes_checked"] = member.bytes_checked
+        return d
+
+
+class _Unreachable(Exception):
+    """A member that did not answer (connection refused, deadline, not started)."""
+
+
+class ReplicaChecker:
+    """Compares the members of the cluster that any of ``servers`` belongs to. ``secret``: cluster.secret."""
+
+    def __init__(self, servers: str | Iterable[str] | None, *, secret: str = "", timeout: float = 10.0):
+        self._servers = servers
+        self._timeout = timeout
+        self._metadata = ((SECRET_METADATA_KEY, secret),) if secret else ()
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def check(self, *, from_offset: int = 0, max_bytes: int | None = None, chunk_bytes: int = DEFAULT_CHUNK,
+              progress: Callable[[int, int], None] | None = None) -> CheckReport:
+        """Digest and compare [max(from_offset, common start), common end), at most ``max_bytes`` of it.
+
+        Raises ``InvalidArgumentError`` for bad bounds, ``PermissionDeniedError`` for a wrong or missing secret,
+        ``RaftmqError`` when there is nothing to compare (a single member)."""
+        if from_offset < 0:
+            raise InvalidArgumentError(f"from offset {from_offset} is negative: commit-log offsets start at 0")
+        if not MIN_CHUNK <= chunk_bytes <= MAX_CHUNK:
+            raise InvalidArgumentError(f"chunk size {chunk_bytes} must be {MIN_CHUNK}..{MAX_CHUNK} bytes")
+        if max_bytes is not None and max_bytes <= 0:
+            raise InvalidArgumentError(f"bytes to check {max_bytes} must be > 0 (omit it to check everything)")
+        with Admin(self._servers, timeout=self._timeout, retry_timeout=self._timeout) as admin:
+            status = admin.cluster_status()
+        if len(status.members) < 2:
+            raise RaftmqError(f"{status.answered_by} is a single-member cluster: there are no replicas to compare")
+        members = [MemberCheck(m.id, m.grpc_address) for m in sorted(status.members, key=lambda m: m.id)]
+        with futures.ThreadPoolExecutor(max_workers=len(members), thread_name_prefix="check") as pool:
+            self._pool = pool
+            return self._check(members, status.answered_by, from_offset, max_bytes, chunk_bytes, progress)
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._channels.clear()
+
+    def __enter__(self) -> ReplicaChecker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ steps
+
+    def _check(self, members: list[MemberCheck], answered_by: str, from_offset: int, max_bytes: int | None,
+               chunk: int, progress: Callable[[int, int], None] | None) -> CheckReport:
+        statuses = self._ask(members, lambda stub: stub.GetReplicaStatus(
+            rpb.GetReplicaStatusRequest(skip_metadata=True), timeout=self._timeout, metadata=self._metadata))
+        sizes = {s.commit_log_file_size for s in statuses.values()}
+        if len(sizes) > 1:
+            raise RaftmqError(f"members use different commit-log segment sizes {sorted(sizes)}: "
+                              "store.mapped_file_size_commit_log must be the same everywhere")
+        for m in members:
+            if m.id in statuses:
+                m.min_offset = statuses[m.id].commit_log_min_offset
+                m.applied_offset = statuses[m.id].commit_log_max_offset
+        live = [m for m in members if m.verdict != UNREACHABLE]
+        lo = hi = from_offset
+        if live:
+            lo = max(from_offset, *(m.min_offset for m in live))
+            hi = min(m.applied_offset for m in live)
+            if from_offset > hi:
+                raise InvalidArgumentError(f"--from {from_offset} is past the committed range every reachable "
+                                           f"member holds (it ends at {hi}): give an offset below {hi}")
+            hi = max(lo, hi)
+            if max_bytes is not None:
+                hi = min(hi, lo + max_bytes)
+        report = CheckReport(ALGORITHM, chunk, lo, hi, members, answered_by=answered_by)
+        for m in live:
+            m.checked_from = m.checked_to = lo
+        pos = lo
+        while pos < hi and len(live) >= 2 and report.difference is None:
+            answers = self._ask(live, self._digests(pos, hi, chunk))
+            live = [m for m in live if m.verdict != UNREACHABLE]
+            if len(live) < 2:
+                break
+            end = min(answers[m.id].end_offset for m in live)
+            lists = [[c for c in answers[m.id].chunks if c.offset < end] for m in live]
+            for i, row in enumerate(zip(*lists, strict=True)):
+                if len({(c.offset, c.length) for c in row}) != 1:
+                    raise RaftmqError(f"members answered different chunk bounds at page {pos}: {row}")
+                if len({c.sha256 for c in row}) > 1:
+                    report.difference = self._locate(live, row[0].offset, row[0].offset + row[0].length,
+                                                     {m.id: lst[i].sha256 for m, lst in zip(live, lists, strict=True)})
+                    end = row[0].offset + row[0].length
+                    break
+            for m in live:
+                m.checked_to = end
+            pos = end
+            if progress is not None:
+                progress(pos - lo, hi - lo)
+        for m in live:
+            if len(live) < 2 or report.range_to <= report.range_from:
+                m.verdict = NOT_COMPARED
+            elif report.difference is None:
+                m.verdict = IDENTICAL
+            elif m.id in report.difference.differing:
+                m.verdict = DIFFERS
+            else:
+                m.verdict = MATCHES_MAJORITY
+        return report
+
+    def _digests(self, pos: int, hi: int, chunk: int):
+        req = rpb.ChecksumCommitLogRequest(from_offset=pos, to_offset=hi, chunk_bytes=chunk)
+        return lambda stub: stub.ChecksumCommitLog(req, timeout=self._timeout, metadata=self._metadata)
+
+    def _locate(self, live: list[MemberCheck], start: int, stop: int, digests: dict[str, bytes]) -> Difference:
+        """Narrow the differing chunk [start, stop) to its first differing block (one more call per member)."""
+        where, at = (start, stop), digests
+        if stop - start > REFINE_BLOCK:
+            answers = self._ask(live, self._digests(start, stop, REFINE_BLOCK))
+            answered = [m for m in live if m.id in answers and answers[m.id].end_offset == stop]
+            if len(answered) == len(live):
+                for row in zip(*(answers[m.id].chunks for m in live), strict=True):
+                    if len({c.sha256 for c in row}) > 1:
+                        where = (row[0].offset, row[0].offset + row[0].length)
+                        at = {m.id: c.sha256 for m, c in zip(live, row, strict=True)}
+                        break
+        top, count = Counter(at.values()).most_common(1)[0]
+        majority = sorted(i for i, d in at.items() if d == top) if 2 * count > len(at) else []
+        differing = sorted(i for i in at if i not in majority)
+        return Difference(where[0], where[1], start, stop, differing, majority)
+
+    def _ask(self, members: list[MemberCheck], call) -> dict:
+        """``call(stub)`` on every member at once; unreachable members are marked so and left out."""
+        jobs = {m.id: self._pool.submit(self._one, m, call) for m in members}
+        out = {}
+        for m in members:
+            try:
+                out[m.id] = jobs[m.id].result()
+            except _Unreachable as exc:
+                m.verdict, m.error = UNREACHABLE, str(exc)
+        return out
+
+    def _one(self, m: MemberCheck, call):
+        channel = self._channels.get(m.address)
+        if channel is None:
+            channel = self._channels[m.address] = grpc.insecure_channel(m.address)
+        try:
+            return call(rpb_grpc.ReplicaServiceStub(channel))
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, m.address)
+            if e.code() == grpc.StatusCode.PERMISSION_DENIED:
+                raise PermissionDeniedError(
+                    f"member {m.id} ({m.address}) refused the check: {e.details()} (give the cluster secret in "
+                    f"${SECRET_ENV} or with --secret-file)", address=m.address, code=e.code()) from None
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise RaftmqError(f"member {m.id} ({m.address}) cannot answer the check (UNIMPLEMENTED: an older "
+                                  "raftmq?): upgrade it first", address=m.address, code=e.code()) from None
+            if isinstance(err, UnavailableError):
+                raise _Unreachable(err.message) from None
+            raise type(err)(f"member {m.id} ({m.address}): {err.message}", address=m.address,
+                            code=e.code()) from None
