@@ -13,7 +13,9 @@ import shutil
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
+from operator import eq, lt
 from typing import Any
 
 from store.config import CQ_STORE_UNIT_SIZE
@@ -165,6 +167,38 @@ class ConsumeQueue:
             return False
         self.max_physic_offset = offset + size
         return True
+
+    def put_units(self, units: Sequence[tuple[int, int, int, int]]) -> int:
+        """``put_message_position_info(*unit)`` for each ``(offset, size, tags_code, cq_offset)`` in turn; returns
+        how many are in place (``len(units)`` unless a write failed).
+
+        The common case, units that continue the queue at its end with consecutive queue offsets and growing
+        commit-log ends, all fitting in the last file, is written with one append: the same bytes, one copy.
+        Anything else (a first file, a roll, skips, gaps) takes the unit-by-unit path.
+        """
+        n = len(units)
+        if n > 1:
+            mf = self.mapped_file_queue.get_last_mapped_file(need_create=False)
+            offset, size, _tags, cq_offset = units[0]
+            if (
+                mf is not None
+                and offset + size > self.max_physic_offset
+                and cq_offset * CQ_STORE_UNIT_SIZE == mf.file_from_offset + mf.wrote_position
+                and mf.wrote_position + n * CQ_STORE_UNIT_SIZE <= self.mapped_file_size
+            ):
+                ends = [o + s for o, s, _t, _c in units]
+                if all(map(lt, ends, islice(ends, 1, None))) and all(
+                    map(eq, [c for _o, _s, _t, c in units], range(cq_offset, cq_offset + n))
+                ):
+                    pack = UNIT.pack
+                    if mf.append(b"".join([pack(o, s, t) for o, s, t, _c in units])):
+                        self.max_physic_offset = ends[-1]
+                        return n
+        put = self.put_message_position_info
+        for i, (offset, size, tags_code, cq_offset) in enumerate(units):
+            if not put(offset, size, tags_code, cq_offset):
+                return i
+        return n
 
     def _fill_blank_until(self, until: int) -> MappedFile:
         mfq = self.mapped_file_queue

@@ -51,3 +51,69 @@ class DispatchRequest:
     def goes_to_index(self) -> bool:
         """BuildIndex rule: everything except ROLLBACK."""
         return (self.sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE
+
+
+_TAGS_NEEDLE = "\x02TAGS\x01"
+_KEYS_NEEDLE = "\x02KEYS\x01"
+_UNIQ_NEEDLE = "\x02UNIQ_KEY\x01"
+
+
+def _last_value(text: str, needle: str, end: int) -> str | None:
+    """The value of the last ``needle`` segment of ``text[:end]`` (``text`` is ``"\x02" + properties``) whose
+    value is non-empty.
+
+    A segment starts at a ``\x02`` and its key ends at its first ``\x01``; the needle is ``\x02 name \x01``
+    with a name holding neither separator, so a match is exactly a segment with that key. An empty value is
+    skipped as ``string2messageProperties`` skips it, sending the search back to an earlier segment.
+    """
+    while True:
+        i = text.rfind(needle, 0, end)
+        if i < 0:
+            return None
+        start = i + len(needle)
+        stop = text.find("\x02", start)
+        if stop < 0:
+            stop = len(text)
+        if stop > start:
+            return text[start:stop]
+        end = i  # the needle's only \x02 is its first character: an earlier match ends at or before i
+
+
+def find_property(props: str, name: str) -> str | None:
+    """``string2messageProperties(props).get(name)`` without building the map."""
+    text = "\x02" + props
+    return _last_value(text, "\x02" + name + "\x01", len(text))
+
+
+def dispatch_properties(props: str) -> tuple[str | None, str | None, str | None]:
+    """``(TAGS, KEYS, UNIQ_KEY)`` of a stored properties string, each exactly as the parsed map has it
+    (None when absent): what reput needs, found with C-level searches instead of a full parse.
+
+    Each is ``_last_value`` unrolled for its usual case (the last match has a value)."""
+    text = "\x02" + props
+    n = len(text)
+    i = text.rfind(_TAGS_NEEDLE)
+    if i < 0:
+        tags = None
+    else:
+        stop = text.find("\x02", i + 6)
+        if stop < 0:
+            stop = n
+        tags = text[i + 6 : stop] if stop > i + 6 else _last_value(text, _TAGS_NEEDLE, i)
+    i = text.rfind(_KEYS_NEEDLE)
+    if i < 0:
+        keys = None
+    else:
+        stop = text.find("\x02", i + 6)
+        if stop < 0:
+            stop = n
+        keys = text[i + 6 : stop] if stop > i + 6 else _last_value(text, _KEYS_NEEDLE, i)
+    i = text.rfind(_UNIQ_NEEDLE)
+    if i < 0:
+        uniq = None
+    else:
+        stop = text.find("\x02", i + 10)
+        if stop < 0:
+            stop = n
+        uniq = text[i + 10 : stop] if stop > i + 10 else _last_value(text, _UNIQ_NEEDLE, i)
+    return tags, keys, uniq

@@ -73,38 +73,76 @@ def _unsigned_java_hash(s: str) -> int:
     return sum(map(mul, units, _rev_powers(len(units)))) & _MASK32
 
 
-_HEAD_UNITS = 16
-_HEAD_CACHE_MAX = 4096
-_HEAD_CACHE: dict[tuple[str, str], int] = {}
+_TAIL_CHARS = 2
+_HEADS_MAX = 1 << 16
+_TAILS_MAX = 1 << 15
+_HEADS: dict[str, dict[str, int]] = {}  # topic -> {head: unsigned hash of topic#head}
+_TAILS: dict[str, tuple[int, int]] = {}  # tail -> (unsigned hash, 31^(its UTF-16 units) mod 2^32)
+_head_count = 0  # entries over all topics in _HEADS
+
+
+def _tail_entry(tail: str) -> tuple[int, int]:
+    units = len(tail) if tail.isascii() else len(tail.encode("utf-16-be", "surrogatepass")) // 2
+    if len(_TAILS) >= _TAILS_MAX:
+        _TAILS.clear()
+    entry = _TAILS[tail] = (_unsigned_java_hash(tail), _pow31(units))
+    return entry
+
+
+def _head_hash(topic: str, head: str) -> int:
+    global _head_count
+    if _head_count >= _HEADS_MAX:
+        _HEADS.clear()
+        _head_count = 0
+    heads = _HEADS.get(topic)
+    if heads is None:
+        heads = _HEADS[topic] = {}
+    h = heads[head] = _unsigned_java_hash(topic + "#" + head)
+    _head_count += 1
+    return h
 
 
 def index_key_hash(topic: str, key: str) -> int:
     """``IndexFile.indexKeyHashMethod(topic + "#" + key)``: ``abs(hashCode)``, 0 for Integer.MIN_VALUE.
 
-    The reput thread hashes one or more keys per message, so ``h(ab) = h(a)*31^len(b) + h(b)`` is used to
-    cache the hash of ``topic#`` plus the key's first 16 characters: keys of one producer share that head
-    (uniq keys start with the producer's address and pid), leaving only the tail to hash.
+    The reput thread hashes one or more keys per message, so ``h(ab) = h(a)*31^units(b) + h(b)`` (mod 2^32,
+    which is Java's int wrap-around) splits ``topic#key`` into a head (``topic#`` and all but the last two
+    characters) and a tail, each cached: keys of one producer share long heads (a uniq key differs from the
+    previous one in its last characters, an order id in its last digits) and tails repeat.
     """
-    if key.isascii():
-        if len(key) > _HEAD_UNITS:
-            cache_key = (topic, key[:_HEAD_UNITS])
-            tail = key[_HEAD_UNITS:]
-        else:  # short keys are often unique (order ids): cache only the topic's part
-            cache_key = (topic, "")
-            tail = key
-        head = _HEAD_CACHE.get(cache_key)
-        if head is None:
-            if len(_HEAD_CACHE) >= _HEAD_CACHE_MAX:
-                _HEAD_CACHE.clear()
-            head = _HEAD_CACHE[cache_key] = _unsigned_java_hash(topic + "#" + cache_key[1])
-        m = len(tail)
-        powers = _REV_POWERS.get(m) or _rev_powers(m)
-        h = (head * _POW31[m] + sum(map(mul, tail.encode("ascii"), powers))) & _MASK32
+    return index_key_hashes(topic, key, None)[0]
+
+
+def index_key_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
+    """``index_key_hash`` of ``uniq_key`` (unless None), then of each non-empty space-separated piece of
+    ``keys``: the hashes ``IndexService.buildIndex`` puts for one record, in its order."""
+    heads = _HEADS.get(topic)
+    tails = _TAILS
+    out: list[int] = []
+    if keys:
+        pieces = keys.split(" ")
+        if "" in pieces:  # empty KEYS pieces are not indexed
+            pieces = [k for k in pieces if k]
+        if uniq_key is not None:
+            pieces.insert(0, uniq_key)  # hashed even when empty
+    elif uniq_key is not None:
+        pieces = [uniq_key]
     else:
-        h = _unsigned_java_hash(topic + "#" + key)
-    if h & 0x80000000:  # Math.abs of a negative int; Integer.MIN_VALUE stays negative and RocketMQ uses 0
-        return 0 if h == 0x80000000 else (1 << 32) - h
-    return h
+        return out
+    for key in pieces:
+        head = key[:-_TAIL_CHARS]
+        hh = heads.get(head) if heads is not None else None
+        if hh is None:
+            hh = _head_hash(topic, head)
+            heads = _HEADS.get(topic)
+        t = tails.get(key[-_TAIL_CHARS:])
+        if t is None:
+            t = _tail_entry(key[-_TAIL_CHARS:])
+        h = (hh * t[1] + t[0]) & _MASK32
+        if h & 0x80000000:  # Math.abs of a negative int; Integer.MIN_VALUE stays negative, RocketMQ uses 0
+            h = 0 if h == 0x80000000 else (1 << 32) - h
+        out.append(h)
+    return out
 
 
 def key_hash(full_key: str) -> int:

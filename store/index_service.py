@@ -18,10 +18,14 @@ from typing import Any
 
 from store.dispatch import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
 from store.errors import StoreError, StoreLoadError
-from store.index_file import IndexFile, index_file_size, index_key_hash
+from store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
 from store.java import time_millis_to_human_string
 
 log = logging.getLogger("store.index_service")
+
+
+# what the reput thread hands over per record: (commit_log_offset, store_timestamp, topic, keys, uniq_key)
+IndexRecord = tuple[int, int, str, str | None, str | None]
 
 
 def _now_ms() -> int:
@@ -150,42 +154,43 @@ class IndexService:
 
     def build_index_batch(self, reqs: Sequence[DispatchRequest]) -> None:
         """Index records in commit-log order: the same entries as ``build_index`` on each, in one pass."""
+        rollback = TRANSACTION_ROLLBACK_TYPE
+        self.build_index_records(
+            [
+                (r.commit_log_offset, r.store_timestamp, r.topic, None, None)
+                if (r.sys_flag & TRANSACTION_TYPE_MASK) == rollback
+                else (r.commit_log_offset, r.store_timestamp, r.topic, r.keys, r.uniq_key)
+                for r in reqs
+            ]
+        )
+
+    def build_index_records(self, records: Sequence[IndexRecord]) -> None:
+        """``build_index_batch`` on ``(commit_log_offset, store_timestamp, topic, keys, uniq_key)`` tuples, one per
+        dispatched record in commit-log order (keys and uniq key None for a ROLLBACK record: it indexes nothing
+        but still counts as a record, see the end of this method). The reput thread builds these directly."""
         f = self.get_and_create_last_index_file()
         end = f.end_phy_offset
-        key_hash_of = index_key_hash
-        records: list[tuple[list[int], int, int]] = []
-        last_keyed = -1  # position in reqs of the last record that has keys
-        for i, req in enumerate(reqs):
-            offset = req.commit_log_offset
+        hashes_of = index_key_hashes
+        batch: list[tuple[list[int], int, int]] = []
+        last_keyed = -1  # position in records of the last record that has keys
+        for i, (offset, ts, topic, keys, uniq) in enumerate(records):
             # RocketMQ's rule: offset == end is indexed again, because the file that held the rest of that
             # record's keys may be the one an abnormal restart deleted; queries deduplicate offsets.
-            if offset < end:
+            if offset < end or (not keys and uniq is None):
                 continue
-            if (req.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
-                continue
-            topic = req.topic
-            uniq = req.uniq_key
-            keys = req.keys
-            if keys:
-                hashes = [key_hash_of(topic, k) for k in keys.split(" ") if k]
-                if uniq is not None:
-                    hashes.insert(0, key_hash_of(topic, uniq))
-            elif uniq is not None:
-                hashes = [key_hash_of(topic, uniq)]
-            else:
-                continue
+            hashes = hashes_of(topic, uniq, keys)
             if hashes:
-                records.append((hashes, offset, req.store_timestamp))
+                batch.append((hashes, offset, ts))
                 end = offset
                 last_keyed = i
         record, key = 0, 0
-        while records:
-            record, key = f.put_records(records, record, key)
-            if record >= len(records):
+        while batch:
+            record, key = f.put_records(batch, record, key)
+            if record >= len(batch):
                 break
             log.info("index file %s is full, creating the next one", f.file_name)
             f = self.get_and_create_last_index_file()
-        if f.is_write_full() and last_keyed < len(reqs) - 1:
+        if f.is_write_full() and last_keyed < len(records) - 1:
             # RocketMQ gets (and so creates) the next file at the start of every buildIndex: a record after
             # the one that filled the file creates it even when that record has nothing to index
             self.get_and_create_last_index_file()

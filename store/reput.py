@@ -19,10 +19,16 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
-from store.index_service import IndexService
-from store.message import MESSAGE_MAGIC_CODE
+from store.consume_queue import ConsumeQueueTable
+from store.dispatch import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    dispatch_properties,
+)
+from store.index_service import IndexRecord, IndexService
+from store.java import java_string_hash
+from store.message import MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC
 
 log = logging.getLogger("store.reput")
 
@@ -30,6 +36,12 @@ ArrivalListener = Callable[[str, int, int], None]
 
 _CQ_TYPES = (0, TRANSACTION_COMMIT_TYPE)  # TRANSACTION_NOT_TYPE and TRANSACTION_COMMIT_TYPE
 _SIZE_MAGIC = struct.Struct(">ii")
+# A record with IPv4 born and store hosts up to BODYLEN, keeping only what dispatch reads: TOTALSIZE, MAGIC,
+# QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN (message.py has the full layout).
+_V4_HEAD = struct.Struct(">ii4xi4xqqi8x8xq8x4x8xi")
+_V4_HEAD_SIZE = _V4_HEAD.size  # 88: the body starts here
+_V4_MIN_SIZE = _V4_HEAD_SIZE + 3  # + TOPICLEN i8 + PROPLEN i16: calMsgLength with empty body, topic, properties
+_HOST_V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _STOP_NONE = ""
 _STOP_BAD = "bad record"  # corrupt data: stays stopped there until the log is truncated
 _STOP_ERROR = "write error"  # disk trouble: retried after retry_wait_ms
@@ -193,73 +205,132 @@ class ReputMessageService:
         self, view: memoryview, start: int, budget: int, arrivals: dict[tuple[str, int], int]
     ) -> tuple[int, int, int, str]:
         """Dispatch about ``budget`` bytes of the records in ``view`` (commit-log bytes from ``start``),
-        recording each queue's new max offset in ``arrivals``; the index is built once for the slice.
+        recording each queue's new max offset in ``arrivals``: the records are decoded in one loop, then each
+        consume queue gets its units in one write and the index its keys in one pass.
 
-        Returns ``(messages, next offset, store time of the last CQ write or 0, stop reason)``.
+        Returns ``(messages, next offset, store time of the last CQ write or 0, stop reason)``. A consume-queue
+        write error retries the whole slice later (``start`` is returned): units already written are skipped
+        then and the index was not touched.
         """
         index = self.index_service
-        index_reqs: list[DispatchRequest] | None = [] if index is not None else None
-        result = self._dispatch_records(view, start, budget, arrivals, index_reqs)
-        if index is not None and index_reqs:
+        index_records: list[IndexRecord] | None = [] if index is not None else None
+        queue_units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        count, next_offset, last_cq_ts, stop = self._decode_records(view, start, budget, queue_units, index_records)
+        find_queue = self.consume_queues.find_or_create
+        for key, units in queue_units.items():
             try:
-                index.build_index_batch(index_reqs)
-            except (
-                OSError
-            ) as e:  # disk trouble: the slice is dispatched again later (both sides skip duplicates)
+                placed = find_queue(*key).put_units(units)
+                error = "" if placed == len(units) else "the queue's file did not take the unit"
+            except OSError as e:
+                placed, error = -1, str(e)
+            if placed != len(units):
+                failed_at = units[max(placed, 0)][0]
+                self.last_error = f"consume queue {key[0]}-{key[1]}: {error}"
+                log.error(
+                    "reput: cannot write consume queue %s-%d at commit-log offset %d: %s; the slice from %d is "
+                    "dispatched again later",
+                    key[0], key[1], failed_at, error, start,
+                )
+                return 0, start, 0, _STOP_ERROR
+            arrivals[key] = units[-1][3] + 1
+        if index_records:
+            try:
+                index.build_index_records(index_records)
+            except OSError as e:  # disk trouble: the slice is dispatched again later (both sides skip duplicates)
                 self.last_error = f"index: {e}"
-                first = index_reqs[0].commit_log_offset
+                first = index_records[0][0]
                 log.error("reput: cannot write the index from commit-log offset %d: %s", first, e)
-                return result[0], first, result[2], _STOP_ERROR
-        return result
+                return count, first, last_cq_ts, _STOP_ERROR
+        return count, next_offset, last_cq_ts, stop
 
-    def _dispatch_records(
+    def _decode_records(
         self,
         view: memoryview,
         start: int,
         budget: int,
-        arrivals: dict[tuple[str, int], int],
-        index_reqs: list[DispatchRequest] | None,
+        queue_units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+        index_records: list[IndexRecord] | None,
     ) -> tuple[int, int, int, str]:
-        check = self.commit_log.check_message_and_return_size
-        add_index = index_reqs.append if index_reqs is not None else None
-        queues: dict[tuple[str, int], ConsumeQueue] = {}
-        find_queue = self.consume_queues.find_or_create
+        """Decode the records of ``view`` up to about ``budget`` bytes into per-queue consume-queue units
+        ``(offset, size, tags_code, queue_offset)`` and index records; returns ``(messages, next offset, store
+        time of the last record for a consume queue or 0, stop reason)``.
+
+        The common record (IPv4 hosts, valid lengths, not the schedule topic) is read here with one unpack
+        and three property searches; anything else goes through ``check_message_and_return_size``, which also
+        gives blank, bad and mismatched records their meaning. Both yield the same fields.
+        """
+        cl = self.commit_log
+        check = cl.check_message_and_return_size
+        unpack_head = _V4_HEAD.unpack_from
+        props_of = dispatch_properties
+        tags_hash = java_string_hash
+        add_index = index_records.append if index_records is not None else None
+        get_units = queue_units.get
         last_cq_ts = 0
         count = 0
         pos = 0
         end = len(view)
         batch_end = min(end, budget)
         while pos < batch_end:
+            if pos + _V4_HEAD_SIZE <= end:
+                total, magic, queue_id, queue_offset, phy, sys_flag, store_ts, body_len = unpack_head(view, pos)
+                rec_end = pos + total
+                tpos = pos + _V4_HEAD_SIZE + body_len
+                if (
+                    magic == MESSAGE_MAGIC_CODE
+                    and not sys_flag & _HOST_V6_FLAGS
+                    and total >= _V4_MIN_SIZE
+                    and rec_end <= end
+                    and body_len >= 0
+                    and tpos < rec_end
+                ):
+                    topic_len = view[tpos]
+                    ppos = tpos + 1 + topic_len
+                    if 0 < topic_len < 128 and ppos + 2 <= rec_end:
+                        props_len = (view[ppos] << 8) | view[ppos + 1]
+                        if props_len < 0x8000 and _V4_MIN_SIZE + body_len + topic_len + props_len == total:
+                            topic = str(view[tpos + 1 : ppos], "utf-8", "replace")
+                            if topic != SCHEDULE_TOPIC:  # its tags code is a delivery time: general path
+                                if props_len:
+                                    tags, keys, uniq = props_of(
+                                        str(view[ppos + 2 : rec_end], "utf-8", "replace")
+                                    )
+                                    tags_code = tags_hash(tags) if tags else 0
+                                else:
+                                    tags_code, keys, uniq = 0, "", None
+                                tran = sys_flag & TRANSACTION_TYPE_MASK
+                                if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
+                                    units = get_units((topic, queue_id))
+                                    if units is None:
+                                        units = queue_units[topic, queue_id] = []
+                                    units.append((phy, total, tags_code, queue_offset))
+                                    last_cq_ts = store_ts
+                                if add_index is not None:
+                                    if tran == TRANSACTION_ROLLBACK_TYPE:
+                                        keys = uniq = None
+                                    add_index((phy, store_ts, topic, keys, uniq))
+                                count += 1
+                                pos = rec_end
+                                continue
             dr = check(view, pos, end, False)
             size = dr.msg_size
             if dr.success:
                 if size == 0:  # end-of-file blank record: continue at the next segment
-                    return count, self.commit_log.roll_next_file(start + pos), last_cq_ts, _STOP_NONE
-                if (dr.sys_flag & TRANSACTION_TYPE_MASK) in _CQ_TYPES:
+                    return count, cl.roll_next_file(start + pos), last_cq_ts, _STOP_NONE
+                tran = dr.sys_flag & TRANSACTION_TYPE_MASK
+                if tran in _CQ_TYPES:
                     key = (dr.topic, dr.queue_id)
-                    cq = queues.get(key)
-                    if cq is None:
-                        cq = queues[key] = find_queue(dr.topic, dr.queue_id)
-                    try:
-                        ok = cq.put_message_position_info(
-                            dr.commit_log_offset, size, dr.tags_code, dr.consume_queue_offset
-                        )
-                    except OSError as e:
-                        ok = False
-                        self.last_error = f"consume queue {key[0]}-{key[1]}: {e}"
-                    if not ok:  # disk trouble: this record is dispatched again later
-                        log.error(
-                            "reput: cannot write consume queue %s-%d at commit-log offset %d: %s",
-                            key[0],
-                            key[1],
-                            start + pos,
-                            self.last_error,
-                        )
-                        return count, start + pos, last_cq_ts, _STOP_ERROR
+                    units = get_units(key)
+                    if units is None:
+                        units = queue_units[key] = []
+                    units.append((dr.commit_log_offset, size, dr.tags_code, dr.consume_queue_offset))
                     last_cq_ts = dr.store_timestamp
-                    arrivals[key] = dr.consume_queue_offset + 1
                 if add_index is not None:
-                    add_index(dr)
+                    rollback = tran == TRANSACTION_ROLLBACK_TYPE
+                    add_index((
+                        dr.commit_log_offset, dr.store_timestamp, dr.topic,
+                        None if rollback else dr.keys, None if rollback else dr.uniq_key,
+                    ))
                 count += 1
                 pos += size
             elif size > 0:
@@ -270,7 +341,7 @@ class ReputMessageService:
                     size,
                 )
                 pos += size
-            elif _incomplete(view, pos, end, (start + end) % self.commit_log.file_size != 0):
+            elif _incomplete(view, pos, end, (start + end) % cl.file_size != 0):
                 break  # the rest of this record is not readable yet (below the limit): wait for it
             else:
                 bad = start + pos
