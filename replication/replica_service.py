@@ -18,6 +18,7 @@ import grpc
 from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
 from replication.commit_log_digest import digest_commit_log
+from replication.consume_queue_digest import digest_consume_queue
 from replication.peers import SECRET_METADATA_KEY
 from store.errors import StoreError
 
@@ -26,6 +27,7 @@ DEFAULT_CHECKSUM_CHUNK = 1 << 20
 MAX_CHECKSUM_CHUNK = 16 << 20
 MAX_CHECKSUM_BYTES_PER_CALL = 64 << 20  # one call digests at most this much; the caller pages on
 MAX_CHECKSUM_CHUNKS_PER_CALL = 4096     # and answers at most this many digests (tiny chunks stay small answers)
+MAX_CHECKSUM_QUEUE_UNITS_PER_CALL = 1 << 20  # consume-queue units (20 bytes each) one call digests in all
 BLANK_MAGIC_CODE = 0xCBD43194
 _BLANK = struct.Struct(">iI")
 
@@ -138,3 +140,40 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         return replica_pb2.ChecksumCommitLogResponse(
             member_id=wp.node_id, end_offset=end, applied_offset=applied, applied_index=index, min_offset=low,
             chunks=[replica_pb2.CommitLogDigest(offset=c.offset, length=c.length, sha256=c.sha256) for c in chunks])
+
+    async def ChecksumConsumeQueues(self, request, context):
+        """List this member's queues, or SHA-256 of the asked dispatched unit ranges (see consume_queue_digest)."""
+        wp = await self._write_path(context)
+        store = wp.store
+        if not request.ranges:
+            return replica_pb2.ChecksumConsumeQueuesResponse(member_id=wp.node_id, queues=[
+                replica_pb2.ConsumeQueueDigest(topic=t, queue_id=q, min_offset=cq.get_min_offset_in_queue(),
+                                               max_offset=cq.get_max_offset_in_queue())
+                for t in sorted(store.consume_queues.topics()) for q in store.consume_queues.queue_ids(t)
+                if (cq := store.consume_queues.get(t, q)) is not None])
+        total = sum(max(0, r.to_offset - r.from_offset) for r in request.ranges)
+        if total > MAX_CHECKSUM_QUEUE_UNITS_PER_CALL:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{total} units asked in one call; at most "
+                                f"{MAX_CHECKSUM_QUEUE_UNITS_PER_CALL}: split the ranges over several calls")
+        out = []
+        for r in request.ranges:
+            name = f"{r.topic}/{r.queue_id}"
+            if r.from_offset < 0 or r.to_offset < r.from_offset:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad range [{r.from_offset}, {r.to_offset}) "
+                                    f"for {name}: need 0 <= from_offset <= to_offset")
+            cq = store.consume_queues.get(r.topic, r.queue_id)
+            if cq is None:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"member {wp.node_id} has no consume queue {name}")
+            low, high = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+            if r.to_offset > high or r.from_offset < low:
+                await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"[{r.from_offset}, {r.to_offset}) is outside what "
+                                    f"member {wp.node_id} has dispatched of {name}: [{low}, {high}); list the queues "
+                                    "again (no ranges) and ask within every member's range")
+            try:
+                digest = await asyncio.to_thread(digest_consume_queue, cq, r.from_offset, r.to_offset)
+            except StoreError as exc:
+                await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"{exc}; list the queues again")
+            out.append(replica_pb2.ConsumeQueueDigest(topic=r.topic, queue_id=r.queue_id, min_offset=low,
+                                                      max_offset=high, from_offset=r.from_offset,
+                                                      to_offset=r.to_offset, sha256=digest))
+        return replica_pb2.ChecksumConsumeQueuesResponse(member_id=wp.node_id, queues=out)

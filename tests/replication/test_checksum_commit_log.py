@@ -164,3 +164,33 @@ def test_a_range_before_the_retained_start_and_a_missing_secret_are_refused(memb
         stub.ChecksumCommitLog(rpb.ChecksumCommitLogRequest(from_offset=0, to_offset=10),
                                metadata=((SECRET_METADATA_KEY, "wrong"),), timeout=10)
     assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_consume_queue_digests_match_the_files_and_bad_ranges_are_refused(member, monkeypatch):
+    st, stub, root = member
+    assert st.reput.wait_dispatched(timeout=10)
+    listing = stub.ChecksumConsumeQueues(rpb.ChecksumConsumeQueuesRequest(), metadata=AUTH, timeout=10)
+    assert [(q.topic, q.queue_id, q.min_offset, q.max_offset, q.sha256) for q in listing.queues] == [
+        ("T", 0, 0, 60, b"")]
+    raw = (root / "consumequeue" / "T" / "0" / f"{0:020d}").read_bytes()
+    r = stub.ChecksumConsumeQueues(rpb.ChecksumConsumeQueuesRequest(ranges=[
+        rpb.ConsumeQueueRange(topic="T", queue_id=0, from_offset=0, to_offset=60),
+        rpb.ConsumeQueueRange(topic="T", queue_id=0, from_offset=7, to_offset=9)]), metadata=AUTH, timeout=10)
+    assert [q.sha256 for q in r.queues] == [hashlib.sha256(raw[:60 * 20]).digest(),
+                                            hashlib.sha256(raw[7 * 20:9 * 20]).digest()]
+    assert r.queues[1].max_offset == 60 and r.member_id == "n0"
+
+    monkeypatch.setattr(replica_service, "MAX_CHECKSUM_QUEUE_UNITS_PER_CALL", 50)
+    for (topic, qid, lo, hi), code, text in [
+        (("T", 0, 58, 61), grpc.StatusCode.OUT_OF_RANGE, "dispatched of T/0: [0, 60)"),
+        (("T", 3, 0, 1), grpc.StatusCode.NOT_FOUND, "no consume queue T/3"),
+        (("T", 0, 5, 4), grpc.StatusCode.INVALID_ARGUMENT, "need 0 <= from_offset <= to_offset"),
+        (("T", 0, 0, 51), grpc.StatusCode.INVALID_ARGUMENT, "at most 50: split the ranges"),
+    ]:
+        with pytest.raises(grpc.RpcError) as exc:
+            stub.ChecksumConsumeQueues(rpb.ChecksumConsumeQueuesRequest(ranges=[rpb.ConsumeQueueRange(
+                topic=topic, queue_id=qid, from_offset=lo, to_offset=hi)]), metadata=AUTH, timeout=10)
+        assert exc.value.code() == code and text in exc.value.details(), exc.value.details()
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.ChecksumConsumeQueues(rpb.ChecksumConsumeQueuesRequest(), timeout=10)
+    assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED

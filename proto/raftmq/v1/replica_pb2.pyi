@@ -119,3 +119,47 @@ class ChecksumCommitLogResponse(_message.Message):
     applied_index: int
     min_offset: int
     def __init__(self, member_id: _Optional[str] = ..., chunks: _Optional[_Iterable[_Union[CommitLogDigest, _Mapping]]] = ..., end_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., applied_index: _Optional[int] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class ConsumeQueueRange(_message.Message):
+    __slots__ = ("topic", "queue_id", "from_offset", "to_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    from_offset: int
+    to_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ...) -> None: ...
+
+class ChecksumConsumeQueuesRequest(_message.Message):
+    __slots__ = ("ranges",)
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[ConsumeQueueRange]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[ConsumeQueueRange, _Mapping]]] = ...) -> None: ...
+
+class ConsumeQueueDigest(_message.Message):
+    __slots__ = ("topic", "queue_id", "min_offset", "max_offset", "from_offset", "to_offset", "sha256")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    from_offset: int
+    to_offset: int
+    sha256: bytes
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class ChecksumConsumeQueuesResponse(_message.Message):
+    __slots__ = ("member_id", "queues")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    queues: _containers.RepeatedCompositeFieldContainer[ConsumeQueueDigest]
+    def __init__(self, member_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[ConsumeQueueDigest, _Mapping]]] = ...) -> None: ...

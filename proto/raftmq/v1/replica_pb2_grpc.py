@@ -54,6 +54,11 @@ class ReplicaServiceStub:
                 request_serializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogResponse.FromString,
                 _registered_method=True)
+        self.ChecksumConsumeQueues = channel.unary_unary(
+                '/raftmq.v1.ReplicaService/ChecksumConsumeQueues',
+                request_serializer=raftmq_dot_v1_dot_replica__pb2.ChecksumConsumeQueuesRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_replica__pb2.ChecksumConsumeQueuesResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
@@ -83,6 +88,12 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChecksumConsumeQueues(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +116,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.ChecksumCommitLog,
                     request_deserializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogResponse.SerializeToString,
+            ),
+            'ChecksumConsumeQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChecksumConsumeQueues,
+                    request_deserializer=raftmq_dot_v1_dot_replica__pb2.ChecksumConsumeQueuesRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_replica__pb2.ChecksumConsumeQueuesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +231,33 @@ class ReplicaService:
             '/raftmq.v1.ReplicaService/ChecksumCommitLog',
             raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogRequest.SerializeToString,
             raftmq_dot_v1_dot_replica__pb2.ChecksumCommitLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChecksumConsumeQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.ReplicaService/ChecksumConsumeQueues',
+            raftmq_dot_v1_dot_replica__pb2.ChecksumConsumeQueuesRequest.SerializeToString,
+            raftmq_dot_v1_dot_replica__pb2.ChecksumConsumeQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,
