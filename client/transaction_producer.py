@@ -96,13 +96,18 @@ class TransactionProducer:
     def end(self, half: HalfResult, state: TransactionState) -> SendResult | None:
         """Commit or roll back; returns where the committed message is stored (None after a rollback).
 
-        Raises NotFoundError (no such half message) or RaftmqError (FAILED_PRECONDITION: already finished).
+        Safe to repeat: asking again for the outcome the transaction already has (this call retried after a lost
+        answer, or a check-back answer that got there first) succeeds without storing anything twice, and a
+        repeated commit returns where the first one stored the message. Raises NotFoundError (no such half
+        message) or RaftmqError with FAILED_PRECONDITION when it already ended the other way ("already finished
+        (committed); a rollback cannot change ...", also after a discard to TRANS_CHECK_MAX_TIME_TOPIC).
         """
         if state not in (TransactionState.COMMIT, TransactionState.ROLLBACK):
             raise errors.InvalidArgumentError(f"{state}: only COMMIT or ROLLBACK end a transaction")
         req = pb.EndTransactionRequest(producer_group=self.group, transaction_id=half.transaction_id,
                                        msg_id=half.msg_id, resolution=state.value)
-        # idempotent: a repeated outcome is refused as "already finished", never applied twice
+        # idempotent: after a lost answer (deadline, broken connection, UNKNOWN) the same request is sent again;
+        # the broker answers a repeated outcome as success and never applies it twice
         resp, _ = self._pool.write(lambda s, t: pbg.TransactionServiceStub(s.channel).EndTransaction(req, timeout=t),
                                    idempotent=True)
         return SendResult.from_pb(resp.result) if resp.HasField("result") else None

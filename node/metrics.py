@@ -53,6 +53,31 @@ class BrokerMetrics:
         self.long_poll_wakeups = Counter(
             "raftmq_long_poll_wakeups", "Parked pulls woken by a message arrival", base, registry=self.registry
         ).labels(*self._base)
+        # transactions (RocketMQ 5's rocketmq_commit/rollback_messages_total and rocketmq_half_messages where they
+        # exist): counted by the leader that acts, so a failover starts the new leader's counters at zero
+        self.half_messages_in = Counter(
+            "raftmq_transaction_half_messages", "Half messages stored (SendHalfMessage), by real topic",
+            base + ["topic"], registry=self.registry,
+        )
+        self.commit_messages = Counter(
+            "rocketmq_commit_messages", "Transactions committed (the real message stored), by topic",
+            base + ["topic"], registry=self.registry,
+        )
+        self.rollback_messages = Counter(
+            "rocketmq_rollback_messages", "Transactions rolled back, by topic", base + ["topic"],
+            registry=self.registry,
+        )
+        self.transaction_checks = Counter(
+            "raftmq_transaction_checks", "Check-backs of open transactions (sent to a producer of the group, or "
+            "attempted with none connected: each spends one of transaction_check_max)",
+            base + ["producer_group", "sent"], registry=self.registry,
+        )
+        self.transaction_discarded = Counter(
+            "raftmq_transaction_discarded", "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC (checked too often, "
+            "or older than file_reserved_time), by real topic", base + ["topic"], registry=self.registry,
+        )
+        self.half_messages_pending: Callable[[], dict[str, int]] | None = None  # set by the transaction service
+        self.registry.register(_HalfMessagesCollector(self._base, lambda: self.half_messages_pending))
         self._in: dict[str, tuple] = {}
         self._out: dict[tuple[str, str], tuple] = {}
         self._rpc: dict[tuple[str, str], object] = {}
@@ -85,8 +110,35 @@ class BrokerMetrics:
             child = self._rpc[key] = self.rpc_latency.labels(*self._base, method, code)
         child.observe(seconds)  # type: ignore[attr-defined]
 
+    def record_transaction(self, counter: Counter, *labels: str, count: int = 1) -> None:
+        """Count ``count`` events on one of the transaction counters (once per batch, not per message)."""
+        counter.labels(*self._base, *labels).inc(count)
+
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
+
+
+class _HalfMessagesCollector(Collector):
+    """``rocketmq_half_messages``: transactions still open, by real topic, read from the store at scrape time (so
+    every member reports the replicated state, and a failover does not reset it)."""
+
+    def __init__(self, base: tuple[str, str], source: Callable[[], Callable[[], dict[str, int]] | None]):
+        self._base = base
+        self._source = source
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        pending = self._source()
+        if pending is None:
+            return
+        try:
+            counts = pending()
+        except Exception:  # store not open yet, closing, or dispatch far behind: no sample this scrape
+            return
+        g = GaugeMetricFamily("rocketmq_half_messages", "Open transactions (half messages not yet committed, "
+                              "rolled back or discarded), by real topic", labels=["cluster", "node_id", "topic"])
+        for topic, n in sorted(counts.items()):
+            g.add_metric([*self._base, topic], float(n))
+        yield g
 
 
 # store.stats() keys with a RocketMQ 5 name; every other numeric key is exported as raftmq_store_<key>.

@@ -31,8 +31,10 @@ from store.message import decode_message_id
 from store.topic_config import TopicConfig
 from store.transaction import (
     CHECK_MAX_TOPIC,
+    COMMITTED,
     HALF_TOPIC,
     OP_TOPIC,
+    ROLLED_BACK,
     SYSTEM_GROUP,
     TransactionLog,
     TransactionStateError,
@@ -41,6 +43,7 @@ from store.transaction import (
     discarded_message,
     op_message,
     producer_group,
+    real_topic,
     renewed_half,
 )
 from store.transaction import half_message as make_half
@@ -73,7 +76,15 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         self._round_robin: dict[str, itertools.count] = {}
         self._pick = itertools.count()
         self._tlog: TransactionLog | None = None  # its op cache is dropped whenever this node stops leading
+        self._metrics_log: TransactionLog | None = None  # rocketmq_half_messages on every member, leader or not
+        node.metrics.half_messages_pending = self._pending
         self._task = asyncio.get_running_loop().create_task(self._check_loop())
+
+    def _pending(self) -> dict[str, int]:
+        log_ = self._metrics_log
+        if log_ is None or log_.store is not self.node.store:
+            log_ = self._metrics_log = TransactionLog(self.node.store)
+        return log_.pending()
 
     @property
     def _log(self) -> TransactionLog:
@@ -95,12 +106,15 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             raise invalid(f"delay_level {m.delay_level}: a transactional message cannot be delayed; send it with "
                           "delay_level 0")
         cfg = await node.writable_topic(m.topic)
+        await self._ensure_system_topic(HALF_TOPIC)
+        await self._ensure_system_topic(OP_TOPIC)
         qid = self._queue_for(cfg, m)
         msgs = node.converter.to_store_messages([m], qid, _peer_host(context.peer()))
         half = make_half(msgs[0], request.producer_group, node.config.cluster.name)
         results = await asyncio.wrap_future(node.write_path.put([half]))
         convert.check_put_results(results)
         node.metrics.record_put(HALF_TOPIC, 1, len(half.body))
+        node.metrics.record_transaction(node.metrics.half_messages_in, m.topic)
         return pb.SendHalfMessageResponse(result=convert.send_result(results[0], half),
                                           transaction_id=half.uniq_key or "")
 
@@ -155,17 +169,36 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             half = await node.run_blocking(self._log.open_half, physical_offset, request.transaction_id,
                                            request.producer_group)
         except TransactionStateError as e:
+            if e.kind == "finished" and e.outcome == (COMMITTED if resolution == pb.TX_COMMIT else ROLLED_BACK):
+                return self._repeated_outcome(e)
             code = {"not_found": grpc.StatusCode.NOT_FOUND,
                     "busy": grpc.StatusCode.UNAVAILABLE}.get(e.kind, grpc.StatusCode.FAILED_PRECONDITION)
-            raise RpcError(code, str(e)) from None
+            message = str(e)
+            if e.kind == "finished":
+                asked = "a commit" if resolution == pb.TX_COMMIT else "a rollback"
+                message += f"; {asked} cannot change a finished transaction"
+            raise RpcError(code, message) from None
         op = op_message(half.queue_offset, node.config.store_host)
         msgs = [commit_message(half), op] if resolution == pb.TX_COMMIT else [op]
         results = await asyncio.wrap_future(node.write_path.put(msgs))  # one batch: commit and op, atomically
         convert.check_put_results(results)
         if resolution != pb.TX_COMMIT:
+            node.metrics.record_transaction(node.metrics.rollback_messages, real_topic(half))
             return None
         node.metrics.record_put(msgs[0].topic, 1, len(msgs[0].body))
+        node.metrics.record_transaction(node.metrics.commit_messages, msgs[0].topic)
         return convert.send_result(results[0], msgs[0])
+
+    @staticmethod
+    def _repeated_outcome(e: TransactionStateError) -> pb.SendResult | None:
+        """The same outcome asked again (an SDK retry after UNKNOWN, a check answer racing an explicit end):
+        success without a second put; a commit answers where the first one stored the message."""
+        log.info("%s; the same outcome asked again is answered as success", e)
+        if e.outcome != COMMITTED:
+            return None
+        if e.committed is None:  # committed, but retention removed the record: nothing to point at
+            return pb.SendResult(note="already committed; the committed record is no longer kept")
+        return convert.send_result(e.committed, e.committed)
 
     # ------------------------------------------------------------------ producers' check streams
     async def CheckTransactions(self, request_iterator, context):  # noqa: N802
@@ -295,30 +328,45 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         puts, checks = [], []
         now_ms = int(time.time() * 1000)
         reserved_ms = cfg.file_reserved_time * 3_600_000
+        discarded: dict[str, int] = {}
         for half in scan.due:
             times = check_times(half)
             # RocketMQ's needDiscard / needSkip: too many checks, or older than the commit log is kept
             if times >= cfg.transaction_check_max or now_ms - half.born_timestamp > reserved_ms:
                 log.warning("transaction %s of group %s discarded to %s after %d checks (born %d ms ago)",
                             half.uniq_key, producer_group(half), CHECK_MAX_TOPIC, times, now_ms - half.born_timestamp)
-                await self._ensure_check_max_topic()
+                await self._ensure_system_topic(CHECK_MAX_TOPIC)
                 puts.append(discarded_message(half))
                 checks.append(None)
+                discarded[real_topic(half)] = discarded.get(real_topic(half), 0) + 1
                 continue
-            checker = self._checker_for(producer_group(half))
-            # nobody to ask: keep the message pending without spending one of its checks
-            puts.append(renewed_half(half, times + 1 if checker is not None else times))
-            checks.append((checker, half, times + 1) if checker is not None else None)
+            # every attempt spends one check, asked or not (RocketMQ's needDiscard counts before sendCheckMessage
+            # finds no channel): with no producer of the group connected, the message still reaches
+            # TRANS_CHECK_MAX_TIME_TOPIC after transaction_check_max passes instead of staying open forever
+            puts.append(renewed_half(half, times + 1))
+            checks.append((self._checker_for(producer_group(half)), half, times + 1))
         if puts:
             results = await asyncio.wrap_future(node.write_path.put(puts))
             convert.check_put_results(results)
+            sent: dict[tuple[str, str], int] = {}
             for r, check in zip(results, checks, strict=True):
                 if check is None:
                     continue
                 checker, half, times = check
+                key = (producer_group(half), "true" if checker is not None else "false")
+                sent[key] = sent.get(key, 0) + 1
+                if checker is None:
+                    log.warning("transaction %s: no producer of group %s is connected to check it (check %d of %d)",
+                                half.uniq_key, key[0], times, cfg.transaction_check_max)
+                    continue
                 checker.queue.put_nowait(pb.TransactionCheck(
                     transaction_id=half.uniq_key or "", msg_id=r.msg_id, message=convert.message_view(half),
                     check_times=times))
+            metrics = node.metrics
+            for (group, was_sent), n in sent.items():
+                metrics.record_transaction(metrics.transaction_checks, group, was_sent, count=n)
+            for topic, n in discarded.items():
+                metrics.record_transaction(metrics.transaction_discarded, topic, count=n)
         wp = node.write_path
         if scan.half_offset != scan.half_from:
             await node.run_blocking(wp.commit_offsets, SYSTEM_GROUP, HALF_TOPIC, {0: scan.half_offset})
@@ -326,11 +374,14 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             await node.run_blocking(wp.commit_offsets, SYSTEM_GROUP, OP_TOPIC, {0: scan.op_offset})
         return len(scan.due), scan.more
 
-    async def _ensure_check_max_topic(self) -> None:
+    async def _ensure_system_topic(self, name: str) -> None:
+        """Register a transaction system topic on first use, as RocketMQ's selectTopicConfig /
+        createTopicOfTranCheckMaxTime do (1 queue, perm READ|WRITE), through the write path so every member's
+        topics.json gets it from the same replicated command."""
         node = self.node
-        if node.topic_config(CHECK_MAX_TOPIC) is None:
+        if node.topic_config(name) is None:
             try:
                 await node.run_blocking(node.write_path.create_topic,
-                                        TopicConfig(topic_name=CHECK_MAX_TOPIC, read_queue_nums=1, write_queue_nums=1))
+                                        TopicConfig(topic_name=name, read_queue_nums=1, write_queue_nums=1))
             except StoreError:
                 pass  # created concurrently

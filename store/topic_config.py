@@ -2,6 +2,12 @@
 
 Changes take the timestamp from the caller (no clock reads inside), so applying the same replicated
 commands on every node yields the same table and the same ``dataVersion``.
+
+Like RocketMQ's ``TopicConfigManager`` constructor, the table starts with the broker's built-in system topics
+(``BUILTIN_TOPICS``) and a loaded file or snapshot is laid over them: they show in ``topics.json`` from its next
+write on, without a ``dataVersion`` bump, identically on every member (a function of the code only, not of the
+node's config). The transaction system topics are not built in: RocketMQ (and the transaction service) registers
+them on first use, through a replicated command.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any
 
 from store import json_file
 from store.errors import StoreError
-from store.message import check_topic
+from store.message import SCHEDULE_TOPIC, check_topic
 
 PERM_INHERIT = 1
 PERM_WRITE = 2
@@ -81,6 +87,19 @@ class TopicConfig:
         )
 
 
+SCHEDULE_TOPIC_QUEUE_NUMS = 18  # RocketMQ 4.9 TopicConfigManager.SCHEDULE_TOPIC_QUEUE_NUM (not the level count)
+
+# registered by RocketMQ 4.9's TopicConfigManager constructor and used by raftmq: SCHEDULE_TOPIC_XXXX, perm RW
+BUILTIN_TOPICS = (
+    TopicConfig(SCHEDULE_TOPIC, read_queue_nums=SCHEDULE_TOPIC_QUEUE_NUMS, write_queue_nums=SCHEDULE_TOPIC_QUEUE_NUMS),
+)
+
+
+def _with_builtins(topics: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
+    """``topics`` laid over the built-in ones (a stored config of a built-in topic wins, as in RocketMQ's load)."""
+    return {**{t.topic_name: t for t in BUILTIN_TOPICS}, **topics}
+
+
 class TopicConfigTable:
     """Topics of one store, persisted to ``{config_dir}/topics.json`` on every change."""
 
@@ -89,7 +108,7 @@ class TopicConfigTable:
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.FILE_NAME)
         self._lock = threading.Lock()
-        self._topics: dict[str, TopicConfig] = {}
+        self._topics: dict[str, TopicConfig] = _with_builtins({})
         self.data_version = {"counter": 0, "timestamp": 0}
 
     def load(self) -> None:
@@ -104,7 +123,7 @@ class TopicConfigTable:
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise StoreError(f"{self.path} does not have the topics.json shape: {e}") from None
         with self._lock:
-            self._topics = topics
+            self._topics = _with_builtins(topics)
             self.data_version = version
 
     # ------------------------------------------------------------------ reads
@@ -121,9 +140,15 @@ class TopicConfigTable:
         return sorted(self._topics)
 
     # ------------------------------------------------------------------ deterministic changes
+    @staticmethod
+    def is_builtin(name: str) -> bool:
+        """A topic the broker registers itself (never created, changed or deleted by a user)."""
+        return any(t.topic_name == name for t in BUILTIN_TOPICS)
+
     def put(self, cfg: TopicConfig, timestamp_ms: int) -> TopicConfig:
         """Create or replace a topic; ``timestamp_ms`` stamps the data version."""
         cfg.validate()
+        self._refuse_builtin(cfg.topic_name, "created or changed")
         with self._lock:
             self._topics[cfg.topic_name] = cfg
             self._bump(timestamp_ms)
@@ -137,12 +162,17 @@ class TopicConfigTable:
         return self.put(replace(current, **changes), timestamp_ms)
 
     def delete(self, name: str, timestamp_ms: int) -> bool:
+        self._refuse_builtin(name, "deleted")  # its queues hold the delayed messages not yet delivered
         with self._lock:
             if self._topics.pop(name, None) is None:
                 return False
             self._bump(timestamp_ms)
             self._persist_locked()
             return True
+
+    def _refuse_builtin(self, name: str, what: str) -> None:
+        if self.is_builtin(name):
+            raise StoreError(f"topic {name} is a system topic the broker registers itself; it cannot be {what}")
 
     def _bump(self, timestamp_ms: int) -> None:
         self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": int(timestamp_ms)}
@@ -162,7 +192,8 @@ class TopicConfigTable:
         """Replace the table with a ``snapshot`` (replica catch-up) and persist it."""
         data = json_file.loads(text)
         with self._lock:
-            self._topics = {n: TopicConfig.from_json(v) for n, v in data.get("topicConfigTable", {}).items()}
+            self._topics = _with_builtins(
+                {n: TopicConfig.from_json(v) for n, v in data.get("topicConfigTable", {}).items()})
             dv = data.get("dataVersion", {})
             self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
             self._persist_locked()

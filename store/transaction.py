@@ -44,12 +44,21 @@ OP_PROPERTIES = f"WAIT{NAME_VALUE_SEPARATOR}true{PROPERTY_SEPARATOR}TAGS{NAME_VA
 SCAN_LIMIT = 1024  # half records looked at per scan; the rest waits for the next one
 
 
-class TransactionStateError(Exception):
-    """An end-transaction request that cannot be applied; ``kind``: "not_found", "finished", "mismatch", "busy"."""
+COMMITTED, ROLLED_BACK, DISCARDED = "committed", "rolled back", "discarded"
 
-    def __init__(self, kind: str, message: str):
+
+class TransactionStateError(Exception):
+    """An end-transaction request that cannot be applied; ``kind``: "not_found", "finished", "mismatch", "busy".
+
+    For "finished", ``outcome`` says how it ended (COMMITTED, ROLLED_BACK or DISCARDED) and ``committed`` is the
+    real record of a committed one (None when retention removed it), so a repeated outcome can be answered."""
+
+    def __init__(self, kind: str, message: str, outcome: str | None = None,
+                 committed: MessageExt | None = None):
         super().__init__(message)
         self.kind = kind
+        self.outcome = outcome
+        self.committed = committed
 
 
 # ------------------------------------------------------------------------------------------------ records
@@ -170,6 +179,9 @@ class TransactionLog:
         self._ops_end = 0
         self._done_offsets: set[int] = set()
         self._done_keys: set[str] = set()
+        self._halves: list[tuple[int, str | None, str]] = []  # (half queue offset, UNIQ_KEY, real topic), for pending()
+        self._halves_from = 0
+        self._halves_end = 0
 
     def catch_up(self, timeout_s: float = 10.0) -> None:
         """Wait until the consume queues hold every record stored so far (an op message just written included).
@@ -230,6 +242,42 @@ class TransactionLog:
                     self._done_keys.add(key)
             offset = got.next_begin_offset
         self._ops_end = offset
+
+    def _refresh_halves(self, half_from: int) -> None:
+        """Bring the half-record cache to [half_from, end of the half queue) (under the lock)."""
+        st = self.store
+        if (half_from < self._halves_from or half_from > self._halves_end
+                or st.max_offset_in_queue(HALF_TOPIC, 0) < self._halves_end):
+            self._halves, self._halves_from, self._halves_end = [], half_from, half_from
+        elif half_from > self._halves_from:
+            self._halves = [h for h in self._halves if h[0] >= half_from]
+            self._halves_from = half_from
+        offset = self._halves_end
+        while True:
+            got = st.get_messages(HALF_TOPIC, 0, offset, 256, 4 << 20, None)
+            if not got.messages:
+                break
+            self._halves.extend((m.queue_offset, m.uniq_key, real_topic(m)) for m in got.messages)
+            offset = got.next_begin_offset
+        self._halves_end = offset
+
+    def pending(self) -> dict[str, int]:
+        """Open transactions by real topic: half records from the check progress on that no op finishes, counted
+        once per UNIQ_KEY (a renewed copy is the same transaction). Reads only what was appended since the last
+        call (both caches are incremental)."""
+        half_from, op_from = self.progress()
+        with self._lock:
+            self._refresh_ops(op_from)
+            self._refresh_halves(half_from)
+            open_tx: dict[object, str] = {}
+            for offset, key, topic in self._halves:
+                if offset in self._done_offsets or (key and key in self._done_keys):
+                    continue
+                open_tx[key or offset] = topic
+        counts: dict[str, int] = {}
+        for topic in open_tx.values():
+            counts[topic] = counts.get(topic, 0) + 1
+        return counts
 
     def ops(self, op_from: int) -> list[tuple[int, int, str | None]]:
         """Op messages from ``op_from``: (op queue offset, half queue offset, UNIQ_KEY of that half record)."""
@@ -307,18 +355,20 @@ class TransactionLog:
     def _finished(self, half: MessageExt) -> TransactionStateError:
         """How a finished transaction ended, from the records it left (found through the index)."""
         key = half.uniq_key
-        if any(m.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
-               for m in self._copies(real_topic(half), key)):
-            how = "committed"
+        commits = [m for m in self._copies(real_topic(half), key)
+                   if m.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE]
+        if commits:
+            outcome, how = COMMITTED, COMMITTED
         elif self._copies(CHECK_MAX_TOPIC, key):
-            how = f"discarded to {CHECK_MAX_TOPIC} after too many checks"
+            outcome, how = DISCARDED, f"discarded to {CHECK_MAX_TOPIC} after too many checks"
         else:
-            how = "rolled back"
-        return TransactionStateError("finished", f"transaction {key!r} is already finished ({how})")
+            outcome, how = ROLLED_BACK, ROLLED_BACK
+        return TransactionStateError("finished", f"transaction {key!r} is already finished ({how})", outcome,
+                                     min(commits, key=lambda m: m.physical_offset) if commits else None)
 
 
 __all__ = [
-    "CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "SYSTEM_GROUP",
+    "CHECK_MAX_TOPIC", "COMMITTED", "DISCARDED", "HALF_TOPIC", "OP_TOPIC", "ROLLED_BACK", "SYSTEM_GROUP",
     "ScanResult", "TransactionLog", "TransactionStateError", "check_times", "commit_message", "discarded_message",
     "half_message", "op_message", "producer_group", "real_topic", "renewed_half",
 ]

@@ -24,8 +24,11 @@ from tests.support.processes import REPO_ROOT, node_specs, running_nodes, start_
 
 pytestmark = pytest.mark.slow
 
-# short timeouts so checks happen within a second or two
-TX_STORE = {"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100, "transaction_check_max": 3}
+# short timeouts so checks happen within a second or two; every check attempt counts, a producer connected or not
+# (as in RocketMQ), so a producer that takes a moment to (re)connect must not see its message discarded first
+TX_STORE = {"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100, "transaction_check_max": 5}
+# for the restart and failover tests: producers reconnect with backoff (up to 2 s) after the nodes come back
+PATIENT_TX_STORE = {**TX_STORE, "transaction_check_max": 30}
 HALF, CHECK_MAX = "RMQ_SYS_TRANS_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"
 _names = itertools.count()
 
@@ -135,8 +138,8 @@ def test_too_many_checks_go_to_check_max_topic(node):
             return [m for m in msgs if m.uniq_key == r.half.transaction_id]
 
         [m] = _wait(discarded, f"the message in {CHECK_MAX}")
-        assert m.body == b"undecided" and m.properties["TRANSACTION_CHECK_TIMES"] == "3"
-        assert [int(v.properties.get("TRANSACTION_CHECK_TIMES", "0")) for v in asked] == [0, 1, 2]
+        assert m.body == b"undecided" and m.properties["TRANSACTION_CHECK_TIMES"] == "5"
+        assert [int(v.properties.get("TRANSACTION_CHECK_TIMES", "0")) for v in asked] == [0, 1, 2, 3, 4]
         with pytest.raises(RaftmqError, match=f"already finished \\(discarded to {CHECK_MAX}"):
             p.end(r.half, TransactionState.COMMIT)
     assert _pull_all(node, topic) == []
@@ -173,12 +176,13 @@ def test_bad_input(node):
         stub.EndTransaction(pb.EndTransactionRequest(producer_group="g", msg_id=h2.msg_id,
                                                      resolution=pb.TX_UNKNOWN), timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    # consumers never see the half queue: not a topic they can pull or list
-    with pytest.raises(grpc.RpcError) as e:
-        _pull_all(node, HALF)
-    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    # consumers of the topic never see the half queue; it is a system topic (registered on first use, as RocketMQ
+    # does), listed only with include_system
     listed = pb_grpc.AdminServiceStub(node.channel()).ListTopics(pb.ListTopicsRequest(), timeout=10)
     assert HALF not in {t.name for t in listed.topics}
+    listed = pb_grpc.AdminServiceStub(node.channel()).ListTopics(pb.ListTopicsRequest(include_system=True),
+                                                                 timeout=10)
+    assert HALF in {t.name for t in listed.topics}
     assert _pull_all(node, topic) == []
 
 
@@ -220,7 +224,7 @@ def _restart_all(nodes):
 
 
 def test_everything_survives_a_restart(tmp_path):
-    nodes = start_nodes(node_specs(tmp_path, 1, store=TX_STORE))
+    nodes = start_nodes(node_specs(tmp_path, 1, store=PATIENT_TX_STORE))
     try:
         topic = _topic(nodes[0])
         addr = nodes[0].grpc_address
@@ -243,15 +247,16 @@ def test_everything_survives_a_restart(tmp_path):
                         "the open transaction resolved after the restart")
             assert [m.body for m in got] == [b"committed", b"open"]
             assert set(asked) == {open_tx.half.transaction_id}
-            for r, how in ((done, "committed"), (rolled, "rolled back")):
+            for r, how, other in ((done, "committed", TransactionState.ROLLBACK),
+                                  (rolled, "rolled back", TransactionState.COMMIT)):
                 with pytest.raises(RaftmqError, match=f"already finished \\({how}\\)"):
-                    p.end(r.half, TransactionState.COMMIT)
+                    p.end(r.half, other)
     finally:
         stop_all(nodes)
 
 
 def test_leader_failover_resumes_checks(tmp_path):
-    nodes = start_nodes(node_specs(tmp_path, 3, store=TX_STORE))
+    nodes = start_nodes(node_specs(tmp_path, 3, store=PATIENT_TX_STORE))
     try:
         admin = pb_grpc.AdminServiceStub(nodes[0].channel())
         status = _wait(lambda: admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10).leader_id or None,
@@ -280,6 +285,12 @@ def test_leader_failover_resumes_checks(tmp_path):
         for n in nodes:
             got = _wait(lambda n=n: _pull_all(n, topic), f"the committed message on {n.spec.id}")
             assert [m.body for m in got] == [b"before"], n.spec.id
+        # the system topics (built-in schedule topic, half / op / check-max registered through the log) are in
+        # every member's topics.json, byte for byte the same
+        files = [(n.spec.data_dir / "config" / "topics.json").read_bytes() for n in nodes]
+        assert files[0] == files[1] == files[2]
+        assert all(t in files[0] for t in (b"SCHEDULE_TOPIC_XXXX", b'"RMQ_SYS_TRANS_HALF_TOPIC"',
+                                           b'"RMQ_SYS_TRANS_OP_HALF_TOPIC"'))
         with TransactionProducer(addrs, group="pg-failover") as p:
             with pytest.raises(RaftmqError, match=r"already finished \(committed\)"):
                 p.end(before.half, TransactionState.ROLLBACK)
@@ -339,9 +350,10 @@ def test_concurrent_outcomes_apply_once(node):
 
     def end(half, resolution):
         try:
-            stub.EndTransaction(pb.EndTransactionRequest(producer_group="pg-race", transaction_id=half.transaction_id,
-                                                         msg_id=half.msg_id, resolution=resolution), timeout=30)
-            outcomes.append((half.transaction_id, resolution))
+            r = stub.EndTransaction(pb.EndTransactionRequest(
+                producer_group="pg-race", transaction_id=half.transaction_id, msg_id=half.msg_id,
+                resolution=resolution), timeout=30)
+            outcomes.append((half.transaction_id, resolution, r.result.msg_id if r.HasField("result") else None))
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.FAILED_PRECONDITION, e.details()
             assert "already finished" in e.details()
@@ -352,8 +364,13 @@ def test_concurrent_outcomes_apply_once(node):
         t.start()
     for t in threads:
         t.join()
-    assert sorted(tx for tx, _ in outcomes) == sorted(h.transaction_id for h in halves)  # one outcome each
-    committed = {tx for tx, res in outcomes if res == pb.TX_COMMIT}
+    # one outcome each: the requests asking for it again succeed (and a commit names the one stored record),
+    # the opposite ones are refused
+    assert {tx for tx, _, _ in outcomes} == {h.transaction_id for h in halves}
+    for h in halves:
+        mine = [(res, msg_id) for tx, res, msg_id in outcomes if tx == h.transaction_id]
+        assert len(set(mine)) == 1, mine
+    committed = {tx for tx, res, _ in outcomes if res == pb.TX_COMMIT}
     _wait(lambda: len(_pull_all(node, topic)) == len(committed), "the committed messages")
     got = _pull_all(node, topic)
     assert sorted(m.uniq_key for m in got) == sorted(committed)

@@ -66,3 +66,41 @@ def test_checkpoint_round_trip(tmp_path):
     assert (c2.physic_msg_timestamp, c2.logics_msg_timestamp, c2.index_msg_timestamp) == (10_000, 9_000, 5_000)
     assert c2.min_timestamp() == 6_000 and c2.min_timestamp_index() == 5_000
     assert (tmp_path / "checkpoint").read_bytes()[:8] == (10_000).to_bytes(8, "big")
+
+
+def test_schedule_topic_is_built_in_like_rocketmqs_topic_config_manager(tmp_path):
+    """SCHEDULE_TOPIC_XXXX is in every table from the start (18 queues, perm 6, no dataVersion bump), shows in
+    topics.json from the next write on, survives load/restore of files that lack it, and cannot be changed."""
+    from store.message import SCHEDULE_TOPIC
+
+    builtin = TopicConfig(SCHEDULE_TOPIC, read_queue_nums=18, write_queue_nums=18, perm=6)
+    t = TopicConfigTable(str(tmp_path))
+    assert t.get(SCHEDULE_TOPIC) == builtin and t.data_version == {"counter": 0, "timestamp": 0}
+    assert not (tmp_path / "topics.json").exists()  # registering writes nothing
+    t.put(TopicConfig("Orders"), 1700000000000)
+    text = (tmp_path / "topics.json").read_text()
+    assert '"topicName":"SCHEDULE_TOPIC_XXXX"' in text and '"readQueueNums":18' in text
+    assert '"counter":1,' in text
+    # a topics.json written before the topic was built in (or by RocketMQ without it): loaded over the built-ins
+    (tmp_path / "topics.json").write_text(text.replace("SCHEDULE_TOPIC_XXXX", "Older"))
+    t2 = TopicConfigTable(str(tmp_path))
+    t2.load()
+    assert t2.get(SCHEDULE_TOPIC) == builtin and t2.get("Older") is not None and t2.data_version["counter"] == 1
+    t3 = TopicConfigTable(str(tmp_path / "other"))
+    older_snapshot = t.snapshot().replace("SCHEDULE_TOPIC_XXXX", "Older")
+    (tmp_path / "other").mkdir()
+    t3.restore(older_snapshot)
+    assert t3.get(SCHEDULE_TOPIC) == builtin
+    # two members applying the same commands write the same bytes
+    a, b = TopicConfigTable(str(tmp_path / "a")), TopicConfigTable(str(tmp_path / "b"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for table in (a, b):
+        table.put(TopicConfig("X", read_queue_nums=2, write_queue_nums=2), 5)
+        table.delete("X", 6)
+    assert (tmp_path / "a" / "topics.json").read_bytes() == (tmp_path / "b" / "topics.json").read_bytes()
+    for change in (lambda: t.put(TopicConfig(SCHEDULE_TOPIC, read_queue_nums=1, write_queue_nums=1), 9),
+                   lambda: t.update(SCHEDULE_TOPIC, 9, perm=4), lambda: t.delete(SCHEDULE_TOPIC, 9)):
+        with pytest.raises(StoreError, match="SCHEDULE_TOPIC_XXXX is a system topic the broker registers itself"):
+            change()
+    assert t.get(SCHEDULE_TOPIC) == builtin and t.data_version["counter"] == 1
