@@ -29,8 +29,9 @@ import logging
 import struct
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
+from operator import concat, itemgetter
 
 from store.checkpoint import StoreCheckpoint
 from store.config import END_FILE_MIN_BLANK_LENGTH, StoreConfig
@@ -93,6 +94,17 @@ _B = struct.Struct(">B")
 _ZERO_CHUNK = bytes(1 << 20)
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
+_HEX2 = tuple(f"{b:02X}" for b in range(256))
+_UNSET = object()  # "no previous message" for the encoder's reuse of what the last message resolved
+_MAX_PROPERTY_PLANS = 4096
+
+# (text in front of each value, values getter, text after the last value, separator count, values cover all)
+_PropertyPlan = tuple[tuple[str, ...], Callable[[dict[str, str]], tuple[str, ...]], str, int, bool]
+
+
+def _one_value(name: str) -> Callable[[dict[str, str]], tuple[str, ...]]:
+    """``itemgetter`` for one name returns the bare value; the plans need a 1-tuple."""
+    return lambda props: (props[name],)
 
 
 class PutStatus(enum.Enum):
@@ -196,6 +208,7 @@ class CommitLog:
         self.delay_level_ms = parse_delay_levels(config.message_delay_level)
         self._uniq = UniqKeyGenerator(config.store_host_addr[0])
         self._topic_parts: dict[str, bytes] = {}  # validated topic -> its TOPICLEN + TOPIC bytes
+        self._plans_by_cluster: dict[str, dict[tuple[str, ...], _PropertyPlan]] = {}  # see _add_property_plan
         self.last_store_timestamp = 0
         self._last_encoded_timestamp = 0  # leader: highest STORETIMESTAMP handed out, applied or not yet
         self._stamp_lock = threading.Lock()
@@ -258,6 +271,9 @@ class CommitLog:
 
         ``store_timestamp`` is raised to the last one in the log (or handed out by an earlier encode) when
         it is lower, see ``monotonic_store_timestamp``.
+
+        Hot loop: work that depends only on what consecutive messages share (topic, born host, property
+        keys, topic-queue key) is done when it changes, not per message; the bytes are the same either way.
         """
         if not msgs:
             raise MessageIllegalError("empty batch: put at least one message")
@@ -267,26 +283,40 @@ class CommitLog:
         store_ip = host_to_bytes(store_host[0])
         store_port = store_host[1]
         store_w = len(store_ip)
-        store_v6 = store_w == 16
+        store_bit = STOREHOSTADDRESS_V6_FLAG if store_w == 16 else 0
         topic_parts = self._topic_parts
-        fixed = {4: RECORD_FIXED_PART[4, store_w], 16: RECORD_FIXED_PART[16, store_w]}
+        fixed = {4: RECORD_FIXED_PART[4, store_w].pack, 16: RECORD_FIXED_PART[16, store_w].pack}
+        plans = self._property_plans(cluster_name)
         key_index: dict[tuple[str, int], int] = {}
         parts: list[bytes] = []
         sizes: list[int] = []
         refs: list[int] = []
         flags = 0
         uniq_prefix, uniq_counter = self._uniq.reserve(len(msgs))
-        sep_kv, sep_p = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
-        crc32, pack16, host_bytes, add_size = zlib.crc32, _I16.pack, host_to_bytes, sizes.append
-        v6_bits = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+        sep_kv, sep_p, uniq_name = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        crc32, pack16, host_bytes, add_size, add_ref = zlib.crc32, _I16.pack, host_to_bytes, sizes.append, refs.append
+        add_parts = parts.extend
+        not_v6 = ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        # what the previous message resolved, reused while the next one has the same value
+        last_topic: object = _UNSET
+        tpart = b""
+        last_host: object = _UNSET
+        born_ip, born_w, host_bits, pack_head = b"", 0, 0, fixed[4]
+        fixed_len = 0  # calMsgLength without body and properties: 82 + both host widths + topic length
+        hex2 = _HEX2
+        last_key_topic: object = _UNSET
+        last_qid = ki = -1
         for i, m in enumerate(msgs):
             topic = m.topic
-            tpart = topic_parts.get(topic) if type(topic) is str else None
-            if tpart is None:
-                check_topic(topic)
-                tpart = _I8.pack(len(topic)) + topic.encode("ascii")
-                if len(topic_parts) < 100_000:
-                    topic_parts[topic] = tpart
+            if topic is not last_topic:
+                tpart = topic_parts.get(topic) if type(topic) is str else None
+                if tpart is None:
+                    check_topic(topic)
+                    tpart = _I8.pack(len(topic)) + topic.encode("ascii")
+                    if len(topic_parts) < 100_000:
+                        topic_parts[topic] = tpart
+                last_topic = topic
+                fixed_len = 82 + born_w + store_w + len(tpart)
             qid = m.queue_id
             if type(qid) is not int or not 0 <= qid <= 0x7FFFFFFF:
                 raise MessageIllegalError(f"message {i}: queue_id {qid!r} must be an int in [0, 2^31)")
@@ -306,20 +336,36 @@ class CommitLog:
                 if type(props_s) is not str:
                     raise MessageIllegalError(f"message {i}: properties_string must be a str")
             else:
-                if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
-                    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{uniq_prefix}{(uniq_counter + i) & 0xFFFF:04X}"
-                try:
-                    order = broker_order(tuple(props))
-                    props_s = sep_p.join([
-                        k + sep_kv + (cluster_name if k == PROPERTY_CLUSTER else props[k]) for k in order
-                    ]) if cluster_name is not None else properties_without_wait(props)
-                except (TypeError, AttributeError):
-                    check_properties(props)
-                    raise
-                n_props = len(order)
-                if (props_s.count(sep_kv) != n_props or props_s.count(sep_p) != n_props - 1
-                        or "" in props or "" in props.values()):
-                    check_properties(props)
+                if uniq_name not in props:
+                    c = (uniq_counter + i) & 0xFFFF
+                    props[uniq_name] = uniq_prefix + hex2[c >> 8] + hex2[c & 0xFF]
+                plan = plans.get(tuple(props)) if plans is not None else None
+                if plan is not None:
+                    prefixes, get_values, tail, n_props, all_values = plan
+                    try:
+                        values = get_values(props)
+                        props_s = sep_p.join(map(concat, prefixes, values)) + tail
+                    except (TypeError, AttributeError):
+                        check_properties(props)
+                        raise
+                    if (props_s.count(sep_kv) != n_props or props_s.count(sep_p) != n_props - 1
+                            or ("" in values if all_values else "" in props.values())):
+                        check_properties(props)
+                else:
+                    try:
+                        order = broker_order(tuple(props))
+                        props_s = sep_p.join([
+                            k + sep_kv + (cluster_name if k == PROPERTY_CLUSTER else props[k]) for k in order
+                        ]) if cluster_name is not None else properties_without_wait(props)
+                    except (TypeError, AttributeError):
+                        check_properties(props)
+                        raise
+                    n_props = len(order)
+                    if (props_s.count(sep_kv) != n_props or props_s.count(sep_p) != n_props - 1
+                            or "" in props or "" in props.values()):
+                        check_properties(props)
+                    elif plans is not None:
+                        self._add_property_plan(plans, tuple(props), order, cluster_name)
             props_b = props_s.encode("utf-8", "replace")
             props_len = len(props_b)
             if props_len > MAX_PROPERTIES_LENGTH:
@@ -327,46 +373,88 @@ class CommitLog:
                     f"message {i}: properties are {props_len} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH}"
                 )
             born_host = m.born_host
-            try:
-                if len(born_host) != 2 or type(born_host[0]) is not str:
-                    raise TypeError
-                born_ip = host_bytes(born_host[0])
-            except (TypeError, IndexError, AttributeError):
-                raise MessageIllegalError(f"message {i}: born_host must be (ip, port), got {born_host!r}") from None
-            sys_flag = m.sys_flag & ~v6_bits
-            born_w = len(born_ip)
-            if born_w == 16:
-                sys_flag |= BORNHOST_V6_FLAG
-            if store_v6:
-                sys_flag |= STOREHOSTADDRESS_V6_FLAG
-            total = 82 + born_w + store_w + body_len + len(tpart) + props_len  # calMsgLength
+            if born_host is not last_host and not (type(born_host) is tuple and born_host == last_host):
+                try:
+                    if len(born_host) != 2 or type(born_host[0]) is not str:
+                        raise TypeError
+                    born_ip = host_bytes(born_host[0])
+                except (TypeError, IndexError, AttributeError):
+                    raise MessageIllegalError(
+                        f"message {i}: born_host must be (ip, port), got {born_host!r}") from None
+                last_host = born_host
+                born_w = len(born_ip)
+                host_bits = store_bit | BORNHOST_V6_FLAG if born_w == 16 else store_bit
+                pack_head = fixed[born_w]
+                fixed_len = 82 + born_w + store_w + len(tpart)
+            sys_flag = m.sys_flag & not_v6 | host_bits
+            total = fixed_len + body_len + props_len  # calMsgLength
             if total > max_total:
                 raise MessageIllegalError(
                     f"message {i}: record of {total} bytes exceeds the limit of {max_total} bytes "
                     "(max_message_size + 64 KiB, and it must fit one commit-log segment)"
                 )
             try:
-                head = fixed[born_w].pack(
+                head = pack_head(
                     total, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, qid, m.flag, 0, 0, sys_flag,
                     m.born_timestamp, born_ip, born_host[1], store_timestamp, store_ip, store_port,
                     m.reconsume_times, m.prepared_transaction_offset, body_len)
             except struct.error:
                 raise MessageIllegalError(f"message {i}: {_out_of_range_field(m, store_timestamp, store_port)}") \
                     from None
-            parts += (head, body, tpart, pack16(props_len) + props_b)
+            add_parts((head, body, tpart, pack16(props_len), props_b))
             add_size(total)
-            k = (topic, qid)
-            ki = key_index.get(k)
-            if ki is None:
-                ki = key_index[k] = len(key_index)
+            if qid != last_qid or topic is not last_key_topic:
+                k = (topic, qid)
+                ki = key_index.get(k)
+                if ki is None:
+                    ki = key_index[k] = len(key_index)
+                last_key_topic, last_qid = topic, qid
             tran = sys_flag & TRANSACTION_TYPE_MASK
             if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
-                refs.append(ki)
+                add_ref(ki)
             else:
-                refs.append(ki | NO_ADVANCE)
+                add_ref(ki | NO_ADVANCE)
                 flags |= FLAG_HAS_TRANSACTIONAL
         return DecodedBatch(store_timestamp, store_ip + _I32.pack(store_port), list(key_index), sizes, refs,
                             memoryview(b"".join(parts)), flags)
+
+    def _property_plans(self, cluster_name: str | None) -> dict[tuple[str, ...], _PropertyPlan] | None:
+        """The property-string plans for ``cluster_name`` (None: no plans, the generic path is used)."""
+        if cluster_name is None or type(cluster_name) is not str:
+            return None
+        plans = self._plans_by_cluster.get(cluster_name)
+        if plans is None:
+            if len(self._plans_by_cluster) >= 16:
+                self._plans_by_cluster.clear()
+            plans = self._plans_by_cluster[cluster_name] = {}
+        return plans
+
+    @staticmethod
+    def _add_property_plan(plans: dict[tuple[str, ...], _PropertyPlan], keys: tuple[str, ...],
+                           order: tuple[str, ...], cluster_name: str) -> None:
+        """Remember how to build the properties string of a message with property names ``keys``.
+
+        The string is ``k\\x01v`` joined by ``\\x02`` in broker (HashMap) order with CLUSTER = ``cluster_name``;
+        the plan holds, per value, the constant text in front of it, so a message costs one join. Only names
+        that are plain non-empty strings without separators get a plan, and not a client-sent CLUSTER (its
+        value is replaced, so it would escape the empty-value check): anything else keeps the generic path.
+        """
+        if len(plans) >= _MAX_PROPERTY_PLANS or PROPERTY_CLUSTER in keys:
+            return
+        for k in keys:
+            if type(k) is not str or not k or NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
+                return
+        named = [k for k in order if k != PROPERTY_CLUSTER]
+        at = order.index(PROPERTY_CLUSTER)
+        cluster = f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster_name}"
+        prefixes = [k + NAME_VALUE_SEPARATOR for k in named]
+        tail = ""
+        if at < len(named):  # CLUSTER goes in front of the name that follows it
+            prefixes[at] = cluster + PROPERTY_SEPARATOR + prefixes[at]
+        else:
+            tail = PROPERTY_SEPARATOR + cluster
+        get = itemgetter(*named) if len(named) > 1 else _one_value(named[0])
+        plans[keys] = (tuple(prefixes), get, tail, len(order), len(named) == len(keys))
 
     # ================================================================== apply (every replica)
     @staticmethod
