@@ -4,6 +4,8 @@ import os
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
 from store.errors import StoreLoadError
@@ -295,3 +297,51 @@ def test_table_expiry_pauses_between_deletions(tmp_path):
     assert pauses == [0.1, 0.1, 0.1]
     assert all(cq.get_min_offset_in_queue() == 5 for cq in table.queues())
     table.close()
+
+
+def _queue_bytes(cq):
+    out = {}
+    for name in _files(cq) if os.path.isdir(cq.queue_dir) else []:
+        with open(os.path.join(cq.queue_dir, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+_UNIT_BATCHES = st.lists(
+    st.lists(st.tuples(st.sampled_from([1, 1, 1, 1, 0, 2, 3]), st.integers(1, 3), st.integers(-5, 5)), max_size=9),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 6), _UNIT_BATCHES)
+def test_put_units_writes_what_unit_by_unit_puts_write(tmp_path_factory, first, batches):
+    """Batches continuing the queue (one append) and batches with skips, re-puts, gaps and rolls (unit path)."""
+    root = tmp_path_factory.mktemp("units")
+    fast = ConsumeQueue("T", 0, str(root / "fast"), FILE)
+    slow = ConsumeQueue("T", 0, str(root / "slow"), FILE)
+    cq_offset, phy = first - 1, 1000
+    for batch in batches:
+        units = []
+        for step, size, tags in batch:  # step 1 continues the queue; 0 repeats the last unit, 2-3 leave a gap
+            cq_offset += step
+            phy += 100 * step
+            units.append((phy, 50 * size, tags, max(cq_offset, 0)))
+        assert fast.put_units(units) == len(units)
+        for unit in units:
+            assert slow.put_message_position_info(*unit)
+        assert _queue_bytes(fast) == _queue_bytes(slow)
+        assert (fast.max_physic_offset, fast.min_logic_offset) == (slow.max_physic_offset, slow.min_logic_offset)
+        assert fast.get_max_offset_in_queue() == slow.get_max_offset_in_queue()
+
+
+def test_put_units_appends_a_continuing_batch_at_once(tmp_path, monkeypatch):
+    cq = ConsumeQueue("T", 0, str(tmp_path / "consumequeue"), 8 * 20)
+    _fill(cq, 1)
+    calls = []
+    monkeypatch.setattr(ConsumeQueue, "put_message_position_info", lambda *a: calls.append(a))
+    assert cq.put_units([(1000 + 100 * i, 100, i, i) for i in range(1, 5)]) == 4
+    assert calls == []  # the fast path: one append, no unit-by-unit writes
+    assert cq.read_units(0, 10) == [(1000, 100, -3)] + [(1000 + 100 * i, 100, i) for i in range(1, 5)]
+    assert cq.max_physic_offset == 1500

@@ -14,6 +14,7 @@ from store.index_file import (
     build_key,
     index_file_size,
     index_key_hash,
+    index_key_hashes,
     key_hash,
 )
 from store.java import java_string_hash
@@ -46,6 +47,41 @@ def test_fast_hash_equals_java_string_hash(topic, key):
     expected = _java_abs(java_string_hash(topic + "#" + key))
     assert index_key_hash(topic, key) == expected
     assert key_hash(topic + "#" + key) == expected
+
+
+def _plain_index_hash(topic: str, key: str) -> int:
+    return _java_abs(java_string_hash(topic + "#" + key))
+
+
+def test_cached_key_hash_of_integer_min_value_is_zero():
+    # "T#order-2576199t3".hashCode() is Integer.MIN_VALUE: Math.abs leaves it negative and RocketMQ uses 0
+    assert java_string_hash("T#order-2576199t3") == -(1 << 31)
+    for _ in range(2):  # computed, then from the head/tail caches
+        assert index_key_hash("T", "order-2576199t3") == 0
+        assert index_key_hashes("T", "order-2576199t3", "a order-2576199t3") == [0, _plain_index_hash("T", "a"), 0]
+
+
+_ODD_TEXT = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12)  # surrogates included
+_KEYS = st.lists(st.sampled_from(["", " ", "k", "order-1", "é中", "\U0001f600", "x" * 40]), max_size=6).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_ODD_TEXT, st.one_of(st.none(), _ODD_TEXT), st.one_of(st.none(), _KEYS, _ODD_TEXT))
+def test_index_key_hashes_equal_plain_java_hash_per_key(topic, uniq, keys):
+    expect = [] if uniq is None else [_plain_index_hash(topic, uniq)]  # an empty uniq key is still hashed
+    expect += [_plain_index_hash(topic, k) for k in (keys or "").split(" ") if k]
+    assert index_key_hashes(topic, uniq, keys) == expect
+    assert index_key_hashes(topic, uniq, keys) == expect  # again, from the caches
+
+
+def test_key_hash_caches_stay_exact_when_they_are_cleared(monkeypatch):
+    import store.index_file as index_file
+
+    monkeypatch.setattr(index_file, "_HEADS_MAX", 3)
+    monkeypatch.setattr(index_file, "_TAILS_MAX", 3)
+    keys = [f"{p}{i}" for p in ("A", "B7", "order-", "7F00000179B172A17ADB6932C3A4") for i in range(300)]
+    for topic in ("T1", "T2", "T1"):
+        assert [index_key_hash(topic, k) for k in keys] == [_plain_index_hash(topic, k) for k in keys]
 
 
 def test_fresh_file_has_zero_header_and_first_entry_is_number_one(tmp_path):

@@ -1,5 +1,6 @@
 """ReputMessageService over a real CommitLog: dispatch rules, confirm offset, listeners, bad data, threading."""
 
+import os
 import struct
 import threading
 import time
@@ -13,7 +14,7 @@ from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from store.index_service import IndexService
 from store.java import java_string_hash
-from store.message import Message, decode_record
+from store.message import SCHEDULE_TOPIC, Message, decode_record
 from store.reput import ReputMessageService
 
 T0 = 1_700_000_000_000
@@ -330,3 +331,98 @@ def test_disk_error_is_retried_without_losing_records(store, monkeypatch):
     assert store.reput.reput_from_offset == rs[0].physical_offset
     assert store.reput.do_reput() == 3  # the next pass (after retry_wait_ms on the thread) catches up
     assert [u[0] for u in store.cqs.get("T", 0).read_units(0, 10)] == [r.physical_offset for r in rs]
+
+
+def _tree_bytes(root):
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+def _varied_messages():
+    """Records that take reput's one-unpack path and every kind that must take the general one."""
+    odd = "KEYS\x01\x02KEYS\x01a  b\x02TAGS\x01\x02TAGS\x01t\x01x\x02UNIQ_KEY\x01u1\x02\x01v\x02KEYS"
+    yield from (msg(qid=i % 3, tags=f"t{i % 2}", keys=f"k{i} order-{i}") for i in range(12))
+    yield Message(topic="T", body=b"odd", properties_string=odd, born_timestamp=T0)  # exact stored string
+    yield Message(topic="T", body=b"", properties_string="", born_timestamp=T0)  # no properties at all
+    yield Message(topic="T", body=b"v6", properties={"KEYS": "v6key"}, born_host=("::1", 7), born_timestamp=T0)
+    yield Message(topic="T2", body=b"x", properties={"KEYS": "é中 \U0001f600"}, born_timestamp=T0)
+    yield Message(topic=SCHEDULE_TOPIC, body=b"d", properties={"DELAY": "3", "KEYS": "dk", "REAL_TOPIC": "T",
+                                                               "REAL_QID": "0"}, born_timestamp=T0)
+    for flag in (TRANSACTION_PREPARED_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        yield msg(qid=1, keys=f"tx{flag}", sys_flag=flag)
+    yield msg(keys="order-2576199t3")  # T#order-2576199t3 hashes to Integer.MIN_VALUE: index hash 0
+
+
+def test_reput_builds_the_files_record_by_record_dispatch_builds(tmp_path):
+    """The batched reput (fast decode, one append per queue, cached key hashes) against the plain RocketMQ
+    loop: checkMessageAndReturnSize, putMessagePositionInfo and buildIndex on each record, file bytes equal."""
+    s = Store(tmp_path / "store", max_index_num=7)
+    try:
+        for m in _varied_messages():
+            s.put(m)
+        s.put(*[msg(qid=2, keys=f"batch{i}") for i in range(30)])
+        cfg = s.cfg
+
+        def pieces(name):
+            cqs = ConsumeQueueTable(str(tmp_path / name / "cq"), cfg.consume_queue_file_size, preallocate=False)
+            index = IndexService(str(tmp_path / name / "index"), cfg.max_hash_slot_num, cfg.max_index_num,
+                                 preallocate=False, clock=lambda: T0)
+            return cqs, index
+
+        cqs, index = pieces("batched")
+        reput = ReputMessageService(s.commit_log, cqs, index, batch_bytes=1500)  # several slices
+        assert reput.do_reput() == 51
+
+        ref_cqs, ref_index = pieces("plain")
+        cl = s.commit_log
+        offset, n = 0, 0
+        while offset < cl.max_offset:
+            view = cl.get_data(offset, cl.max_offset)
+            dr = cl.check_message_and_return_size(view, 0, len(view), False)
+            view.release()
+            if dr.msg_size == 0:
+                offset = cl.roll_next_file(offset)
+                continue
+            assert dr.success
+            if dr.goes_to_consume_queue:
+                assert ref_cqs.find_or_create(dr.topic, dr.queue_id).put_message_position_info(
+                    dr.commit_log_offset, dr.msg_size, dr.tags_code, dr.consume_queue_offset)
+            ref_index.build_index(dr)
+            offset += dr.msg_size
+            n += 1
+        assert n == 51
+        for built in (cqs, index, ref_cqs, ref_index):
+            built.close()
+        assert _tree_bytes(tmp_path / "batched") == _tree_bytes(tmp_path / "plain")
+        assert len(os.listdir(tmp_path / "plain" / "index")) > 3  # the index rolled over files
+    finally:
+        s.close()
+
+
+def test_disk_error_in_a_one_append_write_retries_the_slice(store, monkeypatch):
+    from store.mapped_file import MappedFile
+
+    first = [store.put(msg(keys=f"a{i}"))[0] for i in range(2)]
+    assert store.reput.do_reput() == 2  # the queue has its file: the next units continue it in one append
+    rs = [store.put(msg(keys=f"b{i}"))[0] for i in range(2)]
+    real = MappedFile.append
+    failures = iter([True])
+
+    def flaky(self, data):
+        if "consumequeue" in self.path and next(failures, False):
+            raise OSError(5, "Input/output error")
+        return real(self, data)
+
+    monkeypatch.setattr(MappedFile, "append", flaky)
+    assert store.reput.do_reput() == 0
+    assert store.reput.last_stop == "write error" and "Input/output error" in store.reput.last_error
+    assert store.reput.reput_from_offset == rs[0].physical_offset
+    assert store.reput.do_reput() == 2
+    units = store.cqs.get("T", 0).read_units(0, 10)
+    assert [u[0] for u in units] == [r.physical_offset for r in first + rs]
+    assert store.index.query_offset("T", "b1", 10, 0, 1 << 62).phy_offsets == [rs[1].physical_offset]
