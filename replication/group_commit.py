@@ -107,6 +107,10 @@ class GroupCommitter:
         for p in left:
             p.fail(exc)
 
+    def idle(self) -> bool:
+        """Nothing waits in the queue (a hint read without the lock; a commit may still be running)."""
+        return not self._queue
+
     def submit(self, msgs: list[Any]) -> Future:
         p = PendingPut(msgs, sum(estimate_size(m) for m in msgs))
         with self._cond:

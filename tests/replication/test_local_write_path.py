@@ -102,7 +102,9 @@ def test_sync_flush_mode_resolves_after_the_flush(tmp_path):
 
 
 def test_overload_answers_busy(store):
-    wp = LocalWritePath(store, node_id="n0", max_pending_bytes=4096)
+    # max_inline_bytes=0: every put queues for the committer (a lone small put would otherwise be applied in this
+    # thread before the next one is submitted, and one thread could never overload the queue)
+    wp = LocalWritePath(store, node_id="n0", max_pending_bytes=4096, max_inline_bytes=0)
     wp.start()
     try:
         futs = [wp.put([Message(topic="T", queue_id=0, body=b"x" * 1000)]) for _ in range(300)]

@@ -1,0 +1,88 @@
+"""LocalWritePath's lone-put path: a small put in ASYNC mode with nothing queued or committing is applied in the
+caller's thread; everything else still goes through the committer thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from replication import LocalWritePath
+from replication.errors import WritePathStoppedError
+from store import Message, MessageStore, PutStatus, StoreConfig
+
+
+def open_store(tmp_path, **kw) -> MessageStore:
+    cfg = StoreConfig(root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=64 * 1024,
+                      mapped_file_size_consume_queue=20 * 100, max_hash_slot_num=256, max_index_num=1024,
+                      max_message_size=16 * 1024, preallocate=False, **kw)
+    st = MessageStore(cfg)
+    st.open()
+    return st
+
+
+@pytest.fixture
+def store(tmp_path):
+    st = open_store(tmp_path)
+    yield st
+    st.shutdown()
+
+
+def test_a_lone_put_is_stored_before_put_returns(store):
+    wp = LocalWritePath(store, node_id="n0")
+    wp.start()
+    try:
+        fut = wp.put([Message(topic="T", queue_id=0, body=b"now", properties={"KEYS": "k1"})])
+        assert fut.done() and wp.inline_commits == 1
+        [r] = fut.result()
+        assert r.status == PutStatus.PUT_OK and r.uniq_key
+        m = store.view_message(r.physical_offset)
+        assert m.body == b"now" and m.queue_offset == r.queue_offset == 0
+    finally:
+        wp.stop()
+
+
+def test_a_put_arriving_while_a_commit_runs_waits_for_the_committer(store):
+    wp = LocalWritePath(store, node_id="n0")
+    wp.start()
+    try:
+        with wp._commit_lock:  # a commit in progress (the committer thread's or another caller's)
+            fut = wp.put([Message(topic="T", queue_id=0, body=b"queued")])
+            assert not fut.done(), "a put must not be applied beside a running commit"
+        [r] = fut.result(10)
+        assert r.status == PutStatus.PUT_OK and wp.inline_commits == 0
+        assert store.view_message(r.physical_offset).body == b"queued"
+        after = wp.put([Message(topic="T", queue_id=0, body=b"lone")]).result(10)
+        assert after[0].queue_offset == r.queue_offset + 1
+    finally:
+        wp.stop()
+
+
+def test_large_puts_go_through_the_committer(store):
+    wp = LocalWritePath(store, node_id="n0", max_inline_bytes=1024)
+    wp.start()
+    try:
+        rs = wp.put([Message(topic="T", queue_id=0, body=b"x" * 2000)]).result(10)
+        assert rs[0].status == PutStatus.PUT_OK and wp.inline_commits == 0
+    finally:
+        wp.stop()
+
+
+def test_sync_flush_puts_never_block_the_caller_on_an_fsync(tmp_path):
+    st = open_store(tmp_path, flush_disk_type="SYNC")
+    wp = LocalWritePath(st, node_id="n0")
+    wp.start()
+    try:
+        rs = wp.put([Message(topic="T", queue_id=0, body=b"durable")]).result(10)
+        assert rs[0].status == PutStatus.PUT_OK and wp.inline_commits == 0
+        assert st.flushed_offset >= rs[0].physical_offset + rs[0].wrote_bytes
+    finally:
+        wp.stop()
+        st.shutdown()
+
+
+def test_puts_after_stop_fail_instead_of_being_applied(store):
+    wp = LocalWritePath(store, node_id="n0")
+    wp.start()
+    wp.stop()
+    with pytest.raises(WritePathStoppedError):
+        wp.put([Message(topic="T", queue_id=0, body=b"late")]).result(10)
+    assert store.commit_log_max_offset == 0
