@@ -436,10 +436,10 @@ class CommitLog:
 
         The string is ``k\\x01v`` joined by ``\\x02`` in broker (HashMap) order with CLUSTER = ``cluster_name``;
         the plan holds, per value, the constant text in front of it, so a message costs one join. Only names
-        that are plain non-empty strings without separators get a plan, and not a client-sent CLUSTER (its
-        value is replaced, so it would escape the empty-value check): anything else keeps the generic path.
+        that are plain non-empty strings without separators get a plan; anything else keeps the generic path.
+        Values the string leaves out (WAIT, a client-sent CLUSTER) are still checked for being empty.
         """
-        if len(plans) >= _MAX_PROPERTY_PLANS or PROPERTY_CLUSTER in keys:
+        if len(plans) >= _MAX_PROPERTY_PLANS:
             return
         for k in keys:
             if type(k) is not str or not k or NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
