@@ -655,34 +655,54 @@ def _range_text(start: int, end: int) -> str:
 
 
 def check_table(report: CheckReport) -> str:
-    """The ``cluster check`` table: one row per member, its checked range, bytes and verdict."""
+    """The ``cluster check`` table: one row per member, its checked range, bytes and verdicts."""
     rows = []
+    queues = any(m.queue_verdict for m in report.members)
     for m in report.members:
         if m.verdict == "unreachable":
-            rows.append([m.id, m.address, "-", "-", f"unreachable: {m.error}" if m.error else "unreachable"])
+            cells = [m.id, m.address, "-", "-", f"unreachable: {m.error}" if m.error else "unreachable"]
+            rows.append(cells + ["-"] if queues else cells)
             continue
         verdict = m.verdict
         d = report.difference
         if d is not None and m.id in d.differing:
             verdict = f"DIFFERS in {_range_text(d.offset, d.end)}"
-        rows.append([m.id, m.address, _range_text(m.checked_from, m.checked_to), m.bytes_checked, verdict])
+        cells = [m.id, m.address, _range_text(m.checked_from, m.checked_to), m.bytes_checked, verdict]
+        if queues:
+            q = report.queue_difference
+            cells.append(f"DIFFERS in {q.topic}/{q.queue_id} at {q.from_offset}"
+                         if q is not None and m.id in q.differing else m.queue_verdict)
+        rows.append(cells)
     title = f"Commit-log check: {report.algorithm} in {report.chunk_bytes}-byte chunks"
-    return render_table(["Member", "Address", "Range checked", "Bytes", "Verdict"], rows, title=title)
+    headers = ["Member", "Address", "Range checked", "Bytes", "Verdict"] + (["Consume queues"] if queues else [])
+    return render_table(headers, rows, title=title)
+
+
+def _differ_text(differing: list[str], majority: list[str]) -> str:
+    verb = "differs" if len(differing) == 1 else "differ"
+    than = f" from {', '.join(majority)}" if majority else " (no majority: every member differs)"
+    return f"{', '.join(differing)} {verb}{than}"
 
 
 def _check_summary(report: CheckReport) -> str:
     d = report.difference
     if d is not None:
-        who = ", ".join(d.differing)
-        than = f" from {', '.join(d.majority)}" if d.majority else " (no majority: every member differs)"
         return (f"first difference: commit-log bytes {_range_text(d.offset, d.end)} (in chunk "
-                f"{_range_text(d.chunk_offset, d.chunk_end)}): {who} differ{'s' if len(d.differing) == 1 else ''}"
-                f"{than}")
+                f"{_range_text(d.chunk_offset, d.chunk_end)}): {_differ_text(d.differing, d.majority)}")
     compared = [m for m in report.members if m.verdict == "identical"]
     if compared:
         return (f"{len(compared)} members identical over {_range_text(report.range_from, report.range_to)} "
                 f"({report.range_to - report.range_from} bytes)")
     return f"nothing compared over {_range_text(report.range_from, report.range_to)}"
+
+
+def _queue_summary(report: CheckReport) -> str:
+    q = report.queue_difference
+    if q is not None:
+        return (f"first consume-queue difference: {q.topic}/{q.queue_id} unit at queue offset {q.from_offset}: "
+                f"{_differ_text(q.differing, q.majority)}")
+    return (f"consume queues: {report.queues_compared} queues identical over every member's dispatched range "
+            f"({report.queue_units} units)")
 
 
 def _read_secret(args: argparse.Namespace) -> str:
@@ -705,16 +725,24 @@ def cmd_cluster_check(args: argparse.Namespace) -> int:
 
     with ReplicaChecker(servers_of(args), secret=_read_secret(args), timeout=args.timeout) as checker:
         report = checker.check(from_offset=args.from_offset, max_bytes=args.bytes, chunk_bytes=args.chunk,
-                               progress=show)
+                               progress=show, queues=not args.no_queues)
     progress.finish()
+    queues = any(m.queue_verdict for m in report.members)
     if args.json:
         _print_json(report.to_json())
     else:
         print(check_table(report))
         print(_check_summary(report))
+        if queues:
+            print(_queue_summary(report))
+    for name in report.queues_not_everywhere:
+        print(f"raftmq: warning: consume queue {name}: not compared (still dispatching, or lost there)",
+              file=sys.stderr)
     lost = ", ".join(f"{m.id} ({m.address}): {m.error}" for m in report.unreachable)
-    if report.difference is not None:
-        raise ReplicasDifferError(_check_summary(report) + (f"; also unreachable: {lost}" if lost else ""))
+    if report.difference is not None or report.queue_difference is not None:
+        found = [_check_summary(report)] if report.difference is not None else []
+        found += [_queue_summary(report)] if report.queue_difference is not None else []
+        raise ReplicasDifferError("; ".join(found) + (f"; also unreachable: {lost}" if lost else ""))
     if lost:
         raise UnavailableError(f"member(s) not checked, unreachable: {lost}")
     if report.range_to <= report.range_from:
@@ -838,7 +866,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = _add(csub, "check", cmd_cluster_check, "prove the members' commit logs byte-identical",
              description="Ask every member for SHA-256 digests of its commit log over the range all members have "
                          "committed and applied ([largest first retained offset, smallest applied end)), compare "
-                         "them chunk by chunk and name the first differing 4 KiB block. Progress on stderr. Exit 0 "
+                         "them chunk by chunk and name the first differing 4 KiB block; then every consume queue over "
+                         "the queue offsets all members have dispatched, down to the first differing unit. Progress "
+                         "on stderr. Exit 0 "
                          "when all agree, 9 when they differ, 5 when a member cannot be reached (the others are "
                          f"still compared). The cluster secret, when set, comes from ${SECRET_ENV} or --secret-file.")
     p.add_argument("--from", dest="from_offset", type=_non_negative_int, default=0, metavar="OFFSET",
@@ -846,6 +876,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bytes", type=_size, metavar="N", help="check at most N bytes (e.g. 64M; default: all)")
     p.add_argument("--chunk", type=_chunk_size, default=DEFAULT_CHUNK, metavar="N",
                    help="digest chunk size, 4K..16M (default 1M)")
+    p.add_argument("--no-queues", action="store_true",
+                   help="compare only the commit logs, not the consume queues")
     p.add_argument("--secret-file", metavar="PATH", help=f"file holding cluster.secret (default ${SECRET_ENV})")
     p = _add(csub, "transfer-leader", cmd_transfer_leader, "hand leadership to another member", json_flag=False)
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")

@@ -4,7 +4,9 @@ The members come from the cluster status of any given server; each is then asked
 for SHA-256 digests of fixed-size chunks (``ReplicaService.ChecksumCommitLog``, the cluster secret in metadata
 when one is set). Only the committed prefix counts: the range checked is [the largest first retained offset, the
 smallest applied end) of the reachable members. Pages are asked of every member at once; the first chunk whose
-digests differ is narrowed down to a 4 KiB block and the check stops there.
+digests differ is narrowed down to a 4 KiB block and the check stops there. Consume queues are compared the same
+way (``ChecksumConsumeQueues``), each over the queue offsets every member has dispatched, down to the first
+differing unit.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ DEFAULT_CHUNK = 1 << 20
 MIN_CHUNK = 4096
 MAX_CHUNK = 16 << 20  # the server's limit
 REFINE_BLOCK = 4096   # a differing chunk is narrowed down to a block of this size
+QUEUE_UNITS_PER_CALL = 1 << 20  # the server's limit of consume-queue units per ChecksumConsumeQueues call
 
 IDENTICAL = "identical"
 MATCHES_MAJORITY = "matches majority"
@@ -54,6 +57,7 @@ class MemberCheck:
     checked_from: int = 0
     checked_to: int = 0
     verdict: str = ""
+    queue_verdict: str = ""  # the same for its consume queues ("" when they were not compared)
     error: str = ""
 
     @property
@@ -74,6 +78,18 @@ class Difference:
 
 
 @dataclass
+class QueueDifference:
+    """The first consume-queue unit the members disagree on: queue offsets [from_offset, to_offset)."""
+
+    topic: str
+    queue_id: int
+    from_offset: int
+    to_offset: int
+    differing: list[str]
+    majority: list[str]
+
+
+@dataclass
 class CheckReport:
     algorithm: str
     chunk_bytes: int
@@ -82,6 +98,10 @@ class CheckReport:
     members: list[MemberCheck] = field(default_factory=list)
     difference: Difference | None = None
     answered_by: str = ""
+    queues_compared: int = 0        # queues every member has
+    queue_units: int = 0            # units in their common dispatched ranges
+    queue_difference: QueueDifference | None = None
+    queues_not_everywhere: list[str] = field(default_factory=list)
 
     @property
     def unreachable(self) -> list[MemberCheck]:
@@ -93,7 +113,8 @@ class CheckReport:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        d["identical"] = self.difference is None and any(m.verdict == IDENTICAL for m in self.members)
+        d["identical"] = (self.difference is None and self.queue_difference is None
+                          and any(m.verdict == IDENTICAL for m in self.members))
         for m, member in zip(d["members"], self.members, strict=True):
             m["bytes_checked"] = member.bytes_checked
         return d
@@ -113,8 +134,9 @@ class ReplicaChecker:
         self._channels: dict[str, grpc.Channel] = {}
 
     def check(self, *, from_offset: int = 0, max_bytes: int | None = None, chunk_bytes: int = DEFAULT_CHUNK,
-              progress: Callable[[int, int], None] | None = None) -> CheckReport:
-        """Digest and compare [max(from_offset, common start), common end), at most ``max_bytes`` of it.
+              progress: Callable[[int, int], None] | None = None, queues: bool = True) -> CheckReport:
+        """Digest and compare [max(from_offset, common start), common end), at most ``max_bytes`` of it; with
+        ``queues`` also every consume queue over the range all members have dispatched.
 
         Raises ``InvalidArgumentError`` for bad bounds, ``PermissionDeniedError`` for a wrong or missing secret,
         ``RaftmqError`` when there is nothing to compare (a single member)."""
@@ -131,7 +153,7 @@ class ReplicaChecker:
         members = [MemberCheck(m.id, m.grpc_address) for m in sorted(status.members, key=lambda m: m.id)]
         with futures.ThreadPoolExecutor(max_workers=len(members), thread_name_prefix="check") as pool:
             self._pool = pool
-            return self._check(members, status.answered_by, from_offset, max_bytes, chunk_bytes, progress)
+            return self._check(members, status.answered_by, from_offset, max_bytes, chunk_bytes, progress, queues)
 
     def close(self) -> None:
         for ch in self._channels.values():
@@ -147,7 +169,7 @@ class ReplicaChecker:
     # ------------------------------------------------------------------ steps
 
     def _check(self, members: list[MemberCheck], answered_by: str, from_offset: int, max_bytes: int | None,
-               chunk: int, progress: Callable[[int, int], None] | None) -> CheckReport:
+               chunk: int, progress: Callable[[int, int], None] | None, queues: bool) -> CheckReport:
         statuses = self._ask(members, lambda stub: stub.GetReplicaStatus(
             rpb.GetReplicaStatusRequest(skip_metadata=True), timeout=self._timeout, metadata=self._metadata))
         sizes = {s.commit_log_file_size for s in statuses.values()}
@@ -170,6 +192,20 @@ class ReplicaChecker:
             if max_bytes is not None:
                 hi = min(hi, lo + max_bytes)
         report = CheckReport(ALGORITHM, chunk, lo, hi, members, answered_by=answered_by)
+        self._compare_commit_logs(report, live, progress)
+        if queues:
+            self._compare_queues(report, [m for m in members if m.verdict != UNREACHABLE])
+        live = [m for m in members if m.verdict != UNREACHABLE]
+        for m in live:
+            m.verdict = _verdict(m.id, report.difference, len(live) >= 2 and report.range_to > report.range_from)
+            if queues:
+                m.queue_verdict = _verdict(m.id, report.queue_difference,
+                                           len(live) >= 2 and report.queues_compared > 0)
+        return report
+
+    def _compare_commit_logs(self, report: CheckReport, live: list[MemberCheck],
+                             progress: Callable[[int, int], None] | None) -> None:
+        lo, hi, chunk = report.range_from, report.range_to, report.chunk_bytes
         for m in live:
             m.checked_from = m.checked_to = lo
         pos = lo
@@ -193,16 +229,69 @@ class ReplicaChecker:
             pos = end
             if progress is not None:
                 progress(pos - lo, hi - lo)
-        for m in live:
-            if len(live) < 2 or report.range_to <= report.range_from:
-                m.verdict = NOT_COMPARED
-            elif report.difference is None:
-                m.verdict = IDENTICAL
-            elif m.id in report.difference.differing:
-                m.verdict = DIFFERS
+
+    def _compare_queues(self, report: CheckReport, live: list[MemberCheck]) -> None:
+        """Every queue all members have, over [largest min, smallest dispatched end); the first differing unit."""
+        if len(live) < 2:
+            return
+        listings = self._ask(live, self._queue_digests([]))
+        live = [m for m in live if m.verdict != UNREACHABLE]
+        if len(live) < 2:
+            return
+        held = {m.id: {(q.topic, q.queue_id): (q.min_offset, q.max_offset) for q in listings[m.id].queues}
+                for m in live}
+        pieces: list[tuple[str, int, int, int]] = []
+        for key in sorted(set().union(*held.values())):
+            missing = [m.id for m in live if key not in held[m.id]]
+            if missing:
+                report.queues_not_everywhere.append(f"{key[0]}/{key[1]} (not on {', '.join(missing)})")
+                continue
+            lo = max(held[m.id][key][0] for m in live)
+            hi = min(held[m.id][key][1] for m in live)
+            report.queues_compared += 1
+            report.queue_units += max(0, hi - lo)
+            pieces += [(*key, a, min(a + QUEUE_UNITS_PER_CALL, hi)) for a in range(lo, hi, QUEUE_UNITS_PER_CALL)]
+        batch: list[tuple[str, int, int, int]] = []
+        for i, piece in enumerate(pieces):
+            batch.append(piece)
+            if i + 1 < len(pieces) and sum(p[3] - p[2] for p in batch) + pieces[i + 1][3] - pieces[i + 1][2] \
+                    <= QUEUE_UNITS_PER_CALL:
+                continue
+            found, live = self._first_queue_difference(live, batch)
+            batch = []
+            if len(live) < 2:  # members went away mid-check: they are reported unreachable, the queues unchecked
+                report.queues_compared = report.queue_units = 0
+                return
+            if found is not None:
+                report.queue_difference = found
+                return
+
+    def _first_queue_difference(self, live: list[MemberCheck], ranges: list[tuple[str, int, int, int]]
+                                ) -> tuple[QueueDifference | None, list[MemberCheck]]:
+        """Compare ``ranges``; narrow the first differing one down to one unit (up to 64 pieces per round).
+        Also returns the members still reachable."""
+        while True:
+            answers = self._ask(live, self._queue_digests(ranges))
+            live = [m for m in live if m.verdict != UNREACHABLE]
+            if len(live) < 2:
+                return None, live
+            for i in range(len(ranges)):
+                digests = {m.id: answers[m.id].queues[i].sha256 for m in live}
+                if len(set(digests.values())) > 1:
+                    break
             else:
-                m.verdict = MATCHES_MAJORITY
-        return report
+                return None, live
+            topic, qid, a, b = ranges[i]
+            if b - a <= 1:
+                differing, majority = _split_majority(digests)
+                return QueueDifference(topic, qid, a, b, differing, majority), live
+            step = -(-(b - a) // 64)
+            ranges = [(topic, qid, x, min(x + step, b)) for x in range(a, b, step)]
+
+    def _queue_digests(self, ranges: list[tuple[str, int, int, int]]):
+        req = rpb.ChecksumConsumeQueuesRequest(ranges=[
+            rpb.ConsumeQueueRange(topic=t, queue_id=q, from_offset=a, to_offset=b) for t, q, a, b in ranges])
+        return lambda stub: stub.ChecksumConsumeQueues(req, timeout=self._timeout, metadata=self._metadata)
 
     def _digests(self, pos: int, hi: int, chunk: int):
         req = rpb.ChecksumCommitLogRequest(from_offset=pos, to_offset=hi, chunk_bytes=chunk)
@@ -220,9 +309,7 @@ class ReplicaChecker:
                         where = (row[0].offset, row[0].offset + row[0].length)
                         at = {m.id: c.sha256 for m, c in zip(live, row, strict=True)}
                         break
-        top, count = Counter(at.values()).most_common(1)[0]
-        majority = sorted(i for i, d in at.items() if d == top) if 2 * count > len(at) else []
-        differing = sorted(i for i in at if i not in majority)
+        differing, majority = _split_majority(at)
         return Difference(where[0], where[1], start, stop, differing, majority)
 
     def _ask(self, members: list[MemberCheck], call) -> dict:
@@ -255,3 +342,18 @@ class ReplicaChecker:
                 raise _Unreachable(err.message) from None
             raise type(err)(f"member {m.id} ({m.address}): {err.message}", address=m.address,
                             code=e.code()) from None
+
+
+def _split_majority(digests: dict[str, bytes]) -> tuple[list[str], list[str]]:
+    """(differing, majority) member ids: the majority holds the digest more than half of them have, if any."""
+    top, count = Counter(digests.values()).most_common(1)[0]
+    majority = sorted(i for i, d in digests.items() if d == top) if 2 * count > len(digests) else []
+    return sorted(i for i in digests if i not in majority), majority
+
+
+def _verdict(member_id: str, difference: Difference | QueueDifference | None, compared: bool) -> str:
+    if not compared:
+        return NOT_COMPARED
+    if difference is None:
+        return IDENTICAL
+    return DIFFERS if member_id in difference.differing else MATCHES_MAJORITY

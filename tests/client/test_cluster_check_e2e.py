@@ -1,6 +1,6 @@
 """``raftmq cluster check`` against a real 3-member cluster (with a cluster secret): identical replicas pass, one
-flipped byte in a stopped follower's committed commit log is found at its offset, an unreachable member is named,
-bad arguments and a missing secret get one clear line."""
+flipped byte in a stopped follower's committed commit log and one in a consume-queue unit are found where they
+are, an unreachable member is named, bad arguments and a missing secret get one clear line."""
 
 from __future__ import annotations
 
@@ -62,6 +62,15 @@ def flip_body_byte(store_dir: Path, near: int) -> int:
     return pos
 
 
+def flip_tags_code(store_dir: Path, topic: str, queue_id: int, unit: int) -> None:
+    """Change the tags-code byte of one unit in the queue's first file: still a valid unit, so recovery keeps it
+    (and the first file is outside the last files recovery scans)."""
+    path = store_dir / "consumequeue" / topic / str(queue_id) / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[unit * 20 + 19] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
 def test_check_proves_replicas_identical_finds_a_flipped_byte_and_names_an_unreachable_member(tmp_path):
     with running_nodes(tmp_path, 3, cluster={"secret": SECRET}) as nodes:
         servers = [n.grpc_address for n in nodes]
@@ -79,6 +88,8 @@ def test_check_proves_replicas_identical_finds_a_flipped_byte_and_names_an_unrea
         for n in nodes:
             assert re.search(rf"\[0, {end}\)\s*\|\s+{end} \| identical", row(r.stdout, n.spec.id)), r.stdout
         assert f"3 members identical over [0, {end})" in r.stdout
+        m = re.search(r"consume queues: (\d+) queues identical over every member's dispatched range \((\d+) units", r.stdout)
+        assert m and int(m.group(1)) >= 2 and int(m.group(2)) >= 26 * 50, r.stdout
         r = raftmq("cluster", "check", "-s", servers[1], "--json", "--from", "1000", "--bytes", "300K")
         assert r.returncode == 0, r.stderr
         report = json.loads(r.stdout)
@@ -100,6 +111,7 @@ def test_check_proves_replicas_identical_finds_a_flipped_byte_and_names_an_unrea
         victim = next(n for n in nodes if n.spec.id != leader_id)
         victim.stop()
         bad = flip_body_byte(victim.spec.data_dir, 100_000)
+        flip_tags_code(victim.spec.data_dir, "Check", 0, 5)
         victim.start().wait_ready(90)
         assert converged(servers) == end
 
@@ -113,14 +125,20 @@ def test_check_proves_replicas_identical_finds_a_flipped_byte_and_names_an_unrea
             if n is not victim:
                 assert "matches majority" in row(r.stdout, n.spec.id)
         assert f"first difference: commit-log bytes [{lo}, {hi})" in r.stderr and victim.spec.id in r.stderr
+        assert "DIFFERS in Check/0 at 5" in row(r.stdout, victim.spec.id)
+        assert f"first consume-queue difference: Check/0 unit at queue offset 5: {victim.spec.id} differs" in r.stderr
         r = raftmq("cluster", "check", "-s", servers[0], "--json")
         assert r.returncode == 9
-        diff = json.loads(r.stdout)["difference"]
+        report = json.loads(r.stdout)
+        diff = report["difference"]
         assert diff["differing"] == [victim.spec.id] and diff["offset"] <= bad < diff["end"]
         assert diff["chunk_offset"] <= diff["offset"] and diff["end"] <= diff["chunk_end"]
-        # a check that stops before the flipped byte still passes
-        r = raftmq("cluster", "check", "-s", servers[0], "--bytes", str(lo))
-        assert r.returncode == 0, r.stderr
+        qdiff = report["queue_difference"]
+        assert (qdiff["topic"], qdiff["queue_id"], qdiff["from_offset"], qdiff["to_offset"], qdiff["differing"]) == (
+            "Check", 0, 5, 6, [victim.spec.id])
+        # a check of the commit log only, stopping before the flipped byte, passes
+        r = raftmq("cluster", "check", "-s", servers[0], "--bytes", str(lo), "--no-queues")
+        assert r.returncode == 0 and "consume queues" not in r.stdout, r.stderr
 
         # the changed member down: the other two are compared (identical), the command names it and exits 5
         victim.kill()
