@@ -233,6 +233,7 @@ class Progress:
         self.start = time.monotonic()
         self._last = self.start
         self._interval = 0.25 if self.tty else 2.0
+        self._shown = False
 
     def update(self, done: int, *, force: bool = False) -> None:
         now = time.monotonic()
@@ -240,6 +241,7 @@ class Progress:
             return
         self._last = now
         text = self.render(done, self.total, max(now - self.start, 1e-9))
+        self._shown = True
         if self.tty:
             self.stream.write("\r" + text.ljust(60))
         else:
@@ -247,7 +249,7 @@ class Progress:
         self.stream.flush()
 
     def finish(self) -> None:
-        if self.tty:
+        if self.tty and self._shown:
             self.stream.write("\n")
             self.stream.flush()
 

@@ -107,10 +107,6 @@ class CheckReport:
     def unreachable(self) -> list[MemberCheck]:
         return [m for m in self.members if m.verdict == UNREACHABLE]
 
-    @property
-    def compared(self) -> list[MemberCheck]:
-        return [m for m in self.members if m.verdict != UNREACHABLE]
-
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["identical"] = (self.difference is None and self.queue_difference is None

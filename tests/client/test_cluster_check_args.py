@@ -54,3 +54,12 @@ def test_table_and_summary_name_the_differing_member_and_range():
                                                "n1 differs from n0")
     assert commands._queue_summary(report) == "first consume-queue difference: T/1 unit at queue offset 7: n1 differs from n0"
     assert report.to_json()["identical"] is False
+
+
+def test_progress_says_how_much_is_checked():
+    import io
+
+    out = io.StringIO()
+    progress = commands.Progress(8 << 20, stream=out, render=commands._checked_text)
+    progress.update(2 << 20, force=True)
+    assert out.getvalue().startswith("checked 2.0/8.0 MiB (25%), ") and out.getvalue().endswith(" MiB/s\n")
