@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -95,6 +96,25 @@ def test_check_proves_replicas_identical_finds_a_flipped_byte_and_names_an_unrea
         report = json.loads(r.stdout)
         assert report["identical"] and report["range_from"] == 1000 and report["range_to"] == 1000 + 300 * 1024
         assert report["algorithm"] == "sha256" and report["difference"] is None
+
+        # on a live cluster: producers keep writing while the check runs; only the common committed prefix counts
+        stop = threading.Event()
+
+        def produce() -> None:
+            with Producer(servers) as p:
+                while not stop.is_set():
+                    p.send_batch("Check", [BODY] * 20, queue_id=1)
+
+        writer = threading.Thread(target=produce, daemon=True)
+        writer.start()
+        try:
+            r = raftmq("cluster", "check", "-s", servers[2], "--chunk", "16K", "--json")
+        finally:
+            stop.set()
+            writer.join(30)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert json.loads(r.stdout)["range_to"] >= end
+        end = converged(servers)
 
         # a missing secret is refused with what to do (exit 8); bad arguments are one usage line (exit 2)
         r = raftmq("cluster", "check", "-s", servers[0], secret=None)
