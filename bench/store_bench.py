@@ -3,7 +3,9 @@
 Not a test: it prints numbers and ratios and never fails on time. Every put figure is also given as a ratio
 of the disk baseline measured in the same run on the same filesystem (``bench/disk_baseline.py``): async
 puts against sequential page-cache writes, sync puts against write+fsync of appends of the same size as
-one put call. All data lives in a temp directory under ``--dir`` and is deleted at the end.
+one put call. Next to msgs per CPU-second of the whole process (reput and flush threads included) it prints
+msgs per CPU-second of the producer thread alone (``put-thread``: the put call's own cost). All data lives in a
+temp directory under ``--dir`` and is deleted at the end.
 
     .venv/bin/python bench/store_bench.py --quick     # about a minute
     .venv/bin/python bench/store_bench.py             # full: 1,000,000 keys, 1 GiB commit log
@@ -80,11 +82,13 @@ def wait_dispatched(st: MessageStore, timeout: float = 600.0) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- puts
-def bench_put(work: str, scale: Scale, body_size: int, batched: bool, flush: str) -> tuple[float, float, int, float]:
-    """(msgs/s, stored MB/s, bytes per put call, msgs per CPU-second) for one case.
+def bench_put(work: str, scale: Scale, body_size: int, batched: bool,
+              flush: str) -> tuple[float, float, int, float, float]:
+    """(msgs/s, stored MB/s, bytes per put call, msgs per CPU-second, msgs per producer-thread CPU-second).
 
     Messages are built outside the clocks. CPU seconds count every thread of this process (flush, reput),
-    so the last figure says what the store costs even when other work on the box steals the wall clock.
+    so that figure says what the store costs even when other work on the box steals the wall clock; the
+    producer thread's own CPU is the put call alone (encode + apply), without reput and flush.
     """
     root = tempfile.mkdtemp(prefix="put-", dir=work)
     st = MessageStore(cfg(root, mapped_file_size_commit_log=scale.segment, flush_disk_type=flush))
@@ -96,12 +100,14 @@ def bench_put(work: str, scale: Scale, body_size: int, batched: bool, flush: str
         stored = 0
         t0 = time.perf_counter()
         c0 = time.process_time()
+        p0 = time.thread_time()
         while True:
             # build the next 4096 messages outside the clock: encoding is the store's work, Message() is not
-            t_build, c_build = time.perf_counter(), time.process_time()
+            t_build, c_build, p_build = time.perf_counter(), time.process_time(), time.thread_time()
             slab = [messages(per_call, body) for _ in range(4096 // per_call)]
             t0 += time.perf_counter() - t_build
             c0 += time.process_time() - c_build
+            p0 += time.thread_time() - p_build
             for msgs in slab:
                 if batched:
                     rs = st.put_messages(msgs)
@@ -113,11 +119,12 @@ def bench_put(work: str, scale: Scale, body_size: int, batched: bool, flush: str
             if elapsed >= scale.put_seconds or n >= scale.put_max:
                 break
         cpu = time.process_time() - c0
+        put_cpu = time.thread_time() - p0
         bytes_per_call = stored // max(1, n) * per_call
     finally:
         st.shutdown()
         shutil.rmtree(root, ignore_errors=True)
-    return n / elapsed, stored / elapsed / 1e6, bytes_per_call, n / cpu
+    return n / elapsed, stored / elapsed / 1e6, bytes_per_call, n / cpu, n / put_cpu
 
 
 # ---------------------------------------------------------------------------------------------- reput
@@ -261,11 +268,13 @@ def main() -> None:
             print(line)
         if "put" in only:
             print("\n## put (one producer thread; stored MB/s counts whole records)")
-            print(f"{'body':>6} {'call':>8} {'mode':>5} {'msgs/s':>10} {'MB/s':>8} {'msgs/cpu-s':>10}  ratio of disk")
+            print(f"{'body':>6} {'call':>8} {'mode':>5} {'msgs/s':>10} {'MB/s':>8} {'msgs/cpu-s':>10} "
+                  f"{'put-thread':>10}  ratio of disk")
             for flush in ("ASYNC", "SYNC"):
                 for body_size in (128, 1024, 4096):
                     for batched in (False, True):
-                        rate, mb_s, per_call, per_cpu = bench_put(work, scale, body_size, batched, flush)
+                        rate, mb_s, per_call, per_cpu, per_put_cpu = bench_put(work, scale, body_size, batched,
+                                                                               flush)
                         call = f"batch{scale.batch}" if batched else "single"
                         if flush == "ASYNC":
                             ratio = f"{mb_s / disk.write_mb_s:6.1%} of sequential write ({disk.write_mb_s:,.0f} MB/s)"
@@ -277,7 +286,8 @@ def main() -> None:
                             ratio = (f"{mb_s / base:6.1%} of preallocated write+fdatasync of {per_call} B "
                                      f"({base:,.2f} MB/s)")
                         mode = "async" if flush == "ASYNC" else "sync"
-                        print(f"{body_size:>6} {call:>8} {mode:>5} {rate:>10,.0f} {mb_s:>8,.1f} {per_cpu:>10,.0f}  "
+                        print(f"{body_size:>6} {call:>8} {mode:>5} {rate:>10,.0f} {mb_s:>8,.1f} {per_cpu:>10,.0f} "
+                              f"{per_put_cpu:>10,.0f}  "
                               f"{ratio}",
                               flush=True)
         if "reput" in only:

@@ -428,8 +428,9 @@ class MessageStore:
         stored = to_schedule_messages(msgs, self.delay_levels, self.config.cluster_name, self._uniq)
         with cl.put_lock:
             # the batch never leaves this process: no frame, no frame CRC
-            results = cl.apply_decoded(cl.encode(stored, _now_ms(), self._store_host, self.config.cluster_name))
-        self._after_append(results)
+            batch = cl.encode(stored, _now_ms(), self._store_host, self.config.cluster_name)
+            results = cl.apply_decoded(batch)
+        self._after_append(len(results), len(batch.payload))
         for r, m in zip(results, msgs, strict=True):
             r.uniq_key = m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if self._group_commit is not None and results:
@@ -453,13 +454,14 @@ class MessageStore:
         """Replica half: deterministic append of an encoded batch; no flush wait (see ``wait_flushed``)."""
         cl = self._check_open()
         results = cl.apply_batch(batch)
-        self._after_append(results)
+        self._after_append(len(results), sum(r.wrote_bytes for r in results))
         return results
 
-    def _after_append(self, results: list[AppendResult]) -> None:
+    def _after_append(self, count: int, nbytes: int) -> None:
+        """Count an append of ``count`` records, ``nbytes`` in all, and wake reput."""
         self._put_batches += 1
-        self._put_messages += len(results)
-        self._put_bytes += sum(r.wrote_bytes for r in results)
+        self._put_messages += count
+        self._put_bytes += nbytes
         assert self.reput is not None
         self.reput.notify()
 

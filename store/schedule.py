@@ -27,6 +27,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from itertools import repeat
+from operator import attrgetter, contains
 from typing import Any
 
 from store.consume_queue import BLANK_UNIT_SIZE
@@ -122,12 +124,20 @@ def schedule_properties(props: dict[str, str], cluster_name: str | None, real_to
     return dict(m.items())
 
 
+_properties_of = attrgetter("properties")
+
+
 def to_schedule_messages(msgs: Sequence[Message], levels: DelayLevels, cluster_name: str | None,
                          uniq: UniqKeyGenerator) -> Sequence[Message]:
     """``msgs`` with every delayed message replaced by its schedule-topic form (``msgs`` itself when none is).
 
     The originals keep their topic and queue (callers report them); a missing UNIQ_KEY is set in the original's
     properties as the encoder would. Raises MessageIllegalError for a delayed message that cannot be stored."""
+    try:  # the usual batch has no DELAY at all: one C-level pass finds that out
+        if not any(map(contains, map(_properties_of, msgs), repeat(PROPERTY_DELAY_TIME_LEVEL))):
+            return msgs
+    except TypeError:  # a message whose properties are not a map: the loop below skips it, encode refuses it
+        pass
     out: list[Message] | None = None
     for i, m in enumerate(msgs):
         props = m.properties

@@ -1,4 +1,5 @@
-"""CommitLog.encode reuses what consecutive messages share (topic, born host, property plan, queue key).
+"""Fast paths of the write path: CommitLog.encode reuses what consecutive messages share (topic, born host,
+property plan, queue key); to_schedule_messages answers a batch without DELAY in one pass.
 
 These tests pin that the reuse never changes a byte or an error: a batch that mixes every shared field is
 compared record by record with ``encode_record`` (the reference encoder), and a warmed-up encoder (plans
@@ -110,3 +111,21 @@ def test_a_bad_born_host_after_a_good_one_is_refused(tmp_path):
     msgs[1].born_host = ("10.0.0.1", 1 << 40)  # equal ip, a port that does not fit: checked per message
     with pytest.raises(MessageIllegalError, match="message 1: born_host port"):
         cl.encode(msgs, TS, STORE_HOST, CLUSTER)
+
+
+def test_schedule_conversion_finds_a_delayed_message_in_any_batch():
+    """``to_schedule_messages`` returns the batch itself when no message has DELAY (one pass), and otherwise
+    converts exactly the delayed ones, also when a message's properties are not a map (it is left alone)."""
+    from store.message import SCHEDULE_TOPIC, UniqKeyGenerator
+    from store.schedule import DelayLevels, to_schedule_messages
+
+    levels, uniq = DelayLevels("1s 5s 10s"), UniqKeyGenerator("127.0.0.1")
+    plain = [Message(topic="T", body=b"x", properties={"TAGS": "a"}) for _ in range(3)]
+    assert to_schedule_messages(plain, levels, CLUSTER, uniq) is plain
+    for odd in (None, 5, "DELAY"):
+        msgs = [Message(topic="T", body=b"x", properties=odd), Message(topic="T", body=b"y", properties={"DELAY": "2"}),
+                Message(topic="T", body=b"z", properties={"TAGS": "a"})]
+        out = to_schedule_messages(msgs, levels, CLUSTER, uniq)
+        assert [m.topic for m in out] == ["T", SCHEDULE_TOPIC, "T"]
+        assert out[0] is msgs[0] and out[2] is msgs[2] and out[1].queue_id == 1  # level 2 -> queue 1
+        assert "UNIQ_KEY" in msgs[1].properties  # set on the original, so the caller can report it
