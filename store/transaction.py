@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from store.errors import StoreError
 from store.java import JavaHashMap
 from store.message import (
     NAME_VALUE_SEPARATOR,
@@ -355,11 +356,15 @@ class TransactionLog:
     def _finished(self, half: MessageExt) -> TransactionStateError:
         """How a finished transaction ended, from the records it left (found through the index)."""
         key = half.uniq_key
-        commits = [m for m in self._copies(real_topic(half), key)
-                   if m.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE]
+        try:
+            commits = [m for m in self._copies(real_topic(half), key)
+                       if m.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE]
+            discarded = not commits and self._copies(CHECK_MAX_TOPIC, key)
+        except StoreError as e:  # message_index_enable=false: the records cannot be looked up by key
+            return TransactionStateError("finished", f"transaction {key!r} is already finished (how is unknown: {e})")
         if commits:
             outcome, how = COMMITTED, COMMITTED
-        elif self._copies(CHECK_MAX_TOPIC, key):
+        elif discarded:
             outcome, how = DISCARDED, f"discarded to {CHECK_MAX_TOPIC} after too many checks"
         else:
             outcome, how = ROLLED_BACK, ROLLED_BACK

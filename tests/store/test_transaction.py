@@ -185,3 +185,35 @@ def test_scan_in_windows_keeps_ops_until_the_whole_queue_is_read(st):
     st.consumer_offsets.commit(SYSTEM_GROUP, HALF_TOPIC, {0: first.half_offset})
     second = log.scan(now_ms=2**62, timeout_ms=1, limit=2)
     assert second.half_offset == 3 and second.op_offset == 3 and not second.more
+
+
+def test_pending_counts_open_transactions_once_per_uniq_key_by_real_topic(st):
+    from store.transaction import COMMITTED, DISCARDED, ROLLED_BACK
+
+    a = _send_half(st, uniq="A")
+    b = _send_half(st, uniq="B", topic="Payments", qid=0)
+    c = _send_half(st, uniq="C")
+    d = _send_half(st, uniq="D")
+    tlog = TransactionLog(st)
+    assert tlog.pending() == {"Orders": 3, "Payments": 1}
+    # a check pass as the service makes it: A, B, C renewed (same UNIQ_KEYs), D discarded, progress past D
+    st.put_messages([renewed_half(a, 1), renewed_half(b, 1), renewed_half(c, 1), discarded_message(d)])
+    wait_dispatched(st)
+    assert tlog.pending() == {"Orders": 3, "Payments": 1}  # copies and originals both in the window: once each
+    st.consumer_offsets.commit(SYSTEM_GROUP, HALF_TOPIC, {0: d.queue_offset + 1})
+    assert tlog.pending() == {"Orders": 2, "Payments": 1}  # D is gone (discarded), the rest by their copies
+    # A committed through its original record (the op names the old offset; its UNIQ_KEY finishes the copy),
+    # B rolled back
+    st.put_messages([commit_message(a), op_message(a.queue_offset, HOST)])
+    st.put_message(op_message(b.queue_offset, HOST))
+    wait_dispatched(st)
+    assert tlog.pending() == {"Orders": 1}
+    assert TransactionLog(st).pending() == {"Orders": 1}  # a fresh cache reads the same
+    outcomes = {}
+    for half in (a, b, d):
+        with pytest.raises(TransactionStateError) as e:
+            tlog.open_half(half.physical_offset, half.uniq_key, "pg")
+        outcomes[half.uniq_key] = (e.value.kind, e.value.outcome, e.value.committed is not None)
+    assert outcomes == {"A": ("finished", COMMITTED, True), "B": ("finished", ROLLED_BACK, False),
+                        "D": ("finished", DISCARDED, False)}
+    assert tlog.open_half(c.physical_offset, "C", "pg").uniq_key == "C"
