@@ -86,3 +86,22 @@ def test_puts_after_stop_fail_instead_of_being_applied(store):
     with pytest.raises(WritePathStoppedError):
         wp.put([Message(topic="T", queue_id=0, body=b"late")]).result(10)
     assert store.commit_log_max_offset == 0
+
+
+def test_the_put_that_starts_a_new_segment_is_left_to_the_committer(store):
+    segment = store.config.mapped_file_size_commit_log
+    wp = LocalWritePath(store, node_id="n0")
+    wp.start()
+    try:
+        for i in range(200):
+            before = wp.inline_commits
+            [r] = wp.put([Message(topic="T", queue_id=0, body=b"x" * 1000)]).result(10)
+            if r.physical_offset >= segment:
+                assert wp.inline_commits == before, "the caller created a commit-log segment"
+                assert store.view_message(r.physical_offset).queue_offset == i
+                break
+        else:
+            pytest.fail("never reached the second segment")
+        assert wp.inline_commits > 0
+    finally:
+        wp.stop()
