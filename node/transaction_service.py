@@ -356,8 +356,6 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
                 key = (producer_group(half), "true" if checker is not None else "false")
                 sent[key] = sent.get(key, 0) + 1
                 if checker is None:
-                    log.warning("transaction %s: no producer of group %s is connected to check it (check %d of %d)",
-                                half.uniq_key, key[0], times, cfg.transaction_check_max)
                     continue
                 checker.queue.put_nowait(pb.TransactionCheck(
                     transaction_id=half.uniq_key or "", msg_id=r.msg_id, message=convert.message_view(half),
@@ -365,6 +363,10 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             metrics = node.metrics
             for (group, was_sent), n in sent.items():
                 metrics.record_transaction(metrics.transaction_checks, group, was_sent, count=n)
+                if was_sent == "false":
+                    log.warning("%d open transaction(s) of producer group %s due for a check, but no producer of "
+                                "the group is connected: each spent one of its %d checks", n, group,
+                                cfg.transaction_check_max)
             for topic, n in discarded.items():
                 metrics.record_transaction(metrics.transaction_discarded, topic, count=n)
         wp = node.write_path
