@@ -95,6 +95,7 @@ _ZERO_CHUNK = bytes(1 << 20)
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _HEX2 = tuple(f"{b:02X}" for b in range(256))
+_FIXED_PACKS = {sw: {bw: RECORD_FIXED_PART[bw, sw].pack for bw in (4, 16)} for sw in (4, 16)}
 _UNSET = object()  # "no previous message" for the encoder's reuse of what the last message resolved
 _MAX_PROPERTY_PLANS = 4096
 
@@ -209,6 +210,7 @@ class CommitLog:
         self._uniq = UniqKeyGenerator(config.store_host_addr[0])
         self._topic_parts: dict[str, bytes] = {}  # validated topic -> its TOPICLEN + TOPIC bytes
         self._plans_by_cluster: dict[str, dict[tuple[str, ...], _PropertyPlan]] = {}  # see _add_property_plan
+        self._host_hex: dict[bytes, str] = {}  # store host bytes -> the msgId prefix of its results
         self.last_store_timestamp = 0
         self._last_encoded_timestamp = 0  # leader: highest STORETIMESTAMP handed out, applied or not yet
         self._stamp_lock = threading.Lock()
@@ -285,14 +287,14 @@ class CommitLog:
         store_w = len(store_ip)
         store_bit = STOREHOSTADDRESS_V6_FLAG if store_w == 16 else 0
         topic_parts = self._topic_parts
-        fixed = {4: RECORD_FIXED_PART[4, store_w].pack, 16: RECORD_FIXED_PART[16, store_w].pack}
+        fixed = _FIXED_PACKS[store_w]
         plans = self._property_plans(cluster_name)
         key_index: dict[tuple[str, int], int] = {}
         parts: list[bytes] = []
         sizes: list[int] = []
         refs: list[int] = []
         flags = 0
-        uniq_prefix, uniq_counter = self._uniq.reserve(len(msgs))
+        uniq_prefix, uniq_counter, uniq_first = "", 0, -1  # ids reserved when a message first needs one
         sep_kv, sep_p, uniq_name = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
         crc32, pack16, host_bytes, add_size, add_ref = zlib.crc32, _I16.pack, host_to_bytes, sizes.append, refs.append
         add_parts = parts.extend
@@ -337,7 +339,10 @@ class CommitLog:
                     raise MessageIllegalError(f"message {i}: properties_string must be a str")
             else:
                 if uniq_name not in props:
-                    c = (uniq_counter + i) & 0xFFFF
+                    if uniq_first < 0:
+                        uniq_prefix, uniq_counter = self._uniq.reserve(len(msgs) - i)
+                        uniq_first = i
+                    c = (uniq_counter + i - uniq_first) & 0xFFFF
                     props[uniq_name] = uniq_prefix + hex2[c >> 8] + hex2[c & 0xFF]
                 plan = plans.get(tuple(props)) if plans is not None else None
                 if plan is not None:
@@ -505,9 +510,10 @@ class CommitLog:
     def apply_decoded(self, b: DecodedBatch) -> list[AppendResult]:
         """Apply a parsed (or locally encoded) batch; see ``apply_batch``."""
         limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
-        for s in b.sizes:
-            if s > limit:
-                raise BatchFormatError(f"record of {s} bytes cannot fit a commit-log segment of {self.file_size}")
+        if b.sizes and max(b.sizes) > limit:
+            for s in b.sizes:
+                if s > limit:
+                    raise BatchFormatError(f"record of {s} bytes cannot fit a commit-log segment of {self.file_size}")
         with self.put_lock:
             return self._apply(b)
 
@@ -517,7 +523,12 @@ class CommitLog:
         n = len(sizes)
         table = self.topic_queue_table
         key_names = [f"{t}-{q}" for t, q in b.keys]
-        ts, host = b.store_timestamp, b.host.hex().upper()
+        ts = b.store_timestamp
+        host = self._host_hex.get(b.host)
+        if host is None:
+            host = b.host.hex().upper()
+            if len(self._host_hex) < 64:
+                self._host_hex[b.host] = host
         keys = b.keys
         results: list[AppendResult] = []
         append = results.append

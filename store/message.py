@@ -170,6 +170,7 @@ class UniqKeyGenerator:
         self._counter = 0
         self._start_ms = 0
         self._next_start_ms = 0
+        self._last_diff: tuple[int, str] = (-1, "")  # (ms since month start, its prefix): one clock tick, one text
 
     def _set_start_time(self, now_ms: int) -> None:
         t = time.localtime(now_ms / 1000.0)
@@ -194,7 +195,11 @@ class UniqKeyGenerator:
                 diff = 0
             counter = self._counter
             self._counter = (counter + n) & 0xFFFF
-        return self._prefix + _I32.pack(_to_int(diff)).hex().upper(), counter
+            last_diff, prefix = self._last_diff
+            if diff != last_diff:
+                prefix = self._prefix + _I32.pack(_to_int(diff)).hex().upper()
+                self._last_diff = (diff, prefix)
+        return prefix, counter
 
 
 def _to_short(v: int) -> int:
