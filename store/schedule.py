@@ -198,6 +198,20 @@ def timeup_message(ext: MessageExt) -> Message | None:
     )
 
 
+def _first_unit_at_or_after(cq: Any, physical_offset: int, highest: int) -> int:
+    """The lowest queue offset in [min, highest] whose unit points at or past ``physical_offset`` (``highest`` when
+    none does); units are in commit-log order, so a binary search over a few reads."""
+    lo, hi = cq.get_min_offset_in_queue(), highest
+    while lo < hi:
+        mid = (lo + hi) // 2
+        units = cq.read_units(mid, 1)
+        if not units or units[0][0] >= physical_offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 class ScheduleMessageService:
     """Delivers due delayed messages while ``is_active()`` (the node leads and accepts writes).
 
@@ -223,6 +237,9 @@ class ScheduleMessageService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.delivered = 0  # messages re-put into their real topics by this node (metrics)
+        # the commit-log end when this service was made (the node builds it before it serves): records past it
+        # arrived later, so a correction of the progress never counts them as delivered
+        self._opened_at = store.commit_log_max_offset
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -310,10 +327,12 @@ class ScheduleMessageService:
 
     def _correct_above_max(self, level: int, start: int) -> None:
         """The progress of ``level`` is past the end of its schedule queue: RocketMQ's ``correctDelayOffset`` sets it
-        to the queue's max offset (and logs), or every message stored there until the queue grows past the stale
-        value would be skipped. Only once the consume queues hold the whole commit log: a member that just became
-        leader may still be dispatching, and its queue then catches up by itself. The corrected value goes through
-        the replicated progress, so every member's delayOffset.json agrees."""
+        to the queue's max offset at load (and logs), or every message stored there until the queue grows past the
+        stale value would be skipped. Here the node may already accept messages when the first pass runs, so the
+        value is the queue's end *as recovered*: the first unit stored past the commit-log end at start-up (those
+        arrived since and were never delivered). Only once the consume queues hold the whole commit log: a member
+        that just became leader may still be dispatching, and its queue then catches up by itself. The corrected
+        value goes through the replicated progress, so every member's delayOffset.json agrees."""
         store = self.store
         if store.dispatch_behind_bytes() > 0:
             return
@@ -321,10 +340,11 @@ class ScheduleMessageService:
         highest = cq.get_max_offset_in_queue() if cq is not None else 0  # read after the dispatch check
         if start <= highest:
             return
+        corrected = _first_unit_at_or_after(cq, self._opened_at, highest) if cq is not None else 0
         log.error("delay level %d: delivery progress %d is above the schedule queue's max offset %d "
-                  "(delayOffset.json restored from a newer store, or edited); corrected to %d, so messages stored "
-                  "from now on are delivered", level, start, highest, highest)
-        self._commit_progress({level: highest})
+                  "(delayOffset.json restored from a newer store, or edited); corrected to %d (the queue's end at "
+                  "start-up), so nothing stored since is skipped", level, start, highest, corrected)
+        self._commit_progress({level: corrected})
 
     def _put_all(self, level: int, msgs: list[Message]) -> None:
         """Re-put a batch; when the store refuses it as invalid, put one by one and skip only the invalid ones

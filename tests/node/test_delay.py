@@ -287,3 +287,33 @@ def test_leader_failover_while_messages_wait_loses_none(tmp_path):
         assert offsets[0] == offsets[1] == offsets[2] == {"1": 10, "2": 10, "3": 10}
     finally:
         stop_all(nodes)
+
+
+@pytest.mark.slow
+def test_restored_progress_past_the_queue_end_is_corrected_and_later_messages_arrive(tmp_path):
+    """delayOffset.json ahead of the schedule queues (a store restored from an older backup with a newer progress
+    file, or an edited one): the node corrects it to the queues' max offsets (RocketMQ's correctDelayOffset), logs
+    it, and delayed messages sent afterwards are delivered rather than skipped."""
+    nodes = start_nodes(node_specs(tmp_path, 1, store=STORE))
+    try:
+        [n0] = nodes
+        server = [n0.grpc_address]
+        with Admin(server) as admin, Producer(server) as p:
+            admin.create_topic("Restored", queues=1)
+            first = {p.send("Restored", f"m{i}", queue_id=0, delay_level=1).uniq_key for i in range(2)}
+        assert {m.uniq_key for m in collect(server, "Restored", first)} == first
+        assert n0.stop() == 0
+        assert delay_offsets(n0) == {"1": 2}
+        (n0.spec.data_dir / "config" / "delayOffset.json").write_text('{\n\t"offsetTable":{1:40,2:9\n\t}\n}')
+        n0.start().wait_ready()
+        with Producer(server) as p:
+            later = {p.send("Restored", f"later{i}", queue_id=0, delay_level=level).uniq_key
+                     for i, level in enumerate((1, 2))}
+        got = collect(server, "Restored", first | later)
+        assert {m.uniq_key for m in got} == first | later and len(got) == 4
+        assert delay_offsets(n0) == {"1": 3, "2": 1}
+        logged = [line for line in n0.spec.log_path.read_text(errors="replace").splitlines()
+                  if "delay level 1: delivery progress 40 is above the schedule queue's max offset" in line]
+        assert len(logged) == 1 and "corrected to 2 (the queue's end at start-up)" in logged[0], logged
+    finally:
+        stop_all(nodes)
