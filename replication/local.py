@@ -6,9 +6,9 @@ the mapped file, one fsync wait in SYNC mode) instead of one each.
 Why a lone put is applied in the caller's thread: when nothing is queued or being committed there is nothing to
 coalesce with, and the hand-off to the committer thread and back (two thread wake-ups, two GIL hand-overs, and a
 self-pipe write to wake the event loop) cost more than the append itself (~15 us of CPU for 1 KiB). Only small puts in
-ASYNC flush mode that fit in the current segment take this path, so the caller never waits for an fsync or a new
-segment file and never copies more than ``max_inline_bytes``; everything else, and every put that arrives while a
-commit runs, goes to the committer.
+ASYNC flush mode that fit in the current segment, while the flush keeps up, take this path, so the caller never
+waits for an fsync, a new segment file or a lagging disk, and never copies more than ``max_inline_bytes``;
+everything else, and every put that arrives while a commit runs, goes to the committer.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class LocalWritePath:
     def __init__(self, store: Any, cluster_name: str = "DefaultCluster",
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), *, node_id: str = "n0",
                  grpc_address: str = "", max_batch_bytes: int = 1 << 20, linger_s: float = 0.0,
-                 max_pending_bytes: int = 64 << 20, max_inline_bytes: int = 64 << 10):
+                 max_pending_bytes: int = 64 << 20, max_inline_bytes: int = 64 << 10,
+                 max_inline_flush_behind: int = 32 << 20):
         self._store = store
         self._applier = StoreApplier(store)
         self.cluster_name = cluster_name
@@ -48,6 +49,7 @@ class LocalWritePath:
         self._inline = not getattr(store_cfg, "sync_flush", True)
         self._segment_size = getattr(store_cfg, "mapped_file_size_commit_log", 0)
         self.max_inline_bytes = max_inline_bytes
+        self.max_inline_flush_behind = max_inline_flush_behind
         self.inline_commits = 0  # puts applied in the caller's thread (the rest went through the committer)
         self._meta_lock = threading.Lock()
         self._started = False
@@ -66,7 +68,7 @@ class LocalWritePath:
         msgs = list(msgs)
         if self._inline and self._started and self._committer.idle():
             nbytes = sum(estimate_size(m) for m in msgs)
-            if (nbytes <= self.max_inline_bytes and self._fits_in_segment(nbytes)
+            if (nbytes <= self.max_inline_bytes and self._fits_in_segment(nbytes) and self._disk_keeps_up()
                     and self._commit_lock.acquire(blocking=False)):
                 try:
                     return self._commit_inline(PendingPut(msgs, nbytes))
@@ -79,6 +81,12 @@ class LocalWritePath:
         fallocated) is left to the committer thread, never to the caller (the event loop)."""
         size = self._segment_size
         return size > 0 and self._store.commit_log_max_offset % size + nbytes + _ROLL_MARGIN < size
+
+    def _disk_keeps_up(self) -> bool:
+        """The flush is not far behind: when the disk lags, writing to the mapped file can block in the kernel
+        (dirty-page throttling), and that must stall the committer thread, not the caller."""
+        st = self._store
+        return st.commit_log_max_offset - st.flushed_offset <= self.max_inline_flush_behind
 
     def _commit_inline(self, put: PendingPut) -> Future:
         """Apply a lone put now (commit lock held); its future is already resolved when returned."""

@@ -105,3 +105,18 @@ def test_the_put_that_starts_a_new_segment_is_left_to_the_committer(store):
         assert wp.inline_commits > 0
     finally:
         wp.stop()
+
+
+def test_puts_go_to_the_committer_while_the_flush_lags(tmp_path):
+    st = open_store(tmp_path, flush_interval_commit_log=600_000)  # no periodic flush during the test
+    wp = LocalWritePath(st, node_id="n0", max_inline_flush_behind=0)
+    wp.start()
+    try:
+        first = wp.put([Message(topic="T", queue_id=0, body=b"a")]).result(10)
+        assert wp.inline_commits == 1 and st.commit_log_max_offset > st.flushed_offset
+        second = wp.put([Message(topic="T", queue_id=0, body=b"b")]).result(10)
+        assert wp.inline_commits == 1, "wrote to the mapped file in the caller's thread while the flush lagged"
+        assert second[0].queue_offset == first[0].queue_offset + 1
+    finally:
+        wp.stop()
+        st.shutdown()
