@@ -13,9 +13,7 @@ import shutil
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
-from operator import eq, lt
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from store.config import CQ_STORE_UNIT_SIZE
@@ -26,6 +24,7 @@ from store.mapped_file_queue import MappedFileQueue
 log = logging.getLogger("store.consume_queue")
 
 UNIT = struct.Struct(">qiq")
+_pack_unit = UNIT.pack
 BLANK_UNIT_SIZE = 0x7FFFFFFF  # fillPreBlank units: (0, Integer.MAX_VALUE, 0)
 _BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
 
@@ -138,6 +137,17 @@ class ConsumeQueue:
         """
         if offset + size <= self.max_physic_offset:
             return True
+        files = self.mapped_file_queue.mapped_files
+        if files:  # the common case first: the unit continues the queue in its last file
+            mf = files[-1]
+            wrote = mf.wrote_position
+            if (
+                wrote < self.mapped_file_size
+                and cq_offset * CQ_STORE_UNIT_SIZE == mf.file_from_offset + wrote
+                and mf.append(_pack_unit(offset, size, tags_code))
+            ):
+                self.max_physic_offset = offset + size
+                return True
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         mfq = self.mapped_file_queue
         first_create = not mfq.mapped_files
@@ -167,38 +177,6 @@ class ConsumeQueue:
             return False
         self.max_physic_offset = offset + size
         return True
-
-    def put_units(self, units: Sequence[tuple[int, int, int, int]]) -> int:
-        """``put_message_position_info(*unit)`` for each ``(offset, size, tags_code, cq_offset)`` in turn; returns
-        how many are in place (``len(units)`` unless a write failed).
-
-        The common case, units that continue the queue at its end with consecutive queue offsets and growing
-        commit-log ends, all fitting in the last file, is written with one append: the same bytes, one copy.
-        Anything else (a first file, a roll, skips, gaps) takes the unit-by-unit path.
-        """
-        n = len(units)
-        if n > 1:
-            mf = self.mapped_file_queue.get_last_mapped_file(need_create=False)
-            offset, size, _tags, cq_offset = units[0]
-            if (
-                mf is not None
-                and offset + size > self.max_physic_offset
-                and cq_offset * CQ_STORE_UNIT_SIZE == mf.file_from_offset + mf.wrote_position
-                and mf.wrote_position + n * CQ_STORE_UNIT_SIZE <= self.mapped_file_size
-            ):
-                ends = [o + s for o, s, _t, _c in units]
-                if all(map(lt, ends, islice(ends, 1, None))) and all(
-                    map(eq, [c for _o, _s, _t, c in units], range(cq_offset, cq_offset + n))
-                ):
-                    pack = UNIT.pack
-                    if mf.append(b"".join([pack(o, s, t) for o, s, t, _c in units])):
-                        self.max_physic_offset = ends[-1]
-                        return n
-        put = self.put_message_position_info
-        for i, (offset, size, tags_code, cq_offset) in enumerate(units):
-            if not put(offset, size, tags_code, cq_offset):
-                return i
-        return n
 
     def _fill_blank_until(self, until: int) -> MappedFile:
         mfq = self.mapped_file_queue
@@ -291,6 +269,9 @@ class ConsumeQueue:
         Works from the last file backwards (``truncateDirtyLogicFiles``). Unlike RocketMQ, an all-zero first
         unit is not kept (it is not a unit), blank units do not move ``max_physic_offset``, only written
         units are looked at, and the dropped units are zeroed so a later recovery cannot bring them back.
+        ``max_physic_offset`` becomes the end of the last unit kept, looked up in earlier files when the last
+        keeps none (an empty last file, created just before a kill: RocketMQ reads its zero unit and sets 0),
+        so re-dispatch never skips the units that file was about to get.
 
         The queue's first file is emptied rather than deleted when it starts past queue offset 0 (its
         earlier units went to retention): its name keeps the queue's next offset at its start, so offsets
@@ -298,7 +279,7 @@ class ConsumeQueue:
         replica that truncated would diverge from one that did not). A first file at 0 is deleted, which
         leaves the same files as a replica that never had the queue.
         """
-        self.max_physic_offset = phy_offset
+        self.max_physic_offset = -1  # the end of the last kept unit, found below
         mfq = self.mapped_file_queue
         while True:
             mf = mfq.get_last_mapped_file(need_create=False)
@@ -329,6 +310,12 @@ class ConsumeQueue:
             mf.flushed_position = min(mf.flushed_position, kept)
             mfq.flushed_where = min(mfq.flushed_where, mf.file_from_offset + kept)
             self.min_logic_offset = min(self.min_logic_offset, mf.file_from_offset + kept)
+            if self.max_physic_offset < 0:  # no unit kept in the last file: the last one is in an earlier file
+                for earlier in reversed(mfq.mapped_files[:-1]):
+                    _valid, last_end = _scan_valid_units(earlier, self.mapped_file_size)
+                    if last_end >= 0:
+                        self.max_physic_offset = last_end
+                        break
             return
 
     def delete_expired_file(self, commit_log_min_offset: int) -> int:

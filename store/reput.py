@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from store.consume_queue import ConsumeQueueTable
+from store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -205,56 +205,36 @@ class ReputMessageService:
         self, view: memoryview, start: int, budget: int, arrivals: dict[tuple[str, int], int]
     ) -> tuple[int, int, int, str]:
         """Dispatch about ``budget`` bytes of the records in ``view`` (commit-log bytes from ``start``),
-        recording each queue's new max offset in ``arrivals``: the records are decoded in one loop, then each
-        consume queue gets its units in one write and the index its keys in one pass.
+        recording each queue's new max offset in ``arrivals``; the index is built once for the slice.
 
-        Returns ``(messages, next offset, store time of the last CQ write or 0, stop reason)``. A consume-queue
-        write error retries the whole slice later (``start`` is returned): units already written are skipped
-        then and the index was not touched.
+        Returns ``(messages, next offset, store time of the last CQ write or 0, stop reason)``.
         """
         index = self.index_service
         index_records: list[IndexRecord] | None = [] if index is not None else None
-        queue_units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-        count, next_offset, last_cq_ts, stop = self._decode_records(view, start, budget, queue_units, index_records)
-        find_queue = self.consume_queues.find_or_create
-        for key, units in queue_units.items():
-            try:
-                placed = find_queue(*key).put_units(units)
-                error = "" if placed == len(units) else "the queue's file did not take the unit"
-            except OSError as e:
-                placed, error = -1, str(e)
-            if placed != len(units):
-                failed_at = units[max(placed, 0)][0]
-                self.last_error = f"consume queue {key[0]}-{key[1]}: {error}"
-                log.error(
-                    "reput: cannot write consume queue %s-%d at commit-log offset %d: %s; the slice from %d is "
-                    "dispatched again later",
-                    key[0], key[1], failed_at, error, start,
-                )
-                return 0, start, 0, _STOP_ERROR
-            arrivals[key] = units[-1][3] + 1
-        if index_records:
+        result = self._dispatch_records(view, start, budget, arrivals, index_records)
+        if index is not None and index_records:
             try:
                 index.build_index_records(index_records)
             except OSError as e:  # disk trouble: the slice is dispatched again later (both sides skip duplicates)
                 self.last_error = f"index: {e}"
                 first = index_records[0][0]
                 log.error("reput: cannot write the index from commit-log offset %d: %s", first, e)
-                return count, first, last_cq_ts, _STOP_ERROR
-        return count, next_offset, last_cq_ts, stop
+                return result[0], first, result[2], _STOP_ERROR
+        return result
 
-    def _decode_records(
+    def _dispatch_records(
         self,
         view: memoryview,
         start: int,
         budget: int,
-        queue_units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+        arrivals: dict[tuple[str, int], int],
         index_records: list[IndexRecord] | None,
     ) -> tuple[int, int, int, str]:
-        """Decode the records of ``view`` up to about ``budget`` bytes into per-queue consume-queue units
-        ``(offset, size, tags_code, queue_offset)`` and index records; returns ``(messages, next offset, store
-        time of the last record for a consume queue or 0, stop reason)``.
+        """Write the consume-queue unit of each record in ``view`` up to about ``budget`` bytes, in commit-log
+        order, and collect the index records ``(offset, store time, topic, keys, uniq key)``.
 
+        Units go record by record, never queue by queue: recovery takes the largest end over all queues as
+        dispatched, so at any moment every queue must be complete up to the last unit written anywhere.
         The common record (IPv4 hosts, valid lengths, not the schedule topic) is read here with one unpack
         and three property searches; anything else goes through ``check_message_and_return_size``, which also
         gives blank, bad and mismatched records their meaning. Both yield the same fields.
@@ -265,7 +245,8 @@ class ReputMessageService:
         props_of = dispatch_properties
         tags_hash = java_string_hash
         add_index = index_records.append if index_records is not None else None
-        get_units = queue_units.get
+        queues: dict[tuple[str, int], ConsumeQueue] = {}
+        find_queue = self.consume_queues.find_or_create
         last_cq_ts = 0
         count = 0
         pos = 0
@@ -300,11 +281,14 @@ class ReputMessageService:
                                     tags_code, keys, uniq = 0, "", None
                                 tran = sys_flag & TRANSACTION_TYPE_MASK
                                 if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
-                                    units = get_units((topic, queue_id))
-                                    if units is None:
-                                        units = queue_units[topic, queue_id] = []
-                                    units.append((phy, total, tags_code, queue_offset))
+                                    key = (topic, queue_id)
+                                    cq = queues.get(key)
+                                    if cq is None:
+                                        cq = queues[key] = find_queue(topic, queue_id)
+                                    if not self._put_unit(cq, phy, total, tags_code, queue_offset, start + pos):
+                                        return count, start + pos, last_cq_ts, _STOP_ERROR
                                     last_cq_ts = store_ts
+                                    arrivals[key] = queue_offset + 1
                                 if add_index is not None:
                                     if tran == TRANSACTION_ROLLBACK_TYPE:
                                         keys = uniq = None
@@ -320,11 +304,15 @@ class ReputMessageService:
                 tran = dr.sys_flag & TRANSACTION_TYPE_MASK
                 if tran in _CQ_TYPES:
                     key = (dr.topic, dr.queue_id)
-                    units = get_units(key)
-                    if units is None:
-                        units = queue_units[key] = []
-                    units.append((dr.commit_log_offset, size, dr.tags_code, dr.consume_queue_offset))
+                    cq = queues.get(key)
+                    if cq is None:
+                        cq = queues[key] = find_queue(dr.topic, dr.queue_id)
+                    if not self._put_unit(
+                        cq, dr.commit_log_offset, size, dr.tags_code, dr.consume_queue_offset, start + pos
+                    ):
+                        return count, start + pos, last_cq_ts, _STOP_ERROR
                     last_cq_ts = dr.store_timestamp
+                    arrivals[key] = dr.consume_queue_offset + 1
                 if add_index is not None:
                     rollback = tran == TRANSACTION_ROLLBACK_TYPE
                     add_index((
@@ -351,6 +339,18 @@ class ReputMessageService:
                     log.error("reput: %s; dispatch stops there", self.last_error)
                 return count, bad, last_cq_ts, _STOP_BAD
         return count, start + pos, last_cq_ts, _STOP_NONE
+
+    def _put_unit(self, cq: ConsumeQueue, offset: int, size: int, tags_code: int, cq_offset: int, at: int) -> bool:
+        """One consume-queue unit; False (logged, ``last_error`` set) when the disk refused it: the record at
+        commit-log offset ``at`` is then dispatched again later."""
+        try:
+            if cq.put_message_position_info(offset, size, tags_code, cq_offset):
+                return True
+            self.last_error = f"consume queue {cq.topic}-{cq.queue_id}: the queue's file did not take the unit"
+        except OSError as e:
+            self.last_error = f"consume queue {cq.topic}-{cq.queue_id}: {e}"
+        log.error("reput: cannot write at commit-log offset %d: %s", at, self.last_error)
+        return False
 
     def _finish_batch(self, arrivals: dict[tuple[str, int], int], last_cq_ts: int) -> None:
         """Publish a batch: checkpoint time, progress waiters, then one arrival call per queue."""

@@ -307,41 +307,75 @@ def _queue_bytes(cq):
     return out
 
 
-_UNIT_BATCHES = st.lists(
-    st.lists(st.tuples(st.sampled_from([1, 1, 1, 1, 0, 2, 3]), st.integers(1, 3), st.integers(-5, 5)), max_size=9),
-    min_size=1,
-    max_size=5,
-)
+class _QueueModel:
+    """What ``putMessagePositionInfo`` leaves in a queue's files, written out unit by unit as a reference."""
+
+    def __init__(self):
+        self.units = {}  # queue offset -> (phy, size, tags)
+        self.start = None  # first queue offset of the first file
+        self.end = None  # next queue offset
+        self.files_end = None  # queue offset where the created files end
+        self.max_end = -1
+        self.min_offset = 0
+
+    def put(self, phy, size, tags, c):
+        if phy + size <= self.max_end:
+            return
+        if self.end is None:  # the first file: fillPreBlank up to c, the queue's minimum starts at c
+            self.start = self.end = self.files_end = c - c % UNITS
+            self.min_offset = c
+        if self.files_end == self.end:  # the last file is full (or there is none): the next one is created
+            self.files_end += UNITS  # first, even when the unit then turns out to be built already
+        if c < self.end:
+            return
+        for gap in range(self.end, c):
+            self.units[gap] = (0, BLANK_UNIT_SIZE, 0)
+        self.units[c] = (phy, size, tags)
+        self.end = c + 1
+        self.files_end = max(self.files_end, self.end + (-self.end) % UNITS)
+        self.max_end = phy + size
+
+    def files(self):
+        out = {}
+        if self.end is None:
+            return out
+        for first in range(self.start, self.files_end, UNITS):
+            data = b"".join(
+                struct.pack(">qiq", *self.units[i]) if i < self.end else bytes(20) for i in range(first, first + UNITS)
+            )
+            out[f"{first * 20:020d}"] = data
+        return out
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.integers(0, 6), _UNIT_BATCHES)
-def test_put_units_writes_what_unit_by_unit_puts_write(tmp_path_factory, first, batches):
-    """Batches continuing the queue (one append) and batches with skips, re-puts, gaps and rolls (unit path)."""
-    root = tmp_path_factory.mktemp("units")
-    fast = ConsumeQueue("T", 0, str(root / "fast"), FILE)
-    slow = ConsumeQueue("T", 0, str(root / "slow"), FILE)
-    cq_offset, phy = first - 1, 1000
-    for batch in batches:
-        units = []
-        for step, size, tags in batch:  # step 1 continues the queue; 0 repeats the last unit, 2-3 leave a gap
-            cq_offset += step
-            phy += 100 * step
-            units.append((phy, 50 * size, tags, max(cq_offset, 0)))
-        assert fast.put_units(units) == len(units)
-        for unit in units:
-            assert slow.put_message_position_info(*unit)
-        assert _queue_bytes(fast) == _queue_bytes(slow)
-        assert (fast.max_physic_offset, fast.min_logic_offset) == (slow.max_physic_offset, slow.min_logic_offset)
-        assert fast.get_max_offset_in_queue() == slow.get_max_offset_in_queue()
+@given(st.integers(0, 6), st.lists(st.tuples(st.sampled_from([1, 1, 1, 1, 0, 2, 3]), st.integers(1, 3),
+                                             st.integers(-5, 5)), max_size=30))
+def test_puts_write_what_rocketmq_writes_unit_by_unit(tmp_path_factory, first, steps):
+    """Units continuing the queue (the fast branch) mixed with re-puts, gaps, a first unit past 0 and file rolls."""
+    cq = ConsumeQueue("T", 0, str(tmp_path_factory.mktemp("units") / "consumequeue"), FILE)
+    model = _QueueModel()
+    c, phy = first - 1, 1000
+    for step, size, tags in steps:  # step 1 continues the queue; 0 repeats the last unit, 2-3 leave a gap
+        c, phy = max(c + step, 0), phy + 100 * step
+        assert cq.put_message_position_info(phy, 50 * size, tags, c)
+        model.put(phy, 50 * size, tags, c)
+    assert _queue_bytes(cq) == model.files()
+    assert cq.max_physic_offset == model.max_end
+    assert cq.get_max_offset_in_queue() == (model.end or 0)
+    if model.end is not None:
+        assert cq.get_min_offset_in_queue() == model.min_offset
 
 
-def test_put_units_appends_a_continuing_batch_at_once(tmp_path, monkeypatch):
-    cq = ConsumeQueue("T", 0, str(tmp_path / "consumequeue"), 8 * 20)
-    _fill(cq, 1)
-    calls = []
-    monkeypatch.setattr(ConsumeQueue, "put_message_position_info", lambda *a: calls.append(a))
-    assert cq.put_units([(1000 + 100 * i, 100, i, i) for i in range(1, 5)]) == 4
-    assert calls == []  # the fast path: one append, no unit-by-unit writes
-    assert cq.read_units(0, 10) == [(1000, 100, -3)] + [(1000 + 100 * i, 100, i) for i in range(1, 5)]
-    assert cq.max_physic_offset == 1500
+def test_truncate_with_an_empty_last_file_keeps_max_physic_offset_at_the_last_unit(tmp_path):
+    """A kill right after a queue's next file was created leaves it empty; truncating the queue at the
+    commit log's end must not treat everything below that end as built (the units the empty file was about
+    to get would be skipped by re-dispatch and lost from the queue)."""
+    cq = _cq(tmp_path)
+    _fill(cq, UNITS)  # the first file is full: units at phy 1000..1300, last ends at 1400
+    cq.mapped_file_queue.get_last_mapped_file(UNITS * 20)  # the next file, created and left empty
+    assert len(_files(cq)) == 2
+    cq.truncate_dirty_logic_files(5000)
+    assert cq.max_physic_offset == 1400
+    assert cq.put_message_position_info(1400, 100, 0, UNITS)  # written, not skipped as already built
+    assert cq.get_max_offset_in_queue() == UNITS + 1
+    assert cq.read_units(UNITS, 1) == [(1400, 100, 0)]

@@ -359,7 +359,7 @@ def _varied_messages():
 
 
 def test_reput_builds_the_files_record_by_record_dispatch_builds(tmp_path):
-    """The batched reput (fast decode, one append per queue, cached key hashes) against the plain RocketMQ
+    """The batched reput (one-unpack decode, cached key hashes, one index pass) against the plain RocketMQ
     loop: checkMessageAndReturnSize, putMessagePositionInfo and buildIndex on each record, file bytes equal."""
     s = Store(tmp_path / "store", max_index_num=7)
     try:
@@ -404,14 +404,15 @@ def test_reput_builds_the_files_record_by_record_dispatch_builds(tmp_path):
         s.close()
 
 
-def test_disk_error_in_a_one_append_write_retries_the_slice(store, monkeypatch):
+def test_disk_error_in_a_unit_continuing_the_queue_is_retried(store, monkeypatch):
+    """The consume queue's common branch (a unit continuing its last file) failing on the disk."""
     from store.mapped_file import MappedFile
 
     first = [store.put(msg(keys=f"a{i}"))[0] for i in range(2)]
-    assert store.reput.do_reput() == 2  # the queue has its file: the next units continue it in one append
+    assert store.reput.do_reput() == 2  # the queue has its file: the next units continue it
     rs = [store.put(msg(keys=f"b{i}"))[0] for i in range(2)]
     real = MappedFile.append
-    failures = iter([True])
+    failures = iter([False, True])  # the second unit of the pass fails
 
     def flaky(self, data):
         if "consumequeue" in self.path and next(failures, False):
@@ -419,10 +420,35 @@ def test_disk_error_in_a_one_append_write_retries_the_slice(store, monkeypatch):
         return real(self, data)
 
     monkeypatch.setattr(MappedFile, "append", flaky)
-    assert store.reput.do_reput() == 0
+    assert store.reput.do_reput() == 1
     assert store.reput.last_stop == "write error" and "Input/output error" in store.reput.last_error
-    assert store.reput.reput_from_offset == rs[0].physical_offset
-    assert store.reput.do_reput() == 2
+    assert store.reput.reput_from_offset == rs[1].physical_offset
+    assert store.index.query_offset("T", "b0", 10, 0, 1 << 62).phy_offsets == [rs[0].physical_offset]
+    assert store.reput.do_reput() == 1
     units = store.cqs.get("T", 0).read_units(0, 10)
     assert [u[0] for u in units] == [r.physical_offset for r in first + rs]
     assert store.index.query_offset("T", "b1", 10, 0, 1 << 62).phy_offsets == [rs[1].physical_offset]
+
+
+def test_queues_are_complete_up_to_the_last_unit_written_anywhere(store, monkeypatch):
+    """Recovery takes the largest unit end over all queues as dispatched; a pass stopped part way (here a
+    disk error, in life a kill) must leave every queue complete below it, so units go in commit-log order."""
+    from store.mapped_file import MappedFile
+
+    rs = store.put(*[msg(qid=i % 3, keys=f"k{i}") for i in range(12)])
+    real = MappedFile.append
+    calls = iter(range(100))
+
+    def flaky(self, data):
+        if "consumequeue" in self.path and next(calls) == 7:
+            raise OSError(5, "Input/output error")
+        return real(self, data)
+
+    monkeypatch.setattr(MappedFile, "append", flaky)
+    assert store.reput.do_reput() == 7
+    written = set()
+    for q in range(3):
+        written |= {u[0] for u in store.cqs.get("T", q).read_units(0, 10)}
+    assert written == {r.physical_offset for r in rs[:7]}
+    assert store.cqs.max_physic_offset() == rs[7].physical_offset  # = the end of record 6
+    assert store.reput.reput_from_offset == rs[7].physical_offset
