@@ -297,7 +297,9 @@ class IndexFile:
                     time_diff = 0
                 else:  # Java long division truncates toward zero; negatives are clamped to 0 anyway
                     delta = ts - begin
-                    time_diff = 0 if delta < 0 else min(INT_MAX, delta // 1000)
+                    time_diff = 0 if delta < 0 else delta // 1000
+                    if time_diff > INT_MAX:
+                        time_diff = INT_MAX
                 while key < n and index_count < index_num:
                     h = hashes[key]
                     abs_slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE

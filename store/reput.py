@@ -45,6 +45,7 @@ _HOST_V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _STOP_NONE = ""
 _STOP_BAD = "bad record"  # corrupt data: stays stopped there until the log is truncated
 _STOP_ERROR = "write error"  # disk trouble: retried after retry_wait_ms
+_NOT_TAKEN = "the queue's file did not take the unit"
 
 
 def _incomplete(view: memoryview, pos: int, end: int, can_grow: bool) -> bool:
@@ -285,7 +286,11 @@ class ReputMessageService:
                                     cq = queues.get(key)
                                     if cq is None:
                                         cq = queues[key] = find_queue(topic, queue_id)
-                                    if not self._put_unit(cq, phy, total, tags_code, queue_offset, start + pos):
+                                    try:
+                                        if not cq.put_message_position_info(phy, total, tags_code, queue_offset):
+                                            raise OSError(_NOT_TAKEN)
+                                    except OSError as e:
+                                        self._unit_failed(cq, start + pos, e)
                                         return count, start + pos, last_cq_ts, _STOP_ERROR
                                     last_cq_ts = store_ts
                                     arrivals[key] = queue_offset + 1
@@ -307,9 +312,13 @@ class ReputMessageService:
                     cq = queues.get(key)
                     if cq is None:
                         cq = queues[key] = find_queue(dr.topic, dr.queue_id)
-                    if not self._put_unit(
-                        cq, dr.commit_log_offset, size, dr.tags_code, dr.consume_queue_offset, start + pos
-                    ):
+                    try:
+                        if not cq.put_message_position_info(
+                            dr.commit_log_offset, size, dr.tags_code, dr.consume_queue_offset
+                        ):
+                            raise OSError(_NOT_TAKEN)
+                    except OSError as e:
+                        self._unit_failed(cq, start + pos, e)
                         return count, start + pos, last_cq_ts, _STOP_ERROR
                     last_cq_ts = dr.store_timestamp
                     arrivals[key] = dr.consume_queue_offset + 1
@@ -340,17 +349,11 @@ class ReputMessageService:
                 return count, bad, last_cq_ts, _STOP_BAD
         return count, start + pos, last_cq_ts, _STOP_NONE
 
-    def _put_unit(self, cq: ConsumeQueue, offset: int, size: int, tags_code: int, cq_offset: int, at: int) -> bool:
-        """One consume-queue unit; False (logged, ``last_error`` set) when the disk refused it: the record at
-        commit-log offset ``at`` is then dispatched again later."""
-        try:
-            if cq.put_message_position_info(offset, size, tags_code, cq_offset):
-                return True
-            self.last_error = f"consume queue {cq.topic}-{cq.queue_id}: the queue's file did not take the unit"
-        except OSError as e:
-            self.last_error = f"consume queue {cq.topic}-{cq.queue_id}: {e}"
+    def _unit_failed(self, cq: ConsumeQueue, at: int, error: OSError) -> None:
+        """A consume-queue write the disk refused: the record at commit-log offset ``at`` is dispatched again
+        later."""
+        self.last_error = f"consume queue {cq.topic}-{cq.queue_id}: {error}"
         log.error("reput: cannot write at commit-log offset %d: %s", at, self.last_error)
-        return False
 
     def _finish_batch(self, arrivals: dict[tuple[str, int], int], last_cq_ts: int) -> None:
         """Publish a batch: checkpoint time, progress waiters, then one arrival call per queue."""
