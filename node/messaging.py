@@ -20,7 +20,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from node import convert
 from node.errors import invalid, not_found
 from node.rpc import rpc_handler
-from node.validation import check_group_name, check_topic_name
+from node.validation import check_consumable_topic, check_group_name, check_topic_name
 from store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         node = self.node
         topic, qid, offset = request.topic, request.queue_id, request.offset
         check_topic_name(topic, allow_system=True)
+        check_consumable_topic(topic)
         cfg = node.readable_topic(topic)
         node.check_read_queue(cfg, qid)
         if offset < 0:

@@ -37,6 +37,14 @@ SYSTEM_TOPICS = frozenset(
     rmq_sys_REVIVE_LOG rmq_sys_wheel_timer""".split()
 )
 SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
+# System topics whose messages are not meant for any consumer yet: delayed messages before their time, half
+# messages of open transactions and the transaction op log. Pulling them is refused.
+UNCONSUMABLE_TOPICS = {
+    "SCHEDULE_TOPIC_XXXX": "delayed messages wait there until their time; consume their real topic",
+    "RMQ_SYS_TRANS_HALF_TOPIC": "half messages of open transactions wait there; a commit delivers the message to "
+    "its real topic",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC": "it is the broker's transaction op log",
+}
 
 
 class ValidationError(ValueError):
@@ -59,6 +67,13 @@ def check_topic_name(name: str, *, allow_system: bool = False) -> None:
         )
     if not allow_system and is_system_topic(name):
         raise ValidationError(f"topic {name!r} is a system topic reserved for the broker; use another name")
+
+
+def check_consumable_topic(name: str) -> None:
+    """Refuse pulls from a topic whose messages are not for consumers (see ``UNCONSUMABLE_TOPICS``)."""
+    why = UNCONSUMABLE_TOPICS.get(name)
+    if why is not None:
+        raise ValidationError(f"topic {name!r} cannot be consumed: {why}")
 
 
 def check_group_name(group: str) -> None:

@@ -175,6 +175,10 @@ def test_single_node_delays_clamps_rejects_and_survives_restart(tmp_path):
                 p.send("Delayed", "bad", delay_level=-1)
             sched = schedule_records(admin, sent)
             assert sched[r.uniq_key][1] == 3
+            # nobody consumes the waiting room: that would hand out messages before their time
+            with PullConsumer("peek", "SCHEDULE_TOPIC_XXXX", server) as peek, \
+                    pytest.raises(InvalidArgumentError, match="cannot be consumed: delayed messages wait there"):
+                peek.poll(timeout=1)
 
             # the CLI: clamping note in --json output; a negative level is a usage error
             out = raftmq("produce", "Delayed", "--body", "cli", "--delay-level", "9", "--json", "-s", server[0])

@@ -176,8 +176,12 @@ def test_bad_input(node):
         stub.EndTransaction(pb.EndTransactionRequest(producer_group="g", msg_id=h2.msg_id,
                                                      resolution=pb.TX_UNKNOWN), timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    # consumers of the topic never see the half queue; it is a system topic (registered on first use, as RocketMQ
-    # does), listed only with include_system
+    # consumers never see the half queue: pulling it is refused; it is a system topic (registered on first use, as
+    # RocketMQ does), listed only with include_system
+    with pytest.raises(grpc.RpcError) as e:
+        _pull_all(node, HALF)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cannot be consumed" in e.value.details()
     listed = pb_grpc.AdminServiceStub(node.channel()).ListTopics(pb.ListTopicsRequest(), timeout=10)
     assert HALF not in {t.name for t in listed.topics}
     listed = pb_grpc.AdminServiceStub(node.channel()).ListTopics(pb.ListTopicsRequest(include_system=True),
