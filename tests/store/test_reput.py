@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from store.checkpoint import StoreCheckpoint
 from store.commit_log import CommitLog
@@ -14,7 +16,7 @@ from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from store.index_service import IndexService
 from store.java import java_string_hash
-from store.message import SCHEDULE_TOPIC, Message, decode_record
+from store.message import SCHEDULE_TOPIC, Message, decode_dispatch, decode_record, encode_record
 from store.reput import ReputMessageService
 
 T0 = 1_700_000_000_000
@@ -452,3 +454,89 @@ def test_queues_are_complete_up_to_the_last_unit_written_anywhere(store, monkeyp
     assert written == {r.physical_offset for r in rs[:7]}
     assert store.cqs.max_physic_offset() == rs[7].physical_offset  # = the end of record 6
     assert store.reput.reput_from_offset == rs[7].physical_offset
+
+
+class _RecordingQueues:
+    """A consume-queue table that records the units it is given, per queue, in order."""
+
+    def __init__(self):
+        self.units = {}
+
+    def find_or_create(self, topic, queue_id):
+        table = self
+
+        class Queue:
+            def put_message_position_info(self, *unit):
+                table.units.setdefault((topic, queue_id), []).append(unit)
+                return True
+
+        return Queue()
+
+
+class _PlainLog:
+    file_size = 1 << 40
+    delay_level_ms = [1000, 5000, 10000]
+
+    def check_message_and_return_size(self, buf, pos, limit, check_crc):
+        return decode_dispatch(buf, pos, check_crc=check_crc, limit=limit, delay_level_ms=self.delay_level_ms)
+
+    def roll_next_file(self, offset):
+        return -1
+
+
+_PAIR = st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "X", ""]),
+                  st.sampled_from(["", "3", "a b", " k ", "é", "\x01"]))
+_PROPS = st.one_of(
+    st.lists(_PAIR, max_size=5).map(lambda pairs: "\x02".join(f"{k}\x01{v}" for k, v in pairs)),
+    st.lists(st.sampled_from(["TAGS", "KEYS", "\x01", "\x02", "a", " "]), max_size=8).map("".join),
+)
+_RECORD = st.tuples(_PROPS, st.sampled_from(["T", SCHEDULE_TOPIC, "TxTxTx"]), st.integers(0, 5),
+                    st.sampled_from([0, 4, 8, 12, 1]), st.sampled_from(["127.0.0.1", "::1"]),
+                    st.sampled_from(["127.0.0.1", "::2"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_RECORD, min_size=1, max_size=6), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)),
+       max_size=3), st.integers(0, 10_000))
+@example([("DELAY\x013\x02TAGS\x01t", SCHEDULE_TOPIC, 0, 0, "127.0.0.1", "127.0.0.1")], [], 10_000)
+@example([("KEYS\x01k", "T", 0, 12, "127.0.0.1", "127.0.0.1"), ("TAGS\x01t", "T", 1, 0, "::1", "127.0.0.1")],
+         [], 10_000)
+def test_reput_decodes_every_record_as_check_message_and_return_size_does(records, flips, cut):
+    """Reput's one-unpack reading of common records against the general decoder, on valid, corrupted and cut
+    bytes: the same units per queue, index records, count and next offset."""
+    data, phy = bytearray(), 0
+    for i, (props, topic, body, sys_flag, born, stored) in enumerate(records):
+        rec = encode_record(topic=topic, body=bytes(body), properties=props, queue_id=i % 2, queue_offset=i,
+                            physical_offset=phy, sys_flag=sys_flag, born_host=(born, 1), store_timestamp=5000 + i,
+                            store_host=(stored, 2))
+        data += rec
+        phy += len(rec)
+    for at, value in flips:
+        data[at % len(data)] = value
+    view = memoryview(bytes(data[: max(cut, len(data) // 2)]))
+    log = _PlainLog()
+
+    queues, index = _RecordingQueues(), []
+    reput = ReputMessageService(log, queues, None)
+    count, next_offset, _ts, _stop = reput._dispatch_records(view, 0, 1 << 30, {}, index)
+
+    want_units, want_index, want_count, pos = {}, [], 0, 0
+    while pos < len(view):  # the plain loop: the general decoder on every record
+        dr = log.check_message_and_return_size(view, pos, len(view), False)
+        if dr.success and dr.msg_size == 0:
+            pos = -1
+            break
+        if not dr.success:
+            if dr.msg_size <= 0:
+                break
+            pos += dr.msg_size
+            continue
+        if dr.goes_to_consume_queue:
+            want_units.setdefault((dr.topic, dr.queue_id), []).append(
+                (dr.commit_log_offset, dr.msg_size, dr.tags_code, dr.consume_queue_offset))
+        rollback = not dr.goes_to_index
+        want_index.append((dr.commit_log_offset, dr.store_timestamp, dr.topic, None if rollback else dr.keys,
+                           None if rollback else dr.uniq_key))
+        want_count += 1
+        pos += dr.msg_size
+    assert (queues.units, index, count, next_offset) == (want_units, want_index, want_count, pos)
