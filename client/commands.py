@@ -21,6 +21,7 @@ from concurrent import futures
 from client.admin import Admin
 from client.connection import DEFAULT_SERVER, parse_servers
 from client.consumer import START_FIRST, START_LAST, PullConsumer
+from client.consumer_group import describe_consumer_group
 from client.errors import InvalidArgumentError, RaftmqError, ReplicasDifferError, UnavailableError
 from client.producer import Producer
 from client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
@@ -652,6 +653,26 @@ def cmd_transfer_leader(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_group_describe(args: argparse.Namespace) -> int:
+    """``group describe``: live members (from the leader), who owns which queue, committed offsets and lag."""
+    d = describe_consumer_group(servers_of(args), args.group, timeout=args.timeout, retry_timeout=args.timeout)
+    if args.json:
+        _print_json(dataclasses.asdict(d))
+        return 0
+    total_lag = sum(q.lag for q in d.queues)
+    print(f"Group: {d.group} ({len({m.client_id for m in d.members})} live members, total lag {total_lag}, "
+          f"answered by {d.answered_by})")
+    rows = [[m.topic, m.client_id, ",".join(map(str, m.queue_ids)) or "-", _ms_to_text(m.last_heartbeat_ms),
+             f"{m.expires_in_ms / 1000:.1f}s"] for m in d.members]
+    if rows:
+        print(render_table(["Topic", "Member", "Queues", "Last heartbeat", "Expires in"], rows, title="Members"))
+    rows = [[q.topic, q.queue_id, q.client_id or "-", q.committed_offset if q.committed else "-", q.max_offset,
+             q.lag] for q in d.queues]
+    if rows:
+        print(render_table(["Topic", "Queue", "Owner", "Committed", "Max offset", "Lag"], rows, title="Queues"))
+    return 0
+
+
 def _range_text(start: int, end: int) -> str:
     return f"[{start}, {end})"
 
@@ -883,4 +904,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--secret-file", metavar="PATH", help=f"file holding cluster.secret (default ${SECRET_ENV})")
     p = _add(csub, "transfer-leader", cmd_transfer_leader, "hand leadership to another member", json_flag=False)
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")
+
+    g = sub.add_parser("group", help="consumer groups: members, queue ownership, lag")
+    gsub = g.add_subparsers(dest="group_command", metavar="{describe}")
+    gsub.required = True
+    p = _add(gsub, "describe", cmd_group_describe, "a group's live members, their queues, offsets and lag",
+             description="Ask the leader (which holds the membership) for GROUP's live consumers, the queues each "
+                         "reads (AllocateMessageQueueAveragely over the sorted member ids), and per queue the "
+                         "committed offset and lag.")
+    p.add_argument("group", metavar="GROUP")
 

@@ -1,25 +1,40 @@
-"""The pull consumer: pulls every queue of a topic, tracks positions and commits the group's offsets.
+"""The pull consumer: pulls its share of a topic's queues, tracks positions and commits the group's offsets.
+
+Clustering consumption (RocketMQ's RebalanceImpl): every consumer heartbeats to the leader, which answers with
+the group's live members for the topic; each consumer takes its share of the read queues with
+AllocateMessageQueueAveragely over the sorted member ids, again whenever the membership or the queue count
+changes. A lone consumer owns every queue. A queue leaving this consumer is dropped (buffered messages of it are
+discarded) and its consumed offset committed at once, so its new owner resumes where this one stopped; ``close()``
+commits and unregisters so the others take over without waiting for the expiry (3 heartbeat intervals).
 
 Delivery is at-least-once. A message counts as consumed once it has been handed out (returned by ``poll``,
 ``receive`` or the iterator). Offsets of consumed messages are committed by ``commit()``, by auto-commit at the
 next ``poll``/``receive`` once ``auto_commit_interval`` has passed (so the previous batch has been processed),
 and on ``close()``. After a crash the group resumes from its last committed offsets, so messages consumed since
 that commit are delivered again; a consumer that must not process a message twice drops UNIQ_KEYs it has seen.
+Around a rebalance two consumers may briefly read the same queue (until both have seen the new membership) and a
+message handed out but not yet committed by the old owner is delivered again by the new one: duplicates, never a
+loss (an offset is only committed for messages that were handed out).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent import futures
 
+import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
 from client import errors
 from client.connection import ServerPool
+from client.consumer_group import allocate_averagely
 from client.tags import format_tag_expression
 from client.types import MessageView
 
@@ -42,19 +57,22 @@ class _Delivery:
 
 
 class PullConsumer:
-    """Consumes one topic for a consumer group.
+    """Consumes one topic for a consumer group, sharing its queues with the group's other live consumers.
 
     ``start_from`` applies to queues the group never committed: ``"last"`` (only messages stored from now on,
     RocketMQ's CONSUME_FROM_LAST_OFFSET), ``"first"`` (everything still stored) or an epoch-millisecond
     timestamp. ``tags`` is a tag expression ("*", "A || B") or a list of tags. ``long_poll`` is how long one
     pull waits at the server for new messages. ``from_leader`` reads only from the leader (no staleness).
+    ``heartbeat_interval`` is how often this consumer tells the leader it is alive (the leader drops it after 3
+    intervals without one); ``client_id`` names this instance in the group (default ``host@pid@random``).
     """
 
     def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, *,
                  tags: str | Iterable[str] | None = None, start_from: str | int = START_LAST,
                  auto_commit: bool = True, auto_commit_interval: float = 5.0, batch_size: int = 32,
                  long_poll: float = 2.0, from_leader: bool = False, timeout: float = 10.0,
-                 retry_timeout: float = 15.0, queue_refresh_interval: float = 30.0):
+                 retry_timeout: float = 15.0, queue_refresh_interval: float = 30.0,
+                 heartbeat_interval: float = 5.0, client_id: str | None = None):
         if not group.strip():
             raise errors.InvalidArgumentError("consumer group must not be empty")
         if not topic.strip():
@@ -64,8 +82,13 @@ class PullConsumer:
                 f"bad start_from {start_from!r}: use 'first', 'last' or an epoch-millisecond timestamp")
         if batch_size <= 0:
             raise errors.InvalidArgumentError(f"batch_size must be positive, got {batch_size}")
+        if heartbeat_interval <= 0:
+            raise errors.InvalidArgumentError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
+        if client_id is not None and not client_id.strip():
+            raise errors.InvalidArgumentError("client_id must not be empty (leave it unset for host@pid@random)")
         self.group = group
         self.topic = topic
+        self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{secrets.token_hex(4)}"
         self.tag_expression = format_tag_expression(tags)
         self.start_from = start_from
         self.auto_commit = auto_commit
@@ -74,63 +97,170 @@ class PullConsumer:
         self.long_poll = long_poll
         self.from_leader = from_leader
         self.queue_refresh_interval = queue_refresh_interval
+        self.heartbeat_interval = heartbeat_interval
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
-        self._lock = threading.Lock()
-        self._fetch_pos: dict[int, int] = {}
+        # _lock guards every position, the buffer and the in-flight pulls (the heartbeat thread revokes queues);
+        # it is never held across an RPC or a wait. _rebalance_lock runs one rebalance at a time.
+        self._lock = threading.RLock()
+        self._rebalance_lock = threading.Lock()
+        self._fetch_pos: dict[int, int] = {}  # the queues this consumer owns -> next offset to pull
         self._consumed: dict[int, int] = {}
         self._committed: dict[int, int] = {}
         self._buffer: collections.deque[_Delivery] = collections.deque()
         self._inflight: dict[int, futures.Future] = {}
+        self._queue_ids: list[int] = []  # the topic's read queues, as last seen
+        self._members: list[str] = []  # the group's live members for the topic, as the leader last said
+        self._grouped = True  # False against a server without ConsumerHeartbeat: this consumer takes every queue
         self._executor = futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="raftmq-pull")
+        self._heartbeats: threading.Thread | None = None
+        self._stop = threading.Event()
         self._started = False
         self._closed = False
         self._last_commit = time.monotonic()
         self._last_refresh = 0.0
 
-    # ------------------------------------------------------------------ positions
+    # ------------------------------------------------------------------ membership and queues
 
     def start(self) -> None:
-        """Look up the queues and the group's committed offsets now (else the first poll does it); raises
-        ``TopicNotFoundError`` for an unknown topic."""
+        """Join the group, look up the queues and take this consumer's share now (else the first poll does it);
+        raises ``TopicNotFoundError`` for an unknown topic."""
         self._check_open()
         if not self._started:
             self._start()
 
     def _start(self) -> None:
-        committed = self._fetch_committed()
-        self._committed = dict(committed)
-        self._refresh_queues(committed, initial=True)
+        self._heartbeat()
+        self._refresh_queues(initial=True)
         self._started = True
+        if self._grouped:
+            self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="raftmq-heartbeat", daemon=True)
+            self._heartbeats.start()
+
+    def _heartbeat(self) -> bool:
+        """Tell the leader we are alive; True when the membership (or the queue count) changed."""
+        if not self._grouped:
+            return False
+        req = pb.ConsumerHeartbeatRequest(group=self.group, topic=self.topic, client_id=self.client_id,
+                                          heartbeat_interval_ms=int(self.heartbeat_interval * 1000))
+        try:
+            resp, _ = self._pool.write(lambda s, t: s.messaging.ConsumerHeartbeat(req, timeout=t), idempotent=True)
+        except errors.RaftmqError as exc:
+            if exc.code != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            log.warning("the server does not know consumer groups (ConsumerHeartbeat unimplemented): this "
+                        "consumer reads every queue of %s", self.topic)
+            self._grouped = False
+            self._members = [self.client_id]
+            return True
+        members = sorted(resp.client_ids)
+        changed = members != self._members or resp.read_queue_nums != len(self._queue_ids)
+        self._members = members
+        return changed
+
+    def _heartbeat_loop(self) -> None:
+        """Every ``heartbeat_interval``: heartbeat, and rebalance when the group or the topic changed."""
+        due = False  # a change seen whose rebalance has not succeeded yet
+        while not self._stop.wait(self.heartbeat_interval):
+            try:
+                due = self._heartbeat() or due
+                if due:
+                    self._refresh_queues(initial=False)
+                    due = False
+            except errors.RaftmqError as exc:  # no leader for a while, topic deleted...: keep the allocation
+                if not self._stop.is_set():
+                    log.warning("group %s: heartbeat/rebalance failed (keeping the current queues): %s",
+                                self.group, exc)
+            except Exception:  # a bug must not silently stop the heartbeats (the group would drop us)
+                log.exception("group %s: heartbeat loop error", self.group)
+
+    def _refresh_queues(self, *, initial: bool) -> None:
+        """Look up the topic's read queues and rebalance: drop the queues that are no longer ours (committing them
+        first), take the new ones at the group's committed offset."""
+        with self._rebalance_lock:
+            req = pb.GetQueueOffsetsRequest(topic=self.topic)
+            resp, _ = self._pool.read(lambda s, t: s.messaging.GetQueueOffsets(req, timeout=t))
+            previous = set(self._queue_ids)
+            self._queue_ids = sorted(q.queue_id for q in resp.queues)
+            members = self._members if self.client_id in self._members else sorted([*self._members, self.client_id])
+            mine = set(allocate_averagely(self._queue_ids, members, self.client_id))
+            with self._lock:
+                owned = set(self._fetch_pos)
+            present = set(self._queue_ids)
+            for q in sorted(owned - mine):
+                self._revoke(q, "no longer a read queue of the topic" if q not in present
+                             else f"rebalanced to another member of group {self.group}")
+            gained = sorted(mine - owned)
+            if gained:
+                self._acquire(gained, {q.queue_id: q for q in resp.queues}, previous, initial=initial)
+            self._last_refresh = time.monotonic()
+
+    def _revoke(self, queue_id: int, why: str) -> None:
+        """Stop pulling ``queue_id``, discard its buffered messages and commit what was handed out of it."""
+        log.info("group %s topic %s: releasing queue %d: %s", self.group, self.topic, queue_id, why)
+        with self._lock:
+            self._fetch_pos.pop(queue_id, None)
+            self._inflight.pop(queue_id, None)  # a pull still running is left to finish; its answer is ignored
+            self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
+            consumed = self._consumed.pop(queue_id, None)
+            committed = self._committed.pop(queue_id, None)
+        if not self.auto_commit or consumed is None or consumed == committed:
+            return
+        try:
+            self._commit({queue_id: consumed})
+        except errors.RaftmqError as exc:  # the new owner re-reads from the older commit: duplicates, no loss
+            log.warning("group %s: could not commit released queue %d at %d: %s", self.group, queue_id, consumed,
+                        exc)
+
+    def _acquire(self, queue_ids: list[int], queues: dict[int, pb.QueueOffsets], previous: set[int], *,
+                 initial: bool) -> None:
+        """Start pulling ``queue_ids`` at the group's committed offsets (read now: the previous owner committed
+        when it let go); a queue the group never committed starts per ``start_from`` and, with auto-commit, that
+        position is committed at once so a later owner continues from it instead of from a later "last"."""
+        committed = self._fetch_committed()
+        starts: dict[int, int] = {}
+        pinned: dict[int, int] = {}
+        for qid in queue_ids:
+            q = queues[qid]
+            if qid in committed:
+                starts[qid] = committed[qid]
+                continue
+            if not initial and previous and qid not in previous:  # the topic grew: all of it is new to the group
+                pos = q.min_offset
+            elif self.start_from == START_LAST:
+                pos = q.max_offset
+            elif isinstance(self.start_from, int):
+                sreq = pb.SearchOffsetRequest(topic=self.topic, queue_id=qid, timestamp=self.start_from)
+                pos = self._pool.read(lambda s, t, r=sreq: s.messaging.SearchOffset(r, timeout=t))[0].offset
+            else:
+                pos = q.min_offset
+            starts[qid] = pinned[qid] = pos
+        if pinned and self.auto_commit:
+            self._commit(pinned)
+        with self._lock:
+            for qid, pos in starts.items():
+                self._fetch_pos[qid] = pos
+                self._consumed[qid] = pos
+                if qid in committed or (pinned and self.auto_commit):
+                    self._committed[qid] = pos
+        log.info("group %s topic %s: %s queues %s (members: %s)", self.group, self.topic, self.client_id,
+                 sorted(self._fetch_pos), ", ".join(self._members))
 
     def _fetch_committed(self) -> dict[int, int]:
         req = pb.FetchOffsetRequest(group=self.group, topic=self.topic)
         resp, _ = self._pool.read(lambda s, t: s.messaging.FetchOffset(req, timeout=t))
         return dict(resp.offsets)
 
-    def _refresh_queues(self, committed: dict[int, int], *, initial: bool) -> None:
-        req = pb.GetQueueOffsetsRequest(topic=self.topic)
-        resp, _ = self._pool.read(lambda s, t: s.messaging.GetQueueOffsets(req, timeout=t))
-        present = {q.queue_id for q in resp.queues}
-        for q in [q for q in self._fetch_pos if q not in present]:
-            self._drop_queue(q, "no longer a read queue of the topic")
-        for q in resp.queues:
-            if q.queue_id in self._fetch_pos:
-                continue
-            if q.queue_id in committed:
-                pos = committed[q.queue_id]
-            elif initial and self.start_from == START_LAST:
-                pos = q.max_offset
-            elif initial and isinstance(self.start_from, int):
-                sreq = pb.SearchOffsetRequest(topic=self.topic, queue_id=q.queue_id, timestamp=self.start_from)
-                pos = self._pool.read(lambda s, t, r=sreq: s.messaging.SearchOffset(r, timeout=t))[0].offset
-            else:  # "first", or a queue that appeared after we started: all of it is new to us
-                pos = q.min_offset
-            self._fetch_pos[q.queue_id] = pos
-            self._consumed.setdefault(q.queue_id, pos)
-        self._last_refresh = time.monotonic()
+    def assigned_queues(self) -> list[int]:
+        """The queue ids this consumer reads now (all of them when it is the group's only member)."""
+        with self._lock:
+            return sorted(self._fetch_pos)
+
+    def members(self) -> list[str]:
+        """The group's live members for this topic, sorted, as the leader last answered."""
+        return list(self._members)
 
     def positions(self) -> dict[int, int]:
-        """Per queue, the next offset this consumer will hand out (consumed up to here)."""
+        """Per owned queue, the next offset this consumer will hand out (consumed up to here)."""
         with self._lock:
             return dict(self._consumed)
 
@@ -140,6 +270,10 @@ class PullConsumer:
             self._start()
         with self._lock:
             if queue_id not in self._fetch_pos:
+                if queue_id in self._queue_ids:
+                    raise errors.NotFoundError(f"queue {queue_id} of topic {self.topic!r} is assigned to another "
+                                               f"member of group {self.group!r}; this consumer reads "
+                                               f"{sorted(self._fetch_pos)}")
                 raise errors.NotFoundError(f"topic {self.topic!r} has no queue {queue_id}")
             self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
             fut = self._inflight.pop(queue_id, None)
@@ -165,44 +299,52 @@ class PullConsumer:
         return self._pool.read(call, timeout=timeout)[0]
 
     def _fill(self, timeout: float) -> None:
-        """Pull every queue concurrently (long polls stay in flight across calls) until something arrives or
-        ``timeout`` passes; completed pulls land in the buffer."""
+        """Pull every owned queue concurrently (long polls stay in flight across calls) until something arrives
+        or ``timeout`` passes; completed pulls land in the buffer."""
         if not self._started:
             self._start()
         elif time.monotonic() - self._last_refresh > self.queue_refresh_interval:
-            self._refresh_queues({}, initial=False)
-        for q, pos in self._fetch_pos.items():
-            if q not in self._inflight:
-                self._inflight[q] = self._executor.submit(self._pull, q, pos)
-        done, _ = futures.wait(list(self._inflight.values()), timeout=max(timeout, 0.0),
-                               return_when=futures.FIRST_COMPLETED)
+            self._refresh_queues(initial=False)
+        with self._lock:
+            for q, pos in self._fetch_pos.items():
+                if q not in self._inflight:
+                    self._inflight[q] = self._executor.submit(self._pull, q, pos)
+            waiting = list(self._inflight.values())
+        if not waiting:  # this consumer owns no queue (more members than queues): just wait
+            self._stop.wait(max(timeout, 0.0))
+            return
+        done, _ = futures.wait(waiting, timeout=max(timeout, 0.0), return_when=futures.FIRST_COMPLETED)
         if not done:
             return
-        for q in sorted(self._inflight):
-            fut = self._inflight[q]
-            if not fut.done():
-                continue
-            del self._inflight[q]
-            try:
-                resp = fut.result()
-            except errors.NotFoundError as exc:
-                if isinstance(exc, errors.TopicNotFoundError):
-                    raise
-                self._drop_queue(q, exc)
-                continue
-            self._apply(q, resp)
+        with self._lock:
+            for q in sorted(self._inflight):
+                fut = self._inflight[q]
+                if not fut.done():
+                    continue
+                del self._inflight[q]
+                try:
+                    resp = fut.result()
+                except futures.CancelledError:
+                    continue
+                except errors.NotFoundError as exc:
+                    if isinstance(exc, errors.TopicNotFoundError):
+                        raise
+                    self._drop_queue(q, exc)
+                    continue
+                self._apply(q, resp)
 
     def _drop_queue(self, queue_id: int, why: object) -> None:
         """The topic's read queues shrank (topic update): stop pulling and committing that queue."""
         log.warning("topic %s: dropping queue %d: %s", self.topic, queue_id, why)
-        self._fetch_pos.pop(queue_id, None)
-        self._inflight.pop(queue_id, None)  # a pull still running is left to finish; its answer is ignored
-        self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
         with self._lock:
+            self._fetch_pos.pop(queue_id, None)
+            self._inflight.pop(queue_id, None)  # a pull still running is left to finish; its answer is ignored
+            self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
             self._consumed.pop(queue_id, None)
             self._committed.pop(queue_id, None)
 
     def _apply(self, queue_id: int, resp: pb.PullMessageResponse) -> None:
+        """Called with ``_lock`` held, for a queue this consumer still owns."""
         if resp.status == pb.FOUND and resp.messages:
             msgs = [MessageView.from_pb(m) for m in resp.messages]
             for m in msgs[:-1]:
@@ -219,43 +361,48 @@ class PullConsumer:
         nxt = resp.next_offset
         self._fetch_pos[queue_id] = nxt
         pending = [d for d in self._buffer if d.message.queue_id == queue_id]
-        with self._lock:
-            if pending:
-                pending[-1].after = max(pending[-1].after, nxt)
-            elif nxt != self._consumed.get(queue_id):
-                self._consumed[queue_id] = nxt
+        if pending:
+            pending[-1].after = max(pending[-1].after, nxt)
+        elif nxt != self._consumed.get(queue_id):
+            self._consumed[queue_id] = nxt
 
-    def _hand_out(self, delivery: _Delivery) -> MessageView:
+    def _take(self, limit: int | None) -> list[MessageView]:
+        """Hand out up to ``limit`` buffered messages (all when None), recording them as consumed."""
+        out = []
         with self._lock:
-            self._consumed[delivery.message.queue_id] = delivery.after
-        return delivery.message
+            while self._buffer and (limit is None or len(out) < limit):
+                d = self._buffer.popleft()
+                q = d.message.queue_id
+                if q in self._fetch_pos:
+                    self._consumed[q] = d.after
+                out.append(d.message)
+        return out
 
     def _maybe_auto_commit(self) -> None:
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
             self.commit()
 
     def poll(self, timeout: float = 1.0) -> list[MessageView]:
-        """Every message available within ``timeout`` seconds (possibly none), across all queues."""
+        """Every message available within ``timeout`` seconds (possibly none), across this consumer's queues."""
         self._check_open()
         self._maybe_auto_commit()
         if not self._buffer:
             self._fill(timeout)
-        out = []
-        while self._buffer:
-            out.append(self._hand_out(self._buffer.popleft()))
-        return out
+        return self._take(None)
 
     def receive(self, timeout: float = 1.0) -> MessageView | None:
         """The next message, or None if none arrives within ``timeout`` seconds."""
         self._check_open()
         self._maybe_auto_commit()
         deadline = time.monotonic() + timeout
-        while not self._buffer:
+        while True:
+            got = self._take(1)
+            if got:
+                return got[0]
             remaining = deadline - time.monotonic()
-            self._fill(remaining)
-            if not self._buffer and time.monotonic() >= deadline:
+            if remaining <= 0:
                 return None
-        return self._hand_out(self._buffer.popleft())
+            self._fill(remaining)
 
     def __iter__(self) -> Iterator[MessageView]:
         """Messages as they arrive, forever (until ``close()`` or ``break``)."""
@@ -278,12 +425,15 @@ class PullConsumer:
         except errors.NotFoundError as exc:
             if isinstance(exc, errors.TopicNotFoundError):
                 raise
-            self._refresh_queues({}, initial=False)  # a queue went away: drop it and commit the rest
-            changed = {q: o for q, o in changed.items() if q in self._fetch_pos}
+            self._refresh_queues(initial=False)  # a queue went away: drop it and commit the rest
+            with self._lock:
+                changed = {q: o for q, o in changed.items() if q in self._fetch_pos}
             if changed:
                 self._commit(changed)
         with self._lock:
-            self._committed.update(changed)
+            for q, o in changed.items():
+                if q in self._fetch_pos:
+                    self._committed[q] = o
 
     def _commit(self, offsets: dict[int, int]) -> None:
         req = pb.CommitOffsetRequest(group=self.group, topic=self.topic, offsets=offsets)
@@ -294,18 +444,35 @@ class PullConsumer:
             raise errors.RaftmqError("consumer is closed")
 
     def close(self) -> None:
-        """Commit (when auto-commit is on) and release connections. Pending long polls are abandoned."""
+        """Commit (when auto-commit is on), leave the group (the others take over this consumer's queues at
+        once) and release connections. Pending long polls are abandoned."""
         if self._closed:
             return
+        self._stop.set()
+        if self._heartbeats is not None:
+            self._heartbeats.join(timeout=self._pool.timeout + self._pool.retry_timeout)
         try:
             if self.auto_commit and self._started:
                 self.commit()
         finally:
             self._closed = True
-            for fut in self._inflight.values():
-                fut.cancel()
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._pool.close()
+            try:
+                if self._started and self._grouped:
+                    self._unregister()
+            finally:
+                with self._lock:
+                    for fut in self._inflight.values():
+                        fut.cancel()
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._pool.close()
+
+    def _unregister(self) -> None:
+        req = pb.UnregisterConsumerRequest(group=self.group, topic=self.topic, client_id=self.client_id)
+        try:
+            self._pool.write(lambda s, t: s.messaging.UnregisterConsumer(req, timeout=t), idempotent=True)
+        except errors.RaftmqError as exc:  # the leader drops us after 3 heartbeat intervals anyway
+            log.warning("group %s: could not unregister %s (the others take over after the expiry): %s",
+                        self.group, self.client_id, exc)
 
     def __enter__(self) -> PullConsumer:
         return self

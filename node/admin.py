@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.errors import RpcError, invalid
+from node.consumer_groups import allocate_averagely
+from node.errors import RpcError, invalid, not_found
 from node.rpc import rpc_handler
-from node.validation import check_perm, check_queue_nums, check_topic_name, is_system_topic
+from node.validation import check_group_name, check_perm, check_queue_nums, check_topic_name, is_system_topic
 
 if TYPE_CHECKING:
     from node.broker import Broker
@@ -144,3 +146,44 @@ class AdminService(pb_grpc.AdminServiceServicer):
         await node.run_blocking(node.write_path.transfer_leadership, request.to_id or None)
         leader = node.write_path.leader()
         return pb.TransferLeaderResponse(leader_id=leader.id if leader else "")
+
+    # ------------------------------------------------------------------ consumer groups
+    @rpc_handler("DescribeConsumerGroup")
+    async def DescribeConsumerGroup(self, request, context) -> pb.DescribeConsumerGroupResponse:  # noqa: N802
+        """Live members (the leader's table), who owns which queue, committed offsets and lag per queue."""
+        node = self.node
+        check_group_name(request.group)
+        node.check_leader()  # only the leader knows the members
+        group = request.group
+        members = node.consumer_groups.members(group)
+        committed_topics = node.store.consumer_offsets.topics(group)
+        topics = sorted(set(members) | set(committed_topics))
+        if not topics:
+            raise not_found(f"consumer group {group!r} has no live members and no committed offsets (check the "
+                            "name; a group appears once a consumer of it heartbeats or commits)")
+        resp = pb.DescribeConsumerGroupResponse(group=group)
+        for topic in topics:
+            cfg = node.topic_config(topic)
+            live = members.get(topic, [])
+            ids = [m.client_id for m in live]
+            resp.generations[topic] = node.consumer_groups.generation(group, topic)
+            queue_ids = list(range(cfg.read_queue_nums)) if cfg is not None else []
+            owner = {}
+            for m in live:
+                mine = allocate_averagely(queue_ids, ids, m.client_id)
+                owner.update(dict.fromkeys(mine, m.client_id))
+                left = max(0.0, m.expires_at - time.time())
+                resp.members.append(pb.ConsumerGroupMember(
+                    client_id=m.client_id, topic=topic, queue_ids=mine,
+                    last_heartbeat_ms=int(m.last_heartbeat * 1000), expires_in_ms=int(left * 1000)))
+            if cfg is None:  # offsets of a deleted topic: nothing to show per queue
+                continue
+            offsets = node.group_offsets(group, topic)
+            queues = await node.run_blocking(node.queue_offsets, topic, cfg.read_queue_nums)
+            for q in queues:
+                has = q.queue_id in offsets
+                at = offsets.get(q.queue_id, 0)
+                resp.queues.append(pb.ConsumerGroupQueue(
+                    topic=topic, queue_id=q.queue_id, client_id=owner.get(q.queue_id, ""), committed=has,
+                    committed_offset=at, max_offset=q.max_offset, lag=max(0, q.max_offset - at) if has else 0))
+        return resp

@@ -25,12 +25,13 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from node.admin import AdminService
 from node.config import NodeConfig
+from node.consumer_groups import ConsumerGroupRegistry
 from node.convert import StoreMessageBuilder
 from node.errors import RpcError, not_found, unavailable
 from node.http_server import HealthServer
 from node.long_poll import LongPollRegistry
 from node.messaging import MAX_PULL_BYTES, MessagingService
-from node.metrics import BrokerMetrics, RaftCollector, StoreCollector
+from node.metrics import BrokerMetrics, ConsumerGroupCollector, RaftCollector, StoreCollector
 from node.validation import PERM_READ, PERM_WRITE, is_system_topic
 from replication import LocalWritePath, RaftWritePath
 from store import StoreError, StoreLockedError
@@ -58,6 +59,7 @@ class Broker:
         self.store: Any = None
         self.write_path: Any = None
         self.long_polls: LongPollRegistry | None = None
+        self.consumer_groups = ConsumerGroupRegistry()  # live group members; meaningful on the leader only
         self.serving = False
         self.rpcs_in_flight = 0
         self.last_rpc_started = 0.0
@@ -75,6 +77,8 @@ class Broker:
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
+        self.metrics.add_collector(ConsumerGroupCollector(cfg.cluster.name, cfg.node.id, self.consumer_groups,
+                                                          self._is_leader))
 
     # ------------------------------------------------------------------ state seen by handlers and probes
     def readiness(self) -> tuple[bool, str]:
@@ -84,6 +88,10 @@ class Broker:
         if self.write_path.leader() is None:
             return False, "not ready: no leader (election in progress or no majority reachable)"
         return True, "ready"
+
+    def _is_leader(self) -> bool:
+        leader = self.write_path.leader() if self.write_path is not None else None
+        return leader is not None and leader.id == self.node_id
 
     def check_serving(self) -> None:
         if not self.serving:

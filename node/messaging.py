@@ -18,6 +18,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from node import convert
+from node.consumer_groups import MAX_CLIENT_ID_LENGTH
 from node.errors import invalid, not_found
 from node.rpc import rpc_handler
 from node.validation import check_consumable_topic, check_group_name, check_topic_name
@@ -242,6 +243,38 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         check_topic_name(request.topic, allow_system=True)
         offsets = await node.run_blocking(node.group_offsets, request.group, request.topic)
         return pb.FetchOffsetResponse(offsets=offsets)
+
+    # ------------------------------------------------------------------ consumer groups (see node.consumer_groups)
+    @rpc_handler("ConsumerHeartbeat")
+    async def ConsumerHeartbeat(self, request: pb.ConsumerHeartbeatRequest, context):  # noqa: N802
+        node = self.node
+        _check_member(request.group, request.topic, request.client_id)
+        cfg = node.readable_topic(request.topic)
+        if request.heartbeat_interval_ms < 0:
+            raise invalid(f"heartbeat_interval_ms {request.heartbeat_interval_ms} is negative; use 0 for 5000")
+        node.check_leader()  # membership lives on the leader: every consumer must see the same table
+        m = node.consumer_groups.heartbeat(request.group, request.topic, request.client_id,
+                                           request.heartbeat_interval_ms / 1000.0)
+        return pb.ConsumerHeartbeatResponse(client_ids=m.client_ids, generation=m.generation,
+                                            read_queue_nums=cfg.read_queue_nums)
+
+    @rpc_handler("UnregisterConsumer")
+    async def UnregisterConsumer(self, request: pb.UnregisterConsumerRequest, context):  # noqa: N802
+        node = self.node
+        _check_member(request.group, request.topic, request.client_id)
+        node.check_leader()
+        m = node.consumer_groups.unregister(request.group, request.topic, request.client_id)
+        return pb.UnregisterConsumerResponse(client_ids=m.client_ids, generation=m.generation)
+
+
+def _check_member(group: str, topic: str, client_id: str) -> None:
+    check_group_name(group)
+    check_topic_name(topic, allow_system=True)
+    check_consumable_topic(topic)
+    if not client_id.strip():
+        raise invalid("client_id is empty; give a unique id per consumer instance, e.g. host@pid@random")
+    if len(client_id) > MAX_CLIENT_ID_LENGTH or not client_id.isprintable():
+        raise invalid(f"client_id must be 1-{MAX_CLIENT_ID_LENGTH} printable characters, got {client_id!r:.80}")
 
 
 def _peer_host(peer: str) -> tuple[str, int]:

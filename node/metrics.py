@@ -141,6 +141,25 @@ class _HalfMessagesCollector(Collector):
         yield g
 
 
+class ConsumerGroupCollector(Collector):
+    """``raftmq_consumer_group_members``: live consumers per group, from the leader's in-memory table (a follower
+    exports nothing: membership is only kept where the heartbeats go)."""
+
+    def __init__(self, cluster: str, node_id: str, registry, is_leader: Callable[[], bool]):
+        self._base = (cluster, node_id)
+        self._registry = registry  # node.consumer_groups.ConsumerGroupRegistry
+        self._is_leader = is_leader
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        if not self._is_leader():
+            return
+        g = GaugeMetricFamily("raftmq_consumer_group_members", "Live consumers of a group (heartbeating to this "
+                              "leader), summed over the topics they consume", labels=["cluster", "node_id", "group"])
+        for group, n in sorted(self._registry.group_sizes().items()):
+            g.add_metric([*self._base, group], float(n))
+        yield g
+
+
 # store.stats() keys with a RocketMQ 5 name; every other numeric key is exported as raftmq_store_<key>.
 _ROCKETMQ_NAMES = {
     "dispatch_behind_bytes": ("rocketmq_storage_dispatch_behind_bytes", "Commit-log bytes not yet dispatched"),

@@ -315,6 +315,103 @@ class FetchOffsetResponse(_message.Message):
     offsets: _containers.ScalarMap[int, int]
     def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
+class ConsumerHeartbeatRequest(_message.Message):
+    __slots__ = ("group", "topic", "client_id", "heartbeat_interval_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    client_id: str
+    heartbeat_interval_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., client_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class ConsumerHeartbeatResponse(_message.Message):
+    __slots__ = ("client_ids", "generation", "read_queue_nums")
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    generation: int
+    read_queue_nums: int
+    def __init__(self, client_ids: _Optional[_Iterable[str]] = ..., generation: _Optional[int] = ..., read_queue_nums: _Optional[int] = ...) -> None: ...
+
+class UnregisterConsumerRequest(_message.Message):
+    __slots__ = ("group", "topic", "client_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class UnregisterConsumerResponse(_message.Message):
+    __slots__ = ("client_ids", "generation")
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    generation: int
+    def __init__(self, client_ids: _Optional[_Iterable[str]] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class DescribeConsumerGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class ConsumerGroupMember(_message.Message):
+    __slots__ = ("client_id", "topic", "queue_ids", "last_heartbeat_ms", "expires_in_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    topic: str
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    last_heartbeat_ms: int
+    expires_in_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., last_heartbeat_ms: _Optional[int] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
+
+class ConsumerGroupQueue(_message.Message):
+    __slots__ = ("topic", "queue_id", "client_id", "committed", "committed_offset", "max_offset", "lag")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    client_id: str
+    committed: bool
+    committed_offset: int
+    max_offset: int
+    lag: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., client_id: _Optional[str] = ..., committed: _Optional[bool] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class DescribeConsumerGroupResponse(_message.Message):
+    __slots__ = ("group", "members", "queues", "generations")
+    class GenerationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    members: _containers.RepeatedCompositeFieldContainer[ConsumerGroupMember]
+    queues: _containers.RepeatedCompositeFieldContainer[ConsumerGroupQueue]
+    generations: _containers.ScalarMap[str, int]
+    def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ConsumerGroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[ConsumerGroupQueue, _Mapping]]] = ..., generations: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
 class TopicConfig(_message.Message):
     __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order")
     NAME_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,16 @@ class MessagingServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.FetchOffsetRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.FetchOffsetResponse.FromString,
                 _registered_method=True)
+        self.ConsumerHeartbeat = channel.unary_unary(
+                '/raftmq.v1.MessagingService/ConsumerHeartbeat',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ConsumerHeartbeatRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ConsumerHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.UnregisterConsumer = channel.unary_unary(
+                '/raftmq.v1.MessagingService/UnregisterConsumer',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -138,6 +148,18 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerHeartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterConsumer(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +207,16 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.FetchOffset,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.FetchOffsetRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.FetchOffsetResponse.SerializeToString,
+            ),
+            'ConsumerHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerHeartbeat,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ConsumerHeartbeatRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ConsumerHeartbeatResponse.SerializeToString,
+            ),
+            'UnregisterConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterConsumer,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -440,6 +472,60 @@ class MessagingService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ConsumerHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/ConsumerHeartbeat',
+            raftmq_dot_v1_dot_raftmq__pb2.ConsumerHeartbeatRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.ConsumerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/UnregisterConsumer',
+            raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminServiceStub:
     """Missing associated documentation comment in .proto file."""
@@ -479,6 +565,11 @@ class AdminServiceStub:
                 '/raftmq.v1.AdminService/TransferLeader',
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderResponse.FromString,
+                _registered_method=True)
+        self.DescribeConsumerGroup = channel.unary_unary(
+                '/raftmq.v1.AdminService/DescribeConsumerGroup',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupResponse.FromString,
                 _registered_method=True)
 
 
@@ -521,6 +612,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeConsumerGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -553,6 +650,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.TransferLeader,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderResponse.SerializeToString,
+            ),
+            'DescribeConsumerGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConsumerGroup,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -717,6 +819,33 @@ class AdminService:
             '/raftmq.v1.AdminService/TransferLeader',
             raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConsumerGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/DescribeConsumerGroup',
+            raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

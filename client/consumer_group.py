@@ -1,0 +1,81 @@
+"""Consumer groups: how a group's consumers split a topic's queues, and what an operator sees of a group.
+
+Why the allocation is computed here and not asked from the broker: as in RocketMQ, every consumer runs the same
+deterministic function over the same sorted member list, so they agree without a coordinator round trip per
+rebalance; the broker (``node.consumer_groups``) runs the same function only for ``DescribeConsumerGroup``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from raftmq.v1 import raftmq_pb2 as pb
+
+from client.connection import ServerPool
+
+
+def allocate_averagely(queue_ids: Sequence[int], client_ids: Sequence[str], client_id: str) -> list[int]:
+    """RocketMQ's AllocateMessageQueueAveragely: contiguous blocks of the sorted queues, the first
+    ``len(queues) % len(clients)`` clients one queue more; clients beyond the queue count get none."""
+    queues = sorted(queue_ids)
+    clients = sorted(client_ids)
+    if client_id not in clients or not queues:
+        return []
+    index = clients.index(client_id)
+    n, k = len(queues), len(clients)
+    mod = n % k
+    if n <= k:
+        size = 1
+    else:
+        size = n // k + 1 if mod > 0 and index < mod else n // k
+    start = index * size if mod > 0 and index < mod else index * size + mod
+    count = min(size, n - start)
+    return [queues[(start + i) % n] for i in range(max(count, 0))]
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    client_id: str
+    topic: str
+    queue_ids: list[int]
+    last_heartbeat_ms: int
+    expires_in_ms: int
+
+
+@dataclass(frozen=True)
+class GroupQueue:
+    topic: str
+    queue_id: int
+    client_id: str  # "" when no live member owns it
+    committed: bool
+    committed_offset: int
+    max_offset: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    group: str
+    members: list[GroupMember]
+    queues: list[GroupQueue]
+    generations: dict[str, int]
+    answered_by: str
+
+
+def describe_consumer_group(servers: str | Iterable[str] | None, group: str, *, timeout: float = 10.0,
+                            retry_timeout: float = 15.0) -> ConsumerGroupDescription:
+    """Members, their queues and the group's lag, from the leader (which holds the membership)."""
+    pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+    req = pb.DescribeConsumerGroupRequest(group=group)
+    try:
+        resp, address = pool.write(lambda s, t: s.admin.DescribeConsumerGroup(req, timeout=t), idempotent=True)
+    finally:
+        pool.close()
+    return ConsumerGroupDescription(
+        group=resp.group,
+        members=[GroupMember(m.client_id, m.topic, list(m.queue_ids), m.last_heartbeat_ms, m.expires_in_ms)
+                 for m in resp.members],
+        queues=[GroupQueue(q.topic, q.queue_id, q.client_id, q.committed, q.committed_offset, q.max_offset, q.lag)
+                for q in resp.queues],
+        generations=dict(resp.generations), answered_by=address)
