@@ -79,12 +79,6 @@ def _last_value(text: str, needle: str, end: int) -> str | None:
         end = i  # the needle's only \x02 is its first character: an earlier match ends at or before i
 
 
-def find_property(props: str, name: str) -> str | None:
-    """``string2messageProperties(props).get(name)`` without building the map."""
-    text = "\x02" + props
-    return _last_value(text, "\x02" + name + "\x01", len(text))
-
-
 def dispatch_properties(props: str) -> tuple[str | None, str | None, str | None]:
     """``(TAGS, KEYS, UNIQ_KEY)`` of a stored properties string, each exactly as the parsed map has it
     (None when absent): what reput needs, found with C-level searches instead of a full parse.

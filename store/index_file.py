@@ -74,6 +74,7 @@ def _unsigned_java_hash(s: str) -> int:
 
 
 _TAIL_CHARS = 2
+_CACHED_KEY_MAX = 128  # longer keys are not cached (65,536 heads of at most this size: a few MB)
 _HEADS_MAX = 1 << 16
 _TAILS_MAX = 1 << 15
 _HEADS: dict[str, dict[str, int]] = {}  # topic -> {head: unsigned hash of topic#head}
@@ -130,6 +131,10 @@ def index_key_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list
     else:
         return out
     for key in pieces:
+        if len(key) > _CACHED_KEY_MAX:  # long keys would make the head cache large: hashed whole
+            h = _unsigned_java_hash(topic + "#" + key)
+            out.append(0 if h == 0x80000000 else (1 << 32) - h if h & 0x80000000 else h)
+            continue
         head = key[:-_TAIL_CHARS]
         hh = heads.get(head) if heads is not None else None
         if hh is None:

@@ -1,9 +1,9 @@
-"""``dispatch_properties`` / ``find_property`` (reput's property lookup) against the full parse they shortcut."""
+"""``dispatch_properties`` (reput's property lookup) against the full parse it shortcuts."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.dispatch import dispatch_properties, find_property
+from store.dispatch import dispatch_properties
 from store.message import string_to_properties
 
 # pieces that make property strings odd in every way the parser cares about: separators in any place,
@@ -23,8 +23,6 @@ def _expected(props: str) -> tuple:
 @given(st.lists(_PIECES, max_size=16).map("".join))
 def test_equals_the_parsed_map_on_odd_property_strings(props):
     assert dispatch_properties(props) == _expected(props)
-    for name in ("TAGS", "KEYS", "UNIQ_KEY", "a", "KEYSX"):
-        assert find_property(props, name) == string_to_properties(props).get(name)
 
 
 @settings(max_examples=300, deadline=None)

@@ -59,10 +59,14 @@ def test_cached_key_hash_of_integer_min_value_is_zero():
     for _ in range(2):  # computed, then from the head/tail caches
         assert index_key_hash("T", "order-2576199t3") == 0
         assert index_key_hashes("T", "order-2576199t3", "a order-2576199t3") == [0, _plain_index_hash("T", "a"), 0]
+    long_key = "y" * 130 + "-1293563n5"  # past the cached length: hashed whole, same rule
+    assert java_string_hash("T#" + long_key) == -(1 << 31)
+    assert index_key_hash("T", long_key) == 0
 
 
 _ODD_TEXT = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12)  # surrogates included
-_KEYS = st.lists(st.sampled_from(["", " ", "k", "order-1", "é中", "\U0001f600", "x" * 40]), max_size=6).map("".join)
+_KEYS = st.lists(st.sampled_from(["", " ", "k", "order-1", "é中", "\U0001f600", "x" * 40, "y" * 130]),
+                 max_size=6).map("".join)
 
 
 @settings(max_examples=500, deadline=None)
