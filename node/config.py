@@ -558,6 +558,8 @@ def sample_yaml() -> str:
             "compaction_min_time": "... and at least this many seconds",
             "compaction_max_bytes": "force a compaction once this much was proposed",
             "dns_cache_time": "peer host names are re-resolved this often (s)",
+            "catch_up_bytes_per_s": "commit-log copy served to a catching-up member, bytes/s (0 = unlimited)",
+            "catch_up_max_streams": "copies served at once; more are told to retry",
         },
     }
     lines = [

@@ -246,3 +246,16 @@ class RaftCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(getattr(wp, attr, 0)))
             yield c
+        throttle = getattr(wp, "catch_up_throttle", None)  # commit-log copies this node serves to peers
+        if throttle is not None:
+            for name, doc, value in (
+                ("raftmq_raft_catch_up_served_bytes", "Commit-log bytes sent to catching-up peers (FetchCommitLog, "
+                 "rate-limited by cluster.raft.catch_up_bytes_per_s)", throttle.bytes_served),
+                ("raftmq_raft_catch_up_refused", "Catch-up fetches refused because cluster.raft."
+                 "catch_up_max_streams were being served (the peer retries)", throttle.refused),
+            ):
+                c = CounterMetricFamily(name, doc, labels=list(self._labels))
+                c.add_metric(list(self._labels.values()), float(value))
+                yield c
+            yield self._gauge("raftmq_raft_catch_up_streams", "Catch-up fetches this node is serving now",
+                              float(throttle.streams))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import time
 from typing import Any
 
 import grpc
@@ -21,6 +23,7 @@ log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT_S = 600.0   # bulk catch-up before joining Raft
 INLINE_FETCH_TIMEOUT_S = 20.0  # a gap fetched on pysyncobj's tick thread (snapshot install): fail, let it retry
+BUSY_BACKOFF_S = (0.5, 8.0)    # first and longest wait after a peer's RESOURCE_EXHAUSTED (catch_up_max_streams)
 
 
 class CatchUpError(Exception):
@@ -28,12 +31,47 @@ class CatchUpError(Exception):
 
 
 def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_to_index: int,
-                timeout: float = FETCH_TIMEOUT_S) -> tuple[int, int]:
+                timeout: float = FETCH_TIMEOUT_S, retry: bool = True) -> tuple[int, int]:
     """Stream [from_offset, peer's end at ``up_to_index``) into the local commit log.
 
     Returns (end offset, Raft index the copied range is complete up to). Every chunk is verified by the store
-    (``append_commit_log_raw`` checks record framing and CRCs) before it is appended.
+    (``append_commit_log_raw`` checks record framing and CRCs) before it is appended. The peer rate-limits what it
+    serves (``cluster.raft.catch_up_bytes_per_s``), so a large copy may outlast one ``timeout``: with ``retry``,
+    a stream cut off after it copied something is resumed from the local end (chunks are whole records), and a
+    peer already serving ``catch_up_max_streams`` copies (RESOURCE_EXHAUSTED) is asked again after a growing
+    backoff for up to ``timeout``. Without ``retry`` (pysyncobj's tick thread, which must not sleep) the first
+    failure is final.
     """
+    busy_deadline = time.monotonic() + timeout
+    backoff = BUSY_BACKOFF_S[0]
+    pos = from_offset
+    while True:
+        before = store.commit_log_max_offset
+        try:
+            return _fetch_once(peers, member_id, store, pos, up_to_index, timeout)
+        except _PeerBusy as busy:  # refused before sending anything: ask again from the same offset
+            if not retry or busy_deadline - time.monotonic() <= backoff:
+                raise CatchUpError(f"fetching the commit log from {member_id} failed: {busy}") from None
+            log.info("peer %s is busy serving other catch-ups; retrying in %.1fs", member_id, backoff)
+            time.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, BUSY_BACKOFF_S[1])
+        except _StreamCut as cut:
+            if not retry or store.commit_log_max_offset <= before:
+                raise CatchUpError(f"fetching the commit log from {member_id} failed: {cut}") from None
+            pos = store.commit_log_max_offset
+            log.info("commit-log stream from %s cut (%s) at %d; resuming", member_id, cut, pos)
+
+
+class _PeerBusy(Exception):
+    """The peer answered RESOURCE_EXHAUSTED before sending anything: it serves enough copies already."""
+
+
+class _StreamCut(Exception):
+    """The stream ended early (deadline, connection lost); what was appended before is verified and kept."""
+
+
+def _fetch_once(peers: Peers, member_id: str, store: Any, from_offset: int, up_to_index: int,
+                timeout: float) -> tuple[int, int]:
     req = replica_pb2.FetchCommitLogRequest(from_offset=from_offset, up_to_index=up_to_index,
                                             max_chunk_bytes=1 << 20)
     end_offset, end_index = from_offset, -1
@@ -47,6 +85,10 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
             if chunk.last:
                 end_offset, end_index = chunk.end_offset, chunk.end_index
     except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise _PeerBusy(f"{e.code().name} {e.details()}") from e
+        if e.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+            raise _StreamCut(f"{e.code().name} {e.details()}") from e
         raise CatchUpError(f"fetching the commit log from {member_id} failed: {e.code().name} {e.details()}") from e
     if end_index < 0:
         raise CatchUpError(f"peer {member_id} ended the commit-log stream without its final chunk")

@@ -30,6 +30,7 @@ from raftmq.v1 import replica_pb2
 
 from replication import catch_up, pysyncobj_patches
 from replication.applied_index import AppliedIndex
+from replication.catch_up_throttle import CatchUpThrottle
 from replication.errors import (
     BusyError,
     NoLeaderError,
@@ -79,6 +80,8 @@ class RaftSettings:
     compaction_min_time: float = 120.0
     compaction_max_bytes: int = 256 << 20  # force a compaction once this much was proposed since the last one
     dns_cache_time: float = 5.0            # peers are host names, re-resolved this often (new pod IPs)
+    catch_up_bytes_per_s: int = 64 << 20   # commit-log copy this node serves to catching-up peers; 0 = unlimited
+    catch_up_max_streams: int = 2          # concurrent copies served; more answer RESOURCE_EXHAUSTED (they retry)
 
     def __post_init__(self) -> None:
         if self.durability not in ("async", "sync"):
@@ -89,6 +92,10 @@ class RaftSettings:
             raise ValueError("connection_timeout must be >= raft_max_timeout (pysyncobj drops idle peers sooner)")
         if self.raft_min_timeout <= 3 * self.append_entries_period:
             raise ValueError("raft_min_timeout must be more than 3 x append_entries_period")
+        if self.catch_up_bytes_per_s < 0:
+            raise ValueError("catch_up_bytes_per_s must be >= 0 (0 = unlimited)")
+        if self.catch_up_max_streams < 1:
+            raise ValueError("catch_up_max_streams must be >= 1")
 
 
 class _InFlight:
@@ -163,6 +170,8 @@ class RaftWritePath:
         self._threads: list[threading.Thread] = []
         self.leader_changes = 0   # leaders this member has seen take over (metrics)
         self.catch_up_bytes = 0   # commit-log bytes copied from peers (start-up rebuild + snapshot gaps; metrics)
+        self.catch_up_throttle = CatchUpThrottle(self.settings.catch_up_bytes_per_s,  # copies served to peers
+                                                 self.settings.catch_up_max_streams)
         self.acked_batches = 0
 
     # ================================================================== lifecycle
@@ -652,7 +661,7 @@ class RaftWritePath:
         for mid in order:
             try:
                 end_offset, end_index = catch_up.fetch_range(self.peers, mid, self.store, from_offset, up_to_index,
-                                                             timeout=catch_up.INLINE_FETCH_TIMEOUT_S)
+                                                             timeout=catch_up.INLINE_FETCH_TIMEOUT_S, retry=False)
                 self.catch_up_bytes += max(0, end_offset - from_offset)
                 return end_offset, end_index
             except catch_up.CatchUpError as e:

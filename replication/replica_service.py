@@ -95,14 +95,39 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         if pos < store.commit_log_min_offset or pos > end:
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"from_offset {pos} is outside this member's commit "
                                 f"log [{store.commit_log_min_offset}, {end})")
-        chunk = min(request.max_chunk_bytes or (1 << 20), MAX_CHUNK)
-        while pos < end:
-            data = await asyncio.to_thread(store.read_commit_log, pos, min(chunk, end - pos))
-            if not data:
-                await context.abort(grpc.StatusCode.INTERNAL, f"commit log unreadable at offset {pos}")
-            yield replica_pb2.CommitLogChunk(offset=pos, data=bytes(data))
-            pos = _next_offset(pos, data, store.config.mapped_file_size_commit_log)
-        yield replica_pb2.CommitLogChunk(offset=pos, last=True, end_offset=end, end_index=end_index)
+        throttle = wp.catch_up_throttle
+        if not throttle.try_open():
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"member {wp.node_id} already serves {throttle.max_streams} commit-log copies "
+                                "(cluster.raft.catch_up_max_streams); retry in a few seconds or fetch from another "
+                                "member")
+        try:
+            chunk = throttle.chunk_bytes(min(request.max_chunk_bytes or (1 << 20), MAX_CHUNK))
+            while pos < end:
+                want = min(chunk, end - pos)
+                wait = throttle.bucket.reserve(want)  # before reading: the limit spares the disk, not just the wire
+                if wait:
+                    try:
+                        await asyncio.sleep(wait)
+                    except asyncio.CancelledError:  # the peer went away: nothing was read, give the budget back
+                        throttle.bucket.refund(want)
+                        raise
+                data = await asyncio.to_thread(store.read_commit_log, pos, want)
+                if not data:
+                    await context.abort(grpc.StatusCode.INTERNAL, f"commit log unreadable at offset {pos}")
+                extra = len(data) - want
+                if extra > 0:  # one record larger than the chunk: sent whole, and paid for
+                    wait = throttle.bucket.reserve(extra)
+                    if wait:
+                        await asyncio.sleep(wait)
+                else:  # stopped short at a record or segment end
+                    throttle.bucket.refund(-extra)
+                yield replica_pb2.CommitLogChunk(offset=pos, data=bytes(data))
+                throttle.served(len(data))
+                pos = _next_offset(pos, data, store.config.mapped_file_size_commit_log)
+            yield replica_pb2.CommitLogChunk(offset=pos, last=True, end_offset=end, end_index=end_index)
+        finally:
+            throttle.close()
 
     async def SyncJournal(self, request, context):
         wp = await self._write_path(context)
