@@ -187,8 +187,10 @@ class PullConsumer:
                 owned = set(self._fetch_pos)
             present = set(self._queue_ids)
             for q in sorted(owned - mine):
-                self._revoke(q, "no longer a read queue of the topic" if q not in present
-                             else f"rebalanced to another member of group {self.group}")
+                if q in present:
+                    self._revoke(q, f"rebalanced to another member of group {self.group}")
+                else:
+                    self._drop_queue(q, "no longer a read queue of the topic")
             gained = sorted(mine - owned)
             if gained:
                 self._acquire(gained, {q.queue_id: q for q in resp.queues}, previous, initial=initial)
@@ -214,8 +216,9 @@ class PullConsumer:
     def _acquire(self, queue_ids: list[int], queues: dict[int, pb.QueueOffsets], previous: set[int], *,
                  initial: bool) -> None:
         """Start pulling ``queue_ids`` at the group's committed offsets (read now: the previous owner committed
-        when it let go); a queue the group never committed starts per ``start_from`` and, with auto-commit, that
-        position is committed at once so a later owner continues from it instead of from a later "last"."""
+        when it let go). A queue the group never committed starts per ``start_from``; with auto-commit a "last" or
+        timestamp start is committed at once, so a later owner continues from it instead of resolving "last" again
+        (which would skip what arrived in between); "first" needs no pin (a later owner starts at the oldest too)."""
         committed = self._fetch_committed()
         starts: dict[int, int] = {}
         pinned: dict[int, int] = {}
@@ -225,22 +228,22 @@ class PullConsumer:
                 starts[qid] = committed[qid]
                 continue
             if not initial and previous and qid not in previous:  # the topic grew: all of it is new to the group
-                pos = q.min_offset
+                starts[qid] = q.min_offset
             elif self.start_from == START_LAST:
-                pos = q.max_offset
+                starts[qid] = pinned[qid] = q.max_offset
             elif isinstance(self.start_from, int):
                 sreq = pb.SearchOffsetRequest(topic=self.topic, queue_id=qid, timestamp=self.start_from)
                 pos = self._pool.read(lambda s, t, r=sreq: s.messaging.SearchOffset(r, timeout=t))[0].offset
+                starts[qid] = pinned[qid] = pos
             else:
-                pos = q.min_offset
-            starts[qid] = pinned[qid] = pos
+                starts[qid] = q.min_offset
         if pinned and self.auto_commit:
             self._commit(pinned)
         with self._lock:
             for qid, pos in starts.items():
                 self._fetch_pos[qid] = pos
                 self._consumed[qid] = pos
-                if qid in committed or (pinned and self.auto_commit):
+                if qid in committed or (qid in pinned and self.auto_commit):
                     self._committed[qid] = pos
         log.info("group %s topic %s: %s queues %s (members: %s)", self.group, self.topic, self.client_id,
                  sorted(self._fetch_pos), ", ".join(self._members))
