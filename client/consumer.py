@@ -186,32 +186,34 @@ class PullConsumer:
             with self._lock:
                 owned = set(self._fetch_pos)
             present = set(self._queue_ids)
-            for q in sorted(owned - mine):
-                if q in present:
-                    self._revoke(q, f"rebalanced to another member of group {self.group}")
-                else:
-                    self._drop_queue(q, "no longer a read queue of the topic")
+            for q in sorted(owned - mine - present):
+                self._drop_queue(q, "no longer a read queue of the topic")
+            if (owned - mine) & present:
+                self._revoke(sorted((owned - mine) & present))
             gained = sorted(mine - owned)
             if gained:
                 self._acquire(gained, {q.queue_id: q for q in resp.queues}, previous, initial=initial)
             self._last_refresh = time.monotonic()
 
-    def _revoke(self, queue_id: int, why: str) -> None:
-        """Stop pulling ``queue_id``, discard its buffered messages and commit what was handed out of it."""
-        log.info("group %s topic %s: releasing queue %d: %s", self.group, self.topic, queue_id, why)
+    def _revoke(self, queue_ids: list[int]) -> None:
+        """Stop pulling ``queue_ids``, discard their buffered messages and commit what was handed out of them."""
+        log.info("group %s topic %s: releasing queues %s to other members", self.group, self.topic, queue_ids)
+        to_commit = {}
         with self._lock:
-            self._fetch_pos.pop(queue_id, None)
-            self._inflight.pop(queue_id, None)  # a pull still running is left to finish; its answer is ignored
-            self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
-            consumed = self._consumed.pop(queue_id, None)
-            committed = self._committed.pop(queue_id, None)
-        if not self.auto_commit or consumed is None or consumed == committed:
+            for q in queue_ids:
+                self._fetch_pos.pop(q, None)
+                self._inflight.pop(q, None)  # a pull still running is left to finish; its answer is ignored
+                consumed = self._consumed.pop(q, None)
+                if consumed is not None and consumed != self._committed.pop(q, None):
+                    to_commit[q] = consumed
+            gone = set(queue_ids)
+            self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id not in gone)
+        if not self.auto_commit or not to_commit:
             return
         try:
-            self._commit({queue_id: consumed})
+            self._commit(to_commit)
         except errors.RaftmqError as exc:  # the new owner re-reads from the older commit: duplicates, no loss
-            log.warning("group %s: could not commit released queue %d at %d: %s", self.group, queue_id, consumed,
-                        exc)
+            log.warning("group %s: could not commit released queues %s: %s", self.group, to_commit, exc)
 
     def _acquire(self, queue_ids: list[int], queues: dict[int, pb.QueueOffsets], previous: set[int], *,
                  initial: bool) -> None:

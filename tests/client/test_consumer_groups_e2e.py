@@ -299,5 +299,6 @@ def test_cli_group_describe(server):
         queues = [q for q in d["queues"] if q["topic"] == "CliGroup"]
         assert len(queues) == QUEUES and sum(q["max_offset"] for q in queues) == 1
         assert all(q["lag"] == 0 for q in queues)
+        assert "cli-member" in raftmq("group", "describe", "workers", "--json", "-s", server).stdout
     finally:
         c.close()
