@@ -129,7 +129,8 @@ class StoreApplier:
 
     def export_metadata(self) -> dict:
         return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot(),
-                "delay_offsets": self.store.delay_offsets.snapshot()}
+                "delay_offsets": self.store.delay_offsets.snapshot(),
+                "queue_offsets": self.store.queue_offset_table()}
 
     def import_metadata(self, d: dict) -> None:
         """Replace topics and offsets with a peer's (catch-up, snapshot install); drops consume queues of topics
@@ -140,5 +141,7 @@ class StoreApplier:
         store.consumer_offsets.restore(d["offsets"])
         if "delay_offsets" in d:  # absent in snapshots of members from before delayed messages
             store.delay_offsets.restore(d["delay_offsets"])
+        if "queue_offsets" in d:  # absent before catch-up from a retained-away start; see merge_queue_offsets
+            store.merge_queue_offsets(d["queue_offsets"])
         for gone in before - set(store.topics.names()):
             store.delete_topic_files(gone)

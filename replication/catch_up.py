@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT_S = 600.0   # bulk catch-up before joining Raft
 INLINE_FETCH_TIMEOUT_S = 20.0  # a gap fetched on pysyncobj's tick thread (snapshot install): fail, let it retry
+MAX_FRUITLESS_RECONNECTS = 3  # cut streams in a row that copied nothing before giving up on a peer
 BUSY_BACKOFF_S = (0.5, 8.0)    # first and longest wait after a peer's RESOURCE_EXHAUSTED (catch_up_max_streams)
 
 
@@ -37,7 +38,8 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
     Returns (end offset, Raft index the copied range is complete up to). Every chunk is verified by the store
     (``append_commit_log_raw`` checks record framing and CRCs) before it is appended. The peer rate-limits what it
     serves (``cluster.raft.catch_up_bytes_per_s``), so a large copy may outlast one ``timeout``: with ``retry``,
-    a stream cut off after it copied something is resumed from the local end (chunks are whole records), and a
+    a stream cut off after it copied something is resumed from the local end (chunks are whole records), one that
+    copied nothing is tried again after a pause (up to ``MAX_FRUITLESS_RECONNECTS`` times in a row), and a
     peer already serving ``catch_up_max_streams`` copies (RESOURCE_EXHAUSTED) is asked again after a growing
     backoff for up to ``timeout``. Without ``retry`` (pysyncobj's tick thread, which must not sleep) the first
     failure is final.
@@ -45,6 +47,7 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
     busy_deadline = time.monotonic() + timeout
     backoff = BUSY_BACKOFF_S[0]
     pos = from_offset
+    fruitless = 0  # consecutive cut streams that appended nothing
     while True:
         before = store.commit_log_max_offset
         try:
@@ -56,10 +59,15 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
             time.sleep(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, BUSY_BACKOFF_S[1])
         except _StreamCut as cut:
-            if not retry or store.commit_log_max_offset <= before:
+            progressed = store.commit_log_max_offset > before
+            fruitless = 0 if progressed else fruitless + 1
+            if not retry or (not progressed and (fruitless > MAX_FRUITLESS_RECONNECTS
+                                                 or busy_deadline - time.monotonic() <= backoff)):
                 raise CatchUpError(f"fetching the commit log from {member_id} failed: {cut}") from None
-            pos = store.commit_log_max_offset
+            pos = max(pos, store.commit_log_max_offset)
             log.info("commit-log stream from %s cut (%s) at %d; resuming", member_id, cut, pos)
+            if not progressed:  # a reconnect that failed at once: give the network a moment
+                time.sleep(backoff * random.uniform(0.8, 1.2))
 
 
 class _PeerBusy(Exception):
@@ -78,7 +86,8 @@ def _fetch_once(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
     try:
         for chunk in peers.stub(member_id).FetchCommitLog(req, timeout=timeout, metadata=peers.metadata):
             if chunk.data:
-                if chunk.offset != store.commit_log_max_offset:
+                local_end = store.commit_log_max_offset
+                if chunk.offset != local_end and not (local_end == 0 and chunk.offset == from_offset):
                     raise CatchUpError(f"peer {member_id} sent a chunk at {chunk.offset}, local end is "
                                        f"{store.commit_log_max_offset}")
                 store.append_commit_log_raw(chunk.offset, chunk.data)
@@ -128,9 +137,19 @@ def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file
     if st.commit_log_file_size and st.commit_log_file_size != file_size:
         raise CatchUpError(f"peer {member_id} uses commit-log files of {st.commit_log_file_size} bytes, this node "
                            f"{file_size}: store.mapped_file_size_commit_log must be the same on every member")
-    if local_end < st.commit_log_min_offset:
+    if local_end == 0 and store.commit_log_max_offset == 0 and st.commit_log_min_offset > 0:
+        # an empty member of a group whose oldest segments retention deleted: start at the peer's oldest segment
+        # (a segment boundary); the peer's queue-offset table in its metadata covers the queues left behind
+        local_end = st.commit_log_min_offset
+        if local_end % file_size:
+            raise CatchUpError(f"peer {member_id} reports its oldest commit-log offset {local_end}, which is not a "
+                               f"segment boundary (segments of {file_size} bytes)")
+        log.info("peer %s keeps its commit log from offset %d on (older segments expired): copying from there",
+                 member_id, local_end)
+    elif local_end < st.commit_log_min_offset:
         raise CatchUpError(f"peer {member_id} no longer has the commit log from offset {local_end} (its oldest is "
-                           f"{st.commit_log_min_offset}); wipe this node's data directory to rebuild it")
+                           f"{st.commit_log_min_offset}); this member was away longer than the retention time: move "
+                           "its data directory away and start it empty to rebuild it from the group")
     log.info("catching up from %s: commit log %d -> %d (Raft index %d -> %d)", member_id, local_end,
              st.commit_log_max_offset, local_index, st.applied_index)
     end_offset, end_index = fetch_range(peers, member_id, store, local_end, st.applied_index)

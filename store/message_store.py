@@ -527,6 +527,25 @@ class MessageStore:
         assert self.reput is not None
         self.reput.notify()
 
+    def queue_offset_table(self) -> dict[str, int]:
+        """Next queue offset per ``topic-queueId`` (a copy): what the next record of each queue will get."""
+        cl = self._check_open()
+        with cl.put_lock:
+            return dict(cl.topic_queue_table)
+
+    def merge_queue_offsets(self, table: dict[str, int]) -> None:
+        """Raise next queue offsets to a peer's at the same point of the log (catch-up, snapshot install).
+
+        A member that copied the commit log only from a peer's oldest retained segment has no record of queues
+        whose messages all lay in deleted segments; without the peer's table their next message would get queue
+        offset 0 here and N on the peer."""
+        cl = self._check_open()
+        with cl.put_lock:
+            own = cl.topic_queue_table
+            for key, nxt in table.items():
+                if nxt > own.get(key, 0):
+                    own[key] = nxt
+
     def truncate_to(self, offset: int) -> None:
         """Cut the commit log, consume queues and index at ``offset`` (a record boundary) and rebuild offsets."""
         cl = self._check_open()

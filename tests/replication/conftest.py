@@ -14,9 +14,9 @@ TEST_TUNING = {"compaction_min_entries": 300, "compaction_min_time": 30.0, "put_
 
 class Cluster:
     def __init__(self, base, durability: str = "async", tuning: dict | None = None, n: int = 3,
-                 host_names: bool = False, secret: str = ""):
+                 host_names: bool = False, secret: str = "", store: dict | None = None):
         self.specs = node_specs(base, n, cluster={"durability": durability, "secret": secret,
-                                                  "raft": {**TEST_TUNING, **(tuning or {})}})
+                                                  "raft": {**TEST_TUNING, **(tuning or {})}}, store=store or {})
         if host_names:  # peers addressed by name (as on Kubernetes), resolved by pysyncobj on every connect
             members = [{**m, "raft": m["raft"].replace("127.0.0.1", "localhost")} for m in self.specs[0].members]
             for s in self.specs:
@@ -46,8 +46,8 @@ def cluster_factory(tmp_path) -> Iterator:
     made: list[Cluster] = []
 
     def make(durability: str = "async", tuning: dict | None = None, host_names: bool = False,
-             secret: str = "") -> Cluster:
-        c = Cluster(tmp_path, durability, tuning, host_names=host_names, secret=secret)
+             secret: str = "", store: dict | None = None) -> Cluster:
+        c = Cluster(tmp_path, durability, tuning, host_names=host_names, secret=secret, store=store)
         made.append(c)
         return c.start()
 

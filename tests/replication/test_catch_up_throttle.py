@@ -245,7 +245,10 @@ def test_a_copy_cut_midway_resumes_from_the_local_end(member, tmp_path, caplog):
         t.start()
         wait_until(lambda: dest.commit_log_max_offset > 0, "the first chunk")
         for s in list(proxy._socks):  # drop the connection mid-copy (the rate keeps the rest for seconds)
-            s.shutdown(socket.SHUT_RDWR)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed already by its pump thread
+                pass
         t.join(60)
         assert not t.is_alive()
         assert result == [(st.commit_log_max_offset, up_to)]
