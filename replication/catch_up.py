@@ -129,6 +129,8 @@ def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file
         log.warning("no peer reachable for catch-up; starting from local data only")
         return False
     local_index, local_end = applied.last
+    if local_index == 0 and store.commit_log_max_offset > local_end:
+        local_end = store.commit_log_max_offset  # an interrupted copy (the caller checked its marker): resume it
     ahead = [(mid, st) for mid, st in statuses.items() if st.applied_index > local_index]
     if not ahead:
         return False

@@ -25,6 +25,8 @@ import pysyncobj.pickle as _pickle
 import pysyncobj.tcp_connection as _tcp
 from pysyncobj.poller import POLL_EVENT_TYPE
 
+from store.json_file import fsync_dir
+
 PICKLE_PROTOCOL = 4
 ZLIB_LEVEL = 0
 
@@ -59,11 +61,7 @@ def _store_meta_durably(self, meta) -> None:
         f.flush()
         os.fsync(f.fileno())
     shutil.move(tmp, path)
-    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 _orig_send = _tcp.TcpConnection.send

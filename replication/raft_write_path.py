@@ -45,6 +45,7 @@ from replication.peers import Peers
 from replication.raft_log import ReplicatedLog
 from replication.state_machine import StateMachine, frame_batch
 from replication.write_path import MemberInfo
+from store.json_file import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -192,12 +193,28 @@ class RaftWritePath:
         if not os.path.exists(journal) and self.peers.others:
             # Fresh or wiped member: copy what the group already has before joining Raft. A wiped member also lost
             # its term and vote, so it waits one election timeout before voting again (REPLICATION.md 4.7).
+            # The marker says the commit log holds only copied, committed records while the copy runs, so a
+            # restart after an interrupted copy resumes it instead of refusing an "unexplained" commit log.
             before = self.store.commit_log_max_offset
+            marker = self._copy_marker()
+            with open(marker, "wb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(self.raft_dir)
             copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
                                                 self.store.config.mapped_file_size_commit_log)
             self.catch_up_bytes += max(0, self.store.commit_log_max_offset - before)
-            if copied and os.path.exists(dump):
-                os.remove(dump)  # a dump without its journal would describe a log this member no longer has
+            if copied:
+                if os.path.exists(dump):
+                    os.remove(dump)  # a dump without its journal would describe a log this member no longer has
+                self.store.wait_flushed(self.store.commit_log_max_offset, 60.0)
+                applied.fsync()
+            if not copied and applied.last == (0, 0) and self.store.commit_log_max_offset > 0:
+                # half a copy and no peer to finish it from: joining now would apply the log over those bytes
+                machine.applied.close()
+                raise ReplicationError("this member's start-up copy from its peers was interrupted and no peer is "
+                                       "reachable to finish it; start it again once a majority of members is up")
+            os.remove(marker)
+            fsync_dir(self.raft_dir)
             time.sleep(self.settings.raft_max_timeout)
         machine.gap_fetcher = self._fetch_gap
         self.machine = machine
@@ -243,6 +260,10 @@ class RaftWritePath:
         v = self.store.commit_log_max_offset
         idx, end = applied.drop_beyond(v)
         if end < v:
+            if idx == 0 and end == 0 and os.path.exists(self._copy_marker()):
+                log.info("resuming the interrupted copy from peers at commit-log offset %d", v)
+                self.store.confirm_offset = v  # copied records are committed ones
+                return
             if idx == 0 and end == 0 and not os.path.exists(os.path.join(self.raft_dir, "raft.journal")):
                 raise ReplicationError(
                     f"the store at {self.store.config.root_dir} holds {v} bytes of commit log written outside Raft "
@@ -254,6 +275,10 @@ class RaftWritePath:
                             idx)
                 self.store.truncate_to(end)
         self.store.confirm_offset = end
+
+    def _copy_marker(self) -> str:
+        """Present while the start-up copy from peers runs (see ``start``)."""
+        return os.path.join(self.raft_dir, "catch-up.partial")
 
     def stop(self) -> None:
         if not self._running:

@@ -71,6 +71,11 @@ def write_safely(path: str, text: str) -> None:
     if os.path.exists(path) and os.path.getsize(path) > 0:
         shutil.copyfile(path, path + ".bak")
     os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a directory's entries (a created, renamed or removed name) survive a power loss."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

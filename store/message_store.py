@@ -55,6 +55,7 @@ from store.errors import DiskFullError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
+from store.json_file import fsync_dir
 from store.mapped_file import remove_unfinished_segments
 from store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -330,7 +331,7 @@ class MessageStore:
     def _touch_abort(self) -> None:
         with open(self.config.abort_path, "wb") as f:
             os.fsync(f.fileno())
-        _fsync_dir(self.config.root_dir)
+        fsync_dir(self.config.root_dir)
 
     def shutdown(self) -> None:
         """Stop threads, flush everything, remove ``abort`` when dispatch caught up, release the lock."""
@@ -358,7 +359,7 @@ class MessageStore:
                 if caught_up:
                     try:
                         os.unlink(self.config.abort_path)
-                        _fsync_dir(self.config.root_dir)
+                        fsync_dir(self.config.root_dir)
                     except FileNotFoundError:
                         pass
                 else:
@@ -755,10 +756,3 @@ def _abort_is_from_this_boot(abort_path: str) -> bool:
     except (OSError, StopIteration, ValueError, IndexError):
         return False
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
