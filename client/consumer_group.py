@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from raftmq.v1 import raftmq_pb2 as pb
 
+from client import errors
 from client.connection import ServerPool
 
 
@@ -66,6 +67,8 @@ class ConsumerGroupDescription:
 def describe_consumer_group(servers: str | Iterable[str] | None, group: str, *, timeout: float = 10.0,
                             retry_timeout: float = 15.0) -> ConsumerGroupDescription:
     """Members, their queues and the group's lag, from the leader (which holds the membership)."""
+    if not group.strip():
+        raise errors.InvalidArgumentError("consumer group must not be empty")
     pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
     req = pb.DescribeConsumerGroupRequest(group=group)
     try:

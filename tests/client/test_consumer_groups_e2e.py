@@ -284,6 +284,8 @@ def test_cli_group_describe(server):
     r = raftmq("group", "describe", "no-such-group", "-s", server)
     assert r.returncode == 3, r.stderr  # NotFoundError: the CLI's "not found" exit code
     assert "no live members and no committed offsets" in one_error_line(r)
+    r = raftmq("group", "describe", " ", "-s", server)
+    assert r.returncode == 4 and "consumer group must not be empty" in one_error_line(r)
 
     with Admin(server) as admin:
         admin.create_topic("CliGroup", queues=QUEUES)
