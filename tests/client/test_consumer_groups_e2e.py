@@ -309,3 +309,30 @@ def test_cli_group_describe(server):
         assert "cli-member" in raftmq("group", "describe", "workers", "--json", "-s", server).stdout
     finally:
         c.close()
+
+
+def test_two_cli_consumers_of_one_group_split_the_topic(server):
+    with Admin(server) as admin:
+        admin.create_topic("CliSplit", queues=QUEUES)
+    cmd = [sys.executable, "-m", "client", "consume", "cli-workers", "CliSplit", "--from-beginning", "--json",
+           "--idle-timeout", "15", "-s", server]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                              cwd=REPO_ROOT) for _ in range(2)]
+    try:
+        def members() -> int:
+            r = raftmq("group", "describe", "cli-workers", "--json", "-s", server)
+            return len(json.loads(r.stdout)["members"]) if r.returncode == 0 else 0
+
+        assert eventually(members, lambda n: n == 2, timeout=DEADLINE) == 2
+        bodies = [f"c{i}" for i in range(80)]
+        produce(server, "CliSplit", bodies)
+        outs = [p.communicate(timeout=DEADLINE) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    got = [{json.loads(line)["body"] for line in out.splitlines()} for out, _ in outs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert got[0] | got[1] == set(bodies), "a message was lost"
+    assert got[0] and got[1], "each consumer process should have had a share of the queues"
