@@ -154,6 +154,7 @@ class AdminService(pb_grpc.AdminServiceServicer):
         node = self.node
         check_group_name(request.group)
         node.check_leader()  # only the leader knows the members
+        node.consumer_groups.start_term(node.leader_term())
         group = request.group
         members = node.consumer_groups.members(group)
         committed_topics = node.store.consumer_offsets.topics(group)

@@ -89,6 +89,11 @@ class Broker:
             return False, "not ready: no leader (election in progress or no majority reachable)"
         return True, "ready"
 
+    def leader_term(self) -> int:
+        """The Raft term (0 for a single node): it changes exactly when an election happened."""
+        term = getattr(self.write_path, "term", None)
+        return int(term()) if callable(term) else 0
+
     def _is_leader(self) -> bool:
         leader = self.write_path.leader() if self.write_path is not None else None
         return leader is not None and leader.id == self.node_id

@@ -67,6 +67,7 @@ class ConsumerGroupRegistry:
         self._lock = threading.Lock()
         self._members: dict[tuple[str, str], dict[str, Member]] = {}
         self._generations: dict[tuple[str, str], int] = {}
+        self._term = 0
 
     def heartbeat(self, group: str, topic: str, client_id: str, interval_s: float = 0.0) -> Membership:
         """Register or refresh ``client_id``; the membership after the heartbeat."""
@@ -81,6 +82,19 @@ class ConsumerGroupRegistry:
                 self._generations[key] = self._generations.get(key, 0) + 1
             members[client_id] = Member(client_id, now, now + EXPIRY_FACTOR * interval)
             return self._membership(key)
+
+    def start_term(self, term: int) -> None:
+        """Forget every member when leadership changed since the last call (an election happened).
+
+        Why: a node that leads again after another member led in between holds members that may have closed or
+        moved meanwhile; ghosts would keep queues unowned until they expire. The consumers' next heartbeats
+        rebuild the table, as on any new leader."""
+        with self._lock:
+            if term != self._term:
+                if self._members:
+                    self._generations = {k: g + 1 for k, g in self._generations.items()}
+                self._members.clear()
+                self._term = term
 
     def unregister(self, group: str, topic: str, client_id: str) -> Membership:
         """Drop ``client_id`` at once (a consumer closing); unknown ids are ignored (idempotent)."""

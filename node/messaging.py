@@ -253,6 +253,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         if request.heartbeat_interval_ms < 0:
             raise invalid(f"heartbeat_interval_ms {request.heartbeat_interval_ms} is negative; use 0 for 5000")
         node.check_leader()  # membership lives on the leader: every consumer must see the same table
+        node.consumer_groups.start_term(node.leader_term())
         m = node.consumer_groups.heartbeat(request.group, request.topic, request.client_id,
                                            request.heartbeat_interval_ms / 1000.0)
         return pb.ConsumerHeartbeatResponse(client_ids=m.client_ids, generation=m.generation,
@@ -263,6 +264,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         node = self.node
         _check_member(request.group, request.topic, request.client_id)
         node.check_leader()
+        node.consumer_groups.start_term(node.leader_term())
         m = node.consumer_groups.unregister(request.group, request.topic, request.client_id)
         return pb.UnregisterConsumerResponse(client_ids=m.client_ids, generation=m.generation)
 

@@ -102,3 +102,15 @@ def test_concurrent_heartbeats_all_register():
         t.join()
     assert [m.client_id for m in reg.members("g")["T"]] == sorted(f"c{i}" for i in range(8))
     assert reg.generation("g", "T") == 8
+
+
+def test_a_new_term_forgets_every_member():
+    reg = ConsumerGroupRegistry(FakeClock())
+    reg.start_term(3)
+    reg.heartbeat("g", "T", "a")
+    reg.start_term(3)  # same term: still leading since the heartbeat
+    assert list(reg.members("g")) == ["T"]
+    before = reg.generation("g", "T")
+    reg.start_term(5)  # led again after an election: members may have moved meanwhile
+    assert reg.members("g") == {} and reg.generation("g", "T") > before
+    assert reg.heartbeat("g", "T", "b").client_ids == ["b"]
