@@ -186,5 +186,6 @@ class AdminService(pb_grpc.AdminServiceServicer):
                 at = offsets.get(q.queue_id, 0)
                 resp.queues.append(pb.ConsumerGroupQueue(
                     topic=topic, queue_id=q.queue_id, client_id=owner.get(q.queue_id, ""), committed=has,
-                    committed_offset=at, max_offset=q.max_offset, lag=max(0, q.max_offset - at) if has else 0))
+                    committed_offset=at, max_offset=q.max_offset,
+                    lag=max(0, q.max_offset - max(at, q.min_offset)) if has else q.max_offset - q.min_offset))
         return resp
