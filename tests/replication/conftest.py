@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from store import MessageStore, StoreConfig
 from tests.support.processes import NodeProcess, node_specs, stop_all
 
 # Small compaction budget so compaction, snapshot install and restart-after-compaction are exercised quickly.
@@ -60,3 +61,20 @@ def cluster_factory(tmp_path) -> Iterator:
                 except ProcessLookupError:
                     pass
         stop_all(c.nodes, kill=True)
+
+
+def open_store(tmp_path, **kw) -> MessageStore:
+    """A small single-node store (64 KiB segments) for write-path tests; ``kw`` overrides StoreConfig fields."""
+    cfg = StoreConfig(root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=64 * 1024,
+                      mapped_file_size_consume_queue=20 * 100, max_hash_slot_num=256, max_index_num=1024,
+                      max_message_size=16 * 1024, preallocate=False, **kw)
+    st = MessageStore(cfg)
+    st.open()
+    return st
+
+
+@pytest.fixture
+def store(tmp_path):
+    st = open_store(tmp_path)
+    yield st
+    st.shutdown()

@@ -7,23 +7,8 @@ import pytest
 
 from replication import LocalWritePath
 from replication.errors import WritePathStoppedError
-from store import Message, MessageStore, PutStatus, StoreConfig
-
-
-def open_store(tmp_path, **kw) -> MessageStore:
-    cfg = StoreConfig(root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=64 * 1024,
-                      mapped_file_size_consume_queue=20 * 100, max_hash_slot_num=256, max_index_num=1024,
-                      max_message_size=16 * 1024, preallocate=False, **kw)
-    st = MessageStore(cfg)
-    st.open()
-    return st
-
-
-@pytest.fixture
-def store(tmp_path):
-    st = open_store(tmp_path)
-    yield st
-    st.shutdown()
+from store import Message, PutStatus
+from tests.replication.conftest import open_store
 
 
 def test_a_lone_put_is_stored_before_put_returns(store):

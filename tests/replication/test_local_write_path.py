@@ -8,25 +8,10 @@ import threading
 import pytest
 
 from replication import BusyError, LocalWritePath
-from store import Message, MessageStore, PutStatus, StoreConfig
+from store import Message, PutStatus
 from store.errors import MessageIllegalError
 from store.topic_config import TopicConfig
-
-
-def open_store(tmp_path, **kw) -> MessageStore:
-    cfg = StoreConfig(root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=64 * 1024,
-                      mapped_file_size_consume_queue=20 * 100, max_hash_slot_num=256, max_index_num=1024,
-                      max_message_size=16 * 1024, preallocate=False, **kw)
-    st = MessageStore(cfg)
-    st.open()
-    return st
-
-
-@pytest.fixture
-def store(tmp_path):
-    st = open_store(tmp_path)
-    yield st
-    st.shutdown()
+from tests.replication.conftest import open_store
 
 
 def test_concurrent_puts_share_batches_and_get_their_own_offsets(store):
