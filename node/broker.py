@@ -127,6 +127,12 @@ class Broker:
     def existing_topic(self, name: str):
         cfg = self.topic_config(name)
         if cfg is None:
+            leader = self.write_path.leader()
+            if leader is not None and leader.id != self.node_id and leader.grpc_address:
+                # a follower's table lags the leader's by a moment: a topic created just now is not here yet
+                raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"topic {name!r} is not on this member ({self.node_id}) yet; the leader {leader.id} "
+                               f"at {leader.grpc_address} has the current topic table", leader=leader.grpc_address)
             raise not_found(f"topic {name!r} does not exist; create it first (AdminService.CreateTopic, "
                             f"`raftmq topic create {name}`)")
         return cfg

@@ -62,6 +62,9 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
             if m.topic != topic:
                 raise invalid(f"a batch goes to one topic; found {topic!r} and {m.topic!r} - send separate batches")
         check_topic_name(topic)
+        # only the leader writes, and only its topic table is current: a follower may not have applied a topic
+        # created a moment ago, so it redirects rather than answering NOT_FOUND from a stale table
+        node.check_leader()
         cfg = await node.writable_topic(topic)
         queue_id = self._queue_for(cfg, messages)
         born_host = _peer_host(context.peer())

@@ -89,6 +89,16 @@ def test_writes_replicate_byte_identical_and_followers_redirect(cluster_factory)
         messaging(follower).SendMessage(pb.SendMessageRequest(message=pb.Message(topic=TOPIC, body=b"x")), timeout=10)
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert dict(e.value.trailing_metadata())[LEADER_KEY] == leader.grpc_address
+    # a topic a follower does not know may just not have reached it yet: it sends the caller to the leader (even
+    # for a read), which alone answers NOT_FOUND
+    req = pb.PullMessageRequest(topic="NotYetHere", queue_id=0, offset=0)
+    with pytest.raises(grpc.RpcError) as e:
+        messaging(follower).PullMessage(req, timeout=10)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION, e.value.details()
+    assert dict(e.value.trailing_metadata())[LEADER_KEY] == leader.grpc_address
+    with pytest.raises(grpc.RpcError) as e:
+        messaging(leader).PullMessage(req, timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
 
     p = Producers(c.nodes, TOPIC, n=6, queues=QUEUES).start()
     p.wait_acked(1500)
