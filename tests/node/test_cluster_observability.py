@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
-import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,6 +15,7 @@ from raftmq.v1 import replica_pb2, replica_pb2_grpc
 from client.admin import Admin
 from client.commands import cluster_table
 from tests.support.processes import running_nodes
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -37,18 +38,11 @@ def _scrape(node) -> dict[str, float]:
     return out
 
 
+_wait = functools.partial(wait_for, timeout=60.0, interval=0.2)  # members restart and re-elect: be patient
+
+
 def _status(node) -> pb.ClusterStatusResponse:
     return pb_grpc.AdminServiceStub(node.channel()).ClusterStatus(pb.ClusterStatusRequest(), timeout=20)
-
-
-def _wait(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def test_raft_metrics_and_cluster_status_with_a_stopped_follower(tmp_path):

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import grpc
 import pytest
@@ -20,6 +19,7 @@ from client import RaftmqError
 from client.connection import _Stubs
 from client.transaction_producer import TransactionProducer, TransactionState
 from tests.support.processes import REPO_ROOT, running_nodes
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -27,17 +27,6 @@ TX_STORE = {"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100,
 HALF, OP, CHECK_MAX, SCHEDULE = ("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                                  "TRANS_CHECK_MAX_TIME_TOPIC", "SCHEDULE_TOPIC_XXXX")
 _names = itertools.count()
-
-
-def _wait(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +142,7 @@ def test_check_backs_with_no_producer_connected_spend_checks_and_end_in_check_ma
         except grpc.RpcError:
             return None  # the topic is registered with the first discarded message
 
-    [m] = _wait(discarded, f"the unchecked message in {CHECK_MAX}")
+    [m] = wait_for(discarded, f"the unchecked message in {CHECK_MAX}")
     assert m.body == b"orphan" and m.properties["TRANSACTION_CHECK_TIMES"] == "3"
     metrics = _metrics(node)
     assert _value(metrics, "raftmq_transaction_checks_total", producer_group="pg-nobody", sent="false") == 3
@@ -176,10 +165,10 @@ def test_transaction_metrics_count_halves_outcomes_checks_and_pending(node):
         assert _value(metrics, "rocketmq_commit_messages_total", topic=topic) == 2
         assert _value(metrics, "rocketmq_rollback_messages_total", topic=topic) == 1
         # read from the consume queues: a record just written shows once dispatched (a moment later)
-        _wait(lambda: _value(_metrics(node), "rocketmq_half_messages", topic=topic) == 2, "two pending")
+        wait_for(lambda: _value(_metrics(node), "rocketmq_half_messages", topic=topic) == 2, "two pending")
         p.end(open1, TransactionState.COMMIT)
-        _wait(lambda: _value(_metrics(node), "rocketmq_half_messages", topic=topic) == 1, "one pending")
-    _wait(lambda: _value(_metrics(node), "rocketmq_half_messages", topic=topic) == 0, "nothing pending")
+        wait_for(lambda: _value(_metrics(node), "rocketmq_half_messages", topic=topic) == 1, "one pending")
+    wait_for(lambda: _value(_metrics(node), "rocketmq_half_messages", topic=topic) == 0, "nothing pending")
     metrics = _metrics(node)
     assert _value(metrics, "rocketmq_commit_messages_total", topic=topic) == 3
     assert _value(metrics, "rocketmq_rollback_messages_total", topic=topic) == 1

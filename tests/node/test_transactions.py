@@ -21,6 +21,7 @@ from client import RaftmqError
 from client.errors import NotFoundError
 from client.transaction_producer import TransactionProducer, TransactionState
 from tests.support.processes import REPO_ROOT, node_specs, running_nodes, start_nodes, stop_all
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,17 +32,6 @@ TX_STORE = {"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100,
 PATIENT_TX_STORE = {**TX_STORE, "transaction_check_max": 30}
 HALF, CHECK_MAX = "RMQ_SYS_TRANS_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"
 _names = itertools.count()
-
-
-def _wait(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +97,11 @@ def test_check_back_resolves_unknown(node, answer):
     with TransactionProducer(node.grpc_address, group=f"pg-check-{answer.name}", checker=checker) as p:
         r = p.send_in_transaction(topic, b"pending", local_tx=lambda half: TransactionState.UNKNOWN)
         assert r.state == TransactionState.UNKNOWN and r.committed is None
-        _wait(lambda: asked, "the broker's check")
+        wait_for(lambda: asked, "the broker's check")
         assert asked[0].uniq_key == r.half.transaction_id and asked[0].body == b"pending"
         assert asked[0].properties["REAL_TOPIC"] == topic
         if answer == TransactionState.COMMIT:
-            got = _wait(lambda: _pull_all(node, topic), "the committed message")
+            got = wait_for(lambda: _pull_all(node, topic), "the committed message")
             assert [m.body for m in got] == [b"pending"]
             assert got[0].properties["TRANSACTION_CHECK_TIMES"] == "1"  # committed from the renewed copy
         time.sleep(1.5)  # more than two timeouts: a resolved transaction is not asked about again
@@ -137,7 +127,7 @@ def test_too_many_checks_go_to_check_max_topic(node):
                 return None  # the topic is created with the first discarded message
             return [m for m in msgs if m.uniq_key == r.half.transaction_id]
 
-        [m] = _wait(discarded, f"the message in {CHECK_MAX}")
+        [m] = wait_for(discarded, f"the message in {CHECK_MAX}")
         assert m.body == b"undecided" and m.properties["TRANSACTION_CHECK_TIMES"] == "5"
         assert [int(v.properties.get("TRANSACTION_CHECK_TIMES", "0")) for v in asked] == [0, 1, 2, 3, 4]
         with pytest.raises(RaftmqError, match=f"already finished \\(discarded to {CHECK_MAX}"):
@@ -214,7 +204,7 @@ def test_crashed_producer_is_resolved_by_another_of_its_group(node):
     asked: list = []
     with TransactionProducer(node.grpc_address, group="pg-crash",
                              checker=lambda v: asked.append(v.uniq_key) or TransactionState.COMMIT):
-        got = _wait(lambda: _pull_all(node, topic), "the crashed producer's message, committed by the checker")
+        got = wait_for(lambda: _pull_all(node, topic), "the crashed producer's message, committed by the checker")
     assert [(m.body, m.uniq_key) for m in got] == [(b"crashed", tx_id)] and asked == [tx_id]
 
 
@@ -240,14 +230,14 @@ def test_everything_survives_a_restart(tmp_path):
         decision = {"state": TransactionState.UNKNOWN}
         with TransactionProducer(addr, group="pg-restart",
                                  checker=lambda v: asked.append(v.uniq_key) or decision["state"]) as p:
-            _wait(lambda: asked, "a check before the restart")  # the stream is up (answered UNKNOWN)
+            wait_for(lambda: asked, "a check before the restart")  # the stream is up (answered UNKNOWN)
             assert [n.stop() for n in nodes] == [0]  # SIGTERM with a check stream open: a clean exit
             for n in nodes:
                 n.start()
             for n in nodes:
                 n.wait_ready()
             decision["state"] = TransactionState.COMMIT  # the same producer reconnects and answers
-            got = _wait(lambda: len(_pull_all(nodes[0], topic)) >= 2 and _pull_all(nodes[0], topic),
+            got = wait_for(lambda: len(_pull_all(nodes[0], topic)) >= 2 and _pull_all(nodes[0], topic),
                         "the open transaction resolved after the restart")
             assert [m.body for m in got] == [b"committed", b"open"]
             assert set(asked) == {open_tx.half.transaction_id}
@@ -263,7 +253,7 @@ def test_leader_failover_resumes_checks(tmp_path):
     nodes = start_nodes(node_specs(tmp_path, 3, store=PATIENT_TX_STORE))
     try:
         admin = pb_grpc.AdminServiceStub(nodes[0].channel())
-        status = _wait(lambda: admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10).leader_id or None,
+        status = wait_for(lambda: admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=10).leader_id or None,
                        "a leader")
         leader = next(n for n in nodes if n.spec.id == status)
         topic = _topic(leader)
@@ -281,13 +271,13 @@ def test_leader_failover_resumes_checks(tmp_path):
             return TransactionState.COMMIT
 
         with TransactionProducer(addrs, group="pg-failover", checker=checker) as p:
-            got = _wait(lambda: _pull_all(rest[0], topic), "the transaction resolved by the new leader", 60)
+            got = wait_for(lambda: _pull_all(rest[0], topic), "the transaction resolved by the new leader", 60)
             assert [m.body for m in got] == [b"before"]
             assert set(asked) == {before.half.transaction_id}
         # restart every member, the killed one included: all agree, and the outcome is final
         _restart_all(nodes)
         for n in nodes:
-            got = _wait(lambda n=n: _pull_all(n, topic), f"the committed message on {n.spec.id}")
+            got = wait_for(lambda n=n: _pull_all(n, topic), f"the committed message on {n.spec.id}")
             assert [m.body for m in got] == [b"before"], n.spec.id
         # the system topics (built-in schedule topic, half / op / check-max registered through the log) are in
         # every member's topics.json, byte for byte the same
@@ -340,7 +330,7 @@ def test_failing_local_transaction_and_checker_are_unknown(node):
     with TransactionProducer(node.grpc_address, group="pg-failing", checker=checker) as p:
         r = p.send_in_transaction(topic, b"eventually", local_tx=local_tx)
         assert r.state == TransactionState.UNKNOWN and r.committed is None
-        got = _wait(lambda: _pull_all(node, topic), "the commit after a failed check")
+        got = wait_for(lambda: _pull_all(node, topic), "the commit after a failed check")
     assert [m.body for m in got] == [b"eventually"] and calls == [r.half.transaction_id] * 2
     assert got[0].properties["TRANSACTION_CHECK_TIMES"] == "2"
 
@@ -375,7 +365,7 @@ def test_concurrent_outcomes_apply_once(node):
         mine = [(res, msg_id) for tx, res, msg_id in outcomes if tx == h.transaction_id]
         assert len(set(mine)) == 1, mine
     committed = {tx for tx, res, _ in outcomes if res == pb.TX_COMMIT}
-    _wait(lambda: len(_pull_all(node, topic)) == len(committed), "the committed messages")
+    wait_for(lambda: len(_pull_all(node, topic)) == len(committed), "the committed messages")
     got = _pull_all(node, topic)
     assert sorted(m.uniq_key for m in got) == sorted(committed)
     with pytest.raises(grpc.RpcError) as e:
@@ -397,6 +387,6 @@ def test_half_message_older_than_file_reserved_time_is_discarded(node):
         except grpc.RpcError:
             return None
 
-    [m] = _wait(discarded, f"the old half message in {CHECK_MAX}")
+    [m] = wait_for(discarded, f"the old half message in {CHECK_MAX}")
     assert m.body == b"ancient" and "TRANSACTION_CHECK_TIMES" not in m.properties  # never checked
     assert _pull_all(node, topic) == []

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import grpc
@@ -25,6 +24,7 @@ from store import Message
 from tests.replication.tcp_proxy import PausableProxy
 from tests.replication.test_checksum_commit_log import AUTH, SECRET, _Server, disk_bytes
 from tests.replication.test_raft_single import make, one_member, open_store, wait_writable
+from tests.support.waiting import wait_for
 
 RATE = 64 << 10  # bytes/s: the ~190 KB the fixture writes take about two seconds to copy (after the burst)
 
@@ -171,13 +171,6 @@ def test_chunks_stay_within_one_burst(member):
     assert [c.offset for c in chunks] == sorted({c.offset for c in chunks})
 
 
-def wait_until(cond, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_too_many_fetches_are_refused_with_retry_and_the_client_waits_its_turn(member, tmp_path):
     st, wp, server, root = member
     up_to = wp.machine.applied.last[0]
@@ -206,7 +199,7 @@ def test_too_many_fetches_are_refused_with_retry_and_the_client_waits_its_turn(m
                 catch_up.fetch_range(peers, "src", dest, 0, up_to, timeout=60)))
             t.start()
             refused = wp.catch_up_throttle.refused
-            wait_until(lambda: wp.catch_up_throttle.refused > refused, "the retrying fetch to be refused once")
+            wait_for(lambda: wp.catch_up_throttle.refused > refused, "the retrying fetch to be refused once")
             holder.cancel()
             t.join(60)
             assert not t.is_alive()
@@ -216,7 +209,7 @@ def test_too_many_fetches_are_refused_with_retry_and_the_client_waits_its_turn(m
         finally:
             peers.close()
             dest.shutdown()
-    wait_until(lambda: wp.catch_up_throttle.streams == 0, "the streams to close")
+    wait_for(lambda: wp.catch_up_throttle.streams == 0, "the streams to close")
 
 
 def test_the_limits_are_set_from_the_node_config():
@@ -243,7 +236,7 @@ def test_a_copy_cut_midway_resumes_from_the_local_end(member, tmp_path, caplog):
                                                                                timeout=60)))
         caplog.set_level(logging.INFO, logger="replication.catch_up")
         t.start()
-        wait_until(lambda: dest.commit_log_max_offset > 0, "the first chunk")
+        wait_for(lambda: dest.commit_log_max_offset > 0, "the first chunk")
         for s in list(proxy._socks):  # drop the connection mid-copy (the rate keeps the rest for seconds)
             try:
                 s.shutdown(socket.SHUT_RDWR)
