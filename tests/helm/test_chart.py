@@ -39,7 +39,8 @@ VALUE_SETS = {
         "image": {"repository": "registry.example.com/raftmq", "digest": "sha256:" + "a" * 64},
         "store": {"mapped_file_size_commit_log": 268435456, "flush_disk_type": "SYNC"},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
-                    "prometheusRule": {"enabled": True, "labels": {"release": "prom"}}},
+                    "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+                    "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "raftmq"}}},
         "networkPolicy": {"enabled": True,
                           "clients": [{"namespaceSelector": {"matchLabels": {"team": "orders"}}}],
                           "metrics": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
@@ -396,11 +397,11 @@ def test_each_pod_gets_a_config_the_node_accepts(name, tmp_path):
 
     values = VALUE_SETS[name]
     objs = objects(values)
-    cm = one(objs, "ConfigMap")
+    full = (values or {}).get("fullnameOverride") or FULL
+    cm = one(objs, "ConfigMap", full)
     path = tmp_path / "raftmq.yaml"
     path.write_text(cm["data"]["raftmq.yaml"])
     config = yaml.safe_load(cm["data"]["raftmq.yaml"])
-    full = (values or {}).get("fullnameOverride") or FULL
     for i in range(sts(objs)["spec"]["replicas"]):
         pod = f"{full}-{i}"
         env = _pod_env(objs, pod)
