@@ -39,7 +39,9 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP)
+# The Kubernetes tier (tests/k8s) needs the tools `make k8s-tools` builds; SKIP_K8S_TIER=1 leaves them out (the
+# tier then skips, except in CI where a missing build is an error).
+test: $(STAMP) $(if $(SKIP_K8S_TIER),,k8s-tools)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -49,6 +51,13 @@ clean:
 # Install the chart into the cluster of the current kubeconfig context, run `helm test`, kill the leader pod and
 # check recovery. Needs kubectl, helm and IMAGE=<repository>:<tag> the cluster can pull (see helm/raftmq/ci/k8s-e2e.sh).
 # Not part of `make test`: CI has no cluster.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built from the Go module proxy into a
+# versioned cache outside the work tree, only when missing (cold: ~15 min on an idle 2-core box, up to 40 loaded;
+# needs Go). tests/k8s starts them as a throw-away control plane.
+.PHONY: k8s-tools
+k8s-tools:
+	@helm/raftmq/ci/k8s-tools/build.sh >/dev/null
+
 .PHONY: k8s-e2e
 k8s-e2e:
 	helm/raftmq/ci/k8s-e2e.sh

@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,15 +155,18 @@ class NodeProcess:
             return e.code, e.read().decode()
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self, *extra_args: str, env: dict[str, str] | None = None) -> NodeProcess:
+    def start(self, *extra_args: str, env: dict[str, str] | None = None,
+              wrap: Callable[[list[str]], list[str]] | None = None) -> NodeProcess:
+        """Start the node; ``wrap`` turns its argv into the one to run (e.g. inside a private mount namespace)."""
         self.spec.write_config()
         self.spec.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.spec.log_path, "ab")
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
         full_env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
         full_env.update(env or {})
+        argv = [sys.executable, "-m", "node", "node", "--config", str(self.spec.config_path), *extra_args]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node", "node", "--config", str(self.spec.config_path), *extra_args],
+            wrap(argv) if wrap else argv,
             cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
         )
         return self
