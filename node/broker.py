@@ -64,6 +64,7 @@ class Broker:
         self.rpcs_in_flight = 0
         self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
+        self._leader_seen_at: float | None = None  # monotonic time readiness last saw a leader
         self._stopping = False  # asked to stop: start() and background loops give up
         self._stopped = False
         self._store_open = False
@@ -82,12 +83,25 @@ class Broker:
 
     # ------------------------------------------------------------------ state seen by handlers and probes
     def readiness(self) -> tuple[bool, str]:
-        """``/ready``: serving and a leader is known (reads still work during an election; writes do not)."""
+        """``/ready``: serving and a leader is known, or was known moments ago.
+
+        An election (a peer restarting in a rolling update, a leader handing off) leaves every member without a
+        leader for a moment; reads keep working and writes are retried by clients, so a member that had a leader
+        stays ready for ``node.ready_without_leader_seconds``. Otherwise every member of a StatefulSet would go
+        unready together at each restart, emptying the Services and stalling the rollout. A member that never
+        saw a leader since it started, or lost it for longer, is not ready.
+        """
         if not self.serving:
             return False, f"not ready: {self._phase}"
-        if self.write_path.leader() is None:
-            return False, "not ready: no leader (election in progress or no majority reachable)"
-        return True, "ready"
+        now = time.monotonic()
+        if self.write_path.leader() is not None:
+            self._leader_seen_at = now
+            return True, "ready"
+        seen = self._leader_seen_at
+        grace = self.config.node.ready_without_leader_seconds
+        if seen is not None and now - seen <= grace:
+            return True, f"ready (no leader for {now - seen:.1f}s: election in progress)"
+        return False, "not ready: no leader (election in progress or no majority reachable)"
 
     def leader_term(self) -> int:
         """The Raft term (0 for a single node): it changes exactly when an election happened."""

@@ -112,6 +112,7 @@ class NodeSection:
     auto_create_topics: bool = False
     log_level: str = "INFO"
     shutdown_grace_seconds: float = 10.0
+    ready_without_leader_seconds: float = 15.0
 
 
 @dataclass
@@ -458,6 +459,8 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     n.log_level = n.log_level.upper()
     if n.shutdown_grace_seconds < 0:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
+    if n.ready_without_leader_seconds < 0:
+        problems.append("node.ready_without_leader_seconds: must be >= 0")
     if not c.name or not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", c.name):
         problems.append(f"cluster.name: {c.name!r} must be 1-127 letters, digits, '_', '-', '%', '|'")
     try:
@@ -530,6 +533,7 @@ def sample_yaml() -> str:
             "auto_create_topics": "create unknown topics on first send (4 queues)",
             "log_level": " | ".join(LOG_LEVELS),
             "shutdown_grace_seconds": "SIGTERM: how long in-flight requests may take to finish",
+            "ready_without_leader_seconds": "stay ready this long without a leader (elections)",
         },
         "cluster": {
             "name": "CLUSTER property of every message",
@@ -571,16 +575,16 @@ def sample_yaml() -> str:
     ]
 
     def section(name: str, values: dict[str, Any], comments: dict[str, str], header: str = "") -> None:
-        lines.append(f"{name + ':':36}# {header}" if header else f"{name}:")
+        lines.append(f"{name + ':':35} # {header}" if header else f"{name}:")
         for key, value in values.items():
             if isinstance(value, dict) and key == "raft":  # nested: every Raft setting with its default
-                lines.append(f"{'  raft:':36}# {comments[key]}")
+                lines.append(f"{'  raft:':35} # {comments[key]}")
                 for k, v in _raft_fields().items():
                     entry = f"    {k}: {_yaml_scalar(v)}"
-                    lines.append(f"{entry:36}# {notes['raft'][k]}" if k in notes["raft"] else entry)
+                    lines.append(f"{entry:35} # {notes['raft'][k]}" if k in notes["raft"] else entry)
                 continue
             entry = f"  {key}: {_yaml_scalar(value)}"
-            lines.append(f"{entry:36}# {comments[key]}" if key in comments else entry)
+            lines.append(f"{entry:35} # {comments[key]}" if key in comments else entry)
 
     section("node", dataclasses.asdict(n), notes["node"])
     section("cluster", dataclasses.asdict(c), notes["cluster"])
