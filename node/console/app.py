@@ -204,7 +204,7 @@ class Console:
         members_table = table(
             ["member", "role", "ready", "healthy", "term", "commit index", "applied index", "commit→apply lag",
              "applied offset", "behind leader", "dispatch behind", "gRPC", "Raft", "error"],
-            rows, table_id="members", numeric=(4, 5, 6, 7, 8, 9, 10))
+            rows, table_id="members", numeric=(4, 5, 6, 7, 8, 9, 10), wrap=(13,))
         leader_changes = getattr(self.node.write_path, "leader_changes", 0) if self.node.write_path else 0
         terms = [m.term for m in members if m.term]
         summary = cards([
@@ -408,6 +408,7 @@ class Console:
                      safe.preview(m.body)] for m in found]
             results = section(title, table(["msgId", "topic", "queue", "offset", "stored (UTC)", "tags", "keys",
                                             "size", "body"], rows, table_id="results", numeric=(2, 3, 7),
+                                           wrap=(5, 6, 8),
                                            empty="no message matched"), "results-section")
         body = join([_browse_forms(query), results])
         return page(self._frame(), "messages", "Messages", body)
@@ -492,7 +493,8 @@ class Console:
         else:
             shown = html('<p class="muted">{}</p>', download)
         body_html = html('<pre class="body {}" id="body" data-kind="{}">{}</pre>', view.kind, view.kind, view.html)
-        props = table(["property", "value"], sorted(m.properties.items()), table_id="properties")
+        props = table(["property", "value"], sorted(m.properties.items()), table_id="properties", wrap=(1,),
+                      cls="kv")
         meta = table(["field", "value"], [
             ["msgId", m.msg_id], ["UNIQ_KEY", esc_or_dash(m.uniq_key)],
             ["topic", link(f"/ui/topics/{seg(m.topic)}", m.topic)], ["queue", m.queue_id],
@@ -502,7 +504,7 @@ class Console:
             ["tags", esc_or_dash(m.tags)], ["keys", esc_or_dash(" ".join(m.keys))],
             ["body", f"{len(m.body)} bytes, {view.kind}"], ["reconsume times", m.reconsume_times],
             ["sys flag", m.sys_flag], ["flag", m.flag], ["body CRC", m.body_crc],
-        ], table_id="message-meta")
+        ], table_id="message-meta", wrap=(1,), cls="kv")
         body = join([section("Message", meta), section("Body", join([shown, body_html])),
                      section("Properties", props)])
         return page(self._frame(), "messages", f"Message {m.msg_id}", body)
@@ -557,7 +559,7 @@ class Console:
                  badge(m.queue_verdict, _verdict_kind(m.queue_verdict)) if m.queue_verdict else "-",
                  esc_or_dash(_short(m.error))] for m in report.members]
         mtable = table(["member", "address", "first offset", "applied end", "checked", "commit log",
-                        "consume queues", "error"], rows, table_id="check-members", numeric=(2, 3, 4))
+                        "consume queues", "error"], rows, table_id="check-members", numeric=(2, 3, 4), wrap=(7,))
         facts = cards([("range", f"[{report.range_from}, {report.range_to})"),
                        ("bytes compared", safe.human_bytes(report.range_to - report.range_from)),
                        ("queues compared", f"{report.queues_compared} ({report.queue_units} units)"),

@@ -43,8 +43,11 @@ def _fmt(v: float) -> str:
 
 def line_chart(series: Sequence[Series], *, title: str, unit: str = "", span_s: float = 360.0,
                width: int = 560, height: int = 150, now: float | None = None, chart_id: str = "") -> Markup:
-    """An SVG chart of the last ``span_s`` seconds; an empty chart says "collecting samples" instead."""
+    """An SVG chart of at most the last ``span_s`` seconds (less while the history is younger, at least a
+    minute); an empty chart says "collecting samples" instead."""
     now = time.time() if now is None else now
+    oldest = min((t for s in series for t, _ in s.points), default=now)
+    span_s = min(span_s, max(60.0, math.ceil((now - oldest) / 60) * 60))
     left, right, top, bottom = 44, 8, 22, 20
     pw, ph = width - left - right, height - top - bottom
     t0 = now - span_s

@@ -67,17 +67,23 @@ def page(frame: Frame, active: str, title: str, body: Markup, code: int = 200) -
 
 
 def table(headers: Sequence[object], rows: Iterable[Sequence[object]], *, table_id: str = "",
-          empty: str = "nothing to show", numeric: Sequence[int] = ()) -> Markup:
-    """A table; cells are escaped unless Markup; columns in ``numeric`` are right-aligned."""
-    head = join(html('<th{}>{}</th>', Markup(' class="num"') if i in numeric else Markup(""), h)
-                for i, h in enumerate(headers))
-    body = [join(html('<td{}>{}</td>', Markup(' class="num"') if i in numeric else Markup(""), c)
-                 for i, c in enumerate(row)) for row in rows]
+          empty: str = "nothing to show", numeric: Sequence[int] = (), wrap: Sequence[int] = (),
+          cls: str = "") -> Markup:
+    """A table; cells are escaped unless Markup; ``numeric`` columns are right-aligned, only ``wrap`` columns
+    break lines (long free text: bodies, errors)."""
+
+    def attrs(i: int) -> Markup:
+        classes = " ".join(c for c, on in (("num", i in numeric), ("nw", i not in wrap)) if on)
+        return html(' class="{}"', classes) if classes else Markup("")
+
+    head = join(html("<th{}>{}</th>", attrs(i), h) for i, h in enumerate(headers))
+    body = [join(html("<td{}>{}</td>", attrs(i), c) for i, c in enumerate(row)) for row in rows]
     id_attr = html(' id="{}"', table_id) if table_id else Markup("")
     if not body:
         return html('<p class="muted"{}>{}</p>', id_attr, empty)
     trs = join(html("<tr>{}</tr>", r) for r in body)
-    return html('<table{}><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', id_attr, head, trs)
+    return html('<div class="tw"><table{}{}><thead><tr>{}</tr></thead><tbody>{}</tbody></table></div>', id_attr,
+                html(' class="{}"', cls) if cls else Markup(""), head, trs)
 
 
 def link(href: str, text: object) -> Markup:
