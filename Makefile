@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run stop test lint proto bench clean
+.PHONY: install run stop test lint proto bench clean browser-deps
 
 install: $(STAMP)
 
@@ -39,7 +39,13 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP)
+# The web console's browser test drives Debian's chromium (never a downloaded one): install it once, as root.
+CHROMIUM ?= /usr/bin/chromium
+browser-deps:
+	@test -x $(CHROMIUM) || { apt-get update -qq && apt-get install -y -qq chromium; }
+	@test -x $(CHROMIUM) && echo "chromium: $(CHROMIUM)"
+
+test: $(STAMP) browser-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 

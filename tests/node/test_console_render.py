@@ -37,7 +37,7 @@ def test_markup_passes_through_once_and_html_escapes_arguments():
 
 
 def test_text_body_is_escaped_with_controls_highlighted():
-    body = "<script>x</script>\x1b[2K\r\x1b[31mFAKE\n".encode()
+    body = b"<script>x</script>\x1b[2K\r\x1b[31mFAKE\n"
     view = safe.render_body(body)
     assert view.kind == "text" and not view.truncated and view.size == len(body)
     assert "<script>" not in view.html
