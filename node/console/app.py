@@ -215,11 +215,11 @@ class Console:
         ], card_id="summary")
         samples = snap.samples
         term_chart = line_chart([Series("term", [(s.at, s.term) for s in samples], step=True)],
-                                title="Raft term (each step = an election)", chart_id="chart-term")
+                                title="Raft term (each step = an election)", chart_id="chart-term", width=580)
         lag_chart = line_chart([
             Series("commit−applied (entries)", [(s.at, s.commit_index - s.applied_index) for s in samples]),
             Series("dispatch behind (KiB)", [(s.at, s.dispatch_behind_bytes / 1024) for s in samples]),
-        ], title=f"apply / dispatch lag on {self.node.node_id}", chart_id="chart-lag")
+        ], title=f"apply / dispatch lag on {self.node.node_id}", chart_id="chart-lag", width=580)
         events = table(["time (UTC)", "event"],
                        [[utc(int(e.at * 1000)), e.describe()] for e in reversed(snap.events)],
                        table_id="events", empty="no leader change since this node's console started sampling "
@@ -259,7 +259,7 @@ class Console:
                        empty="no topics yet: create one with `raftmq topic create NAME`")
         chart = line_chart([Series("in (stored)", rates(snap.samples, "stored")),
                             Series("consumed (committed)", rates(snap.samples, "consumed"))],
-                           title="all topics, messages/s", unit="/s", chart_id="chart-all")
+                           title="all topics, messages/s", unit="/s", chart_id="chart-all", width=1180, height=170)
         toggle = link(url("/ui/topics", system="" if show_system else "1"),
                       "hide system topics" if show_system else "show system topics")
         body = join([
@@ -293,7 +293,8 @@ class Console:
                        numeric=(1, 2), empty="no consumer group has committed offsets on this topic")
         chart = line_chart([Series("in (stored)", rates(snap.samples, "stored", name)),
                             Series("consumed (committed)", rates(snap.samples, "consumed", name))],
-                           title=f"{name}, messages/s", unit="/s", chart_id="chart-topic")
+                           title=f"{name}, messages/s", unit="/s", chart_id="chart-topic", width=1180,
+                           height=170)
         summary = cards([("read / write queues", f"{cfg.read_queue_nums} / {cfg.write_queue_nums}"),
                          ("perm", _perm(cfg.perm)), ("ordered", "yes" if cfg.order else "no"),
                          ("messages kept", sum(q.max_offset - q.min_offset for q in queues))], card_id="summary")
