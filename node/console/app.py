@@ -195,16 +195,16 @@ class Console:
         for m in members:
             role = m.role or "unknown"
             rows.append([
-                html("<b>{}</b>{}", m.id, Markup(" (this node)") if m.id == self.node.node_id else Markup("")),
+                html('<b title="Raft {}">{}</b>{}', m.raft_address or "-", m.id,
+                     Markup(" (this node)") if m.id == self.node.node_id else Markup("")),
                 badge(role), yes_no(m.ready), yes_no(m.healthy), m.term, m.commit_index, m.applied_index,
                 max(0, m.commit_index - m.applied_index), m.applied_offset, safe.human_bytes(m.lag_bytes),
-                safe.human_bytes(m.dispatch_behind_bytes), m.grpc_address, esc_or_dash(m.raft_address),
-                esc_or_dash(_short(m.error)),
+                safe.human_bytes(m.dispatch_behind_bytes), m.grpc_address, esc_or_dash(_short(m.error)),
             ])
         members_table = table(
-            ["member", "role", "ready", "healthy", "term", "commit index", "applied index", "commit→apply lag",
-             "applied offset", "behind leader", "dispatch behind", "gRPC", "Raft", "error"],
-            rows, table_id="members", numeric=(4, 5, 6, 7, 8, 9, 10), wrap=(13,))
+            ["member", "role", "ready", "healthy", "term", "commit index", "applied index", "apply lag",
+             "applied offset", "behind leader", "undispatched", "gRPC address", "error"],
+            rows, table_id="members", numeric=(4, 5, 6, 7, 8, 9, 10), wrap=(12,))
         leader_changes = getattr(self.node.write_path, "leader_changes", 0) if self.node.write_path else 0
         terms = [m.term for m in members if m.term]
         summary = cards([

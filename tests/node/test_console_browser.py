@@ -359,4 +359,4 @@ def test_cluster_page_shows_an_election_after_the_leader_is_killed(cluster, page
 
     rows, events = wait_for(shown, "the election on the survivor's cluster page", timeout=60, interval=1.0)
     assert rows[new.leader_id][1] == "leader" and number(rows[new.leader_id][4]) > old_term
-    assert rows[leader.spec.id][13] != "-"  # says why it could not be asked
+    assert rows[leader.spec.id][12] != "-"  # says why it could not be asked
