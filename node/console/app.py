@@ -416,6 +416,8 @@ class Console:
 
     def _browse(self, by: str, q: dict[str, str]) -> tuple[list, str]:
         st = self._store()
+        if by not in ("id", "key", "offset"):
+            raise BadRequest(f"unknown search {by!r}: use by=id, by=key or by=offset")
         if by == "id":
             msg_id = q.get("id", "").strip()
             if not msg_id:
@@ -438,20 +440,18 @@ class Console:
                 raise BadRequest(str(e)) from None
             return sorted(found, key=lambda m: (m.store_timestamp, m.physical_offset)), \
                 f"key {key!r} in {topic}"
-        if by == "offset":
-            cfg = st.topics.get(topic)
-            queue = _int_arg(q, "queue", 0, 0, cfg.read_queue_nums - 1)
-            lo, hi = st.min_offset_in_queue(topic, queue), st.max_offset_in_queue(topic, queue)
-            offset = _int_arg(q, "offset", max(lo, hi - BROWSE_DEFAULT), 0, None)
-            count = _int_arg(q, "count", BROWSE_DEFAULT, 1, BROWSE_MAX)
-            if hi == lo:
-                return [], f"{topic} queue {queue} is empty (offsets {lo}..{hi})"
-            if not lo <= offset < hi:
-                raise BadRequest(f"offset {offset} is outside queue {queue} of {topic}: it holds offsets "
-                                 f"{lo}..{hi - 1}")
-            got = st.get_messages(topic, queue, offset, count, 8 << 20, None)
-            return got.messages, f"{topic} queue {queue} from offset {offset} (queue holds {lo}..{hi - 1})"
-        raise BadRequest(f"unknown search {by!r}: use by=id, by=key or by=offset")
+        cfg = st.topics.get(topic)  # by == "offset"
+        queue = _int_arg(q, "queue", 0, 0, cfg.read_queue_nums - 1)
+        lo, hi = st.min_offset_in_queue(topic, queue), st.max_offset_in_queue(topic, queue)
+        offset = _int_arg(q, "offset", max(lo, hi - BROWSE_DEFAULT), 0, None)
+        count = _int_arg(q, "count", BROWSE_DEFAULT, 1, BROWSE_MAX)
+        if hi == lo:
+            return [], f"{topic} queue {queue} is empty (offsets {lo}..{hi})"
+        if not lo <= offset < hi:
+            raise BadRequest(f"offset {offset} is outside queue {queue} of {topic}: it holds offsets "
+                             f"{lo}..{hi - 1}")
+        got = st.get_messages(topic, queue, offset, count, 8 << 20, None)
+        return got.messages, f"{topic} queue {queue} from offset {offset} (queue holds {lo}..{hi - 1})"
 
     def _find_by_id(self, msg_id: str, topic: str) -> list:
         """As ViewMessage: an offset msgId anywhere, or a UNIQ_KEY within a topic."""
@@ -506,8 +506,8 @@ class Console:
             ["body", f"{len(m.body)} bytes, {view.kind}"], ["reconsume times", m.reconsume_times],
             ["sys flag", m.sys_flag], ["flag", m.flag], ["body CRC", m.body_crc],
         ], table_id="message-meta", wrap=(1,), cls="kv")
-        body = join([section("Message", meta), section("Body", join([shown, body_html])),
-                     section("Properties", props)])
+        body = join([html('<div class="cols">{}{}</div>', section("Message", meta), section("Properties", props)),
+                     section("Body", join([shown, body_html]))])
         return page(self._frame(), "messages", f"Message {m.msg_id}", body)
 
     # ------------------------------------------------------------------ replica check
