@@ -134,7 +134,7 @@ class Console:
         suffix = name[name.rfind("."):] if "." in name else ""
         if "/" in name or suffix not in STATIC_TYPES:
             return self._error(404, f"no static file {name}")
-        data = resources.files("node.console").joinpath("static", name)
+        data = resources.files(__package__).joinpath("static", name)
         if not data.is_file():
             return self._error(404, f"no static file {name}")
         headers = {"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"}
@@ -443,8 +443,13 @@ class Console:
         cfg = st.topics.get(topic)  # by == "offset"
         queue = _int_arg(q, "queue", 0, 0, cfg.read_queue_nums - 1)
         lo, hi = st.min_offset_in_queue(topic, queue), st.max_offset_in_queue(topic, queue)
-        offset = _int_arg(q, "offset", max(lo, hi - BROWSE_DEFAULT), 0, None)
         count = _int_arg(q, "count", BROWSE_DEFAULT, 1, BROWSE_MAX)
+        if q.get("offset", "").strip() or not q.get("at", "").strip():
+            offset = _int_arg(q, "offset", max(lo, hi - count), 0, None)
+        else:  # the first message stored at or after a time (as SearchOffset), when no offset is given
+            offset = st.get_offset_by_time(topic, queue, _time_arg(q, "at", 0))
+            if offset >= hi:
+                return [], f"{topic} queue {queue} has nothing stored at or after {utc(_time_arg(q, 'at', 0))}"
         if hi == lo:
             return [], f"{topic} queue {queue} is empty (offsets {lo}..{hi})"
         if not lo <= offset < hi:
@@ -598,16 +603,19 @@ def _browse_forms(q: dict[str, str]) -> Markup:
         '<label>key <input name="key" value="{key}" required></label>'
         '<label>from (UTC) <input type="datetime-local" step="1" name="from" value="{key_from}"></label>'
         '<label>to (UTC) <input type="datetime-local" step="1" name="to" value="{key_to}"></label>'
+        '<label>at most <input name="count" size="4" value="{key_count}" placeholder="20"></label>'
         '<button type="submit">Search</button></form>'
         '<form method="get" action="/ui/messages" id="form-offset"><h3>By queue offset</h3><input type="hidden" '
         'name="by" value="offset"><label>topic <input name="topic" value="{off_topic}" required></label>'
         '<label>queue <input name="queue" size="4" value="{queue}"></label>'
         '<label>offset <input name="offset" size="10" value="{offset}" placeholder="latest"></label>'
+        '<label>or from time (UTC) <input type="datetime-local" step="1" name="at" value="{at}"></label>'
         '<label>count <input name="count" size="4" value="{count}" placeholder="20"></label>'
         '<button type="submit">Browse</button></form></div>',
         id=val("id", "id"), id_topic=val("topic", "id"), key_topic=val("topic", "key"), key=val("key", "key"),
-        key_from=val("from", "key"), key_to=val("to", "key"), off_topic=val("topic", "offset"),
-        queue=val("queue", "offset") or "0", offset=val("offset", "offset"), count=val("count", "offset"))
+        key_from=val("from", "key"), key_to=val("to", "key"), key_count=val("count", "key"),
+        off_topic=val("topic", "offset"), queue=val("queue", "offset") or "0", offset=val("offset", "offset"), at=val("at", "offset"),
+        count=val("count", "offset"))
 
 
 def _topic_arg(st, q: dict[str, str]) -> str:

@@ -272,6 +272,15 @@ def test_search_by_key_and_time_range(cluster, page):
     page.goto(follower.http_url + f"/ui/messages?by=key&topic={TOPIC}&key=order-3&from=2000-01-01T00:00"
               "&to=2000-01-02T00:00")
     assert page.locator("#results").inner_text() == "no message matched"
+    # a queue from a point in time (as SearchOffset)
+    k = scenario.keyed[3]
+    with Admin(servers) as admin:
+        at = admin.view_message(k.msg_id).store_timestamp
+        expect = admin.search_offset(TOPIC, k.queue_id, at)
+    page.goto(follower.http_url + f"/ui/messages?by=offset&topic={TOPIC}&queue={k.queue_id}&at={at}&count=5")
+    rows = cells(page, "results")
+    assert number(rows[0][3]) == expect <= k.queue_offset
+    assert k.msg_id in [r[0] for r in rows]
 
 
 def test_bad_input_gets_a_clear_page(cluster, page):
