@@ -22,6 +22,14 @@ SECURITY_HEADERS = {
 }
 
 
+class BadRequest(Exception):
+    """A console request the user can fix (bad offset, unknown topic): shown on the page with status 400/404."""
+
+    def __init__(self, message: str, code: int = 400):
+        super().__init__(message)
+        self.code = code
+
+
 @dataclass
 class Response:
     code: int
@@ -120,3 +128,9 @@ def notice(text: object, kind: str = "info") -> Markup:
 
 def esc_or_dash(v: object) -> Markup:
     return esc(v) if v not in (None, "") else Markup('<span class="muted">-</span>')
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    """One line of at most ``limit`` characters (long peer error texts become a readable reason)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"

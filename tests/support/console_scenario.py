@@ -55,7 +55,7 @@ def populate(servers: list[str], *, keyed: int = 30) -> Scenario:
         p.send(DLQ_TOPIC, "poison order that failed 16 times", keys=["order-poison"])
         p.send(DLQ_TOPIC, "another poison order", keys=["order-poison-2"])
     consumer = PullConsumer(GROUP, TOPIC, servers, start_from="first", auto_commit=False,
-                            heartbeat_interval=1.0, client_id="billing-worker-1")
+                            heartbeat_interval=5.0, client_id="billing-worker-1")
     consumer.start()
     got = 0
     deadline = time.monotonic() + 60
