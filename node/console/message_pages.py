@@ -44,7 +44,7 @@ def messages_page(c: Console, query: dict[str, str], msg_id: str | None = None, 
                  safe.preview(m.body)] for m in found]
         results = section(title, table(["msgId", "topic", "queue", "offset", "stored (UTC)", "tags", "keys",
                                         "size", "body"], rows, table_id="results", numeric=(2, 3, 7),
-                                       wrap=(5, 6, 8),
+                                       wrap=(5, 8),
                                        empty="no message matched"), "results-section")
     body = join([_browse_forms(query), results])
     return page(c.frame(), "messages", "Messages", body)
@@ -96,7 +96,7 @@ def _browse(c: Console, by: str, q: dict[str, str]) -> tuple[list, str]:
 def _find_by_id(c: Console, msg_id: str, topic: str) -> list:
     """As ViewMessage: an offset msgId anywhere, or a UNIQ_KEY within a topic."""
     st = c.store()
-    is_offset_id = len(msg_id) in (32, 56) and all(c in "0123456789abcdefABCDEF" for c in msg_id)
+    is_offset_id = len(msg_id) in (32, 56) and all(ch in "0123456789abcdefABCDEF" for ch in msg_id)
     if topic:
         _topic_arg(st, {"topic": topic})
         found = [m for m in st.query_messages(topic, msg_id, BROWSE_MAX, 0, int(time.time() * 1000))
@@ -160,7 +160,7 @@ def _browse_forms(q: dict[str, str]) -> Markup:
     return html(
         '<div class="forms">'
         '<form method="get" action="/ui/messages" id="form-id"><h3>By msgId</h3><input type="hidden" name="by" '
-        'value="id"><label>msgId or UNIQ_KEY <input name="id" size="40" value="{id}"></label>'
+        'value="id"><label>msgId or UNIQ_KEY <input name="id" value="{id}"></label>'
         '<label>topic (for a UNIQ_KEY) <input name="topic" value="{id_topic}"></label>'
         '<button type="submit">Find</button></form>'
         '<form method="get" action="/ui/messages" id="form-key"><h3>By key and time</h3><input type="hidden" '

@@ -23,7 +23,7 @@ def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> R
     show_system = query.get("system") == "1"
     snap = c.history.snapshot()
     rows = []
-    for cfg in sorted(st.topics.list(), key=lambda c: c.topic_name):
+    for cfg in sorted(st.topics.list(), key=lambda t: t.topic_name):
         t = cfg.topic_name
         if is_system_topic(t) and not show_system:
             continue
