@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run stop test lint proto bench clean
+.PHONY: install run stop test lint proto bench clean browser-deps
 
 install: $(STAMP)
 
@@ -39,9 +39,16 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# The web console's browser test drives Debian's chromium (never a downloaded one): install it once, as root.
+CHROMIUM ?= /usr/bin/chromium
+.PHONY: browser-deps
+browser-deps:
+	@test -x $(CHROMIUM) || { apt-get update -qq && apt-get install -y -qq chromium; }
+	@test -x $(CHROMIUM) && echo "chromium: $(CHROMIUM)"
+
 # The Kubernetes tier (tests/k8s) needs the tools `make k8s-tools` builds; SKIP_K8S_TIER=1 leaves them out (the
 # tier then skips, except in CI where a missing build is an error).
-test: $(STAMP) $(if $(SKIP_K8S_TIER),,k8s-tools)
+test: $(STAMP) browser-deps $(if $(SKIP_K8S_TIER),,k8s-tools)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 

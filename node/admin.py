@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from typing import TYPE_CHECKING
 
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.consumer_groups import allocate_averagely
-from node.errors import RpcError, invalid, not_found
+from node.cluster_views import cluster_status, describe_group
+from node.errors import RpcError, invalid
 from node.rpc import rpc_handler
-from node.validation import check_group_name, check_perm, check_queue_nums, check_topic_name, is_system_topic
+from node.validation import check_perm, check_queue_nums, check_topic_name, is_system_topic
 
 if TYPE_CHECKING:
     from node.broker import Broker
@@ -94,44 +93,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
     # ------------------------------------------------------------------ cluster
     @rpc_handler("ClusterStatus", needs_ready=False)
     async def ClusterStatus(self, request, context) -> pb.ClusterStatusResponse:  # noqa: N802
-        node = self.node
-        cfg = node.config
-        resp = pb.ClusterStatusResponse(cluster_name=cfg.cluster.name, durability=cfg.cluster.durability)
-        if node.write_path is None:  # still opening the store
-            resp.members.append(pb.MemberStatus(id=node.node_id, grpc_address=cfg.advertised_address,
-                                                role="starting", healthy=True, ready=False,
-                                                error=node.readiness()[1]))
-            return resp
-        leader = node.write_path.leader()
-        resp.leader_id = leader.id if leader else ""
         # its own thread, not the read pool: asking peers may wait out a short timeout and pulls must not queue
-        statuses = await asyncio.to_thread(node.write_path.members_status)
-        standalone = not cfg.members
-
-        def num(s: dict, key: str) -> int:  # None: unknown (an unreachable member), shown as 0 with role/error
-            v = s.get(key)
-            return int(v) if v is not None else 0
-
-        for s in statuses:
-            me = s.get("id") == node.node_id
-            role = "standalone" if standalone else str(s.get("role", ""))
-            healthy = s.get("health", "ok") == "ok"
-            error = str(s.get("error") or "")
-            if not healthy and not error and s.get("health") not in ("unreachable", None):
-                error = str(s.get("health"))  # fenced / stalled / disconnected: say why it is unhealthy
-            if me:
-                ready = node.readiness()[0]
-            else:  # the peer's own /ready verdict; an older peer that does not send one: answering and healthy
-                ready = s.get("ready")
-                ready = healthy if ready is None else bool(ready) and healthy
-            resp.members.append(pb.MemberStatus(
-                id=str(s.get("id", "")), grpc_address=str(s.get("address") or s.get("grpc_address") or ""),
-                raft_address=str(s.get("raft_address", "")), role=role, term=num(s, "term"),
-                commit_index=num(s, "commit_index"), applied_index=num(s, "applied_index"),
-                applied_offset=num(s, "applied_offset"), dispatch_behind_bytes=num(s, "dispatch_behind_bytes"),
-                lag_bytes=num(s, "lag"), healthy=healthy, ready=ready, error=error,
-            ))
-        return resp
+        return await asyncio.to_thread(cluster_status, self.node)
 
     @rpc_handler("TransferLeader")
     async def TransferLeader(self, request, context) -> pb.TransferLeaderResponse:  # noqa: N802
@@ -151,41 +114,4 @@ class AdminService(pb_grpc.AdminServiceServicer):
     @rpc_handler("DescribeConsumerGroup")
     async def DescribeConsumerGroup(self, request, context) -> pb.DescribeConsumerGroupResponse:  # noqa: N802
         """Live members (the leader's table), who owns which queue, committed offsets and lag per queue."""
-        node = self.node
-        check_group_name(request.group)
-        node.check_leader()  # only the leader knows the members
-        node.consumer_groups.start_term(node.leader_term())
-        group = request.group
-        members = node.consumer_groups.members(group)
-        committed_topics = node.store.consumer_offsets.topics(group)
-        topics = sorted(set(members) | set(committed_topics))
-        if not topics:
-            raise not_found(f"consumer group {group!r} has no live members and no committed offsets (check the "
-                            "name; a group appears once a consumer of it heartbeats or commits)")
-        resp = pb.DescribeConsumerGroupResponse(group=group)
-        for topic in topics:
-            cfg = node.topic_config(topic)
-            live = members.get(topic, [])
-            ids = [m.client_id for m in live]
-            resp.generations[topic] = node.consumer_groups.generation(group, topic)
-            queue_ids = list(range(cfg.read_queue_nums)) if cfg is not None else []
-            owner = {}
-            for m in live:
-                mine = allocate_averagely(queue_ids, ids, m.client_id)
-                owner.update(dict.fromkeys(mine, m.client_id))
-                left = max(0.0, m.expires_at - time.time())
-                resp.members.append(pb.ConsumerGroupMember(
-                    client_id=m.client_id, topic=topic, queue_ids=mine,
-                    last_heartbeat_ms=int(m.last_heartbeat * 1000), expires_in_ms=int(left * 1000)))
-            if cfg is None:  # offsets of a deleted topic: nothing to show per queue
-                continue
-            offsets = node.group_offsets(group, topic)
-            queues = await node.run_blocking(node.queue_offsets, topic, cfg.read_queue_nums)
-            for q in queues:
-                has = q.queue_id in offsets
-                at = offsets.get(q.queue_id, 0)
-                resp.queues.append(pb.ConsumerGroupQueue(
-                    topic=topic, queue_id=q.queue_id, client_id=owner.get(q.queue_id, ""), committed=has,
-                    committed_offset=at, max_offset=q.max_offset,
-                    lag=max(0, q.max_offset - max(at, q.min_offset)) if has else q.max_offset - q.min_offset))
-        return resp
+        return await self.node.run_blocking(describe_group, self.node, request.group)

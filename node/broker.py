@@ -25,6 +25,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from node.admin import AdminService
 from node.config import NodeConfig
+from node.console import Console
 from node.consumer_groups import ConsumerGroupRegistry
 from node.convert import StoreMessageBuilder
 from node.errors import RpcError, not_found, unavailable
@@ -73,6 +74,7 @@ class Broker:
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="raftmq-read")
         self._grpc: grpc.aio.Server | None = None
         self._http: HealthServer | None = None
+        self.console: Console | None = None
         self._labeler: Any = None
         self.grpc_port = 0
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
@@ -219,8 +221,10 @@ class Broker:
         loop = asyncio.get_running_loop()
         self.long_polls = LongPollRegistry(loop)
         http = cfg.http_listen
+        self.console = Console(self)
         try:
-            self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness)
+            self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness,
+                                      self.console.handle)
         except OSError as e:
             raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
         self._http.start()
@@ -249,6 +253,7 @@ class Broker:
             return
         self.serving = True
         self._phase = "ready"
+        self.console.start()  # samples for its charts from now on
         log.info("node %s ready: commit log [%d, %d), gRPC clients use %s", cfg.node.id,
                  self.store.commit_log_min_offset, self.store.commit_log_max_offset, cfg.advertised_address)
 
@@ -369,6 +374,8 @@ class Broker:
             except Exception:
                 log.exception("node %s: stopping the %s failed", self.node_id, what)
                 ok = False
+        if self.console is not None:
+            self.console.stop()
         if self._http is not None:
             self._http.stop()
         self._pool.shutdown(wait=True)

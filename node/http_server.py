@@ -1,4 +1,5 @@
-"""The node's HTTP endpoint: ``/metrics`` (Prometheus), ``/health`` (process alive), ``/ready`` (serving).
+"""The node's HTTP endpoint: ``/metrics`` (Prometheus), ``/health`` (process alive), ``/ready`` (serving), and
+the web console under ``/ui`` (node.console) when the broker passes one.
 
 Why a separate tiny server: probes and scrapes must answer while gRPC is busy or still starting, and Kubernetes
 probes speak HTTP. It runs in its own daemon threads and only reads state.
@@ -11,6 +12,7 @@ import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -24,7 +26,9 @@ class _IPv6Server(ThreadingHTTPServer):
 class HealthServer:
     """Serves the three endpoints; ``readiness()`` returns (ready, reason)."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]]):
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
+                 console: Callable[[str, str, dict[str, str]], Any] | None = None):
+        """``console(method, path_and_query, headers)`` answers ``/ui`` with a node.console Response."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,13 +43,37 @@ class HealthServer:
                 elif path == "/ready":
                     ok, reason = outer._readiness()
                     self._send(200 if ok else 503, (reason + "\n").encode())
+                elif outer._console is not None and (path == "/ui" or path.startswith("/ui/")):
+                    self._console("GET")
                 else:
-                    self._send(404, b"not found; try /metrics, /health or /ready\n")
+                    self._send(404, b"not found; try /metrics, /health, /ready or /ui\n")
 
-            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+            def _other(self) -> None:
+                """Anything but GET: only the console answers (read-only: it says so); the body is discarded."""
+                length = int(self.headers.get("Content-Length") or 0)
+                if 0 < length <= 1 << 20:
+                    self.rfile.read(length)
+                else:
+                    self.close_connection = True
+                if outer._console is not None and self.path.split("?", 1)[0].startswith("/ui"):
+                    self._console(self.command)
+                else:
+                    self._send(405, f"{self.command} is not supported here; only GET\n".encode(),
+                               extra={"Allow": "GET"})
+
+            do_POST = do_PUT = do_DELETE = do_PATCH = _other  # noqa: N815
+
+            def _console(self, method: str) -> None:
+                resp = outer._console(method, self.path, dict(self.headers.items()))
+                self._send(resp.code, resp.body, resp.content_type, resp.headers)
+
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8",
+                      extra: dict[str, str] | None = None) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
+                for k, v in (extra or {}).items():
+                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -54,6 +82,7 @@ class HealthServer:
 
         self._registry = registry
         self._readiness = readiness
+        self._console = console
         server_cls = _IPv6Server if ":" in host else ThreadingHTTPServer
         self._server = server_cls((host, port), Handler)
         self._server.daemon_threads = True

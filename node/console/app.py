@@ -1,0 +1,154 @@
+"""The web console on the node's HTTP port (``/ui``): cluster, topics, consumer groups, messages, replica check.
+
+Read-only by design: every page is a GET that reads what the node already holds (the store, the write path's
+Raft state, the leader's consumer-group table) through the same functions the gRPC services use
+(node.cluster_views, the store's read API); nothing here writes. Cluster-wide facts come from the same status
+fan-out as ``AdminService.ClusterStatus``; consumer-group members, which only the leader knows, are asked of the
+leader over its AdminService when this node follows.
+
+Admin actions (transfer leadership, reset offsets, ...) are not offered yet. When the access-control issue lands,
+add them to ``Console.admin_actions`` as POST handlers and set ``Console.authorize_admin`` to check the caller's
+ADMIN right: until then every non-GET request is refused with 405 and a reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from importlib import resources
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, unquote
+
+from node.console import cluster_pages, group_pages, message_pages, topic_pages
+from node.console.history import History, Sample
+from node.console.layout import BadRequest, Frame, Response, notice, page
+
+if TYPE_CHECKING:
+    from node.broker import Broker
+
+log = logging.getLogger(__name__)
+
+STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+
+
+class Console:
+    """Routes ``/ui`` requests of one node to page renderers; samples history for the charts."""
+
+    def __init__(self, node: Broker):
+        self.node = node
+        self.history = History(self._sample)
+        self.check_lock = threading.Lock()  # one replica check at a time from this console
+        # access-control hook: POST path -> handler(query) for admin actions, run only when authorize_admin(headers)
+        # says the caller has the ADMIN right (nothing is registered yet: the console is read-only)
+        self.admin_actions: dict[str, Callable[[dict[str, str]], Response]] = {}
+        self.authorize_admin: Callable[[dict[str, str]], bool] = lambda headers: False
+        self._routes: list[tuple[str, Callable[..., Response]]] = [  # page(console, query, *path segments)
+            ("/ui/cluster", cluster_pages.cluster_page), ("/ui/topics", topic_pages.topics_page),
+            ("/ui/groups", group_pages.groups_page), ("/ui/messages", message_pages.messages_page),
+            ("/ui/check", cluster_pages.check_page),
+        ]
+
+    def start(self) -> None:
+        self.history.start()
+
+    def stop(self) -> None:
+        self.history.stop()
+
+    # ------------------------------------------------------------------ dispatch
+    def handle(self, method: str, raw_path: str, headers: dict[str, str]) -> Response:
+        """One request; never raises (an unexpected error becomes a 500 page and a log line)."""
+        path, _, query_string = raw_path.partition("?")
+        query = {k: v[-1] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
+        try:
+            if method != "GET":
+                return self._admin(method, path, query, headers)
+            if path in ("/ui", "/ui/"):
+                return Response(302, b"", headers={"Location": "/ui/cluster"})
+            if path.startswith("/ui/static/"):
+                return self._static(path[len("/ui/static/"):])
+            for prefix, handler in self._routes:
+                if path != prefix and not path.startswith(prefix + "/"):
+                    continue
+                segments = [unquote(p) for p in path[len(prefix) + 1:].split("/")] if path != prefix else []
+                try:
+                    inspect.signature(handler).bind(self, query, *segments)
+                except TypeError:  # more path segments than the page takes
+                    break
+                return handler(self, query, *segments)
+            return self._error(404, f"no console page at {path}; start at /ui")
+        except BadRequest as e:
+            return self._error(e.code, str(e))
+        except Exception as e:
+            log.exception("console: %s %s failed", method, path)
+            return self._error(500, f"internal error: {type(e).__name__}: {e} (see the node log)")
+
+    def _admin(self, method: str, path: str, query: dict[str, str], headers: dict[str, str]) -> Response:
+        action = self.admin_actions.get(path) if method == "POST" else None
+        if action is None:
+            resp = self._error(405, f"{method} {path}: the console is read-only (GET only); admin actions will "
+                               "require the ADMIN right once access control is enabled")
+            resp.headers["Allow"] = "GET"
+            return resp
+        if not self.authorize_admin(headers):
+            return self._error(403, "this action needs the ADMIN right")
+        return action(query)
+
+    def _static(self, name: str) -> Response:
+        suffix = name[name.rfind("."):] if "." in name else ""
+        if "/" in name or suffix not in STATIC_TYPES:
+            return self._error(404, f"no static file {name}")
+        data = resources.files(__package__).joinpath("static", name)
+        if not data.is_file():
+            return self._error(404, f"no static file {name}")
+        headers = {"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"}
+        return Response(200, data.read_bytes(), STATIC_TYPES[suffix], headers)
+
+    def frame(self) -> Frame:
+        node = self.node
+        wp = node.write_path
+        leader = wp.leader() if wp is not None else None
+        if wp is None:
+            role = "starting"
+        elif not node.config.members:
+            role = "standalone"
+        else:
+            role = "leader" if leader is not None and leader.id == node.node_id else "follower"
+        return Frame(node.config.cluster.name, node.node_id, role, leader.id if leader else "")
+
+    def _error(self, code: int, message: str) -> Response:
+        titles = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Read-only", 503: "Not ready"}
+        return page(self.frame(), "", titles.get(code, "Error"), notice(message, "bad"), code)
+
+    def store(self):
+        """The node's store, or BadRequest(503) while the node is not serving (starting, stopping)."""
+        node = self.node
+        if node.store is None or not node.serving:
+            raise BadRequest(f"node {node.node_id} is not serving yet ({node.readiness()[1]}); this page needs "
+                             "its store: try again shortly or open another member's console", 503)
+        return node.store
+
+    # ------------------------------------------------------------------ history samples
+    def _sample(self) -> Sample | None:
+        node = self.node
+        st, wp = node.store, node.write_path
+        if st is None or wp is None or not node.serving:
+            return None
+        stored: dict[str, int] = {}
+        consumed: dict[str, int] = {}
+        for cfg in st.topics.list():
+            t = cfg.topic_name
+            stored[t] = sum(st.max_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
+        for key, offsets in st.consumer_offsets.all().items():
+            topic = key.rsplit("@", 1)[0]
+            consumed[topic] = consumed.get(topic, 0) + sum(offsets.values())
+        leader = wp.leader()
+
+        def counter(name: str) -> int:
+            fn = getattr(wp, name, None)
+            return int(fn()) if callable(fn) else 0
+
+        return Sample(time.time(), node.leader_term(), leader.id if leader else "", counter("commit_index"),
+                      counter("raft_applied_index"), st.dispatch_behind_bytes(), stored, consumed)

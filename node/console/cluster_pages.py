@@ -1,0 +1,151 @@
+"""The cluster page (members, Raft term and lag over time, leader changes) and the on-demand replica check."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from node.cluster_views import cluster_status
+from node.console import safe
+from node.console.charts import Series, line_chart
+from node.console.layout import (
+    BadRequest,
+    Response,
+    badge,
+    cards,
+    esc_or_dash,
+    notice,
+    page,
+    section,
+    shorten,
+    table,
+    utc,
+    yes_no,
+)
+from node.console.safe import Markup, html, join
+
+if TYPE_CHECKING:
+    from node.console.app import Console
+
+
+def cluster_page(c: Console, query: dict[str, str]) -> Response:
+    status = cluster_status(c.node)
+    snap = c.history.snapshot()
+    members = sorted(status.members, key=lambda m: m.id)
+    rows = []
+    for m in members:
+        role = m.role or "unknown"
+        rows.append([
+            html('<b title="Raft {}">{}</b>{}', m.raft_address or "-", m.id,
+                 Markup(" (this node)") if m.id == c.node.node_id else Markup("")),
+            badge(role), yes_no(m.ready), yes_no(m.healthy), m.term, m.commit_index, m.applied_index,
+            max(0, m.commit_index - m.applied_index), m.applied_offset, safe.human_bytes(m.lag_bytes),
+            safe.human_bytes(m.dispatch_behind_bytes), m.grpc_address, esc_or_dash(shorten(m.error)),
+        ])
+    members_table = table(
+        ["member", "role", "ready", "healthy", "term", "commit index", "applied index", "apply lag",
+         "applied offset", "behind leader", "undispatched", "gRPC address", "error"],
+        rows, table_id="members", numeric=(4, 5, 6, 7, 8, 9, 10), wrap=(12,))
+    leader_changes = getattr(c.node.write_path, "leader_changes", 0) if c.node.write_path else 0
+    terms = [m.term for m in members if m.term]
+    summary = cards([
+        ("cluster", status.cluster_name), ("leader", status.leader_id or "none (election)"),
+        ("term", max(terms) if terms else 0), ("durability", status.durability or "-"),
+        ("members ready", f"{sum(m.ready for m in members)} / {len(members)}"),
+        ("leader changes seen here", leader_changes),
+    ], card_id="summary")
+    samples = snap.samples
+    term_chart = line_chart([Series("term", [(s.at, s.term) for s in samples], step=True)],
+                            title="Raft term (each step = an election)", chart_id="chart-term", width=580)
+    lag_chart = line_chart([
+        Series("commit−applied (entries)", [(s.at, s.commit_index - s.applied_index) for s in samples]),
+        Series("dispatch behind (KiB)", [(s.at, s.dispatch_behind_bytes / 1024) for s in samples]),
+    ], title=f"apply / dispatch lag on {c.node.node_id}", chart_id="chart-lag", width=580)
+    events = table(["time (UTC)", "event"],
+                   [[utc(int(e.at * 1000)), e.describe()] for e in reversed(snap.events)],
+                   table_id="events", empty="no leader change since this node's console started sampling "
+                   f"at {utc(int(snap.since * 1000))} UTC")
+    body = join([
+        summary,
+        section("Members", members_table, "members-section", live=True,
+                note="as this node sees them right now: peers are asked directly, an unreachable one shows "
+                     "its error"),
+        section("Over time", html('<div class="charts">{}{}</div>', term_chart, lag_chart), "charts",
+                live=True),
+        section("Leader changes", events, "events-section", live=True,
+                note=f"seen by {c.node.node_id}; the Raft term counts every election in the cluster"),
+    ])
+    return page(c.frame(), "cluster", "Cluster", body)
+
+
+def check_page(c: Console, query: dict[str, str]) -> Response:
+    run = query.get("run") == "1"
+    limit_mib = query.get("mib", "").strip()
+    queues = query.get("queues", "1" if not run else "") == "1"
+    form = html(
+        '<form method="get" action="/ui/check" class="inline" id="check-form"><input type="hidden" name="run" '
+        'value="1"><label>check at most <input name="mib" size="6" value="{}" placeholder="all"> MiB of '
+        'commit log</label> <label><input type="checkbox" name="queues" value="1"{}> consume queues too</label>'
+        ' <button type="submit" id="run-check">Run check</button></form>',
+        limit_mib, Markup(" checked") if queues else Markup(""))
+    intro = html('<p class="note">Compares every member\'s committed commit log (and consume queues) by '
+                 'SHA-256 digests of fixed chunks, as <code>raftmq cluster check</code> does. It reads the '
+                 'members\' files and changes nothing.</p>')
+    result: Markup = Markup("")
+    if run:
+        max_bytes = None
+        if limit_mib:
+            try:
+                max_bytes = int(float(limit_mib) * (1 << 20))
+            except ValueError:
+                raise BadRequest(f"MiB to check {limit_mib!r} is not a number (leave it empty for all)") from None
+        result = _run_check(c, max_bytes, queues)
+    return page(c.frame(), "check", "Replica check", join([intro, form, result]))
+
+def _run_check(c: Console, max_bytes: int | None, queues: bool) -> Markup:
+    from client.errors import RaftmqError
+    from client.replica_check import ReplicaChecker
+
+    if not c.check_lock.acquire(blocking=False):
+        return notice("a check started from this console is still running; wait for it and reload", "warn")
+    t0 = time.monotonic()
+    try:
+        with ReplicaChecker(c.node.config.advertised_address, secret=c.node.config.cluster.secret) as checker:
+            report = checker.check(max_bytes=max_bytes, queues=queues)
+    except RaftmqError as e:
+        return notice(f"check failed: {e}", "bad")
+    finally:
+        c.check_lock.release()
+    took = time.monotonic() - t0
+    data = report.to_json()
+    ok = data["identical"]
+    verdict = html('<p class="verdict {}" id="verdict">{}</p>', "ok" if ok else "bad",
+                   "IDENTICAL: every reachable member holds the same bytes" if ok else
+                   "NOT IDENTICAL: see below")
+    rows = [[m.id, m.address, esc_or_dash(m.min_offset), esc_or_dash(m.applied_offset),
+             safe.human_bytes(m.bytes_checked), badge(m.verdict, _verdict_kind(m.verdict)),
+             badge(m.queue_verdict, _verdict_kind(m.queue_verdict)) if m.queue_verdict else "-",
+             esc_or_dash(shorten(m.error))] for m in report.members]
+    mtable = table(["member", "address", "first offset", "applied end", "checked", "commit log",
+                    "consume queues", "error"], rows, table_id="check-members", numeric=(2, 3, 4), wrap=(7,))
+    facts = cards([("range", f"[{report.range_from}, {report.range_to})"),
+                   ("bytes compared", safe.human_bytes(report.range_to - report.range_from)),
+                   ("queues compared", f"{report.queues_compared} ({report.queue_units} units)"),
+                   ("asked via", report.answered_by), ("took", f"{took:.2f} s")])
+    extra = []
+    if report.difference is not None:
+        d = report.difference
+        extra.append(notice(f"commit logs differ in [{d.offset}, {d.end}) (chunk [{d.chunk_offset}, "
+                            f"{d.chunk_end})): differing {', '.join(d.differing)}; majority "
+                            f"{', '.join(d.majority) or 'none'}", "bad"))
+    if report.queue_difference is not None:
+        qd = report.queue_difference
+        extra.append(notice(f"consume queue {qd.topic}/{qd.queue_id} differs at offsets [{qd.from_offset}, "
+                            f"{qd.to_offset}): differing {', '.join(qd.differing)}", "bad"))
+    if report.queues_not_everywhere:
+        extra.append(notice("queues not on every member: " + "; ".join(report.queues_not_everywhere), "warn"))
+    return section("Result", join([verdict, facts, *extra, mtable]), "check-result")
+
+
+def _verdict_kind(verdict: str) -> str:
+    return {"identical": "ok", "matches majority": "warn", "DIFFERS": "bad", "unreachable": "bad"}.get(verdict, "")

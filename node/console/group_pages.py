@@ -1,0 +1,138 @@
+"""Consumer groups: the list and one group's members, queues, lag and dead letters.
+
+Members live only in the leader's memory (node.consumer_groups): a follower asks the leader's AdminService, and
+when it cannot, shows its replicated offsets and lag with a note that members are unknown.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from node.cluster_views import describe_group
+from node.console.layout import (
+    BadRequest,
+    Response,
+    cards,
+    esc_or_dash,
+    link,
+    notice,
+    page,
+    section,
+    shorten,
+    table,
+)
+from node.console.safe import Markup, join, seg, url
+from node.errors import RpcError
+from node.validation import ValidationError, check_group_name
+
+if TYPE_CHECKING:
+    from node.console.app import Console
+
+DLQ_PREFIX = "%DLQ%"
+LEADER_CALL_TIMEOUT_S = 3.0
+GROUPS_LISTED_MAX = 200  # the group list asks the leader once per group: bounded
+
+
+def _group_view(c: Console, group: str) -> tuple[pb.DescribeConsumerGroupResponse, str]:
+    """The group as the leader describes it (asked over gRPC when this node follows); when the leader cannot
+    be asked, the replicated offsets from here with a note saying members are unknown."""
+    node = c.node
+    leader = node.write_path.leader() if node.write_path is not None else None
+    if leader is not None and leader.id == node.node_id:
+        return describe_group(node, group), ""
+    if leader is not None and leader.grpc_address:
+        try:
+            with grpc.insecure_channel(leader.grpc_address) as ch:
+                return pb_grpc.AdminServiceStub(ch).DescribeConsumerGroup(
+                    pb.DescribeConsumerGroupRequest(group=group), timeout=LEADER_CALL_TIMEOUT_S), ""
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                raise BadRequest(e.details() or f"consumer group {group!r} not found", 404) from None
+            why = f"the leader {leader.id} could not be asked ({e.code().name}: {shorten(e.details() or '')})"
+    else:
+        why = "there is no leader right now"
+    return describe_group(node, group, with_members=False), f"live members unknown: {why}; offsets and lag " \
+                                                             f"below are {node.node_id}'s replicated copy"
+
+def _known_groups(c: Console) -> list[str]:
+    st = c.store()
+    groups = set(st.consumer_offsets.groups())
+    if c.node._is_leader():
+        groups |= set(c.node.consumer_groups.group_sizes())
+    return sorted(groups)
+
+def groups_page(c: Console, query: dict[str, str], name: str | None = None) -> Response:
+    if name is not None:
+        return _group_page(c, name)
+    st = c.store()
+    rows = []
+    notes = set()
+    for g in _known_groups(c)[:GROUPS_LISTED_MAX]:
+        try:
+            view, note = _group_view(c, g)
+        except (BadRequest, RpcError, ValidationError):
+            continue  # gone between listing and describing
+        if note:
+            notes.add(note.split(";")[0])
+        members = {m.client_id for m in view.members}
+        rows.append([link(f"/ui/groups/{seg(g)}", g), ", ".join(sorted({q.topic for q in view.queues})),
+                     len(members) if not note else Markup('<span class="muted">?</span>'),
+                     sum(q.lag for q in view.queues), _dlq_cell(st, g)])
+    gtable = table(["group", "topics", "live members", "lag (messages)", "DLQ messages"], rows,
+                   table_id="groups", numeric=(2, 3, 4),
+                   empty="no consumer groups yet: a group appears once a consumer heartbeats or commits")
+    note = "; ".join(sorted(notes))
+    body = join([notice(note, "warn") if note else Markup(""),
+                 section("Groups", gtable, "groups-section", live=True,
+                         note="members as the leader knows them (heartbeats go to the leader); lag = "
+                              "messages stored past the committed offset")])
+    return page(c.frame(), "groups", "Consumer groups", body)
+
+def _group_page(c: Console, group: str) -> Response:
+    st = c.store()
+    try:
+        check_group_name(group)
+    except ValidationError as e:
+        raise BadRequest(str(e)) from None
+    try:
+        view, note = _group_view(c, group)
+    except RpcError as e:
+        raise BadRequest(e.message, 404 if e.code == grpc.StatusCode.NOT_FOUND else 400) from None
+    now_ms = int(time.time() * 1000)
+    mrows = [[m.client_id, m.topic, ", ".join(map(str, m.queue_ids)) or "-",
+              f"{max(0, now_ms - m.last_heartbeat_ms) / 1000:.1f} s ago", f"{m.expires_in_ms / 1000:.1f} s"]
+             for m in view.members]
+    mtable = table(["client id", "topic", "queues", "last heartbeat", "expires in"], mrows, table_id="members",
+                   empty="no live members" if not note else "unknown (see above)")
+    qrows = [[link(f"/ui/topics/{seg(q.topic)}", q.topic), q.queue_id, esc_or_dash(q.client_id),
+              q.committed_offset if q.committed else Markup('<span class="muted">never committed</span>'),
+              q.max_offset, q.lag,
+              link(url("/ui/messages", by="offset", topic=q.topic, queue=q.queue_id,
+                       offset=q.committed_offset), "browse from committed") if q.committed else ""]
+             for q in view.queues]
+    qtable = table(["topic", "queue", "owner", "committed offset", "max offset", "lag", ""], qrows,
+                   table_id="group-queues", numeric=(1, 3, 4, 5))
+    dlq = DLQ_PREFIX + group
+    summary = cards([("topics", len({q.topic for q in view.queues})),
+                     ("live members", len({m.client_id for m in view.members}) if not note else "?"),
+                     ("total lag", sum(q.lag for q in view.queues)),
+                     ("DLQ messages", _dlq_cell(st, group))], card_id="summary")
+    body = join([notice(note, "warn") if note else Markup(""), summary,
+                 section("Members", mtable, "members-section", live=True),
+                 section("Queues", qtable, "queues-section", live=True,
+                         note=f"dead letters of this group go to topic {dlq}")])
+    return page(c.frame(), "groups", f"Consumer group {group}", body)
+
+
+def _dlq_cell(st, group: str) -> Markup | int:
+    dlq = DLQ_PREFIX + group
+    cfg = st.topics.get(dlq)
+    if cfg is None:
+        return 0
+    n = sum(st.max_offset_in_queue(dlq, q) - st.min_offset_in_queue(dlq, q) for q in range(cfg.read_queue_nums))
+    return link(f"/ui/topics/{seg(dlq)}", n) if n else 0

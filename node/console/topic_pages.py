@@ -1,0 +1,91 @@
+"""The topic list (with throughput) and one topic's queues, rates and consuming groups."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from node.console.charts import Series, line_chart
+from node.console.history import rates
+from node.console.layout import BadRequest, Response, cards, link, page, section, table, utc
+from node.console.safe import html, join, seg, url
+from node.validation import is_system_topic
+
+if TYPE_CHECKING:
+    from node.console.app import Console
+
+BROWSE_DEFAULT = 20  # "browse latest" links show this many messages
+
+
+def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> Response:
+    if name is not None:
+        return _topic_page(c, name)
+    st = c.store()
+    show_system = query.get("system") == "1"
+    snap = c.history.snapshot()
+    rows = []
+    for cfg in sorted(st.topics.list(), key=lambda t: t.topic_name):
+        t = cfg.topic_name
+        if is_system_topic(t) and not show_system:
+            continue
+        lo = sum(st.min_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
+        hi = sum(st.max_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
+        rin, rout = rates(snap.samples, "stored", t), rates(snap.samples, "consumed", t)
+        rows.append([link(f"/ui/topics/{seg(t)}", t), f"{cfg.read_queue_nums} / {cfg.write_queue_nums}",
+                     _perm(cfg.perm), "yes" if cfg.order else "", hi - lo, hi,
+                     _rate(rin), _rate(rout), len(st.consumer_offsets.groups(t))])
+    topics = table(["topic", "queues (read / write)", "perm", "ordered", "messages kept", "messages ever",
+                    "in /s", "consumed /s", "groups"], rows, table_id="topics", numeric=(4, 5, 6, 7, 8),
+                   empty="no topics yet: create one with `raftmq topic create NAME`")
+    chart = line_chart([Series("in (stored)", rates(snap.samples, "stored")),
+                        Series("consumed (committed)", rates(snap.samples, "consumed"))],
+                       title="all topics, messages/s", unit="/s", chart_id="chart-all", width=1180, height=170)
+    toggle = link(url("/ui/topics", system="" if show_system else "1"),
+                  "hide system topics" if show_system else "show system topics")
+    body = join([
+        section("Throughput", chart, "throughput", live=True,
+                note="in = messages stored (replicated queue offsets); consumed = progress of the groups' "
+                     "committed offsets, summed over groups"),
+        section("Topics", html("<p>{}</p>{}", toggle, topics), "topics-section", live=True),
+    ])
+    return page(c.frame(), "topics", "Topics", body)
+
+def _topic_page(c: Console, name: str) -> Response:
+    st = c.store()
+    cfg = st.topics.get(name)
+    if cfg is None:
+        raise BadRequest(f"topic {name!r} does not exist on {c.node.node_id}", 404)
+    snap = c.history.snapshot()
+    queues = c.node.queue_offsets(name, cfg.read_queue_nums)
+    rows = [[q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset, utc(q.last_store_timestamp),
+             link(url("/ui/messages", by="offset", topic=name, queue=q.queue_id,
+                      offset=max(q.min_offset, q.max_offset - BROWSE_DEFAULT)), "browse latest")]
+            for q in queues]
+    qtable = table(["queue", "min offset", "max offset", "messages", "last stored (UTC)", ""], rows,
+                   table_id="queues", numeric=(0, 1, 2, 3))
+    grows = []
+    for g in st.consumer_offsets.groups(name):
+        committed = st.consumer_offsets.offsets(g, name)
+        lag = sum(max(0, q.max_offset - max(committed.get(q.queue_id, 0), q.min_offset)) if q.queue_id in
+                  committed else q.max_offset - q.min_offset for q in queues)
+        grows.append([link(f"/ui/groups/{seg(g)}", g), len(committed), lag])
+    gtable = table(["group", "queues committed", "lag (messages)"], grows, table_id="topic-groups",
+                   numeric=(1, 2), empty="no consumer group has committed offsets on this topic")
+    chart = line_chart([Series("in (stored)", rates(snap.samples, "stored", name)),
+                        Series("consumed (committed)", rates(snap.samples, "consumed", name))],
+                       title=f"{name}, messages/s", unit="/s", chart_id="chart-topic", width=1180,
+                       height=170)
+    summary = cards([("read / write queues", f"{cfg.read_queue_nums} / {cfg.write_queue_nums}"),
+                     ("perm", _perm(cfg.perm)), ("ordered", "yes" if cfg.order else "no"),
+                     ("messages kept", sum(q.max_offset - q.min_offset for q in queues))], card_id="summary")
+    body = join([summary, section("Throughput", chart, "throughput", live=True),
+                 section("Queues", qtable, "queues-section", live=True),
+                 section("Consumer groups", gtable, "groups-section", live=True)])
+    return page(c.frame(), "topics", f"Topic {name}", body)
+
+
+def _rate(points: list[tuple[float, float]]) -> str:
+    return f"{points[-1][1]:.1f}" if points else "-"
+
+
+def _perm(perm: int) -> str:
+    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + (" (inherit)" if perm & 1 else "")
