@@ -142,6 +142,8 @@ class MessageStore:
         # treats damage below it as corruption even when the checkpoint is older
         self.acknowledged_end_hint = 0
         self.corrupt_reads = 0  # reads refused because the record was damaged (metrics)
+        # set by a repair (from peers) before open(): re-dispatch consume queues and index from here at least
+        self.redispatch_from_hint: int | None = None
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -244,6 +246,9 @@ class MessageStore:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
             reput_from = max(reput_from, cl.min_offset)
+        if self.redispatch_from_hint is not None:  # repaired bytes: rebuild what was derived from them
+            reput_from = max(min(reput_from, self.redispatch_from_hint), cl.min_offset)
+            self.redispatch_from_hint = None
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
                                          reput_from_offset=reput_from, checkpoint=self.checkpoint)
         while self.reput.dispatch_behind_bytes() > 0:
