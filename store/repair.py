@@ -35,7 +35,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import StoreCheckpoint, read_flushed_offset
 from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE
 from store.dispatch import TRANSACTION_ROLLBACK_TYPE
@@ -131,12 +131,7 @@ def check_store(root: str, segment_size: int | None = None) -> CheckReport:
 
 
 def _flushed_offset(root: str) -> int:
-    path = os.path.join(root, "checkpoint")
-    if not os.path.exists(path):
-        return 0
-    with open(path, "rb") as f:
-        data = f.read(32)
-    return max(0, struct.unpack_from(">q", data, 24)[0]) if len(data) >= 32 else 0
+    return read_flushed_offset(os.path.join(root, "checkpoint"))
 
 
 def _check_consume_queues(root: str, scan: CommitLogScan) -> list[Problem]:
