@@ -64,6 +64,7 @@ class Broker:
         self.consumer_groups = ConsumerGroupRegistry()  # live group members; meaningful on the leader only
         self.serving = False
         self.rpcs_in_flight = 0
+        self._live_repairs: set[tuple[int, int]] = set()  # damaged ranges a read found, being fetched from peers
         self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
         self._stopping = False  # asked to stop: start() and background loops give up
@@ -285,6 +286,33 @@ class Broker:
             return False
         finally:
             peers.close()
+
+    def on_corrupt_read(self, record) -> str:
+        """A read met a damaged record (its bytes were not returned). Replicated: fetch the range from a peer in
+        the background; the caller's error says to retry. Returns that hint ("" on a single node)."""
+        if not self.config.members or self.write_path is None or not hasattr(self.write_path, "peers"):
+            return ""
+        key = (record.start, record.end)
+        if key not in self._live_repairs:
+            self._live_repairs.add(key)
+            asyncio.get_running_loop().create_task(self._live_repair(record))
+        return f"member {self.node_id} is repairing it from a peer: retry in a moment"
+
+    async def _live_repair(self, record) -> None:
+        from replication.peer_repair import PeerRepairError, repair_range_live
+
+        try:
+            mid = await self.run_blocking(repair_range_live, self.write_path.peers, self.store, record)
+            log.warning("node %s: damaged commit-log range [%d, %d) replaced with %s's copy", self.node_id,
+                        record.start, record.end, mid)
+        except PeerRepairError as e:
+            log.error("node %s: damaged commit-log range [%d, %d) of %s (%s) could not be repaired: %s", self.node_id,
+                      record.start, record.end, record.path, record.reason, e)
+        except Exception:
+            log.exception("node %s: repairing commit-log range [%d, %d) failed", self.node_id, record.start,
+                          record.end)
+        finally:
+            self._live_repairs.discard((record.start, record.end))
 
     async def _wait_caught_up(self) -> None:
         """Ready = reput has dispatched everything recovered, and a leader is known."""

@@ -15,6 +15,7 @@ Stable API (other modules and branches build on it):
   verify the records of one segment from the record boundary ``start`` (segment-relative) up to ``end``;
   after damage it resynchronises at the next record that validates (see ``resync``).
 * ``scan_segment(buf, base, path, is_last) -> SegmentScan``: where one segment's data ends and what is damaged.
+* ``chunk_problem(offset, data, file_size) -> str | None``: are copied bytes whole valid records?
 * ``CorruptReadError(record)`` / ``check_read(raw, offset, path, check_crc)``: the read path's per-record check.
 * ``scan_commit_log(directory, file_size) -> CommitLogScan``: every segment of a commit-log directory, missing
   segments and segments of the wrong size included.
@@ -103,6 +104,36 @@ def check_read(raw, offset: int, path: str, check_crc: bool = True) -> CorruptRe
         return CorruptRecord(path, offset, offset + len(raw), reason or "not a message record")
     if parts[0][6] != offset:
         return CorruptRecord(path, offset, offset + size, f"record says PHYSICALOFFSET {parts[0][6]}")
+    return None
+
+
+def chunk_problem(offset: int, data, file_size: int) -> str | None:
+    """Why ``data`` (commit-log bytes at ``offset``, within one segment) is not whole valid records, or None.
+
+    Each record must pass every check and carry its own PHYSICALOFFSET; an end-of-file blank record may close
+    the data only if it reaches the segment end. Used to verify bytes copied from a peer before they are written.
+    """
+    pos, n = 0, len(data)
+    seg_pos = offset % file_size
+    if seg_pos + n > file_size:
+        return f"{n} bytes at {offset} run past the end of their segment"
+    while pos < n:
+        if pos + 8 > n:
+            return f"{n - pos} trailing bytes at {offset + pos} are not a record"
+        total, magic = _SIZE_MAGIC.unpack_from(data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != file_size - (seg_pos + pos) or pos + 8 != n:
+                return f"end-of-file blank at {offset + pos} does not end its segment"
+            return None
+        try:
+            status, size, reason, parts = check_frame(data, pos, n, True)
+        except (struct.error, IndexError, ValueError) as e:
+            return f"undecodable record at {offset + pos}: {e}"
+        if status != RecordStatus.OK or parts is None:
+            return f"record at {offset + pos}: {reason}"
+        if parts[0][6] != offset + pos:
+            return f"record at {offset + pos} says PHYSICALOFFSET {parts[0][6]}"
+        pos += size
     return None
 
 
