@@ -205,3 +205,17 @@ def test_flipped_body_byte_pull_view_and_query_refuse_it(tmp_path: Path) -> None
         assert st.view_message(results[victim_seq + 1].physical_offset).body == cw.body_for(victim_seq + 1)
     finally:
         st.shutdown()
+
+
+def test_store_check_reports_a_consume_queue_unit_that_disagrees_with_the_log(tmp_path: Path) -> None:
+    cfg, results = _write(tmp_path / "s", 60)
+    assert _cli("check", cfg.root_dir).returncode == 0
+    victim = results[9]  # queue 0, queue offset 3
+    qfile = Path(cfg.consume_queue_dir) / "DmgT" / "0" / f"{0:020d}"
+    with open(qfile, "r+b") as f:
+        f.seek(victim.queue_offset * 20)
+        f.write((victim.physical_offset + 8).to_bytes(8, "big"))
+    chk = _cli("check", "--json", cfg.root_dir)
+    assert chk.returncode == 1
+    [p] = json.loads(chk.stdout)["problems"]
+    assert p["kind"] == "consumequeue" and p["path"].endswith("DmgT/0") and f"queue offset {victim.queue_offset}" in p["detail"]
