@@ -47,6 +47,7 @@ MIN_RECORD_SIZE = 91
 _SIZE_MAGIC = struct.Struct(">ii")
 _MAGIC_BYTES = struct.pack(">i", MESSAGE_MAGIC_CODE)
 _BLANK_BYTES = struct.pack(">i", BLANK_MAGIC_CODE)
+_ZEROS = bytes(1 << 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,15 +199,16 @@ def _find_blank_end(buf, start: int, limit: int) -> int | None:
 
 def _last_nonzero(buf, start: int, limit: int) -> int:
     """Position just after the last non-zero byte in ``[start, limit)`` (``start`` when all are zero)."""
-    chunk = 1 << 16
-    end = limit
-    while end > start:
-        lo = max(start, end - chunk)
-        piece = bytes(buf[lo:end]).rstrip(b"\0")
-        if piece:
-            return lo + len(piece)
-        end = lo
-    return start
+    last = start
+    p = start
+    n_max = len(_ZEROS)
+    while p < limit:
+        n = min(n_max, limit - p)
+        piece = buf[p : p + n]
+        if piece != _ZEROS[:n]:
+            last = p + len(bytes(piece).rstrip(b"\0"))
+        p += n
+    return last
 
 
 def _describe_bad(buf, pos: int, limit: int, base: int, check_crc: bool) -> str:
@@ -269,6 +271,14 @@ def scan_segment(buf, base: int, path: str, is_last: bool, *, check_crc: bool = 
             out.data_end = pos
             continue
         zeros = total == 0 and magic == 0
+        end = _last_nonzero(buf, pos, limit)  # one pass; the common case (end of data) stops here
+        if zeros and end == pos:
+            out.data_end = pos
+            if not is_last:  # a full segment must end with a blank record; this one stops early
+                out.damaged.append(CorruptRecord(
+                    path, base + pos, base + limit,
+                    "zero bytes where records or the end-of-file blank record must be"))
+            break
         reason = "zero bytes where a record must be" if zeros else _describe_bad(buf, pos, limit, base, check_crc)
         nxt = resync(buf, base, pos + 1, limit)
         if nxt is not None:
@@ -281,13 +291,6 @@ def scan_segment(buf, base: int, path: str, is_last: bool, *, check_crc: bool = 
             out.blank_at = out.data_end = blank
             break
         out.data_end = pos
-        end = _last_nonzero(buf, pos, limit)
-        if zeros and end == pos:
-            if not is_last:  # a full segment must end with a blank record; this one stops early
-                out.damaged.append(CorruptRecord(
-                    path, base + pos, base + limit,
-                    "zero bytes where records or the end-of-file blank record must be"))
-            break
         damage = CorruptRecord(path, base + pos, base + max(end, pos + 8), reason)
         if is_last:
             out.tail = damage
