@@ -36,6 +36,7 @@ from node.metrics import BrokerMetrics, ConsumerGroupCollector, RaftCollector, S
 from node.validation import PERM_READ, PERM_WRITE, is_system_topic
 from replication import LocalWritePath, RaftWritePath
 from store import StoreError, StoreLockedError
+from store.integrity import CorruptionError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ READ_THREADS = 4
 ROLE_POLL_SECONDS = 1.0
 AUTO_CREATE_QUEUE_NUMS = 4  # as CreateTopic's default
 DRAIN_QUIET_SECONDS = 0.2  # SIGTERM: no new call for this long before the gRPC server stops
+PEER_REPAIR_RETRY_S = 5.0  # a damaged member asks its peers again this often while none has the range
 
 
 class Broker:
@@ -63,6 +65,7 @@ class Broker:
         self.consumer_groups = ConsumerGroupRegistry()  # live group members; meaningful on the leader only
         self.serving = False
         self.rpcs_in_flight = 0
+        self._live_repairs: set[tuple[int, int]] = set()  # damaged ranges a read found, being fetched from peers
         self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
         self._leader_seen_at: float | None = None  # monotonic time readiness last saw a leader
@@ -240,7 +243,13 @@ class Broker:
         from store.message_store import MessageStore
 
         self.store = MessageStore(self.store_config)
-        await self.run_blocking(self.store.open)
+        try:
+            await self.run_blocking(self.store.open)
+        except CorruptionError as exc:
+            if not cfg.members:
+                raise  # single node: refuse; the message names the damage and `raftmq store repair`
+            if not await self._repair_from_peers(exc):
+                return
         self._store_open = True
         self.store.add_arrival_listener(self.long_polls.on_arrival)
         self.write_path = self._make_write_path()
@@ -256,6 +265,73 @@ class Broker:
         self.console.start()  # samples for its charts from now on
         log.info("node %s ready: commit log [%d, %d), gRPC clients use %s", cfg.node.id,
                  self.store.commit_log_min_offset, self.store.commit_log_max_offset, cfg.advertised_address)
+
+    async def _repair_from_peers(self, exc: CorruptionError) -> bool:
+        """Replicated member whose commit log is damaged: fetch the ranges from peers, verify, write them back,
+        re-open re-dispatching from the first one. Not ready (with the reason) until then; False if stopped."""
+        from replication.peer_repair import repair_from_peers
+        from replication.peers import Peers
+        from replication.write_path import MemberInfo
+
+        cfg = self.config
+        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
+        file_size = self.store_config.mapped_file_size_commit_log
+        try:
+            while not self._stopping:
+                damage = exc.records
+                desc = "; ".join(r.describe() for r in damage[:5])
+                self._phase = f"commit log damaged ({desc}): repairing from peers"
+                log.error("node %s: commit log damaged, repairing from peers before serving: %s", self.node_id, desc)
+                outcome = await self.run_blocking(repair_from_peers, peers, self.store_config.commit_log_dir,
+                                                  file_size, damage)
+                if outcome.complete:
+                    self.store.redispatch_from_hint = min(r.start for r in damage)
+                    try:
+                        await self.run_blocking(self.store.open)
+                    except CorruptionError as again:  # more damage behind the first (e.g. a missing segment)
+                        exc = again
+                        continue
+                    log.warning("node %s: commit log repaired from peers (%s)", self.node_id,
+                                ", ".join(f"[{r.start}, {r.end}) from {mid}" for r, mid in outcome.repaired))
+                    return True
+                why = "; ".join(f"[{r.start}, {r.end}) of {r.path}: {reason}" for r, reason in outcome.unrepaired)
+                self._phase = (f"commit log damaged and no healthy peer has the range yet ({why}); retrying every "
+                               f"{PEER_REPAIR_RETRY_S:.0f}s")
+                log.error("node %s not ready: %s", self.node_id, self._phase)
+                for _ in range(int(PEER_REPAIR_RETRY_S / 0.1)):
+                    if self._stopping:
+                        break
+                    await asyncio.sleep(0.1)
+            return False
+        finally:
+            peers.close()
+
+    def on_corrupt_read(self, record) -> str:
+        """A read met a damaged record (its bytes were not returned). Replicated: fetch the range from a peer in
+        the background; the caller's error says to retry. Returns that hint ("" on a single node)."""
+        if not self.config.members or self.write_path is None or not hasattr(self.write_path, "peers"):
+            return ""
+        key = (record.start, record.end)
+        if key not in self._live_repairs:
+            self._live_repairs.add(key)
+            asyncio.get_running_loop().create_task(self._live_repair(record))
+        return f"member {self.node_id} is repairing it from a peer: retry in a moment"
+
+    async def _live_repair(self, record) -> None:
+        from replication.peer_repair import PeerRepairError, repair_range_live
+
+        try:
+            mid = await self.run_blocking(repair_range_live, self.write_path.peers, self.store, record)
+            log.warning("node %s: damaged commit-log range [%d, %d) replaced with %s's copy", self.node_id,
+                        record.start, record.end, mid)
+        except PeerRepairError as e:
+            log.error("node %s: damaged commit-log range [%d, %d) of %s (%s) could not be repaired: %s", self.node_id,
+                      record.start, record.end, record.path, record.reason, e)
+        except Exception:
+            log.exception("node %s: repairing commit-log range [%d, %d) failed", self.node_id, record.start,
+                          record.end)
+        finally:
+            self._live_repairs.discard((record.start, record.end))
 
     async def _wait_caught_up(self) -> None:
         """Ready = reput has dispatched everything recovered, and a leader is known."""

@@ -54,6 +54,9 @@ class StoreConfig:
     clean_file_forcibly_enable: bool = True
     # --- recovery, index, dispatch
     check_crc_on_recover: bool = True
+    # pull / view / query verify each returned record (header + body CRC, own position) and refuse a damaged
+    # one (CorruptReadError -> gRPC DATA_LOSS) instead of returning its bytes; cost: bench/read_crc_bench.py
+    check_crc_on_read: bool = True
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_msgs_num_batch: int = 64  # max results of one index query

@@ -55,6 +55,7 @@ from store.errors import DiskFullError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
+from store.integrity import QUARANTINE_TOPIC, CorruptionError, CorruptReadError, check_read, chunk_problem
 from store.json_file import fsync_dir
 from store.mapped_file import remove_unfinished_segments
 from store.message import (
@@ -137,6 +138,12 @@ class MessageStore:
         self._put_batches = 0
         self._store_host = config.store_host_addr
         self._uniq = UniqKeyGenerator(self._store_host[0])  # UNIQ_KEY of a delayed message sent without one
+        # replication sets this before open(): the commit-log end it knows was applied (acknowledged); recovery
+        # treats damage below it as corruption even when the checkpoint is older
+        self.acknowledged_end_hint = 0
+        self.corrupt_reads = 0  # reads refused because the record was damaged (metrics)
+        # set by a repair (from peers) before open(): re-dispatch consume queues and index from here at least
+        self.redispatch_from_hint: int | None = None
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -166,18 +173,32 @@ class MessageStore:
                      self.config.root_dir, self.commit_log_min_offset, self.commit_log_max_offset,
                      sum(1 for _ in self.consume_queues.queues()), "clean" if self.last_exit_ok else "ABNORMAL")
 
+    def corruption_hint(self) -> str:
+        """What to do about a ``CorruptionError`` (part of its message: the node logs it as its exit reason)."""
+        root = self.config.root_dir
+        return (f"Nothing was deleted or overwritten. List the damage with `raftmq store check {root}`; a single "
+                f"node repairs with `raftmq store repair {root}` (quarantines the damaged records, keeps every "
+                "other record at its offset; try --dry-run first); a replicated member repairs from its peers at "
+                "start")
+
     def _load_and_recover(self) -> None:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
         # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (FORMATS.md §8.3)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
         cl = self.commit_log = CommitLog(cfg, self.checkpoint)
-        cl.load()
-        self.consume_queues.load()
-        self.index_service = IndexService.from_config(cfg, self.checkpoint) if cfg.message_index_enable else None
         # After a crash of only this process every write is still in the page cache, so index files are
         # whole: keep them (RocketMQ drops the newer ones, which costs a re-index of up to a whole file).
         self.process_crash_only = not self.last_exit_ok and _abort_is_from_this_boot(cfg.abort_path)
+        try:
+            cl.load()
+            cl.acknowledged_end = max(self.checkpoint.flushed_offset, self.acknowledged_end_hint)
+            cl.pages_may_be_lost = not self.last_exit_ok and not self.process_crash_only
+            cl.verify_before_recovery(self.last_exit_ok)  # corruption stops here, before any file changes
+        except CorruptionError as e:
+            raise CorruptionError(e.records, hint=self.corruption_hint()) from None
+        self.consume_queues.load()
+        self.index_service = IndexService.from_config(cfg, self.checkpoint) if cfg.message_index_enable else None
         if self.index_service is not None:
             remove_unfinished_segments(cfg.index_dir)
             self.index_service.load(self.last_exit_ok or self.process_crash_only)
@@ -225,6 +246,9 @@ class MessageStore:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
             reput_from = max(reput_from, cl.min_offset)
+        if self.redispatch_from_hint is not None:  # repaired bytes: rebuild what was derived from them
+            reput_from = max(min(reput_from, self.redispatch_from_hint), cl.min_offset)
+            self.redispatch_from_hint = None
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
                                          reput_from_offset=reput_from, checkpoint=self.checkpoint)
         while self.reput.dispatch_behind_bytes() > 0:
@@ -528,6 +552,32 @@ class MessageStore:
         assert self.reput is not None
         self.reput.notify()
 
+    def replace_commit_log_range(self, start: int, data: bytes) -> None:
+        """Overwrite the damaged commit-log bytes ``[start, start + len(data))`` in place with a replica's copy.
+
+        ``data`` must be whole valid records carrying their own offsets (``integrity.chunk_problem``) that end on a
+        record boundary of this log, inside one segment and below the log end; it is written and flushed under
+        the put lock. Commit logs of all members are byte-identical, so consume-queue units and index entries
+        that point into the range stay right.
+        """
+        cl = self._check_open()
+        end = start + len(data)
+        fs = cl.file_size
+        if not data or start < cl.min_offset or end > cl.max_offset or start // fs != (end - 1) // fs:
+            raise StoreError(f"cannot replace [{start}, {end}): it must be non-empty, inside one segment and "
+                             f"inside the commit log [{cl.min_offset}, {cl.max_offset})")
+        why = chunk_problem(start, data, fs)
+        if why is not None:
+            raise StoreError(f"replacement for [{start}, {end}) refused: {why}")
+        with cl.put_lock:
+            mf = cl.mapped_file_queue.find_mapped_file_by_offset(start)
+            if mf is None:
+                raise StoreError(f"commit-log segment of offset {start} is gone (retention)")
+            if end % fs and not cl.is_record_boundary(end):
+                raise StoreError(f"replacement for [{start}, {end}) refused: no record of this log starts at {end}")
+            mf.write_at(start - mf.file_from_offset, data)
+            mf.buffer.flush()
+
     def queue_offset_table(self) -> dict[str, int]:
         """Next queue offset per ``topic-queueId`` (a copy): what the next record of each queue will get."""
         cl = self._check_open()
@@ -594,6 +644,7 @@ class MessageStore:
         size_total = 0
         cl_min = cl.min_offset
         consumed = 0
+        check_crc = self.config.check_crc_on_read
         for phy, size, tags_code in units:
             if len(messages) >= max_count or (messages and size_total + size > max_bytes):
                 break
@@ -611,17 +662,36 @@ class MessageStore:
                 if not messages:
                     status = GetStatus.MESSAGE_WAS_REMOVING
                 continue
-            r = decode_record(raw, 0, check_crc=False)
-            if r.message is None:
-                log.error("consume queue %s-%d points at an unreadable record at %d (%s)",
-                          topic, queue_id, phy, r.reason)
-                continue
+            r = decode_record(raw, 0, check_crc=check_crc)
+            if r.message is None or r.message.physical_offset != phy:
+                bad = self._corrupt_read(raw, phy)
+                if bad is None:  # a unit that does not point at a record start (derived-file damage)
+                    log.error("consume queue %s-%d points at an unreadable record at %d (%s)",
+                              topic, queue_id, phy, r.reason)
+                    continue
+                if messages:  # return what precedes it; the next pull starts at the damaged one and fails
+                    consumed -= 1
+                    break
+                raise bad
             if tag_filter is not None and not tag_filter.matches_tags(r.message.tags):
                 continue
             messages.append(r.message)
             size_total += size
             status = GetStatus.FOUND
         return GetResult(status, messages, offset + consumed, min_o, max_o)
+
+    def reserve_queue_offsets(self, topic: str, queue_id: int, upto: int) -> None:
+        """Pad the queue with blank units up to queue offset ``upto`` (``store repair``): offsets of messages
+        that were lost to damage are never handed out again. Only while nothing else writes (repair)."""
+        cl = self._check_open()
+        with cl.put_lock:
+            cq = self.consume_queues.find_or_create(topic, queue_id)
+            if cq.get_max_offset_in_queue() >= upto:
+                return
+            cq._fill_blank_until(upto * CQ_STORE_UNIT_SIZE)
+            cq.mapped_file_queue.flush_all()
+            key = f"{topic}-{queue_id}"
+            cl.topic_queue_table[key] = max(cl.topic_queue_table.get(key, 0), upto)
 
     def query_messages(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[MessageExt]:
         """Messages whose KEYS or UNIQ_KEY equal ``key``, stored within [begin_ms, end_ms], oldest first."""
@@ -639,8 +709,13 @@ class MessageStore:
             raw = cl.get_message(phy, size)
             if raw is None:
                 continue
-            m = decode_record(raw, 0, check_crc=False).message
-            if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
+            m = decode_record(raw, 0, check_crc=self.config.check_crc_on_read).message
+            if m is None or m.physical_offset != phy:
+                bad = self._corrupt_read(raw, phy)
+                if bad is not None:
+                    raise bad
+                continue
+            if m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
                 continue
             if key in m.keys or m.uniq_key == key:
                 out.append(m)
@@ -655,7 +730,27 @@ class MessageStore:
         raw = cl.get_message(physical_offset, size)
         if raw is None:
             return None
-        return decode_record(raw, 0, check_crc=False).message
+        m = decode_record(raw, 0, check_crc=self.config.check_crc_on_read).message
+        if m is None or m.physical_offset != physical_offset:
+            bad = self._corrupt_read(raw, physical_offset)
+            if bad is not None:
+                raise bad
+        if m is not None and m.topic == QUARANTINE_TOPIC:
+            return None  # a filler over damaged bytes (store repair): the message that was here is gone
+        return m
+
+    def _corrupt_read(self, raw: bytes, offset: int) -> CorruptReadError | None:
+        """The error for a damaged record read at ``offset`` (None when ``offset`` is no record start at all:
+        a wrong pointer, not damaged data). Counted in ``corrupt_reads``."""
+        assert self.commit_log is not None
+        mf = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(offset)
+        path = mf.path if mf is not None else self.config.commit_log_dir
+        bad = check_read(raw, offset, path, self.config.check_crc_on_read)
+        if bad is None:
+            return None
+        self.corrupt_reads += 1
+        log.error("read refused: %s", bad.describe())
+        return CorruptReadError(bad)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """Resolve an offset msgId (any node resolves any id: the offset is the same everywhere)."""
