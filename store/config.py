@@ -52,8 +52,15 @@ class StoreConfig:
     disk_space_warning_level_ratio: float = 0.90  # above: writes refused
     disk_space_clean_forcibly_ratio: float = 0.85  # above: delete expired files immediately
     clean_file_forcibly_enable: bool = True
+    # writes are refused (RESOURCE_EXHAUSTED "disk full on <member>: <path>, N bytes free", /ready false) while
+    # the store's filesystem has less than this free, and after an ENOSPC until it has this much again
+    disk_min_free_bytes: int = 64 * 1024 * 1024
     # --- recovery, index, dispatch
     check_crc_on_recover: bool = True
+    # at start, walk the whole commit log once and compare every consume-queue unit and index file with it;
+    # damaged or missing units / files are rebuilt from the log (they are derived data). Costs one sequential
+    # read of the log (README "Damaged disks"); off: only the scrubber finds derived-file damage.
+    check_derived_files_on_start: bool = True
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_msgs_num_batch: int = 64  # max results of one index query

@@ -36,13 +36,14 @@ offset retention must keep, e.g. for a lagging replica).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from store.checkpoint import StoreCheckpoint
@@ -51,7 +52,9 @@ from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.consumer_offsets import ConsumerOffsetTable
 from store.delay_offsets import DelayOffsetTable
-from store.errors import DiskFullError, StoreClosedError, StoreError
+from store.derived_check import check_consume_queues, check_index_files
+from store.disk_health import DiskHealth
+from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
@@ -130,8 +133,11 @@ class MessageStore:
         # replication may set this to the lowest commit-log offset a lagging replica still has to fetch
         self.retain_from: Callable[[], int] | None = None
         self._group_commit: GroupCommitService | None = None
+        # can the filesystem take writes (free space, ENOSPC seen, I/O errors); the node names the member
+        self.disk = DiskHealth(config.root_dir, config.disk_min_free_bytes)
         self.last_exit_ok = True
         self.process_crash_only = False
+        self.derived_damage: list[str] = []  # derived-file damage found (and rebuilt) at the last open
         self._put_messages = 0
         self._put_bytes = 0
         self._put_batches = 0
@@ -169,6 +175,7 @@ class MessageStore:
     def _load_and_recover(self) -> None:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
+        self.derived_damage = []
         # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (FORMATS.md §8.3)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
         cl = self.commit_log = CommitLog(cfg, self.checkpoint)
@@ -213,6 +220,8 @@ class MessageStore:
             if self.index_service.index_files[-1].end_phy_offset >= end:
                 self.index_service.truncate(end)
         self.consume_queues.correct_min_offsets(cl.min_offset)
+        # consume queues and index are derived data: check them against the log, cut what is wrong
+        rebuild_from, log_queue_offsets = self._check_derived_files(end)
         # dispatch what the consume queues / index miss, before anyone reads or writes (RocketMQ start())
         reput_from = max(max_phy_of_cq, cl.min_offset, 0)
         if redispatch_from is not None:
@@ -225,8 +234,11 @@ class MessageStore:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
             reput_from = max(reput_from, cl.min_offset)
+        if rebuild_from is not None:
+            reput_from = max(min(reput_from, rebuild_from), cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
-                                         reput_from_offset=reput_from, checkpoint=self.checkpoint)
+                                         reput_from_offset=reput_from, checkpoint=self.checkpoint,
+                                         on_write_error=self.disk.record_error)
         while self.reput.dispatch_behind_bytes() > 0:
             before = self.reput.reput_from_offset
             self.reput.do_reput()
@@ -234,6 +246,44 @@ class MessageStore:
                 log.error("store %s: dispatch stuck at %d (%s)", cfg.root_dir, before, self.reput.last_error)
                 break
         self._rebuild_queue_offset_table()
+        # a queue's next offset comes from the log: a consume queue that lost units must never lower it
+        own = cl.topic_queue_table
+        for key, nxt in log_queue_offsets.items():
+            if nxt > own.get(key, 0):
+                own[key] = nxt
+
+    def _check_derived_files(self, end: int) -> tuple[int | None, dict[str, int]]:
+        """Compare consume queues and index files with the commit log (``store.derived_check``) and cut the
+        damaged ones; returns the commit-log offset reput must re-dispatch from (None: nothing to rebuild) and
+        the next queue offsets the log holds."""
+        cl = self.commit_log
+        assert cl is not None
+        if not self.config.check_derived_files_on_start or not cl.mapped_file_queue.mapped_files:
+            return None, {}
+        started = time.monotonic()
+        rebuild_from: int | None = None
+        found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True)
+        for damage in found.damage.values():
+            log.error("store %s: %s; rebuilding it from the commit log", self.config.root_dir, damage.describe())
+            self.derived_damage.append(damage.describe())
+            cq = self.consume_queues.get(damage.topic, damage.queue_id)
+            if cq is not None:
+                cq.cut_at(damage.queue_offset)
+            rebuild_from = damage.commit_log_offset if rebuild_from is None else min(
+                rebuild_from, damage.commit_log_offset)
+        if self.index_service is not None:
+            bad = check_index_files(self.index_service.index_files, end)
+            if bad:
+                for damage in bad:
+                    log.error("store %s: %s; rebuilding the index from there", self.config.root_dir,
+                              damage.describe())
+                    self.derived_damage.append(damage.describe())
+                restart = self.index_service.drop_from(bad[0].position)
+                rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
+        log.info("store %s: checked consume queues and index against %d records of the commit log in %.2fs%s",
+                 self.config.root_dir, found.records, time.monotonic() - started,
+                 "" if rebuild_from is None else f"; re-dispatching from offset {rebuild_from}")
+        return rebuild_from, found.next_queue_offsets
 
     def _truncate_consume_queues(self, offset: int) -> None:
         """Drop units at or beyond ``offset`` and zero the dropped bytes, so a restart cannot recover them."""
@@ -289,11 +339,11 @@ class MessageStore:
         cl = self.commit_log
         assert cl is not None and self.reput is not None and self.checkpoint is not None
         if cfg.sync_flush:
-            self._group_commit = GroupCommitService(cl.flush_all, cl.flushed_where)
+            self._group_commit = GroupCommitService(self._flush_commit_log_all, cl.flushed_where)
             self._services.append(self._group_commit)
         else:
             self._services.append(PeriodicFlushService(
-                "FlushRealTimeService", cl.flush, cfg.flush_interval_commit_log,
+                "FlushRealTimeService", self._flush_commit_log, cfg.flush_interval_commit_log,
                 cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval))
         self._services.append(PeriodicFlushService(
             "FlushConsumeQueueService", self._flush_consume_queues, cfg.flush_interval_consume_queue,
@@ -316,14 +366,33 @@ class MessageStore:
             protect = min(protect, self.retain_from())
         return protect
 
+    def _flush_commit_log(self, least_pages: int = 0) -> int:
+        """The commit log's flush, guarded: after an I/O error nothing is ever reported durable again (Linux
+        marks the failed pages clean, so a retried fsync would "succeed" over lost data)."""
+        cl = self._check_open()
+        if self.disk.io_error_reason():
+            raise StorageIOError(self.disk.io_error_reason())
+        try:
+            return cl.flush(least_pages) if least_pages else cl.flush_all()
+        except OSError as e:
+            self.disk.record_error(e, self.config.commit_log_dir)
+            raise
+
+    def _flush_commit_log_all(self) -> int:
+        return self._flush_commit_log(0)
+
     def _flush_consume_queues(self, least_pages: int) -> None:
         """FlushConsumeQueueService: on a thorough pass, persist the logics timestamp captured before the flush."""
         ckpt = self.checkpoint
         logics_ts = ckpt.logics_msg_timestamp if ckpt is not None else 0
-        if least_pages == 0:
-            self.consume_queues.flush_all()
-        else:
-            self.consume_queues.flush(least_pages)
+        try:
+            if least_pages == 0:
+                self.consume_queues.flush_all()
+            else:
+                self.consume_queues.flush(least_pages)
+        except OSError as e:
+            self.disk.record_error(e, self.config.consume_queue_dir)
+            raise
         if least_pages == 0 and ckpt is not None:
             ckpt.logics_msg_timestamp = max(ckpt.logics_msg_timestamp, logics_ts)
             ckpt.flush()
@@ -412,12 +481,27 @@ class MessageStore:
 
     # ================================================================== writes
     def _check_writable(self) -> None:
+        self.disk.check_writable()
         if self.retention is not None and self.retention.disk_full:
             raise DiskFullError(
                 f"disk holding {self.config.root_dir} is more than "
                 f"{self.config.disk_space_warning_level_ratio:.0%} full; writes are refused until retention "
                 "frees space (lower file_reserved_time) or the disk grows"
             )
+
+    @contextlib.contextmanager
+    def _disk_writes(self) -> Iterator[None]:
+        """Tell ``disk`` about a commit-log write the filesystem refused (ENOSPC: until space is back; EIO: for
+        good), then let the error through."""
+        try:
+            yield
+        except (DiskFullError, OSError) as e:
+            cfg = self.config
+            self.disk.record_error(e, cfg.commit_log_dir,
+                                   cfg.mapped_file_size_commit_log if cfg.preallocate else 0)
+            if isinstance(e, DiskFullError):
+                raise DiskFullError(self.disk.reason() or str(e)) from e
+            raise StorageIOError(self.disk.reason() or str(e)) from e
 
     def put_message(self, msg: Message) -> PutResult:
         return self.put_messages([msg])[0]
@@ -427,7 +511,7 @@ class MessageStore:
         cl = self._check_open()
         self._check_writable()
         stored = to_schedule_messages(msgs, self.delay_levels, self.config.cluster_name, self._uniq)
-        with cl.put_lock:
+        with cl.put_lock, self._disk_writes():
             # the batch never leaves this process: no frame, no frame CRC
             batch = cl.encode(stored, _now_ms(), self._store_host, self.config.cluster_name)
             results = cl.apply_decoded(batch)
@@ -454,7 +538,8 @@ class MessageStore:
     def apply_batch(self, batch: bytes | bytearray | memoryview) -> list[AppendResult]:
         """Replica half: deterministic append of an encoded batch; no flush wait (see ``wait_flushed``)."""
         cl = self._check_open()
-        results = cl.apply_batch(batch)
+        with self._disk_writes():
+            results = cl.apply_batch(batch)
         self._after_append(len(results), sum(r.wrote_bytes for r in results))
         return results
 
@@ -524,7 +609,9 @@ class MessageStore:
     def append_commit_log_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Catch-up: append verified raw records that start exactly at the current end."""
         cl = self._check_open()
-        cl.append_raw(offset, data)
+        self._check_writable()
+        with self._disk_writes():
+            cl.append_raw(offset, data)
         assert self.reput is not None
         self.reput.notify()
 

@@ -1,0 +1,229 @@
+"""Consume queues and index files are derived from the commit log: check them against it, say what to rebuild.
+
+The commit log is the only source of truth. A consume-queue unit is right when it equals what reput would
+write for the record that carries its queue offset: ``(PHYSICALOFFSET, TOTALSIZE, tagsCode)``. A queue is
+checked by walking the commit log record by record (one sequential read) and looking up, for every record
+that goes to a consume queue, the unit at its QUEUEOFFSET. The first wrong or missing unit of a queue is its
+damage; everything from there is rebuilt by re-dispatching the commit log from that record (the store's own
+reput writes the units, so the result is byte-identical to what it wrote the first time).
+
+Index files cannot be compared unit by unit cheaply (an entry holds only a key hash), so they are checked for
+what an intact file always satisfies: a sane header, slots that point at written entries, entries in
+commit-log order inside the file's range, chains that point backwards. A file that fails is rebuilt from the
+commit-log range it covers.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import sys
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+
+log = logging.getLogger("store.derived_check")
+
+_I64 = struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDamage:
+    """The first wrong or missing unit of one consume queue."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int  # the first unit to rebuild
+    commit_log_offset: int  # the record that belongs there: re-dispatch starts here
+    reason: str
+
+    def describe(self) -> str:
+        return (f"consume queue {self.topic}-{self.queue_id}: unit {self.queue_offset} {self.reason} "
+                f"(its record is at commit-log offset {self.commit_log_offset})")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDamage:
+    """An index file that cannot be intact."""
+
+    path: str
+    position: int  # its place in the index file list
+    reason: str
+
+    def describe(self) -> str:
+        return f"index file {self.path}: {self.reason}"
+
+
+@dataclass
+class ConsumeQueueCheck:
+    """What a walk of ``[start, end)`` of the commit log found."""
+
+    start: int
+    end: int  # where the walk stopped (a bad record stops it early; the commit-log checker owns that)
+    records: int = 0
+    damage: dict[tuple[str, int], QueueDamage] = field(default_factory=dict)
+    next_queue_offsets: dict[str, int] = field(default_factory=dict)  # "topic-queueId" -> last offset + 1
+
+
+def check_consume_queues(
+    commit_log: Any,
+    consume_queues: ConsumeQueueTable,
+    start: int,
+    end: int,
+    *,
+    whole_log: bool = False,
+    pace: Callable[[int], None] | None = None,
+) -> ConsumeQueueCheck:
+    """Compare every consume-queue unit that records in ``[start, end)`` of the commit log should have.
+
+    ``whole_log``: ``start`` is the commit log's first record, so units past the last record of their queue (or
+    in queues no record mentions) are garbage too. ``pace(nbytes)`` is called after each slice read (the
+    scrubber's rate limit).
+    """
+    result = ConsumeQueueCheck(start, start)
+    damage = result.damage
+    next_offsets = result.next_queue_offsets
+    check = commit_log.check_message_and_return_size
+    offset = start
+    while offset < end:
+        view = commit_log.get_data(offset, end)
+        if view is None:
+            break
+        n = len(view)
+        pos = 0
+        next_offset = None
+        try:
+            while pos < n:
+                dr = check(view, pos, n, False)
+                size = dr.msg_size
+                if dr.success and size > 0:
+                    result.records += 1
+                    if dr.goes_to_consume_queue:
+                        key = (dr.topic, dr.queue_id)
+                        qo = dr.consume_queue_offset
+                        next_offsets[f"{dr.topic}-{dr.queue_id}"] = qo + 1
+                        if key not in damage:
+                            bad = _unit_problem(consume_queues, key, qo, dr.commit_log_offset, size, dr.tags_code)
+                            if bad:
+                                damage[key] = QueueDamage(dr.topic, dr.queue_id, qo, dr.commit_log_offset, bad)
+                    pos += size
+                elif dr.success:  # end-of-file blank record
+                    next_offset = commit_log.roll_next_file(offset + pos)
+                    break
+                elif size > 0:  # a length mismatch reput skips too
+                    pos += size
+                else:  # unreadable: commit-log damage is not ours to judge here
+                    next_offset = -1
+                    break
+        finally:
+            view.release()
+        if pace is not None:
+            pace(pos)
+        if next_offset == -1:
+            offset += pos
+            break
+        offset = offset + pos if next_offset is None else next_offset
+    result.end = min(offset, end) if offset < end else end
+    if whole_log and result.end >= end:
+        _check_queue_tails(commit_log, consume_queues, result)
+    return result
+
+
+def _unit_problem(table: ConsumeQueueTable, key: tuple[str, int], index: int, phy: int, size: int,
+                  tags_code: int) -> str:
+    """Why the unit at ``index`` of queue ``key`` is not ``(phy, size, tags_code)``; "" when it is."""
+    cq = table.get(*key)
+    if cq is None:
+        return "is missing (the queue has no files)"
+    unit = cq.unit_at(index)
+    if unit is None:
+        return "is missing"
+    if unit != (phy, size, tags_code):
+        return f"is wrong: {unit} instead of {(phy, size, tags_code)}"
+    return ""
+
+
+def _check_queue_tails(commit_log: Any, table: ConsumeQueueTable, result: ConsumeQueueCheck) -> None:
+    """Units past the last record of their queue (or in a queue no record in the log mentions) are garbage."""
+    cl_min = commit_log.min_offset
+    for cq in table.queues():
+        key = (cq.topic, cq.queue_id)
+        if key in result.damage or not cq.mapped_file_queue.mapped_files:
+            continue
+        expected = result.next_queue_offsets.get(f"{cq.topic}-{cq.queue_id}")
+        have = cq.get_max_offset_in_queue()
+        if expected is not None:
+            if have > expected:
+                result.damage[key] = QueueDamage(cq.topic, cq.queue_id, expected, commit_log.max_offset,
+                                                 f"and the {have - expected} after it point at no record")
+            continue
+        for index in range(cq.get_min_offset_in_queue(), have):
+            unit = cq.unit_at(index)
+            if unit is not None and unit[1] != BLANK_UNIT_SIZE and unit[0] >= cl_min:
+                result.damage[key] = QueueDamage(cq.topic, cq.queue_id, index, commit_log.max_offset,
+                                                 "points at no record of its queue")
+                break
+
+
+def check_index_file(f: IndexFile, log_max: int) -> str:
+    """Why ``f`` cannot be an intact index file; "" when nothing is wrong that can be seen without the log.
+
+    An intact file has ``indexCount`` in ``[1, index_num]``, every slot 0 or below ``indexCount``, every used
+    entry pointing at a commit-log offset inside ``[beginPhyOffset, endPhyOffset]`` (within the log) in
+    non-decreasing order with non-decreasing, non-negative time differences and a chain link pointing at an
+    earlier entry, and nothing written past ``indexCount``.
+    """
+    if f.closed:
+        return ""
+    begin_ts, end_ts, begin_phy, end_phy, _slot_count, stored_count = f.header_on_disk()
+    count = f.index_count
+    if not 0 <= stored_count <= f.index_num:
+        return f"header indexCount {stored_count} is outside [0, {f.index_num}]"
+    if begin_phy < 0 or end_phy < begin_phy or end_phy > log_max:
+        return f"header phy range [{begin_phy}, {end_phy}] is not inside the commit log [0, {log_max}]"
+    if begin_ts < 0 or end_ts < begin_ts:
+        return f"header time range [{begin_ts}, {end_ts}] is not ordered"
+    mm = f._mf.buffer
+    entries_at = INDEX_HEADER_SIZE + f.hash_slot_num * HASH_SLOT_SIZE
+    slots = _ints(mm, INDEX_HEADER_SIZE, entries_at)
+    if slots and (min(slots) < 0 or max(slots) >= count):
+        return f"a hash slot points outside the {count - 1} written entries"
+    used = _ints(mm, entries_at + INDEX_ENTRY_SIZE, entries_at + count * INDEX_ENTRY_SIZE)
+    if used:
+        hashes, diffs, prevs = used[0::5], used[3::5], used[4::5]
+        phys = [(hi << 32) | (lo & 0xFFFFFFFF) for hi, lo in zip(used[1::5], used[2::5], strict=True)]
+        if min(hashes) < 0:
+            return "an entry has a negative key hash"
+        if phys[0] < begin_phy or phys[-1] > end_phy or any(a > b for a, b in zip(phys, phys[1:], strict=False)):
+            return f"entries are not in commit-log order inside [{begin_phy}, {end_phy}]"
+        if min(diffs) < 0:
+            return "an entry has a negative time difference"
+        if any(not 0 <= p < i for i, p in enumerate(prevs, 1)):
+            return "an entry's chain link does not point at an earlier entry"
+    nxt = entries_at + count * INDEX_ENTRY_SIZE
+    if count < f.index_num and any(mm[nxt : nxt + INDEX_ENTRY_SIZE]):
+        return f"entry {count} is written but the header counts {count - 1} entries"
+    return ""
+
+
+def _ints(buf: Any, start: int, stop: int) -> array:
+    out = array("i")
+    if stop > start:
+        out.frombytes(buf[start:stop])
+        if sys.byteorder == "little":
+            out.byteswap()
+    return out
+
+
+def check_index_files(files: list[IndexFile], log_max: int) -> list[IndexDamage]:
+    """Every index file that fails ``check_index_file``."""
+    out = []
+    for i, f in enumerate(files):
+        reason = check_index_file(f, log_max)
+        if reason:
+            out.append(IndexDamage(f.path, i, reason))
+    return out
