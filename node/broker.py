@@ -87,6 +87,9 @@ class Broker:
             return False, f"not ready: {self._phase}"
         if self.write_path.leader() is None:
             return False, "not ready: no leader (election in progress or no majority reachable)"
+        disk = self.store.disk.reason() if self.store is not None else ""
+        if disk:  # reads still work; writes are refused with this reason (RESOURCE_EXHAUSTED / UNAVAILABLE)
+            return False, f"not ready: {disk}"
         return True, "ready"
 
     def leader_term(self) -> int:
@@ -150,6 +153,7 @@ class Broker:
                 pass  # created concurrently by another request
             cfg = self.topic_config(name)
         cfg = cfg or self.existing_topic(name)
+        self.store.check_writable()  # a full or failed disk refuses at once, before anything is queued
         if not cfg.perm & PERM_WRITE:
             raise RpcError(grpc.StatusCode.PERMISSION_DENIED,
                            f"topic {name!r} is not writable (perm {cfg.perm}); update it with perm 6 (read-write)")
@@ -222,6 +226,7 @@ class Broker:
         from store.message_store import MessageStore
 
         self.store = MessageStore(self.store_config)
+        self.store.disk.member = cfg.node.id  # errors say "disk full on <member>"
         await self.run_blocking(self.store.open)
         self._store_open = True
         self.store.add_arrival_listener(self.long_polls.on_arrival)

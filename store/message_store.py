@@ -480,14 +480,17 @@ class MessageStore:
         self.shutdown()
 
     # ================================================================== writes
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise ``DiskFullError`` / ``StorageIOError`` when the disk cannot take a write now (reads still work)."""
         self.disk.check_writable()
         if self.retention is not None and self.retention.disk_full:
             raise DiskFullError(
-                f"disk holding {self.config.root_dir} is more than "
-                f"{self.config.disk_space_warning_level_ratio:.0%} full; writes are refused until retention "
-                "frees space (lower file_reserved_time) or the disk grows"
+                f"disk full on {self.disk.member}: {self.config.root_dir} is more than "
+                f"{self.config.disk_space_warning_level_ratio:.0%} used, {max(self.disk.free, 0)} bytes free; "
+                "writes are refused until retention frees space (lower file_reserved_time) or the disk grows"
             )
+
+    _check_writable = check_writable
 
     @contextlib.contextmanager
     def _disk_writes(self) -> Iterator[None]:
