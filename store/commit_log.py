@@ -30,6 +30,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from operator import concat, itemgetter
 
@@ -48,6 +49,7 @@ from store.errors import (
     OffsetMismatchError,
     PropertiesSizeExceededError,
 )
+from store.integrity import CorruptionError, CorruptRecord, scan_segment, segment_layout_problems
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
@@ -189,6 +191,17 @@ def store_port_of(host: bytes) -> int:
     return _I32.unpack_from(host, len(host) - 4)[0]
 
 
+@dataclass(slots=True)
+class _RecoveryPlan:
+    """What recovery found (``CommitLog._plan_recovery``) and will do: where the data ends, what it cuts."""
+
+    index: int
+    end_mf: MappedFile
+    end_pos: int
+    cut: CorruptRecord | None
+    last_record: tuple[MappedFile, int] | None
+
+
 def roll_next_file(offset: int, file_size: int) -> int:
     """Start of the segment after the one holding ``offset``."""
     return offset + file_size - offset % file_size
@@ -216,9 +229,19 @@ class CommitLog:
         self._stamp_lock = threading.Lock()
         self.abnormal_recovery_start = 0  # first segment scanned by recover_abnormally
         self._empty_log_start = 0  # where the first segment of an empty log starts (catch-up of a wiped replica)
+        # recovery may cut damage only beyond this offset (set by the store / replication before recovery)
+        self.acknowledged_end = 0
+        # a machine restart may have lost dirty pages in any order: damage beyond acknowledged_end is then a
+        # lost write even with valid records after it (RocketMQ's async-flush semantics)
+        self.pages_may_be_lost = False
+        self._plan: _RecoveryPlan | None = None
 
     # ================================================================== load / offsets
     def load(self) -> None:
+        """Open the segments; a missing middle segment or one of the wrong size is corruption (nothing is touched)."""
+        problems = segment_layout_problems(self.config.commit_log_dir, self.file_size)
+        if problems:
+            raise CorruptionError(problems)
         self.mapped_file_queue.load()
 
     @property
@@ -749,13 +772,12 @@ class CommitLog:
 
     # ================================================================== recovery
     def recover_normally(self) -> int:
-        """Scan the last 3 segments; truncate at the first bad record. Returns the recovered end offset."""
+        """Scan the last 3 segments; cut a torn tail (see ``_scan_and_truncate``). Returns the recovered end."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             self._reset_empty()
             return 0
-        index = max(0, len(files) - 3)
-        return self._scan_and_truncate(index)
+        return self._scan_and_truncate(self._recovery_start(True))
 
     def recover_abnormally(self) -> int:
         """Scan from the newest segment the checkpoint shows flushed and dispatched (``abnormal_recovery_start``;
@@ -764,14 +786,28 @@ class CommitLog:
         if not files:
             self._reset_empty()
             return 0
-        index = 0
-        for i in range(len(files) - 1, -1, -1):  # newest segment whose first message the checkpoint covers
-            if self._is_mapped_file_matched_recover(files[i]):
-                index = i
-                break
+        index = self._recovery_start(False)
         self.abnormal_recovery_start = files[index].file_from_offset
         log.info("abnormal recovery scans from segment %s", files[index].path)
         return self._scan_and_truncate(index)
+
+    def verify_before_recovery(self, last_exit_ok: bool) -> None:
+        """Run recovery's checks without changing anything: raises ``CorruptionError`` where recovery would.
+
+        The store calls it first thing after loading, before any file (consume queue, index, abort marker) is
+        touched; the plan is kept for the recovery that follows.
+        """
+        if self.mapped_file_queue.mapped_files:
+            self._plan = self._plan_recovery(self._recovery_start(last_exit_ok))
+
+    def _recovery_start(self, last_exit_ok: bool) -> int:
+        files = self.mapped_file_queue.mapped_files
+        if last_exit_ok:
+            return max(0, len(files) - 3)
+        for i in range(len(files) - 1, -1, -1):  # newest segment whose first message the checkpoint covers
+            if self._is_mapped_file_matched_recover(files[i]):
+                return i
+        return 0
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
         buf = mf.buffer
@@ -787,45 +823,74 @@ class CommitLog:
             return store_ts <= self.checkpoint.min_timestamp_index()
         return store_ts <= self.checkpoint.min_timestamp()
 
-    def _scan_and_truncate(self, index: int) -> int:
+    def _plan_recovery(self, index: int) -> _RecoveryPlan:
+        """Verify segments from ``index`` on, then cut a torn tail; corruption raises before anything changes.
+
+        What may be cut (``store.integrity`` finds it): damage with nothing valid after it that starts at or
+        beyond ``acknowledged_end`` (the checkpoint's flushed offset, or what replication says was applied), or,
+        after a machine restart (dirty pages may be lost in any order), any damage beyond it. Everything else
+        is corruption of acknowledged data: ``CorruptionError`` names it and the files stay untouched.
+        """
         files = self.mapped_file_queue.mapped_files
-        check_crc = self.config.check_crc_on_recover
-        mf = files[index]
-        first_scanned = mf.file_from_offset
-        pos = 0
-        reason = ""
-        last_ts = 0
-        while True:
-            try:
-                status, size, reason, parts = check_frame(mf.buffer, pos, mf.file_size, check_crc)
-            except (struct.error, IndexError, ValueError) as e:
-                status, size, reason, parts = RecordStatus.BAD, -1, f"undecodable record: {e}", None
-            if status == RecordStatus.OK:
-                assert parts is not None
-                fields = parts[0]
-                if fields[6] != mf.file_from_offset + pos:
-                    # copied but never patched (killed inside apply), or misplaced: not a stored record
-                    reason = (f"record says PHYSICALOFFSET {fields[6]} but lies at "
-                              f"{mf.file_from_offset + pos} (write interrupted before its offsets were set)")
+        acked = self.acknowledged_end
+        # segments at the end whose first bytes are zeros hold no data (preallocated or just created)
+        last_data = len(files) - 1
+        while last_data > index and _BLANK.unpack_from(files[last_data].buffer, 0) == (0, 0):
+            last_data -= 1
+        corrupt: list[CorruptRecord] = []
+        cut: CorruptRecord | None = None
+        end_mf, end_pos = files[index], 0
+        last_record: tuple[MappedFile, int] | None = None
+        for i in range(index, last_data + 1):
+            mf = files[i]
+            scan = scan_segment(mf.buffer, mf.file_from_offset, mf.path, i == last_data,
+                                check_crc=self.config.check_crc_on_recover)
+            for d in scan.damaged:
+                if self.pages_may_be_lost and d.start >= acked:
+                    cut = d
                     break
-                last_ts = fields[11]
-                pos += size
-                reason = ""
-            elif status == RecordStatus.BLANK:
-                index += 1
-                if index >= len(files):
-                    break
-                mf = files[index]
-                pos = 0
-            else:
+                corrupt.append(d)
+            if cut is not None:
+                end_mf, end_pos = mf, cut.start - mf.file_from_offset
                 break
-        process_offset = mf.file_from_offset + pos
-        clean_end = reason.startswith("end of data") or not reason
-        if not clean_end:
-            log.warning("commit log: torn or corrupt data at offset %d (%s); truncating there",
-                        process_offset, reason)
+            if scan.tail is not None:
+                if scan.tail.start >= acked:
+                    cut = scan.tail
+                else:
+                    corrupt.append(scan.tail)
+            # a full segment (blank record) ends where the next one starts, as RocketMQ's recovery rolls
+            end_mf, end_pos = mf, (mf.file_size if scan.blank_at is not None else scan.data_end)
+            if scan.last_record >= 0:
+                last_record = (mf, scan.last_record)
+            if scan.blank_at is None:
+                break
+        data_end = end_mf.file_from_offset + end_pos
+        if not corrupt and cut is None and data_end < acked:
+            corrupt.append(CorruptRecord(end_mf.path, data_end, acked,
+                                         f"the log ends at {data_end} but the checkpoint says {acked} bytes were "
+                                         "flushed (zeros where acknowledged records must be)"))
+        if corrupt:
+            raise CorruptionError(corrupt)
+        return _RecoveryPlan(index, end_mf, end_pos, cut, last_record)
+
+    def _scan_and_truncate(self, index: int) -> int:
+        plan, self._plan = self._plan, None
+        if plan is None or plan.index != index:
+            plan = self._plan_recovery(index)
+        files = self.mapped_file_queue.mapped_files
+        first_scanned = files[index].file_from_offset
+        acked = self.acknowledged_end
+        end_mf, end_pos, cut, last_record = plan.end_mf, plan.end_pos, plan.cut, plan.last_record
+        data_end = end_mf.file_from_offset + end_pos
+        process_offset = data_end if cut is None else cut.start
+        if cut is not None:
+            end_mf = self.mapped_file_queue.find_mapped_file_by_offset(cut.start) or end_mf
+            end_pos = cut.start - end_mf.file_from_offset
+            log.warning("commit log: torn or corrupt data at offset %d (%s) beyond the flushed offset %d; "
+                        "truncating there", cut.start, cut.reason, acked)
+        mf, pos = end_mf, end_pos
         stale = self._zero_stale_tail(mf, pos)
-        if stale and clean_end:
+        if stale and cut is None:
             log.warning("commit log: stale bytes after the end of data at offset %d; cleared", process_offset)
         self.mapped_file_queue.truncate_dirty_files(process_offset)
         # a trailing preallocated segment that never received data is dropped
@@ -840,8 +905,13 @@ class CommitLog:
         for f in scanned:
             f.flushed_position = 0
         mfq.flushed_where = scanned[0].file_from_offset if scanned else process_offset
-        if last_ts:
-            self.last_store_timestamp = last_ts
+        if last_record is not None and last_record[0].file_from_offset + last_record[1] < process_offset:
+            lmf, lpos = last_record
+            ts = self.store_timestamp_at(lmf.file_from_offset + lpos, 91)
+            if ts > 0:
+                self.last_store_timestamp = ts
+        if self.checkpoint is not None and self.checkpoint.flushed_offset > process_offset:
+            self.checkpoint.flushed_offset = process_offset  # only a tail beyond it was cut (checked above)
         return process_offset
 
     @staticmethod
@@ -890,6 +960,10 @@ class CommitLog:
             old = mf.wrote_position
             if old > pos:  # clear the cut-off bytes so they can never be recovered as records
                 mf.write_at(pos, bytes(old - pos))
+        ckpt = self.checkpoint
+        if ckpt is not None and ckpt.flushed_offset > offset:  # durable first: a restart must not call this loss
+            ckpt.flushed_offset = offset
+            ckpt.flush()
         mfq.truncate_dirty_files(offset)
         mfq.flushed_where = min(mfq.flushed_where, offset)
         files = mfq.mapped_files
@@ -916,8 +990,11 @@ class CommitLog:
 
     def _after_flush(self, ts: int, end: int) -> int:
         where = self.mapped_file_queue.flushed_where
-        if ts and where >= end and self.checkpoint is not None:
-            self.checkpoint.physic_msg_timestamp = ts
+        if where >= end and self.checkpoint is not None:
+            if ts:
+                self.checkpoint.physic_msg_timestamp = ts
+            if end > self.checkpoint.flushed_offset:
+                self.checkpoint.flushed_offset = end
         return where
 
     @property

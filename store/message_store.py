@@ -58,6 +58,7 @@ from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreE
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
+from store.integrity import CorruptionError
 from store.json_file import fsync_dir
 from store.mapped_file import remove_unfinished_segments
 from store.message import (
@@ -143,6 +144,9 @@ class MessageStore:
         self._put_batches = 0
         self._store_host = config.store_host_addr
         self._uniq = UniqKeyGenerator(self._store_host[0])  # UNIQ_KEY of a delayed message sent without one
+        # replication sets this before open(): the commit-log end it knows was applied (acknowledged); recovery
+        # treats damage below it as corruption even when the checkpoint is older
+        self.acknowledged_end_hint = 0
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -172,6 +176,14 @@ class MessageStore:
                      self.config.root_dir, self.commit_log_min_offset, self.commit_log_max_offset,
                      sum(1 for _ in self.consume_queues.queues()), "clean" if self.last_exit_ok else "ABNORMAL")
 
+    def corruption_hint(self) -> str:
+        """What to do about a ``CorruptionError`` (part of its message: the node logs it as its exit reason)."""
+        root = self.config.root_dir
+        return (f"Nothing was deleted or overwritten. List the damage with `raftmq store check {root}`; a single "
+                f"node repairs with `raftmq store repair {root}` (quarantines the damaged records, keeps every "
+                "other record at its offset; try --dry-run first); a replicated member repairs from its peers at "
+                "start")
+
     def _load_and_recover(self) -> None:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
@@ -179,12 +191,18 @@ class MessageStore:
         # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (FORMATS.md §8.3)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
         cl = self.commit_log = CommitLog(cfg, self.checkpoint)
-        cl.load()
-        self.consume_queues.load()
-        self.index_service = IndexService.from_config(cfg, self.checkpoint) if cfg.message_index_enable else None
         # After a crash of only this process every write is still in the page cache, so index files are
         # whole: keep them (RocketMQ drops the newer ones, which costs a re-index of up to a whole file).
         self.process_crash_only = not self.last_exit_ok and _abort_is_from_this_boot(cfg.abort_path)
+        try:
+            cl.load()
+            cl.acknowledged_end = max(self.checkpoint.flushed_offset, self.acknowledged_end_hint)
+            cl.pages_may_be_lost = not self.last_exit_ok and not self.process_crash_only
+            cl.verify_before_recovery(self.last_exit_ok)  # corruption stops here, before any file changes
+        except CorruptionError as e:
+            raise CorruptionError(e.records, hint=self.corruption_hint()) from None
+        self.consume_queues.load()
+        self.index_service = IndexService.from_config(cfg, self.checkpoint) if cfg.message_index_enable else None
         if self.index_service is not None:
             remove_unfinished_segments(cfg.index_dir)
             self.index_service.load(self.last_exit_ok or self.process_crash_only)

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from store import Message, MessageStore, StoreConfig, TagFilter
+from store.checkpoint import StoreCheckpoint
+from store.integrity import CorruptionError
 from tests.store import crash_writer as cw
 from tests.store.store_helpers import read_commit_log_files, segment_files, tree_bytes, wait_dispatched
 
@@ -274,15 +276,49 @@ def _patch(cfg: StoreConfig, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def _unflush(cfg: StoreConfig, offset: int) -> None:
+    """Make the checkpoint say the commit log was durable only up to ``offset``: what a crash leaves when the
+    records after it were still in the page cache (the checkpoint is written by the periodic thorough flush)."""
+    ckpt = StoreCheckpoint(cfg.checkpoint_path)
+    ckpt.flushed_offset = offset
+    ckpt.shutdown()
+
+
+def _expect_corruption(cfg: StoreConfig, start: int) -> None:
+    """Opening refuses with CorruptionError naming the file and ``start``; no file under the root changes."""
+    before = tree_bytes(cfg.root_dir)
+    with pytest.raises(CorruptionError) as ei:
+        MessageStore(cfg).open()
+    fs = cfg.mapped_file_size_commit_log
+    assert any(r.start == start and r.path.endswith(f"{start - start % fs:020d}") for r in ei.value.records), \
+        ei.value.records
+    assert f"raftmq store repair {cfg.root_dir}" in str(ei.value)
+    after = tree_bytes(cfg.root_dir)
+    assert {k: v for k, v in after.items() if k != "lock"} == {k: v for k, v in before.items() if k != "lock"}
+
+
 @pytest.mark.parametrize("exit_kind", ["clean", "process-crash", "machine-restart"])
 def test_corrupt_body_of_last_record_is_truncated(tmp_path: Path, caplog, exit_kind: str) -> None:
+    """A bad last record that was never flushed (the checkpoint ends before it) is a torn tail: cut."""
     cfg, results = _write(tmp_path, 30)
     last = results[-1]
     # the body starts at byte 88 of a record with IPv4 hosts; flipping bytes there breaks BODYCRC
     _patch(cfg, last.physical_offset + 88 + 4, b"\xff\x00\xee")
+    _unflush(cfg, last.physical_offset)
     if exit_kind != "clean":
         _mark_crashed(cfg, reboot=exit_kind == "machine-restart")
     _check_truncated_at(cfg, results, len(results) - 1, caplog)
+
+
+@pytest.mark.parametrize("exit_kind", ["clean", "process-crash", "machine-restart"])
+def test_corrupt_body_of_a_flushed_last_record_refuses_to_open(tmp_path: Path, exit_kind: str) -> None:
+    """The same damage to a record the checkpoint shows flushed is corruption: refuse, change nothing."""
+    cfg, results = _write(tmp_path, 30)
+    last = results[-1]
+    _patch(cfg, last.physical_offset + 88 + 4, b"\xff\x00\xee")
+    if exit_kind != "clean":
+        _mark_crashed(cfg, reboot=exit_kind == "machine-restart")
+    _expect_corruption(cfg, last.physical_offset)
 
 
 def test_torn_last_record_is_truncated(tmp_path: Path, caplog) -> None:
@@ -291,18 +327,33 @@ def test_torn_last_record_is_truncated(tmp_path: Path, caplog) -> None:
     last = results[-1]
     half = last.wrote_bytes // 2
     _patch(cfg, last.physical_offset + half, bytes(last.wrote_bytes - half))
+    _unflush(cfg, last.physical_offset)
     _mark_crashed(cfg, reboot=True)
     _check_truncated_at(cfg, results, len(results) - 1, caplog)
 
 
-def test_garbage_header_mid_log_truncates_there(tmp_path: Path, caplog) -> None:
-    """A damaged record in the middle: everything from it on is dropped (no skipping to later records)."""
+def test_garbage_header_mid_log_refuses_to_open(tmp_path: Path) -> None:
+    """A damaged record in the middle of flushed data is corruption: the store refuses and deletes nothing
+    (it used to truncate there, destroying every later record)."""
     cfg, results = _write(tmp_path, 30)
-    victim = 27  # within the last 3 segments, which normal recovery scans
+    victim = 27
     _patch(cfg, results[victim].physical_offset, b"\x00\x00\x00\x05garbage")
-    _check_truncated_at(cfg, results, victim, caplog)
+    _expect_corruption(cfg, results[victim].physical_offset)
     msgs, _ = read_commit_log_files(tmp_path)
-    assert [seq_of(m.body) for m in msgs] == list(range(victim + 1))
+    assert [seq_of(m.body) for m in msgs] == list(range(victim))  # the reader stops there, the bytes are kept
+    fs = cfg.mapped_file_size_commit_log
+    assert (Path(cfg.commit_log_dir) / f"{results[29].physical_offset // fs * fs:020d}").exists()
+
+
+def test_garbage_mid_log_beyond_the_flushed_offset_after_a_reboot_truncates_there(tmp_path: Path, caplog) -> None:
+    """After a machine restart, dirty pages beyond the flushed offset may be lost in any order: damage there
+    followed by valid records is a lost write, cut as RocketMQ does (nothing acknowledged as durable is lost)."""
+    cfg, results = _write(tmp_path, 30)
+    victim = 27
+    _patch(cfg, results[victim].physical_offset, b"\x00\x00\x00\x05garbage")
+    _unflush(cfg, results[victim].physical_offset)
+    _mark_crashed(cfg, reboot=True)
+    _check_truncated_at(cfg, results, victim, caplog)
 
 
 def _mark_crashed(cfg: StoreConfig, reboot: bool) -> None:
@@ -426,6 +477,7 @@ def test_kill_between_copy_and_offset_patch(tmp_path: Path) -> None:
     cfg, results = _write(tmp_path, 30)
     last = results[-1]
     _patch(cfg, last.physical_offset + 20, bytes(16))  # QUEUEOFFSET (int64 at 20) and PHYSICALOFFSET (at 28)
+    _unflush(cfg, last.physical_offset)  # killed inside apply: that record was never flushed
     Path(cfg.abort_path).touch()
     st = MessageStore(cfg)
     st.open()
