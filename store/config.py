@@ -61,6 +61,11 @@ class StoreConfig:
     # damaged or missing units / files are rebuilt from the log (they are derived data). Costs one sequential
     # read of the log (README "Damaged disks"); off: only the scrubber finds derived-file damage.
     check_derived_files_on_start: bool = True
+    # background scrubber: re-reads sealed commit-log segments at most this fast, checking record CRCs and the
+    # consume queues / index built from them (0: off); a pass starts scrub_interval_s after the store opened
+    # and after the previous pass ended
+    scrub_rate_bytes_per_s: int = 4 * 1024 * 1024
+    scrub_interval_s: int = 3600
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_msgs_num_batch: int = 64  # max results of one index query

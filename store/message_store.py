@@ -52,13 +52,13 @@ from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.consumer_offsets import ConsumerOffsetTable
 from store.delay_offsets import DelayOffsetTable
-from store.derived_check import check_consume_queues, check_index_files
+from store.derived_check import IndexDamage, QueueDamage, check_consume_queues, check_index_files
 from store.disk_health import DiskHealth
 from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
-from store.integrity import CorruptionError
+from store.integrity import CorruptionError, CorruptRecord
 from store.json_file import fsync_dir
 from store.mapped_file import remove_unfinished_segments
 from store.message import (
@@ -72,6 +72,7 @@ from store.message import (
 from store.reput import ReputMessageService
 from store.retention import RetentionService
 from store.schedule import DelayLevels, to_schedule_messages
+from store.scrubber import Scrubber
 from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
 
@@ -139,6 +140,11 @@ class MessageStore:
         self.last_exit_ok = True
         self.process_crash_only = False
         self.derived_damage: list[str] = []  # derived-file damage found (and rebuilt) at the last open
+        # damage found so far, by file kind (metric rocketmq_storage_corruption_total)
+        self.corruption_found = {"commitlog": 0, "consumequeue": 0, "index": 0}
+        self.commit_log_damage: list[CorruptRecord] = []  # reported and not (yet) repaired
+        self._damage_listeners: list[Callable[[list[CorruptRecord]], None]] = []
+        self.scrubber: Scrubber | None = None
         self._put_messages = 0
         self._put_bytes = 0
         self._put_batches = 0
@@ -284,6 +290,7 @@ class MessageStore:
         for damage in found.damage.values():
             log.error("store %s: %s; rebuilding it from the commit log", self.config.root_dir, damage.describe())
             self.derived_damage.append(damage.describe())
+            self.corruption_found["consumequeue"] += 1
             cq = self.consume_queues.get(damage.topic, damage.queue_id)
             if cq is not None:
                 cq.cut_at(damage.queue_offset)
@@ -296,6 +303,7 @@ class MessageStore:
                     log.error("store %s: %s; rebuilding the index from there", self.config.root_dir,
                               damage.describe())
                     self.derived_damage.append(damage.describe())
+                    self.corruption_found["index"] += 1
                 restart = self.index_service.drop_from(bad[0].position)
                 rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
         log.info("store %s: checked consume queues and index against %d records of the commit log in %.2fs%s",
@@ -375,6 +383,58 @@ class MessageStore:
                                           protect_offset=self._retention_protect_offset)
         self.retention.start()
         self.reput.start()
+        if cfg.scrub_rate_bytes_per_s > 0:
+            self.scrubber = Scrubber(self, cfg.scrub_rate_bytes_per_s, cfg.scrub_interval_s)
+            self.scrubber.start()
+
+    # ================================================================== damage found while running
+    def add_commit_log_damage_listener(self, fn: Callable[[list[CorruptRecord]], None]) -> None:
+        """``fn(records)`` hears of every damaged commit-log range the scrubber finds (from its thread; must not
+        block long). The replicated repair path registers here to fetch the range from a healthy peer."""
+        self._damage_listeners = [*self._damage_listeners, fn]
+
+    def report_commit_log_damage(self, records: list[CorruptRecord]) -> None:
+        """Damaged commit-log ranges found while running: counted, logged, kept for ``stats``, handed to the
+        listeners. Nothing is cut or overwritten here."""
+        self.corruption_found["commitlog"] += len(records)
+        known = {(r.start, r.end) for r in self.commit_log_damage}
+        self.commit_log_damage.extend(r for r in records if (r.start, r.end) not in known)
+        for r in records:
+            log.critical("store %s: commit-log damage: %s", self.config.root_dir, r.describe())
+        if not self._damage_listeners:
+            log.critical("store %s: no repair path is registered for commit-log damage: run `raftmq store check` "
+                         "and `raftmq store repair` on a stopped node (single node), or restart it to repair "
+                         "from peers", self.config.root_dir)
+        for fn in self._damage_listeners:
+            try:
+                fn(list(records))
+            except Exception:
+                log.exception("commit-log damage listener %r failed", fn)
+
+    def rebuild_derived(self, queue_damage: Sequence[QueueDamage], *, index_damage: Sequence[IndexDamage] = (),
+                        found_by: str = "check") -> int:
+        """Rebuild damaged consume queues (from each first bad unit) and index files (from the first damaged one)
+        by re-dispatching the commit log through reput; returns the offset dispatch restarts at."""
+        cl = self._check_open()
+        assert self.reput is not None
+        with self.reput.paused():
+            restart = self.reput.reput_from_offset
+            for d in queue_damage:
+                log.error("store %s: %s (found by the %s); rebuilding from the commit log", self.config.root_dir,
+                          d.describe(), found_by)
+                self.corruption_found["consumequeue"] += 1
+                cq = self.consume_queues.get(d.topic, d.queue_id)
+                if cq is not None:
+                    cq.cut_at(d.queue_offset)
+                restart = min(restart, d.commit_log_offset)
+            if index_damage and self.index_service is not None:
+                for d in index_damage:
+                    log.error("store %s: %s (found by the %s); rebuilding the index from there",
+                              self.config.root_dir, d.describe(), found_by)
+                self.corruption_found["index"] += len(index_damage)
+                restart = min(restart, self.index_service.drop_from(index_damage[0].position))
+            self.reput.reput_from_offset = max(restart, cl.min_offset)
+        return self.reput.reput_from_offset
 
     def _retention_protect_offset(self) -> int:
         """Retention never deletes what reput has not dispatched or what ``retain_from`` still needs."""
@@ -387,7 +447,8 @@ class MessageStore:
     def _flush_commit_log(self, least_pages: int = 0) -> int:
         """The commit log's flush, guarded: after an I/O error nothing is ever reported durable again (Linux
         marks the failed pages clean, so a retried fsync would "succeed" over lost data)."""
-        cl = self._check_open()
+        cl = self.commit_log  # also the final flush of shutdown, after the store stopped taking calls
+        assert cl is not None
         if self.disk.io_error_reason():
             raise StorageIOError(self.disk.io_error_reason())
         try:
@@ -428,6 +489,9 @@ class MessageStore:
             self._open = False
             caught_up = False
             try:
+                if self.scrubber is not None:
+                    self.scrubber.shutdown()
+                    self.scrubber = None
                 if self.retention is not None:
                     self.retention.shutdown()
                 if self.reput is not None:
@@ -837,7 +901,25 @@ class MessageStore:
             "disk_full": self.retention.disk_full if self.retention is not None else False,
             "last_exit_ok": self.last_exit_ok,
             "delay_messages_pending": self.delay_messages_pending(),
+            "corruption_found": dict(self.corruption_found),
+            "commit_log_damage_ranges": len(self.commit_log_damage),
+            "disk_problem": self.disk.reason(),
+            **(self.scrubber.stats() if self.scrubber is not None else {}),
         }
+
+    def integrity_summary(self) -> str:
+        """One line for ``cluster status``: scrub progress and damage found (by file kind)."""
+        sc = self.scrubber
+        found = self.corruption_found
+        damage = ", ".join(f"{n} {k}" for k, n in found.items() if n) or "no damage found"
+        if sc is None:
+            scrub = "scrubber off"
+        else:
+            last = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sc.last_full_scrub_ms / 1000))
+                    if sc.last_full_scrub_ms else "none yet")
+            scrub = f"scrub at offset {sc.position}, {sc.bytes_scrubbed} bytes read, last full pass {last}"
+        open_damage = f"; {len(self.commit_log_damage)} commit-log range(s) damaged" if self.commit_log_damage else ""
+        return f"{damage}{open_damage}; {scrub}"
 
     def delay_messages_pending(self) -> int:
         """Delayed messages stored but not yet delivered (schedule-queue units past the delivery progress)."""
