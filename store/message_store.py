@@ -396,10 +396,11 @@ class MessageStore:
     def report_commit_log_damage(self, records: list[CorruptRecord]) -> None:
         """Damaged commit-log ranges found while running: counted, logged, kept for ``stats``, handed to the
         listeners. Nothing is cut or overwritten here."""
-        self.corruption_found["commitlog"] += len(records)
         known = {(r.start, r.end) for r in self.commit_log_damage}
-        self.commit_log_damage.extend(r for r in records if (r.start, r.end) not in known)
-        for r in records:
+        new = [r for r in records if (r.start, r.end) not in known]
+        self.corruption_found["commitlog"] += len(new)  # a range seen again by the next pass counts once
+        self.commit_log_damage.extend(new)
+        for r in new:
             log.critical("store %s: commit-log damage: %s", self.config.root_dir, r.describe())
         if not self._damage_listeners:
             log.critical("store %s: no repair path is registered for commit-log damage: run `raftmq store check` "
@@ -410,6 +411,13 @@ class MessageStore:
                 fn(list(records))
             except Exception:
                 log.exception("commit-log damage listener %r failed", fn)
+
+    def commit_log_checked(self, start: int, end: int, damaged: Sequence[CorruptRecord]) -> None:
+        """``[start, end)`` of the commit log was just verified and ``damaged`` is what is still wrong in it:
+        earlier reports inside the range that are gone now (repaired) are forgotten."""
+        still = {(r.start, r.end) for r in damaged}
+        self.commit_log_damage = [r for r in self.commit_log_damage
+                                  if not start <= r.start < end or (r.start, r.end) in still]
 
     def rebuild_derived(self, queue_damage: Sequence[QueueDamage], *, index_damage: Sequence[IndexDamage] = (),
                         found_by: str = "check") -> int:

@@ -104,6 +104,8 @@ class Scrubber:
             self._pace(end - pos)
             pos = self._walk(buf, found[-1].end - base if found else pos, end, size)
         problems = 0
+        if not self._stop.is_set():
+            self.store.commit_log_checked(base, base + size, damage)
         if damage:
             problems += len(damage)
             self.last_finding = damage[0].describe()
