@@ -77,12 +77,14 @@ def check_consume_queues(
     *,
     whole_log: bool = False,
     pace: Callable[[int], None] | None = None,
+    topic_exists: Callable[[str], bool] | None = None,
 ) -> ConsumeQueueCheck:
     """Compare every consume-queue unit that records in ``[start, end)`` of the commit log should have.
 
     ``whole_log``: ``start`` is the commit log's first record, so units past the last record of their queue (or
     in queues no record mentions) are garbage too. ``pace(nbytes)`` is called after each slice read (the
-    scrubber's rate limit).
+    scrubber's rate limit). ``topic_exists``: records of other topics (deleted ones: their queues are gone on
+    purpose) are not checked.
     """
     result = ConsumeQueueCheck(start, start)
     damage = result.damage
@@ -102,10 +104,15 @@ def check_consume_queues(
                 size = dr.msg_size
                 if dr.success and size > 0:
                     result.records += 1
-                    if dr.goes_to_consume_queue:
+                    if dr.goes_to_consume_queue and (topic_exists is None or topic_exists(dr.topic)):
                         key = (dr.topic, dr.queue_id)
                         qo = dr.consume_queue_offset
-                        next_offsets[f"{dr.topic}-{dr.queue_id}"] = qo + 1
+                        name = f"{dr.topic}-{dr.queue_id}"
+                        if qo < next_offsets.get(name, 0):
+                            # queue offsets only grow along the log, unless the topic was deleted and created
+                            # again: what was judged so far belongs to its first life, the queue to this one
+                            damage.pop(key, None)
+                        next_offsets[name] = qo + 1
                         if key not in damage:
                             bad = _unit_problem(consume_queues, key, qo, dr.commit_log_offset, size, dr.tags_code)
                             if bad:

@@ -78,6 +78,7 @@ from store.topic_config import TopicConfigTable
 
 log = logging.getLogger("store.message_store")
 
+_INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
@@ -276,6 +277,12 @@ class MessageStore:
             if nxt > own.get(key, 0):
                 own[key] = nxt
 
+    def _topic_has_queues(self, topic: str) -> bool:
+        """A topic whose consume queues must exist: configured, or an internal one (schedule, transactions,
+        retry / DLQ) written by the broker itself. A deleted topic's records stay in the log without queues."""
+        return (self.topics.get(topic) is not None or topic.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_"))
+                or topic in _INTERNAL_TOPICS or os.path.isdir(os.path.join(self.config.consume_queue_dir, topic)))
+
     def _check_derived_files(self, end: int) -> tuple[int | None, dict[str, int]]:
         """Compare consume queues and index files with the commit log (``store.derived_check``) and cut the
         damaged ones; returns the commit-log offset reput must re-dispatch from (None: nothing to rebuild) and
@@ -286,7 +293,8 @@ class MessageStore:
             return None, {}
         started = time.monotonic()
         rebuild_from: int | None = None
-        found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True)
+        found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True,
+                                     topic_exists=self._topic_has_queues)
         for damage in found.damage.values():
             log.error("store %s: %s; rebuilding it from the commit log", self.config.root_dir, damage.describe())
             self.derived_damage.append(damage.describe())

@@ -116,7 +116,7 @@ class Scrubber:
         seg_end = base + size
         if reput is not None and seg_end <= reput.reput_from_offset:  # dispatched: its units must be in place
             check = check_consume_queues(self.store.commit_log, self.store.consume_queues, base, seg_end,
-                                         pace=lambda _n: None)
+                                         pace=lambda _n: None, topic_exists=self.store._topic_has_queues)
             if check.damage:
                 self.last_finding = next(iter(check.damage.values())).describe()
                 self.store.rebuild_derived(list(check.damage.values()), found_by="scrubber")

@@ -224,3 +224,29 @@ def test_scrubber_rebuilds_a_damaged_sealed_index_file(written):
             assert [m.body for m in st.query_messages(topic, key, 32, 0, 2**62)] == [body], key
     finally:
         st.shutdown()
+
+
+def test_a_deleted_and_recreated_topic_is_not_resurrected(tmp_path):
+    """Records of a deleted topic stay in the commit log; its queues must not come back, and after it is
+    created again its new queue (offsets from 0 again) is not mistaken for damage."""
+    root = tmp_path / "s"
+    st = MessageStore(_cfg(root))
+    st.open()
+    st.put_messages([_msg(i, 0, "D") for i in range(30)] + [_msg(i, 0, "E") for i in range(30)])
+    assert st.reput.wait_dispatched(timeout=30)
+    st.delete_topic_files("E")
+    st.delete_topic_files("D")
+    second = st.put_messages([_msg(100 + i, 0, "D") for i in range(10)])  # D again: offsets restart at 0
+    assert [r.queue_offset for r in second] == list(range(10))
+    assert st.reput.wait_dispatched(timeout=30)
+    st.shutdown()
+    before = tree_bytes(root / "consumequeue")
+    st = MessageStore(_cfg(root))
+    st.open()
+    try:
+        assert st.derived_damage == []
+        assert not (root / "consumequeue" / "E").exists()
+        assert tree_bytes(root / "consumequeue") == before
+        assert st.put_messages([_msg(200, 0, "D")])[0].queue_offset == 10
+    finally:
+        st.shutdown()
