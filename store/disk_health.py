@@ -7,9 +7,11 @@ states feed it:
 * free space below ``disk_min_free_bytes`` (measured with ``statvfs``, at most every ``_PROBE_S``);
 * an ENOSPC / EDQUOT seen by a write (segment creation, fallocate, a consume-queue or index file): refuses
   writes until free space is back above the threshold;
-* an I/O error (EIO and anything else that is not "no space") on a write or an fsync: the data on this disk
-  can no longer be trusted to be what was written, so writes stay refused until the process restarts (and
-  recovery checks the files). It is never cleared by itself and never retried as if nothing happened.
+* an I/O error on a write, and *any* error of an msync / fsync (ENOSPC included: a thin-provisioned or
+  loop-backed volume reports lost writeback that way, and Linux then marks the pages clean, so the next fsync
+  "succeeds" over lost data): what is on this disk can no longer be trusted to be what was written, so writes
+  stay refused until the process restarts (and recovery checks the files). It is never cleared by itself and
+  never retried as if nothing happened.
 """
 
 from __future__ import annotations
@@ -122,8 +124,9 @@ class DiskHealth:
             self.io_errors += 1
             if self._io_error:
                 return
-            self._io_error = (f"I/O error on {self.member}: {path}: {exc.strerror or exc}; writes stopped "
-                              "(what reached the disk is unknown): check the disk, then restart the node")
+            self._io_error = (f"I/O error on {self.member}: {path}: {exc.strerror or exc}; writes stopped and "
+                              "the member stays not ready (what reached the disk is unknown): check the disk, "
+                              "then restart the node")
         log.critical("%s", self._io_error)
 
 

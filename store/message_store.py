@@ -469,8 +469,8 @@ class MessageStore:
             raise StorageIOError(self.disk.io_error_reason())
         try:
             return cl.flush(least_pages) if least_pages else cl.flush_all()
-        except OSError as e:
-            self.disk.record_error(e, self.config.commit_log_dir)
+        except OSError as e:  # any errno, ENOSPC included: written pages were lost, not merely refused
+            self.disk.record_io_error(e, self.config.commit_log_dir)
             raise
 
     def _flush_commit_log_all(self) -> int:
@@ -485,8 +485,8 @@ class MessageStore:
                 self.consume_queues.flush_all()
             else:
                 self.consume_queues.flush(least_pages)
-        except OSError as e:
-            self.disk.record_error(e, self.config.consume_queue_dir)
+        except OSError as e:  # as for the commit log: a failed writeback is an I/O error whatever its errno
+            self.disk.record_io_error(e, self.config.consume_queue_dir)
             raise
         if least_pages == 0 and ckpt is not None:
             ckpt.logics_msg_timestamp = max(ckpt.logics_msg_timestamp, logics_ts)

@@ -18,7 +18,7 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import Admin, Producer, StorageFullError
+from client import Admin, Producer, StorageFullError, UnavailableError
 from tests.support.processes import REPO_ROOT, node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
@@ -103,3 +103,64 @@ def test_disk_full_refuses_writes_at_once_keeps_reads_and_recovers(small_fs: Pat
         assert nxt.queue_offset == acked[-1].queue_offset + 1
     finally:
         stop_all([node])
+
+
+@pytest.fixture
+def failing_disk(tmp_path):
+    """An ext4 filesystem on a loop device whose backing file lives on a 12 MiB tmpfs: ext4 believes it has
+    64 MiB, so writes land in the page cache and fail at writeback (msync/fsync) once the tmpfs is full - a real
+    I/O error path of the kernel (lost writeback), not a simulated one."""
+    tfs, mnt = tmp_path / "backing", tmp_path / "ext4"
+    tfs.mkdir()
+    mnt.mkdir()
+    steps: list[list[str]] = []
+
+    def run(*cmd: str) -> str:
+        r = subprocess.run(list(cmd), capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot build a failing disk for the I/O-error test ({' '.join(cmd)}): "
+                        f"{r.stderr.strip() or r.returncode}")
+        return r.stdout.strip()
+
+    run("mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(tfs))
+    steps.append(["umount", "-l", str(tfs)])
+    image = tfs / "disk.img"
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    loop = run("losetup", "-f", "--show", str(image))
+    steps.append(["losetup", "-d", loop])
+    run("mkfs.ext4", "-q", "-F", loop)
+    run("mount", "-o", "errors=continue", loop, str(mnt))
+    steps.append(["umount", "-l", str(mnt)])
+    try:
+        yield mnt
+    finally:
+        for cmd in reversed(steps):
+            subprocess.run(cmd, check=False, capture_output=True)
+
+
+def test_an_io_error_on_flush_stops_writes_for_good(failing_disk: Path, tmp_path):
+    store = {"mapped_file_size_commit_log": 4 << 20, "preallocate": True, "disk_min_free_bytes": 256 * 1024,
+             "flush_interval_commit_log": 20, "flush_commit_log_least_pages": 0,
+             "max_hash_slot_num": 256, "max_index_num": 1024, "mapped_file_size_consume_queue": 20 * 1000}
+    [spec] = node_specs(tmp_path, 1, store=store)
+    spec.data_dir = failing_disk / "store"
+    [node] = start_nodes([spec])
+    try:
+        addr = node.grpc_address
+        topic = f"eio-{uuid.uuid4().hex[:6]}"
+        with Admin(addr) as admin:
+            admin.create_topic(topic, queues=1)
+        body = os.urandom(64 * 1024)
+        with Producer(addr, retry_timeout=1) as p:
+            with pytest.raises(UnavailableError) as exc_info:
+                for _ in range(2000):  # 128 MiB: far more than the backing store holds
+                    p.send(topic, body, queue_id=0)
+        assert "I/O error on n0" in exc_info.value.message, exc_info.value.message
+        status, text = node.http_get("/ready")
+        assert status == 503 and "I/O error on n0" in text, (status, text)
+        # it stays refused: nothing after the failure is ever taken (or reported durable) again
+        with Producer(addr, retry_timeout=1) as p, pytest.raises(UnavailableError):
+            p.send(topic, b"after", queue_id=0)
+        assert "I/O error on n0" in node.http_get("/ready")[1]
+    finally:
+        stop_all([node], kill=True)
