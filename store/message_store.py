@@ -245,8 +245,6 @@ class MessageStore:
             if self.index_service.index_files[-1].end_phy_offset >= end:
                 self.index_service.truncate(end)
         self.consume_queues.correct_min_offsets(cl.min_offset)
-        # consume queues and index are derived data: check them against the log, cut what is wrong
-        rebuild_from, log_queue_offsets = self._check_derived_files(end)
         # dispatch what the consume queues / index miss, before anyone reads or writes (RocketMQ start())
         reput_from = max(max_phy_of_cq, cl.min_offset, 0)
         if redispatch_from is not None:
@@ -259,6 +257,9 @@ class MessageStore:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
             reput_from = max(reput_from, cl.min_offset)
+        # consume queues and index are derived data: check them against the log, cut what is wrong (units
+        # simply not written yet past reput_from are not damage: reput writes them now anyway)
+        rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from)
         if rebuild_from is not None:
             reput_from = max(min(reput_from, rebuild_from), cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
@@ -283,10 +284,11 @@ class MessageStore:
         return (self.topics.get(topic) is not None or topic.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_"))
                 or topic in _INTERNAL_TOPICS or os.path.isdir(os.path.join(self.config.consume_queue_dir, topic)))
 
-    def _check_derived_files(self, end: int) -> tuple[int | None, dict[str, int]]:
+    def _check_derived_files(self, end: int, dispatch_from: int) -> tuple[int | None, dict[str, int]]:
         """Compare consume queues and index files with the commit log (``store.derived_check``) and cut the
         damaged ones; returns the commit-log offset reput must re-dispatch from (None: nothing to rebuild) and
-        the next queue offsets the log holds."""
+        the next queue offsets the log holds. Missing units of records at or after ``dispatch_from`` are the
+        ordinary lag of a crash (reput dispatches from there anyway), not damage."""
         cl = self.commit_log
         assert cl is not None
         if not self.config.check_derived_files_on_start or not cl.mapped_file_queue.mapped_files:
@@ -296,6 +298,8 @@ class MessageStore:
         found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True,
                                      topic_exists=self._topic_has_queues)
         for damage in found.damage.values():
+            if damage.commit_log_offset >= dispatch_from and damage.reason.startswith("is missing"):
+                continue
             log.error("store %s: %s; rebuilding it from the commit log", self.config.root_dir, damage.describe())
             self.derived_damage.append(damage.describe())
             self.corruption_found["consumequeue"] += 1
