@@ -307,12 +307,23 @@ class Broker:
             self._labeler.start()
 
     async def watch_role(self) -> None:
-        """Mirror leadership into the pod label (when on Kubernetes) once a second."""
+        """Mirror leadership into the pod label (when on Kubernetes) once a second; a leader whose disk failed
+        with an I/O error hands leadership to a healthy member (it takes no writes any more)."""
+        handed_off = False
         while not self._stopping:
             if self._labeler is not None and self.write_path is not None:
                 leader = self.write_path.leader()
                 role = "unknown" if leader is None else "leader" if leader.id == self.node_id else "follower"
                 self._labeler.set_role(role)
+            if (not handed_off and self.config.members and self.store is not None and self.write_path is not None
+                    and self.store.disk.io_error_reason() and self._is_leader()):
+                handed_off = True
+                log.error("node %s: handing leadership away after an I/O error on its disk", self.node_id)
+                try:
+                    await asyncio.to_thread(self.write_path.transfer_leadership, None)
+                except Exception as e:  # no caught-up follower: stay, refusing writes with the reason
+                    log.error("node %s: leadership hand-off after the I/O error failed: %s", self.node_id, e)
+                    handed_off = False
             await asyncio.sleep(ROLE_POLL_SECONDS)
 
     def request_stop(self) -> None:
