@@ -35,6 +35,7 @@ from node.metrics import BrokerMetrics, ConsumerGroupCollector, RaftCollector, S
 from node.validation import PERM_READ, PERM_WRITE, is_system_topic
 from replication import LocalWritePath, RaftWritePath
 from store import StoreError, StoreLockedError
+from store.integrity import CorruptionError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ READ_THREADS = 4
 ROLE_POLL_SECONDS = 1.0
 AUTO_CREATE_QUEUE_NUMS = 4  # as CreateTopic's default
 DRAIN_QUIET_SECONDS = 0.2  # SIGTERM: no new call for this long before the gRPC server stops
+PEER_REPAIR_RETRY_S = 5.0  # a damaged member asks its peers again this often while none has the range
 
 
 class Broker:
@@ -227,7 +229,13 @@ class Broker:
 
         self.store = MessageStore(self.store_config)
         self.store.disk.member = cfg.node.id  # errors say "disk full on <member>"
-        await self.run_blocking(self.store.open)
+        try:
+            await self.run_blocking(self.store.open)
+        except CorruptionError as exc:
+            if not cfg.members:
+                raise  # single node: refuse; the message names the damage and `raftmq store repair`
+            if not await self._repair_from_peers(exc):
+                return
         self._store_open = True
         self.store.add_arrival_listener(self.long_polls.on_arrival)
         self.write_path = self._make_write_path()
@@ -242,6 +250,46 @@ class Broker:
         self._phase = "ready"
         log.info("node %s ready: commit log [%d, %d), gRPC clients use %s", cfg.node.id,
                  self.store.commit_log_min_offset, self.store.commit_log_max_offset, cfg.advertised_address)
+
+    async def _repair_from_peers(self, exc: CorruptionError) -> bool:
+        """Replicated member whose commit log is damaged: fetch the ranges from peers, verify, write them back,
+        re-open re-dispatching from the first one. Not ready (with the reason) until then; False if stopped."""
+        from replication.peer_repair import repair_from_peers
+        from replication.peers import Peers
+        from replication.write_path import MemberInfo
+
+        cfg = self.config
+        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
+        file_size = self.store_config.mapped_file_size_commit_log
+        try:
+            while not self._stopping:
+                damage = exc.records
+                desc = "; ".join(r.describe() for r in damage[:5])
+                self._phase = f"commit log damaged ({desc}): repairing from peers"
+                log.error("node %s: commit log damaged, repairing from peers before serving: %s", self.node_id, desc)
+                outcome = await self.run_blocking(repair_from_peers, peers, self.store_config.commit_log_dir,
+                                                  file_size, damage)
+                if outcome.complete:
+                    self.store.redispatch_from_hint = min(r.start for r in damage)
+                    try:
+                        await self.run_blocking(self.store.open)
+                    except CorruptionError as again:  # more damage behind the first (e.g. a missing segment)
+                        exc = again
+                        continue
+                    log.warning("node %s: commit log repaired from peers (%s)", self.node_id,
+                                ", ".join(f"[{r.start}, {r.end}) from {mid}" for r, mid in outcome.repaired))
+                    return True
+                why = "; ".join(f"[{r.start}, {r.end}) of {r.path}: {reason}" for r, reason in outcome.unrepaired)
+                self._phase = (f"commit log damaged and no healthy peer has the range yet ({why}); retrying every "
+                               f"{PEER_REPAIR_RETRY_S:.0f}s")
+                log.error("node %s not ready: %s", self.node_id, self._phase)
+                for _ in range(int(PEER_REPAIR_RETRY_S / 0.1)):
+                    if self._stopping:
+                        break
+                    await asyncio.sleep(0.1)
+            return False
+        finally:
+            peers.close()
 
     async def _wait_caught_up(self) -> None:
         """Ready = reput has dispatched everything recovered, and a leader is known."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from node import store_cli
 from node.config import ConfigError, load_config, sample_yaml
 
 
@@ -40,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     v.set_defaults(func=validate_config)
     s = csub.add_parser("sample", help="print a complete configuration with every default")
     s.set_defaults(func=print_sample)
+    store_cli.register(subparsers)
 
 
 def _load(args: argparse.Namespace):
@@ -77,7 +79,7 @@ def run_node(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m node node --config FILE`` / ``python -m node config validate FILE``."""
     parser = argparse.ArgumentParser(prog="python -m node", description="raftmq broker commands")
-    sub = parser.add_subparsers(dest="command", metavar="{node,config}")
+    sub = parser.add_subparsers(dest="command", metavar="{node,config,store}")
     sub.required = True
     register(sub)
     args = parser.parse_args(argv)

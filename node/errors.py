@@ -20,6 +20,7 @@ from replication.errors import (
     WritePathStoppedError,
 )
 from store.errors import DiskFullError, MessageIllegalError, StorageIOError, StoreClosedError, StoreError
+from store.integrity import CorruptReadError
 from store.tag_filter import InvalidTagExpressionError
 
 LEADER_METADATA_KEY = "x-raftmq-leader"
@@ -64,6 +65,8 @@ def to_rpc_error(exc: BaseException) -> RpcError | None:
         return RpcError(code.UNKNOWN, str(exc))
     if isinstance(exc, TransferLeadershipError):
         return RpcError(code.FAILED_PRECONDITION, str(exc))
+    if isinstance(exc, CorruptReadError):
+        return RpcError(code.DATA_LOSS, str(exc))
     if isinstance(exc, (ReplicationError, StoreError)):
         return RpcError(code.INTERNAL, f"{type(exc).__name__}: {exc}")
     return None

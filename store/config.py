@@ -66,6 +66,9 @@ class StoreConfig:
     # and after the previous pass ended
     scrub_rate_bytes_per_s: int = 4 * 1024 * 1024
     scrub_interval_s: int = 3600
+    # pull / view / query verify each returned record (header + body CRC, own position) and refuse a damaged
+    # one (CorruptReadError -> gRPC DATA_LOSS) instead of returning its bytes; cost: bench/read_crc_bench.py
+    check_crc_on_read: bool = True
     message_index_enable: bool = True
     message_index_safe: bool = False
     max_msgs_num_batch: int = 64  # max results of one index query

@@ -15,6 +15,7 @@ Stable API (other modules and branches build on it):
   verify the records of one segment from the record boundary ``start`` (segment-relative) up to ``end``;
   after damage it resynchronises at the next record that validates (see ``resync``).
 * ``scan_segment(buf, base, path, is_last) -> SegmentScan``: where one segment's data ends and what is damaged.
+* ``CorruptReadError(record)`` / ``check_read(raw, offset, path, check_crc)``: the read path's per-record check.
 * ``scan_commit_log(directory, file_size) -> CommitLogScan``: every segment of a commit-log directory, missing
   segments and segments of the wrong size included.
 
@@ -31,7 +32,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from store.errors import StoreLoadError
+from store.errors import StoreError, StoreLoadError
 from store.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -40,6 +41,7 @@ from store.message import (
 )
 
 CHAIN_LINKS = 8
+QUARANTINE_TOPIC = "RMQ_SYS_QUARANTINE"  # filler records ``store repair`` writes over damaged ranges
 MIN_RECORD_SIZE = 91
 _SIZE_MAGIC = struct.Struct(">ii")
 _MAGIC_BYTES = struct.pack(">i", MESSAGE_MAGIC_CODE)
@@ -79,6 +81,29 @@ class CorruptionError(StoreLoadError):
         if hint:
             msg += f". {hint}"
         super().__init__(msg)
+
+
+class CorruptReadError(StoreError):
+    """A read met a damaged record; its bytes are never returned. ``record`` says where and what."""
+
+    def __init__(self, record: CorruptRecord) -> None:
+        self.record = record
+        super().__init__(f"the record at commit-log offset {record.start} is damaged ({record.reason}) in "
+                         f"{record.path}; it is not returned. Run `raftmq store check` on the data directory "
+                         "(a replicated member repairs it from its peers at restart)")
+
+
+def check_read(raw, offset: int, path: str, check_crc: bool = True) -> CorruptRecord | None:
+    """Verify one record read at ``offset`` (header, calMsgLength, body CRC, own PHYSICALOFFSET)."""
+    try:
+        status, size, reason, parts = check_frame(raw, 0, len(raw), check_crc)
+    except (struct.error, IndexError, ValueError) as e:
+        return CorruptRecord(path, offset, offset + len(raw), f"undecodable record: {e}")
+    if status != RecordStatus.OK or parts is None:
+        return CorruptRecord(path, offset, offset + len(raw), reason or "not a message record")
+    if parts[0][6] != offset:
+        return CorruptRecord(path, offset, offset + size, f"record says PHYSICALOFFSET {parts[0][6]}")
+    return None
 
 
 def _strong_record(buf, pos: int, base: int, limit: int, check_crc: bool = True) -> int:

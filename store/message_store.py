@@ -58,7 +58,7 @@ from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreE
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
-from store.integrity import CorruptionError, CorruptRecord
+from store.integrity import QUARANTINE_TOPIC, CorruptionError, CorruptReadError, CorruptRecord, check_read
 from store.json_file import fsync_dir
 from store.mapped_file import remove_unfinished_segments
 from store.message import (
@@ -154,6 +154,9 @@ class MessageStore:
         # replication sets this before open(): the commit-log end it knows was applied (acknowledged); recovery
         # treats damage below it as corruption even when the checkpoint is older
         self.acknowledged_end_hint = 0
+        self.corrupt_reads = 0  # reads refused because the record was damaged (metrics)
+        # set by a repair (from peers) before open(): re-dispatch consume queues and index from here at least
+        self.redispatch_from_hint: int | None = None
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -257,6 +260,9 @@ class MessageStore:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
             reput_from = max(reput_from, cl.min_offset)
+        if self.redispatch_from_hint is not None:  # repaired bytes: rebuild what was derived from them
+            reput_from = max(min(reput_from, self.redispatch_from_hint), cl.min_offset)
+            self.redispatch_from_hint = None
         # consume queues and index are derived data: check them against the log, cut what is wrong (units
         # simply not written yet past reput_from are not damage: reput writes them now anyway)
         rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from)
@@ -786,6 +792,7 @@ class MessageStore:
         size_total = 0
         cl_min = cl.min_offset
         consumed = 0
+        check_crc = self.config.check_crc_on_read
         for phy, size, tags_code in units:
             if len(messages) >= max_count or (messages and size_total + size > max_bytes):
                 break
@@ -803,17 +810,36 @@ class MessageStore:
                 if not messages:
                     status = GetStatus.MESSAGE_WAS_REMOVING
                 continue
-            r = decode_record(raw, 0, check_crc=False)
-            if r.message is None:
-                log.error("consume queue %s-%d points at an unreadable record at %d (%s)",
-                          topic, queue_id, phy, r.reason)
-                continue
+            r = decode_record(raw, 0, check_crc=check_crc)
+            if r.message is None or r.message.physical_offset != phy:
+                bad = self._corrupt_read(raw, phy)
+                if bad is None:  # a unit that does not point at a record start (derived-file damage)
+                    log.error("consume queue %s-%d points at an unreadable record at %d (%s)",
+                              topic, queue_id, phy, r.reason)
+                    continue
+                if messages:  # return what precedes it; the next pull starts at the damaged one and fails
+                    consumed -= 1
+                    break
+                raise bad
             if tag_filter is not None and not tag_filter.matches_tags(r.message.tags):
                 continue
             messages.append(r.message)
             size_total += size
             status = GetStatus.FOUND
         return GetResult(status, messages, offset + consumed, min_o, max_o)
+
+    def reserve_queue_offsets(self, topic: str, queue_id: int, upto: int) -> None:
+        """Pad the queue with blank units up to queue offset ``upto`` (``store repair``): offsets of messages
+        that were lost to damage are never handed out again. Only while nothing else writes (repair)."""
+        cl = self._check_open()
+        with cl.put_lock:
+            cq = self.consume_queues.find_or_create(topic, queue_id)
+            if cq.get_max_offset_in_queue() >= upto:
+                return
+            cq._fill_blank_until(upto * CQ_STORE_UNIT_SIZE)
+            cq.mapped_file_queue.flush_all()
+            key = f"{topic}-{queue_id}"
+            cl.topic_queue_table[key] = max(cl.topic_queue_table.get(key, 0), upto)
 
     def query_messages(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[MessageExt]:
         """Messages whose KEYS or UNIQ_KEY equal ``key``, stored within [begin_ms, end_ms], oldest first."""
@@ -831,8 +857,13 @@ class MessageStore:
             raw = cl.get_message(phy, size)
             if raw is None:
                 continue
-            m = decode_record(raw, 0, check_crc=False).message
-            if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
+            m = decode_record(raw, 0, check_crc=self.config.check_crc_on_read).message
+            if m is None or m.physical_offset != phy:
+                bad = self._corrupt_read(raw, phy)
+                if bad is not None:
+                    raise bad
+                continue
+            if m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
                 continue
             if key in m.keys or m.uniq_key == key:
                 out.append(m)
@@ -847,7 +878,27 @@ class MessageStore:
         raw = cl.get_message(physical_offset, size)
         if raw is None:
             return None
-        return decode_record(raw, 0, check_crc=False).message
+        m = decode_record(raw, 0, check_crc=self.config.check_crc_on_read).message
+        if m is None or m.physical_offset != physical_offset:
+            bad = self._corrupt_read(raw, physical_offset)
+            if bad is not None:
+                raise bad
+        if m is not None and m.topic == QUARANTINE_TOPIC:
+            return None  # a filler over damaged bytes (store repair): the message that was here is gone
+        return m
+
+    def _corrupt_read(self, raw: bytes, offset: int) -> CorruptReadError | None:
+        """The error for a damaged record read at ``offset`` (None when ``offset`` is no record start at all:
+        a wrong pointer, not damaged data). Counted in ``corrupt_reads``."""
+        assert self.commit_log is not None
+        mf = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(offset)
+        path = mf.path if mf is not None else self.config.commit_log_dir
+        bad = check_read(raw, offset, path, self.config.check_crc_on_read)
+        if bad is None:
+            return None
+        self.corrupt_reads += 1
+        log.error("read refused: %s", bad.describe())
+        return CorruptReadError(bad)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """Resolve an offset msgId (any node resolves any id: the offset is the same everywhere)."""

@@ -1,0 +1,174 @@
+"""Repair a member's damaged commit log from a healthy peer before it serves (issue 10, must-have 2).
+
+Why it works: every member's commit log is byte-identical (ARCHITECTURE contract 1), so the bytes a peer holds
+at ``[start, end)`` are exactly what this member wrote there. When the store refuses to open with
+``CorruptionError`` (damaged records, a missing or mis-sized segment), each damaged range is streamed from a
+peer with the catch-up RPC (``FetchCommitLog``, whole records, the peer's throttle applies), every record is
+verified (magic, calMsgLength, body CRC, its own PHYSICALOFFSET; an end-of-file blank must reach the segment
+end), only the damaged bytes are overwritten in place (a missing segment is recreated), the file is fsynced,
+and the caller re-opens the store re-dispatching consume queues and index from the first repaired offset.
+
+The store is closed meanwhile, so nothing is served from the damaged range. A range no reachable peer holds
+(retention, all peers down, peers damaged at the same place) is reported; the caller stays not ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+
+import grpc
+from raftmq.v1 import replica_pb2
+
+from replication.catch_up import peer_statuses
+from replication.peers import Peers
+from store.integrity import CorruptRecord
+from store.json_file import fsync_dir
+from store.message import BLANK_MAGIC_CODE, RecordStatus, check_frame
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT_S = 120.0
+_SIZE_MAGIC = struct.Struct(">ii")
+
+
+@dataclass(slots=True)
+class PeerRepairOutcome:
+    repaired: list[tuple[CorruptRecord, str]] = field(default_factory=list)  # (range, peer id)
+    unrepaired: list[tuple[CorruptRecord, str]] = field(default_factory=list)  # (range, why)
+
+    @property
+    def complete(self) -> bool:
+        return not self.unrepaired
+
+
+class _BadChunk(Exception):
+    pass
+
+
+def verify_chunk(offset: int, data: bytes, file_size: int) -> None:
+    """Raise ``_BadChunk`` unless ``data`` (at commit-log ``offset``) is whole valid records, maybe a final blank."""
+    pos, n = 0, len(data)
+    seg_pos = offset % file_size
+    while pos < n:
+        if pos + 8 > n:
+            raise _BadChunk(f"{n - pos} trailing bytes at {offset + pos} are not a record")
+        total, magic = _SIZE_MAGIC.unpack_from(data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != file_size - (seg_pos + pos) or pos + 8 != n:
+                raise _BadChunk(f"end-of-file blank at {offset + pos} does not end its segment")
+            return
+        try:
+            status, size, reason, parts = check_frame(data, pos, n, True)
+        except (struct.error, IndexError, ValueError) as e:
+            raise _BadChunk(f"undecodable record at {offset + pos}: {e}") from None
+        if status != RecordStatus.OK or parts is None:
+            raise _BadChunk(f"record at {offset + pos}: {reason}")
+        if parts[0][6] != offset + pos:
+            raise _BadChunk(f"record at {offset + pos} says PHYSICALOFFSET {parts[0][6]}")
+        pos += size
+
+
+def _segment_path(commit_log_dir: str, offset: int, file_size: int) -> str:
+    return os.path.join(commit_log_dir, f"{offset - offset % file_size:020d}")
+
+
+def _fetch_range(peers: Peers, member_id: str, up_to_index: int, r: CorruptRecord,
+                 file_size: int) -> list[tuple[int, bytes]]:
+    """Verified chunks covering ``[r.start, r.end)`` from one peer (the stream is cancelled once covered)."""
+    req = replica_pb2.FetchCommitLogRequest(from_offset=r.start, up_to_index=up_to_index, max_chunk_bytes=1 << 20)
+    call = peers.stub(member_id).FetchCommitLog(req, timeout=FETCH_TIMEOUT_S, metadata=peers.metadata)
+    out: list[tuple[int, bytes]] = []
+    try:
+        for chunk in call:
+            if chunk.data:
+                if chunk.offset >= r.end:
+                    break
+                verify_chunk(chunk.offset, chunk.data, file_size)
+                out.append((chunk.offset, chunk.data))
+                end = chunk.offset + len(chunk.data)
+                if end >= r.end or (end % file_size == 0 and end >= r.end):
+                    break
+            if chunk.last:
+                break
+    finally:
+        call.cancel()
+    covered = r.start
+    for off, data in out:
+        if off > covered:
+            break
+        covered = max(covered, off + len(data))
+        if data and _SIZE_MAGIC.unpack_from(data, len(data) - 8)[1] == BLANK_MAGIC_CODE:
+            covered = max(covered, off - off % file_size + file_size)  # the rest of the segment is empty
+    if covered < r.end:
+        raise _BadChunk(f"peer sent [{r.start}, {covered}) but the damage reaches {r.end}")
+    return out
+
+
+def _apply(commit_log_dir: str, r: CorruptRecord, chunks: list[tuple[int, bytes]], file_size: int) -> None:
+    """Overwrite only ``[r.start, r.end)`` with the peer's bytes (a missing segment is created whole)."""
+    touched: set[str] = set()
+    created = False
+    for off, data in chunks:
+        lo, hi = max(off, r.start), min(off + len(data), r.end)
+        if lo >= hi:
+            continue
+        path = _segment_path(commit_log_dir, lo, file_size)
+        if not os.path.exists(path):
+            created = True
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != file_size:
+                os.ftruncate(fd, file_size)  # a missing or mis-sized segment: the rest of it is zeros
+            os.pwrite(fd, data[lo - off : hi - off], lo % file_size)
+            touched.add(path)
+        finally:
+            os.close(fd)
+    for path in touched:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if created:
+        fsync_dir(commit_log_dir)
+
+
+def repair_from_peers(peers: Peers, commit_log_dir: str, file_size: int,
+                      damaged: list[CorruptRecord]) -> PeerRepairOutcome:
+    """Fetch, verify and write back every damaged range from a peer that holds it (see the module docstring)."""
+    out = PeerRepairOutcome()
+    errors: dict[str, str] = {}
+    statuses = peer_statuses(peers, timeout=5.0, errors=errors, with_metadata=False)
+    for r in damaged:
+        if r.end <= r.start:
+            out.unrepaired.append((r, "empty range"))
+            continue
+        holders = sorted(((mid, st) for mid, st in statuses.items()
+                          if st.commit_log_min_offset <= r.start and st.commit_log_max_offset >= r.end
+                          and (not st.commit_log_file_size or st.commit_log_file_size == file_size)),
+                         key=lambda kv: kv[1].is_leader)  # spare the leader when a follower has it
+        why: list[str] = [f"{mid} unreachable ({e})" for mid, e in errors.items()]
+        why += [f"{mid} holds [{st.commit_log_min_offset}, {st.commit_log_max_offset})"
+                for mid, st in statuses.items() if (mid, st) not in holders]
+        done = False
+        for mid, st in holders:
+            try:
+                chunks = _fetch_range(peers, mid, st.applied_index, r, file_size)
+            except _BadChunk as e:
+                why.append(f"{mid} sent bad data ({e})")
+                continue
+            except grpc.RpcError as e:
+                why.append(f"{mid}: {e.code().name} {e.details()}")
+                continue
+            _apply(commit_log_dir, r, chunks, file_size)
+            log.warning("repaired commit-log range [%d, %d) of %s from peer %s (%s)", r.start, r.end, r.path, mid,
+                        r.reason)
+            out.repaired.append((r, mid))
+            done = True
+            break
+        if not done:
+            out.unrepaired.append((r, "; ".join(why) or "no peer configured"))
+    return out
