@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -67,6 +68,8 @@ class Broker:
         self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
         self._stopping = False  # asked to stop: start() and background loops give up
+        self._repair_lock = threading.Lock()
+        self._repairing = False  # a repair of scrubber-found commit-log damage from peers is running
         self._stopped = False
         self._store_open = False
         self._write_path_started = False
@@ -238,6 +241,8 @@ class Broker:
                 return
         self._store_open = True
         self.store.add_arrival_listener(self.long_polls.on_arrival)
+        if cfg.members:  # the scrubber's commit-log findings are repaired from a healthy peer while serving
+            self.store.add_commit_log_damage_listener(self._on_commit_log_damage)
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
@@ -290,6 +295,41 @@ class Broker:
             return False
         finally:
             peers.close()
+
+    def _on_commit_log_damage(self, records: list) -> None:
+        """Scrubber thread: damaged ranges of sealed segments; repair them from a peer in the background (one
+        repair at a time; a range still damaged is reported again by the next pass and retried then)."""
+        with self._repair_lock:
+            if self._repairing:
+                return
+            self._repairing = True
+        threading.Thread(target=self._repair_while_serving, args=(list(records),), name="peer-repair",
+                         daemon=True).start()
+
+    def _repair_while_serving(self, records: list) -> None:
+        """Fetch the ranges from a healthy peer and overwrite only the damaged bytes (a sealed segment: nothing
+        else writes there; reads of the range are refused with DATA_LOSS until then), then let the store check."""
+        from replication.peer_repair import repair_from_peers
+        from replication.peers import Peers
+        from replication.write_path import MemberInfo
+
+        cfg = self.config
+        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
+        try:
+            outcome = repair_from_peers(peers, self.store_config.commit_log_dir,
+                                        self.store_config.mapped_file_size_commit_log, records)
+            if outcome.repaired:
+                log.warning("node %s: repaired from peers while serving: %s", self.node_id,
+                            ", ".join(f"[{r.start}, {r.end}) from {mid}" for r, mid in outcome.repaired))
+                self.store.commit_log_repaired([r for r, _mid in outcome.repaired])
+            for r, why in outcome.unrepaired:
+                log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start, r.end, why)
+        except Exception:
+            log.exception("node %s: repair from peers failed", self.node_id)
+        finally:
+            peers.close()
+            with self._repair_lock:
+                self._repairing = False
 
     async def _wait_caught_up(self) -> None:
         """Ready = reput has dispatched everything recovered, and a leader is known."""

@@ -58,7 +58,14 @@ from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreE
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
-from store.integrity import QUARANTINE_TOPIC, CorruptionError, CorruptReadError, CorruptRecord, check_read
+from store.integrity import (
+    QUARANTINE_TOPIC,
+    CorruptionError,
+    CorruptReadError,
+    CorruptRecord,
+    check_read,
+    verify_records,
+)
 from store.json_file import fsync_dir
 from store.mapped_file import remove_unfinished_segments
 from store.message import (
@@ -429,6 +436,28 @@ class MessageStore:
                 fn(list(records))
             except Exception:
                 log.exception("commit-log damage listener %r failed", fn)
+
+    def commit_log_repaired(self, records: Sequence[CorruptRecord]) -> None:
+        """The repair path rewrote ``records`` (byte-identical to a peer's): verify them through the store's own
+        mapping, forget those now intact, and rebuild consume-queue units derived from the damaged bytes."""
+        cl = self._check_open()
+        still: list[CorruptRecord] = []
+        for r in records:
+            mf = cl.mapped_file_queue.find_mapped_file_by_offset(r.start)
+            if mf is None:
+                continue
+            base = mf.file_from_offset
+            still += verify_records(mf.buffer, base, r.start - base, r.end - base, mf.path)
+            self.commit_log_checked(r.start, r.end, still)
+        if records:
+            lo, hi = min(r.start for r in records), max(r.end for r in records)
+            found = check_consume_queues(cl, self.consume_queues, lo, min(hi, self.reput.reput_from_offset)
+                                         if self.reput is not None else hi, topic_exists=self._topic_has_queues)
+            if found.damage:
+                self.rebuild_derived(list(found.damage.values()), found_by="repair")
+        if still:
+            log.error("store %s: still damaged after the repair: %s", self.config.root_dir,
+                      "; ".join(r.describe() for r in still))
 
     def commit_log_checked(self, start: int, end: int, damaged: Sequence[CorruptRecord]) -> None:
         """``[start, end)`` of the commit log was just verified and ``damaged`` is what is still wrong in it:
