@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from store.dispatch import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    dispatch_properties,
+)
 from store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+from store.java import java_string_hash
+from store.message import SCHEDULE_TOPIC, check_frame
 
 log = logging.getLogger("store.derived_check")
 
@@ -90,6 +98,7 @@ def check_consume_queues(
     damage = result.damage
     next_offsets = result.next_queue_offsets
     check = commit_log.check_message_and_return_size
+    fields = _fields_of(check)
     offset = start
     while offset < end:
         view = commit_log.get_data(offset, end)
@@ -100,7 +109,7 @@ def check_consume_queues(
         next_offset = None
         try:
             while pos < n:
-                dr = check(view, pos, n, False)
+                dr = fields(view, pos, n)
                 size = dr.msg_size
                 if dr.success and size > 0:
                     result.records += 1
@@ -138,6 +147,41 @@ def check_consume_queues(
     if whole_log and result.end >= end:
         _check_queue_tails(commit_log, consume_queues, result)
     return result
+
+
+class _Fields:
+    """The part of a DispatchRequest the check reads (topic, queue, offsets, size, tags code, CQ rule)."""
+
+    __slots__ = ("topic", "queue_id", "commit_log_offset", "msg_size", "tags_code", "consume_queue_offset",
+                 "success", "goes_to_consume_queue")
+
+    def __init__(self, topic: str, queue_id: int, phy: int, size: int, tags_code: int, qo: int, cq: bool) -> None:
+        self.topic, self.queue_id, self.commit_log_offset, self.msg_size = topic, queue_id, phy, size
+        self.tags_code, self.consume_queue_offset, self.success, self.goes_to_consume_queue = tags_code, qo, True, cq
+
+
+def _fields_of(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
+    """A reader of the dispatch fields of the record at ``pos``: the common record through ``check_frame`` and
+    ``dispatch_properties`` (the property search reput itself uses for the tags code), without building the full
+    property map; blank, bad and schedule-topic records through the store's own ``check`` (decode_dispatch)."""
+
+    def read(view: Any, pos: int, end: int) -> Any:
+        try:
+            status, size, _reason, parts = check_frame(view, pos, end, False)
+        except (struct.error, IndexError, ValueError):
+            parts = None
+        if parts is None:
+            return check(view, pos, end, False)
+        f, _bw, _body_pos, _body_len, tpos, topic_len, ppos, props_len = parts
+        topic = str(view[tpos + 1 : tpos + 1 + topic_len], "utf-8", "replace")
+        if topic == SCHEDULE_TOPIC:  # its tags code is a delivery time
+            return check(view, pos, end, False)
+        tags = dispatch_properties(str(view[ppos + 2 : ppos + 2 + props_len], "utf-8", "replace"))[0] \
+            if props_len > 0 else None
+        cq = (f[7] & TRANSACTION_TYPE_MASK) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        return _Fields(topic, f[3], f[6], size, java_string_hash(tags) if tags else 0, f[5], cq)
+
+    return read
 
 
 def _unit_problem(table: ConsumeQueueTable, key: tuple[str, int], index: int, phy: int, size: int,
