@@ -250,3 +250,34 @@ def test_a_deleted_and_recreated_topic_is_not_resurrected(tmp_path):
         assert st.put_messages([_msg(200, 0, "D")])[0].queue_offset == 10
     finally:
         st.shutdown()
+
+
+def test_delayed_messages_are_checked_with_their_delivery_time_and_rebuilt(tmp_path):
+    """Schedule-topic units carry a delivery time as tags code: an intact queue is not damage, a damaged one is
+    rebuilt with the same delivery times."""
+    root = tmp_path / "s"
+    st = MessageStore(_cfg(root))
+    st.open()
+    msgs = []
+    for i in range(40):
+        m = _msg(i, 0, "Later")
+        m.properties["DELAY"] = str(1 + i % 3)
+        msgs.append(m)
+    st.put_messages(msgs)
+    assert st.reput.wait_dispatched(timeout=30)
+    st.shutdown()
+    reference = tree_bytes(root / "consumequeue")
+    st = MessageStore(_cfg(root))
+    st.open()
+    st.shutdown()
+    assert st.derived_damage == []
+    schedule = sorted((root / "consumequeue" / "SCHEDULE_TOPIC_XXXX").iterdir())
+    target = segment_files(schedule[0])[0]
+    with open(target, "r+b") as f:
+        f.seek(20 * 2 + 12)  # one unit's tags code (its delivery time)
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x07")
+    st = MessageStore(_cfg(root))
+    st.open()
+    st.shutdown()
+    assert st.derived_damage and "SCHEDULE_TOPIC_XXXX" in st.derived_damage[0]
+    assert tree_bytes(root / "consumequeue") == reference
