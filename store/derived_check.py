@@ -27,10 +27,11 @@ from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     dispatch_properties,
 )
-from store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+from store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile, index_key_hashes
 from store.java import java_string_hash
 from store.message import SCHEDULE_TOPIC, check_frame
 
@@ -75,6 +76,8 @@ class ConsumeQueueCheck:
     records: int = 0
     damage: dict[tuple[str, int], QueueDamage] = field(default_factory=dict)
     next_queue_offsets: dict[str, int] = field(default_factory=dict)  # "topic-queueId" -> last offset + 1
+    last_indexed: int = -1  # commit-log offset of the last record that puts a key into the index
+    first_indexed: int = -1  # ... and of the first
 
 
 def check_consume_queues(
@@ -113,6 +116,10 @@ def check_consume_queues(
                 size = dr.msg_size
                 if dr.success and size > 0:
                     result.records += 1
+                    if dr.indexed:
+                        result.last_indexed = dr.commit_log_offset
+                        if result.first_indexed < 0:
+                            result.first_indexed = dr.commit_log_offset
                     if dr.goes_to_consume_queue and (topic_exists is None or topic_exists(dr.topic)):
                         key = (dr.topic, dr.queue_id)
                         qo = dr.consume_queue_offset
@@ -153,11 +160,13 @@ class _Fields:
     """The part of a DispatchRequest the check reads (topic, queue, offsets, size, tags code, CQ rule)."""
 
     __slots__ = ("topic", "queue_id", "commit_log_offset", "msg_size", "tags_code", "consume_queue_offset",
-                 "success", "goes_to_consume_queue")
+                 "success", "goes_to_consume_queue", "indexed")
 
-    def __init__(self, topic: str, queue_id: int, phy: int, size: int, tags_code: int, qo: int, cq: bool) -> None:
+    def __init__(self, topic: str, queue_id: int, phy: int, size: int, tags_code: int, qo: int, cq: bool,
+                 indexed: bool) -> None:
         self.topic, self.queue_id, self.commit_log_offset, self.msg_size = topic, queue_id, phy, size
         self.tags_code, self.consume_queue_offset, self.success, self.goes_to_consume_queue = tags_code, qo, True, cq
+        self.indexed = indexed
 
 
 def _fields_of(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
@@ -171,17 +180,29 @@ def _fields_of(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
         except (struct.error, IndexError, ValueError):
             parts = None
         if parts is None:
-            return check(view, pos, end, False)
+            return _with_indexed(check(view, pos, end, False))
         f, _bw, _body_pos, _body_len, tpos, topic_len, ppos, props_len = parts
         topic = str(view[tpos + 1 : tpos + 1 + topic_len], "utf-8", "replace")
         if topic == SCHEDULE_TOPIC:  # its tags code is a delivery time
-            return check(view, pos, end, False)
-        tags = dispatch_properties(str(view[ppos + 2 : ppos + 2 + props_len], "utf-8", "replace"))[0] \
-            if props_len > 0 else None
-        cq = (f[7] & TRANSACTION_TYPE_MASK) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-        return _Fields(topic, f[3], f[6], size, java_string_hash(tags) if tags else 0, f[5], cq)
+            return _with_indexed(check(view, pos, end, False))
+        tags, keys, uniq = dispatch_properties(str(view[ppos + 2 : ppos + 2 + props_len], "utf-8", "replace")) \
+            if props_len > 0 else (None, None, None)
+        tran = f[7] & TRANSACTION_TYPE_MASK
+        cq = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        indexed = tran != TRANSACTION_ROLLBACK_TYPE and bool(index_key_hashes(topic, uniq, keys))
+        return _Fields(topic, f[3], f[6], size, java_string_hash(tags) if tags else 0, f[5], cq, indexed)
 
     return read
+
+
+def _with_indexed(dr: Any) -> Any:
+    """The fields of a message's DispatchRequest, with ``indexed``: it puts at least one key into the index
+    (``build_index``'s rules); a blank or bad record's request as it is."""
+    if not (dr.success and dr.msg_size > 0):
+        return dr
+    indexed = dr.goes_to_index and bool(index_key_hashes(dr.topic, dr.uniq_key, dr.keys))
+    return _Fields(dr.topic, dr.queue_id, dr.commit_log_offset, dr.msg_size, dr.tags_code, dr.consume_queue_offset,
+                   dr.goes_to_consume_queue, indexed)
 
 
 def _unit_problem(table: ConsumeQueueTable, key: tuple[str, int], index: int, phy: int, size: int,

@@ -52,7 +52,13 @@ from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.consumer_offsets import ConsumerOffsetTable
 from store.delay_offsets import DelayOffsetTable
-from store.derived_check import IndexDamage, QueueDamage, check_consume_queues, check_index_files
+from store.derived_check import (
+    ConsumeQueueCheck,
+    IndexDamage,
+    QueueDamage,
+    check_consume_queues,
+    check_index_files,
+)
 from store.disk_health import DiskHealth
 from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
@@ -291,6 +297,24 @@ class MessageStore:
             if nxt > own.get(key, 0):
                 own[key] = nxt
 
+    def _missing_index_files(self, found: ConsumeQueueCheck, dispatch_from: int) -> list[IndexDamage]:
+        """Index files that must exist but do not: the log has keyed records past the end of the last file
+        (reput would not index them again: they lie before ``dispatch_from``), or before the first one."""
+        assert self.index_service is not None
+        files = self.index_service.index_files
+        if found.last_indexed < 0:
+            return []
+        if not files:
+            if found.first_indexed < dispatch_from:
+                return [IndexDamage(self.config.index_dir, 0, "no index file, but the commit log holds keyed records "
+                                    f"from offset {found.first_indexed}")]
+            return []
+        last_end = files[-1].end_phy_offset
+        if last_end < found.last_indexed and last_end < dispatch_from:
+            return [IndexDamage(files[-1].path, len(files), f"the index ends at commit-log offset {last_end} but "
+                                f"keyed records follow up to {found.last_indexed} (a later index file is missing)")]
+        return []
+
     def _topic_has_queues(self, topic: str) -> bool:
         """A topic whose consume queues must exist: configured, or an internal one (schedule, transactions,
         retry / DLQ) written by the broker itself. A deleted topic's records stay in the log without queues."""
@@ -323,6 +347,7 @@ class MessageStore:
                 rebuild_from, damage.commit_log_offset)
         if self.index_service is not None:
             bad = check_index_files(self.index_service.index_files, end)
+            bad += self._missing_index_files(found, dispatch_from)
             if bad:
                 for damage in bad:
                     log.error("store %s: %s; rebuilding the index from there", self.config.root_dir,

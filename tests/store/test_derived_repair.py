@@ -281,3 +281,14 @@ def test_delayed_messages_are_checked_with_their_delivery_time_and_rebuilt(tmp_p
     st.shutdown()
     assert st.derived_damage and "SCHEDULE_TOPIC_XXXX" in st.derived_damage[0]
     assert tree_bytes(root / "consumequeue") == reference
+
+
+@pytest.mark.parametrize("which", ["last", "all"])
+def test_deleted_index_files_are_rebuilt(written, which):
+    root, sent, reference = written
+    files = segment_files(root / "index")
+    for f in files[-1:] if which == "last" else files:
+        f.unlink()
+    st = _reopen_and_check(root, sent, reference)
+    assert any("index" in d for d in st.derived_damage), st.derived_damage
+    st.shutdown()
