@@ -102,6 +102,7 @@ def check_consume_queues(
     next_offsets = result.next_queue_offsets
     check = commit_log.check_message_and_return_size
     fields = _fields_of(check)
+    checked_topics: dict[str, bool] = {}  # topic_exists per topic, asked once per walk
     offset = start
     while offset < end:
         view = commit_log.get_data(offset, end)
@@ -120,7 +121,10 @@ def check_consume_queues(
                         result.last_indexed = dr.commit_log_offset
                         if result.first_indexed < 0:
                             result.first_indexed = dr.commit_log_offset
-                    if dr.goes_to_consume_queue and (topic_exists is None or topic_exists(dr.topic)):
+                    wanted = checked_topics.get(dr.topic)
+                    if wanted is None:
+                        wanted = checked_topics[dr.topic] = topic_exists is None or topic_exists(dr.topic)
+                    if dr.goes_to_consume_queue and wanted:
                         key = (dr.topic, dr.queue_id)
                         qo = dr.consume_queue_offset
                         name = f"{dr.topic}-{dr.queue_id}"
