@@ -332,6 +332,20 @@ class ConsumeQueue:
                         break
             return
 
+    def rewrite_unit(self, index: int, unit: tuple[int, int, int]) -> bool:
+        """Overwrite the written unit at queue offset ``index`` with ``unit`` (the bytes reput writes for its
+        record: a damaged unit repaired in place, readers never see the queue shrink); False if not written."""
+        offset = index * CQ_STORE_UNIT_SIZE
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or index < 0 or offset - mf.file_from_offset + CQ_STORE_UNIT_SIZE > mf.wrote_position:
+            return False
+        mf.write_at(offset - mf.file_from_offset, UNIT.pack(*unit))
+        mf.flushed_position = min(mf.flushed_position, offset - mf.file_from_offset)
+        self.mapped_file_queue.flushed_where = min(self.mapped_file_queue.flushed_where, offset)
+        if index == self.get_max_offset_in_queue() - 1:
+            self.max_physic_offset = unit[0] + unit[1]
+        return True
+
     def cut_at(self, index: int) -> None:
         """Drop the units from queue offset ``index`` on, so reput writes them again from the commit log.
 

@@ -76,6 +76,8 @@ class ConsumeQueueCheck:
     records: int = 0
     damage: dict[tuple[str, int], QueueDamage] = field(default_factory=dict)
     next_queue_offsets: dict[str, int] = field(default_factory=dict)  # "topic-queueId" -> last offset + 1
+    # units that exist but hold the wrong bytes: ((topic, queueId), queue offset, the right unit); written in place
+    wrong_units: list[tuple[tuple[str, int], int, tuple[int, int, int]]] = field(default_factory=list)
     last_indexed: int = -1  # commit-log offset of the last record that puts a key into the index
     first_indexed: int = -1  # ... and of the first
 
@@ -124,18 +126,26 @@ def check_consume_queues(
                     wanted = checked_topics.get(dr.topic)
                     if wanted is None:
                         wanted = checked_topics[dr.topic] = topic_exists is None or topic_exists(dr.topic)
-                    if dr.goes_to_consume_queue and wanted:
+                    if dr.goes_to_consume_queue and wanted and dr.commit_log_offset == offset + pos:
                         key = (dr.topic, dr.queue_id)
                         qo = dr.consume_queue_offset
                         name = f"{dr.topic}-{dr.queue_id}"
-                        if qo < next_offsets.get(name, 0):
-                            # queue offsets only grow along the log, unless the topic was deleted and created
-                            # again: what was judged so far belongs to its first life, the queue to this one
+                        expected = next_offsets.get(name)
+                        if expected is not None and qo != expected:
+                            if qo != 0:  # a record whose QUEUEOFFSET rotted: the commit-log checks own it
+                                pos += size
+                                continue
+                            # offsets restart at 0 only when the topic was deleted and created again: what was
+                            # judged so far belongs to its first life, the queue to this one
                             damage.pop(key, None)
+                            result.wrong_units[:] = [w for w in result.wrong_units if w[0] != key]
                         next_offsets[name] = qo + 1
                         if key not in damage:
-                            bad = _unit_problem(consume_queues, key, qo, dr.commit_log_offset, size, dr.tags_code)
-                            if bad:
+                            right = (dr.commit_log_offset, size, dr.tags_code)
+                            bad = _unit_problem(consume_queues, key, qo, *right)
+                            if bad.startswith("is wrong"):
+                                result.wrong_units.append((key, qo, right))
+                            elif bad:
                                 damage[key] = QueueDamage(dr.topic, dr.queue_id, qo, dr.commit_log_offset, bad)
                     pos += size
                 elif dr.success:  # end-of-file blank record

@@ -334,6 +334,7 @@ class MessageStore:
         rebuild_from: int | None = None
         found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True,
                                      topic_exists=self._topic_has_queues)
+        self._rewrite_units(found.wrong_units, "start-up check")
         for damage in found.damage.values():
             if damage.commit_log_offset >= dispatch_from and damage.reason.startswith("is missing"):
                 continue
@@ -478,8 +479,8 @@ class MessageStore:
             lo, hi = min(r.start for r in records), max(r.end for r in records)
             found = check_consume_queues(cl, self.consume_queues, lo, min(hi, self.reput.reput_from_offset)
                                          if self.reput is not None else hi, topic_exists=self._topic_has_queues)
-            if found.damage:
-                self.rebuild_derived(list(found.damage.values()), found_by="repair")
+            if found.damage or found.wrong_units:
+                self.rebuild_derived(list(found.damage.values()), found_by="repair", wrong_units=found.wrong_units)
         if still:
             log.error("store %s: still damaged after the repair: %s", self.config.root_dir,
                       "; ".join(r.describe() for r in still))
@@ -491,13 +492,31 @@ class MessageStore:
         self.commit_log_damage = [r for r in self.commit_log_damage
                                   if not start <= r.start < end or (r.start, r.end) in still]
 
+    def _rewrite_units(self, wrong: Sequence[tuple[tuple[str, int], int, tuple[int, int, int]]],
+                       found_by: str) -> None:
+        """Write the right bytes over consume-queue units that hold wrong ones (counted once per queue)."""
+        queues: dict[tuple[str, int], list[int]] = {}
+        for key, index, unit in wrong:
+            cq = self.consume_queues.get(*key)
+            if cq is not None and cq.rewrite_unit(index, unit):
+                queues.setdefault(key, []).append(index)
+        for (topic, qid), indexes in queues.items():
+            shown = ", ".join(map(str, indexes[:10])) + (" ..." if len(indexes) > 10 else "")
+            desc = (f"consume queue {topic}-{qid}: {len(indexes)} unit(s) held wrong bytes (queue offsets {shown}); "
+                    "rewritten from the commit log")
+            log.error("store %s: %s (found by the %s)", self.config.root_dir, desc, found_by)
+            self.derived_damage.append(desc)
+            self.corruption_found["consumequeue"] += 1
+
     def rebuild_derived(self, queue_damage: Sequence[QueueDamage], *, index_damage: Sequence[IndexDamage] = (),
-                        found_by: str = "check") -> int:
+                        found_by: str = "check", wrong_units: Sequence[tuple[tuple[str, int], int,
+                                                                             tuple[int, int, int]]] = ()) -> int:
         """Rebuild damaged consume queues (from each first bad unit) and index files (from the first damaged one)
         by re-dispatching the commit log through reput; returns the offset dispatch restarts at."""
         cl = self._check_open()
         assert self.reput is not None
         with self.reput.paused():
+            self._rewrite_units(wrong_units, found_by)
             restart = self.reput.reput_from_offset
             for d in queue_damage:
                 log.error("store %s: %s (found by the %s); rebuilding from the commit log", self.config.root_dir,

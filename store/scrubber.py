@@ -117,10 +117,12 @@ class Scrubber:
         if reput is not None and seg_end <= reput.reput_from_offset:  # dispatched: its units must be in place
             check = check_consume_queues(self.store.commit_log, self.store.consume_queues, base, seg_end,
                                          pace=lambda _n: None, topic_exists=self.store._topic_has_queues)
-            if check.damage:
-                self.last_finding = next(iter(check.damage.values())).describe()
-                self.store.rebuild_derived(list(check.damage.values()), found_by="scrubber")
-                problems += len(check.damage)
+            if check.damage or check.wrong_units:
+                self.last_finding = (next(iter(check.damage.values())).describe() if check.damage else
+                                     f"{len(check.wrong_units)} consume-queue unit(s) held wrong bytes")
+                self.store.rebuild_derived(list(check.damage.values()), found_by="scrubber",
+                                           wrong_units=check.wrong_units)
+                problems += len(check.damage) + len({w[0] for w in check.wrong_units})
         return problems
 
     @staticmethod

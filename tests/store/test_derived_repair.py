@@ -193,7 +193,10 @@ def test_scrubber_finds_a_flipped_byte_in_a_sealed_segment_and_a_damaged_unit(wr
             f.seek(20 * 3)
             f.write(random.Random(1).randbytes(20))
         bad_record = _damage_body_byte(root)
+        dispatched = st.reput.reput_from_offset
         assert st.scrubber.run_pass() >= 2
+        # the wrong unit was rewritten in place: no re-dispatch from far back, the queue never shrank
+        assert st.reput.reput_from_offset == dispatched
         assert [(r.start, "CRC" in r.reason.upper()) for r in heard] == [(bad_record, True)], heard
         assert st.corruption_found["commitlog"] == 1 and st.corruption_found["consumequeue"] == 1
         assert st.commit_log_damage and st.commit_log_damage[0].start == bad_record
