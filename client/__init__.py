@@ -12,6 +12,7 @@ from client.errors import (
     NotLeaderError,
     PermissionDeniedError,
     RaftmqError,
+    StorageFullError,
     TopicNotFoundError,
     UnavailableError,
     UnknownOutcomeError,
@@ -33,4 +34,5 @@ __all__ = [
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
     "NotLeaderError", "PermissionDeniedError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",
+    "StorageFullError",
 ]

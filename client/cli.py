@@ -76,7 +76,7 @@ def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = 
         epilog="Servers: --server host:port (repeatable or comma-separated), else $RAFTMQ_SERVER, else "
                "127.0.0.1:8081. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, "
                "5 unavailable/unreachable, 6 already exists, 7 write outcome unknown, 8 permission denied, "
-               "9 replicas differ (cluster check).")
+               "9 replicas differ (cluster check), 10 disk full (nothing stored, not retried).")
     try:
         version = importlib.metadata.version("raftmq")
     except importlib.metadata.PackageNotFoundError:

@@ -603,7 +603,10 @@ def cluster_table(status: ClusterStatus) -> str:
              f"durability: {status.durability or '?'})")
     headers = ["Member", "Address", "Role", "Term", "Commit index", "Applied offset", "Dispatch behind (B)",
                "Lag (B)", "State"]
-    return render_table(headers, rows, title=title)
+    table = render_table(headers, rows, title=title)
+    storage = [f"  {m.id}: {m.storage_integrity}" for m in sorted(status.members, key=lambda m: m.id)
+               if m.storage_integrity]
+    return table + ("\nStorage integrity:\n" + "\n".join(storage) if storage else "")
 
 
 def _status_json(status: ClusterStatus) -> dict:

@@ -101,6 +101,13 @@ class BusyError(UnavailableError):
     """The node pushed back (RESOURCE_EXHAUSTED); nothing was stored, try again later."""
 
 
+class StorageFullError(RaftmqError):
+    """The node's disk is full (RESOURCE_EXHAUSTED "disk full on <member>: <path>, N bytes free"): nothing was
+    stored, and retrying will not help until an operator frees space. Never retried by the SDK."""
+
+    exit_code = 10
+
+
 class ConnectionError(UnavailableError):  # noqa: A001 - the SDK's own, deliberately named like the builtin
     """No connection could be made to the server(s); the request was never sent."""
 
@@ -187,6 +194,8 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
         msg = details if hint is None or hint in details else f"{details} (leader: {hint})"
         return NotLeaderError(msg, leader=hint, **kw)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if details.lower().startswith("disk full"):
+            return StorageFullError(details, **kw)
         return BusyError(f"server {address} is busy: {details}", **kw)
     if is_not_sent(err):
         return ConnectionError(f"cannot connect to raftmq server {address}: {_short(details)}", **kw)

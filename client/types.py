@@ -126,11 +126,13 @@ class MemberStatus:
     healthy: bool
     ready: bool
     error: str = ""
+    storage_integrity: str = ""  # damage found and scrub progress (issue 10), "" from an older server
 
     @classmethod
     def from_pb(cls, m: pb.MemberStatus) -> MemberStatus:
         return cls(m.id, m.grpc_address, m.raft_address, m.role, m.term, m.commit_index, m.applied_index,
-                   m.applied_offset, m.dispatch_behind_bytes, m.lag_bytes, m.healthy, m.ready, m.error)
+                   m.applied_offset, m.dispatch_behind_bytes, m.lag_bytes, m.healthy, m.ready, m.error,
+                   m.storage_integrity)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -70,6 +71,8 @@ class Broker:
         self._phase = "starting: opening the store"
         self._leader_seen_at: float | None = None  # monotonic time readiness last saw a leader
         self._stopping = False  # asked to stop: start() and background loops give up
+        self._repair_lock = threading.Lock()
+        self._repairing = False  # a repair of scrubber-found commit-log damage from peers is running
         self._stopped = False
         self._store_open = False
         self._write_path_started = False
@@ -98,6 +101,9 @@ class Broker:
         """
         if not self.serving:
             return False, f"not ready: {self._phase}"
+        disk = self.store.disk.reason() if self.store is not None else ""
+        if disk:  # reads still work; writes are refused with this reason (RESOURCE_EXHAUSTED / UNAVAILABLE)
+            return False, f"not ready: {disk}"
         now = time.monotonic()
         if self.write_path.leader() is not None:
             self._leader_seen_at = now
@@ -169,6 +175,7 @@ class Broker:
                 pass  # created concurrently by another request
             cfg = self.topic_config(name)
         cfg = cfg or self.existing_topic(name)
+        self.store.check_writable()  # a full or failed disk refuses at once, before anything is queued
         if not cfg.perm & PERM_WRITE:
             raise RpcError(grpc.StatusCode.PERMISSION_DENIED,
                            f"topic {name!r} is not writable (perm {cfg.perm}); update it with perm 6 (read-write)")
@@ -243,6 +250,7 @@ class Broker:
         from store.message_store import MessageStore
 
         self.store = MessageStore(self.store_config)
+        self.store.disk.member = cfg.node.id  # errors say "disk full on <member>"
         try:
             await self.run_blocking(self.store.open)
         except CorruptionError as exc:
@@ -252,6 +260,8 @@ class Broker:
                 return
         self._store_open = True
         self.store.add_arrival_listener(self.long_polls.on_arrival)
+        if cfg.members:  # the scrubber's commit-log findings are repaired from a healthy peer while serving
+            self.store.add_commit_log_damage_listener(self._on_commit_log_damage)
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
@@ -333,6 +343,41 @@ class Broker:
         finally:
             self._live_repairs.discard((record.start, record.end))
 
+    def _on_commit_log_damage(self, records: list) -> None:
+        """Scrubber thread: damaged ranges of sealed segments; repair them from a peer in the background (one
+        repair at a time; a range still damaged is reported again by the next pass and retried then)."""
+        with self._repair_lock:
+            if self._repairing:
+                return
+            self._repairing = True
+        threading.Thread(target=self._repair_while_serving, args=(list(records),), name="peer-repair",
+                         daemon=True).start()
+
+    def _repair_while_serving(self, records: list) -> None:
+        """Fetch the ranges from a healthy peer and overwrite only the damaged bytes (a sealed segment: nothing
+        else writes there; reads of the range are refused with DATA_LOSS until then), then let the store check."""
+        from replication.peer_repair import repair_from_peers
+        from replication.peers import Peers
+        from replication.write_path import MemberInfo
+
+        cfg = self.config
+        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
+        try:
+            outcome = repair_from_peers(peers, self.store_config.commit_log_dir,
+                                        self.store_config.mapped_file_size_commit_log, records)
+            if outcome.repaired:
+                log.warning("node %s: repaired from peers while serving: %s", self.node_id,
+                            ", ".join(f"[{r.start}, {r.end}) from {mid}" for r, mid in outcome.repaired))
+                self.store.commit_log_repaired([r for r, _mid in outcome.repaired])
+            for r, why in outcome.unrepaired:
+                log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start, r.end, why)
+        except Exception:
+            log.exception("node %s: repair from peers failed", self.node_id)
+        finally:
+            peers.close()
+            with self._repair_lock:
+                self._repairing = False
+
     async def _wait_caught_up(self) -> None:
         """Ready = reput has dispatched everything recovered, and a leader is known."""
         last_log = 0.0
@@ -397,12 +442,23 @@ class Broker:
             self._labeler.start()
 
     async def watch_role(self) -> None:
-        """Mirror leadership into the pod label (when on Kubernetes) once a second."""
+        """Mirror leadership into the pod label (when on Kubernetes) once a second; a leader whose disk failed
+        with an I/O error hands leadership to a healthy member (it takes no writes any more)."""
+        handed_off = False
         while not self._stopping:
             if self._labeler is not None and self.write_path is not None:
                 leader = self.write_path.leader()
                 role = "unknown" if leader is None else "leader" if leader.id == self.node_id else "follower"
                 self._labeler.set_role(role)
+            if (not handed_off and self.config.members and self.store is not None and self.write_path is not None
+                    and self.store.disk.io_error_reason() and self._is_leader()):
+                handed_off = True
+                log.error("node %s: handing leadership away after an I/O error on its disk", self.node_id)
+                try:
+                    await asyncio.to_thread(self.write_path.transfer_leadership, None)
+                except Exception as e:  # no caught-up follower: stay, refusing writes with the reason
+                    log.error("node %s: leadership hand-off after the I/O error failed: %s", self.node_id, e)
+                    handed_off = False
             await asyncio.sleep(ROLE_POLL_SECONDS)
 
     def request_stop(self) -> None:

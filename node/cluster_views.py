@@ -57,6 +57,7 @@ def cluster_status(node: Broker) -> pb.ClusterStatusResponse:
             commit_index=num(s, "commit_index"), applied_index=num(s, "applied_index"),
             applied_offset=num(s, "applied_offset"), dispatch_behind_bytes=num(s, "dispatch_behind_bytes"),
             lag_bytes=num(s, "lag"), healthy=healthy, ready=ready, error=error,
+            storage_integrity=node.store.integrity_summary() if me else str(s.get("storage_integrity") or ""),
         ))
     return resp
 

@@ -19,7 +19,7 @@ from replication.errors import (
     UnknownOutcomeError,
     WritePathStoppedError,
 )
-from store.errors import DiskFullError, MessageIllegalError, StoreClosedError, StoreError
+from store.errors import DiskFullError, MessageIllegalError, StorageIOError, StoreClosedError, StoreError
 from store.integrity import CorruptReadError
 from store.tag_filter import InvalidTagExpressionError
 
@@ -57,7 +57,7 @@ def to_rpc_error(exc: BaseException) -> RpcError | None:
         return RpcError(code.INVALID_ARGUMENT, str(exc))
     if isinstance(exc, NotLeaderError):
         return RpcError(code.FAILED_PRECONDITION, str(exc), leader=exc.leader_grpc_address or None)
-    if isinstance(exc, (NoLeaderError, WritePathStoppedError, StoreClosedError)):
+    if isinstance(exc, (NoLeaderError, WritePathStoppedError, StoreClosedError, StorageIOError)):
         return RpcError(code.UNAVAILABLE, str(exc))
     if isinstance(exc, (BusyError, DiskFullError)):
         return RpcError(code.RESOURCE_EXHAUSTED, str(exc))

@@ -196,11 +196,41 @@ class StoreCollector(Collector):
             if isinstance(flushed, int):
                 yield self._gauge("rocketmq_storage_flush_behind_bytes", "Commit-log bytes not yet flushed",
                                   max(0, hi - flushed))
+        yield from self._integrity(stats)
         for key, value in sorted(stats.items()):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if key in _INTEGRITY_KEYS or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             name, doc = _ROCKETMQ_NAMES.get(key, (f"raftmq_store_{_NAME_CLEAN.sub('_', key)}", f"store stat {key}"))
             yield self._gauge(name, doc, float(value))
+
+
+    def _integrity(self, stats: dict) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        """Damage found (by file kind), scrubber progress, disk writability (issue 10)."""
+        labels = list(self._labels)
+        values = list(self._labels.values())
+        found = stats.get("corruption_found")
+        if isinstance(found, dict):
+            c = CounterMetricFamily("rocketmq_storage_corruption", "Damaged records / units / files found in the "
+                                    "store (commit log, consume queue, index), at start or by the scrubber",
+                                    labels=[*labels, "kind"])
+            for kind, n in sorted(found.items()):
+                c.add_metric([*values, kind], float(n))
+            yield c
+        yield self._gauge("raftmq_store_disk_writable", "0 while the disk cannot take writes (full, I/O error)",
+                          0.0 if stats.get("disk_problem") else 1.0)
+        if "scrub_bytes_total" in stats:
+            c = CounterMetricFamily("raftmq_scrub_bytes", "Commit-log bytes re-read and checked by the scrubber",
+                                    labels=labels)
+            c.add_metric(values, float(stats["scrub_bytes_total"]))
+            yield c
+            yield self._gauge("raftmq_scrub_position_bytes", "Commit-log offset the scrubber is checking",
+                              float(stats.get("scrub_position", 0)))
+            yield self._gauge("raftmq_scrub_last_full_timestamp_seconds", "Unix time the last complete scrub pass "
+                              "ended (0: none yet)", float(stats.get("scrub_last_full_timestamp_ms", 0)) / 1000)
+
+
+_INTEGRITY_KEYS = frozenset({"corruption_found", "disk_problem", "scrub_bytes_total", "scrub_position",
+                             "scrub_last_full_timestamp_ms"})
 
 
 class RaftCollector(Collector):

@@ -777,7 +777,7 @@ class RaftWritePath:
                            applied_index=rs.raft_applied_index, applied_offset=rs.commit_log_max_offset,
                            dispatch_behind_bytes=rs.dispatch_behind_bytes, health="ok", error="",
                            ready=rs.ready if rs.HasField("ready") else None,
-                           not_ready_reason=rs.not_ready_reason)
+                           not_ready_reason=rs.not_ready_reason, storage_integrity=rs.storage_integrity)
             match = st.get("match_idx_server_" + m.raft_address)
             if match is not None and self.is_leader():
                 row["lag_entries"] = max(0, last_index - match)

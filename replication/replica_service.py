@@ -80,7 +80,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             raft_term=wp.term(), applied_index=idx, commit_log_min_offset=store.commit_log_min_offset,
             commit_log_max_offset=end, commit_log_file_size=store.config.mapped_file_size_commit_log,
             metadata=json.dumps(metadata).encode() if metadata is not None else b"", commit_index=wp.commit_index(),
-            raft_applied_index=wp.raft_applied_index(), dispatch_behind_bytes=store.dispatch_behind_bytes())
+            raft_applied_index=wp.raft_applied_index(), dispatch_behind_bytes=store.dispatch_behind_bytes(),
+            storage_integrity=store.integrity_summary())
 
     async def FetchCommitLog(self, request, context):
         wp = await self._write_path(context)

@@ -52,8 +52,20 @@ class StoreConfig:
     disk_space_warning_level_ratio: float = 0.90  # above: writes refused
     disk_space_clean_forcibly_ratio: float = 0.85  # above: delete expired files immediately
     clean_file_forcibly_enable: bool = True
+    # writes are refused (RESOURCE_EXHAUSTED "disk full on <member>: <path>, N bytes free", /ready false) while
+    # the store's filesystem has less than this free, and after an ENOSPC until it has this much again
+    disk_min_free_bytes: int = 64 * 1024 * 1024
     # --- recovery, index, dispatch
     check_crc_on_recover: bool = True
+    # at start, walk the whole commit log once and compare every consume-queue unit and index file with it;
+    # damaged or missing units / files are rebuilt from the log (they are derived data). Costs one sequential
+    # read of the log (README "Damaged disks"); off: only the scrubber finds derived-file damage.
+    check_derived_files_on_start: bool = True
+    # background scrubber: re-reads sealed commit-log segments at most this fast, checking record CRCs and the
+    # consume queues / index built from them (0: off); a pass starts scrub_interval_s after the store opened
+    # and after the previous pass ended
+    scrub_rate_bytes_per_s: int = 4 * 1024 * 1024
+    scrub_interval_s: int = 3600
     # pull / view / query verify each returned record (header + body CRC, own position) and refuse a damaged
     # one (CorruptReadError -> gRPC DATA_LOSS) instead of returning its bytes; cost: bench/read_crc_bench.py
     check_crc_on_read: bool = True

@@ -230,6 +230,20 @@ class ConsumeQueue:
         units = self.read_units(index, 1)
         return units[0] if units else None
 
+    def unit_at(self, index: int) -> tuple[int, int, int] | None:
+        """The unit at queue offset ``index`` as written, or None when no file holds it (no minimum check)."""
+        offset = index * CQ_STORE_UNIT_SIZE
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or index < 0:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + CQ_STORE_UNIT_SIZE > mf.wrote_position:
+            return None
+        try:
+            return UNIT.unpack_from(mf.buffer, pos)
+        except ValueError:  # deleted by retention meanwhile
+            return None
+
     def get_offset_in_queue_by_time(
         self,
         timestamp: int,
@@ -317,6 +331,49 @@ class ConsumeQueue:
                         self.max_physic_offset = last_end
                         break
             return
+
+    def rewrite_unit(self, index: int, unit: tuple[int, int, int]) -> bool:
+        """Overwrite the written unit at queue offset ``index`` with ``unit`` (the bytes reput writes for its
+        record: a damaged unit repaired in place, readers never see the queue shrink); False if not written."""
+        offset = index * CQ_STORE_UNIT_SIZE
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or index < 0 or offset - mf.file_from_offset + CQ_STORE_UNIT_SIZE > mf.wrote_position:
+            return False
+        mf.write_at(offset - mf.file_from_offset, UNIT.pack(*unit))
+        mf.flushed_position = min(mf.flushed_position, offset - mf.file_from_offset)
+        self.mapped_file_queue.flushed_where = min(self.mapped_file_queue.flushed_where, offset)
+        if index == self.get_max_offset_in_queue() - 1:
+            self.max_physic_offset = unit[0] + unit[1]
+        return True
+
+    def cut_at(self, index: int) -> None:
+        """Drop the units from queue offset ``index`` on, so reput writes them again from the commit log.
+
+        Used when they are damaged or missing (consume queues are derived data: rebuilt, never trusted). The
+        dropped bytes are zeroed and later files deleted; when ``index`` lies before the first file (that file
+        is missing) every file goes and the queue starts again where reput puts its first unit.
+        """
+        cut = index * CQ_STORE_UNIT_SIZE
+        mfq = self.mapped_file_queue
+        while mfq.mapped_files and mfq.mapped_files[-1].file_from_offset >= cut:
+            last = mfq.mapped_files[-1]
+            if last.file_from_offset == cut and len(mfq.mapped_files) == 1 and cut > 0:
+                break  # keep the (emptied) first file: its name holds the queue's start
+            mfq.delete_last_mapped_file()
+        self.max_physic_offset = -1
+        if not mfq.mapped_files:
+            self.min_logic_offset = 0
+            mfq.flushed_where = 0
+            return
+        mf = mfq.mapped_files[-1]
+        pos = min(cut - mf.file_from_offset, self.mapped_file_size)
+        wrote = mf.wrote_position
+        if wrote > pos:
+            mf.write_at(pos, bytes(wrote - pos))
+            mf.wrote_position = pos
+            mf.flushed_position = min(mf.flushed_position, pos)
+        mfq.flushed_where = min(mfq.flushed_where, mf.file_from_offset + mf.wrote_position)
+        self.min_logic_offset = min(self.min_logic_offset, mf.file_from_offset + mf.wrote_position)
 
     def delete_expired_file(self, commit_log_min_offset: int) -> int:
         """Delete files (never the last) wholly below the commit log's minimum, then correct the minimum."""

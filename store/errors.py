@@ -41,4 +41,9 @@ class OffsetMismatchError(StoreError):
 
 
 class DiskFullError(StoreError):
-    """The disk holding the store is above the configured usage ratio; writes are refused."""
+    """The disk holding the store cannot take the next write (no space, or below the free-space threshold, or
+    above the configured usage ratio); writes are refused, reads keep working."""
+
+
+class StorageIOError(StoreError):
+    """A write or fsync of the store failed with an I/O error: the member takes no more writes until restarted."""

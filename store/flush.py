@@ -76,6 +76,7 @@ class PeriodicFlushService(ServiceThread):
 
     def run(self) -> None:
         last_thorough = _now_ms()
+        failed = ""
         while not self.stopped:
             self._wake.wait(self.interval_ms / 1000.0)
             self._wake.clear()
@@ -88,8 +89,11 @@ class PeriodicFlushService(ServiceThread):
                 self._flush(least)
                 if least == 0 and self._after_thorough is not None:
                     self._after_thorough()
-            except Exception:
-                log.exception("%s: flush failed; retrying in %d ms", self.name, self.interval_ms)
+                failed = ""
+            except Exception as e:
+                if str(e) != failed:  # the same failure every interval is logged once
+                    log.exception("%s: flush failed; retrying in %d ms", self.name, self.interval_ms)
+                failed = str(e)
         try:  # RocketMQ flushes once more on the way out
             self._flush(0)
             if self._after_thorough is not None:
@@ -144,11 +148,13 @@ class GroupCommitService(ServiceThread):
                 flushed = self._flush_all()
                 self.error = None
             except Exception as e:  # waiters time out with FLUSH_DISK_TIMEOUT; keep trying
+                repeated = self.error is not None and str(self.error) == str(e)
                 self.error = e
-                log.exception("group commit flush failed")
+                if not repeated:  # the same failure over and over is logged once
+                    log.exception("group commit flush failed")
                 if stopping:
                     break
-                time.sleep(0.01)
+                time.sleep(0.5 if repeated else 0.01)
                 continue
             with self._cond:
                 self.flush_count += 1

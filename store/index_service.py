@@ -321,6 +321,20 @@ class IndexService:
                 break
             self.index_files = files
 
+    def drop_from(self, position: int) -> int:
+        """Delete the index files from ``position`` in the list on (a damaged one and every later one, which
+        reput then rebuilds from the commit log); returns the commit-log offset indexing must restart at
+        (the end of the file before, or 0)."""
+        self.wait_for_flushes()
+        with self._lock:
+            files = list(self.index_files)
+            doomed, kept = files[position:], files[:position]
+            self.index_files = kept
+        for f in doomed:
+            log.warning("deleting index file %s: it is rebuilt from the commit log", f.path)
+            f.destroy()
+        return kept[-1].end_phy_offset if kept else 0
+
     def close(self) -> None:
         self.wait_for_flushes()
         for f in self.index_files:

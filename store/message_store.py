@@ -36,13 +36,14 @@ offset retention must keep, e.g. for a lagging replica).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from store.checkpoint import StoreCheckpoint
@@ -51,11 +52,27 @@ from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
 from store.consumer_offsets import ConsumerOffsetTable
 from store.delay_offsets import DelayOffsetTable
-from store.errors import DiskFullError, StoreClosedError, StoreError
+from store.derived_check import (
+    ConsumeQueueCheck,
+    IndexDamage,
+    QueueDamage,
+    check_consume_queues,
+    check_index_files,
+)
+from store.disk_health import DiskHealth
+from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
 from store.file_lock import StoreLock
 from store.flush import GroupCommitService, PeriodicFlushService
 from store.index_service import IndexService
-from store.integrity import QUARANTINE_TOPIC, CorruptionError, CorruptReadError, check_read, chunk_problem
+from store.integrity import (
+    QUARANTINE_TOPIC,
+    CorruptionError,
+    CorruptReadError,
+    CorruptRecord,
+    check_read,
+    chunk_problem,
+    verify_records,
+)
 from store.json_file import fsync_dir
 from store.mapped_file import remove_unfinished_segments
 from store.message import (
@@ -69,11 +86,13 @@ from store.message import (
 from store.reput import ReputMessageService
 from store.retention import RetentionService
 from store.schedule import DelayLevels, to_schedule_messages
+from store.scrubber import Scrubber
 from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
 
 log = logging.getLogger("store.message_store")
 
+_INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
@@ -131,8 +150,16 @@ class MessageStore:
         # replication may set this to the lowest commit-log offset a lagging replica still has to fetch
         self.retain_from: Callable[[], int] | None = None
         self._group_commit: GroupCommitService | None = None
+        # can the filesystem take writes (free space, ENOSPC seen, I/O errors); the node names the member
+        self.disk = DiskHealth(config.root_dir, config.disk_min_free_bytes)
         self.last_exit_ok = True
         self.process_crash_only = False
+        self.derived_damage: list[str] = []  # derived-file damage found (and rebuilt) at the last open
+        # damage found so far, by file kind (metric rocketmq_storage_corruption_total)
+        self.corruption_found = {"commitlog": 0, "consumequeue": 0, "index": 0}
+        self.commit_log_damage: list[CorruptRecord] = []  # reported and not (yet) repaired
+        self._damage_listeners: list[Callable[[list[CorruptRecord]], None]] = []
+        self.scrubber: Scrubber | None = None
         self._put_messages = 0
         self._put_bytes = 0
         self._put_batches = 0
@@ -184,6 +211,7 @@ class MessageStore:
     def _load_and_recover(self) -> None:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
+        self.derived_damage = []
         # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (FORMATS.md §8.3)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
         cl = self.commit_log = CommitLog(cfg, self.checkpoint)
@@ -249,8 +277,14 @@ class MessageStore:
         if self.redispatch_from_hint is not None:  # repaired bytes: rebuild what was derived from them
             reput_from = max(min(reput_from, self.redispatch_from_hint), cl.min_offset)
             self.redispatch_from_hint = None
+        # consume queues and index are derived data: check them against the log, cut what is wrong (units
+        # simply not written yet past reput_from are not damage: reput writes them now anyway)
+        rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from)
+        if rebuild_from is not None:
+            reput_from = max(min(reput_from, rebuild_from), cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
-                                         reput_from_offset=reput_from, checkpoint=self.checkpoint)
+                                         reput_from_offset=reput_from, checkpoint=self.checkpoint,
+                                         on_write_error=self.disk.record_error)
         while self.reput.dispatch_behind_bytes() > 0:
             before = self.reput.reput_from_offset
             self.reput.do_reput()
@@ -258,6 +292,76 @@ class MessageStore:
                 log.error("store %s: dispatch stuck at %d (%s)", cfg.root_dir, before, self.reput.last_error)
                 break
         self._rebuild_queue_offset_table()
+        # a queue's next offset comes from the log: a consume queue that lost units must never lower it
+        own = cl.topic_queue_table
+        for key, nxt in log_queue_offsets.items():
+            if nxt > own.get(key, 0):
+                own[key] = nxt
+
+    def _missing_index_files(self, found: ConsumeQueueCheck, dispatch_from: int) -> list[IndexDamage]:
+        """Index files that must exist but do not: the log has keyed records past the end of the last file
+        (reput would not index them again: they lie before ``dispatch_from``), or before the first one."""
+        assert self.index_service is not None
+        files = self.index_service.index_files
+        if found.last_indexed < 0:
+            return []
+        if not files:
+            if found.first_indexed < dispatch_from:
+                return [IndexDamage(self.config.index_dir, 0, "no index file, but the commit log holds keyed records "
+                                    f"from offset {found.first_indexed}")]
+            return []
+        last_end = files[-1].end_phy_offset
+        if last_end < found.last_indexed and last_end < dispatch_from:
+            return [IndexDamage(files[-1].path, len(files), f"the index ends at commit-log offset {last_end} but "
+                                f"keyed records follow up to {found.last_indexed} (a later index file is missing)")]
+        return []
+
+    def _topic_has_queues(self, topic: str) -> bool:
+        """A topic whose consume queues must exist: configured, or an internal one (schedule, transactions,
+        retry / DLQ) written by the broker itself. A deleted topic's records stay in the log without queues."""
+        return (self.topics.get(topic) is not None or topic.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_"))
+                or topic in _INTERNAL_TOPICS or os.path.isdir(os.path.join(self.config.consume_queue_dir, topic)))
+
+    def _check_derived_files(self, end: int, dispatch_from: int) -> tuple[int | None, dict[str, int]]:
+        """Compare consume queues and index files with the commit log (``store.derived_check``) and cut the
+        damaged ones; returns the commit-log offset reput must re-dispatch from (None: nothing to rebuild) and
+        the next queue offsets the log holds. Missing units of records at or after ``dispatch_from`` are the
+        ordinary lag of a crash (reput dispatches from there anyway), not damage."""
+        cl = self.commit_log
+        assert cl is not None
+        if not self.config.check_derived_files_on_start or not cl.mapped_file_queue.mapped_files:
+            return None, {}
+        started = time.monotonic()
+        rebuild_from: int | None = None
+        found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True,
+                                     topic_exists=self._topic_has_queues)
+        self._rewrite_units(found.wrong_units, "start-up check")
+        for damage in found.damage.values():
+            if damage.commit_log_offset >= dispatch_from and damage.reason.startswith("is missing"):
+                continue
+            log.error("store %s: %s; rebuilding it from the commit log", self.config.root_dir, damage.describe())
+            self.derived_damage.append(damage.describe())
+            self.corruption_found["consumequeue"] += 1
+            cq = self.consume_queues.get(damage.topic, damage.queue_id)
+            if cq is not None:
+                cq.cut_at(damage.queue_offset)
+            rebuild_from = damage.commit_log_offset if rebuild_from is None else min(
+                rebuild_from, damage.commit_log_offset)
+        if self.index_service is not None:
+            bad = check_index_files(self.index_service.index_files, end)
+            bad += self._missing_index_files(found, dispatch_from)
+            if bad:
+                for damage in bad:
+                    log.error("store %s: %s; rebuilding the index from there", self.config.root_dir,
+                              damage.describe())
+                    self.derived_damage.append(damage.describe())
+                    self.corruption_found["index"] += 1
+                restart = self.index_service.drop_from(bad[0].position)
+                rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
+        log.info("store %s: checked consume queues and index against %d records of the commit log in %.2fs%s",
+                 self.config.root_dir, found.records, time.monotonic() - started,
+                 "" if rebuild_from is None else f"; re-dispatching from offset {rebuild_from}")
+        return rebuild_from, found.next_queue_offsets
 
     def _truncate_consume_queues(self, offset: int) -> None:
         """Drop units at or beyond ``offset`` and zero the dropped bytes, so a restart cannot recover them."""
@@ -313,11 +417,11 @@ class MessageStore:
         cl = self.commit_log
         assert cl is not None and self.reput is not None and self.checkpoint is not None
         if cfg.sync_flush:
-            self._group_commit = GroupCommitService(cl.flush_all, cl.flushed_where)
+            self._group_commit = GroupCommitService(self._flush_commit_log_all, cl.flushed_where)
             self._services.append(self._group_commit)
         else:
             self._services.append(PeriodicFlushService(
-                "FlushRealTimeService", cl.flush, cfg.flush_interval_commit_log,
+                "FlushRealTimeService", self._flush_commit_log, cfg.flush_interval_commit_log,
                 cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval))
         self._services.append(PeriodicFlushService(
             "FlushConsumeQueueService", self._flush_consume_queues, cfg.flush_interval_consume_queue,
@@ -331,6 +435,106 @@ class MessageStore:
                                           protect_offset=self._retention_protect_offset)
         self.retention.start()
         self.reput.start()
+        if cfg.scrub_rate_bytes_per_s > 0:
+            self.scrubber = Scrubber(self, cfg.scrub_rate_bytes_per_s, cfg.scrub_interval_s)
+            self.scrubber.start()
+
+    # ================================================================== damage found while running
+    def add_commit_log_damage_listener(self, fn: Callable[[list[CorruptRecord]], None]) -> None:
+        """``fn(records)`` hears of every damaged commit-log range the scrubber finds (from its thread; must not
+        block long). The replicated repair path registers here to fetch the range from a healthy peer."""
+        self._damage_listeners = [*self._damage_listeners, fn]
+
+    def report_commit_log_damage(self, records: list[CorruptRecord]) -> None:
+        """Damaged commit-log ranges found while running: counted, logged, kept for ``stats``, handed to the
+        listeners. Nothing is cut or overwritten here."""
+        known = {(r.start, r.end) for r in self.commit_log_damage}
+        new = [r for r in records if (r.start, r.end) not in known]
+        self.corruption_found["commitlog"] += len(new)  # a range seen again by the next pass counts once
+        self.commit_log_damage.extend(new)
+        for r in new:
+            log.critical("store %s: commit-log damage: %s", self.config.root_dir, r.describe())
+        if not self._damage_listeners:
+            log.critical("store %s: no repair path is registered for commit-log damage: run `raftmq store check` "
+                         "and `raftmq store repair` on a stopped node (single node), or restart it to repair "
+                         "from peers", self.config.root_dir)
+        for fn in self._damage_listeners:
+            try:
+                fn(list(records))
+            except Exception:
+                log.exception("commit-log damage listener %r failed", fn)
+
+    def commit_log_repaired(self, records: Sequence[CorruptRecord]) -> None:
+        """The repair path rewrote ``records`` (byte-identical to a peer's): verify them through the store's own
+        mapping, forget those now intact, and rebuild consume-queue units derived from the damaged bytes."""
+        cl = self._check_open()
+        still: list[CorruptRecord] = []
+        for r in records:
+            mf = cl.mapped_file_queue.find_mapped_file_by_offset(r.start)
+            if mf is None:
+                continue
+            base = mf.file_from_offset
+            still += verify_records(mf.buffer, base, r.start - base, r.end - base, mf.path)
+            self.commit_log_checked(r.start, r.end, still)
+        if records:
+            lo, hi = min(r.start for r in records), max(r.end for r in records)
+            found = check_consume_queues(cl, self.consume_queues, lo, min(hi, self.reput.reput_from_offset)
+                                         if self.reput is not None else hi, topic_exists=self._topic_has_queues)
+            if found.damage or found.wrong_units:
+                self.rebuild_derived(list(found.damage.values()), found_by="repair", wrong_units=found.wrong_units)
+        if still:
+            log.error("store %s: still damaged after the repair: %s", self.config.root_dir,
+                      "; ".join(r.describe() for r in still))
+
+    def commit_log_checked(self, start: int, end: int, damaged: Sequence[CorruptRecord]) -> None:
+        """``[start, end)`` of the commit log was just verified and ``damaged`` is what is still wrong in it:
+        earlier reports inside the range that are gone now (repaired) are forgotten."""
+        still = {(r.start, r.end) for r in damaged}
+        self.commit_log_damage = [r for r in self.commit_log_damage
+                                  if not start <= r.start < end or (r.start, r.end) in still]
+
+    def _rewrite_units(self, wrong: Sequence[tuple[tuple[str, int], int, tuple[int, int, int]]],
+                       found_by: str) -> None:
+        """Write the right bytes over consume-queue units that hold wrong ones (counted once per queue)."""
+        queues: dict[tuple[str, int], list[int]] = {}
+        for key, index, unit in wrong:
+            cq = self.consume_queues.get(*key)
+            if cq is not None and cq.rewrite_unit(index, unit):
+                queues.setdefault(key, []).append(index)
+        for (topic, qid), indexes in queues.items():
+            shown = ", ".join(map(str, indexes[:10])) + (" ..." if len(indexes) > 10 else "")
+            desc = (f"consume queue {topic}-{qid}: {len(indexes)} unit(s) held wrong bytes (queue offsets {shown}); "
+                    "rewritten from the commit log")
+            log.error("store %s: %s (found by the %s)", self.config.root_dir, desc, found_by)
+            self.derived_damage.append(desc)
+            self.corruption_found["consumequeue"] += 1
+
+    def rebuild_derived(self, queue_damage: Sequence[QueueDamage], *, index_damage: Sequence[IndexDamage] = (),
+                        found_by: str = "check", wrong_units: Sequence[tuple[tuple[str, int], int,
+                                                                             tuple[int, int, int]]] = ()) -> int:
+        """Rebuild damaged consume queues (from each first bad unit) and index files (from the first damaged one)
+        by re-dispatching the commit log through reput; returns the offset dispatch restarts at."""
+        cl = self._check_open()
+        assert self.reput is not None
+        with self.reput.paused():
+            self._rewrite_units(wrong_units, found_by)
+            restart = self.reput.reput_from_offset
+            for d in queue_damage:
+                log.error("store %s: %s (found by the %s); rebuilding from the commit log", self.config.root_dir,
+                          d.describe(), found_by)
+                self.corruption_found["consumequeue"] += 1
+                cq = self.consume_queues.get(d.topic, d.queue_id)
+                if cq is not None:
+                    cq.cut_at(d.queue_offset)
+                restart = min(restart, d.commit_log_offset)
+            if index_damage and self.index_service is not None:
+                for d in index_damage:
+                    log.error("store %s: %s (found by the %s); rebuilding the index from there",
+                              self.config.root_dir, d.describe(), found_by)
+                self.corruption_found["index"] += len(index_damage)
+                restart = min(restart, self.index_service.drop_from(index_damage[0].position))
+            self.reput.reput_from_offset = max(restart, cl.min_offset)
+        return self.reput.reput_from_offset
 
     def _retention_protect_offset(self) -> int:
         """Retention never deletes what reput has not dispatched or what ``retain_from`` still needs."""
@@ -340,14 +544,34 @@ class MessageStore:
             protect = min(protect, self.retain_from())
         return protect
 
+    def _flush_commit_log(self, least_pages: int = 0) -> int:
+        """The commit log's flush, guarded: after an I/O error nothing is ever reported durable again (Linux
+        marks the failed pages clean, so a retried fsync would "succeed" over lost data)."""
+        cl = self.commit_log  # also the final flush of shutdown, after the store stopped taking calls
+        assert cl is not None
+        if self.disk.io_error_reason():
+            raise StorageIOError(self.disk.io_error_reason())
+        try:
+            return cl.flush(least_pages) if least_pages else cl.flush_all()
+        except OSError as e:  # any errno, ENOSPC included: written pages were lost, not merely refused
+            self.disk.record_io_error(e, self.config.commit_log_dir)
+            raise
+
+    def _flush_commit_log_all(self) -> int:
+        return self._flush_commit_log(0)
+
     def _flush_consume_queues(self, least_pages: int) -> None:
         """FlushConsumeQueueService: on a thorough pass, persist the logics timestamp captured before the flush."""
         ckpt = self.checkpoint
         logics_ts = ckpt.logics_msg_timestamp if ckpt is not None else 0
-        if least_pages == 0:
-            self.consume_queues.flush_all()
-        else:
-            self.consume_queues.flush(least_pages)
+        try:
+            if least_pages == 0:
+                self.consume_queues.flush_all()
+            else:
+                self.consume_queues.flush(least_pages)
+        except OSError as e:  # as for the commit log: a failed writeback is an I/O error whatever its errno
+            self.disk.record_io_error(e, self.config.consume_queue_dir)
+            raise
         if least_pages == 0 and ckpt is not None:
             ckpt.logics_msg_timestamp = max(ckpt.logics_msg_timestamp, logics_ts)
             ckpt.flush()
@@ -365,6 +589,9 @@ class MessageStore:
             self._open = False
             caught_up = False
             try:
+                if self.scrubber is not None:
+                    self.scrubber.shutdown()
+                    self.scrubber = None
                 if self.retention is not None:
                     self.retention.shutdown()
                 if self.reput is not None:
@@ -435,13 +662,31 @@ class MessageStore:
         self.shutdown()
 
     # ================================================================== writes
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise ``DiskFullError`` / ``StorageIOError`` when the disk cannot take a write now (reads still work)."""
+        self.disk.check_writable()
         if self.retention is not None and self.retention.disk_full:
             raise DiskFullError(
-                f"disk holding {self.config.root_dir} is more than "
-                f"{self.config.disk_space_warning_level_ratio:.0%} full; writes are refused until retention "
-                "frees space (lower file_reserved_time) or the disk grows"
+                f"disk full on {self.disk.member}: {self.config.root_dir} is more than "
+                f"{self.config.disk_space_warning_level_ratio:.0%} used, {max(self.disk.free, 0)} bytes free; "
+                "writes are refused until retention frees space (lower file_reserved_time) or the disk grows"
             )
+
+    _check_writable = check_writable
+
+    @contextlib.contextmanager
+    def _disk_writes(self) -> Iterator[None]:
+        """Tell ``disk`` about a commit-log write the filesystem refused (ENOSPC: until space is back; EIO: for
+        good), then let the error through."""
+        try:
+            yield
+        except (DiskFullError, OSError) as e:
+            cfg = self.config
+            self.disk.record_error(e, cfg.commit_log_dir,
+                                   cfg.mapped_file_size_commit_log if cfg.preallocate else 0)
+            if isinstance(e, DiskFullError):
+                raise DiskFullError(self.disk.reason() or str(e)) from e
+            raise StorageIOError(self.disk.reason() or str(e)) from e
 
     def put_message(self, msg: Message) -> PutResult:
         return self.put_messages([msg])[0]
@@ -451,7 +696,7 @@ class MessageStore:
         cl = self._check_open()
         self._check_writable()
         stored = to_schedule_messages(msgs, self.delay_levels, self.config.cluster_name, self._uniq)
-        with cl.put_lock:
+        with cl.put_lock, self._disk_writes():
             # the batch never leaves this process: no frame, no frame CRC
             batch = cl.encode(stored, _now_ms(), self._store_host, self.config.cluster_name)
             results = cl.apply_decoded(batch)
@@ -478,7 +723,8 @@ class MessageStore:
     def apply_batch(self, batch: bytes | bytearray | memoryview) -> list[AppendResult]:
         """Replica half: deterministic append of an encoded batch; no flush wait (see ``wait_flushed``)."""
         cl = self._check_open()
-        results = cl.apply_batch(batch)
+        with self._disk_writes():
+            results = cl.apply_batch(batch)
         self._after_append(len(results), sum(r.wrote_bytes for r in results))
         return results
 
@@ -548,7 +794,9 @@ class MessageStore:
     def append_commit_log_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Catch-up: append verified raw records that start exactly at the current end."""
         cl = self._check_open()
-        cl.append_raw(offset, data)
+        self._check_writable()
+        with self._disk_writes():
+            cl.append_raw(offset, data)
         assert self.reput is not None
         self.reput.notify()
 
@@ -824,7 +1072,25 @@ class MessageStore:
             "disk_full": self.retention.disk_full if self.retention is not None else False,
             "last_exit_ok": self.last_exit_ok,
             "delay_messages_pending": self.delay_messages_pending(),
+            "corruption_found": dict(self.corruption_found),
+            "commit_log_damage_ranges": len(self.commit_log_damage),
+            "disk_problem": self.disk.reason(),
+            **(self.scrubber.stats() if self.scrubber is not None else {}),
         }
+
+    def integrity_summary(self) -> str:
+        """One line for ``cluster status``: scrub progress and damage found (by file kind)."""
+        sc = self.scrubber
+        found = self.corruption_found
+        damage = ", ".join(f"{n} {k}" for k, n in found.items() if n) or "no damage found"
+        if sc is None:
+            scrub = "scrubber off"
+        else:
+            last = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sc.last_full_scrub_ms / 1000))
+                    if sc.last_full_scrub_ms else "none yet")
+            scrub = f"scrub at offset {sc.position}, {sc.bytes_scrubbed} bytes read, last full pass {last}"
+        open_damage = f"; {len(self.commit_log_damage)} commit-log range(s) damaged" if self.commit_log_damage else ""
+        return f"{damage}{open_damage}; {scrub}"
 
     def delay_messages_pending(self) -> int:
         """Delayed messages stored but not yet delivered (schedule-queue units past the delivery progress)."""

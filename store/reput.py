@@ -77,6 +77,7 @@ class ReputMessageService:
         batch_bytes: int = 4 << 20,
         idle_wait_ms: int = 100,
         retry_wait_ms: int = 1000,
+        on_write_error: Callable[[OSError, str], None] | None = None,
     ) -> None:
         self.commit_log = commit_log
         self.consume_queues = consume_queues
@@ -86,6 +87,7 @@ class ReputMessageService:
         self.batch_bytes = batch_bytes
         self.idle_wait_ms = idle_wait_ms
         self.retry_wait_ms = retry_wait_ms
+        self.on_write_error = on_write_error  # the store's disk health hears of ENOSPC / EIO
         self._confirm_offset: int | None = None
         self._listeners: list[ArrivalListener] = []
         self._pass_lock = threading.RLock()  # one pass at a time; held by paused()
@@ -218,6 +220,8 @@ class ReputMessageService:
                 index.build_index_records(index_records)
             except OSError as e:  # disk trouble: the slice is dispatched again later (both sides skip duplicates)
                 self.last_error = f"index: {e}"
+                if self.on_write_error is not None:
+                    self.on_write_error(e, index.store_path)
                 first = index_records[0][0]
                 log.error("reput: cannot write the index from commit-log offset %d: %s", first, e)
                 return result[0], first, result[2], _STOP_ERROR
@@ -353,6 +357,8 @@ class ReputMessageService:
         """A consume-queue write the disk refused: the record at commit-log offset ``at`` is dispatched again
         later."""
         self.last_error = f"consume queue {cq.topic}-{cq.queue_id}: {error}"
+        if self.on_write_error is not None and error.errno is not None:
+            self.on_write_error(error, cq.queue_dir)
         log.error("reput: cannot write at commit-log offset %d: %s", at, self.last_error)
 
     def _finish_batch(self, arrivals: dict[tuple[str, int], int], last_cq_ts: int) -> None:

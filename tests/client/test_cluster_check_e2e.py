@@ -64,8 +64,8 @@ def flip_body_byte(store_dir: Path, near: int) -> int:
 
 
 def flip_tags_code(store_dir: Path, topic: str, queue_id: int, unit: int) -> None:
-    """Change the tags-code byte of one unit in the queue's first file: still a valid unit, so recovery keeps it
-    (and the first file is outside the last files recovery scans)."""
+    """Change the tags-code byte of one unit in the queue's first file of a *running* member (the file is mapped
+    shared, so the member serves the changed unit at once; a restart would rebuild it from the commit log)."""
     path = store_dir / "consumequeue" / topic / str(queue_id) / f"{0:020d}"
     data = bytearray(path.read_bytes())
     data[unit * 20 + 19] ^= 0x01
@@ -131,9 +131,9 @@ def test_check_proves_replicas_identical_finds_a_flipped_byte_and_names_an_unrea
         victim = next(n for n in nodes if n.spec.id != leader_id)
         victim.stop()
         bad = flip_body_byte(victim.spec.data_dir, 100_000)
-        flip_tags_code(victim.spec.data_dir, "Check", 0, 5)
         victim.start().wait_ready(90)
         assert converged(servers) == end
+        flip_tags_code(victim.spec.data_dir, "Check", 0, 5)
 
         r = raftmq("cluster", "check", "-s", servers[0], "--chunk", "64K")
         assert r.returncode == 9, (r.stdout, r.stderr)

@@ -20,6 +20,7 @@ from client import (
     PermissionDeniedError,
     Producer,
     RaftmqError,
+    StorageFullError,
     TopicNotFoundError,
     UnavailableError,
     UnknownOutcomeError,
@@ -48,6 +49,7 @@ def ok_send(request):
     (C.PERMISSION_DENIED, "topic 'T' is read-only (perm r-)", PermissionDeniedError),
     (C.INTERNAL, "internal error in SendMessage", RaftmqError),
     (C.FAILED_PRECONDITION, "cannot transfer leadership: unknown member n9", RaftmqError),
+    (C.RESOURCE_EXHAUSTED, "disk full on n0: /data/store, 4096 bytes free", StorageFullError),
 ])
 def test_write_status_maps_to_typed_error(scripted, code, message, cls):
     s = scripted()

@@ -471,7 +471,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class MemberStatus(_message.Message):
-    __slots__ = ("id", "grpc_address", "raft_address", "role", "term", "commit_index", "applied_index", "applied_offset", "dispatch_behind_bytes", "lag_bytes", "healthy", "ready", "error")
+    __slots__ = ("id", "grpc_address", "raft_address", "role", "term", "commit_index", "applied_index", "applied_offset", "dispatch_behind_bytes", "lag_bytes", "healthy", "ready", "error", "storage_integrity")
     ID_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -485,6 +485,7 @@ class MemberStatus(_message.Message):
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_INTEGRITY_FIELD_NUMBER: _ClassVar[int]
     id: str
     grpc_address: str
     raft_address: str
@@ -498,7 +499,8 @@ class MemberStatus(_message.Message):
     healthy: bool
     ready: bool
     error: str
-    def __init__(self, id: _Optional[str] = ..., grpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., applied_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., healthy: _Optional[bool] = ..., ready: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    storage_integrity: str
+    def __init__(self, id: _Optional[str] = ..., grpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., applied_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., healthy: _Optional[bool] = ..., ready: _Optional[bool] = ..., error: _Optional[str] = ..., storage_integrity: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("cluster_name", "leader_id", "members", "durability")

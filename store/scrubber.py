@@ -1,0 +1,183 @@
+"""Scrubber: re-reads sealed commit-log segments at a bounded rate and checks them, and what is derived from them.
+
+Disks rot silently: a block that was written whole can read back different months later, and nothing notices
+until a consumer gets the record. The scrubber walks every *sealed* segment (all but the one being written)
+oldest first, ``scrub_rate_bytes_per_s`` at most, and for each:
+
+* verifies every record (magic, TOTALSIZE, body CRC, own PHYSICALOFFSET: ``store.integrity.verify_records``);
+  damage goes to ``MessageStore.report_commit_log_damage``, which counts it and hands it to the listeners added
+  with ``MessageStore.add_commit_log_damage_listener`` (the replicated repair path fetches the range from a
+  healthy peer; a single node reports it and ``raftmq store repair`` fixes it);
+* compares the consume-queue units of its records with them (``store.derived_check``); a wrong or missing unit
+  is rebuilt at once by re-dispatching the commit log (``MessageStore.rebuild_derived``).
+
+After the segments of a pass it checks the sealed index files the same way. Passes start ``scrub_interval_s``
+after the store opened and after the previous pass ended. Progress and findings are in
+``stats()`` (metrics, ``cluster status``).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from typing import Any
+
+from store.derived_check import check_consume_queues, check_index_files
+from store.integrity import CorruptRecord, verify_records
+from store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+
+log = logging.getLogger("store.scrubber")
+
+_SIZE_MAGIC = struct.Struct(">ii")
+CHUNK_BYTES = 1 << 20  # verified between two pacing points
+
+
+class Scrubber:
+    """Background integrity checker of one store; see the module docstring."""
+
+    def __init__(self, store: Any, rate_bytes_per_s: int, interval_s: float) -> None:
+        self.store = store
+        self.rate = max(1, rate_bytes_per_s)
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_free = 0.0
+        self.position = 0  # commit-log offset the scrubber is at (metrics)
+        self.bytes_scrubbed = 0
+        self.passes = 0
+        self.last_full_scrub_ms = 0  # wall time the last complete pass ended (0: none yet)
+        self.last_finding = ""
+
+    # ------------------------------------------------------------------ pacing
+    def _pace(self, nbytes: int) -> None:
+        """Account ``nbytes`` read and sleep as long as needed to stay at or below the rate."""
+        self.bytes_scrubbed += nbytes
+        now = time.monotonic()
+        self._next_free = max(self._next_free, now) + nbytes / self.rate
+        delay = self._next_free - now
+        if delay > 0:
+            self._stop.wait(delay)
+
+    # ------------------------------------------------------------------ one pass
+    def run_pass(self) -> int:
+        """Scrub every sealed segment once (oldest first), then the sealed index files; returns the number of
+        problems found. Stops early (returning what it found) when the scrubber is shut down."""
+        found = 0
+        done_to = 0
+        while not self._stop.is_set():
+            mf = self._next_sealed_segment(done_to)
+            if mf is None:
+                break
+            done_to = mf.file_from_offset + mf.file_size
+            try:
+                found += self._scrub_segment(mf)
+            except ValueError:  # retention deleted it meanwhile
+                continue
+        if not self._stop.is_set():
+            found += self._scrub_index()
+            self.passes += 1
+            self.last_full_scrub_ms = time.time_ns() // 1_000_000
+            log.info("scrub pass %d done: %d bytes read in all, %d problem(s) found this pass",
+                     self.passes, self.bytes_scrubbed, found)
+        return found
+
+    def _next_sealed_segment(self, from_offset: int) -> Any:
+        cl = self.store.commit_log
+        files = list(cl.mapped_file_queue.mapped_files) if cl is not None else []
+        for mf in files[:-1]:  # the last segment is still being written
+            if mf.file_from_offset >= from_offset:
+                return mf
+        return None
+
+    def _scrub_segment(self, mf: Any) -> int:
+        base, size, path = mf.file_from_offset, mf.file_size, mf.path
+        buf = mf.buffer
+        damage: list[CorruptRecord] = []
+        pos = 0
+        while pos < size and not self._stop.is_set():
+            end = min(size, pos + CHUNK_BYTES)
+            self.position = base + pos
+            found = verify_records(buf, base, pos, end, path)
+            damage.extend(found)
+            self._pace(end - pos)
+            pos = self._walk(buf, found[-1].end - base if found else pos, end, size)
+        problems = 0
+        if not self._stop.is_set():
+            self.store.commit_log_checked(base, base + size, damage)
+        if damage:
+            problems += len(damage)
+            self.last_finding = damage[0].describe()
+            self.store.report_commit_log_damage(damage)
+        if self._stop.is_set():
+            return problems
+        reput = self.store.reput
+        seg_end = base + size
+        if reput is not None and seg_end <= reput.reput_from_offset:  # dispatched: its units must be in place
+            check = check_consume_queues(self.store.commit_log, self.store.consume_queues, base, seg_end,
+                                         pace=lambda _n: None, topic_exists=self.store._topic_has_queues)
+            if check.damage or check.wrong_units:
+                self.last_finding = (next(iter(check.damage.values())).describe() if check.damage else
+                                     f"{len(check.wrong_units)} consume-queue unit(s) held wrong bytes")
+                self.store.rebuild_derived(list(check.damage.values()), found_by="scrubber",
+                                           wrong_units=check.wrong_units)
+                problems += len(check.damage) + len({w[0] for w in check.wrong_units})
+        return problems
+
+    @staticmethod
+    def _walk(buf: Any, pos: int, end: int, size: int) -> int:
+        """The first record boundary at or after ``end`` following the verified records from ``pos`` (the end of
+        the segment when the records stop: blank record, zeros, or damage with nothing valid after it)."""
+        while pos < end:
+            if pos + 8 > size:
+                return size
+            total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+            if magic != MESSAGE_MAGIC_CODE or total <= 0 or magic == BLANK_MAGIC_CODE:
+                return size
+            pos += total
+        return pos
+
+    def _scrub_index(self) -> int:
+        index = self.store.index_service
+        cl = self.store.commit_log
+        if index is None or cl is None:
+            return 0
+        files = list(index.index_files)
+        sealed = [f for f in files[:-1] if f.is_write_full()]
+        bad = check_index_files(sealed, cl.max_offset)
+        if not bad:
+            return 0
+        self.last_finding = bad[0].describe()
+        self.store.rebuild_derived([], index_damage=bad, found_by="scrubber")
+        return len(bad)
+
+    # ------------------------------------------------------------------ thread
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="Scrubber", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        # the first pass waits too: a start is busy enough (recovery, catch-up, the start-up derived-file check)
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.run_pass()
+            except Exception:
+                log.exception("scrub pass failed; the next one starts after %ss", self.interval_s)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "scrub_bytes_total": self.bytes_scrubbed,
+            "scrub_position": self.position,
+            "scrub_passes": self.passes,
+            "scrub_last_full_timestamp_ms": self.last_full_scrub_ms,
+        }
