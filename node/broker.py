@@ -28,6 +28,7 @@ from node.config import NodeConfig
 from node.consumer_groups import ConsumerGroupRegistry
 from node.convert import StoreMessageBuilder
 from node.errors import RpcError, not_found, unavailable
+from node.forwarding import Forwarder
 from node.http_server import HealthServer
 from node.long_poll import LongPollRegistry
 from node.messaging import MAX_PULL_BYTES, MessagingService
@@ -60,6 +61,11 @@ class Broker:
         self.write_path: Any = None
         self.long_polls: LongPollRegistry | None = None
         self.consumer_groups = ConsumerGroupRegistry()  # live group members; meaningful on the leader only
+        # relays calls a follower cannot serve to the leader (issue 11; node/forwarding.py, hook in node/rpc.py)
+        self.forwarder = Forwarder(cfg.node.id, cfg.cluster.secret, enabled=cfg.cluster.forward_to_leader,
+                                   leader_contact=self._leader_contact,
+                                   fresh_s=cfg.raft_settings().raft_min_timeout / 2 if cfg.members else 0.75,
+                                   own_address=cfg.advertised_address)
         self.serving = False
         self.rpcs_in_flight = 0
         self.last_rpc_started = 0.0
@@ -101,6 +107,14 @@ class Broker:
     def check_serving(self) -> None:
         if not self.serving:
             raise unavailable(f"node {self.node_id} is not ready ({self._phase}); retry shortly or use another member")
+
+    def _leader_contact(self) -> tuple[str | None, float]:
+        """(leader's gRPC address, seconds since this member heard from it) for the forwarder."""
+        contact = getattr(self.write_path, "leader_contact", None)
+        if contact is None:
+            return None, float("inf")
+        leader, age = contact()
+        return (leader.grpc_address or None, age) if leader is not None else (None, age)
 
     def check_leader(self) -> None:
         leader = self.write_path.leader()
@@ -341,6 +355,7 @@ class Broker:
             grace = self.config.node.shutdown_grace_seconds
             await self._drain(grace)
             await self._grpc.stop(grace)
+        await self.forwarder.close()
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.

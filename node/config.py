@@ -123,6 +123,9 @@ class ClusterSection:
     raft_address: str = ""
     members: list = field(default_factory=list)
     secret: str = ""
+    # issue 11: a member that is not the leader relays write and admin calls to the leader (authenticated with
+    # the secret) instead of only answering with a redirect; clients can still ask for the redirect
+    forward_to_leader: bool = True
     raft: dict = field(default_factory=dict)  # replication.RaftSettings overrides by field name (not durability)
 
 
@@ -539,6 +542,7 @@ def sample_yaml() -> str:
             "raft_address": "this node's Raft address as peers see it (stable DNS name)",
             "members": "[{id: n0, raft: host:8091, grpc: host:8081}, ...]; empty = single node",
             "secret": "Raft peer password (optional; env/--set value taken verbatim)",
+            "forward_to_leader": "a follower relays writes/admin calls to the leader (else: redirect hint only)",
             "raft": "Raft and group-commit tuning (replication.RaftSettings); defaults suit most groups",
         },
         "raft": {

@@ -339,6 +339,16 @@ class RaftWritePath:
             return None
         return self.peers.by_raft_address(self._log.leader_address())
 
+    def leader_contact(self) -> tuple[MemberInfo | None, float]:
+        """(leader, seconds since this member last heard from it); 0 on the leader itself. A follower that has
+        not heard its leader for a while (stopped, cut off) should not hand it work (node/forwarding.py)."""
+        leader = self.leader()
+        if leader is None or self._log is None:
+            return None, float("inf")
+        if leader.id == self.node_id:
+            return leader, 0.0
+        return leader, time.monotonic() - self._log.leader_heard_at
+
     def _not_writable_error(self) -> ReplicationError:
         if not self._running:
             return WritePathStoppedError()
