@@ -12,19 +12,121 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
+_FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
+PRE_VOTE = "raftmq_pre_vote"
+PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
+
 
 class ReplicatedLog(SyncObj):
+    """pysyncobj's SyncObj with three fixes to its election behaviour (issue 11), all on the tick thread:
+
+    * **Pre-vote** (Raft thesis 9.6): when its election timer fires, a member first asks the others whether they
+      would vote for it, without raising its term. They say yes only if they have not heard from a leader for a
+      minimum election timeout and its log is at least as up to date as theirs. Only with a majority of yeses does
+      it start pysyncobj's real election. A member that was partitioned away (or paused) therefore cannot disrupt
+      a healthy leader with its inflated term when it returns.
+    * **Stall grace**: a tick that starts much later than the previous one means this thread was starved (busy
+      CPU, GC, a slow disk), not that the peers were silent: their messages are waiting in the socket. pysyncobj
+      checks its election deadline (follower) and its majority-response deadline (leader) *before* reading them,
+      so a stall turned into a needless election or step-down. After a stall both deadlines get one short grace
+      period, so the waiting messages are read first.
+    * Counters for metrics: elections and pre-votes started, stalls seen.
+    """
+
     def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any):
         self._machine = machine  # set before SyncObj.__init__ so pysyncobj never treats it as replicated state
         self.leader_heard_at = 0.0  # time.monotonic() of the last append_entries from a current leader
         self.resent_applied_entries = 0  # entries a leader re-sent that this member had applied (metrics)
+        self.pre_votes_started = 0
+        self.elections_started = 0
+        self.tick_stalls = 0
+        self._last_tick_start = 0.0
+        self._pre_vote_term = -1  # the term this member is asking pre-votes for (-1: none in progress)
+        self._pre_vote_grants: set = set()
+        self._stall_s = max(0.5, conf.raftMinTimeout / 3)
+        self._stall_grace_s = max(0.2, 4 * conf.appendEntriesPeriod)
         super().__init__(self_address, peer_addresses, conf)
 
+    # ------------------------------------------------------------------ tick
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's names
+        now = time.monotonic()
+        if self._last_tick_start and now - self._last_tick_start > self._stall_s:
+            self.tick_stalls += 1
+            self._grant_stall_grace(now)
+        self._last_tick_start = now
+        self._maybe_pre_vote(now)
+        term_before = self.raftCurrentTerm
+        SyncObj._onTick(self, timeToWait)
+        if self.raftCurrentTerm > term_before and self._SyncObj__votedForNodeId == getattr(
+                self._SyncObj__selfNode, "id", None):
+            self.elections_started += 1  # this member raised the term to campaign (not: learned a higher one)
+
+    def _grant_stall_grace(self, now: float) -> None:
+        until = now + self._stall_grace_s
+        if self._SyncObj__raftState != _LEADER:
+            if self._SyncObj__raftElectionDeadline < until and not self._SyncObj__transferInProgress:
+                self._SyncObj__raftElectionDeadline = until
+        else:
+            floor = until - self._SyncObj__conf.leaderFallbackTimeout
+            last = self._SyncObj__lastResponseTime
+            for node in list(last):
+                if last[node] < floor:
+                    last[node] = floor
+
+    def _maybe_pre_vote(self, now: float) -> None:
+        """Run pre-vote instead of letting pysyncobj start an election when the timer fires (see the class doc)."""
+        if self._SyncObj__selfNode is None or self._SyncObj__raftState == _LEADER:
+            return
+        if self._SyncObj__transferInProgress or self._SyncObj__raftElectionDeadline == 0:
+            return  # a leader asked for this election (TimeoutNow) or the pre-vote already succeeded
+        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+            return
+        # the timer fired: ask first; pysyncobj's own election waits for a new timeout unless the pre-vote wins
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._pre_vote_term = self.raftCurrentTerm + 1
+        self._pre_vote_grants = set()
+        self.pre_votes_started += 1
+        message = {"type": PRE_VOTE, "term": self._pre_vote_term,
+                   "last_log_index": self._SyncObj__getCurrentLogIndex(),
+                   "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        for node in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(node, message)
+        self._check_pre_vote_majority()
+
+    def _check_pre_vote_majority(self) -> None:
+        voters = len(self._SyncObj__otherNodes) + 1
+        if len(self._pre_vote_grants) + 1 > voters / 2:  # + our own
+            self._pre_vote_term = -1
+            self._SyncObj__raftElectionDeadline = 0  # pysyncobj starts the real election on this tick
+
+    def _on_pre_vote(self, node: Any, message: dict) -> None:
+        """Would we vote for this member? Changes no state of ours (that is the point of a pre-vote)."""
+        heard_recently = time.monotonic() - self.leader_heard_at < self._SyncObj__conf.raftMinTimeout
+        up_to_date = (message["last_log_term"], message["last_log_index"]) >= \
+            (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+        granted = (self._SyncObj__raftState != _LEADER and not heard_recently and up_to_date
+                   and message["term"] > self.raftCurrentTerm)
+        self._SyncObj__transport.send(node, {"type": PRE_VOTE_RESPONSE, "term": message["term"], "granted": granted})
+
+    def _on_pre_vote_response(self, node: Any, message: dict) -> None:
+        if message["term"] != self._pre_vote_term or not message.get("granted"):
+            return
+        self._pre_vote_grants.add(node)
+        if self._SyncObj__raftState != _LEADER:
+            self._check_pre_vote_majority()
+
+    # ------------------------------------------------------------------ messages
     # pysyncobj binds its message handler by this (mangled) name in SyncObj.__init__, so this override sees every
     # message from a peer first; it runs on the tick thread, like the original.
     def _SyncObj__onMessageReceived(self, node: Any, message: dict) -> None:  # noqa: N802
-        if message.get("type") == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
+        kind = message.get("type")
+        if kind == PRE_VOTE:
+            return self._on_pre_vote(node, message)
+        if kind == PRE_VOTE_RESPONSE:
+            return self._on_pre_vote_response(node, message)
+        if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
             self.leader_heard_at = time.monotonic()
+            self._pre_vote_term = -1  # a live leader: no election wanted
             if "prevLogIdx" in message and "transmission" not in message:
                 message = self._skip_applied_entries(message)
         SyncObj._SyncObj__onMessageReceived(self, node, message)

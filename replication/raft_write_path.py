@@ -170,6 +170,8 @@ class RaftWritePath:
         self._running = False
         self._threads: list[threading.Thread] = []
         self.leader_changes = 0   # leaders this member has seen take over (metrics)
+        self.term_changes = 0     # Raft term increments seen since start (metrics; a climbing term = flapping)
+        self.leaderless_seconds = 0.0  # time this member knew no leader, since start (metrics)
         self.catch_up_bytes = 0   # commit-log bytes copied from peers (start-up rebuild + snapshot gaps; metrics)
         self.catch_up_throttle = CatchUpThrottle(self.settings.catch_up_bytes_per_s,  # copies served to peers
                                                  self.settings.catch_up_max_streams)
@@ -329,6 +331,13 @@ class RaftWritePath:
     def snapshot_installs(self) -> int:
         """Snapshots received from a leader since start; a steady rise means compaction outruns a lagging member."""
         return self.machine.snapshot_installs if self.machine is not None else 0
+
+    def election_counters(self) -> dict[str, int]:
+        """Elections this member started, pre-votes it asked for, tick-thread stalls it survived (metrics)."""
+        lg = self._log
+        return {"elections": getattr(lg, "elections_started", 0), "pre_votes": getattr(lg, "pre_votes_started", 0),
+                "tick_stalls": getattr(lg, "tick_stalls", 0),
+                "resent_applied_entries": getattr(lg, "resent_applied_entries", 0)}
 
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
@@ -692,13 +701,21 @@ class RaftWritePath:
 
     # ================================================================== housekeeping
     def _housekeeping(self) -> None:
-        last_offsets = time.monotonic()
+        last_offsets = last_check = time.monotonic()
         seen_leader = None
+        seen_term = self.term()
         while self._running:
             current = self._log.leader_address() if self._log is not None else None
             if current is not None and current != seen_leader:  # a leader other than the last one took over
                 self.leader_changes += 1
                 seen_leader = current
+            term, now = self.term(), time.monotonic()
+            if term > seen_term:
+                self.term_changes += term - seen_term
+                seen_term = term
+            if current is None:
+                self.leaderless_seconds += now - last_check
+            last_check = now
             with self._wake:
                 self._wake.wait(self.settings.offsets_linger_s)
             now = time.monotonic()
