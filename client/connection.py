@@ -183,9 +183,20 @@ class ServerPool:
             return
         self._probing = True
 
+        via = self._leader  # the member that forwards for us, if any
+
         def probe() -> None:
+            budget = min(1.0, self.timeout)
             try:
-                self.stubs(address).admin.ListTopics(pb.ListTopicsRequest(), timeout=min(1.0, self.timeout))
+                if via is not None and via != address:  # has the group moved on to another leader meanwhile?
+                    st = self.stubs(via).admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=budget)
+                    now = next((m.grpc_address for m in st.members if m.id == st.leader_id), None)
+                    if now and now != address:
+                        self._unreachable_leader = None
+                        if not self._is_suspect(now):
+                            self._leader = now
+                        return
+                self.stubs(address).admin.ListTopics(pb.ListTopicsRequest(), timeout=budget)
             except Exception:  # noqa: BLE001 - any failure: still out of reach
                 self._mark_suspect(address)
             else:
