@@ -232,6 +232,17 @@ class Broker:
         """Open (recover) the store, start the write path, wait until caught up; then serve."""
         cfg = self.config
         log.info("node %s: opening store %s", cfg.node.id, cfg.node.data_dir)
+        # Kubernetes: a restarted pod may still carry "leader" from its previous life; drop it before anything
+        # else, so the leader Service never selects this pod while it is not (yet) the leader (issue 11)
+        await self.run_blocking(self._start_labeler)
+        if self._labeler is not None:
+            self._phase = "setting this pod's role label to 'unknown' before serving"
+            limit = cfg.kubernetes.role_label_clear_timeout_s
+            if not await self.run_blocking(self._labeler.wait_applied, "unknown", limit):
+                log.warning("node %s: could not set the pod's role label to 'unknown' within %.0fs "
+                            "(kubernetes.role_label_clear_timeout_s); starting anyway", cfg.node.id, limit)
+            if self._stopping:
+                return
         self._phase = "recovering the store"
         from store.message_store import MessageStore
 
@@ -243,7 +254,6 @@ class Broker:
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
         self._start_schedule()
-        await self.run_blocking(self._start_labeler)
         await self._wait_caught_up()
         if self._stopping:
             return

@@ -132,6 +132,9 @@ class ClusterSection:
 @dataclass
 class KubernetesSection:
     role_label: str = "auto"
+    # issue 11: at (re)start the pod's role label is set to "unknown" BEFORE the node joins Raft or serves; if
+    # the API cannot be reached for this long the node starts anyway (and says so in its log)
+    role_label_clear_timeout_s: float = 30.0
 
 
 @dataclass
@@ -590,6 +593,8 @@ def sample_yaml() -> str:
     section("cluster", dataclasses.asdict(c), notes["cluster"])
     store = {k: v for k, v in _store_fields().items() if k not in _STORE_FIELDS_FROM_NODE}
     section("store", store, {}, "store.StoreConfig fields (root_dir, store_host, cluster_name come from above)")
-    section("kubernetes", {"role_label": KubernetesSection().role_label},
-            {"role_label": "auto (on when running in a pod) | true | false"})
+    section("kubernetes", {"role_label": KubernetesSection().role_label,
+                           "role_label_clear_timeout_s": KubernetesSection().role_label_clear_timeout_s},
+            {"role_label": "auto (on when running in a pod) | true | false",
+             "role_label_clear_timeout_s": "at start, wait this long for role=unknown on the pod before serving"})
     return "\n".join(lines) + "\n"
