@@ -59,13 +59,14 @@ def load_main(args: argparse.Namespace) -> None:
                 try:
                     p.send(TOPIC, b"x" * 256 + b"-%d-%d" % (i, n))
                     outcome = "ok"
-                except errors.UnknownOutcomeError:
-                    outcome = "unknown"
-                except errors.RaftmqError:
-                    outcome = "failed"
+                    why = ""
+                except errors.UnknownOutcomeError as e:
+                    outcome, why = "unknown", str(e)[:160]
+                except errors.RaftmqError as e:
+                    outcome, why = "failed", str(e)[:160]
                 n += 1
                 with lock:
-                    sys.stdout.write(json.dumps([t0, time.monotonic(), outcome, i]) + "\n")
+                    sys.stdout.write(json.dumps([t0, time.monotonic(), outcome, i, why]) + "\n")
                     sys.stdout.flush()
 
     threads = [threading.Thread(target=producer, args=(i,), daemon=True) for i in range(args.producers)]
@@ -158,6 +159,7 @@ def main() -> None:
     ap.add_argument("--producers", type=int, default=4, help="producer threads (default 4)")
     ap.add_argument("--timeout", type=float, default=2.0, help="SDK per-call timeout, seconds (default 2)")
     ap.add_argument("--durability", default="async", choices=("async", "sync"))
+    ap.add_argument("--verbose", action="store_true", help="print the slowest producer's failures per fault")
     ap.add_argument("--raft", default="{}", help='cluster.raft overrides as JSON, e.g. \'{"raft_min_timeout": 3}\'')
     args = ap.parse_args()
     if args.load:
@@ -273,6 +275,13 @@ def main() -> None:
                                 firsts[e[3]] = min(firsts.get(e[3], e[1]), e[1])
                     if len(firsts) == args.producers:
                         all_back.append(max(firsts.values()) - t_fault)
+                        if args.verbose:
+                            slowest = max(firsts, key=firsts.get)
+                            with reader_lock:
+                                errs = [f"{e[0] - t_fault:+.2f}s {e[2]}: {e[4]}" for e in events
+                                        if e[3] == slowest and e[0] >= t_fault and e[2] != "ok"]
+                            print(f"  {kind}: producer {slowest} back after {firsts[slowest] - t_fault:.2f}s; "
+                                  f"its failures: {errs[:12]}", flush=True)
                         break
                     time.sleep(0.02)
                 else:
