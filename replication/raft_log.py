@@ -7,6 +7,7 @@ writes the tiny dump instead), and keeping the logic in StateMachine keeps it te
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -81,8 +82,11 @@ class ReplicatedLog(SyncObj):
             return  # a leader asked for this election (TimeoutNow) or the pre-vote already succeeded
         if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
             return
-        # the timer fired: ask first; pysyncobj's own election waits for a new timeout unless the pre-vote wins
-        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        # The timer fired: ask first; pysyncobj's own election waits unless the pre-vote wins. A lost pre-vote is
+        # asked again soon (it changes nobody's term, so it is cheap): a peer that heard the old leader just
+        # before our timer fired says yes a moment later, and a dead leader is replaced without a second timeout.
+        conf = self._SyncObj__conf
+        self._SyncObj__raftElectionDeadline = now + conf.raftMinTimeout * random.uniform(0.25, 0.5)
         self._pre_vote_term = self.raftCurrentTerm + 1
         self._pre_vote_grants = set()
         self.pre_votes_started += 1
