@@ -12,6 +12,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from tests.replication.cluster_util import REDIRECT, wait_leader
 from tests.support.processes import running_nodes
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,9 +36,11 @@ def test_a_follower_forwards_writes_and_admin_calls_to_the_leader(tmp_path):
         messaging.CommitOffset(pb.CommitOffsetRequest(group="g", topic="Fw", offsets={0: 2}), timeout=30)
 
         # the leader stored them (one write path)
-        got = pb_grpc.MessagingServiceStub(leader.channel()).PullMessage(
-            pb.PullMessageRequest(topic="Fw", queue_id=0, offset=0, max_count=10), timeout=30)
-        assert [m.body for m in got.messages] == [b"one", b"two", b"three"]
+        pull = pb.PullMessageRequest(topic="Fw", queue_id=0, offset=0, max_count=10, long_poll_timeout_ms=200)
+        got = wait_for(lambda: (lambda ms: ms if len(ms) >= 3 else None)(
+            pb_grpc.MessagingServiceStub(leader.channel()).PullMessage(pull, timeout=30).messages),
+            "the three messages to be dispatched on the leader")
+        assert [m.body for m in got] == [b"one", b"two", b"three"]
         fetched = pb_grpc.MessagingServiceStub(leader.channel()).FetchOffset(
             pb.FetchOffsetRequest(group="g", topic="Fw"), timeout=30)
         assert dict(fetched.offsets) == {0: 2}
@@ -65,6 +68,8 @@ def test_a_follower_forwards_writes_and_admin_calls_to_the_leader(tmp_path):
             pb.SendMessageRequest(message=pb.Message(topic="Fw", body=b"relayed")), timeout=30,
             metadata=(("x-raftmq-forwarded-by", "n9"), ("x-raftmq-forwarded-for", "ipv4:10.9.9.9:1234"),
                       ("x-raftmq-secret", SECRET)))
-        got = pb_grpc.MessagingServiceStub(leader.channel()).PullMessage(
-            pb.PullMessageRequest(topic="Fw", queue_id=0, offset=r.result.queue_offset, max_count=1), timeout=30)
-        assert got.messages[0].born_host == "10.9.9.9:1234"
+        pull = pb.PullMessageRequest(topic="Fw", queue_id=0, offset=r.result.queue_offset, max_count=1,
+                                     long_poll_timeout_ms=200)
+        got = wait_for(lambda: pb_grpc.MessagingServiceStub(leader.channel()).PullMessage(pull, timeout=30).messages,
+                       "the relayed message to be dispatched")
+        assert got[0].born_host == "10.9.9.9:1234"
