@@ -231,7 +231,10 @@ class ServerPool:
         first = (self._leader or self._read_address) if write else self._read_address
         rest = [a for a in self.addresses if a != first]
         order = [first] + rest
-        return [a for a in order if not self._is_suspect(a)] + [a for a in order if self._is_suspect(a)]
+        # suspects last, the one whose suspicion ends first (failed longest ago) first among them: when every
+        # member has failed lately, the one that just timed out must not be first again
+        suspects = sorted((a for a in order if self._is_suspect(a)), key=lambda a: self._suspect[a][0])
+        return [a for a in order if not self._is_suspect(a)] + suspects
 
     def _run(self, call, *, write: bool, idempotent: bool, timeout: float | None,
              uniq_keys: list[str] | None) -> tuple[Any, str]:
