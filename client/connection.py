@@ -6,6 +6,12 @@ the ``x-raftmq-leader`` trailing metadata, and the write is sent there. A write 
 not to have been stored: connection never made, not the leader, no leader yet / not ready (UNAVAILABLE from the
 server), busy (RESOURCE_EXHAUSTED). A write whose outcome is unknown (deadline, broken connection, UNKNOWN) is
 raised as ``UnknownOutcomeError`` unless the call is idempotent.
+
+Failover (issue 11): a member that timed out or could not be reached is *suspect* for a while and tried last,
+so no write waits on a dead leader twice. While the leader itself is suspect, writes go to the other members
+without asking for a redirect: they forward the call to the leader over the cluster's own channel (a client cut
+off from the leader keeps writing through the followers), and a member that knows of a newer leader names it.
+Otherwise writes ask for the redirect (``x-raftmq-redirect: 1``) and go straight to the leader.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
+from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 from client import errors
@@ -30,6 +37,9 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 _MAX_REDIRECTS = 8
+REDIRECT_METADATA = (("x-raftmq-redirect", "1"),)  # "answer with the leader hint rather than forwarding"
+SUSPECT_S = 5.0       # a member that timed out / refused is tried last for this long (doubling on repeats)
+MAX_SUSPECT_S = 30.0
 
 
 def parse_server(address: str) -> str:
@@ -60,11 +70,47 @@ def parse_servers(servers: str | Iterable[str] | None) -> list[str]:
     return out
 
 
+class _WithMetadata:
+    """A stub whose calls carry fixed metadata (the same call signatures as the generated stub)."""
+
+    def __init__(self, stub: Any, metadata: tuple[tuple[str, str], ...]):
+        self._stub = stub
+        self._metadata = metadata
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
+        wrapped = _MethodWithMetadata(method, self._metadata)
+        setattr(self, name, wrapped)
+        return wrapped
+
+
+class _MethodWithMetadata:
+    def __init__(self, method: Any, metadata: tuple[tuple[str, str], ...]):
+        self._method = method
+        self._metadata = metadata
+
+    def _kw(self, kw: dict) -> dict:
+        kw["metadata"] = tuple(kw.get("metadata") or ()) + self._metadata
+        return kw
+
+    def __call__(self, request: Any, **kw: Any) -> Any:
+        return self._method(request, **self._kw(kw))
+
+    def future(self, request: Any, **kw: Any) -> Any:
+        return self._method.future(request, **self._kw(kw))
+
+    def with_call(self, request: Any, **kw: Any) -> Any:
+        return self._method.with_call(request, **self._kw(kw))
+
+
 class _Stubs:
-    def __init__(self, channel: grpc.Channel):
+    def __init__(self, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...] = ()):
         self.channel = channel
-        self.messaging = pbg.MessagingServiceStub(channel)
-        self.admin = pbg.AdminServiceStub(channel)
+        self.messaging: Any = pbg.MessagingServiceStub(channel)
+        self.admin: Any = pbg.AdminServiceStub(channel)
+        if metadata:
+            self.messaging = _WithMetadata(self.messaging, metadata)
+            self.admin = _WithMetadata(self.admin, metadata)
 
 
 class ServerPool:
@@ -80,28 +126,90 @@ class ServerPool:
         self.timeout = timeout
         self.retry_timeout = retry_timeout
         self._stubs: dict[str, _Stubs] = {}
+        self._redirect_stubs: dict[str, _Stubs] = {}
         self._lock = threading.Lock()
         self._read_address = self.addresses[0]
         self._leader: str | None = None
+        self._suspect: dict[str, tuple[float, float]] = {}  # address -> (suspect until, last period)
+        self._unreachable_leader: str | None = None  # the leader as the cluster sees it, but we cannot reach it
+        self._probing = False
         self._closed = False
 
     # ------------------------------------------------------------------ channels
 
-    def stubs(self, address: str) -> _Stubs:
+    def stubs(self, address: str, *, redirect: bool = False) -> _Stubs:
+        """Stubs on the shared channel to ``address``; ``redirect``: ask a non-leader for the hint, not to forward."""
         with self._lock:
             if self._closed:
                 raise errors.RaftmqError("client is closed")
             s = self._stubs.get(address)
             if s is None:
                 s = self._stubs[address] = _Stubs(grpc.insecure_channel(address, options=_CHANNEL_OPTIONS))
-            return s
+            if not redirect:
+                return s
+            r = self._redirect_stubs.get(address)
+            if r is None:
+                r = self._redirect_stubs[address] = _Stubs(s.channel, REDIRECT_METADATA)
+            return r
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            stubs, self._stubs = list(self._stubs.values()), {}
+            stubs, self._stubs, self._redirect_stubs = list(self._stubs.values()), {}, {}
         for s in stubs:
             s.channel.close()
+
+    # ------------------------------------------------------------------ suspects
+
+    def _is_suspect(self, address: str) -> bool:
+        entry = self._suspect.get(address)
+        return entry is not None and entry[0] > time.monotonic()
+
+    def _mark_suspect(self, address: str) -> None:
+        _, last = self._suspect.get(address, (0.0, 0.0))
+        period = min(MAX_SUSPECT_S, last * 2) if last else SUSPECT_S
+        self._suspect[address] = (time.monotonic() + period, period)
+        if self._leader == address:
+            self._leader = None
+            self._unreachable_leader = address
+        if self._read_address == address:
+            self._read_address = next((a for a in self.addresses if not self._is_suspect(a)), address)
+
+    def _maybe_probe(self) -> None:
+        """Once the unreachable leader's suspicion ran out, check it with a read (in the background, so no write
+        waits on it); reachable again -> writes go to it directly, else it stays suspect for longer."""
+        address = self._unreachable_leader
+        if address is None or self._is_suspect(address) or self._probing:
+            return
+        self._probing = True
+
+        via = self._leader  # the member that forwards for us, if any
+
+        def probe() -> None:
+            budget = min(1.0, self.timeout)
+            try:
+                if via is not None and via != address:  # has the group moved on to another leader meanwhile?
+                    st = self.stubs(via).admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=budget)
+                    now = next((m.grpc_address for m in st.members if m.id == st.leader_id), None)
+                    if now and now != address:
+                        self._unreachable_leader = None
+                        if not self._is_suspect(now):
+                            self._leader = now
+                        return
+                self.stubs(address).admin.ListTopics(pb.ListTopicsRequest(), timeout=budget)
+            except Exception:  # noqa: BLE001 - any failure: still out of reach
+                self._mark_suspect(address)
+            else:
+                self._clear_suspect(address)
+            finally:
+                self._probing = False
+
+        threading.Thread(target=probe, name="raftmq-leader-probe", daemon=True).start()
+
+    def _clear_suspect(self, address: str) -> None:
+        self._suspect.pop(address, None)
+        if self._unreachable_leader == address:
+            self._unreachable_leader = None
 
     @property
     def leader(self) -> str | None:
@@ -121,7 +229,12 @@ class ServerPool:
 
     def _order(self, write: bool) -> list[str]:
         first = (self._leader or self._read_address) if write else self._read_address
-        return [first] + [a for a in self.addresses if a != first]
+        rest = [a for a in self.addresses if a != first]
+        order = [first] + rest
+        # suspects last, the one whose suspicion ends first (failed longest ago) first among them: when every
+        # member has failed lately, the one that just timed out must not be first again
+        suspects = sorted((a for a in order if self._is_suspect(a)), key=lambda a: self._suspect[a][0])
+        return [a for a in order if not self._is_suspect(a)] + suspects
 
     def _run(self, call, *, write: bool, idempotent: bool, timeout: float | None,
              uniq_keys: list[str] | None) -> tuple[Any, str]:
@@ -129,6 +242,8 @@ class ServerPool:
         deadline = time.monotonic() + self.retry_timeout
         backoff = 0.05
         while True:
+            if write:
+                self._maybe_probe()
             candidates = self._order(write)
             unreachable: list[errors.ConnectionError] = []
             last: errors.RaftmqError | None = None
@@ -140,34 +255,51 @@ class ServerPool:
                 # A read never waits past the operation's budget; a write keeps its full deadline (cutting it
                 # short would only turn more writes into unknown outcomes).
                 budget = per_call if write else max(0.1, min(per_call, deadline - time.monotonic()))
+                # while the leader is out of our reach, let the other members forward the write to it
+                forwarding = write and self._unreachable_leader is not None and address != self._unreachable_leader
                 try:
-                    response = call(self.stubs(address), budget)
+                    response = call(self.stubs(address, redirect=write and not forwarding), budget)
                 except grpc.RpcError as rpc_err:
                     err = errors.from_rpc_error(rpc_err, address, write=write and not idempotent,
                                                 uniq_keys=uniq_keys)
                 else:
+                    self._clear_suspect(address)
                     if write:
-                        self._leader = address
+                        self._leader = address  # the leader, or a member that forwards to it for us
                     else:
                         self._read_address = address
                     return response, address
                 if isinstance(err, errors.NotLeaderError):
                     if self._leader == address:
                         self._leader = None
-                    if err.leader and err.leader != address and redirects < _MAX_REDIRECTS:
+                    hint = err.leader
+                    if hint and hint == self._unreachable_leader and not forwarding and redirects < _MAX_REDIRECTS:
+                        redirects += 1  # we cannot reach that leader: ask this member to forward instead
+                        candidates.insert(i, address)
+                    elif hint and hint != address and redirects < _MAX_REDIRECTS:
                         redirects += 1
-                        self._leader = err.leader
-                        candidates.insert(i, err.leader)
+                        if hint != self._unreachable_leader:
+                            self._unreachable_leader = None  # a new leader: try it directly
+                            self._suspect.pop(hint, None)
+                        self._leader = hint
+                        candidates.insert(i, hint)
                     last = err
                 elif isinstance(err, errors.ConnectionError):
+                    self._mark_suspect(address)
                     unreachable.append(err)
                     last = err
                 elif isinstance(err, errors.UnavailableError):  # refused by the server: not stored
+                    if err.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        self._mark_suspect(address)
                     last = err
                 elif isinstance(err, errors.UnknownOutcomeError):
+                    if err.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                        self._mark_suspect(address)  # never wait on this member again for the next write
                     raise err
                 elif write and idempotent and err.code in (grpc.StatusCode.DEADLINE_EXCEEDED,
                                                            grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED):
+                    if err.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        self._mark_suspect(address)
                     last = err
                 else:
                     raise err

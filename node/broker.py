@@ -30,6 +30,7 @@ from node.console import Console
 from node.consumer_groups import ConsumerGroupRegistry
 from node.convert import StoreMessageBuilder
 from node.errors import RpcError, not_found, unavailable
+from node.forwarding import Forwarder
 from node.http_server import HealthServer
 from node.long_poll import LongPollRegistry
 from node.messaging import MAX_PULL_BYTES, MessagingService
@@ -64,6 +65,11 @@ class Broker:
         self.write_path: Any = None
         self.long_polls: LongPollRegistry | None = None
         self.consumer_groups = ConsumerGroupRegistry()  # live group members; meaningful on the leader only
+        # relays calls a follower cannot serve to the leader (issue 11; node/forwarding.py, hook in node/rpc.py)
+        self.forwarder = Forwarder(cfg.node.id, cfg.cluster.secret, enabled=cfg.cluster.forward_to_leader,
+                                   leader_contact=self._leader_contact,
+                                   fresh_s=cfg.raft_settings().raft_min_timeout / 2 if cfg.members else 0.75,
+                                   own_address=cfg.advertised_address)
         self.serving = False
         self.rpcs_in_flight = 0
         self._live_repairs: set[tuple[int, int]] = set()  # damaged ranges a read found, being fetched from peers
@@ -126,6 +132,14 @@ class Broker:
     def check_serving(self) -> None:
         if not self.serving:
             raise unavailable(f"node {self.node_id} is not ready ({self._phase}); retry shortly or use another member")
+
+    def _leader_contact(self) -> tuple[str | None, float]:
+        """(leader's gRPC address, seconds since this member heard from it) for the forwarder."""
+        contact = getattr(self.write_path, "leader_contact", None)
+        if contact is None:
+            return None, float("inf")
+        leader, age = contact()
+        return (leader.grpc_address or None, age) if leader is not None else (None, age)
 
     def check_leader(self) -> None:
         leader = self.write_path.leader()
@@ -246,6 +260,17 @@ class Broker:
         """Open (recover) the store, start the write path, wait until caught up; then serve."""
         cfg = self.config
         log.info("node %s: opening store %s", cfg.node.id, cfg.node.data_dir)
+        # Kubernetes: a restarted pod may still carry "leader" from its previous life; drop it before anything
+        # else, so the leader Service never selects this pod while it is not (yet) the leader (issue 11)
+        await self.run_blocking(self._start_labeler)
+        if self._labeler is not None:
+            self._phase = "setting this pod's role label to 'unknown' before serving"
+            limit = cfg.kubernetes.role_label_clear_timeout_s
+            if not await self.run_blocking(self._labeler.wait_applied, "unknown", limit):
+                log.warning("node %s: could not set the pod's role label to 'unknown' within %.0fs "
+                            "(kubernetes.role_label_clear_timeout_s); starting anyway", cfg.node.id, limit)
+            if self._stopping:
+                return
         self._phase = "recovering the store"
         from store.message_store import MessageStore
 
@@ -266,7 +291,6 @@ class Broker:
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
         self._start_schedule()
-        await self.run_blocking(self._start_labeler)
         await self._wait_caught_up()
         if self._stopping:
             return
@@ -492,6 +516,7 @@ class Broker:
             grace = self.config.node.shutdown_grace_seconds
             await self._drain(grace)
             await self._grpc.stop(grace)
+        await self.forwarder.close()
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.

@@ -124,12 +124,18 @@ class ClusterSection:
     raft_address: str = ""
     members: list = field(default_factory=list)
     secret: str = ""
+    # issue 11: a member that is not the leader relays write and admin calls to the leader (authenticated with
+    # the secret) instead of only answering with a redirect; clients can still ask for the redirect
+    forward_to_leader: bool = True
     raft: dict = field(default_factory=dict)  # replication.RaftSettings overrides by field name (not durability)
 
 
 @dataclass
 class KubernetesSection:
     role_label: str = "auto"
+    # issue 11: at (re)start the pod's role label is set to "unknown" BEFORE the node joins Raft or serves; if
+    # the API cannot be reached for this long the node starts anyway (and says so in its log)
+    role_label_clear_timeout_s: float = 30.0
 
 
 @dataclass
@@ -543,6 +549,7 @@ def sample_yaml() -> str:
             "raft_address": "this node's Raft address as peers see it (stable DNS name)",
             "members": "[{id: n0, raft: host:8091, grpc: host:8081}, ...]; empty = single node",
             "secret": "Raft peer password (optional; env/--set value taken verbatim)",
+            "forward_to_leader": "a follower relays writes/admin calls to the leader (else: redirect hint only)",
             "raft": "Raft and group-commit tuning (replication.RaftSettings); defaults suit most groups",
         },
         "raft": {
@@ -590,6 +597,8 @@ def sample_yaml() -> str:
     section("cluster", dataclasses.asdict(c), notes["cluster"])
     store = {k: v for k, v in _store_fields().items() if k not in _STORE_FIELDS_FROM_NODE}
     section("store", store, {}, "store.StoreConfig fields (root_dir, store_host, cluster_name come from above)")
-    section("kubernetes", {"role_label": KubernetesSection().role_label},
-            {"role_label": "auto (on when running in a pod) | true | false"})
+    section("kubernetes", {"role_label": KubernetesSection().role_label,
+                           "role_label_clear_timeout_s": KubernetesSection().role_label_clear_timeout_s},
+            {"role_label": "auto (on when running in a pod) | true | false",
+             "role_label_clear_timeout_s": "at start, wait this long for role=unknown on the pod before serving"})
     return "\n".join(lines) + "\n"

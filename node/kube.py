@@ -101,8 +101,8 @@ class RoleLabeler:
         mode: str | bool | None = "auto",
         *,
         environ: Mapping[str, str] | None = None,
-        token_path: str = SERVICE_TOKEN_FILENAME,
-        ca_path: str = SERVICE_CERT_FILENAME,
+        token_path: str | None = None,
+        ca_path: str | None = None,
         **options: float,
     ) -> RoleLabeler | None:
         """Build a labeler from the pod's environment, or return None when not in a pod or disabled.
@@ -115,6 +115,10 @@ class RoleLabeler:
         if parsed == "false":
             return None
         env = os.environ if environ is None else environ
+        # RAFTMQ_SERVICE_ACCOUNT_DIR: credentials mounted somewhere else than Kubernetes' usual place
+        account_dir = env.get("RAFTMQ_SERVICE_ACCOUNT_DIR") or SERVICE_ACCOUNT_DIR
+        token_path = token_path or f"{account_dir}/token"
+        ca_path = ca_path or f"{account_dir}/ca.crt"
         missing = [
             name
             for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAME", "POD_NAMESPACE")
@@ -198,6 +202,17 @@ class RoleLabeler:
             with self._cond:
                 self._thread = None
 
+    def wait_applied(self, role: str, timeout: float) -> bool:
+        """Block until ``role`` is the label written on the pod (True) or ``timeout`` passes (False)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._applied != role:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
     @property
     def desired_role(self) -> str:
         with self._cond:
@@ -241,6 +256,7 @@ class RoleLabeler:
             backoff = self._initial_backoff
             with self._cond:
                 self._applied = role
+                self._cond.notify_all()  # wait_applied()
             log.info("role labeler: pod %s/%s now %s=%s", self.namespace, self.pod_name, self.label, role)
             if last_try:
                 return

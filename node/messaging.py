@@ -67,7 +67,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         node.check_leader()
         cfg = await node.writable_topic(topic)
         queue_id = self._queue_for(cfg, messages)
-        born_host = _peer_host(context.peer())
+        born_host = _peer_host(node.forwarder.client_peer(context))  # the real client, also when relayed
         msgs = node.converter.to_store_messages(messages, queue_id, born_host)
         t0 = time.perf_counter()
         put = node.write_path.put(msgs)

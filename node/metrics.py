@@ -276,6 +276,25 @@ class RaftCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(getattr(wp, attr, 0)))
             yield c
+        # issue 11: elections, term changes, time without a leader (a climbing term means flapping leadership)
+        counters = wp.election_counters() if hasattr(wp, "election_counters") else {}
+        for name, doc, value in (
+            ("raftmq_raft_elections", "Elections this member started (after a pre-vote won)",
+             counters.get("elections", 0)),
+            ("raftmq_raft_pre_votes", "Pre-votes this member asked for when its election timer fired",
+             counters.get("pre_votes", 0)),
+            ("raftmq_raft_term_changes", "Raft term increments seen by this member since it started",
+             getattr(wp, "term_changes", 0)),
+            ("raftmq_raft_leaderless_seconds", "Seconds this member knew no leader since it started",
+             getattr(wp, "leaderless_seconds", 0.0)),
+            ("raftmq_raft_tick_stalls", "Raft tick-thread stalls (starved CPU, slow disk); each got a grace period "
+             "instead of a needless election", counters.get("tick_stalls", 0)),
+            ("raftmq_raft_resent_applied_entries", "Already-applied entries a leader re-sent (matching; skipped)",
+             counters.get("resent_applied_entries", 0)),
+        ):
+            c = CounterMetricFamily(name, doc, labels=list(self._labels))
+            c.add_metric(list(self._labels.values()), float(value))
+            yield c
         throttle = getattr(wp, "catch_up_throttle", None)  # commit-log copies this node serves to peers
         if throttle is not None:
             for name, doc, value in (

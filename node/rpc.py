@@ -58,6 +58,15 @@ def rpc_handler(method: str, *, needs_ready: bool = True):
                     log.exception("%s failed unexpectedly", method)
                     err = RpcError(grpc.StatusCode.INTERNAL,
                                    f"internal error in {method}: {type(exc).__name__}: {exc} (see the node log)")
+                forwarder = getattr(node, "forwarder", None)  # issue 11: a follower relays to the leader
+                if forwarder is not None and forwarder.should_forward(method, err, context):
+                    try:
+                        response = await forwarder.forward(method, request, context, err.leader)
+                    except RpcError as relayed:
+                        err = relayed
+                    else:
+                        code = "FORWARDED"
+                        return response
                 code = err.code.name
                 if isinstance(exc, CorruptReadError):  # a replicated member repairs the record from a peer
                     hook = getattr(node, "on_corrupt_read", None)

@@ -14,8 +14,13 @@ from raftmq.v1 import replica_pb2_grpc
 from replication.write_path import MemberInfo
 
 SECRET_METADATA_KEY = "x-raftmq-secret"
+# Reconnect backoff: gRPC's default grows to 120 s while a peer is down, and every call in that window fails at
+# once with the stale "connection refused"; a restarted member then looked unreachable to the leader's status
+# fan-out for over a minute (issue 11). Peers are few and on the cluster network: retry about once a second.
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
-                    ("grpc.dns_min_time_between_resolutions_ms", 2000)]
+                    ("grpc.dns_min_time_between_resolutions_ms", 2000),
+                    ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                    ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
 class Peers:

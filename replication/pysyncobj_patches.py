@@ -9,7 +9,11 @@ Why each one:
 3. write readiness: when ``send()`` cannot write everything, stock TcpConnection waits for the next send (the
    next heartbeat) to flush the rest; subscribe for WRITE so large batches drain at socket speed.
 4. durable Raft metadata: the journal's meta file (currentTerm, votedFor, commit index) is replaced by rename
-   without fsync; fsync the file and its directory so a vote survives power loss.
+   without fsync; fsync the file and its directory so a vote survives power loss. Only a change of term or vote
+   needs that (Raft's safety rests on them; a stale commit index is simply learned again from the leader), and
+   pysyncobj re-stores the meta once a second on every follower that got a heartbeat, changed or not: an fsync
+   per second on the tick thread, which on a busy disk delayed heartbeats into elections (issue 11). So an
+   unchanged meta is not rewritten, and a commit-index-only change is written without fsync (as stock does).
 
 Patches 1 and 2 change the bytes on the wire but stay readable by stock nodes; every member runs this module.
 """
@@ -54,14 +58,21 @@ def _send_and_subscribe_write(self, message) -> None:
 
 
 def _store_meta_durably(self, meta) -> None:
+    last = getattr(self, "_raftmq_last_meta", None)
+    if last == meta:
+        return  # pysyncobj asks once a second whether anything changed or not
+    durable = last is None or any(last.get(k) != meta.get(k) for k in ("currentTerm", "votedForNodeId"))
     path = self.getPath()
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(_pickle.dumps(meta))
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     shutil.move(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    if durable:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    self._raftmq_last_meta = dict(meta)
 
 
 _orig_send = _tcp.TcpConnection.send

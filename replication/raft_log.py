@@ -7,15 +7,166 @@ writes the tiny dump instead), and keeping the logic in StateMachine keeps it te
 
 from __future__ import annotations
 
+import random
+import time
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
+_FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
+PRE_VOTE = "raftmq_pre_vote"
+PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
+
 
 class ReplicatedLog(SyncObj):
+    """pysyncobj's SyncObj with three fixes to its election behaviour (issue 11), all on the tick thread:
+
+    * **Pre-vote** (Raft thesis 9.6): when its election timer fires, a member first asks the others whether they
+      would vote for it, without raising its term. They say yes only if they have not heard from a leader for a
+      minimum election timeout and its log is at least as up to date as theirs. Only with a majority of yeses does
+      it start pysyncobj's real election. A member that was partitioned away (or paused) therefore cannot disrupt
+      a healthy leader with its inflated term when it returns.
+    * **Stall grace**: a tick that starts much later than the previous one means this thread was starved (busy
+      CPU, GC, a slow disk), not that the peers were silent: their messages are waiting in the socket. pysyncobj
+      checks its election deadline (follower) and its majority-response deadline (leader) *before* reading them,
+      so a stall turned into a needless election or step-down. After a stall both deadlines get one short grace
+      period, so the waiting messages are read first.
+    * Counters for metrics: elections and pre-votes started, stalls seen.
+    """
+
     def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any):
         self._machine = machine  # set before SyncObj.__init__ so pysyncobj never treats it as replicated state
+        self.leader_heard_at = 0.0  # time.monotonic() of the last append_entries from a current leader
+        self.resent_applied_entries = 0  # entries a leader re-sent that this member had applied (metrics)
+        self.pre_votes_started = 0
+        self.elections_started = 0
+        self.tick_stalls = 0
+        self._last_tick_start = 0.0
+        self._pre_vote_term = -1  # the term this member is asking pre-votes for (-1: none in progress)
+        self._pre_vote_grants: set = set()
+        self._stall_s = max(0.5, conf.raftMinTimeout / 3)
+        self._stall_grace_s = max(0.2, 4 * conf.appendEntriesPeriod)
         super().__init__(self_address, peer_addresses, conf)
+
+    # ------------------------------------------------------------------ tick
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's names
+        now = time.monotonic()
+        if self._last_tick_start and now - self._last_tick_start > self._stall_s:
+            self.tick_stalls += 1
+            self._grant_stall_grace(now)
+        self._last_tick_start = now
+        self._maybe_pre_vote(now)
+        term_before = self.raftCurrentTerm
+        SyncObj._onTick(self, timeToWait)
+        if self.raftCurrentTerm > term_before and self._SyncObj__votedForNodeId == getattr(
+                self._SyncObj__selfNode, "id", None):
+            self.elections_started += 1  # this member raised the term to campaign (not: learned a higher one)
+
+    def _grant_stall_grace(self, now: float) -> None:
+        until = now + self._stall_grace_s
+        if self._SyncObj__raftState != _LEADER:
+            if self._SyncObj__raftElectionDeadline < until and not self._SyncObj__transferInProgress:
+                self._SyncObj__raftElectionDeadline = until
+        else:
+            floor = until - self._SyncObj__conf.leaderFallbackTimeout
+            last = self._SyncObj__lastResponseTime
+            for node in list(last):
+                if last[node] < floor:
+                    last[node] = floor
+
+    def _maybe_pre_vote(self, now: float) -> None:
+        """Run pre-vote instead of letting pysyncobj start an election when the timer fires (see the class doc)."""
+        if self._SyncObj__selfNode is None or self._SyncObj__raftState == _LEADER:
+            return
+        if self._SyncObj__transferInProgress or self._SyncObj__raftElectionDeadline == 0:
+            return  # a leader asked for this election (TimeoutNow) or the pre-vote already succeeded
+        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+            return
+        # The timer fired: ask first; pysyncobj's own election waits unless the pre-vote wins. A lost pre-vote is
+        # asked again soon (it changes nobody's term, so it is cheap): a peer that heard the old leader just
+        # before our timer fired says yes a moment later, and a dead leader is replaced without a second timeout.
+        conf = self._SyncObj__conf
+        self._SyncObj__raftElectionDeadline = now + conf.raftMinTimeout * random.uniform(0.25, 0.5)
+        self._pre_vote_term = self.raftCurrentTerm + 1
+        self._pre_vote_grants = set()
+        self.pre_votes_started += 1
+        message = {"type": PRE_VOTE, "term": self._pre_vote_term,
+                   "last_log_index": self._SyncObj__getCurrentLogIndex(),
+                   "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        for node in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(node, message)
+        self._check_pre_vote_majority()
+
+    def _check_pre_vote_majority(self) -> None:
+        voters = len(self._SyncObj__otherNodes) + 1
+        if len(self._pre_vote_grants) + 1 > voters / 2:  # + our own
+            self._pre_vote_term = -1
+            self._SyncObj__raftElectionDeadline = 0  # pysyncobj starts the real election on this tick
+
+    def _on_pre_vote(self, node: Any, message: dict) -> None:
+        """Would we vote for this member? Changes no state of ours (that is the point of a pre-vote)."""
+        heard_recently = time.monotonic() - self.leader_heard_at < self._SyncObj__conf.raftMinTimeout
+        up_to_date = (message["last_log_term"], message["last_log_index"]) >= \
+            (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+        granted = (self._SyncObj__raftState != _LEADER and not heard_recently and up_to_date
+                   and message["term"] > self.raftCurrentTerm)
+        self._SyncObj__transport.send(node, {"type": PRE_VOTE_RESPONSE, "term": message["term"], "granted": granted})
+
+    def _on_pre_vote_response(self, node: Any, message: dict) -> None:
+        if message["term"] != self._pre_vote_term or not message.get("granted"):
+            return
+        self._pre_vote_grants.add(node)
+        if self._SyncObj__raftState != _LEADER:
+            self._check_pre_vote_majority()
+
+    # ------------------------------------------------------------------ messages
+    # pysyncobj binds its message handler by this (mangled) name in SyncObj.__init__, so this override sees every
+    # message from a peer first; it runs on the tick thread, like the original.
+    def _SyncObj__onMessageReceived(self, node: Any, message: dict) -> None:  # noqa: N802
+        kind = message.get("type")
+        if kind == PRE_VOTE:
+            return self._on_pre_vote(node, message)
+        if kind == PRE_VOTE_RESPONSE:
+            return self._on_pre_vote_response(node, message)
+        if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
+            self.leader_heard_at = time.monotonic()
+            self._pre_vote_term = -1  # a live leader: no election wanted
+            if "prevLogIdx" in message and "transmission" not in message:
+                message = self._skip_applied_entries(message)
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _skip_applied_entries(self, message: dict) -> dict:
+        """Drop the part of an append_entries that re-sends entries this member already applied, when they match.
+
+        Why: pysyncobj truncates the follower's log after ``prevLogIdx`` whenever the follower has more entries,
+        even matching ones (Raft truncates only on a conflict), and then logs CRITICAL "truncating already-applied
+        log entries ... state machine may have diverged". Leaders re-send ranges routinely (a follower stalled for a
+        moment, a reconnect, a next-index reset), so the alarm fired with no fault at all.
+
+        Why this is safe: an applied entry is committed, and by Raft's log-matching and leader-completeness
+        properties the leader holds the very same entries up to our last applied index. If every re-sent entry at
+        or below ``lastApplied`` has the term ours has at that index (same index and term = same entry), the
+        message is equivalent to one with ``prevLogIdx = lastApplied`` carrying only the entries after it; that is
+        what pysyncobj gets, so it never truncates an applied entry. A re-sent entry whose term differs from
+        the applied one is a real divergence: the message is left alone and pysyncobj's CRITICAL stands.
+        """
+        applied = self.raftLastApplied
+        prev = message["prevLogIdx"]
+        if prev >= applied:
+            return message  # nothing applied is touched
+        ours = self._SyncObj__getEntries(prev, applied - prev + 1)
+        if len(ours) != applied - prev + 1 or ours[0][1] != prev or ours[0][2] != message["prevLogTerm"]:
+            return message  # compacted away, or a conflict at prevLogIdx: pysyncobj's own handling applies
+        term_at = {e[1]: e[2] for e in ours}
+        entries = message.get("entries") or []
+        for entry in entries:
+            if entry[1] > applied:
+                break
+            if term_at.get(entry[1]) != entry[2]:
+                return message  # differs from an applied entry: a real conflict, keep pysyncobj's alarm
+        kept = [e for e in entries if e[1] > applied]
+        self.resent_applied_entries += len(entries) - len(kept)
+        return {**message, "prevLogIdx": applied, "prevLogTerm": term_at[applied], "entries": kept}
 
     @replicated
     def apply_batch(self, blob: bytes) -> Any:

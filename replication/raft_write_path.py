@@ -24,7 +24,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 from pysyncobj import FAIL_REASON, SyncObjConf
 from raftmq.v1 import replica_pb2
 
@@ -52,6 +51,7 @@ log = logging.getLogger(__name__)
 _LEADER = 2
 BIND_RETRIES = 5  # then start() fails with a clear error instead of running unbound
 PEER_STATUS_TIMEOUT_S = 1.0  # members_status asks all peers at once; a stopped one costs this, once
+SYNC_ROUND_TIMEOUT_S = 3.0  # one durability round; the write's own deadline cuts it shorter
 
 
 def _now_ms() -> int:
@@ -170,6 +170,8 @@ class RaftWritePath:
         self._running = False
         self._threads: list[threading.Thread] = []
         self.leader_changes = 0   # leaders this member has seen take over (metrics)
+        self.term_changes = 0     # Raft term increments seen since start (metrics; a climbing term = flapping)
+        self.leaderless_seconds = 0.0  # time this member knew no leader, since start (metrics)
         self.catch_up_bytes = 0   # commit-log bytes copied from peers (start-up rebuild + snapshot gaps; metrics)
         self.catch_up_throttle = CatchUpThrottle(self.settings.catch_up_bytes_per_s,  # copies served to peers
                                                  self.settings.catch_up_max_streams)
@@ -330,6 +332,13 @@ class RaftWritePath:
         """Snapshots received from a leader since start; a steady rise means compaction outruns a lagging member."""
         return self.machine.snapshot_installs if self.machine is not None else 0
 
+    def election_counters(self) -> dict[str, int]:
+        """Elections this member started, pre-votes it asked for, tick-thread stalls it survived (metrics)."""
+        lg = self._log
+        return {"elections": getattr(lg, "elections_started", 0), "pre_votes": getattr(lg, "pre_votes_started", 0),
+                "tick_stalls": getattr(lg, "tick_stalls", 0),
+                "resent_applied_entries": getattr(lg, "resent_applied_entries", 0)}
+
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
                 and self.is_leader() and self._writable_term == self.term())
@@ -338,6 +347,16 @@ class RaftWritePath:
         if self._log is None:
             return None
         return self.peers.by_raft_address(self._log.leader_address())
+
+    def leader_contact(self) -> tuple[MemberInfo | None, float]:
+        """(leader, seconds since this member last heard from it); 0 on the leader itself. A follower that has
+        not heard its leader for a while (stopped, cut off) should not hand it work (node/forwarding.py)."""
+        leader = self.leader()
+        if leader is None or self._log is None:
+            return None, float("inf")
+        if leader.id == self.node_id:
+            return leader, 0.0
+        return leader, time.monotonic() - self._log.leader_heard_at
 
     def _not_writable_error(self) -> ReplicationError:
         if not self._running:
@@ -491,22 +510,28 @@ class RaftWritePath:
 
     # ================================================================== sync durability
     def sync_local(self, index: int, term: int, timeout: float = 5.0) -> tuple[bool, int]:
-        """Make this member's journal and commit log durable and say whether entry (index, term) is among them."""
-        def do() -> tuple[bool, int]:
+        """Make this member's journal and commit log durable and say whether entry (index, term) is among them.
+
+        Only the journal msync and the reading of positions run on pysyncobj's tick thread (the journal may be
+        rewritten by compaction there); the commit-log and applied-index fsyncs wait here, so a slow disk does
+        not hold up heartbeats (a delayed heartbeat is an election on a busy host)."""
+        def do() -> tuple[bool, int, int]:
             lg = self._log
             last = lg.last_log_index()
             lg.flush_journal()
-            self.store.wait_flushed(self.store.commit_log_max_offset, timeout)
-            self.machine.applied.fsync()
+            end = self.store.commit_log_max_offset
             if index > last:
-                return False, last
+                return False, last, end
             t = lg.entry_term(index)
-            if t is None:  # compacted away: applied (and flushed just now) if the applied index covers it
-                return self.machine.applied.last[0] >= index or lg.raftLastApplied >= index, last
-            return t == term, last
+            if t is None:  # compacted away: applied if the applied index covers it (made durable below)
+                return self.machine.applied.last[0] >= index or lg.raftLastApplied >= index, last, end
+            return t == term, last, end
         if self._log is None:
             return False, 0
-        return self._on_tick_thread(do, timeout)
+        found, last, end = self._on_tick_thread(do, timeout)
+        flushed = self.store.wait_flushed(end, timeout)
+        self.machine.applied.fsync()
+        return found and flushed, last
 
     def _completion_loop(self) -> None:
         """Resolve committed batches off the tick thread. In ``sync`` mode, first one fsync round on a majority
@@ -526,7 +551,7 @@ class RaftWritePath:
                 deadline = max(it[4] for it in items)
                 ok = False
                 while self._running and time.monotonic() < deadline and self.is_leader():
-                    if self._sync_round(index, term, majority):
+                    if self._sync_round(index, term, majority, deadline):
                         ok = True
                         break
                     time.sleep(0.05)
@@ -545,26 +570,50 @@ class RaftWritePath:
                 for _ in items:
                     self._inflight_slots.release()
 
-    def _sync_round(self, index: int, term: int, majority: int) -> bool:
+    def _sync_round(self, index: int, term: int, majority: int, deadline: float | None = None) -> bool:
+        """Ask every member to make (index, term) durable; True as soon as a majority says it is.
+
+        Replies are counted as they arrive, so one silent or slow peer never delays the round while the others
+        can form the majority (a round used to wait for the peers in list order, each with its own deadline).
+        """
+        timeout = SYNC_ROUND_TIMEOUT_S if deadline is None else \
+            max(0.05, min(SYNC_ROUND_TIMEOUT_S, deadline - time.monotonic()))
         req = replica_pb2.SyncJournalRequest(index=index, term=term)
-        futs = [self.peers.stub(m.id).SyncJournal.future(req, timeout=3.0, metadata=self.peers.metadata)
-                for m in self.peers.others]
-        count = 0
-        try:
-            if self.sync_local(index, term)[0]:
-                count += 1
-        except Exception as e:
-            log.warning("local sync failed: %s", e)
-        for f in futs:
-            if count >= majority:
-                f.cancel()
-                continue
+        done = threading.Condition()
+        state = {"durable": 0, "answered": 0}
+
+        def on_reply(fut) -> None:
             try:
-                if f.result().durable:
-                    count += 1
-            except grpc.RpcError:
-                pass
-        return count >= majority
+                durable = (not fut.cancelled()) and fut.exception() is None and fut.result().durable
+            except Exception:  # noqa: BLE001 - any failed call simply does not count
+                durable = False
+            with done:
+                state["answered"] += 1
+                state["durable"] += 1 if durable else 0
+                done.notify_all()
+
+        futs = [self.peers.stub(m.id).SyncJournal.future(req, timeout=timeout, metadata=self.peers.metadata)
+                for m in self.peers.others]
+        for f in futs:
+            f.add_done_callback(on_reply)
+        local = False
+        try:
+            local = self.sync_local(index, term, timeout)[0]
+        except Exception as e:  # noqa: BLE001
+            log.warning("local sync failed: %s", e)
+        need = majority - (1 if local else 0)
+        end = time.monotonic() + timeout
+        with done:
+            while state["durable"] < need and state["answered"] < len(futs):
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                done.wait(left)
+            ok = state["durable"] >= need
+        if ok:
+            for f in futs:
+                f.cancel()  # the stragglers' answers are no longer needed
+        return ok
 
     def _fail_completions(self, exc: ReplicationError) -> None:
         with self._done_cv:
@@ -652,13 +701,21 @@ class RaftWritePath:
 
     # ================================================================== housekeeping
     def _housekeeping(self) -> None:
-        last_offsets = time.monotonic()
+        last_offsets = last_check = time.monotonic()
         seen_leader = None
+        seen_term = self.term()
         while self._running:
             current = self._log.leader_address() if self._log is not None else None
             if current is not None and current != seen_leader:  # a leader other than the last one took over
                 self.leader_changes += 1
                 seen_leader = current
+            term, now = self.term(), time.monotonic()
+            if term > seen_term:
+                self.term_changes += term - seen_term
+                seen_term = term
+            if current is None:
+                self.leaderless_seconds += now - last_check
+            last_check = now
             with self._wake:
                 self._wake.wait(self.settings.offsets_linger_s)
             now = time.monotonic()

@@ -14,9 +14,12 @@ from tests.support.processes import node_specs, start_nodes, stop_all
 pytestmark = pytest.mark.slow
 
 
+REDIRECT = (("x-raftmq-redirect", "1"),)
+
+
 def _error(call, req) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as e:
-        call(req, timeout=10)
+        call(req, timeout=10, metadata=REDIRECT)  # ask for the redirect, not forwarding (test_forwarding.py)
     return e.value
 
 

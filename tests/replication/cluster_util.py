@@ -19,6 +19,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import TINY_STORE, NodeProcess
 
 LEADER_KEY = "x-raftmq-leader"
+REDIRECT = (("x-raftmq-redirect", "1"),)  # a follower answers with the leader hint instead of forwarding
 
 
 def messaging(node: NodeProcess) -> pb_grpc.MessagingServiceStub:

@@ -12,6 +12,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 from tests.replication.cluster_util import (
     LEADER_KEY,
+    REDIRECT,
     Producers,
     admin,
     create_topic,
@@ -56,7 +57,7 @@ def test_status_transfer_and_graceful_stop(cluster_factory):
     assert wait_leader(c.nodes) is target
     # asking a follower to transfer names the leader
     with pytest.raises(grpc.RpcError) as e:
-        admin(leader).TransferLeader(pb.TransferLeaderRequest(to_id=leader.spec.id), timeout=30)
+        admin(leader).TransferLeader(pb.TransferLeaderRequest(to_id=leader.spec.id), timeout=30, metadata=REDIRECT)
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert dict(e.value.trailing_metadata()).get(LEADER_KEY) == target.grpc_address
     p.wait_acked(len(p.log.acked) + 200)

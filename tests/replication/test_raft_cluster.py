@@ -19,6 +19,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 from tests.replication.cluster_util import (
     LEADER_KEY,
+    REDIRECT,
     Producers,
     admin,
     create_topic,
@@ -86,14 +87,15 @@ def test_writes_replicate_byte_identical_and_followers_redirect(cluster_factory)
 
     # a follower refuses writes and names the leader
     with pytest.raises(grpc.RpcError) as e:
-        messaging(follower).SendMessage(pb.SendMessageRequest(message=pb.Message(topic=TOPIC, body=b"x")), timeout=10)
+        messaging(follower).SendMessage(pb.SendMessageRequest(message=pb.Message(topic=TOPIC, body=b"x")), timeout=10,
+                                        metadata=REDIRECT)
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert dict(e.value.trailing_metadata())[LEADER_KEY] == leader.grpc_address
     # a topic a follower does not know may just not have reached it yet: it sends the caller to the leader (even
     # for a read), which alone answers NOT_FOUND
     req = pb.PullMessageRequest(topic="NotYetHere", queue_id=0, offset=0)
     with pytest.raises(grpc.RpcError) as e:
-        messaging(follower).PullMessage(req, timeout=10)
+        messaging(follower).PullMessage(req, timeout=10, metadata=REDIRECT)
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION, e.value.details()
     assert dict(e.value.trailing_metadata())[LEADER_KEY] == leader.grpc_address
     with pytest.raises(grpc.RpcError) as e:
