@@ -73,8 +73,9 @@ class GroupCommitter:
         self._pending_bytes = 0
         self._running = False
         self._thread: threading.Thread | None = None
-        self.batches = 0  # counters for metrics and the benchmark
+        self.batches = 0  # counters for metrics and the benchmark: one batch = one Raft entry / one store append
         self.batched_msgs = 0
+        self.batched_puts = 0  # requests (puts) that shared those batches
 
     def start(self) -> None:
         with self._cond:
@@ -166,6 +167,7 @@ class GroupCommitter:
                 continue
             self.batches += 1
             self.batched_msgs += sum(len(p.msgs) for p in batch)
+            self.batched_puts += len(batch)
             try:
                 self._commit_fn(batch)
             except BaseException as e:  # the thread must survive; every caller gets the error

@@ -51,6 +51,7 @@ class LocalWritePath:
         self.max_inline_bytes = max_inline_bytes
         self.max_inline_flush_behind = max_inline_flush_behind
         self.inline_commits = 0  # puts applied in the caller's thread (the rest went through the committer)
+        self.inline_msgs = 0
         self._meta_lock = threading.Lock()
         self._started = False
 
@@ -76,6 +77,12 @@ class LocalWritePath:
                     self._commit_lock.release()
         return self._committer.submit(msgs)
 
+    def group_commit_stats(self) -> tuple[int, int, int]:
+        """(store appends, messages, requests) so far: an inline commit is one append of one request."""
+        c = self._committer
+        return (c.batches + self.inline_commits, c.batched_msgs + self.inline_msgs,
+                c.batched_puts + self.inline_commits)
+
     def _fits_in_segment(self, nbytes: int) -> bool:
         """The put lands in the current commit-log segment: creating the next one (a file of up to 1 GiB,
         fallocated) is left to the committer thread, never to the caller (the event loop)."""
@@ -91,6 +98,7 @@ class LocalWritePath:
     def _commit_inline(self, put: PendingPut) -> Future:
         """Apply a lone put now (commit lock held); its future is already resolved when returned."""
         self.inline_commits += 1
+        self.inline_msgs += len(put.msgs)
         try:
             self._apply([put])
         except BaseException as e:  # same contract as the committer: the caller's future carries the error

@@ -414,6 +414,11 @@ class RaftWritePath:
             return f
         return self._committer.submit(list(msgs))
 
+    def group_commit_stats(self) -> tuple[int, int, int]:
+        """(group commits, messages, requests) so far; each group commit is proposed as one Raft entry."""
+        c = self._committer
+        return c.batches, c.batched_msgs, c.batched_puts
+
     def _commit(self, batch: list[PendingPut]) -> None:
         """Committer thread: one Raft command per group commit."""
         if not self.is_writable():
