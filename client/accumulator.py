@@ -119,7 +119,8 @@ class SendAccumulator:
             s.abandoned = True
             raise errors.UnknownOutcomeError(
                 f"no answer within {timeout:.1f} s; the send ({_which(s.uniq_keys)}) may or may not have been "
-                "stored", uniq_keys=s.uniq_keys, code=grpc.StatusCode.DEADLINE_EXCEEDED) from None
+                "stored", uniq_keys=s.uniq_keys, code=grpc.StatusCode.DEADLINE_EXCEEDED,
+                address=self._pool.leader or self._pool.addresses[0]) from None
         if kind == "ok":
             return value
         raise value
