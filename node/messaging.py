@@ -99,10 +99,24 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         return pending.msgs, await self.complete(pending)
 
     async def submit(self, messages: list[pb.Message], born_host: tuple[str, int]) -> PendingSend:
-        """Check and convert one send and hand it to the write path; does not wait for the write.
+        """Check and convert one send and hand it to the write path; does not wait for the write."""
+        msgs = await self.prepare(messages, born_host)
+        return PendingSend(msgs, self.node.write_path.put(msgs), time.perf_counter())
+
+    def submit_prepared(self, prepared: list[list]) -> list[PendingSend]:
+        """Hand several prepared sends to the write path together: one group commit (one Raft entry) for all
+        of them when they fit, each with its own outcome."""
+        if not prepared:
+            return []
+        now = time.perf_counter()
+        puts = self.node.write_path.put_many(prepared)
+        return [PendingSend(msgs, put, now) for msgs, put in zip(prepared, puts, strict=True)]
+
+    async def prepare(self, messages: list[pb.Message], born_host: tuple[str, int]) -> list:
+        """The store messages of one send, checked and converted; raises for what cannot be stored.
 
         The one write path of every produce RPC (SendMessage, SendBatch, SendStream): it suspends only to
-        auto-create a topic, so the sends of one stream request reach the group committer back to back."""
+        auto-create a topic."""
         node = self.node
         topic = messages[0].topic
         for m in messages[1:]:
@@ -114,8 +128,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         node.check_leader()
         cfg = await node.writable_topic(topic)
         queue_id = self._queue_for(cfg, messages)
-        msgs = node.converter.to_store_messages(messages, queue_id, born_host)
-        return PendingSend(msgs, node.write_path.put(msgs), time.perf_counter())
+        return node.converter.to_store_messages(messages, queue_id, born_host)
 
     async def complete(self, pending: PendingSend) -> list:
         """Wait for a submitted send; its store results, or raises for anything that was not stored."""

@@ -45,21 +45,23 @@ def _outcome_for(exc: BaseException) -> pb.SendOutcome:
 
 async def _answer(service: MessagingService, request: pb.SendStreamRequest,
                   born_host: tuple[str, int]) -> pb.SendStreamResponse:
-    """Submit every send of the request, then wait for each: they are all in the committer's queue together."""
+    """Check every send of the request, queue the good ones together (one group commit), wait for each."""
     node = service.node
     node.rpcs_in_flight += 1
     node.last_rpc_started = time.monotonic()
     t0 = time.perf_counter()
     try:
-        submitted: list = []
+        checked: list = []
         for item in request.sends:
             try:
                 node.check_serving()
                 if not item.messages:
                     raise invalid("a send is empty; put at least one message in SendStreamItem.messages")
-                submitted.append(await service.submit(list(item.messages), born_host))
+                checked.append(await service.prepare(list(item.messages), born_host))
             except Exception as exc:
-                submitted.append(exc)
+                checked.append(exc)
+        queued = iter(service.submit_prepared([c for c in checked if not isinstance(c, Exception)]))
+        submitted = [c if isinstance(c, Exception) else next(queued) for c in checked]
         outcomes = []
         for s in submitted:
             if isinstance(s, Exception):
