@@ -145,3 +145,24 @@ def test_node_killed_mid_stream_acknowledged_sends_survive(tmp_path):
             for body, r in acked:
                 m = admin.view_message(r.msg_id)
                 assert m.body == body.encode() and m.uniq_key == r.uniq_key
+
+
+def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
+    """The stream first goes to the only address the producer knows, a follower: its sends come back 'not the
+    leader', are re-sent the unary way (redirect), and the next stream opens at the leader."""
+    with running_nodes(tmp_path, 3) as nodes:
+        with Admin([n.grpc_address for n in nodes]) as admin:
+            admin.create_topic("StreamMove", queues=2)
+            leader_id = admin.cluster_status().leader_id
+        leader = next(n for n in nodes if n.spec.id == leader_id)
+        follower = next(n for n in nodes if n is not leader)
+        before = _stream_requests(leader)
+        with Producer([follower.grpc_address]) as p:
+            first = p.send("StreamMove", b"first")
+            assert p.leader == leader.grpc_address
+            results = _send_from_threads(p, "StreamMove", threads=4, per_thread=10)
+        assert _stream_requests(follower) > 0, "the first stream went to the follower"
+        assert _stream_requests(leader) > before, "later sends streamed to the leader"
+        with Admin(leader.grpc_address) as admin:
+            for body, r in [("first", first)] + results:
+                assert admin.view_message(r.msg_id).body == body.encode()
