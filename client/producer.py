@@ -26,9 +26,12 @@ from collections.abc import Iterable, Mapping
 from raftmq.v1 import raftmq_pb2 as pb
 
 from client import errors
+from client.accumulator import Resend, SendAccumulator
 from client.connection import ServerPool
 from client.types import Message, SendResult
 from client.uniq_key import UniqKeyGenerator
+
+DEFAULT_LINGER_MS = 0.1  # only while earlier stream requests are unanswered: a lone send leaves at once
 
 
 def _body(body: bytes | bytearray | memoryview | str) -> bytes:
@@ -51,10 +54,18 @@ class Producer:
     """Sends messages. Thread-safe; use one per process and ``close()`` it (or use ``with``)."""
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
-                 retry_timeout: float = 15.0, unknown_outcome_retries: int = 0):
+                 retry_timeout: float = 15.0, unknown_outcome_retries: int = 0,
+                 linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = 16):
+        if linger_ms < 0:
+            raise ValueError(f"linger_ms must be >= 0 (0 turns the send accumulator off), got {linger_ms}")
+        if stream_window < 1:
+            raise ValueError(f"stream_window must be >= 1, got {stream_window}")
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
         self._ids = UniqKeyGenerator()
         self.unknown_outcome_retries = unknown_outcome_retries
+        # issue 17: sends from all threads share one SendStream (client/accumulator.py); linger_ms=0: unary calls
+        self._accumulator = (SendAccumulator(self._pool, linger_s=linger_ms / 1000.0, window=stream_window)
+                             if linger_ms > 0 else None)
 
     @property
     def servers(self) -> list[str]:
@@ -79,8 +90,7 @@ class Producer:
             m.queue_id = queue_id
         return m
 
-    def _write(self, call, uniq_keys: list[str]):
-        attempts = 0
+    def _write(self, call, uniq_keys: list[str], attempts: int = 0):
         while True:
             try:
                 response, _ = self._pool.write(call, uniq_keys=uniq_keys)
@@ -102,8 +112,27 @@ class Producer:
         """
         msg = Message(body, tags, keys, dict(properties or {}), delay_level)
         req = pb.SendMessageRequest(message=self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000))
-        resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [req.message.uniq_key])
+        results, attempts = self._stream_send([req.message])
+        if results is not None:
+            return SendResult.from_pb(results[0])
+        resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [req.message.uniq_key], attempts)
         return SendResult.from_pb(resp.result)
+
+    def _stream_send(self, items: list[pb.Message]) -> tuple[list[pb.SendResult] | None, int]:
+        """Through the accumulator when it is on: (results, 0), or (None, attempts used) to send the unary way
+        (not stored yet, the broker has no SendStream, or an unknown outcome to resend). Raises what the unary
+        call would have raised."""
+        acc = self._accumulator
+        if acc is None or not acc.supported:
+            return None, 0
+        try:
+            return acc.send(items, self._pool.timeout), 0
+        except Resend:
+            return None, 0  # definitely not stored: the unary path redirects / backs off / tries other addresses
+        except errors.UnknownOutcomeError:
+            if self.unknown_outcome_retries < 1:
+                raise
+            return None, 1  # the stream attempt counts as the first; resend the same UNIQ_KEYs
 
     def send_batch(self, topic: str, messages: Iterable[Message | bytes | str], *,
                    queue_id: int | None = None) -> list[SendResult]:
@@ -113,11 +142,17 @@ class Producer:
                  for m in messages]
         if not items:
             return []
+        results, attempts = self._stream_send(items)
+        if results is not None:
+            return [SendResult.from_pb(r) for r in results]
         req = pb.SendBatchRequest(messages=items)
-        resp = self._write(lambda s, t: s.messaging.SendBatch(req, timeout=t), [m.uniq_key for m in items])
+        resp = self._write(lambda s, t: s.messaging.SendBatch(req, timeout=t), [m.uniq_key for m in items],
+                           attempts)
         return [SendResult.from_pb(r) for r in resp.results]
 
     def close(self) -> None:
+        if self._accumulator is not None:
+            self._accumulator.close()
         self._pool.close()
 
     def __enter__(self) -> Producer:

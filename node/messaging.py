@@ -10,22 +10,28 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import itertools
+import logging
 import string
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node import convert
+from node import convert, send_stream
 from node.consumer_groups import MAX_CLIENT_ID_LENGTH
-from node.errors import invalid, not_found
+from node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
+from node.loop_bridge import LoopBridge
 from node.rpc import rpc_handler
 from node.validation import check_consumable_topic, check_group_name, check_topic_name
 from store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
     from node.broker import Broker
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_COUNT = 32
 DEFAULT_MAX_BYTES = 4 << 20
@@ -36,10 +42,22 @@ QUERY_MAX = 64  # RocketMQ's per-call cap
 _HEX = frozenset(string.hexdigits)
 
 
+class PendingSend:
+    """A send handed to the write path: its store messages, the write's future, when it was submitted."""
+
+    __slots__ = ("msgs", "put", "started")
+
+    def __init__(self, msgs: list, put: Future, started: float):
+        self.msgs = msgs
+        self.put = put
+        self.started = started
+
+
 class MessagingService(pb_grpc.MessagingServiceServicer):
     def __init__(self, node: Broker):
         self.node = node
         self._round_robin: dict[str, itertools.count] = {}
+        self._bridge: LoopBridge | None = None
 
     # ------------------------------------------------------------------ produce
     @rpc_handler("SendMessage")
@@ -54,8 +72,52 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         msgs, results = await self._send(list(request.messages), context)
         return pb.SendBatchResponse(results=[convert.send_result(r, m) for r, m in zip(results, msgs, strict=True)])
 
+    async def SendStream(self, request_iterator, context):  # noqa: N802
+        """issue 17: streaming produce (see node.send_stream); errors of the stream itself end it with a status."""
+        node = self.node
+        t0 = time.perf_counter()
+        code = "OK"
+        try:
+            async for response in send_stream.serve(self, request_iterator, context):
+                yield response
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except Exception as exc:
+            err = to_rpc_error(exc)
+            if err is None:
+                log.exception("SendStream failed unexpectedly")
+                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in SendStream: {exc} (see the node log)")
+            code = err.code.name
+            await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
+        finally:
+            node.metrics.record_rpc("SendStream", code, time.perf_counter() - t0)
+
     async def _send(self, messages: list[pb.Message], context) -> tuple[list, list]:
         """Store messages and their results; raises for anything that was not stored."""
+        # the real client, also when a follower relayed the call (issue 11 forwarding)
+        pending = await self.submit(messages, _peer_host(self.node.forwarder.client_peer(context)))
+        return pending.msgs, await self.complete(pending)
+
+    async def submit(self, messages: list[pb.Message], born_host: tuple[str, int]) -> PendingSend:
+        """Check and convert one send and hand it to the write path; does not wait for the write."""
+        msgs = await self.prepare(messages, born_host)
+        return PendingSend(msgs, self.node.write_path.put(msgs), time.perf_counter())
+
+    def submit_prepared(self, prepared: list[list]) -> list[PendingSend]:
+        """Hand several prepared sends to the write path together: one group commit (one Raft entry) for all
+        of them when they fit, each with its own outcome."""
+        if not prepared:
+            return []
+        now = time.perf_counter()
+        puts = self.node.write_path.put_many(prepared)
+        return [PendingSend(msgs, put, now) for msgs, put in zip(prepared, puts, strict=True)]
+
+    async def prepare(self, messages: list[pb.Message], born_host: tuple[str, int]) -> list:
+        """The store messages of one send, checked and converted; raises for what cannot be stored.
+
+        The one write path of every produce RPC (SendMessage, SendBatch, SendStream): it suspends only to
+        auto-create a topic."""
         node = self.node
         topic = messages[0].topic
         for m in messages[1:]:
@@ -67,16 +129,25 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         node.check_leader()
         cfg = await node.writable_topic(topic)
         queue_id = self._queue_for(cfg, messages)
-        born_host = _peer_host(node.forwarder.client_peer(context))  # the real client, also when relayed
-        msgs = node.converter.to_store_messages(messages, queue_id, born_host)
-        t0 = time.perf_counter()
-        put = node.write_path.put(msgs)
-        # a lone put on a single node is applied before put() returns: skip the cross-thread wake-up of wrap_future
-        results = put.result() if put.done() else await asyncio.wrap_future(put)
-        node.metrics.put_latency.observe(time.perf_counter() - t0)
+        return node.converter.to_store_messages(messages, queue_id, born_host)
+
+    async def complete(self, pending: PendingSend) -> list:
+        """Wait for a submitted send; its store results, or raises for anything that was not stored."""
+        node = self.node
+        put = pending.put
+        # a lone put on a single node is applied before put() returns: no wake-up from another thread needed
+        if put.done():
+            results = put.result()
+        else:
+            bridge = self._bridge
+            if bridge is None:
+                bridge = self._bridge = LoopBridge(asyncio.get_running_loop())
+            results = await bridge.wait(put)
+        node.metrics.put_latency.observe(time.perf_counter() - pending.started)
         convert.check_put_results(results)
-        node.metrics.record_put(topic, len(msgs), sum(len(m.body) for m in messages))
-        return msgs, results
+        msgs = pending.msgs
+        node.metrics.record_put(msgs[0].topic, len(msgs), sum(len(m.body) for m in msgs))
+        return results
 
     def _queue_for(self, cfg, messages: list[pb.Message]) -> int:
         """The request's queue (all messages must agree) or the next writable queue, round robin."""

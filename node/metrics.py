@@ -295,6 +295,20 @@ class RaftCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))
             yield c
+        stats = getattr(wp, "group_commit_stats", None)  # issue 17: how well requests share one entry / append
+        if callable(stats):
+            commits, msgs, puts = stats()
+            for name, doc, value in (
+                ("raftmq_group_commits", "Group commits on this node (replicated: one Raft entry each; single "
+                 "node: one store append each)", commits),
+                ("raftmq_group_commit_messages", "Messages written by those group commits (divide by "
+                 "raftmq_group_commits for messages per Raft entry)", msgs),
+                ("raftmq_group_commit_requests", "Send requests that shared those group commits (divide by "
+                 "raftmq_group_commits for requests per Raft entry)", puts),
+            ):
+                c = CounterMetricFamily(name, doc, labels=list(self._labels))
+                c.add_metric(list(self._labels.values()), float(value))
+                yield c
         throttle = getattr(wp, "catch_up_throttle", None)  # commit-log copies this node serves to peers
         if throttle is not None:
             for name, doc, value in (

@@ -73,8 +73,9 @@ class GroupCommitter:
         self._pending_bytes = 0
         self._running = False
         self._thread: threading.Thread | None = None
-        self.batches = 0  # counters for metrics and the benchmark
+        self.batches = 0  # counters for metrics and the benchmark: one batch = one Raft entry / one store append
         self.batched_msgs = 0
+        self.batched_puts = 0  # requests (puts) that shared those batches
 
     def start(self) -> None:
         with self._cond:
@@ -112,20 +113,31 @@ class GroupCommitter:
         return not self._queue
 
     def submit(self, msgs: list[Any]) -> Future:
-        p = PendingPut(msgs, sum(estimate_size(m) for m in msgs))
+        return self.submit_many([msgs])[0]
+
+    def submit_many(self, puts: list[list[Any]]) -> list[Future]:
+        """Queue several independent puts at once (one lock round, one wake-up): they land in the same batch
+        unless it is full. Each has its own future and fails or succeeds on its own."""
+        pending = [PendingPut(msgs, sum(estimate_size(m) for m in msgs)) for msgs in puts]
         with self._cond:
-            if not self._running:
-                p.fail(WritePathStoppedError())
-                return p.future
-            if self._queue and (self._pending_bytes + p.nbytes > self.max_pending_bytes
-                                or len(self._queue) >= self.max_pending_puts):
-                p.fail(BusyError(f"{len(self._queue)} puts / {self._pending_bytes} bytes waiting"))
-                return p.future
-            self._queue.append(p)
-            self._pending_bytes += p.nbytes
-            if len(self._queue) == 1:
+            was_empty = not self._queue
+            for p in pending:
+                self._enqueue(p)
+            if was_empty and self._queue:
                 self._cond.notify()
-        return p.future
+        return [p.future for p in pending]
+
+    def _enqueue(self, p: PendingPut) -> None:
+        """Lock held: queue one put, or fail it (stopped, or the queue is full)."""
+        if not self._running:
+            p.fail(WritePathStoppedError())
+            return
+        if self._queue and (self._pending_bytes + p.nbytes > self.max_pending_bytes
+                            or len(self._queue) >= self.max_pending_puts):
+            p.fail(BusyError(f"{len(self._queue)} puts / {self._pending_bytes} bytes waiting"))
+            return
+        self._queue.append(p)
+        self._pending_bytes += p.nbytes
 
     def _take_batch(self) -> list[PendingPut]:
         """Block for the first put, then linger for more until the batch is full."""
@@ -166,6 +178,7 @@ class GroupCommitter:
                 continue
             self.batches += 1
             self.batched_msgs += sum(len(p.msgs) for p in batch)
+            self.batched_puts += len(batch)
             try:
                 self._commit_fn(batch)
             except BaseException as e:  # the thread must survive; every caller gets the error

@@ -51,6 +51,8 @@ class LocalWritePath:
         self.max_inline_bytes = max_inline_bytes
         self.max_inline_flush_behind = max_inline_flush_behind
         self.inline_commits = 0  # puts applied in the caller's thread (the rest went through the committer)
+        self.inline_msgs = 0
+        self.inline_puts = 0
         self._meta_lock = threading.Lock()
         self._started = False
 
@@ -76,6 +78,37 @@ class LocalWritePath:
                     self._commit_lock.release()
         return self._committer.submit(msgs)
 
+    def put_many(self, puts: list[list[Any]]) -> list[Future]:
+        """Independent puts that arrived together (a stream request's sends): one store append for all of
+        them, inline under the same conditions as a lone put, else through the committer as one batch."""
+        if len(puts) <= 1:
+            return [self.put(m) for m in puts]
+        pending = [PendingPut(list(msgs), sum(estimate_size(m) for m in msgs)) for msgs in puts]
+        nbytes = sum(p.nbytes for p in pending)
+        if (self._inline and self._started and self._committer.idle() and nbytes <= self.max_inline_bytes
+                and self._fits_in_segment(nbytes) and self._disk_keeps_up()
+                and self._commit_lock.acquire(blocking=False)):
+            try:
+                self.inline_commits += 1
+                self.inline_msgs += sum(len(p.msgs) for p in pending)
+                self.inline_puts += len(pending)
+                try:
+                    self._apply(pending)
+                except BaseException as e:
+                    log.exception("inline commit failed")
+                    for p in pending:
+                        p.fail(e)
+                return [p.future for p in pending]
+            finally:
+                self._commit_lock.release()
+        return self._committer.submit_many([p.msgs for p in pending])
+
+    def group_commit_stats(self) -> tuple[int, int, int]:
+        """(store appends, messages, requests) so far: an inline commit is one append of one request."""
+        c = self._committer
+        return (c.batches + self.inline_commits, c.batched_msgs + self.inline_msgs,
+                c.batched_puts + self.inline_puts)
+
     def _fits_in_segment(self, nbytes: int) -> bool:
         """The put lands in the current commit-log segment: creating the next one (a file of up to 1 GiB,
         fallocated) is left to the committer thread, never to the caller (the event loop)."""
@@ -91,6 +124,8 @@ class LocalWritePath:
     def _commit_inline(self, put: PendingPut) -> Future:
         """Apply a lone put now (commit lock held); its future is already resolved when returned."""
         self.inline_commits += 1
+        self.inline_msgs += len(put.msgs)
+        self.inline_puts += 1
         try:
             self._apply([put])
         except BaseException as e:  # same contract as the committer: the caller's future carries the error

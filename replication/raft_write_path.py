@@ -433,6 +433,23 @@ class RaftWritePath:
             return f
         return self._committer.submit(list(msgs))
 
+    def put_many(self, puts: list[list[Any]]) -> list[Future]:
+        """Independent puts queued together (a stream request's sends): one group commit, one Raft entry."""
+        if not self.is_writable():
+            err = self._not_writable_error()
+            out = []
+            for _ in puts:
+                f: Future = Future()
+                f.set_exception(err)
+                out.append(f)
+            return out
+        return self._committer.submit_many([list(m) for m in puts])
+
+    def group_commit_stats(self) -> tuple[int, int, int]:
+        """(group commits, messages, requests) so far; each group commit is proposed as one Raft entry."""
+        c = self._committer
+        return c.batches, c.batched_msgs, c.batched_puts
+
     def _commit(self, batch: list[PendingPut]) -> None:
         """Committer thread: one Raft command per group commit."""
         if not self.is_writable():

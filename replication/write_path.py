@@ -37,6 +37,10 @@ class WritePath(Protocol):
         UnknownOutcomeError, or a store.errors.MessageIllegalError for bad input.
         """
 
+    def put_many(self, puts: list[list[Any]]) -> list[Future]:
+        """Several independent puts queued together (one group commit when they fit); one future each, with
+        ``put``'s contract."""
+
     def create_topic(self, cfg: Any) -> None:
         """Create a topic (store.topic_config.TopicConfig); replicated when clustered."""
 

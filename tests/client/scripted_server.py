@@ -45,6 +45,8 @@ class ScriptedServer:
                                ("AdminService", pb.DESCRIPTOR.services_by_name["AdminService"])):
             methods = {}
             for m in names.methods:
+                if m.client_streaming or m.server_streaming:
+                    continue  # scripts unary answers only; a streaming call gets UNIMPLEMENTED (SDK: unary path)
                 req_cls = getattr(pb, m.input_type.name)
                 resp_cls = getattr(pb, m.output_type.name)
                 methods[m.name] = grpc.unary_unary_rpc_method_handler(

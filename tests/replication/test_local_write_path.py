@@ -98,3 +98,28 @@ def test_overload_answers_busy(store):
         assert any(e is None for e in errors)
     finally:
         wp.stop()
+
+
+@pytest.mark.parametrize("flush", ["ASYNC", "SYNC"])
+def test_put_many_is_one_append_with_one_outcome_per_put(tmp_path, flush):
+    """A stream request's sends (issue 17): one group commit (inline in ASYNC, via the committer in SYNC),
+    each put its own results, a bad one failing alone; the stats count one commit of several requests."""
+    st = open_store(tmp_path, flush_disk_type=flush)
+    wp = LocalWritePath(st, node_id="n0")
+    wp.start()
+    try:
+        before = wp.group_commit_stats()
+        puts = [[Message(topic="T", queue_id=0, body=b"a")],
+                [Message(topic="bad topic!", queue_id=0, body=b"x")],
+                [Message(topic="T", queue_id=0, body=b"b"), Message(topic="T", queue_id=0, body=b"c")]]
+        futs = wp.put_many(puts)
+        assert [r.queue_offset for r in futs[0].result(10)] == [0]
+        with pytest.raises(MessageIllegalError):
+            futs[1].result(10)
+        assert [r.queue_offset for r in futs[2].result(10)] == [1, 2]
+        commits, msgs, reqs = (a - b for a, b in zip(wp.group_commit_stats(), before, strict=True))
+        assert (commits, msgs, reqs) == (1, 4, 3)
+        assert wp.put_many([]) == []
+    finally:
+        wp.stop()
+        st.shutdown()

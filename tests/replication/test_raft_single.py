@@ -12,6 +12,7 @@ from replication import NoLeaderError, RaftSettings, RaftWritePath
 from replication.errors import ReplicationError
 from replication.write_path import MemberInfo
 from store import Message, MessageStore, StoreConfig
+from store.errors import MessageIllegalError
 from store.topic_config import TopicConfig
 from tests.support.processes import free_ports
 
@@ -166,6 +167,30 @@ def test_a_failing_apply_fences_retries_the_same_entry_and_never_skips_it(tmp_pa
         first = st.get_messages("T", 0, 0, max_count=10).messages
         assert [m.body for m in first] == [b"survives", b"next"]
         assert wp.members_status()[0]["health"] == "ok"
+    finally:
+        wp.stop()
+        st.shutdown()
+
+
+def test_put_many_shares_one_raft_entry_and_isolates_a_bad_put(tmp_path):
+    """issue 17: a stream request's sends are queued together; good puts share one Raft entry (the committer
+    may split them only when full), a bad put fails alone, and the stats count requests per entry."""
+    members = one_member(tmp_path)
+    st, wp = make(tmp_path / "s", members)
+    wp.start()
+    try:
+        wait_writable(wp)
+        wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1))
+        before = wp.group_commit_stats()
+        futs = wp.put_many([[Message(topic="T", queue_id=0, body=b"a")],
+                            [Message(topic="bad topic!", queue_id=0, body=b"x")],
+                            [Message(topic="T", queue_id=0, body=b"b"), Message(topic="T", queue_id=0, body=b"c")]])
+        assert [r.queue_offset for r in futs[0].result(10)] == [0]
+        with pytest.raises(MessageIllegalError):
+            futs[1].result(10)
+        assert [r.queue_offset for r in futs[2].result(10)] == [1, 2]
+        commits, msgs, reqs = (a - b for a, b in zip(wp.group_commit_stats(), before, strict=True))
+        assert (commits, msgs, reqs) == (1, 4, 3)
     finally:
         wp.stop()
         st.shutdown()

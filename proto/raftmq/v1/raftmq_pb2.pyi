@@ -579,3 +579,37 @@ class TransactionCheck(_message.Message):
     message: MessageView
     check_times: int
     def __init__(self, transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., message: _Optional[_Union[MessageView, _Mapping]] = ..., check_times: _Optional[int] = ...) -> None: ...
+
+class SendStreamRequest(_message.Message):
+    __slots__ = ("id", "sends")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    sends: _containers.RepeatedCompositeFieldContainer[SendStreamItem]
+    def __init__(self, id: _Optional[int] = ..., sends: _Optional[_Iterable[_Union[SendStreamItem, _Mapping]]] = ...) -> None: ...
+
+class SendStreamItem(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class SendStreamResponse(_message.Message):
+    __slots__ = ("id", "outcomes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    outcomes: _containers.RepeatedCompositeFieldContainer[SendOutcome]
+    def __init__(self, id: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
+
+class SendOutcome(_message.Message):
+    __slots__ = ("code", "error", "leader", "results")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    error: str
+    leader: str
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, code: _Optional[int] = ..., error: _Optional[str] = ..., leader: _Optional[str] = ..., results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...

@@ -89,6 +89,11 @@ class MessagingServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/raftmq.v1.MessagingService/SendStream',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -160,6 +165,14 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendStream(self, request_iterator, context):
+        """issue 17: streaming produce. Many sends per stream message, several stream messages in flight (the server
+        reads at most its window ahead), one response per request, in request order. See SendStreamRequest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +230,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.UnregisterConsumer,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerResponse.SerializeToString,
+            ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -516,6 +534,33 @@ class MessagingService:
             '/raftmq.v1.MessagingService/UnregisterConsumer',
             raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.UnregisterConsumerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/raftmq.v1.MessagingService/SendStream',
+            raftmq_dot_v1_dot_raftmq__pb2.SendStreamRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.SendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,376 @@
+"""raftmq vs NATS JetStream, both 3 replicas on this box, through the clients users run (issue 17).
+
+raftmq: 3 member processes on loopback, producers use the SDK (``client.Producer``: its sends from many threads
+share one SendStream per process). JetStream: 3 ``nats-server`` processes (v2.12, clustered, file storage, a
+stream with 3 replicas), producers use ``nats-py`` and wait for every publish ack. Durability: ``async``
+(raftmq: ack after a majority applied it; JetStream: default ``sync_interval``) and ``sync`` (raftmq: after a
+majority fsynced it; JetStream: ``sync_interval: always``). Every case runs for ``--seconds``, producers ×
+messages per request, 1 KiB bodies. Prints msgs/s, p99 per request, server CPU per message and, for raftmq, the
+messages and requests that shared one Raft entry. Never fails on time.
+
+    .venv/bin/python bench/peer_bench.py [--seconds 3] [--producers 8,64] [--batch 1,32] [--modes async,sync]
+
+nats-server: ``--nats-server PATH``, else ``nats-server`` 2.12 in ``$RAFTMQ_BENCH_GOBIN``
+(default ``~/.cache/raftmq-bench/bin``), built there with ``go install`` when missing (Debian's 2.9 lacks
+``sync_interval: always``). ``--skip-nats`` runs raftmq alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "proto")]
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
+
+from tests.support.processes import free_ports, node_specs, start_nodes, stop_all  # noqa: E402
+
+NATS_VERSION = "v2.12.15"
+BENCH_STORE = {
+    "mapped_file_size_commit_log": 256 << 20,
+    "mapped_file_size_consume_queue": 20 * 300_000,
+    "max_hash_slot_num": 500_000,
+    "max_index_num": 2_000_000,
+    "preallocate": False,
+}
+QUEUES = 8
+TOPIC = "bench"
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+# ------------------------------------------------------------------ client processes
+def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seconds: float, start_at: float,
+                   out, linger_ms: float = 0.1) -> None:
+    """``threads`` producer threads sharing one SDK Producer (as an application would)."""
+    from client import Producer
+
+    body = os.urandom(size)
+    lat: list[float] = []
+    sent = [0]
+    lock = threading.Lock()
+    with Producer(servers, linger_ms=linger_ms) as p:
+        p.send(TOPIC, body)  # connect, find the leader
+        time.sleep(max(0.0, start_at - time.time()))
+        stop_at = time.perf_counter() + seconds
+
+        def work() -> None:
+            mine: list[float] = []
+            n = 0
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                if batch == 1:
+                    p.send(TOPIC, body)
+                else:
+                    p.send_batch(TOPIC, [body] * batch)
+                mine.append(time.perf_counter() - t0)
+                n += batch
+            with lock:
+                lat.extend(mine)
+                sent[0] += n
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        ts = [threading.Thread(target=work) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out.send((sent[0], lat, elapsed, cpu))
+    out.close()
+
+
+def _nats_client(servers: list[str], tasks: int, batch: int, size: int, seconds: float, start_at: float,
+                 out) -> None:
+    import nats
+
+    async def run() -> tuple:
+        body = os.urandom(size)
+        lat: list[float] = []
+        sent = 0
+        nc = await nats.connect(servers=[f"nats://{s}" for s in servers])
+        js = nc.jetstream(timeout=30)
+        await js.publish(TOPIC, body)
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        stop_at = time.perf_counter() + seconds
+
+        async def producer() -> None:
+            nonlocal sent
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                if batch == 1:
+                    await js.publish(TOPIC, body)
+                else:
+                    await asyncio.gather(*(js.publish(TOPIC, body) for _ in range(batch)))
+                lat.append(time.perf_counter() - t0)
+                sent += batch
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(producer() for _ in range(tasks)))
+        result = (sent, lat, time.perf_counter() - t0, time.process_time() - c0)
+        await nc.close()
+        return result
+
+    out.send(asyncio.run(run()))
+    out.close()
+
+
+def _drive(target, servers: list[str], producers: int, batch: int, size: int, seconds: float, procs: int,
+           server_pids: list[int], *extra) -> dict:
+    ctx = mp.get_context("spawn")
+    nprocs = max(1, min(producers, procs))
+    share = [producers // nprocs + (1 if i < producers % nprocs else 0) for i in range(nprocs)]
+    start_at = time.time() + 2.0 + 0.5 * nprocs
+    pipes, workers = [], []
+    for n in share:
+        recv, send = ctx.Pipe(duplex=False)
+        w = ctx.Process(target=target, args=(servers, n, batch, size, seconds, start_at, send, *extra),
+                       daemon=True)
+        w.start()
+        send.close()
+        pipes.append(recv)
+        workers.append(w)
+    while time.time() < start_at:
+        time.sleep(0.005)
+    cpu0 = _cpu_seconds(server_pids)
+    try:
+        got = [p.recv() for p in pipes]
+    finally:
+        for w in workers:
+            w.join(timeout=60)
+            if w.is_alive():
+                w.kill()
+    server_cpu = _cpu_seconds(server_pids) - cpu0
+    sent = sum(g[0] for g in got)
+    lat = sorted(x for g in got for x in g[1])
+    elapsed = max(g[2] for g in got)
+    return {"msgs_s": sent / elapsed, "p50_ms": _pct(lat, 50) * 1e3, "p99_ms": _pct(lat, 99) * 1e3,
+            "server_us": server_cpu / max(sent, 1) * 1e6, "client_us": sum(g[3] for g in got) / max(sent, 1) * 1e6}
+
+
+# ------------------------------------------------------------------ raftmq
+def _group_commit_counters(nodes) -> tuple[float, float, float]:
+    commits = msgs = reqs = 0.0
+    for n in nodes:
+        _, text = n.http_get("/metrics")
+        for f in text_string_to_metric_families(text):
+            for s in f.samples:
+                if s.name == "raftmq_group_commits_total":
+                    commits += s.value
+                elif s.name == "raftmq_group_commit_messages_total":
+                    msgs += s.value
+                elif s.name == "raftmq_group_commit_requests_total":
+                    reqs += s.value
+    return commits, msgs, reqs
+
+
+def run_raftmq(base: Path, mode: str, cases: list[tuple[int, int]], args) -> dict:
+    specs = node_specs(base / f"raftmq-{mode}", 3, store=BENCH_STORE, node={"log_level": "WARNING"},
+                       cluster={"durability": mode})
+    nodes = start_nodes(specs, timeout=120)
+    out = {}
+    try:
+        servers = [n.grpc_address for n in nodes]
+        admin = pb_grpc.AdminServiceStub(nodes[0].channel())
+        deadline = time.time() + 60
+        while True:  # a follower answers FAILED_PRECONDITION: create on whoever leads
+            try:
+                for n in nodes:
+                    try:
+                        pb_grpc.AdminServiceStub(n.channel()).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
+                            name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)), timeout=10)
+                        break
+                    except Exception:
+                        continue
+                if admin.ListTopics(pb.ListTopicsRequest(), timeout=10).topics:
+                    break
+            except Exception:
+                if time.time() > deadline:
+                    raise
+            time.sleep(0.2)
+        pids = [n.proc.pid for n in nodes]
+        for producers, batch in cases:
+            before = _group_commit_counters(nodes)
+            r = _drive(_raftmq_client, servers, producers, batch, args.size, args.seconds, args.client_procs, pids,
+                       args.linger_ms)
+            after = _group_commit_counters(nodes)
+            commits = max(after[0] - before[0], 1)
+            r["msgs_per_entry"] = (after[1] - before[1]) / commits
+            r["reqs_per_entry"] = (after[2] - before[2]) / commits
+            out[(mode, producers, batch)] = r
+    finally:
+        stop_all(nodes)
+    return out
+
+
+# ------------------------------------------------------------------ NATS JetStream
+def nats_binary(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    gobin = Path(os.environ.get("RAFTMQ_BENCH_GOBIN", Path.home() / ".cache" / "raftmq-bench" / "bin"))
+    path = gobin / "nats-server"
+    if not path.exists():
+        if shutil.which("go") is None:
+            raise RuntimeError("nats-server not found and no Go toolchain to build it; pass --nats-server or "
+                               "--skip-nats")
+        print(f"building nats-server {NATS_VERSION} into {gobin} (once) ...", flush=True)
+        gobin.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["go", "install", f"github.com/nats-io/nats-server/v2@{NATS_VERSION}"], check=True,
+                       env={**os.environ, "GOBIN": str(gobin)}, cwd=tempfile.gettempdir())
+    return str(path)
+
+
+def _wait_port(port: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nats-server did not listen on {port}")
+
+
+def run_nats(base: Path, binary: str, mode: str, cases: list[tuple[int, int]], args) -> dict:
+    ports = free_ports(6)
+    client_ports, route_ports = ports[:3], ports[3:]
+    procs = []
+    out = {}
+    try:
+        for i in range(3):
+            d = base / f"nats-{mode}" / f"n{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            routes = ", ".join(f"nats-route://127.0.0.1:{p}" for j, p in enumerate(route_ports) if j != i)
+            sync = "sync_interval: always\n" if mode == "sync" else ""
+            conf = (f"server_name: n{i}\nlisten: 127.0.0.1:{client_ports[i]}\n"
+                    f"jetstream {{\n store_dir: \"{d}\"\n {sync}}}\n"
+                    f"cluster {{\n name: bench\n listen: 127.0.0.1:{route_ports[i]}\n routes: [{routes}]\n}}\n")
+            (d / "nats.conf").write_text(conf)
+            log = open(d / "nats.log", "w")  # noqa: SIM115 - closed with the process
+            procs.append((subprocess.Popen([binary, "-c", str(d / "nats.conf")], stdout=log, stderr=log), log))
+        for p in client_ports:
+            _wait_port(p)
+        servers = [f"127.0.0.1:{p}" for p in client_ports]
+        asyncio.run(_nats_stream(servers))
+        pids = [p.pid for p, _ in procs]
+        for producers, batch in cases:
+            out[(mode, producers, batch)] = _drive(_nats_client, servers, producers, batch, args.size, args.seconds,
+                                                   args.client_procs, pids)
+    finally:
+        for p, _ in procs:
+            p.terminate()
+        for p, log in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            log.close()
+    return out
+
+
+async def _nats_stream(servers: list[str]) -> None:
+    """Create the R3 file stream once the cluster has a meta leader."""
+    import nats
+    from nats.js.api import StorageType, StreamConfig
+
+    nc = await nats.connect(servers=[f"nats://{s}" for s in servers])
+    js = nc.jetstream(timeout=10)
+    deadline = time.time() + 60
+    while True:
+        try:
+            await js.add_stream(StreamConfig(name="BENCH", subjects=[TOPIC], num_replicas=3,
+                                             storage=StorageType.FILE))
+            break
+        except Exception:
+            if time.time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+    await nc.close()
+
+
+# ------------------------------------------------------------------ main
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--producers", default="8,64")
+    ap.add_argument("--batch", default="1,32")
+    ap.add_argument("--modes", default="async,sync")
+    ap.add_argument("--client-procs", type=int, default=2, help="producer processes per case")
+    ap.add_argument("--nats-server", help="path of a nats-server 2.12 binary")
+    ap.add_argument("--skip-nats", action="store_true")
+    ap.add_argument("--linger-ms", type=float, default=0.1,
+                    help="the SDK producer's linger (0: one unary RPC per send, the path before SendStream)")
+    args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    cases = [(int(p), int(b)) for b in args.batch.split(",") for p in args.producers.split(",")]
+    results: dict[str, dict] = {"raftmq": {}, "nats": {}}
+    binary = None if args.skip_nats else nats_binary(args.nats_server)
+    with tempfile.TemporaryDirectory(prefix="raftmq-peer-bench-") as d:
+        base = Path(d)
+        for mode in modes:
+            results["raftmq"].update(run_raftmq(base, mode, cases, args))
+            if binary:
+                results["nats"].update(run_nats(base, binary, mode, cases, args))
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    sdk = f"SDK linger_ms={args.linger_ms:g}" + (" (unary)" if args.linger_ms == 0 else " (SendStream)")
+    print(f"\nraftmq (3 members, gRPC + {sdk}) vs NATS JetStream {NATS_VERSION} R3 (nats-py), {args.size} B bodies, "
+          f"{args.seconds:.0f} s per case, {os.cpu_count()} CPUs shared by servers and clients "
+          f"(load average {load})\n")
+    hdr = (f"{'case':16} {'raftmq msgs/s':>13} {'p99 ms':>7} {'srv us':>6} {'msgs/entry':>10} {'reqs/entry':>10} "
+           f"{'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'ratio':>6}")
+    print(hdr)
+    print("-" * len(hdr))
+    for mode in modes:
+        for producers, batch in cases:
+            key = (mode, producers, batch)
+            r = results["raftmq"].get(key)
+            n = results["nats"].get(key)
+            line = f"{mode + f' {producers} x {batch}':16} "
+            line += (f"{r['msgs_s']:13.0f} {r['p99_ms']:7.1f} {r['server_us']:6.0f} {r['msgs_per_entry']:10.1f} "
+                     f"{r['reqs_per_entry']:10.1f} ")
+            if n:
+                line += f"{n['msgs_s']:16.0f} {n['p99_ms']:7.1f} {n['server_us']:6.0f} {r['msgs_s'] / n['msgs_s']:6.2f}"
+            else:
+                line += f"{'-':>16} {'-':>7} {'-':>6} {'-':>6}"
+            print(line)
+    print("\nproducers x messages per request; p99: per request (a send or a batch), client side; srv us: CPU "
+          "microseconds per\nmessage of all 3 server processes; msgs/entry, reqs/entry: messages and send requests "
+          "per Raft entry (group commit)\non the leader; ratio: raftmq / JetStream msgs/s. async: ack after a "
+          "majority has it (JetStream: default\nsync_interval); sync: after a majority fsynced it (JetStream: "
+          "sync_interval: always).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""SendStream: many sends per request, several requests in flight on one stream, responses in request order.
+
+Why: a unary send pays a gRPC call, an event-loop task and a handler wrapper per message; a stream request
+carries every send a producer accumulated in the meantime, and its sends reach the group committer back to back,
+so they share one Raft entry. Each send still goes through ``MessagingService.submit``/``complete`` - the same
+checks, conversion and write path as SendMessage/SendBatch - and gets the outcome the unary call would have
+had, as a status code in its ``SendOutcome``.
+
+Flow control: the reader takes at most ``WINDOW`` requests ahead of the response being written; beyond that
+it stops reading, and HTTP/2 flow control stops the client. A request is one "RPC in flight" for the drain on
+shutdown; a stream that breaks leaves its unanswered requests with an unknown outcome (the client says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+
+from node import convert
+from node.errors import RpcError, invalid, to_rpc_error
+
+if TYPE_CHECKING:
+    from node.messaging import MessagingService
+
+log = logging.getLogger(__name__)
+
+WINDOW = 64              # requests read ahead of the oldest unanswered one
+MAX_SENDS_PER_REQUEST = 4096
+
+
+def _outcome_for(exc: BaseException) -> pb.SendOutcome:
+    err = to_rpc_error(exc)
+    if err is None:
+        log.exception("SendStream send failed unexpectedly", exc_info=exc)
+        err = RpcError(grpc.StatusCode.INTERNAL,
+                       f"internal error in SendStream: {type(exc).__name__}: {exc} (see the node log)")
+    return pb.SendOutcome(code=err.code.value[0], error=err.message, leader=err.leader or "")
+
+
+async def _answer(service: MessagingService, request: pb.SendStreamRequest,
+                  born_host: tuple[str, int]) -> pb.SendStreamResponse:
+    """Check every send of the request, queue the good ones together (one group commit), wait for each."""
+    node = service.node
+    node.rpcs_in_flight += 1
+    node.last_rpc_started = time.monotonic()
+    t0 = time.perf_counter()
+    try:
+        checked: list = []
+        for item in request.sends:
+            try:
+                node.check_serving()
+                if not item.messages:
+                    raise invalid("a send is empty; put at least one message in SendStreamItem.messages")
+                checked.append(await service.prepare(list(item.messages), born_host))
+            except Exception as exc:
+                checked.append(exc)
+        queued = iter(service.submit_prepared([c for c in checked if not isinstance(c, Exception)]))
+        submitted = [c if isinstance(c, Exception) else next(queued) for c in checked]
+        outcomes = []
+        for s in submitted:
+            if isinstance(s, Exception):
+                outcomes.append(_outcome_for(s))
+                continue
+            try:
+                results = await service.complete(s)
+            except Exception as exc:
+                outcomes.append(_outcome_for(exc))
+                continue
+            outcomes.append(pb.SendOutcome(results=[convert.send_result(r, m)
+                                                    for r, m in zip(results, s.msgs, strict=True)]))
+        return pb.SendStreamResponse(id=request.id, outcomes=outcomes)
+    finally:
+        node.rpcs_in_flight -= 1
+        node.metrics.record_rpc("SendStream.request", "OK", time.perf_counter() - t0)
+
+
+async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStreamRequest],
+                context: grpc.aio.ServicerContext) -> AsyncIterator[pb.SendStreamResponse]:
+    """The SendStream handler's body: read ahead up to WINDOW requests, answer in order."""
+    from node.messaging import _peer_host
+
+    service.node.check_serving()
+    born_host = _peer_host(service.node.forwarder.client_peer(context))
+    answers: asyncio.Queue = asyncio.Queue(maxsize=WINDOW)
+    done = object()
+
+    async def read() -> None:
+        try:
+            async for request in requests:
+                if len(request.sends) > MAX_SENDS_PER_REQUEST:
+                    raise invalid(f"a SendStream request carries {len(request.sends)} sends; the limit is "
+                                  f"{MAX_SENDS_PER_REQUEST} - split it")
+                if not request.sends:
+                    raise invalid("a SendStream request has no sends; put at least one in sends")
+                await answers.put(asyncio.ensure_future(_answer(service, request, born_host)))
+        except Exception as exc:  # a bad request ends the stream with its status after the earlier answers
+            await answers.put(exc)
+        else:
+            await answers.put(done)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while True:
+            item = await answers.get()
+            if item is done:
+                break
+            if isinstance(item, Exception):
+                raise item
+            yield await item
+    finally:
+        reader.cancel()
+        while not answers.empty():
+            left = answers.get_nowait()
+            if isinstance(left, asyncio.Future):
+                left.cancel()
