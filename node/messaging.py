@@ -22,6 +22,7 @@ from node.consumer_groups import MAX_CLIENT_ID_LENGTH
 from node.errors import invalid, not_found
 from node.rpc import rpc_handler
 from node.validation import check_consumable_topic, check_group_name, check_topic_name
+from store.sql_filter import SqlFilter
 from store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         if request.consumer_group:
             check_group_name(request.consumer_group)
         tag_filter = TagFilter.parse(request.tag_expression)
+        sql_filter = SqlFilter.parse(request.sql_expression) if request.sql_expression else None
         if request.from_leader:
             node.check_leader()
         max_count = min(request.max_count or DEFAULT_MAX_COUNT, MAX_PULL_COUNT)
@@ -131,7 +133,8 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         timed_out = False
         while True:
             t0 = time.perf_counter()
-            got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter)
+            got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter,
+                                          sql_filter)
             node.metrics.get_latency.observe(time.perf_counter() - t0)
             response = convert.pull_response(got, offset)
             if (response is not None and response.status == pb.NO_MATCHED_MSG and not timed_out and node.serving

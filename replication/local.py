@@ -144,6 +144,13 @@ class LocalWritePath:
         """Applied at once; the store persists offsets on its own schedule (as RocketMQ does)."""
         self._applier.apply_offsets([(group, topic, dict(offsets))])
 
+    def apply_pop(self, ops: list[list]) -> list[str | None]:
+        """Pop-consumption changes (store.pop_state): applied and persisted at once, as a replica would."""
+        with self._meta_lock:
+            out = self._applier.apply_pop(ops)
+            self._applier.persist_metadata()
+            return out
+
     def update_delay_offsets(self, offsets: dict[int, int]) -> None:
         """Schedule progress: applied and persisted at once (a restart must not deliver again)."""
         with self._meta_lock:

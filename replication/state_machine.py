@@ -94,7 +94,7 @@ class StateMachine:
             return index, self.entry_term(index), outcome
 
     def _apply_meta(self, kind: str, arg: Any) -> Any:
-        """Returns an error message (str) for a deterministic refusal, else None."""
+        """Returns an error message (str) for a deterministic refusal, else None ("pop": one of those per op)."""
         from store.errors import StoreError
 
         try:
@@ -107,6 +107,10 @@ class StateMachine:
                 self.applier.apply_offsets([(g, t, {int(q): o for q, o in offs.items()}) for g, t, offs in arg])
             elif kind == "delay_offsets":
                 self.applier.apply_delay_offsets(arg)
+            elif kind == "pop":
+                outcome = self.applier.apply_pop(arg)
+                self.applier.persist_metadata()
+                return outcome
             elif kind == "barrier":
                 pass
             else:

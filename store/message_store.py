@@ -65,9 +65,11 @@ from store.message import (
     decode_message_id,
     decode_record,
 )
+from store.pop_state import PopStateTable
 from store.reput import ReputMessageService
 from store.retention import RetentionService
 from store.schedule import DelayLevels, to_schedule_messages
+from store.sql_filter import SqlFilter
 from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
 
@@ -124,6 +126,7 @@ class MessageStore:
         self.topics = TopicConfigTable(config.config_dir)
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
         self.delay_offsets = DelayOffsetTable(config.config_dir)  # schedule progress (replicated metadata)
+        self.pop_state = PopStateTable(config.config_dir)  # receive/ack/invisible state (replicated metadata)
         self.delay_levels = DelayLevels(config.message_delay_level)
         self._services: list = []
         self.retention: RetentionService | None = None
@@ -151,6 +154,7 @@ class MessageStore:
                 self.topics = TopicConfigTable(self.config.config_dir)
                 self.consumer_offsets = ConsumerOffsetTable(self.config.config_dir)
                 self.delay_offsets = DelayOffsetTable(self.config.config_dir)
+                self.pop_state = PopStateTable(self.config.config_dir)
                 self._services = []
                 self._group_commit = None
             try:
@@ -186,6 +190,7 @@ class MessageStore:
         self.topics.load()
         self.consumer_offsets.load()
         self.delay_offsets.load()
+        self.pop_state.load()
         # 5. recover. From here on files change and the index is rebuilt: mark the store in use now, not only
         # once open() is done as RocketMQ does, so a kill during recovery or the catch-up dispatch below is
         # recovered as the crash it is (an existing marker keeps its time: it tells whether the machine rebooted)
@@ -354,6 +359,7 @@ class MessageStore:
                     self.checkpoint.shutdown()
                 self.consumer_offsets.persist()
                 self.delay_offsets.persist(only_if_dirty=True)
+                self.pop_state.persist(only_if_dirty=True)
             finally:
                 self._close_files()
                 if caught_up:
@@ -393,6 +399,7 @@ class MessageStore:
         self._flush_everything()
         self.consumer_offsets.persist(only_if_dirty=True)
         self.delay_offsets.persist(only_if_dirty=True)
+        self.pop_state.persist(only_if_dirty=True)
 
     @property
     def is_open(self) -> bool:
@@ -571,8 +578,10 @@ class MessageStore:
 
     # ================================================================== reads
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
-                     max_bytes: int = 4 << 20, tag_filter: TagFilter | None = None) -> GetResult:
-        """Pull up to ``max_count`` messages from queue offset ``offset`` (RocketMQ ``getMessage``)."""
+                     max_bytes: int = 4 << 20, tag_filter: TagFilter | None = None,
+                     message_filter: SqlFilter | None = None) -> GetResult:
+        """Pull up to ``max_count`` messages from queue offset ``offset`` (RocketMQ ``getMessage``);
+        ``message_filter`` (SQL92 on properties) is compiled once by the caller and run on each decoded message."""
         cl = self._check_open()
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -617,6 +626,8 @@ class MessageStore:
                           topic, queue_id, phy, r.reason)
                 continue
             if tag_filter is not None and not tag_filter.matches_tags(r.message.tags):
+                continue
+            if message_filter is not None and not message_filter.matches_message(r.message):
                 continue
             messages.append(r.message)
             size_total += size
