@@ -36,7 +36,7 @@ from client import errors
 from client.connection import ServerPool
 from client.consumer_group import allocate_averagely
 from client.tags import format_tag_expression
-from client.types import MessageView
+from client.types import MessageView, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -450,6 +450,16 @@ class PullConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise errors.RaftmqError("consumer is closed")
+
+    def send_back(self, msg: MessageView, delay_level: int = 0) -> SendResult:
+        """RocketMQ 4's sendMessageBack: hand a message this consumer failed on to %RETRY%<group>, delivered again
+        after ``delay_level`` (0: the next level for its retry count) to this group's receivers
+        (``SimpleConsumer``/``PushConsumer``); after the group's max delivery attempts it goes to %DLQ%<group>.
+        Commit the offset as usual afterwards."""
+        req = pb.SendMessageBackRequest(group=self.group, topic=msg.topic, queue_id=msg.queue_id,
+                                        queue_offset=msg.queue_offset, delay_level=delay_level)
+        resp, _ = self._pool.write(lambda s, t: s.messaging.SendMessageBack(req, timeout=t))
+        return SendResult.from_pb(resp.result)
 
     def close(self) -> None:
         """Commit (when auto-commit is on), leave the group (the others take over this consumer's queues at

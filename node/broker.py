@@ -194,6 +194,18 @@ class Broker:
         return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
                               grpc_address=cfg.advertised_address, linger_s=0.0)
 
+    def _make_pop_core(self):
+        """Receive/ack/retry/DLQ decisions (leader only) over the replicated pop state; see node.pop_core."""
+        from node.pop_core import PopCore, parse_policy
+
+        n = self.config.node
+        default = parse_policy(n.max_delivery_attempts, n.retry_backoff, "node")
+        groups = {g: parse_policy(o.get("max_delivery_attempts", default.max_delivery_attempts),
+                                  o.get("retry_backoff", n.retry_backoff), f"node.group_policies.{g}")
+                  for g, o in n.group_policies.items()}
+        return PopCore(self.store, self.write_path, default_policy=default, group_policies=groups,
+                       max_inflight_per_queue=n.pop_max_inflight_per_queue)
+
     async def start(self) -> None:
         """Bring the node up; returns once it serves (raises when it cannot start)."""
         await self.start_endpoints()
@@ -228,6 +240,7 @@ class Broker:
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
+        self.pop = self._make_pop_core()
         self._start_schedule()
         await self.run_blocking(self._start_labeler)
         await self._wait_caught_up()

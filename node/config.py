@@ -112,6 +112,11 @@ class NodeSection:
     auto_create_topics: bool = False
     log_level: str = "INFO"
     shutdown_grace_seconds: float = 10.0
+    # issue 12: pop consumption (receive/ack), retries and dead letters
+    max_delivery_attempts: int = 16
+    retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    pop_max_inflight_per_queue: int = 1024
+    group_policies: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -530,6 +535,10 @@ def sample_yaml() -> str:
             "auto_create_topics": "create unknown topics on first send (4 queues)",
             "log_level": " | ".join(LOG_LEVELS),
             "shutdown_grace_seconds": "SIGTERM: how long in-flight requests may take to finish",
+            "max_delivery_attempts": "pop: deliveries of a message before it moves to %DLQ%<group>",
+            "retry_backoff": "pop: a nacked message is visible again after delay N (N = its attempt)",
+            "pop_max_inflight_per_queue": "pop: unacked messages per group and queue (then the queue waits)",
+            "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s'}} per-group overrides",
         },
         "cluster": {
             "name": "CLUSTER property of every message",

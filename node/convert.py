@@ -85,6 +85,9 @@ class StoreMessageBuilder:
             user = dict(m.properties)
             check_user_properties(user)
             props.update(user)
+        if m.message_group:  # FIFO message group, under RocketMQ 5's property name
+            check_tags(m.message_group)
+            props["__SHARDINGKEY"] = m.message_group
         if m.delay_level > 0:  # set after TAGS/KEYS/WAIT and before UNIQ_KEY, as a RocketMQ producer does
             props[PROPERTY_DELAY_TIME_LEVEL] = str(m.delay_level)
         if m.uniq_key:

@@ -20,6 +20,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from node import convert
 from node.consumer_groups import MAX_CLIENT_ID_LENGTH
 from node.errors import invalid, not_found
+from node.pop_service import PopRpcs, queue_for_message_group
 from node.rpc import rpc_handler
 from node.validation import check_consumable_topic, check_group_name, check_topic_name
 from store.sql_filter import SqlFilter
@@ -37,7 +38,7 @@ QUERY_MAX = 64  # RocketMQ's per-call cap
 _HEX = frozenset(string.hexdigits)
 
 
-class MessagingService(pb_grpc.MessagingServiceServicer):
+class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     def __init__(self, node: Broker):
         self.node = node
         self._round_robin: dict[str, itertools.count] = {}
@@ -87,6 +88,13 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
             raise invalid(f"a batch goes to one queue; found queue ids {sorted(chosen)} - send separate batches")
         if chosen and sum(m.HasField("queue_id") for m in messages) != len(messages):
             raise invalid("set queue_id on every message of the batch or on none (then the broker picks one)")
+        groups = {m.message_group for m in messages}
+        if groups != {""}:  # FIFO: a message group always goes to one queue
+            if len(groups) > 1:
+                raise invalid(f"a batch goes to one message group; found {sorted(groups)} - send separate batches")
+            if chosen:
+                raise invalid("set message_group or queue_id, not both (the message group picks the queue)")
+            return queue_for_message_group(groups.pop(), nqueues)
         if chosen:
             qid = chosen.pop()
             if not 0 <= qid < nqueues:
