@@ -243,7 +243,10 @@ class PopCore:
                 redelivered += attempt > 0
                 if fifo and mg:
                     blocked.add(mg)
-            nxt = max(st.next, self.store.min_offset_in_queue(topic, qid))
+            nxt = st.next
+            if st.seq == 0:  # first receive of this group here: continue from its committed pull offset, if any
+                nxt = self.store.consumer_offsets.offsets(group, topic).get(qid, 0)
+            nxt = max(nxt, self.store.min_offset_in_queue(topic, qid))
             room = self.max_inflight_per_queue - len(st.inflight)
             while len(picked) < want and room > 0:
                 got = self.store.get_messages(topic, qid, nxt, min(want - len(picked), room), RECEIVE_MAX_BYTES,
