@@ -917,7 +917,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")
 
     g = sub.add_parser("group", help="consumer groups: members, queue ownership, lag")
-    gsub = g.add_subparsers(dest="group_command", metavar="{describe}")
+    gsub = g.add_subparsers(dest="group_command", metavar="{describe,reset-offsets}")
     gsub.required = True
     p = _add(gsub, "describe", cmd_group_describe, "a group's live members, their queues, offsets and lag",
              description="Ask the leader (which holds the membership) for GROUP's live consumers, the queues each "
@@ -925,3 +925,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "committed offset and lag.")
     p.add_argument("group", metavar="GROUP")
 
+    from client.pop_commands import register as register_pop  # dlq list|view|resend, group reset-offsets
+
+    register_pop(sub, gsub)

@@ -79,6 +79,10 @@ class Broker:
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
         self.metrics.add_collector(ConsumerGroupCollector(cfg.cluster.name, cfg.node.id, self.consumer_groups,
                                                           self._is_leader))
+        from node.pop_metrics import PopCollector
+
+        self.pop = None  # node.pop_core.PopCore once the store is open
+        self.metrics.add_collector(PopCollector(cfg.cluster.name, cfg.node.id, lambda: self.pop))
 
     # ------------------------------------------------------------------ state seen by handlers and probes
     def readiness(self) -> tuple[bool, str]:

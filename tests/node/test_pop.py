@@ -87,6 +87,14 @@ def test_handler_failing_n_times_sees_exactly_n_plus_1_deliveries(node):
     # nothing is left in flight: a receive that waits past every back-off gets nothing back
     with SimpleConsumer("retry", topic, node.grpc_address, await_duration=3) as c:
         assert c.receive(32, 5) == []
+    _, metrics = node.http_get("/metrics")
+    assert 'rocketmq_consumer_acked_messages_total{cluster="DefaultCluster",consumer_group="retry"' in metrics
+    acked = [line for line in metrics.splitlines()
+             if line.startswith("rocketmq_consumer_acked_messages_total") and 'consumer_group="retry"' in line]
+    assert acked and acked[0].endswith(" 4.0")
+    inflight = [line for line in metrics.splitlines()
+                if line.startswith("rocketmq_consumer_inflight_messages") and 'consumer_group="retry"' in line]
+    assert inflight and all(line.endswith(" 0.0") for line in inflight)
 
 
 def test_message_failing_forever_lands_in_the_dlq_with_its_attempts(node):
@@ -308,3 +316,49 @@ def test_leader_sigkill_unacked_come_back_on_the_new_leader_acked_never_fifo_ord
         fifo.close()
     finally:
         stop_all(nodes)
+
+
+def test_cli_consume_pop_dlq_and_reset_offsets(node, capsys):
+    from client.cli import run
+
+    topic = make_topic(node, "PopCli", queues=1)
+    s = ["--server", node.grpc_address]
+    with Producer(node.grpc_address) as p:
+        for i in range(3):
+            p.send(topic, f"c{i}", properties={"n": str(i)})
+    assert run(["consume", "cli", topic, "--ack-mode", "pop", "--max", "3", "--idle-timeout", "5", *s]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(" | ")[1] for line in out.splitlines()] == ["c0", "c1", "c2"]
+    assert all(line.startswith("attempt=1 ") for line in out.splitlines())
+
+    assert run(["dlq", "list", "cli", *s]) == 0
+    assert "no dead letters" in capsys.readouterr().err
+    with Producer(node.grpc_address) as p:
+        poison = p.send(topic, "poison", properties={"why": "bad"})
+    with SimpleConsumer("cli", topic, node.grpc_address, await_duration=2) as c:
+        [m] = wait_for(lambda: c.receive(1, 30), "the poison message")
+        c.forward_to_dead_letter_queue(m)
+    assert run(["dlq", "list", "cli", *s]) == 0
+    listing = capsys.readouterr().out
+    assert poison.uniq_key in listing and topic in listing and "poison" in listing
+    assert run(["dlq", "view", "cli", poison.uniq_key, *s]) == 0
+    view = capsys.readouterr().out
+    assert "why" in view and "DLQ_REASON" in view and "forwarded by the consumer" in view
+    assert run(["dlq", "view", "cli", "nope", *s]) == 3
+    capsys.readouterr()
+    assert run(["dlq", "resend", "cli", poison.uniq_key, *s]) == 0
+    assert f"to {topic}" in capsys.readouterr().out
+    assert run(["consume", "cli", topic, "--ack-mode", "pop", "--max", "1", "--idle-timeout", "10", "--json",
+                *s]) == 0
+    import json
+
+    [again] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert again["body"] == "poison" and again["properties"]["why"] == "bad"
+
+    assert run(["group", "reset-offsets", "cli", topic, "--to-offset", "0", *s]) == 0
+    assert "New offset" in capsys.readouterr().out
+    assert run(["consume", "cli", topic, "--ack-mode", "pop", "--max", "5", "--idle-timeout", "5", *s]) == 0
+    bodies = [line.split(" | ")[1] for line in capsys.readouterr().out.splitlines()]
+    assert bodies == ["c0", "c1", "c2", "poison", "poison"]
+    assert run(["consume", "cli", topic, "--ack-mode", "pop", "--sql", "n >", *s]) == 4
+    assert "position 3" in capsys.readouterr().err
