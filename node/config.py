@@ -589,7 +589,7 @@ def sample_yaml() -> str:
                     lines.append(f"{entry:36}# {notes['raft'][k]}" if k in notes["raft"] else entry)
                 continue
             entry = f"  {key}: {_yaml_scalar(value)}"
-            lines.append(f"{entry:36}# {comments[key]}" if key in comments else entry)
+            lines.append(f"{entry + ' ':36}# {comments[key]}" if key in comments else entry)
 
     section("node", dataclasses.asdict(n), notes["node"])
     section("cluster", dataclasses.asdict(c), notes["cluster"])

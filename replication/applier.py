@@ -114,15 +114,18 @@ class StoreApplier:
         """Schedule-service progress ({delay level: next schedule-queue offset}); persisted with the metadata."""
         self.store.delay_offsets.update({int(level): int(o) for level, o in offsets.items()})
 
-    def apply_pop(self, ops: list[list]) -> list[str | None]:
-        """Pop consumption state changes (store.pop_state); one refusal or None per op, the same everywhere."""
-        return self.store.pop_state.apply(ops)
+    def apply_pop(self, ops: list[list], index: int = 0) -> list[str | None]:
+        """Pop consumption state changes (store.pop_state); one refusal or None per op, the same everywhere. Not
+        persisted here: the table is written periodically and replayed from the Raft journal after a crash."""
+        out = self.store.pop_state.apply(ops, index)
+        if any(op[0] == "key" for op in ops):
+            self.store.pop_state.persist()  # handles signed with it must stay valid across any restart
+        return out
 
     def persist_metadata(self) -> None:
         """Make replicated metadata as durable as the applied index that will record it."""
         self.store.consumer_offsets.persist(only_if_dirty=True)
         self.store.delay_offsets.persist(only_if_dirty=True)
-        self.store.pop_state.persist(only_if_dirty=True)
 
     @staticmethod
     def topic_to_dict(cfg: Any) -> dict:

@@ -145,11 +145,10 @@ class LocalWritePath:
         self._applier.apply_offsets([(group, topic, dict(offsets))])
 
     def apply_pop(self, ops: list[list]) -> list[str | None]:
-        """Pop-consumption changes (store.pop_state): applied and persisted at once, as a replica would."""
+        """Pop-consumption changes (store.pop_state): applied at once, persisted every second by the store (a
+        crash can forget the last second of receives and acks: those messages are delivered again)."""
         with self._meta_lock:
-            out = self._applier.apply_pop(ops)
-            self._applier.persist_metadata()
-            return out
+            return self._applier.apply_pop(ops)
 
     def update_delay_offsets(self, offsets: dict[int, int]) -> None:
         """Schedule progress: applied and persisted at once (a restart must not deliver again)."""

@@ -74,6 +74,7 @@ from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
 
 log = logging.getLogger("store.message_store")
+POP_STATE_PERSIST_INTERVAL_MS = 1000
 
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
@@ -306,6 +307,9 @@ class MessageStore:
         self._services.append(PeriodicFlushService(
             "ConsumerOffsetPersistService", lambda _least: self.consumer_offsets.persist(only_if_dirty=True),
             FLUSH_CONSUMER_OFFSET_INTERVAL_MS, 0, FLUSH_CONSUMER_OFFSET_INTERVAL_MS))
+        self._services.append(PeriodicFlushService(  # pop state changes often; Raft replays what a crash lost
+            "PopStatePersistService", lambda _least: self.pop_state.persist(only_if_dirty=True),
+            POP_STATE_PERSIST_INTERVAL_MS, 0, POP_STATE_PERSIST_INTERVAL_MS))
         for s in self._services:
             s.start()
         self.retention = RetentionService(cfg, cl, self.consume_queues, self.index_service,

@@ -17,13 +17,14 @@ handle from before a redelivery or a ChangeInvisibleDuration no longer matches a
 cluster's receipt-handle HMAC key; it lives here so every member signs and checks with the same one.
 
 Changes are replicated commands built by the leader (with the leader's clock) and applied identically everywhere;
-no clock reads inside. A ``take`` carries the ``seq`` it was computed from and is refused if the queue moved on
+no clock reads inside. The file is written periodically, not per command (a receive and an ack each change it): it
+records the Raft index it includes, and after a crash the state machine re-applies the pop commands of the Raft
+journal past that index (store.pop_state is the one table replayed that way), so every replica ends up identical. A ``take`` carries the ``seq`` it was computed from and is refused if the queue moved on
 (a command from a deposed leader can then never hand out a message twice).
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,11 +65,12 @@ class PopStateTable(json_file.PersistedTable):
     def __init__(self, config_dir: str) -> None:
         super().__init__(config_dir)
         self.key = ""
-        self.changed = threading.Condition()  # notified after every apply (long-polling receivers wait on it)
+        self.applied_index = 0  # Raft index of the last pop command in the table (0: single node / none yet)
 
     def _parse(self, data: Any) -> dict[str, QueueState]:
         try:
             self.key = str(data.get("hmacKey", ""))
+            self.applied_index = int(data.get("appliedIndex", 0))
             return {k: QueueState(int(v["next"]), int(v["seq"]),
                                   {int(o): [int(e[0]), int(e[1]), int(e[2]), str(e[3])]
                                    for o, e in v.get("inflight", {}).items()})
@@ -77,13 +79,10 @@ class PopStateTable(json_file.PersistedTable):
             raise StoreError(f"{self.path} does not have the popState.json shape: {e}") from None
 
     def to_json(self) -> dict:
-        return {"hmacKey": self.key,
+        return {"hmacKey": self.key, "appliedIndex": self.applied_index,
                 "queues": {k: {"next": s.next, "seq": s.seq,
                                "inflight": {str(o): e for o, e in sorted(s.inflight.items())}}
                            for k, s in sorted(self._table.items())}}
-
-    def snapshot(self) -> str:  # includes the key: a member installing a snapshot must check the same handles
-        return super().snapshot()
 
     # ------------------------------------------------------------------ reads
     def get(self, key: str) -> QueueState:
@@ -96,20 +95,18 @@ class PopStateTable(json_file.PersistedTable):
             return [(k, s.copy()) for k, s in self._table.items()]
 
     # ------------------------------------------------------------------ replicated changes
-    def apply(self, ops: list[list]) -> list[str | None]:
+    def apply(self, ops: list[list], index: int = 0) -> list[str | None]:
         """Apply a batch of operations; one result per op: None, or the reason it was refused (same everywhere).
+        ``index``: the Raft index of the command (recorded, so a restart replays the commands after it).
 
         ``["key", hex]`` set the HMAC key once; ``["take", key, expected_seq, new_next, {offset: entry}]`` hand
         out / hold back entries; ``["ack", key, offset, epoch]`` done (acked or dead-lettered);
         ``["change", key, offset, epoch, visible_at_ms]`` new invisible deadline and epoch;
         ``["reset", key, offset]`` forget in-flight entries and restart the queue at ``offset``."""
-        out: list[str | None] = []
         with self._lock:
-            for op in ops:
-                out.append(self._apply_one(op))
+            out = [self._apply_one(op) for op in ops]
+            self.applied_index = max(self.applied_index, index)
             self._dirty = True
-        with self.changed:
-            self.changed.notify_all()
         return out
 
     def _apply_one(self, op: list) -> str | None:
