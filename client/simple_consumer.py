@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass
@@ -166,7 +167,8 @@ class PushConsumer:
     """Runs ``listener`` on every message with ``concurrency`` threads: SUCCESS acks, FAILURE (or an exception)
     nacks, so the message comes back after the group's retry back-off and moves to the DLQ after max attempts.
 
-    ``shutdown()`` stops receiving, lets messages already handed to the listener finish and ack them, and gives
+    While a listener runs, its message's invisible time is extended before it ends, so a slow listener is not
+    raced by a redelivery. ``shutdown()`` stops receiving, lets messages already handed to the listener finish and ack them, and gives
     back (nacks) those received but not started, so nothing waits out a full invisible time."""
 
     def __init__(self, group: str, topic: str, listener: Listener, servers: str | Iterable[str] | None = None, *,
@@ -185,12 +187,18 @@ class PushConsumer:
         self._slots = threading.Semaphore(concurrency)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._running: dict[int, ReceivedMessage] = {}  # messages whose listener runs, with their latest handle
+        self._running_lock = threading.Lock()
+        self._renew_stop = threading.Event()
+        self._renewer: threading.Thread | None = None
         self.errors: list[BaseException] = []  # receive/ack failures seen by the loop (it keeps going)
 
     def start(self) -> PushConsumer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="raftmq-push-receive", daemon=True)
             self._thread.start()
+            self._renewer = threading.Thread(target=self._renew_loop, name="raftmq-push-renew", daemon=True)
+            self._renewer.start()
         return self
 
     def _loop(self) -> None:
@@ -220,12 +228,17 @@ class PushConsumer:
                 self._workers.submit(self._consume, m)
 
     def _consume(self, m: ReceivedMessage) -> None:
+        key = id(m)
+        with self._running_lock:
+            self._running[key] = m
         try:
             try:
                 result = self.listener(m)
             except Exception:  # noqa: BLE001 - a listener exception is a FAILURE, as in RocketMQ
                 log.exception("listener failed on message %s", m.message.msg_id)
                 result = ConsumeResult.FAILURE
+            with self._running_lock:
+                m = self._running.pop(key)  # the latest handle, if the renewer extended it meanwhile
             if result == ConsumeResult.SUCCESS:
                 try:
                     self._consumer.ack(m)
@@ -234,7 +247,27 @@ class PushConsumer:
             else:
                 self._give_back(m)
         finally:
+            with self._running_lock:
+                self._running.pop(key, None)
             self._slots.release()
+
+    def _renew_loop(self) -> None:
+        """Keep messages invisible while their listener runs (RocketMQ 5's auto-renew): a third of the invisible
+        duration before the deadline, extend it by a whole one."""
+        while not self._renew_stop.wait(min(1.0, self.invisible_duration / 6)):
+            now_ms = time.time() * 1000
+            with self._running_lock:
+                due = [(k, m) for k, m in self._running.items()
+                       if m.invisible_until - now_ms < self.invisible_duration * 1000 / 3]
+            for k, m in due:
+                try:
+                    renewed = self._consumer.change_invisible_duration(m, self.invisible_duration)
+                except errors.RaftmqError as e:
+                    self.errors.append(e)
+                    continue
+                with self._running_lock:
+                    if k in self._running:
+                        self._running[k] = renewed
 
     def _give_back(self, m: ReceivedMessage) -> None:
         try:
@@ -248,6 +281,9 @@ class PushConsumer:
         if self._thread is not None:
             self._thread.join(timeout)
         self._workers.shutdown(wait=True)
+        self._renew_stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout)
         self._consumer.close()
 
     def __enter__(self) -> PushConsumer:

@@ -362,3 +362,53 @@ def test_cli_consume_pop_dlq_and_reset_offsets(node, capsys):
     assert bodies == ["c0", "c1", "c2", "poison", "poison"]
     assert run(["consume", "cli", topic, "--ack-mode", "pop", "--sql", "n >", *s]) == 4
     assert "position 3" in capsys.readouterr().err
+
+
+def test_push_consumer_shutdown_finishes_running_listeners_and_acks_them(node):
+    topic = make_topic(node, "PopShutdown", queues=1)
+    with Producer(node.grpc_address) as p:
+        p.send(topic, "slow")
+    started, release = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def listener(m):
+        started.set()
+        release.wait(30)
+        done.append(m.text)
+        return ConsumeResult.SUCCESS
+
+    push = PushConsumer("shutdown", topic, listener, node.grpc_address, concurrency=1, invisible_duration=60).start()
+    assert started.wait(30), "the listener got the message"
+    stopper = threading.Thread(target=push.shutdown)
+    stopper.start()
+    release.set()
+    stopper.join(60)
+    assert not stopper.is_alive() and done == ["slow"] and push.errors == []
+
+    def acked() -> bool:
+        _, metrics = node.http_get("/metrics")
+        return any(line.startswith("rocketmq_consumer_acked_messages_total") and 'consumer_group="shutdown"' in line
+                   and line.endswith(" 1.0") for line in metrics.splitlines())
+
+    assert acked(), "the message in progress at shutdown was acked, not left to time out"
+
+
+def test_push_consumer_renews_the_invisible_time_of_a_slow_listener(node):
+    topic = make_topic(node, "PopRenew", queues=1)
+    with Producer(node.grpc_address) as p:
+        p.send(topic, "slow")
+    deliveries: list[int] = []
+
+    def listener(m):
+        deliveries.append(m.delivery_attempt)
+        if len(deliveries) == 1:  # outlive the first deadline by a good margin
+            wait_for(lambda: time.time() * 1000 > m.invisible_until + 2000, "past the first deadline", 30)
+        return ConsumeResult.SUCCESS
+
+    push = PushConsumer("renew", topic, listener, node.grpc_address, concurrency=2, invisible_duration=3).start()
+    try:
+        wait_for(lambda: push.errors or (deliveries and not push._running), "the slow message finished", 60)
+    finally:
+        push.shutdown()
+    assert push.errors == [], "the ack used the renewed handle"
+    assert deliveries == [1], "no redelivery while the listener was still running"
