@@ -463,6 +463,7 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     n.log_level = n.log_level.upper()
     if n.shutdown_grace_seconds < 0:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
+    problems.extend(_pop_problems(n))
     if not c.name or not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", c.name):
         problems.append(f"cluster.name: {c.name!r} must be 1-127 letters, digits, '_', '-', '%', '|'")
     try:
@@ -516,6 +517,32 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
         cfg.cluster.members = [{k: _text(m[k]) for k in ("id", "raft", "grpc")} for m in members]
     if ok and members and cfg.node.id not in seen:
         problems.append(f"cluster.members: this node's id {cfg.node.id!r} is not among the members {sorted(seen)}")
+
+
+def _pop_problems(n: NodeSection) -> list[str]:
+    """Retry policies (issue 12): checked here so a typo stops the node at start with the key named."""
+    from node.pop_core import parse_policy
+
+    out = []
+    if n.pop_max_inflight_per_queue < 1:
+        out.append("node.pop_max_inflight_per_queue: must be >= 1")
+    try:
+        parse_policy(n.max_delivery_attempts, n.retry_backoff, "node")
+    except ValueError as e:
+        out.append(str(e))
+    if not isinstance(n.group_policies, dict):
+        return out + ["node.group_policies: must be a mapping {group: {max_delivery_attempts, retry_backoff}}"]
+    for group, o in n.group_policies.items():
+        where = f"node.group_policies.{group}"
+        if not isinstance(o, dict) or set(o) - {"max_delivery_attempts", "retry_backoff"}:
+            out.append(f"{where}: must be a mapping with max_delivery_attempts and/or retry_backoff, got {o!r}")
+            continue
+        try:
+            parse_policy(o.get("max_delivery_attempts", n.max_delivery_attempts), o.get("retry_backoff",
+                                                                                         n.retry_backoff), where)
+        except ValueError as e:
+            out.append(str(e))
+    return out
 
 
 def _yaml_scalar(value: Any) -> str:

@@ -83,13 +83,13 @@ class GroupPolicy:
 
 def parse_policy(max_attempts: Any, backoff: Any, where: str) -> GroupPolicy:
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or not 1 <= max_attempts <= 1000:
-        raise ValueError(f"{where}: max_delivery_attempts must be an integer 1..1000, got {max_attempts!r}")
+        raise ValueError(f"{where}.max_delivery_attempts: must be an integer 1..1000, got {max_attempts!r}")
     try:
         millis = parse_delay_levels(str(backoff))
     except Exception as e:
-        raise ValueError(f"{where}: retry_backoff {backoff!r} is not a list like '1s 5s 1m 2h': {e}") from None
+        raise ValueError(f"{where}.retry_backoff: {backoff!r} is not a list like '1s 5s 1m 2h': {e}") from None
     if not millis:
-        raise ValueError(f"{where}: retry_backoff is empty; give at least one delay such as '1s'")
+        raise ValueError(f"{where}.retry_backoff: empty; give at least one delay such as '1s'")
     return GroupPolicy(max_attempts, tuple(millis))
 
 
