@@ -362,6 +362,9 @@ def test_cli_consume_pop_dlq_and_reset_offsets(node, capsys):
     assert bodies == ["c0", "c1", "c2", "poison", "poison"]
     assert run(["consume", "cli", topic, "--ack-mode", "pop", "--sql", "n >", *s]) == 4
     assert "position 3" in capsys.readouterr().err
+    assert run(["consume", "cli-pull", topic, "--from-beginning", "--sql", "n BETWEEN 1 AND 5", "--max", "2",
+                "--idle-timeout", "10", *s]) == 0
+    assert [line.split(" | ")[1] for line in capsys.readouterr().out.splitlines()] == ["c1", "c2"]
 
 
 def test_push_consumer_shutdown_finishes_running_listeners_and_acks_them(node):
