@@ -245,6 +245,7 @@ class Broker:
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
         self.pop = self._make_pop_core()
+        self.pop.start(self.write_path.is_writable)
         self._start_schedule()
         await self.run_blocking(self._start_labeler)
         await self._wait_caught_up()
@@ -361,7 +362,8 @@ class Broker:
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.
-        for what, step in (("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
+        for what, step in (("pop offsets", self.pop.stop if self.pop is not None else None),
+                           ("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
                            ("write path", self.write_path.stop if self._write_path_started else None),
                            ("role labeler", self._labeler.stop if self._labeler is not None else None),
                            ("store", self.store.shutdown if self._store_open else None)):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
@@ -52,6 +53,8 @@ MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3600_000
 MAX_RECEIVE = 1024
 RECEIVE_MAX_BYTES = 8 << 20
+OFFSET_SYNC_INTERVAL_S = 1.0
+log = logging.getLogger(__name__)
 _MAC_BYTES = 16
 _END_OF_QUEUE = frozenset({GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.NO_MESSAGE_IN_QUEUE,
                            GetStatus.NO_MATCHED_LOGIC_QUEUE})
@@ -131,6 +134,8 @@ class PopCore:
         self.counters = PopCounters()
         self._locks: dict[str, threading.Lock] = {}
         self._rr = 0
+        self._stop_sync = threading.Event()
+        self._sync_thread: threading.Thread | None = None
 
     def policy(self, group: str) -> GroupPolicy:
         return self.group_policies.get(group, self.default_policy)
@@ -436,6 +441,42 @@ class PopCore:
             for lk in reversed(locks):
                 lk.release()
         return targets
+
+    # ================================================================== consumer offsets follow the acks
+    def start(self, is_writable: Any, interval_s: float = OFFSET_SYNC_INTERVAL_S) -> None:
+        """While this member leads, commit each pop queue's acked position (``min(in-flight) or next``) as the
+        group's consumer offset, so ``group describe``, ``offsets --group`` and a later pull continue from it."""
+        self._stop_sync.clear()
+
+        def loop() -> None:
+            while not self._stop_sync.wait(interval_s):
+                if is_writable():
+                    try:
+                        self.sync_offsets()
+                    except Exception as e:  # leadership moved mid-commit and the like: next round retries
+                        log.debug("pop offset sync skipped: %s", e)
+
+        self._sync_thread = threading.Thread(target=loop, name="raftmq-pop-offsets", daemon=True)
+        self._sync_thread.start()
+
+    def stop(self) -> None:
+        self._stop_sync.set()
+        if self._sync_thread is not None:
+            self._sync_thread.join(5)
+
+    def sync_offsets(self) -> int:
+        """Commit the moved positions; returns how many queues moved."""
+        from store.pop_state import split_key
+
+        moved: dict[tuple[str, str], dict[int, int]] = {}
+        for key, st in self.store.pop_state.items():
+            group, topic, qid = split_key(key)
+            low = st.low_water()
+            if self.store.consumer_offsets.offsets(group, topic).get(qid) != low and st.seq:
+                moved.setdefault((group, topic), {})[qid] = low
+        for (group, topic), offsets in moved.items():
+            self.write_path.commit_offsets(group, topic, offsets)
+        return sum(len(o) for o in moved.values())
 
     # ================================================================== observability
     def inflight_and_lag(self) -> list[tuple[str, str, int, int, int]]:

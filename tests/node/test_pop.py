@@ -247,7 +247,7 @@ def test_send_back_goes_through_the_retry_topic_then_the_dlq(node):
         c.ack(got)
 
 
-def test_reset_offsets_to_an_offset_redelivers_from_there(node):
+def test_reset_offsets_redelivers_from_there_and_the_committed_offset_follows_acks(node):
     topic = make_topic(node, "PopReset", queues=1)
     with Producer(node.grpc_address) as p:
         for i in range(3):
@@ -257,7 +257,14 @@ def test_reset_offsets_to_an_offset_redelivers_from_there(node):
         stub = pb_grpc.MessagingServiceStub(node.channel())
         resp = stub.ResetGroupOffsets(pb.ResetGroupOffsetsRequest(group="reset", topic=topic, offset=1), timeout=10)
         assert dict(resp.offsets) == {0: 1}
-        assert [m.text for m in c.receive(8, 10)] == ["x1", "x2"]
+        again = c.receive(8, 10)
+        assert [m.text for m in again] == ["x1", "x2"]
+        c.ack(again[1])
+        # the group's consumer offset follows its acks (the lowest unacked message): x1 is still open
+        fetch = pb.FetchOffsetRequest(group="reset", topic=topic)
+        wait_for(lambda: dict(stub.FetchOffset(fetch, timeout=10).offsets) == {0: 1}, "offset at the open x1")
+        c.ack(again[0])
+        wait_for(lambda: dict(stub.FetchOffset(fetch, timeout=10).offsets) == {0: 3}, "offset after every ack")
 
 
 def test_leader_sigkill_unacked_come_back_on_the_new_leader_acked_never_fifo_order_holds(tmp_path):
