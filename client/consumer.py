@@ -454,8 +454,8 @@ class PullConsumer:
     def send_back(self, msg: MessageView, delay_level: int = 0) -> SendResult:
         """RocketMQ 4's sendMessageBack: hand a message this consumer failed on to %RETRY%<group>, delivered again
         after ``delay_level`` (0: the next level for its retry count) to this group's receivers
-        (``SimpleConsumer``/``PushConsumer``); after the group's max delivery attempts it goes to %DLQ%<group>.
-        Commit the offset as usual afterwards."""
+        (``SimpleConsumer``/``PushConsumer``, or a ``PullConsumer`` of topic ``%RETRY%<group>``); after the group's
+        max delivery attempts it goes to %DLQ%<group>. Commit the offset as usual afterwards."""
         req = pb.SendMessageBackRequest(group=self.group, topic=msg.topic, queue_id=msg.queue_id,
                                         queue_offset=msg.queue_offset, delay_level=delay_level)
         resp, _ = self._pool.write(lambda s, t: s.messaging.SendMessageBack(req, timeout=t))
