@@ -403,12 +403,13 @@ class PopCore:
 
     def send_back(self, group: str, topic: str, qid: int, offset: int, delay_level: int) -> tuple[Any, bool]:
         """RocketMQ 4 sendMessageBack: to %RETRY%<group> after a delay (level 0: 3 + times retried, as RocketMQ),
-        or to %DLQ%<group> once retried max_delivery_attempts times. (result, dead-lettered?)."""
+        or to %DLQ%<group> once the message was delivered max_delivery_attempts times (the same count as receive:
+        attempts = deliveries). (result, dead-lettered?)."""
         msg = self._read(topic, qid, offset)
         if msg is None:
             raise PopError(f"no message at {topic}-{qid} offset {offset} (removed by retention, or never stored)")
-        times = msg.reconsume_times + 1
-        if times > self.policy(group).max_delivery_attempts:
+        times = msg.reconsume_times + 1  # deliveries so far, this one included
+        if times >= self.policy(group).max_delivery_attempts:
             self.counters.add(self.counters.dead_lettered, group)
             return self._dead_letter(group, [(msg, times, "max delivery attempts reached (send back)")])[0], True
         retry = RETRY_PREFIX + group

@@ -26,7 +26,7 @@ from tests.support.processes import node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
 FAST = {"max_delivery_attempts": 3, "retry_backoff": "1s"}
-NODE = {"group_policies": {g: FAST for g in ("retry", "dlq", "simple", "fifo", "fifo-k", "back", "cli")}}
+NODE = {"group_policies": {g: FAST for g in ("retry", "dlq", "simple", "fifo", "back", "back-pull", "cli")}}
 
 
 @pytest.fixture(scope="module")
@@ -422,3 +422,29 @@ def test_push_consumer_renews_the_invisible_time_of_a_slow_listener(node):
         push.shutdown()
     assert push.errors == [], "the ack used the renewed handle"
     assert deliveries == [1], "no redelivery while the listener was still running"
+
+
+def test_pull_only_group_retries_through_its_retry_topic_until_the_dlq(node):
+    topic = make_topic(node, "PopBackPull", queues=1)
+    with Producer(node.grpc_address) as p:
+        sent = p.send(topic, "retry me")
+    stub = pb_grpc.MessagingServiceStub(node.channel())
+    with PullConsumer("back-pull", topic, node.grpc_address, start_from="first") as pc:
+        [m] = wait_for(lambda: pc.poll(1), "the message pulled")
+        pc.send_back(m, delay_level=1)
+    seen = []
+    with Admin(node.grpc_address) as admin:
+        wait_for(lambda: any(t.name == "%RETRY%back-pull" for t in admin.list_topics(include_system=True)),
+                 "the retry topic")
+    with PullConsumer("back-pull", "%RETRY%back-pull", node.grpc_address, start_from="first") as rc:
+        for times in (1, 2):  # max_delivery_attempts=3: the original delivery and two retries
+            [r] = wait_for(lambda: rc.poll(1), f"retry {times}", 30)
+            seen.append((r.text, r.reconsume_times, r.properties["RETRY_TOPIC"], r.uniq_key))
+            resp = stub.SendMessageBack(pb.SendMessageBackRequest(
+                group="back-pull", topic=r.topic, queue_id=r.queue_id, queue_offset=r.queue_offset, delay_level=1),
+                timeout=10)
+            assert resp.dead_lettered is (times == 2)
+    assert seen == [("retry me", t, topic, sent.uniq_key) for t in (1, 2)]
+    [dead] = dead_letters(node, "back-pull", 1)
+    assert dead.text == "retry me" and dead.properties["RETRY_TOPIC"] == topic
+    assert dead.reconsume_times == 3 and dead.properties["DLQ_DELIVERY_ATTEMPTS"] == "3"
