@@ -345,6 +345,19 @@ class PopCore:
             self.counters.add(self.counters.nacked, group)
         return self._handle(group, t, q, off, new_epoch), now + delay
 
+    def renew(self, group: str, topic: str, handle: str, invisible_ms: int) -> int:
+        """Extend the deadline to now + ``invisible_ms`` keeping the handle valid (what RocketMQ 5's proxy does for
+        ``auto_renew`` receives while the client processes); returns the new deadline."""
+        t, q, off, ep = self.decode_handle(handle, group, topic)
+        key = queue_key(group, t, q)
+        with self._lock(key):
+            now = int(time.time() * 1000)
+            self._check_live(self.store.pop_state.get(key), off, ep, now)
+            refusal = self.write_path.apply_pop([["renew", key, off, ep, now + invisible_ms]])[0]
+            if refusal:
+                raise StaleReceiptHandleError(refusal)
+        return now + invisible_ms
+
     def forward_to_dlq(self, group: str, topic: str, handle: str) -> Any:
         """Move the message to %DLQ%<group> now (the FIFO client's own give-up) and mark it done."""
         t, q, off, ep = self.decode_handle(handle, group, topic)

@@ -102,6 +102,7 @@ class PopStateTable(json_file.PersistedTable):
         ``["key", hex]`` set the HMAC key once; ``["take", key, expected_seq, new_next, {offset: entry}]`` hand
         out / hold back entries; ``["ack", key, offset, epoch]`` done (acked or dead-lettered);
         ``["change", key, offset, epoch, visible_at_ms]`` new invisible deadline and epoch;
+        ``["renew", key, offset, epoch, visible_at_ms]`` later deadline, same epoch (the handle stays valid);
         ``["reset", key, offset]`` forget in-flight entries and restart the queue at ``offset``."""
         with self._lock:
             out = [self._apply_one(op) for op in ops]
@@ -145,6 +146,8 @@ class PopStateTable(json_file.PersistedTable):
         elif kind == "change":
             entry[1] = int(op[4])
             entry[2] = s.seq
+        elif kind == "renew":  # same delivery, later deadline: the handle stays valid (server-side auto-renew)
+            entry[1] = max(entry[1], int(op[4]))
         else:
             raise StoreError(f"unknown pop operation {kind!r}")
         return None

@@ -22,6 +22,8 @@ def test_table_rules_stale_take_stale_epoch_and_compaction(tmp_path):
     assert t.apply([["take", k, 0, 4, {"3": [1, 100, 4, ""]}]])[0].startswith("stale take")
     assert t.apply([["ack", k, 0, 1], ["ack", k, 1, 9]]) == [None, t.apply([["ack", k, 1, 9]])[0]]
     assert "stale receipt handle" in t.apply([["ack", k, 0, 1]])[0]
+    assert t.apply([["renew", k, 1, 2, 400]]) == [None]
+    assert t.get(k).inflight[1][1:3] == [400, 2], "a renewal keeps the epoch: the handle stays valid"
     assert t.apply([["change", k, 1, 2, 500]]) == [None]
     s = t.get(k)
     assert s.inflight[1][1] == 500 and s.inflight[1][2] == s.seq and s.low_water() == 1
@@ -51,6 +53,7 @@ def test_journal_replay_restores_pop_commands_the_file_missed(tmp_path):
         shutil.copy(path, str(tmp_path / "early.json"))  # what a crash right now would leave on disk
         assert pop.ack("g", "T", [d.receipt_handle for d in got[:4]]) == [None] * 4
         handle, _ = pop.change_invisible("g", "T", got[4].receipt_handle, 120_000)
+        pop.renew("g", "T", got[5].receipt_handle, 90_000)
         final = st.pop_state.get(queue_key("g", "T", 0))
         assert sorted(final.inflight) == [4, 5]
     finally:
@@ -65,7 +68,8 @@ def test_journal_replay_restores_pop_commands_the_file_missed(tmp_path):
         wait_writable(wp)
         assert st.pop_state.get(queue_key("g", "T", 0)) == final, "acks and changes replayed from the journal"
         pop = PopCore(st, wp)
-        assert pop.ack("g", "T", [handle]) == [None], "the handle from before the restart still works"
+        assert pop.ack("g", "T", [handle, got[5].receipt_handle]) == [None, None], \
+            "handles from before the restart still work (the renewed one too)"
     finally:
         wp.stop()
         st.shutdown()
