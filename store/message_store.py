@@ -619,6 +619,8 @@ class MessageStore:
                 continue
             if tag_filter is not None and not tag_filter.matches_code(tags_code):
                 continue
+            if message_filter is not None and not message_filter.matches_code(tags_code):
+                continue
             raw = cl.get_message(phy, size)
             if raw is None:
                 if not messages:

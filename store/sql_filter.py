@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from store.errors import StoreError
+from store.java import java_string_hash
 
 Value = str | int | float | bool | None
 Eval = Callable[[Mapping[str, str]], Value]
@@ -203,6 +204,9 @@ class _Parser:
                 if v is None:
                     unknown = True
             return None if unknown else False
+        sets = [_tags_of(part) for part in parts]
+        if all(t is not None for t in sets):
+            fn.tags = frozenset().union(*sets)  # type: ignore[attr-defined]
         return fn
 
     def and_(self) -> Eval:
@@ -222,6 +226,9 @@ class _Parser:
                 if v is None:
                     unknown = True
             return None if unknown else True
+        sets = [t for t in (_tags_of(part) for part in parts) if t is not None]
+        if sets:
+            fn.tags = frozenset.intersection(*sets)  # type: ignore[attr-defined]
         return fn
 
     def not_(self) -> Eval:
@@ -254,7 +261,10 @@ class _Parser:
                     return None if c is None else test(c)
                 return cmp
             if op.text == "=":
-                return lambda p: _equal(left(p), right(p))
+                eq = lambda p: _equal(left(p), right(p))  # noqa: E731
+                if start.kind == "id" and start.text == "TAGS" and right_kind == "str":
+                    eq.tags = frozenset([self.toks[self.i - 1].value])  # type: ignore[attr-defined]
+                return eq
             return lambda p: _not(_equal(left(p), right(p)))
         negate = False
         if self.is_kw("NOT"):
@@ -296,6 +306,8 @@ class _Parser:
             def in_(p: Mapping[str, str]) -> Value:
                 v = left(p)
                 return None if v is None else str(v) in members
+            if not negate and start.kind == "id" and start.text == "TAGS":
+                in_.tags = members  # type: ignore[attr-defined]
             return (lambda p: _not(in_(p))) if negate else in_
         if self.is_kw("CONTAINS", "STARTSWITH", "ENDSWITH"):
             word = self.take().text
@@ -356,12 +368,18 @@ class _Parser:
 _KIND_NAMES = {"str": "string", "bool": "boolean", "null": "NULL"}
 
 
+def _tags_of(fn: Eval) -> frozenset[str] | None:
+    """The tags a sub-expression can only be TRUE for (TAGS = / IN, combined through AND / OR), else None."""
+    return getattr(fn, "tags", None)
+
+
 @dataclass(frozen=True)
 class SqlFilter:
     """A compiled SQL92 filter; ``matches(properties)`` is True only when the expression is TRUE."""
 
     expression: str
     _eval: Eval
+    tag_codes: frozenset[int] | None = None  # the expression needs one of these tags: skip others unread
 
     @classmethod
     def parse(cls, expression: str) -> SqlFilter:
@@ -370,14 +388,18 @@ class SqlFilter:
         if len(expression) > MAX_EXPRESSION_LENGTH:
             raise InvalidFilterExpressionError(expression, MAX_EXPRESSION_LENGTH,
                                                f"longer than {MAX_EXPRESSION_LENGTH} characters")
-        return cls(expression, _Parser(expression).parse())
+        fn = _Parser(expression).parse()
+        tags = _tags_of(fn)
+        return cls(expression, fn, None if tags is None else frozenset(java_string_hash(t) for t in tags))
 
     def matches(self, properties: Mapping[str, str]) -> bool:
         return self._eval(properties) is True
 
-    # the store's filter interface (store.message_store.get_messages): no tag-code pre-filter, then the message
+    # the store's filter interface (store.message_store.get_messages): the consume queue's tag hash first (when
+    # the expression pins TAGS, a message with another tag is skipped without reading the commit log), then the
+    # decoded message's properties
     def matches_code(self, code: int) -> bool:
-        return True
+        return self.tag_codes is None or code in self.tag_codes
 
     def matches_message(self, message) -> bool:
         return self._eval(message.properties) is True

@@ -107,3 +107,36 @@ def test_compiled_once_reused_for_many_property_sets():
     f = SqlFilter.parse("a between 0 and 3 and TAGS in ('A')")
     hits = [f.matches({"a": str(i), "TAGS": "A"}) for i in range(6)]
     assert hits == [True, True, True, True, False, False]
+
+
+@pytest.mark.parametrize("expression,tags", [
+    ("TAGS = 'A'", {"A"}),
+    ("TAGS IN ('A', 'B') AND a > 1", {"A", "B"}),
+    ("a > 1 AND (TAGS = 'A' OR TAGS = 'B')", {"A", "B"}),
+    ("TAGS IN ('A', 'B') AND TAGS IN ('B', 'C')", {"B"}),
+    ("TAGS = 'A' OR a > 1", None),          # a message with any tag can match
+    ("NOT TAGS = 'A'", None),
+    ("TAGS NOT IN ('A')", None),
+    ("a > 1", None),
+])
+def test_tag_prefilter_only_where_the_expression_pins_tags(expression, tags):
+    from store.java import java_string_hash
+
+    f = SqlFilter.parse(expression)
+    assert f.tag_codes == (None if tags is None else frozenset(java_string_hash(t) for t in tags))
+    if tags is not None:
+        assert not f.matches_code(java_string_hash("Z")) and not f.matches_code(0)
+        assert all(f.matches_code(java_string_hash(t)) for t in tags)
+
+
+def test_store_skips_units_by_tag_code_and_still_checks_properties(tmp_path):
+    from store import Message, MessageStore, StoreConfig
+    from tests.support.waiting import wait_for
+
+    with MessageStore(StoreConfig(root_dir=str(tmp_path), preallocate=False,
+                                  mapped_file_size_commit_log=1 << 20)) as st:
+        st.put_messages([Message(topic="T", body=b"%d" % i, properties={"TAGS": "AB"[i % 2], "n": str(i)})
+                         for i in range(10)])
+        wait_for(lambda: st.max_offset_in_queue("T", 0) == 10, "dispatched")
+        got = st.get_messages("T", 0, 0, 32, message_filter=SqlFilter.parse("TAGS = 'B' AND n > 4"))
+        assert [m.body for m in got.messages] == [b"5", b"7", b"9"]
