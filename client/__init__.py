@@ -1,4 +1,5 @@
-"""raftmq Python SDK: ``Producer``, ``TransactionProducer``, ``PullConsumer``, ``Admin``; typed results in
+"""raftmq Python SDK: ``Producer``, ``TransactionProducer``, ``PullConsumer``, ``SimpleConsumer``,
+``PushConsumer``, ``Admin``; typed results in
 ``client.types`` and typed errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
 
 from client.admin import Admin
@@ -18,6 +19,13 @@ from client.errors import (
     UnknownOutcomeError,
 )
 from client.producer import Producer
+from client.simple_consumer import (
+    ConsumeResult,
+    PushConsumer,
+    ReceivedMessage,
+    SimpleConsumer,
+    StaleReceiptHandleError,
+)
 from client.transaction_producer import TransactionProducer, TransactionResult, TransactionState
 from client.types import (
     ClusterStatus,
@@ -30,7 +38,8 @@ from client.types import (
 )
 
 __all__ = [
-    "Admin", "PullConsumer", "Producer", "TransactionProducer", "TransactionResult", "TransactionState",
+    "Admin", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
+    "StaleReceiptHandleError", "TransactionProducer", "TransactionResult", "TransactionState",
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
     "NotLeaderError", "PermissionDeniedError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",

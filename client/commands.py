@@ -404,7 +404,11 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    consumer = PullConsumer(args.group, args.topic, servers_of(args), tags=args.tags,
+    if args.ack_mode == "pop":
+        from client.pop_commands import cmd_consume_pop
+
+        return cmd_consume_pop(args)
+    consumer = PullConsumer(args.group, args.topic, servers_of(args), tags=args.tags, sql=args.sql,
                             start_from=START_FIRST if args.from_beginning else START_LAST,
                             auto_commit=not args.no_commit, auto_commit_interval=1.0,
                             timeout=args.timeout, retry_timeout=args.timeout, long_poll=1.0)
@@ -855,6 +859,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-timeout", type=_positive_float, metavar="SECONDS",
                    help="stop after this long without a new message (default: follow forever)")
     p.add_argument("--no-commit", action="store_true", help="do not commit offsets")
+    p.add_argument("--sql", default="", metavar="EXPR",
+                   help="SQL92 filter on message properties, e.g. \"a > 5 AND TAGS IN ('A', 'B')\"")
+    p.add_argument("--ack-mode", choices=("offset", "pop"), default="offset",
+                   help="offset: pull and commit offsets (default); pop: receive with an invisible time and ack "
+                        "each message (redelivered if not acked, dead-lettered after max attempts)")
+    p.add_argument("--invisible", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="--ack-mode pop: how long a received message stays invisible (default 30)")
 
     p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)")
     p.add_argument("topic", metavar="TOPIC")
@@ -909,7 +920,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")
 
     g = sub.add_parser("group", help="consumer groups: members, queue ownership, lag")
-    gsub = g.add_subparsers(dest="group_command", metavar="{describe}")
+    gsub = g.add_subparsers(dest="group_command", metavar="{describe,reset-offsets}")
     gsub.required = True
     p = _add(gsub, "describe", cmd_group_describe, "a group's live members, their queues, offsets and lag",
              description="Ask the leader (which holds the membership) for GROUP's live consumers, the queues each "
@@ -917,3 +928,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "committed offset and lag.")
     p.add_argument("group", metavar="GROUP")
 
+    from client.pop_commands import register as register_pop  # dlq list|view|resend, group reset-offsets
+
+    register_pop(sub, gsub)

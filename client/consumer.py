@@ -36,7 +36,7 @@ from client import errors
 from client.connection import ServerPool
 from client.consumer_group import allocate_averagely
 from client.tags import format_tag_expression
-from client.types import MessageView
+from client.types import MessageView, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class PullConsumer:
     pull waits at the server for new messages. ``from_leader`` reads only from the leader (no staleness).
     ``heartbeat_interval`` is how often this consumer tells the leader it is alive (the leader drops it after 3
     intervals without one); ``client_id`` names this instance in the group (default ``host@pid@random``).
+    ``sql`` is a SQL92 filter on message properties (RocketMQ's grammar, e.g. ``a > 5 AND TAGS IN ('A')``).
     """
 
     def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, *,
@@ -72,7 +73,7 @@ class PullConsumer:
                  auto_commit: bool = True, auto_commit_interval: float = 5.0, batch_size: int = 32,
                  long_poll: float = 2.0, from_leader: bool = False, timeout: float = 10.0,
                  retry_timeout: float = 15.0, queue_refresh_interval: float = 30.0,
-                 heartbeat_interval: float = 5.0, client_id: str | None = None):
+                 heartbeat_interval: float = 5.0, client_id: str | None = None, sql: str = ""):
         if not group.strip():
             raise errors.InvalidArgumentError("consumer group must not be empty")
         if not topic.strip():
@@ -90,6 +91,7 @@ class PullConsumer:
         self.topic = topic
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{secrets.token_hex(4)}"
         self.tag_expression = format_tag_expression(tags)
+        self.sql_expression = sql  # SQL92 property filter, checked by the server (INVALID_ARGUMENT + position)
         self.start_from = start_from
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
@@ -292,6 +294,7 @@ class PullConsumer:
     def _pull(self, queue_id: int, offset: int) -> pb.PullMessageResponse:
         req = pb.PullMessageRequest(topic=self.topic, queue_id=queue_id, offset=offset,
                                     max_count=self.batch_size, tag_expression=self.tag_expression,
+                                    sql_expression=self.sql_expression,
                                     long_poll_timeout_ms=int(self.long_poll * 1000),
                                     consumer_group=self.group, from_leader=self.from_leader)
         timeout = self._pool.timeout + self.long_poll
@@ -447,6 +450,16 @@ class PullConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise errors.RaftmqError("consumer is closed")
+
+    def send_back(self, msg: MessageView, delay_level: int = 0) -> SendResult:
+        """RocketMQ 4's sendMessageBack: hand a message this consumer failed on to %RETRY%<group>, delivered again
+        after ``delay_level`` (0: the next level for its retry count) to this group's receivers
+        (``SimpleConsumer``/``PushConsumer``, or a ``PullConsumer`` of topic ``%RETRY%<group>``); after the group's
+        max delivery attempts it goes to %DLQ%<group>. Commit the offset as usual afterwards."""
+        req = pb.SendMessageBackRequest(group=self.group, topic=msg.topic, queue_id=msg.queue_id,
+                                        queue_offset=msg.queue_offset, delay_level=delay_level)
+        resp, _ = self._pool.write(lambda s, t: s.messaging.SendMessageBack(req, timeout=t))
+        return SendResult.from_pb(resp.result)
 
     def close(self) -> None:
         """Commit (when auto-commit is on), leave the group (the others take over this consumer's queues at

@@ -85,7 +85,8 @@ class Producer:
                 raise TypeError(f"property {k!r}: names and values must be str, got {type(v).__name__}")
         m = pb.Message(topic=topic, body=body, tags=msg.tags or "", keys=_keys(msg.keys),
                        properties=dict(msg.properties or {}), born_timestamp=born_ms,
-                       uniq_key=self._ids.next(), delay_level=msg.delay_level)
+                       uniq_key=self._ids.next(), delay_level=msg.delay_level,
+                       message_group=msg.message_group)
         if queue_id is not None:
             m.queue_id = queue_id
         return m
@@ -102,15 +103,16 @@ class Producer:
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: list[str] | str | None = None, properties: Mapping[str, str] | None = None,
-             queue_id: int | None = None, delay_level: int = 0) -> SendResult:
+             queue_id: int | None = None, delay_level: int = 0, message_group: str = "") -> SendResult:
         """Send one message; returns where it was stored once a majority has it.
 
         ``keys`` (a list, or a space-separated string) are indexed for ``Admin.query_by_key``; ``queue_id``
         unset lets the broker pick a queue. ``delay_level`` N > 0 delivers the message after level N of the
         broker's ``store.message_delay_level`` (a higher level is clamped to the last; ``SendResult.note`` says so).
+        ``message_group`` (FIFO) sends every message of the group to one queue, in send order.
         Raises a subclass of ``RaftmqError``.
         """
-        msg = Message(body, tags, keys, dict(properties or {}), delay_level)
+        msg = Message(body, tags, keys, dict(properties or {}), delay_level, message_group)
         req = pb.SendMessageRequest(message=self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000))
         results, attempts = self._stream_send([req.message])
         if results is not None:

@@ -21,6 +21,7 @@ class Message:
     keys: list[str] | str | None = None
     properties: dict[str, str] | None = None
     delay_level: int = 0
+    message_group: str = ""  # FIFO message group: one queue, delivered in order to a FIFO consumer group
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,10 @@ class Broker:
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
         self.metrics.add_collector(ConsumerGroupCollector(cfg.cluster.name, cfg.node.id, self.consumer_groups,
                                                           self._is_leader))
+        from node.pop_metrics import PopCollector
+
+        self.pop = None  # node.pop_core.PopCore once the store is open
+        self.metrics.add_collector(PopCollector(cfg.cluster.name, cfg.node.id, lambda: self.pop))
 
     # ------------------------------------------------------------------ state seen by handlers and probes
     def readiness(self) -> tuple[bool, str]:
@@ -234,6 +238,18 @@ class Broker:
         return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
                               grpc_address=cfg.advertised_address, linger_s=0.0)
 
+    def _make_pop_core(self):
+        """Receive/ack/retry/DLQ decisions (leader only) over the replicated pop state; see node.pop_core."""
+        from node.pop_core import PopCore, parse_policy
+
+        n = self.config.node
+        default = parse_policy(n.max_delivery_attempts, n.retry_backoff, "node")
+        groups = {g: parse_policy(o.get("max_delivery_attempts", default.max_delivery_attempts),
+                                  o.get("retry_backoff", n.retry_backoff), f"node.group_policies.{g}")
+                  for g, o in n.group_policies.items()}
+        return PopCore(self.store, self.write_path, default_policy=default, group_policies=groups,
+                       max_inflight_per_queue=n.pop_max_inflight_per_queue)
+
     async def start(self) -> None:
         """Bring the node up; returns once it serves (raises when it cannot start)."""
         await self.start_endpoints()
@@ -290,6 +306,8 @@ class Broker:
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
+        self.pop = self._make_pop_core()
+        self.pop.start(self.write_path.is_writable)
         self._start_schedule()
         await self._wait_caught_up()
         if self._stopping:
@@ -520,7 +538,8 @@ class Broker:
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.
-        for what, step in (("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
+        for what, step in (("pop offsets", self.pop.stop if self.pop is not None else None),
+                           ("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
                            ("write path", self.write_path.stop if self._write_path_started else None),
                            ("role labeler", self._labeler.stop if self._labeler is not None else None),
                            ("store", self.store.shutdown if self._store_open else None)):

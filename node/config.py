@@ -113,6 +113,11 @@ class NodeSection:
     log_level: str = "INFO"
     shutdown_grace_seconds: float = 10.0
     ready_without_leader_seconds: float = 15.0
+    # issue 12: pop consumption (receive/ack), retries and dead letters
+    max_delivery_attempts: int = 16
+    retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    pop_max_inflight_per_queue: int = 1024
+    group_policies: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -467,6 +472,7 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
     if n.ready_without_leader_seconds < 0:
         problems.append("node.ready_without_leader_seconds: must be >= 0")
+    problems.extend(_pop_problems(n))
     if not c.name or not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", c.name):
         problems.append(f"cluster.name: {c.name!r} must be 1-127 letters, digits, '_', '-', '%', '|'")
     try:
@@ -522,6 +528,32 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
         problems.append(f"cluster.members: this node's id {cfg.node.id!r} is not among the members {sorted(seen)}")
 
 
+def _pop_problems(n: NodeSection) -> list[str]:
+    """Retry policies (issue 12): checked here so a typo stops the node at start with the key named."""
+    from node.pop_core import parse_policy
+
+    out = []
+    if n.pop_max_inflight_per_queue < 1:
+        out.append("node.pop_max_inflight_per_queue: must be >= 1")
+    try:
+        parse_policy(n.max_delivery_attempts, n.retry_backoff, "node")
+    except ValueError as e:
+        out.append(str(e))
+    if not isinstance(n.group_policies, dict):
+        return out + ["node.group_policies: must be a mapping {group: {max_delivery_attempts, retry_backoff}}"]
+    for group, o in n.group_policies.items():
+        where = f"node.group_policies.{group}"
+        if not isinstance(o, dict) or set(o) - {"max_delivery_attempts", "retry_backoff"}:
+            out.append(f"{where}: must be a mapping with max_delivery_attempts and/or retry_backoff, got {o!r}")
+            continue
+        try:
+            parse_policy(o.get("max_delivery_attempts", n.max_delivery_attempts), o.get("retry_backoff",
+                                                                                         n.retry_backoff), where)
+        except ValueError as e:
+            out.append(str(e))
+    return out
+
+
 def _yaml_scalar(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
@@ -540,6 +572,10 @@ def sample_yaml() -> str:
             "log_level": " | ".join(LOG_LEVELS),
             "shutdown_grace_seconds": "SIGTERM: how long in-flight requests may take to finish",
             "ready_without_leader_seconds": "stay ready this long without a leader (elections)",
+            "max_delivery_attempts": "pop: deliveries of a message before it moves to %DLQ%<group>",
+            "retry_backoff": "pop: a nacked message is visible again after delay N (N = its attempt)",
+            "pop_max_inflight_per_queue": "pop: unacked messages per group and queue (then the queue waits)",
+            "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s'}} per-group overrides",
         },
         "cluster": {
             "name": "CLUSTER property of every message",

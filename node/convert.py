@@ -85,6 +85,10 @@ class StoreMessageBuilder:
             user = dict(m.properties)
             check_user_properties(user)
             props.update(user)
+        if m.message_group:  # FIFO message group, under RocketMQ 5's property name
+            if len(m.message_group) > 128 or any(c in m.message_group for c in "\x01\x02"):
+                raise ValueError("message_group must be at most 128 characters without \\x01 / \\x02 separators")
+            props["__SHARDINGKEY"] = m.message_group
         if m.delay_level > 0:  # set after TAGS/KEYS/WAIT and before UNIQ_KEY, as a RocketMQ producer does
             props[PROPERTY_DELAY_TIME_LEVEL] = str(m.delay_level)
         if m.uniq_key:

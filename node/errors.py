@@ -21,6 +21,7 @@ from replication.errors import (
 )
 from store.errors import DiskFullError, MessageIllegalError, StorageIOError, StoreClosedError, StoreError
 from store.integrity import CorruptReadError
+from store.sql_filter import InvalidFilterExpressionError
 from store.tag_filter import InvalidTagExpressionError
 
 LEADER_METADATA_KEY = "x-raftmq-leader"
@@ -53,7 +54,7 @@ def to_rpc_error(exc: BaseException) -> RpcError | None:
     if isinstance(exc, RpcError):
         return exc
     code = grpc.StatusCode
-    if isinstance(exc, (ValidationError, InvalidTagExpressionError, MessageIllegalError)):
+    if isinstance(exc, (ValidationError, InvalidTagExpressionError, InvalidFilterExpressionError, MessageIllegalError)):
         return RpcError(code.INVALID_ARGUMENT, str(exc))
     if isinstance(exc, NotLeaderError):
         return RpcError(code.FAILED_PRECONDITION, str(exc), leader=exc.leader_grpc_address or None)

@@ -24,8 +24,10 @@ from node import convert, send_stream
 from node.consumer_groups import MAX_CLIENT_ID_LENGTH
 from node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
 from node.loop_bridge import LoopBridge
+from node.pop_service import PopRpcs, queue_for_message_group
 from node.rpc import rpc_handler
 from node.validation import check_consumable_topic, check_group_name, check_topic_name
+from store.sql_filter import SqlFilter
 from store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ class PendingSend:
         self.started = started
 
 
-class MessagingService(pb_grpc.MessagingServiceServicer):
+class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     def __init__(self, node: Broker):
         self.node = node
         self._round_robin: dict[str, itertools.count] = {}
@@ -157,6 +159,13 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
             raise invalid(f"a batch goes to one queue; found queue ids {sorted(chosen)} - send separate batches")
         if chosen and sum(m.HasField("queue_id") for m in messages) != len(messages):
             raise invalid("set queue_id on every message of the batch or on none (then the broker picks one)")
+        groups = {m.message_group for m in messages}
+        if groups != {""}:  # FIFO: a message group always goes to one queue
+            if len(groups) > 1:
+                raise invalid(f"a batch goes to one message group; found {sorted(groups)} - send separate batches")
+            if chosen:
+                raise invalid("set message_group or queue_id, not both (the message group picks the queue)")
+            return queue_for_message_group(groups.pop(), nqueues)
         if chosen:
             qid = chosen.pop()
             if not 0 <= qid < nqueues:
@@ -188,6 +197,7 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         if request.consumer_group:
             check_group_name(request.consumer_group)
         tag_filter = TagFilter.parse(request.tag_expression)
+        sql_filter = SqlFilter.parse(request.sql_expression) if request.sql_expression else None
         if request.from_leader:
             node.check_leader()
         max_count = min(request.max_count or DEFAULT_MAX_COUNT, MAX_PULL_COUNT)
@@ -202,7 +212,8 @@ class MessagingService(pb_grpc.MessagingServiceServicer):
         timed_out = False
         while True:
             t0 = time.perf_counter()
-            got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter)
+            got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter,
+                                          sql_filter)
             node.metrics.get_latency.observe(time.perf_counter() - t0)
             response = convert.pull_response(got, offset)
             if (response is not None and response.status == pb.NO_MATCHED_MSG and not timed_out and node.serving

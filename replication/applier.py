@@ -91,6 +91,8 @@ class StoreApplier:
             store.delete_topic_files(arg)
             if store.consumer_offsets.delete_topic(arg):
                 store.consumer_offsets.persist()
+            if store.pop_state.delete_topic(arg):
+                store.pop_state.persist()
         else:
             raise ValueError(f"unknown topic operation {op!r}")
 
@@ -112,6 +114,14 @@ class StoreApplier:
         """Schedule-service progress ({delay level: next schedule-queue offset}); persisted with the metadata."""
         self.store.delay_offsets.update({int(level): int(o) for level, o in offsets.items()})
 
+    def apply_pop(self, ops: list[list], index: int = 0) -> list[str | None]:
+        """Pop consumption state changes (store.pop_state); one refusal or None per op, the same everywhere. Not
+        persisted here: the table is written periodically and replayed from the Raft journal after a crash."""
+        out = self.store.pop_state.apply(ops, index)
+        if any(op[0] == "key" for op in ops):
+            self.store.pop_state.persist()  # handles signed with it must stay valid across any restart
+        return out
+
     def persist_metadata(self) -> None:
         """Make replicated metadata as durable as the applied index that will record it."""
         self.store.consumer_offsets.persist(only_if_dirty=True)
@@ -129,7 +139,7 @@ class StoreApplier:
 
     def export_metadata(self) -> dict:
         return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot(),
-                "delay_offsets": self.store.delay_offsets.snapshot(),
+                "delay_offsets": self.store.delay_offsets.snapshot(), "pop_state": self.store.pop_state.snapshot(),
                 "queue_offsets": self.store.queue_offset_table()}
 
     def import_metadata(self, d: dict) -> None:
@@ -141,6 +151,8 @@ class StoreApplier:
         store.consumer_offsets.restore(d["offsets"])
         if "delay_offsets" in d:  # absent in snapshots of members from before delayed messages
             store.delay_offsets.restore(d["delay_offsets"])
+        if "pop_state" in d:  # absent in snapshots of members from before pop consumption
+            store.pop_state.restore(d["pop_state"])
         if "queue_offsets" in d:  # absent before catch-up from a retained-away start; see merge_queue_offsets
             store.merge_queue_offsets(d["queue_offsets"])
         for gone in before - set(store.topics.names()):

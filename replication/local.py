@@ -179,6 +179,12 @@ class LocalWritePath:
         """Applied at once; the store persists offsets on its own schedule (as RocketMQ does)."""
         self._applier.apply_offsets([(group, topic, dict(offsets))])
 
+    def apply_pop(self, ops: list[list]) -> list[str | None]:
+        """Pop-consumption changes (store.pop_state): applied at once, persisted every second by the store (a
+        crash can forget the last second of receives and acks: those messages are delivered again)."""
+        with self._meta_lock:
+            return self._applier.apply_pop(ops)
+
     def update_delay_offsets(self, offsets: dict[int, int]) -> None:
         """Schedule progress: applied and persisted at once (a restart must not deliver again)."""
         with self._meta_lock:

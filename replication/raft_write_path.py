@@ -682,6 +682,11 @@ class RaftWritePath:
         here, so a new leader continues from it."""
         self._meta_or_raise("delay_offsets", {str(level): int(o) for level, o in offsets.items()})
 
+    def apply_pop(self, ops: list[list]) -> list[str | None]:
+        """Replicate pop-consumption changes (store.pop_state) as one command; returns once applied here, with one
+        refusal (str) or None per op."""
+        return self._propose_meta("pop", ops)
+
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Coalesced: one Raft command per ``offsets_linger_s`` carries every group's latest offsets; returns when
         the command carrying these offsets is committed and applied."""

@@ -84,17 +84,20 @@ class StateMachine:
             self.applied_raft_index = index
             last_index, end = self.applied.last
             if index <= last_index:
+                if kind == "pop" and index > self.store.pop_state.applied_index:
+                    # journal replay: the pop state file is written periodically, so it may miss this command
+                    self.applier.apply_pop(json.loads(payload), index)
                 return None
             try:
-                outcome = self._apply_meta(kind, json.loads(payload))
+                outcome = self._apply_meta(kind, json.loads(payload), index)
                 self.applied.append(index, end, end)
             except Exception as e:
                 self._fence(index, None, e)
                 raise
             return index, self.entry_term(index), outcome
 
-    def _apply_meta(self, kind: str, arg: Any) -> Any:
-        """Returns an error message (str) for a deterministic refusal, else None."""
+    def _apply_meta(self, kind: str, arg: Any, index: int = 0) -> Any:
+        """Returns an error message (str) for a deterministic refusal, else None ("pop": one of those per op)."""
         from store.errors import StoreError
 
         try:
@@ -107,6 +110,8 @@ class StateMachine:
                 self.applier.apply_offsets([(g, t, {int(q): o for q, o in offs.items()}) for g, t, offs in arg])
             elif kind == "delay_offsets":
                 self.applier.apply_delay_offsets(arg)
+            elif kind == "pop":  # persisted periodically and before a dump; replayed from the journal (see above)
+                return self.applier.apply_pop(arg, index)
             elif kind == "barrier":
                 pass
             else:
@@ -150,6 +155,7 @@ class StateMachine:
         tick thread, so it stays one commit-log fsync."""
         with self.lock:
             self.store.wait_flushed(self.store.commit_log_max_offset, 30.0)
+            self.store.pop_state.persist(only_if_dirty=True)  # the journal entries it replays from are dropped next
             self.applied.fsync()
             idx, end = self.applied.last
             meta = snapshot.SnapshotMeta(idx, end, internal[0][1], self.applier.export_metadata())

@@ -57,6 +57,10 @@ class WritePath(Protocol):
         """Record delayed-delivery progress ({delay level: next schedule-queue offset}); replicated when
         clustered, persisted in config/delayOffset.json; returns once applied."""
 
+    def apply_pop(self, ops: list[list]) -> list[str | None]:
+        """Pop-consumption state changes (store.pop_state.PopStateTable.apply); replicated when clustered;
+        returns once applied here, one refusal or None per op."""
+
     def is_writable(self) -> bool:
         """True when a put submitted now can be accepted by this node."""
 

@@ -83,14 +83,17 @@ from store.message import (
     decode_message_id,
     decode_record,
 )
+from store.pop_state import PopStateTable
 from store.reput import ReputMessageService
 from store.retention import RetentionService
 from store.schedule import DelayLevels, to_schedule_messages
 from store.scrubber import Scrubber
+from store.sql_filter import SqlFilter
 from store.tag_filter import TagFilter
 from store.topic_config import TopicConfigTable
 
 log = logging.getLogger("store.message_store")
+POP_STATE_PERSIST_INTERVAL_MS = 1000
 
 _INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
@@ -144,6 +147,7 @@ class MessageStore:
         self.topics = TopicConfigTable(config.config_dir)
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
         self.delay_offsets = DelayOffsetTable(config.config_dir)  # schedule progress (replicated metadata)
+        self.pop_state = PopStateTable(config.config_dir)  # receive/ack/invisible state (replicated metadata)
         self.delay_levels = DelayLevels(config.message_delay_level)
         self._services: list = []
         self.retention: RetentionService | None = None
@@ -185,6 +189,7 @@ class MessageStore:
                 self.topics = TopicConfigTable(self.config.config_dir)
                 self.consumer_offsets = ConsumerOffsetTable(self.config.config_dir)
                 self.delay_offsets = DelayOffsetTable(self.config.config_dir)
+                self.pop_state = PopStateTable(self.config.config_dir)
                 self._services = []
                 self._group_commit = None
             try:
@@ -235,6 +240,7 @@ class MessageStore:
         self.topics.load()
         self.consumer_offsets.load()
         self.delay_offsets.load()
+        self.pop_state.load()
         # 5. recover. From here on files change and the index is rebuilt: mark the store in use now, not only
         # once open() is done as RocketMQ does, so a kill during recovery or the catch-up dispatch below is
         # recovered as the crash it is (an existing marker keeps its time: it tells whether the machine rebooted)
@@ -429,6 +435,9 @@ class MessageStore:
         self._services.append(PeriodicFlushService(
             "ConsumerOffsetPersistService", lambda _least: self.consumer_offsets.persist(only_if_dirty=True),
             FLUSH_CONSUMER_OFFSET_INTERVAL_MS, 0, FLUSH_CONSUMER_OFFSET_INTERVAL_MS))
+        self._services.append(PeriodicFlushService(  # pop state changes often; Raft replays what a crash lost
+            "PopStatePersistService", lambda _least: self.pop_state.persist(only_if_dirty=True),
+            POP_STATE_PERSIST_INTERVAL_MS, 0, POP_STATE_PERSIST_INTERVAL_MS))
         for s in self._services:
             s.start()
         self.retention = RetentionService(cfg, cl, self.consume_queues, self.index_service,
@@ -605,6 +614,7 @@ class MessageStore:
                     self.checkpoint.shutdown()
                 self.consumer_offsets.persist()
                 self.delay_offsets.persist(only_if_dirty=True)
+                self.pop_state.persist(only_if_dirty=True)
             finally:
                 self._close_files()
                 if caught_up:
@@ -644,6 +654,7 @@ class MessageStore:
         self._flush_everything()
         self.consumer_offsets.persist(only_if_dirty=True)
         self.delay_offsets.persist(only_if_dirty=True)
+        self.pop_state.persist(only_if_dirty=True)
 
     @property
     def is_open(self) -> bool:
@@ -869,8 +880,10 @@ class MessageStore:
 
     # ================================================================== reads
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
-                     max_bytes: int = 4 << 20, tag_filter: TagFilter | None = None) -> GetResult:
-        """Pull up to ``max_count`` messages from queue offset ``offset`` (RocketMQ ``getMessage``)."""
+                     max_bytes: int = 4 << 20, tag_filter: TagFilter | None = None,
+                     message_filter: SqlFilter | None = None) -> GetResult:
+        """Pull up to ``max_count`` messages from queue offset ``offset`` (RocketMQ ``getMessage``);
+        ``message_filter`` (SQL92 on properties) is compiled once by the caller and run on each decoded message."""
         cl = self._check_open()
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -905,6 +918,8 @@ class MessageStore:
                 continue
             if tag_filter is not None and not tag_filter.matches_code(tags_code):
                 continue
+            if message_filter is not None and not message_filter.matches_code(tags_code):
+                continue
             raw = cl.get_message(phy, size)
             if raw is None:
                 if not messages:
@@ -922,6 +937,8 @@ class MessageStore:
                     break
                 raise bad
             if tag_filter is not None and not tag_filter.matches_tags(r.message.tags):
+                continue
+            if message_filter is not None and not message_filter.matches_message(r.message):
                 continue
             messages.append(r.message)
             size_total += size

@@ -36,7 +36,7 @@ TX_ROLLBACK: TransactionResolution
 TX_UNKNOWN: TransactionResolution
 
 class Message(_message.Message):
-    __slots__ = ("topic", "queue_id", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "flag", "uniq_key", "delay_level")
+    __slots__ = ("topic", "queue_id", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "flag", "uniq_key", "delay_level", "message_group")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class Message(_message.Message):
     FLAG_FIELD_NUMBER: _ClassVar[int]
     UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     body: bytes
@@ -66,7 +67,8 @@ class Message(_message.Message):
     flag: int
     uniq_key: str
     delay_level: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., flag: _Optional[int] = ..., uniq_key: _Optional[str] = ..., delay_level: _Optional[int] = ...) -> None: ...
+    message_group: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., flag: _Optional[int] = ..., uniq_key: _Optional[str] = ..., delay_level: _Optional[int] = ..., message_group: _Optional[str] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_timestamp", "note")
@@ -164,7 +166,7 @@ class SendBatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "tag_expression", "long_poll_timeout_ms", "consumer_group", "from_leader")
+    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "tag_expression", "long_poll_timeout_ms", "consumer_group", "from_leader", "sql_expression")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +176,7 @@ class PullMessageRequest(_message.Message):
     LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    SQL_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     offset: int
@@ -183,7 +186,8 @@ class PullMessageRequest(_message.Message):
     long_poll_timeout_ms: int
     consumer_group: str
     from_leader: bool
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., long_poll_timeout_ms: _Optional[int] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ...) -> None: ...
+    sql_expression: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., long_poll_timeout_ms: _Optional[int] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ..., sql_expression: _Optional[str] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
     __slots__ = ("status", "messages", "next_offset", "min_offset", "max_offset")
@@ -613,3 +617,152 @@ class SendOutcome(_message.Message):
     leader: str
     results: _containers.RepeatedCompositeFieldContainer[SendResult]
     def __init__(self, code: _Optional[int] = ..., error: _Optional[str] = ..., leader: _Optional[str] = ..., results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class ReceiveMessageRequest(_message.Message):
+    __slots__ = ("group", "topic", "tag_expression", "sql_expression", "max_messages", "invisible_duration_ms", "long_poll_timeout_ms", "fifo")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SQL_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    tag_expression: str
+    sql_expression: str
+    max_messages: int
+    invisible_duration_ms: int
+    long_poll_timeout_ms: int
+    fifo: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., tag_expression: _Optional[str] = ..., sql_expression: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_duration_ms: _Optional[int] = ..., long_poll_timeout_ms: _Optional[int] = ..., fifo: _Optional[bool] = ...) -> None: ...
+
+class ReceivedMessage(_message.Message):
+    __slots__ = ("message", "receipt_handle", "delivery_attempt", "invisible_until", "message_group")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    message: MessageView
+    receipt_handle: str
+    delivery_attempt: int
+    invisible_until: int
+    message_group: str
+    def __init__(self, message: _Optional[_Union[MessageView, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[int] = ..., message_group: _Optional[str] = ...) -> None: ...
+
+class ReceiveMessageResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
+
+class AckMessageRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckEntryResult(_message.Message):
+    __slots__ = ("receipt_handle", "ok", "error")
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    receipt_handle: str
+    ok: bool
+    error: str
+    def __init__(self, receipt_handle: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class AckMessageResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AckEntryResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AckEntryResult, _Mapping]]] = ...) -> None: ...
+
+class ChangeInvisibleDurationRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_duration_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    invisible_duration_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_duration_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeInvisibleDurationResponse(_message.Message):
+    __slots__ = ("receipt_handle", "invisible_until")
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    receipt_handle: str
+    invisible_until: int
+    def __init__(self, receipt_handle: _Optional[str] = ..., invisible_until: _Optional[int] = ...) -> None: ...
+
+class ForwardToDeadLetterQueueRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+
+class ForwardToDeadLetterQueueResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: SendResult
+    def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
+
+class SendMessageBackRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "queue_offset", "delay_level")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    delay_level: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., delay_level: _Optional[int] = ...) -> None: ...
+
+class SendMessageBackResponse(_message.Message):
+    __slots__ = ("result", "dead_lettered")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    result: SendResult
+    dead_lettered: bool
+    def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
+
+class ResetGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "timestamp", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    timestamp: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ResetGroupOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...

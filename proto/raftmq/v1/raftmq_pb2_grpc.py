@@ -94,6 +94,36 @@ class MessagingServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamResponse.FromString,
                 _registered_method=True)
+        self.ReceiveMessage = channel.unary_unary(
+                '/raftmq.v1.MessagingService/ReceiveMessage',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ReceiveMessageRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ReceiveMessageResponse.FromString,
+                _registered_method=True)
+        self.AckMessage = channel.unary_unary(
+                '/raftmq.v1.MessagingService/AckMessage',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.AckMessageRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.AckMessageResponse.FromString,
+                _registered_method=True)
+        self.ChangeInvisibleDuration = channel.unary_unary(
+                '/raftmq.v1.MessagingService/ChangeInvisibleDuration',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ChangeInvisibleDurationRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ChangeInvisibleDurationResponse.FromString,
+                _registered_method=True)
+        self.ForwardToDeadLetterQueue = channel.unary_unary(
+                '/raftmq.v1.MessagingService/ForwardToDeadLetterQueue',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ForwardToDeadLetterQueueRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ForwardToDeadLetterQueueResponse.FromString,
+                _registered_method=True)
+        self.SendMessageBack = channel.unary_unary(
+                '/raftmq.v1.MessagingService/SendMessageBack',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendMessageBackRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendMessageBackResponse.FromString,
+                _registered_method=True)
+        self.ResetGroupOffsets = channel.unary_unary(
+                '/raftmq.v1.MessagingService/ResetGroupOffsets',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -173,6 +203,43 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReceiveMessage(self, request, context):
+        """issue 12: pop consumption, retries and dead letters (see the messages at the end of this file)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeInvisibleDuration(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardToDeadLetterQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendMessageBack(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -235,6 +302,36 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.SendStream,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendStreamResponse.SerializeToString,
+            ),
+            'ReceiveMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReceiveMessage,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ReceiveMessageRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ReceiveMessageResponse.SerializeToString,
+            ),
+            'AckMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckMessage,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.AckMessageRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.AckMessageResponse.SerializeToString,
+            ),
+            'ChangeInvisibleDuration': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeInvisibleDuration,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ChangeInvisibleDurationRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ChangeInvisibleDurationResponse.SerializeToString,
+            ),
+            'ForwardToDeadLetterQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardToDeadLetterQueue,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ForwardToDeadLetterQueueRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ForwardToDeadLetterQueueResponse.SerializeToString,
+            ),
+            'SendMessageBack': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendMessageBack,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SendMessageBackRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.SendMessageBackResponse.SerializeToString,
+            ),
+            'ResetGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetGroupOffsets,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -561,6 +658,168 @@ class MessagingService:
             '/raftmq.v1.MessagingService/SendStream',
             raftmq_dot_v1_dot_raftmq__pb2.SendStreamRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.SendStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReceiveMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/ReceiveMessage',
+            raftmq_dot_v1_dot_raftmq__pb2.ReceiveMessageRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.ReceiveMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/AckMessage',
+            raftmq_dot_v1_dot_raftmq__pb2.AckMessageRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.AckMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeInvisibleDuration(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/ChangeInvisibleDuration',
+            raftmq_dot_v1_dot_raftmq__pb2.ChangeInvisibleDurationRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.ChangeInvisibleDurationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForwardToDeadLetterQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/ForwardToDeadLetterQueue',
+            raftmq_dot_v1_dot_raftmq__pb2.ForwardToDeadLetterQueueRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.ForwardToDeadLetterQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendMessageBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/SendMessageBack',
+            raftmq_dot_v1_dot_raftmq__pb2.SendMessageBackRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.SendMessageBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/ResetGroupOffsets',
+            raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,294 @@
+"""Pop consumption SDK: ``SimpleConsumer`` (receive / ack / nack / change_invisible_duration) and ``PushConsumer``
+(a listener returning SUCCESS / FAILURE per message, run by a pool of threads), as RocketMQ 5's clients offer.
+
+The server keeps every decision (which message is invisible until when, delivery attempts, retries, dead letters)
+as replicated state on the leader; these classes only carry receipt handles back. A message not acked before its
+invisible time ends is delivered again with ``delivery_attempt + 1``; after the group's max attempts it moves to
+``%DLQ%<group>``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+
+from client import errors
+from client.connection import ServerPool
+from client.tags import format_tag_expression
+from client.types import MessageView, SendResult
+
+log = logging.getLogger(__name__)
+
+
+class StaleReceiptHandleError(errors.RaftmqError):
+    """The handle no longer names a pending delivery (already acked, redelivered, changed or expired)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A received message and what acking it needs."""
+
+    message: MessageView
+    receipt_handle: str
+    delivery_attempt: int
+    invisible_until: int  # ms since the epoch
+    message_group: str = ""
+
+    @classmethod
+    def from_pb(cls, r: pb.ReceivedMessage) -> ReceivedMessage:
+        return cls(MessageView.from_pb(r.message), r.receipt_handle, r.delivery_attempt, r.invisible_until,
+                   r.message_group)
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+
+def _stale_or_raise(e: errors.RaftmqError) -> None:
+    if e.code == grpc.StatusCode.FAILED_PRECONDITION and "receipt handle" in e.message:
+        raise StaleReceiptHandleError(e.message, address=e.address, code=e.code) from None
+    raise e
+
+
+class SimpleConsumer:
+    """Receive messages of ``topic`` for ``group`` with an invisible duration, then ack each one.
+
+    ``tags`` is a tag expression ("*", "A || B"), ``sql`` a SQL92 filter on properties; ``fifo`` makes the group
+    FIFO (a message group's next message only after the previous one was acked or dead-lettered; every consumer
+    of the group must set it). ``await_duration`` is how long one ``receive`` waits at the server when nothing is
+    visible."""
+
+    def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, *,
+                 tags: str | Iterable[str] | None = None, sql: str = "", fifo: bool = False,
+                 await_duration: float = 5.0, timeout: float = 10.0, retry_timeout: float = 15.0):
+        if not group.strip() or not topic.strip():
+            raise errors.InvalidArgumentError("group and topic must not be empty")
+        if await_duration < 0:
+            raise errors.InvalidArgumentError(f"await_duration must be >= 0, got {await_duration}")
+        self.group = group
+        self.topic = topic
+        self.tag_expression = format_tag_expression(tags)
+        self.sql = sql
+        self.fifo = fifo
+        self.await_duration = await_duration
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+
+    def receive(self, max_messages: int = 32, invisible_duration: float = 30.0) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` messages, each invisible to the group for ``invisible_duration`` seconds."""
+        req = pb.ReceiveMessageRequest(group=self.group, topic=self.topic, tag_expression=self.tag_expression,
+                                       sql_expression=self.sql, max_messages=max_messages,
+                                       invisible_duration_ms=int(invisible_duration * 1000),
+                                       long_poll_timeout_ms=int(self.await_duration * 1000), fifo=self.fifo)
+        timeout = self._pool.timeout + self.await_duration
+        try:
+            resp, _ = self._pool.write(lambda s, t: s.messaging.ReceiveMessage(req, timeout=t), timeout=timeout)
+        except errors.UnknownOutcomeError:
+            return []  # whatever was handed out is invisible for a while and then comes back: nothing is lost
+        return [ReceivedMessage.from_pb(r) for r in resp.messages]
+
+    def ack(self, messages: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
+        """Ack one message or a batch (one replicated command). Raises StaleReceiptHandleError naming the
+        handles that were no longer valid (the others are acked)."""
+        batch = [messages] if isinstance(messages, ReceivedMessage) else list(messages)
+        if not batch:
+            return
+        req = pb.AckMessageRequest(group=self.group, topic=self.topic,
+                                   receipt_handles=[m.receipt_handle for m in batch])
+        try:
+            resp, _ = self._pool.write(lambda s, t: s.messaging.AckMessage(req, timeout=t), idempotent=True)
+        except errors.RaftmqError as e:
+            _stale_or_raise(e)
+        failed = [(m, r.error) for m, r in zip(batch, resp.results, strict=True) if not r.ok]
+        if failed:
+            m, why = failed[0]
+            raise StaleReceiptHandleError(f"{len(failed)} of {len(batch)} ack(s) refused; first: message "
+                                          f"{m.message.uniq_key or m.message.msg_id}: {why}")
+
+    def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> ReceivedMessage:
+        """Move the message's deadline to now + ``seconds``; returns it with its new receipt handle (the old one
+        is stale from now on). ``seconds == 0`` is a nack (see ``nack``)."""
+        req = pb.ChangeInvisibleDurationRequest(group=self.group, topic=self.topic,
+                                                receipt_handle=message.receipt_handle,
+                                                invisible_duration_ms=int(seconds * 1000))
+        try:
+            resp, _ = self._pool.write(lambda s, t: s.messaging.ChangeInvisibleDuration(req, timeout=t))
+        except errors.RaftmqError as e:
+            _stale_or_raise(e)
+        return ReceivedMessage(message.message, resp.receipt_handle, message.delivery_attempt,
+                               resp.invisible_until, message.message_group)
+
+    def nack(self, message: ReceivedMessage) -> ReceivedMessage:
+        """Give the message back: visible again after the group's retry back-off for its delivery attempt."""
+        return self.change_invisible_duration(message, 0)
+
+    def forward_to_dead_letter_queue(self, message: ReceivedMessage) -> SendResult:
+        """Give up on the message now: it moves to %DLQ%<group> and counts as consumed."""
+        req = pb.ForwardToDeadLetterQueueRequest(group=self.group, topic=self.topic,
+                                                 receipt_handle=message.receipt_handle)
+        try:
+            resp, _ = self._pool.write(lambda s, t: s.messaging.ForwardToDeadLetterQueue(req, timeout=t))
+        except errors.RaftmqError as e:
+            _stale_or_raise(e)
+        return SendResult.from_pb(resp.result)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ConsumeResult(enum.Enum):
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+
+
+Listener = Callable[[ReceivedMessage], ConsumeResult]
+
+
+class PushConsumer:
+    """Runs ``listener`` on every message with ``concurrency`` threads: SUCCESS acks, FAILURE (or an exception)
+    nacks, so the message comes back after the group's retry back-off and moves to the DLQ after max attempts.
+
+    While a listener runs, its message's invisible time is extended before it ends, so a slow listener is not
+    raced by a redelivery. ``shutdown()`` stops receiving, lets messages already handed to the listener finish and ack them, and gives
+    back (nacks) those received but not started, so nothing waits out a full invisible time."""
+
+    def __init__(self, group: str, topic: str, listener: Listener, servers: str | Iterable[str] | None = None, *,
+                 concurrency: int = 4, tags: str | Iterable[str] | None = None, sql: str = "", fifo: bool = False,
+                 invisible_duration: float = 30.0, batch_size: int = 16, await_duration: float = 2.0,
+                 timeout: float = 10.0, retry_timeout: float = 15.0):
+        if concurrency <= 0:
+            raise errors.InvalidArgumentError(f"concurrency must be positive, got {concurrency}")
+        self.listener = listener
+        self.concurrency = concurrency
+        self.invisible_duration = invisible_duration
+        self.batch_size = batch_size
+        self._consumer = SimpleConsumer(group, topic, servers, tags=tags, sql=sql, fifo=fifo,
+                                        await_duration=await_duration, timeout=timeout, retry_timeout=retry_timeout)
+        self._workers = futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="raftmq-push")
+        self._slots = threading.Semaphore(concurrency)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._running: dict[int, ReceivedMessage] = {}  # messages whose listener runs, with their latest handle
+        self._running_lock = threading.Lock()
+        self._renew_stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self.errors: list[BaseException] = []  # receive/ack failures seen by the loop (it keeps going)
+
+    def start(self) -> PushConsumer:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="raftmq-push-receive", daemon=True)
+            self._thread.start()
+            self._renewer = threading.Thread(target=self._renew_loop, name="raftmq-push-renew", daemon=True)
+            self._renewer.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.5):
+                continue
+            free = 1
+            while free < min(self.batch_size, self.concurrency) and self._slots.acquire(blocking=False):
+                free += 1
+            if self._stop.is_set():
+                for _ in range(free):
+                    self._slots.release()
+                break
+            try:
+                got = self._consumer.receive(free, self.invisible_duration)
+            except errors.RaftmqError as e:
+                self.errors.append(e)
+                got = []
+                self._stop.wait(0.5)
+            for _ in range(free - len(got)):
+                self._slots.release()
+            for m in got:
+                if self._stop.is_set():
+                    self._give_back(m)
+                    self._slots.release()
+                    continue
+                self._workers.submit(self._consume, m)
+
+    def _consume(self, m: ReceivedMessage) -> None:
+        key = id(m)
+        with self._running_lock:
+            self._running[key] = m
+        try:
+            try:
+                result = self.listener(m)
+            except Exception:  # noqa: BLE001 - a listener exception is a FAILURE, as in RocketMQ
+                log.exception("listener failed on message %s", m.message.msg_id)
+                result = ConsumeResult.FAILURE
+            with self._running_lock:
+                m = self._running.pop(key)  # the latest handle, if the renewer extended it meanwhile
+            if result == ConsumeResult.SUCCESS:
+                try:
+                    self._consumer.ack(m)
+                except errors.RaftmqError as e:
+                    self.errors.append(e)
+            else:
+                self._give_back(m)
+        finally:
+            with self._running_lock:
+                self._running.pop(key, None)
+            self._slots.release()
+
+    def _renew_loop(self) -> None:
+        """Keep messages invisible while their listener runs (RocketMQ 5's auto-renew): a third of the invisible
+        duration before the deadline, extend it by a whole one."""
+        while not self._renew_stop.wait(min(1.0, self.invisible_duration / 6)):
+            now_ms = time.time() * 1000
+            with self._running_lock:
+                due = [(k, m) for k, m in self._running.items()
+                       if m.invisible_until - now_ms < self.invisible_duration * 1000 / 3]
+            for k, m in due:
+                try:
+                    renewed = self._consumer.change_invisible_duration(m, self.invisible_duration)
+                except errors.RaftmqError as e:
+                    self.errors.append(e)
+                    continue
+                with self._running_lock:
+                    if k in self._running:
+                        self._running[k] = renewed
+
+    def _give_back(self, m: ReceivedMessage) -> None:
+        try:
+            self._consumer.nack(m)
+        except errors.RaftmqError as e:
+            self.errors.append(e)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop receiving, finish the messages in progress (acking or nacking them), then close."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._workers.shutdown(wait=True)
+        self._renew_stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout)
+        self._consumer.close()
+
+    def __enter__(self) -> PushConsumer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
