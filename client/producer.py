@@ -27,6 +27,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 from client import errors
 from client.connection import ServerPool
+from client.security import ClientSecurity
 from client.types import Message, SendResult
 from client.uniq_key import UniqKeyGenerator
 
@@ -51,8 +52,9 @@ class Producer:
     """Sends messages. Thread-safe; use one per process and ``close()`` it (or use ``with``)."""
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
-                 retry_timeout: float = 15.0, unknown_outcome_retries: int = 0):
-        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+                 retry_timeout: float = 15.0, unknown_outcome_retries: int = 0,
+                 security: ClientSecurity | None = None):
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
         self._ids = UniqKeyGenerator()
         self.unknown_outcome_retries = unknown_outcome_retries
 

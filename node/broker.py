@@ -74,6 +74,8 @@ class Broker:
         self._http: HealthServer | None = None
         self._labeler: Any = None
         self.grpc_port = 0
+        self.certificates: Any = None  # node.tls.CertificateFiles when TLS is on
+        self.auth: Any = None  # node.auth.Authenticator when security.auth_enabled
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
@@ -190,7 +192,13 @@ class Broker:
         """Raft when cluster.members lists the group, otherwise the local single-node path."""
         cfg = self.config
         if cfg.members:
-            return RaftWritePath(self.store, cfg)
+            tls = cfg.tls_files()
+            if tls is None:
+                return RaftWritePath(self.store, cfg)
+            from node.tls import member_channel_options
+
+            return RaftWritePath(self.store, cfg, channel_credentials=self.member_channel_credentials,
+                                 channel_options=member_channel_options(tls))
         return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
                               grpc_address=cfg.advertised_address, linger_s=0.0)
 
@@ -205,14 +213,44 @@ class Broker:
         loop = asyncio.get_running_loop()
         self.long_polls = LongPollRegistry(loop)
         http = cfg.http_listen
+        tls = cfg.tls_files()
+        if tls is not None:
+            from node.tls import CertificateFiles
+
+            self.certificates = CertificateFiles(tls)  # raises TlsConfigError naming a bad file
         try:
-            self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness)
+            self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness,
+                                      tls=self._http_tls(), guard=self.http_guard)
         except OSError as e:
             raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
         self._http.start()
         self._grpc = self._make_grpc_server()
         await self._grpc.start()
-        log.info("node %s: gRPC on %s, HTTP on %s", cfg.node.id, cfg.node.grpc_listen, cfg.node.http_listen)
+        scheme = "TLS" + (" (mutual)" if tls is not None and tls.mutual else "") if tls is not None else "plaintext"
+        log.info("node %s: gRPC on %s, HTTP on %s (%s%s)", cfg.node.id, cfg.node.grpc_listen, cfg.node.http_listen,
+                 scheme, ", auth on" if cfg.security.auth_enabled else "")
+
+    def _http_tls(self):
+        if self.certificates is None or not self.config.security.tls_http:
+            return None
+        from node.tls import HttpServerTls
+
+        return HttpServerTls(self.certificates)
+
+    def http_guard(self, path: str, headers) -> tuple[int, str] | None:
+        """HTTP requests outside ``security.open_http_paths`` need a valid signature when auth is on."""
+        if self.auth is None or path in self.config.security.open_http_paths:
+            return None
+        return self.auth.check_http(path, headers)
+
+    def member_channel_credentials(self):
+        """Channel credentials for this node's calls to other members' gRPC ports (None: plaintext)."""
+        tls = self.config.tls_files()
+        if tls is None:
+            return None
+        from node.tls import member_channel_credentials
+
+        return member_channel_credentials(tls)
 
     async def open(self) -> None:
         """Open (recover) the store, start the write path, wait until caught up; then serve."""
@@ -277,7 +315,12 @@ class Broker:
             ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness), server)
         listen = str(self.config.grpc_listen)
         try:
-            self.grpc_port = server.add_insecure_port(listen)
+            if self.certificates is not None:
+                from node.tls import GrpcServerTls
+
+                self.grpc_port = server.add_secure_port(listen, GrpcServerTls(self.certificates).credentials())
+            else:
+                self.grpc_port = server.add_insecure_port(listen)
         except RuntimeError as e:
             raise RuntimeError(f"cannot listen for gRPC on {listen}: {e} (port in use?)") from None
         return server

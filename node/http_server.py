@@ -8,23 +8,48 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 log = logging.getLogger(__name__)
 
 
-class _IPv6Server(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    """Wraps each accepted connection in TLS (in its own thread, so a slow handshake blocks nobody) when a
+    context is set; a failed handshake is one clear log line, not a traceback."""
+
+    tls: Any = None  # node.tls.HttpServerTls
+
+    def finish_request(self, request, client_address) -> None:
+        if self.tls is not None:
+            try:
+                request.settimeout(10)
+                request = self.tls.context().wrap_socket(request, server_side=True)
+                request.settimeout(None)
+            except (ssl.SSLError, OSError) as e:
+                reason = getattr(e, "reason", None) or e
+                log.warning("HTTP TLS handshake with %s failed: %s (plaintext client, or a certificate the "
+                            "other side does not trust?)", client_address[0], reason)
+                return
+        super().finish_request(request, client_address)
+
+
+class _IPv6Server(_Server):
     address_family = socket.AF_INET6
 
 
 class HealthServer:
     """Serves the three endpoints; ``readiness()`` returns (ready, reason)."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]]):
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
+                 *, tls: Any = None, guard: Callable[[str, Any], tuple[int, str] | None] | None = None):
+        """``tls``: a node.tls.HttpServerTls (None: plaintext); ``guard(path, headers)`` returns (status, reason)
+        to refuse a request (authentication), None to serve it."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -32,7 +57,10 @@ class HealthServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 path = self.path.split("?", 1)[0]
-                if path == "/metrics":
+                refused = outer._guard(path, self.headers) if outer._guard is not None else None
+                if refused is not None:
+                    self._send(refused[0], (refused[1] + "\n").encode())
+                elif path == "/metrics":
                     self._send(200, generate_latest(outer._registry), CONTENT_TYPE_LATEST)
                 elif path == "/health":
                     self._send(200, b"ok\n")
@@ -54,8 +82,10 @@ class HealthServer:
 
         self._registry = registry
         self._readiness = readiness
-        server_cls = _IPv6Server if ":" in host else ThreadingHTTPServer
+        self._guard = guard
+        server_cls = _IPv6Server if ":" in host else _Server
         self._server = server_cls((host, port), Handler)
+        self._server.tls = tls
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
