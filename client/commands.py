@@ -947,3 +947,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "committed offset and lag.")
     p.add_argument("group", metavar="GROUP")
 
+    from client.acl_commands import register as register_acl
+
+    register_acl(sub)

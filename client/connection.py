@@ -66,6 +66,7 @@ class _Stubs:
         self.channel = channel
         self.messaging = pbg.MessagingServiceStub(channel)
         self.admin = pbg.AdminServiceStub(channel)
+        self.acl = pbg.AclServiceStub(channel)
 
 
 class ServerPool:

@@ -243,6 +243,10 @@ class Broker:
             return None
         return self.auth.check_http(path, headers)
 
+    def _acl_table(self):
+        wp = self.write_path
+        return wp.acl_table() if wp is not None and self._write_path_started else None
+
     def member_channel_credentials(self):
         """Channel credentials for this node's calls to other members' gRPC ports (None: plaintext)."""
         tls = self.config.tls_files()
@@ -295,13 +299,22 @@ class Broker:
         # Requests: room for a maximal message (or batch) and then some, so an oversized body reaches our check
         # and gets a message that names the limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
         max_message = self.store_config.max_message_size
-        server = grpc.aio.server(options=[
+        interceptors = []
+        if self.config.security.auth_enabled:
+            from node.auth import Authenticator, AuthInterceptor
+
+            self.auth = Authenticator(self.config.security, self._acl_table)
+            interceptors.append(AuthInterceptor(self.auth))
+        server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", 2 * max_message + (1 << 20)),
             ("grpc.max_send_message_length", MAX_PULL_BYTES + 2 * max_message + (1 << 20)),
             ("grpc.so_reuseport", 0),
         ])
         pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(self), server)
+        from node.acl_service import AclService
+
+        pb_grpc.add_AclServiceServicer_to_server(AclService(self), server)
         from node.transaction_service import TransactionService
 
         self.transactions = TransactionService(self)  # its check loop acts while this node leads

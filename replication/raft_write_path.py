@@ -614,6 +614,13 @@ class RaftWritePath:
     def delete_topic(self, name: str) -> None:
         self._meta_or_raise("topic_delete", {"name": name, "ts": _now_ms()})
 
+    def update_acl(self, cmd: dict) -> None:
+        """Replicate a user / access-rule change (replication.acl_table); StoreError when refused."""
+        self._meta_or_raise("acl", cmd)
+
+    def acl_table(self) -> Any:
+        return self.machine.applier.acl if self.machine is not None else None
+
     def update_delay_offsets(self, offsets: dict[int, int]) -> None:
         """Replicate the schedule service's progress ({level: next schedule-queue offset}); returns once applied
         here, so a new leader continues from it."""

@@ -107,6 +107,10 @@ class StateMachine:
                 self.applier.apply_offsets([(g, t, {int(q): o for q, o in offs.items()}) for g, t, offs in arg])
             elif kind == "delay_offsets":
                 self.applier.apply_delay_offsets(arg)
+            elif kind == "acl":
+                refusal = self.applier.apply_acl(arg)
+                if refusal:
+                    return refusal
             elif kind == "barrier":
                 pass
             else:

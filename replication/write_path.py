@@ -53,6 +53,13 @@ class WritePath(Protocol):
         """Record delayed-delivery progress ({delay level: next schedule-queue offset}); replicated when
         clustered, persisted in config/delayOffset.json; returns once applied."""
 
+    def update_acl(self, cmd: dict) -> None:
+        """Change users / access rules (replication.acl_table); replicated when clustered; StoreError when
+        refused (unknown user, bad rule index)."""
+
+    def acl_table(self) -> Any:
+        """The applied replication.acl_table.AclTable (None before the write path started)."""
+
     def is_writable(self) -> bool:
         """True when a put submitted now can be accepted by this node."""
 
