@@ -187,7 +187,7 @@ def security_of(args: argparse.Namespace) -> ClientSecurity:
     try:
         return ClientSecurity.from_env(
             tls=getattr(args, "tls", None), ca_file=getattr(args, "ca", None), cert_file=getattr(args, "cert", None),
-            key_file=getattr(args, "key", None), server_name=getattr(args, "tls_server_name", None),
+            key_file=getattr(args, "tls_key", None), server_name=getattr(args, "tls_server_name", None),
             access_key=getattr(args, "access_key", None), secret_key=getattr(args, "secret_key", None))
     except InvalidArgumentError as exc:
         raise UsageError(exc.message) from None
@@ -799,7 +799,7 @@ def cmd_cluster_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 
 
-def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
+def _common(*, json_flag: bool = True, key_alias: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
     g.add_argument("--server", "-s", action="append", type=server_list, metavar="HOST:PORT",
@@ -812,7 +812,8 @@ def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
                    help=f"connect with TLS (system CAs unless --ca); default ${TLS_ENV}=1")
     s.add_argument("--ca", metavar="FILE", help=f"CA certificate(s) that signed the servers' certificates (${CA_ENV})")
     s.add_argument("--cert", metavar="FILE", help=f"client certificate for mutual TLS (${CERT_ENV})")
-    s.add_argument("--key", metavar="FILE", help=f"its private key (${KEY_ENV})")
+    s.add_argument(*(("--key", "--tls-key") if key_alias else ("--tls-key",)), dest="tls_key", metavar="FILE",
+                   help=f"its private key (${KEY_ENV})")
     s.add_argument("--tls-server-name", metavar="NAME",
                    help=f"name expected in the server certificate, if not the address (${SERVER_NAME_ENV})")
     s.add_argument("--access-key", metavar="AK", help=f"sign requests as this user (${ACCESS_KEY_ENV})")
@@ -824,8 +825,9 @@ def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
 
 
 def _add(sub, name: str, func: Callable[[argparse.Namespace], int], help_text: str, *,
-         json_flag: bool = True, description: str | None = None) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, parents=[_common(json_flag=json_flag)], help=help_text,
+         json_flag: bool = True, description: str | None = None, key_alias: bool = True) -> argparse.ArgumentParser:
+    """``key_alias=False``: the command has its own --key, so the TLS key is only --tls-key there."""
+    p = sub.add_parser(name, parents=[_common(json_flag=json_flag, key_alias=key_alias)], help=help_text,
                        description=description or help_text)
     p.set_defaults(func=func)
     return p
@@ -886,7 +888,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop after this long without a new message (default: follow forever)")
     p.add_argument("--no-commit", action="store_true", help="do not commit offsets")
 
-    p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)")
+    p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)", key_alias=False)
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--key", "-k", required=True, help="the key to look up")
     p.add_argument("--begin", type=parse_time, metavar="TIME",

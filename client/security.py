@@ -72,7 +72,7 @@ class ClientSecurity:
 
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
-            raise InvalidArgumentError("a client certificate needs its key: give both --cert and --key")
+            raise InvalidArgumentError("a client certificate needs its key: give both --cert and --key (--tls-key)")
         if bool(self.access_key) != bool(self.secret_key):
             raise InvalidArgumentError("credentials need both an access key and a secret key "
                                        f"(--access-key/--secret-key or ${ACCESS_KEY_ENV}/${SECRET_KEY_ENV})")
@@ -198,13 +198,20 @@ def diagnose_connection(address: str, security: ClientSecurity, timeout: float =
                 if not security.uses_tls:
                     return ("the server requires TLS; connect with --tls (and --ca FILE for a private CA), or set "
                             "RAFTMQ_TLS=1")
+                # TLS 1.3: a server that refuses our client certificate (or its absence) does so after the
+                # handshake, by closing at once; a gRPC server that accepted us sends its HTTP/2 settings.
                 try:
-                    tls.recv(1)  # a server requiring a client certificate rejects us after the handshake
+                    first = tls.recv(1)
                 except ssl.SSLError as e:
                     return _tls_failure(e)
                 except OSError:
-                    pass
-                return None
+                    return None
+                if first:
+                    return None
+                if not security.cert_file:
+                    return "TLS: the server requires a client certificate (mutual TLS); give --cert and --key"
+                return ("TLS: the server rejected the client certificate (not signed by its client CA, expired, or "
+                        "not for client use)")
         except ssl.SSLCertVerificationError as e:
             return (f"TLS: the server certificate is not trusted: {e.verify_message} (check --ca, the server's "
                     "certificate dates and names, or --tls-server-name)")

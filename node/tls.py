@@ -22,7 +22,7 @@ import grpc
 log = logging.getLogger(__name__)
 
 
-class TlsConfigError(Exception):
+class TlsConfigError(RuntimeError):
     """A certificate, key or CA file cannot be used; the message names the file and what to fix."""
 
 
