@@ -3,7 +3,7 @@
     raftmq acl user add ALICE [--admin]          # prints a generated secret key once (or --secret-key-stdin)
     raftmq acl user delete ALICE
     raftmq acl user list
-    raftmq acl policy add ALICE --allow PUB,SUB --resource topic:orders.* --resource group:billing
+    raftmq acl policy add ALICE --allow PUB,SUB --resource topic:orders-* --resource group:billing
     raftmq acl policy add ALICE --deny SUB --resource topic:orders.secret
     raftmq acl policy remove ALICE INDEX
     raftmq acl policy list [ALICE]
@@ -40,7 +40,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     if not secret:
         raise UsageError("--secret-key-stdin: stdin held no secret key")
     with _admin(args) as admin:
-        user, created = admin.put_user(args.access_key, secret, admin=args.admin)
+        user, created = admin.put_user(args.user, secret, admin=args.admin)
     verb = "created" if created else "updated"
     if args.json:
         out = _user_json(user) | {"created": created}
@@ -56,8 +56,8 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
 def cmd_user_delete(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        admin.delete_user(args.access_key)
-    print(f"user {args.access_key} deleted")
+        admin.delete_user(args.user)
+    print(f"user {args.user} deleted")
     return 0
 
 
@@ -85,7 +85,7 @@ def cmd_policy_add(args: argparse.Namespace) -> int:
         raise UsageError("give at least one --resource (topic:NAME, group:NAME, a trailing * for a prefix, or "
                          "cluster)")
     with _admin(args) as admin:
-        user = admin.add_rule(args.access_key, effect, [a.strip().upper() for a in actions.split(",") if a.strip()],
+        user = admin.add_rule(args.user, effect, [a.strip().upper() for a in actions.split(",") if a.strip()],
                               args.resource)
     if args.json:
         print(json.dumps(_user_json(user)))
@@ -96,7 +96,7 @@ def cmd_policy_add(args: argparse.Namespace) -> int:
 
 def cmd_policy_remove(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        user = admin.remove_rule(args.access_key, args.index)
+        user = admin.remove_rule(args.user, args.index)
     print(f"rule {args.index} removed from {user.access_key}; {len(user.rules)} left")
     return 0
 
@@ -104,10 +104,10 @@ def cmd_policy_remove(args: argparse.Namespace) -> int:
 def cmd_policy_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         users = admin.list_users()
-    if args.access_key:
-        users = [u for u in users if u.access_key == args.access_key]
+    if args.user:
+        users = [u for u in users if u.access_key == args.user]
         if not users:
-            raise NotFoundError(f"no user with access key {args.access_key!r}")
+            raise NotFoundError(f"no user with access key {args.user!r}")
     if args.json:
         print(json.dumps([_user_json(u) for u in users]))
         return 0
@@ -131,11 +131,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = _add(usub, "add", cmd_user_add, "create a user (or replace its secret)",
              description="Create a user with a generated secret key (printed once), or the one line read from "
                          "stdin with --secret-key-stdin. An existing user gets the new secret and keeps its rules.")
-    p.add_argument("access_key", metavar="ACCESS_KEY")
+    p.add_argument("user", metavar="ACCESS_KEY")
     p.add_argument("--admin", action="store_true", help="every action on every resource")
     p.add_argument("--secret-key-stdin", action="store_true", help="read the new user's secret key from stdin")
     p = _add(usub, "delete", cmd_user_delete, "delete a user and its rules", json_flag=False)
-    p.add_argument("access_key", metavar="ACCESS_KEY")
+    p.add_argument("user", metavar="ACCESS_KEY")
     _add(usub, "list", cmd_user_list, "list users")
 
     pol = asub.add_parser("policy", help="add, remove, list access rules")
@@ -143,16 +143,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     psub.required = True
     p = _add(psub, "add", cmd_policy_add, "add an allow or deny rule to a user",
              description="A rule allows or denies actions (PUB, SUB, ADMIN) on resources: topic:NAME, group:NAME "
-                         "(a trailing * makes NAME a prefix: topic:orders.*, topic:*) or cluster. A matching deny "
+                         "(a trailing * makes NAME a prefix: topic:orders-*, topic:*) or cluster. A matching deny "
                          "wins; with no match the node's security.acl_default (deny) applies.")
-    p.add_argument("access_key", metavar="ACCESS_KEY")
+    p.add_argument("user", metavar="ACCESS_KEY")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--allow", metavar="ACTIONS", help="comma-separated: PUB,SUB,ADMIN")
     g.add_argument("--deny", metavar="ACTIONS", help="comma-separated: PUB,SUB,ADMIN")
     p.add_argument("--resource", "-r", action="append", default=[], metavar="RESOURCE",
                    help="topic:NAME, group:NAME (trailing * = prefix) or cluster; repeatable")
     p = _add(psub, "remove", cmd_policy_remove, "remove a user's rule by index (see policy list)", json_flag=False)
-    p.add_argument("access_key", metavar="ACCESS_KEY")
+    p.add_argument("user", metavar="ACCESS_KEY")
     p.add_argument("index", type=int, metavar="INDEX")
     p = _add(psub, "list", cmd_policy_list, "rules of every user (or one)")
-    p.add_argument("access_key", nargs="?", metavar="ACCESS_KEY")
+    p.add_argument("user", nargs="?", metavar="ACCESS_KEY")

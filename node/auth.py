@@ -216,7 +216,7 @@ def parse_resource(text: str) -> tuple[str, str]:
     kind, sep, name = text.partition(":")
     if not sep or kind not in RESOURCE_KINDS or not name or "*" in name[:-1]:
         raise ValueError(f"bad resource {text!r}: use topic:NAME, group:NAME (a trailing * for a prefix, e.g. "
-                         "topic:orders.*) or cluster")
+                         "topic:orders-*) or cluster")
     return kind, name
 
 
