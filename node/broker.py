@@ -235,7 +235,7 @@ class Broker:
             return None
         from node.tls import HttpServerTls
 
-        return HttpServerTls(self.certificates)
+        return HttpServerTls(self.certificates, self.config.security.tls_http_client_auth)
 
     def http_guard(self, path: str, headers) -> tuple[int, str] | None:
         """HTTP requests outside ``security.open_http_paths`` need a valid signature when auth is on."""

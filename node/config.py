@@ -141,6 +141,7 @@ class SecuritySection:
     tls_ca_file: str = ""               # CA this node trusts when it calls other members (default: client CA)
     tls_server_name: str = ""           # name members' certificates carry, when it differs from their address
     tls_http: bool = True               # serve the HTTP port with TLS too when TLS is on
+    tls_http_client_auth: bool = False  # HTTP asks for client certificates too (kubelet probes cannot send one)
     auth_enabled: bool = False          # requests must be signed (MQv2-HMAC-SHA1) and pass the ACL
     auth_admin_access_key: str = ""     # bootstrap admin (from a Kubernetes Secret): full rights, not replicated
     auth_admin_secret_key: str = ""
@@ -603,6 +604,7 @@ def sample_yaml() -> str:
             "tls_ca_file": "CA trusted when calling other members (default: client CA)",
             "tls_server_name": "name in members' certificates if not their address",
             "tls_http": "HTTP port uses TLS too when TLS is on",
+            "tls_http_client_auth": "HTTP requires client certificates too (breaks kubelet probes)",
             "auth_enabled": "signed requests (MQv2-HMAC-SHA1) + ACL",
             "auth_admin_access_key": "bootstrap admin access key",
             "auth_admin_secret_key": "bootstrap admin secret (env/--set taken verbatim)",

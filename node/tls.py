@@ -140,10 +140,12 @@ class GrpcServerTls:
 
 
 class HttpServerTls:
-    """An ``ssl.SSLContext`` for the HTTP port, rebuilt when the files change."""
+    """An ``ssl.SSLContext`` for the HTTP port, rebuilt when the files change. Client certificates are required
+    only with ``client_auth`` (and a client CA): kubelet probes cannot present one."""
 
-    def __init__(self, certs: CertificateFiles):
+    def __init__(self, certs: CertificateFiles, client_auth: bool = False):
         self.certs = certs
+        self.client_auth = client_auth
         self._ctx = self._build()
         self._generation = certs.generation
 
@@ -152,7 +154,7 @@ class HttpServerTls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(f.cert_file, f.key_file)
-        if f.client_ca_file:
+        if f.client_ca_file and self.client_auth:
             ctx.load_verify_locations(f.client_ca_file)
             ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
