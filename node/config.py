@@ -648,10 +648,10 @@ def sample_yaml() -> str:
                 lines.append(f"{'  raft:':36}# {comments[key]}")
                 for k, v in _raft_fields().items():
                     entry = f"    {k}: {_yaml_scalar(v)}"
-                    lines.append(f"{entry:36}# {notes['raft'][k]}" if k in notes["raft"] else entry)
+                    lines.append(f"{entry:35} # {notes['raft'][k]}" if k in notes["raft"] else entry)
                 continue
             entry = f"  {key}: {_yaml_scalar(value)}"
-            lines.append(f"{entry:36}# {comments[key]}" if key in comments else entry)
+            lines.append(f"{entry:35} # {comments[key]}" if key in comments else entry)
 
     section("node", dataclasses.asdict(n), notes["node"])
     section("cluster", dataclasses.asdict(c), notes["cluster"])
