@@ -313,18 +313,26 @@ class Authenticator:
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.box = SecretBox(security.auth_admin_secret_key)
         self._lock = threading.Lock()
-        self._verified: dict[tuple[str, str], tuple[Principal, dt.datetime]] = {}
+        self._verified: dict[tuple[Any, Any], tuple[Principal, dt.datetime]] = {}  # headers -> who, signed when
         self._secrets: dict[str, str] = {}  # token -> secret
         self._unlisted_warned: set[str] = set()
+        self._version = -1  # of the AclTable the caches below were filled from
+        self._users: dict[str, tuple[str, bool, list[dict]]] = {}
+        self._decisions: dict[tuple[str, str, str, str], bool] = {}
 
     # -- users
     def _user(self, access_key: str) -> tuple[str, bool, list[dict]] | None:
+        """(secret, admin, rules) of a user, cached until the replicated table changes (its version)."""
         s = self.settings
         if access_key == s.auth_admin_access_key:
             return s.auth_admin_secret_key, True, []
         table = self._acl_table()
         if table is None:
             return None
+        self._sync_version(table.version)
+        hit = self._users.get(access_key)
+        if hit is not None:
+            return hit
         record = table.snapshot_user(access_key)
         if record is None:
             return None
@@ -334,7 +342,17 @@ class Authenticator:
             secret = self.box.open(token)
             with self._lock:
                 self._secrets[token] = secret
-        return secret, bool(record.get("admin")), record.get("rules", [])
+        user = (secret, bool(record.get("admin")), record.get("rules", []))
+        self._users[access_key] = user
+        return user
+
+    def _sync_version(self, version: int) -> None:
+        if version != self._version:
+            with self._lock:
+                self._version = version
+                self._users = {}
+                self._decisions = {}
+                self._verified = {}
 
     def users(self) -> list[dict]:
         """Every user without secrets, the bootstrap admin first."""
@@ -354,6 +372,14 @@ class Authenticator:
                 auth_value = value
             elif key == DATE_TIME_KEY:
                 date_value = value
+        table = self._acl_table()
+        if table is not None:
+            self._sync_version(table.version)  # a user change anywhere in the cluster drops every cached verdict
+        hit = self._verified.get((auth_value, date_value)) if isinstance(auth_value, str) else None
+        if hit is not None:  # the same headers verified before (a client signs once per second): only the window
+            principal, when = hit
+            if abs((self._clock() - when).total_seconds()) <= self.settings.auth_max_clock_skew_seconds:
+                return principal
         if auth_value is None:
             raise AuthError("this node requires signed requests and none was sent: give an access key and secret "
                             "key (raftmq --access-key, $RAFTMQ_ACCESS_KEY / $RAFTMQ_SECRET_KEY, or "
@@ -367,10 +393,6 @@ class Authenticator:
         if skew > limit:
             raise AuthError(f"signature dated {date_text} is {skew:.0f} s from this node's clock (allowed ±{limit:.0f} "
                             "s): a replayed request, or the client's clock is off")
-        cache_key = (auth.signature, date_text)
-        hit = self._verified.get(cache_key)
-        if hit is not None and hit[0].access_key == auth.access_key:
-            return hit[0]
         user = self._user(auth.access_key)
         if user is None:
             raise AuthError(f"unknown access key {auth.access_key!r}")
@@ -381,7 +403,7 @@ class Authenticator:
         with self._lock:
             if len(self._verified) > 10000:
                 self._verified.clear()
-            self._verified[cache_key] = (principal, when)
+            self._verified[(auth_value, date_value)] = (principal, when)
         return principal
 
     def forget(self, access_key: str) -> None:
@@ -403,7 +425,14 @@ class Authenticator:
         if admin:
             return
         for action, kind, name in needs:
-            if not decide(rules, action, kind, name, self.settings.acl_default):
+            key = (principal.access_key, action, kind, name)
+            allowed = self._decisions.get(key)
+            if allowed is None:
+                allowed = decide(rules, action, kind, name, self.settings.acl_default)
+                if len(self._decisions) > 100_000:
+                    self._decisions = {}
+                self._decisions[key] = allowed
+            if not allowed:
                 raise AccessDenied(principal.access_key, action, resource_text(kind, name))
 
     # -- HTTP
