@@ -75,9 +75,8 @@ def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = 
         description="raftmq command line: produce, consume, query and administer a raftmq cluster.",
         epilog="Servers: --server host:port (repeatable or comma-separated), else $RAFTMQ_SERVER, else "
                "127.0.0.1:8081. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, "
-               "5 unavailable/unreachable (TLS mismatch too), 6 already exists, 7 write outcome unknown, 8 permission denied / "
-               "unauthenticated, "
-               "9 replicas differ (cluster check).")
+               "5 unavailable/unreachable (TLS mismatch too), 6 already exists, 7 write outcome unknown, "
+               "8 permission denied / unauthenticated, 9 replicas differ (cluster check).")
     try:
         version = importlib.metadata.version("raftmq")
     except importlib.metadata.PackageNotFoundError:
