@@ -455,12 +455,19 @@ def _peer(context: Any) -> str:
         return "?"
 
 
+# The caller of the RPC being handled, set by the interceptor: it runs in the same task as the handler, so the
+# wrapped handlers (built once per method) read it instead of closing over it (no objects built per call).
+_call_auth: contextvars.ContextVar[tuple[Principal | None, str | None]] = contextvars.ContextVar(
+    "raftmq_call_auth", default=(None, "no credentials were checked"))
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates every call (UNAUTHENTICATED) and checks each request message against the rules
     (PERMISSION_DENIED), before the handler runs. Streaming requests are checked message by message."""
 
     def __init__(self, authenticator: Authenticator):
         self.auth = authenticator
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -468,19 +475,21 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or method.startswith(EXEMPT_PREFIXES):
             return handler
         try:
-            principal: Principal | None = self.auth.authenticate(handler_call_details.invocation_metadata)
-            failure = None
+            _call_auth.set((self.auth.authenticate(handler_call_details.invocation_metadata), None))
         except AuthError as e:
-            principal, failure = None, str(e)
+            _call_auth.set((None, str(e)))
         except Exception as e:  # noqa: BLE001 - a bug in parsing must still answer UNAUTHENTICATED
             log.exception("authentication of %s failed unexpectedly", method)
-            principal, failure = None, f"malformed credentials ({type(e).__name__})"
-        return _wrap(handler, method, self.auth, principal, failure)
+            _call_auth.set((None, f"malformed credentials ({type(e).__name__})"))
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._wrapped[method] = (handler, _wrap(handler, method, self.auth))
+        return cached[1]
 
 
-def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator, principal: Principal | None,
-          failure: str | None) -> grpc.RpcMethodHandler:
+def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> grpc.RpcMethodHandler:
     async def check(request: Any, context: Any) -> None:
+        principal, failure = _call_auth.get()
         if principal is None:
             audit("unauthenticated", method=method, peer=_peer(context), reason=failure)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"unauthenticated: {failure}")
@@ -519,7 +528,7 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator, prin
         inner_su = handler.stream_unary
 
         async def stream_unary(requests, context):
-            if principal is None:
+            if _call_auth.get()[0] is None:
                 await check(None, context)
             return await inner_su(checked_stream(requests, context), context)
 
@@ -528,7 +537,7 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator, prin
     inner_ss = handler.stream_stream
 
     async def stream_stream(requests, context):
-        if principal is None:
+        if _call_auth.get()[0] is None:
             await check(None, context)
         async for resp in _as_async_iter(inner_ss(checked_stream(requests, context), context)):
             yield resp

@@ -153,3 +153,32 @@ def test_denied_and_changes_are_audited_without_secrets(secured_cluster):
     assert any(a["audit"] == "denied" and a.get("user") and a.get("resource") and a.get("peer") for a in audit)
     for secret in (ROOT_SK, "alice-secret-1", "dave-secret-1"):
         assert secret not in logs
+
+
+def test_transactions_and_the_check_stream_under_access_rules(secured_cluster):
+    """Transactions pass the same rules: the half message needs PUB on the topic, ending it PUB on the group."""
+    from client.transaction_producer import TransactionProducer, TransactionState
+
+    nodes, tls = secured_cluster
+    addresses = [n.grpc_address for n in nodes]
+    with Admin(addresses, security=_sec(tls)) as admin:
+        admin.create_topic("payments")
+    with AclAdmin(addresses, security=_sec(tls)) as acl:
+        acl.put_user("erin", "erin-secret-1")
+        acl.add_rule("erin", "allow", ["PUB"], ["topic:payments"])
+        erin = _sec(tls, "erin", "erin-secret-1")
+        with TransactionProducer(addresses, group="pg-erin", security=erin) as p:
+            # the half message needs PUB on the topic only; ending the transaction needs PUB on the group
+            r = p.send_in_transaction("payments", b"tx", local_tx=lambda half: TransactionState.COMMIT)
+            assert "user 'erin' may not PUB on group:pg-erin" in r.end_error
+        acl.add_rule("erin", "allow", ["PUB"], ["group:pg-*"])
+        with TransactionProducer(addresses, group="pg-erin", security=erin) as p:
+            r = wait_for(lambda: _try_tx(p), "a transaction once the group rule is applied", timeout=60)
+            assert r.state == TransactionState.COMMIT and r.end_error == ""
+
+
+def _try_tx(p):
+    from client.transaction_producer import TransactionState
+
+    r = p.send_in_transaction("payments", b"tx", local_tx=lambda half: TransactionState.COMMIT)
+    return None if r.end_error else r
