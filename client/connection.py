@@ -66,7 +66,14 @@ class _Stubs:
         self.channel = channel
         self.messaging = pbg.MessagingServiceStub(channel)
         self.admin = pbg.AdminServiceStub(channel)
-        self.acl = pbg.AclServiceStub(channel)
+        self._acl = None
+
+    @property
+    def acl(self) -> pbg.AclServiceStub:
+        """Built on first use: only ``raftmq acl`` needs it."""
+        if self._acl is None:
+            self._acl = pbg.AclServiceStub(self.channel)
+        return self._acl
 
 
 class ServerPool:
