@@ -109,12 +109,33 @@ class CertificateFiles:
             log.error("TLS files changed but cannot be used, still serving the previous certificate: %s", e)
             self._stamp = stamp
             return False
+        _warn_if_not_valid_now(f.cert_file, cert)
         with self._lock:
             self.cert, self.key, self.client_ca, self._stamp = cert, key, ca, stamp
             self.generation += 1
         if not initial:
             log.info("TLS certificate reloaded from %s (rotation #%d)", f.cert_file, self.generation - 1)
         return True
+
+
+def _warn_if_not_valid_now(path: str, pem: bytes) -> None:
+    """Serving an expired (or not yet valid) certificate works, but every client refuses it: say so here, where
+    the operator looks, instead of only in each client's error."""
+    import datetime as dt
+
+    from cryptography import x509
+
+    try:
+        leaf = x509.load_pem_x509_certificate(pem)
+    except ValueError:
+        return  # the pair loaded in OpenSSL already; an exotic PEM is not worth refusing here
+    now = dt.datetime.now(dt.UTC)
+    if leaf.not_valid_after_utc < now:
+        log.error("TLS certificate %s expired at %s: clients will refuse every connection; renew it (the node "
+                  "picks up the new file without a restart)", path, leaf.not_valid_after_utc.isoformat())
+    elif leaf.not_valid_before_utc > now:
+        log.error("TLS certificate %s is not valid before %s (clock skew?): clients will refuse it", path,
+                  leaf.not_valid_before_utc.isoformat())
 
 
 class GrpcServerTls:

@@ -119,6 +119,7 @@ def test_expired_server_certificate_is_named(tmp_path, pki):
     try:
         with pytest.raises(TlsError, match="certificate has expired"):
             _list(node.grpc_address, ClientSecurity(ca_file=str(pki["ca"].cert_file)))
+        assert "expired-server.crt expired at" in node.spec.log_path.read_text()  # the node says so at start
     finally:
         node.stop()
 
