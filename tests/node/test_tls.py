@@ -204,3 +204,22 @@ def test_unusable_tls_files_stop_the_start_with_the_file_named(tmp_path, pki):
     node2 = NodeProcess(spec2).start()
     assert node2.proc.wait(60) == 1
     assert "do not load" in spec2.log_path.read_text()
+
+
+def test_server_name_override_for_a_certificate_without_the_address(tmp_path, pki):
+    named = pki["ca"].issue("named", hosts=("raftmq.example",))
+    node = _start(tmp_path, {"tls_cert_file": str(named.cert), "tls_key_file": str(named.key), "tls_http": False},
+                  http_ca=None)
+    ca = str(pki["ca"].cert_file)
+    try:
+        with pytest.raises(TlsError, match="not trusted: IP address mismatch"):
+            _list(node.grpc_address, ClientSecurity(ca_file=ca))
+        assert _list(node.grpc_address, ClientSecurity(ca_file=ca, server_name="raftmq.example")) == []
+        cli = _cli("topic", "list", "--server", node.grpc_address, "--tls", "--ca", ca, "--tls-server-name",
+                   "raftmq.example")
+        assert cli.returncode == 0, cli.stderr
+        by_env = _cli("topic", "list", "--server", node.grpc_address,
+                      env={"RAFTMQ_TLS": "1", "RAFTMQ_TLS_CA": ca, "RAFTMQ_TLS_SERVER_NAME": "raftmq.example"})
+        assert by_env.returncode == 0, by_env.stderr
+    finally:
+        node.stop()
