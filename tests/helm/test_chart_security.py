@@ -58,6 +58,7 @@ def test_secure_value_sets_lint_and_validate(secure, kube):
     ({"auth": {"enabled": True, "existingSecret": "a"}}, "cluster"),
     ({"auth": {"enabled": True}, "cluster": CLUSTER_SECRET}, "auth"),
     ({"auth": {"enabled": False, "aclDefault": "maybe"}}, "aclDefault"),
+    ({"auth": {"openHttpPaths": ["/metrics", "/health"]}}, "openHttpPaths"),  # /ready: probes cannot sign
 ])
 def test_incomplete_security_values_are_refused(values, fragment):
     with pytest.raises(helm.HelmValuesError) as err:
