@@ -5,6 +5,8 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
+import pytest
+
 from client.security import signed_headers
 from tests.support.processes import running_nodes
 
@@ -29,3 +31,27 @@ def test_metrics_needs_a_signature_when_not_listed_open(tmp_path):
         assert code == 401 and "signature does not match" in body
         code, body = _get(node.http_url + "/metrics", signed_headers("root", "root-secret-1"))
         assert code == 200 and "raftmq_" in body
+
+
+def test_users_and_rules_survive_a_restart(tmp_path):
+    from client.acl import AclAdmin
+    from client.admin import Admin
+    from client.errors import PermissionDeniedError
+    from client.security import ClientSecurity
+
+    security = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
+    root = ClientSecurity(access_key="root", secret_key="root-secret-1")
+    alice = ClientSecurity(access_key="alice", secret_key="alice-secret-1")
+    with running_nodes(tmp_path, 1, security=security) as [node]:
+        with Admin(node.grpc_address, security=root) as admin:
+            admin.create_topic("orders")
+        with AclAdmin(node.grpc_address, security=root) as acl:
+            acl.put_user("alice", "alice-secret-1")
+            acl.add_rule("alice", "allow", ["SUB"], ["topic:orders"])
+        acl_file = node.spec.data_dir / "config" / "acl.json"
+        assert "alice-secret-1" not in acl_file.read_text() and oct(acl_file.stat().st_mode)[-3:] == "600"
+        node.restart()
+        with Admin(node.grpc_address, security=alice) as admin:
+            assert len(admin.queue_offsets("orders")) == 4
+            with pytest.raises(PermissionDeniedError):
+                admin.create_topic("mine")
