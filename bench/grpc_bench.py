@@ -12,6 +12,10 @@ unary call) does not cap the figure at what one client process can issue. Client
 cores, so both CPU costs are printed per message: ``node us`` from the node process's /proc/<pid>/stat (all its
 threads: event loop, gRPC poller, committer, reput), ``client us`` from the producers' own process times.
 ``msgs/node-CPU-s`` (1e6 / node us) is the figure that least depends on what else runs on the box.
+
+``--tls`` / ``--auth`` (issue 14): the same cases run a second time against a node with TLS on both ports (a CA
+and certificate made for the run) and/or signed requests checked against an access rule, and each secured row
+is printed with its ratio to the plaintext row of the same run ("vs plain").
 """
 
 from __future__ import annotations
@@ -52,15 +56,45 @@ def _pct(sorted_values: list[float], p: float) -> float:
     return sorted_values[k]
 
 
+def _channel(address: str, sec: dict | None) -> grpc.aio.Channel:
+    """Plaintext, or TLS trusting ``sec["ca"]`` (the SDK's ClientSecurity does the same for sync channels)."""
+    if not sec or not sec.get("ca"):
+        return grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+    with open(sec["ca"], "rb") as f:
+        creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+    return grpc.aio.secure_channel(address, creds, options=GRPC_OPTIONS)
+
+
+class _Signature:
+    """The SDK's signing (client.security): the two headers, recomputed once per second."""
+
+    def __init__(self, sec: dict | None):
+        self._ak, self._sk = (sec or {}).get("ak"), (sec or {}).get("sk")
+        self._second, self._headers = -1, ()
+
+    def __call__(self) -> tuple:
+        if not self._ak:
+            return ()
+        now = int(time.time())
+        if now != self._second:
+            from client.security import signed_headers
+
+            self._second, self._headers = now, tuple(signed_headers(self._ak, self._sk))
+        return self._headers
+
+
 async def _produce_tasks(address: str, topic: str, tasks: int, first: int, batch: int, size: int,
-                         seconds: float, start_at: float) -> tuple[int, list[float], float, float]:
+                         seconds: float, start_at: float, sec: dict | None = None
+                         ) -> tuple[int, list[float], float, float]:
     """``tasks`` senders in this process; returns (messages sent, latencies, elapsed, CPU seconds used)."""
     body = os.urandom(size)
     lat: list[float] = []
     sent = 0
-    async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as ch:
+    sig = _Signature(sec)
+    async with _channel(address, sec) as ch:
         stub = pb_grpc.MessagingServiceStub(ch)
-        await stub.SendMessage(pb.SendMessageRequest(message=pb.Message(topic=topic, body=body)))  # connect
+        await stub.SendMessage(pb.SendMessageRequest(message=pb.Message(topic=topic, body=body)),
+                               metadata=sig())  # connect
         await asyncio.sleep(max(0.0, start_at - time.time()))  # every process starts together
         stop_at = time.perf_counter() + seconds
 
@@ -75,7 +109,7 @@ async def _produce_tasks(address: str, topic: str, tasks: int, first: int, batch
                 call = stub.SendBatch
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
-                await call(req, timeout=30)
+                await call(req, timeout=30, metadata=sig())
                 lat.append(time.perf_counter() - t0)
                 sent += batch
 
@@ -92,7 +126,7 @@ def _client_process(args: tuple, out) -> None:
 
 
 def produce(address: str, topic: str, concurrency: int, batch: int, size: int, seconds: float, procs: int,
-            node_pid: int) -> dict:
+            node_pid: int, sec: dict | None = None) -> dict:
     """``concurrency`` senders over ``min(concurrency, procs)`` spawned processes (spawn: no gRPC state is
     inherited across fork)."""
     ctx = mp.get_context("spawn")
@@ -102,8 +136,8 @@ def produce(address: str, topic: str, concurrency: int, batch: int, size: int, s
     pipes, workers, first = [], [], 0
     for n in share:
         recv, send = ctx.Pipe(duplex=False)
-        w = ctx.Process(target=_client_process, args=((address, topic, n, first, batch, size, seconds, start_at),
-                                                      send), daemon=True)
+        w = ctx.Process(target=_client_process, args=((address, topic, n, first, batch, size, seconds, start_at,
+                                                             sec), send), daemon=True)
         w.start()
         send.close()
         pipes.append(recv)
@@ -139,14 +173,15 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def pull_all(address: str, topic: str, concurrency: int, node_pid: int) -> dict:
+async def pull_all(address: str, topic: str, concurrency: int, node_pid: int, sec: dict | None = None) -> dict:
     """Read every queue of ``topic`` from offset 0 to its end, 32 messages per pull (readers: tasks of this
     process; a pull carries 32 messages, so the client's per-call cost matters less than for sends)."""
     total = nbytes = 0
     lat: list[float] = []
-    async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as ch:
+    sig = _Signature(sec)
+    async with _channel(address, sec) as ch:
         stub = pb_grpc.MessagingServiceStub(ch)
-        queues = (await stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic))).queues
+        queues = (await stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic), metadata=sig())).queues
         todo = [q for q in queues if q.max_offset > q.min_offset]
 
         async def reader(mine: list) -> None:
@@ -156,7 +191,8 @@ async def pull_all(address: str, topic: str, concurrency: int, node_pid: int) ->
                 while offset < q.max_offset:
                     t0 = time.perf_counter()
                     r = await stub.PullMessage(pb.PullMessageRequest(topic=topic, queue_id=q.queue_id, offset=offset,
-                                                                     max_count=32), timeout=30)
+                                                                     max_count=32), timeout=30,
+                                           metadata=sig())
                     lat.append(time.perf_counter() - t0)
                     if r.status != pb.FOUND:
                         raise RuntimeError(f"pull queue {q.queue_id} at {offset}: {pb.PullStatus.Name(r.status)}")
@@ -208,35 +244,87 @@ def store_put(size: int, batch: int, seconds: float) -> dict:
             "client_us": float("nan"), "procs": 0}
 
 
+def _security(pki: Path, tls: bool, auth: bool) -> tuple[dict, dict]:
+    """Node config overrides and client settings for a secured run: a CA + server certificate made now, the
+    bootstrap admin for setup, and a user "bench" allowed PUB and SUB on the topic (the ACL is evaluated)."""
+    from tests.support.certs import CertificateAuthority
+
+    node, client = {}, {}
+    if tls:
+        ca = CertificateAuthority(pki)
+        server = ca.issue("bench-node")
+        node.update(tls_cert_file=str(server.cert), tls_key_file=str(server.key))
+        client["ca"] = str(ca.cert_file)
+    if auth:
+        node.update(auth_enabled=True, auth_admin_access_key="bench-admin", auth_admin_secret_key="bench-admin-key")
+        client.update(ak="bench", sk="bench-secret-key")
+    return node, client
+
+
+def node_cases(label: str, node_sec: dict | None, client_sec: dict | None, levels: list[int], args) -> list:
+    """Start one node (plaintext, or with ``node_sec``), create the topic, run every send and pull case."""
+    rows = []
+    prefix = f"[{label}] " if label else ""
+    with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
+        overrides = {"store": BENCH_STORE, "node": {"log_level": "WARNING"}}
+        if node_sec:
+            overrides["security"] = dict(node_sec, tls_http=False)  # the harness probes /ready over plain HTTP
+        [spec] = node_specs(Path(d), 1, **overrides)
+        nodes = start_nodes([spec])
+        try:
+            addr, pid = nodes[0].grpc_address, nodes[0].proc.pid
+            _setup(addr, client_sec or {}, bool(node_sec and node_sec.get("auth_enabled")))
+            for batch in (1, 32):
+                for c in levels:
+                    r = produce(addr, "bench", c, batch, args.size, args.seconds, args.client_procs, pid, client_sec)
+                    rows.append((f"{prefix}gRPC send {'single' if batch == 1 else 'batch32'} c={c}", r))
+            for c in (1, 4):
+                rows.append((f"{prefix}gRPC pull 32/req c={c}", asyncio.run(pull_all(addr, "bench", c, pid,
+                                                                                      client_sec))))
+        finally:
+            stop_all(nodes)
+    return rows
+
+
+def _setup(address: str, client_sec: dict, auth: bool) -> None:
+    """The topic (and, with auth, the bench user and its rule) through the SDK, as an operator would."""
+    from client.acl import AclAdmin
+    from client.admin import Admin
+    from client.security import ClientSecurity
+
+    tls = {"ca_file": client_sec["ca"]} if client_sec.get("ca") else {}
+    admin_sec = ClientSecurity(**tls, **({"access_key": "bench-admin", "secret_key": "bench-admin-key"}
+                                         if auth else {}))
+    with Admin(address, security=admin_sec) as admin:
+        admin.create_topic("bench", queues=QUEUES)
+    if auth:
+        with AclAdmin(address, security=admin_sec) as acl:
+            acl.put_user("bench", "bench-secret-key")
+            acl.add_rule("bench", "allow", ["PUB", "SUB"], ["topic:bench"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="duration of each produce run")
     ap.add_argument("--size", type=int, default=1024, help="body bytes")
     ap.add_argument("--concurrency", default="1,8,64")
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes (at most one per sender)")
+    ap.add_argument("--tls", action="store_true", help="also run every case against a node with TLS")
+    ap.add_argument("--auth", action="store_true", help="also run every case with signed requests + ACL")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     rows: list[tuple[str, dict]] = [("store put_messages single", store_put(args.size, 1, args.seconds)),
                                     ("store put_messages batch32", store_put(args.size, 32, args.seconds))]
     base = {"single": rows[0][1], "batch32": rows[1][1]}
 
-    with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
-        [spec] = node_specs(Path(d), 1, store=BENCH_STORE, node={"log_level": "WARNING"})
-        nodes = start_nodes([spec])
-        try:
-            addr, pid = nodes[0].grpc_address, nodes[0].proc.pid
-            admin = pb_grpc.AdminServiceStub(nodes[0].channel())
-            admin.CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
-                name="bench", read_queue_nums=QUEUES, write_queue_nums=QUEUES)), timeout=10)
-            for batch in (1, 32):
-                for c in levels:
-                    r = produce(addr, "bench", c, batch, args.size, args.seconds, args.client_procs, pid)
-                    rows.append((f"gRPC send {'single' if batch == 1 else 'batch32'} c={c}", r))
-            for c in (1, 4):
-                rows.append((f"gRPC pull 32/req c={c}", asyncio.run(pull_all(addr, "bench", c, pid))))
-        finally:
-            stop_all(nodes)
-
+    rows += node_cases("", None, None, levels, args)
+    plain = {name: r for name, r in rows}
+    secured = []
+    if args.tls or args.auth:
+        with tempfile.TemporaryDirectory(prefix="raftmq-bench-pki-") as pki:
+            node_sec, client_sec = _security(Path(pki), args.tls, args.auth)
+            label = "+".join(x for x, on in (("tls", args.tls), ("auth", args.auth)) if on)
+            secured = node_cases(label, node_sec, client_sec, levels, args)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nraftmq gRPC benchmark: {args.size} B bodies, single node, durability async, "
           f"{os.cpu_count()} CPUs shared by clients and node (load average {load}), "
@@ -245,11 +333,15 @@ def main() -> int:
            f"{'msgs/CPU-s':>10} {'vs store':>8}")
     print(hdr)
     print("-" * len(hdr))
-    for name, r in rows:
+    for name, r in rows + secured:
         ref = base["single" if "single" in name else "batch32"]
         ratio = r["msgs_s"] / ref["msgs_s"] if ref["msgs_s"] else float("nan")
-        print(f"{name:28} {r['msgs_s']:8.0f} {r['mb_s']:6.1f} {r['p50_ms']:7.2f} {r['p99_ms']:7.2f} "
-              f"{r['node_us']:8.0f} {r['client_us']:9.0f} {1e6 / r['node_us']:10.0f} {ratio:8.2f}")
+        line = (f"{name:28} {r['msgs_s']:8.0f} {r['mb_s']:6.1f} {r['p50_ms']:7.2f} {r['p99_ms']:7.2f} "
+                f"{r['node_us']:8.0f} {r['client_us']:9.0f} {1e6 / r['node_us']:10.0f} {ratio:8.2f}")
+        base_row = plain.get(name.split("] ", 1)[-1]) if name.startswith("[") else None
+        if base_row:
+            line += f"   vs plain {r['msgs_s'] / base_row['msgs_s']:.2f}"
+        print(line)
     print("\nnode us / client us: CPU microseconds per message in the node process (store rows: this process, "
           "reput included)\nand in the producer processes; msgs/CPU-s = 1e6 / node us. vs store: msgs/s divided "
           "by the direct store put\nof the same batching (pull: by store batch32).")

@@ -10,6 +10,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 from client.connection import ServerPool
 from client.errors import InvalidArgumentError, TopicNotFoundError
+from client.security import ClientSecurity
 from client.types import (
     PERM_READ,
     PERM_WRITE,
@@ -27,8 +28,8 @@ class Admin:
     go to any replica (bounded staleness: that replica's apply lag)."""
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
-                 retry_timeout: float = 15.0):
-        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+                 retry_timeout: float = 15.0, security: ClientSecurity | None = None):
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
 
     @property
     def servers(self) -> list[str]:

@@ -14,7 +14,7 @@ code  meaning
 5     unavailable: server unreachable, not ready, no leader, busy, timed out
 6     already exists (topic create)
 7     outcome unknown: a write may or may not have been stored
-8     permission denied: the topic's perm forbids the read or write (or a wrong cluster secret)
+8     permission denied or unauthenticated: the topic's perm or an access rule forbids it, credentials refused
 9     replicas differ: ``cluster check`` found members whose committed bytes are not identical
 130   interrupted (Ctrl-C) where that is not the normal way to stop
 ====  ==========================================================================
@@ -75,8 +75,9 @@ def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = 
         description="raftmq command line: produce, consume, query and administer a raftmq cluster.",
         epilog="Servers: --server host:port (repeatable or comma-separated), else $RAFTMQ_SERVER, else "
                "127.0.0.1:8081. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, "
-               "5 unavailable/unreachable, 6 already exists, 7 write outcome unknown, 8 permission denied, "
-               "9 replicas differ (cluster check), 10 disk full (nothing stored, not retried).")
+               "5 unavailable/unreachable (TLS mismatch too), 6 already exists, 7 write outcome unknown, "
+               "8 permission denied / unauthenticated, 9 replicas differ (cluster check), 10 disk full (nothing "
+               "stored, not retried).")
     try:
         version = importlib.metadata.version("raftmq")
     except importlib.metadata.PackageNotFoundError:

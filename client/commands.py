@@ -25,6 +25,16 @@ from client.consumer_group import describe_consumer_group
 from client.errors import InvalidArgumentError, RaftmqError, ReplicasDifferError, UnavailableError
 from client.producer import Producer
 from client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
+from client.security import (
+    ACCESS_KEY_ENV,
+    CA_ENV,
+    CERT_ENV,
+    KEY_ENV,
+    SECRET_KEY_ENV,
+    SERVER_NAME_ENV,
+    TLS_ENV,
+    ClientSecurity,
+)
 from client.table import render_table
 from client.types import (
     PERM_INHERIT,
@@ -172,6 +182,17 @@ def servers_of(args: argparse.Namespace) -> list[str]:
     return [DEFAULT_SERVER]
 
 
+def security_of(args: argparse.Namespace) -> ClientSecurity:
+    """TLS and credentials from the flags, else the environment (RAFTMQ_TLS*, RAFTMQ_ACCESS_KEY/SECRET_KEY)."""
+    try:
+        return ClientSecurity.from_env(
+            tls=getattr(args, "tls", None), ca_file=getattr(args, "ca", None), cert_file=getattr(args, "cert", None),
+            key_file=getattr(args, "tls_key", None), server_name=getattr(args, "tls_server_name", None),
+            access_key=getattr(args, "access_key", None), secret_key=getattr(args, "secret_key", None))
+    except InvalidArgumentError as exc:
+        raise UsageError(exc.message) from None
+
+
 # ---------------------------------------------------------------------- output helpers
 
 
@@ -286,7 +307,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise UsageError("--batch and --concurrency apply to a load (--count N [--size B])")
     if args.transactional:
         return _produce_transactional(args, body, keys, props, load)
-    with Producer(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
+    with Producer(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
         if load:
             return _produce_load(args, producer, body, keys, props)
         if body is not None:
@@ -320,7 +341,7 @@ def _produce_transactional(args: argparse.Namespace, body: bytes | None, keys: l
     if getattr(args, "delay_level", 0):
         raise UsageError("--transactional messages cannot be delayed; drop --delay-level")
     state = TransactionState.COMMIT if args.transactional == "commit" else TransactionState.ROLLBACK
-    with TransactionProducer(servers_of(args), group=args.group, timeout=args.timeout,
+    with TransactionProducer(servers_of(args), security=security_of(args), group=args.group, timeout=args.timeout,
                              retry_timeout=args.timeout) as producer:
         r = producer.send_in_transaction(args.topic, body, tags=args.tags, keys=keys, properties=props,
                                          queue_id=args.queue, local_tx=lambda half: state)
@@ -409,6 +430,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
         return cmd_consume_pop(args)
     consumer = PullConsumer(args.group, args.topic, servers_of(args), tags=args.tags, sql=args.sql,
+                          security=security_of(args),
                             start_from=START_FIRST if args.from_beginning else START_LAST,
                             auto_commit=not args.no_commit, auto_commit_interval=1.0,
                             timeout=args.timeout, retry_timeout=args.timeout, long_poll=1.0)
@@ -446,7 +468,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     if args.begin is not None and args.end is not None and args.begin > args.end:
         raise UsageError("--begin is after --end")
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         msgs = admin.query_by_key(args.topic, args.key, begin_ms=args.begin or 0, end_ms=args.end or 0,
                                   max_num=args.max)
     if args.json:
@@ -468,7 +490,7 @@ def _preview(text: str, width: int = 40) -> str:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         m = admin.view_message(args.msg_id, topic=args.topic)
     if args.json:
         _print_json(message_json(m))
@@ -494,7 +516,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_offsets(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         queues = admin.queue_offsets(args.topic)
         committed = admin.committed_offsets(args.group, args.topic) if args.group else None
     rows = []
@@ -543,7 +565,7 @@ def _topic_line(verb: str, t) -> str:
 
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         t = admin.create_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order)
     _print_json(_topic_json(t)) if args.json else print(_topic_line("created", t))
@@ -555,7 +577,7 @@ def cmd_topic_update(args: argparse.Namespace) -> int:
     if all(c is None for c in changes):
         raise UsageError("nothing to update: give --queues, --read-queues, --write-queues, --perm or "
                          "--order/--no-order")
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         t = admin.update_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order)
     _print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t))
@@ -563,7 +585,7 @@ def cmd_topic_update(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_list(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         topics = admin.list_topics(include_system=args.system)
     if args.json:
         _print_json([_topic_json(t) for t in topics])
@@ -575,7 +597,7 @@ def cmd_topic_list(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_delete(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         admin.delete_topic(args.name)
     print(f"deleted topic {args.name}")
     return 0
@@ -621,7 +643,7 @@ def _status_json(status: ClusterStatus) -> dict:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
             status = admin.cluster_status()
             _print_json(_status_json(status)) if args.json else print(cluster_table(status))
@@ -654,7 +676,7 @@ def _watch_once(admin: Admin, as_json: bool, clear: bool) -> None:
 
 
 def cmd_transfer_leader(args: argparse.Namespace) -> int:
-    with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         leader = admin.transfer_leader(args.to)
     print(f"leader is now {leader}")
     return 0
@@ -662,7 +684,7 @@ def cmd_transfer_leader(args: argparse.Namespace) -> int:
 
 def cmd_group_describe(args: argparse.Namespace) -> int:
     """``group describe``: live members (from the leader), who owns which queue, committed offsets and lag."""
-    d = describe_consumer_group(servers_of(args), args.group, timeout=args.timeout, retry_timeout=args.timeout)
+    d = describe_consumer_group(servers_of(args), args.group, security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout)
     if args.json:
         _print_json(dataclasses.asdict(d))
         return 0
@@ -753,7 +775,8 @@ def cmd_cluster_check(args: argparse.Namespace) -> int:
         progress.total = total
         progress.update(done)
 
-    with ReplicaChecker(servers_of(args), secret=_read_secret(args), timeout=args.timeout) as checker:
+    with ReplicaChecker(servers_of(args), secret=_read_secret(args), timeout=args.timeout,
+                         security=security_of(args)) as checker:
         report = checker.check(from_offset=args.from_offset, max_bytes=args.bytes, chunk_bytes=args.chunk,
                                progress=show, queues=not args.no_queues)
     progress.finish()
@@ -784,7 +807,7 @@ def cmd_cluster_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 
 
-def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
+def _common(*, json_flag: bool = True, key_alias: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
     g.add_argument("--server", "-s", action="append", type=server_list, metavar="HOST:PORT",
@@ -792,14 +815,27 @@ def _common(*, json_flag: bool = True) -> argparse.ArgumentParser:
                         f"{DEFAULT_SERVER}")
     g.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",
                    help="how long one request may take, retries included (default 10)")
+    s = p.add_argument_group("security (README: Security)")
+    s.add_argument("--tls", action="store_true", default=None,
+                   help=f"connect with TLS (system CAs unless --ca); default ${TLS_ENV}=1")
+    s.add_argument("--ca", metavar="FILE", help=f"CA certificate(s) that signed the servers' certificates (${CA_ENV})")
+    s.add_argument("--cert", metavar="FILE", help=f"client certificate for mutual TLS (${CERT_ENV})")
+    s.add_argument(*(("--key", "--tls-key") if key_alias else ("--tls-key",)), dest="tls_key", metavar="FILE",
+                   help=f"its private key (${KEY_ENV})")
+    s.add_argument("--tls-server-name", metavar="NAME",
+                   help=f"name expected in the server certificate, if not the address (${SERVER_NAME_ENV})")
+    s.add_argument("--access-key", metavar="AK", help=f"sign requests as this user (${ACCESS_KEY_ENV})")
+    s.add_argument("--secret-key", metavar="SK",
+                   help=f"the user's secret key (prefer ${SECRET_KEY_ENV}: a flag shows in ps)")
     if json_flag:
         p.add_argument("--json", action="store_true", help="machine-readable JSON output")
     return p
 
 
 def _add(sub, name: str, func: Callable[[argparse.Namespace], int], help_text: str, *,
-         json_flag: bool = True, description: str | None = None) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, parents=[_common(json_flag=json_flag)], help=help_text,
+         json_flag: bool = True, description: str | None = None, key_alias: bool = True) -> argparse.ArgumentParser:
+    """``key_alias=False``: the command has its own --key, so the TLS key is only --tls-key there."""
+    p = sub.add_parser(name, parents=[_common(json_flag=json_flag, key_alias=key_alias)], help=help_text,
                        description=description or help_text)
     p.set_defaults(func=func)
     return p
@@ -867,7 +903,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--invisible", type=_positive_float, default=30.0, metavar="SECONDS",
                    help="--ack-mode pop: how long a received message stays invisible (default 30)")
 
-    p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)")
+    p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)", key_alias=False)
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--key", "-k", required=True, help="the key to look up")
     p.add_argument("--begin", type=parse_time, metavar="TIME",
@@ -931,3 +967,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from client.pop_commands import register as register_pop  # dlq list|view|resend, group reset-offsets
 
     register_pop(sub, gsub)
+
+    from client.acl_commands import register as register_acl
+
+    register_acl(sub)

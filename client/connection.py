@@ -26,6 +26,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 from client import errors
+from client.security import ClientSecurity, diagnose_connection
 
 DEFAULT_SERVER = "127.0.0.1:8081"
 _MAX_MESSAGE_BYTES = 64 << 20
@@ -111,18 +112,28 @@ class _Stubs:
         if metadata:
             self.messaging = _WithMetadata(self.messaging, metadata)
             self.admin = _WithMetadata(self.admin, metadata)
+        self._acl = None
+
+    @property
+    def acl(self) -> pbg.AclServiceStub:
+        """Built on first use: only ``raftmq acl`` needs it."""
+        if self._acl is None:
+            self._acl = pbg.AclServiceStub(self.channel)
+        return self._acl
 
 
 class ServerPool:
     """Channels to every known address plus the retry rules (see the module docstring).
 
     ``timeout`` bounds each call; ``retry_timeout`` bounds the whole retry loop of one operation (waiting out
-    a leader election, back-pressure, a restarting node).
+    a leader election, back-pressure, a restarting node). ``security``: TLS and credentials (default: from the
+    ``RAFTMQ_TLS*`` / ``RAFTMQ_ACCESS_KEY`` / ``RAFTMQ_SECRET_KEY`` environment, plaintext when unset).
     """
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
-                 retry_timeout: float = 15.0):
+                 retry_timeout: float = 15.0, security: ClientSecurity | None = None):
         self.addresses = parse_servers(servers)
+        self.security = ClientSecurity.from_env() if security is None else security
         self.timeout = timeout
         self.retry_timeout = retry_timeout
         self._stubs: dict[str, _Stubs] = {}
@@ -144,7 +155,7 @@ class ServerPool:
                 raise errors.RaftmqError("client is closed")
             s = self._stubs.get(address)
             if s is None:
-                s = self._stubs[address] = _Stubs(grpc.insecure_channel(address, options=_CHANNEL_OPTIONS))
+                s = self._stubs[address] = _Stubs(self.security.channel(address, _CHANNEL_OPTIONS))
             if not redirect:
                 return s
             r = self._redirect_stubs.get(address)
@@ -285,6 +296,10 @@ class ServerPool:
                         candidates.insert(i, hint)
                     last = err
                 elif isinstance(err, errors.ConnectionError):
+                    why = diagnose_connection(address, self.security)
+                    if why is not None:  # a TLS mismatch does not heal by retrying: say so now
+                        raise errors.TlsError(f"cannot connect to raftmq server {address}: {why}",
+                                              address=address, code=err.code)
                     self._mark_suspect(address)
                     unreachable.append(err)
                     last = err

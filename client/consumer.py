@@ -35,6 +35,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from client import errors
 from client.connection import ServerPool
 from client.consumer_group import allocate_averagely
+from client.security import ClientSecurity
 from client.tags import format_tag_expression
 from client.types import MessageView, SendResult
 
@@ -73,7 +74,8 @@ class PullConsumer:
                  auto_commit: bool = True, auto_commit_interval: float = 5.0, batch_size: int = 32,
                  long_poll: float = 2.0, from_leader: bool = False, timeout: float = 10.0,
                  retry_timeout: float = 15.0, queue_refresh_interval: float = 30.0,
-                 heartbeat_interval: float = 5.0, client_id: str | None = None, sql: str = ""):
+                 heartbeat_interval: float = 5.0, client_id: str | None = None, sql: str = "",
+                 security: ClientSecurity | None = None):
         if not group.strip():
             raise errors.InvalidArgumentError("consumer group must not be empty")
         if not topic.strip():
@@ -100,7 +102,7 @@ class PullConsumer:
         self.from_leader = from_leader
         self.queue_refresh_interval = queue_refresh_interval
         self.heartbeat_interval = heartbeat_interval
-        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
         # _lock guards every position, the buffer and the in-flight pulls (the heartbeat thread revokes queues);
         # it is never held across an RPC or a wait. _rebalance_lock runs one rebalance at a time.
         self._lock = threading.RLock()

@@ -14,6 +14,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 from client import errors
 from client.connection import ServerPool
+from client.security import ClientSecurity
 
 
 def allocate_averagely(queue_ids: Sequence[int], client_ids: Sequence[str], client_id: str) -> list[int]:
@@ -65,11 +66,12 @@ class ConsumerGroupDescription:
 
 
 def describe_consumer_group(servers: str | Iterable[str] | None, group: str, *, timeout: float = 10.0,
-                            retry_timeout: float = 15.0) -> ConsumerGroupDescription:
+                            retry_timeout: float = 15.0,
+                            security: ClientSecurity | None = None) -> ConsumerGroupDescription:
     """Members, their queues and the group's lag, from the leader (which holds the membership)."""
     if not group.strip():
         raise errors.InvalidArgumentError("consumer group must not be empty")
-    pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+    pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
     req = pb.DescribeConsumerGroupRequest(group=group)
     try:
         resp, address = pool.write(lambda s, t: s.admin.DescribeConsumerGroup(req, timeout=t), idempotent=True)

@@ -112,6 +112,17 @@ class ConnectionError(UnavailableError):  # noqa: A001 - the SDK's own, delibera
     """No connection could be made to the server(s); the request was never sent."""
 
 
+class TlsError(ConnectionError):
+    """TLS could not be set up: the server requires TLS, speaks plaintext, or a certificate is not trusted
+    (unknown CA, expired, wrong name, missing client certificate). Retrying does not help; fix the settings."""
+
+
+class UnauthenticatedError(RaftmqError):
+    """The server did not accept the credentials (unknown access key, wrong secret, stale or missing signature)."""
+
+    exit_code = 8
+
+
 class ReplicasDifferError(RaftmqError):
     """``raftmq cluster check`` found members whose committed commit-log bytes are not identical."""
 
@@ -185,6 +196,8 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
         return cls(details, **kw)
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return PermissionDeniedError(details, **kw)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return UnauthenticatedError(details, **kw)
     if code == grpc.StatusCode.ALREADY_EXISTS:
         return AlreadyExistsError(details, **kw)
     if code == grpc.StatusCode.FAILED_PRECONDITION:

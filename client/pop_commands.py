@@ -28,6 +28,7 @@ def cmd_consume_pop(args: argparse.Namespace) -> int:
     """Receive with an invisible time and ack each printed message (``--no-commit``: print, never ack)."""
     received = 0
     with SimpleConsumer(args.group, args.topic, commands.servers_of(args), tags=args.tags, sql=args.sql,
+                        security=commands.security_of(args),
                         await_duration=1.0, timeout=args.timeout, retry_timeout=args.timeout) as c:
         print(f"receiving {args.topic} as {args.group} (pop: each message acked after it is printed, "
               f"invisible {args.invisible:g}s meanwhile); Ctrl-C to stop", file=sys.stderr, flush=True)
@@ -61,7 +62,8 @@ def cmd_consume_pop(args: argparse.Namespace) -> int:
 def _dead_letters(args: argparse.Namespace) -> list[MessageView]:
     """Every message still stored in %DLQ%<group>, oldest first."""
     topic = DLQ_PREFIX + args.group
-    pool = ServerPool(commands.servers_of(args), timeout=args.timeout, retry_timeout=args.timeout)
+    pool = ServerPool(commands.servers_of(args), timeout=args.timeout, retry_timeout=args.timeout,
+                      security=commands.security_of(args))
     out: list[MessageView] = []
     try:
         offset = 0
@@ -119,7 +121,8 @@ def cmd_dlq_resend(args: argparse.Namespace) -> int:
     chosen = msgs if args.all else [_find(msgs, i) for i in args.ids]
     if not chosen:
         raise commands.UsageError("name dead letters to resend (their UNIQ_KEY or msgId) or pass --all")
-    with Producer(commands.servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as p:
+    with Producer(commands.servers_of(args), timeout=args.timeout, retry_timeout=args.timeout,
+                  security=commands.security_of(args)) as p:
         for m in chosen:
             topic = args.to or m.properties.get("RETRY_TOPIC")
             if not topic:
@@ -137,7 +140,8 @@ def cmd_group_reset_offsets(args: argparse.Namespace) -> int:
         req.timestamp = args.to_time
     else:
         req.offset = args.to_offset
-    pool = ServerPool(commands.servers_of(args), timeout=args.timeout, retry_timeout=args.timeout)
+    pool = ServerPool(commands.servers_of(args), timeout=args.timeout, retry_timeout=args.timeout,
+                      security=commands.security_of(args))
     try:
         resp, _ = pool.write(lambda s, t: s.messaging.ResetGroupOffsets(req, timeout=t), idempotent=True)
     finally:

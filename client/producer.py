@@ -28,6 +28,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from client import errors
 from client.accumulator import Resend, SendAccumulator
 from client.connection import ServerPool
+from client.security import ClientSecurity
 from client.types import Message, SendResult
 from client.uniq_key import UniqKeyGenerator
 
@@ -55,12 +56,13 @@ class Producer:
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
                  retry_timeout: float = 15.0, unknown_outcome_retries: int = 0,
-                 linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = 16):
+                 linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = 16,
+                 security: ClientSecurity | None = None):
         if linger_ms < 0:
             raise ValueError(f"linger_ms must be >= 0 (0 turns the send accumulator off), got {linger_ms}")
         if stream_window < 1:
             raise ValueError(f"stream_window must be >= 1, got {stream_window}")
-        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
         self._ids = UniqKeyGenerator()
         self.unknown_outcome_retries = unknown_outcome_retries
         # issue 17: sends from all threads share one SendStream (client/accumulator.py); linger_ms=0: unary calls

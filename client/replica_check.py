@@ -29,6 +29,7 @@ from client.errors import (
     UnavailableError,
     from_rpc_error,
 )
+from client.security import ClientSecurity
 
 ALGORITHM = "sha256"
 SECRET_METADATA_KEY = "x-raftmq-secret"
@@ -123,8 +124,10 @@ class _Unreachable(Exception):
 class ReplicaChecker:
     """Compares the members of the cluster that any of ``servers`` belongs to. ``secret``: cluster.secret."""
 
-    def __init__(self, servers: str | Iterable[str] | None, *, secret: str = "", timeout: float = 10.0):
+    def __init__(self, servers: str | Iterable[str] | None, *, secret: str = "", timeout: float = 10.0,
+                 security: ClientSecurity | None = None):
         self._servers = servers
+        self._security = ClientSecurity.from_env() if security is None else security
         self._timeout = timeout
         self._metadata = ((SECRET_METADATA_KEY, secret),) if secret else ()
         self._channels: dict[str, grpc.Channel] = {}
@@ -142,7 +145,8 @@ class ReplicaChecker:
             raise InvalidArgumentError(f"chunk size {chunk_bytes} must be {MIN_CHUNK}..{MAX_CHUNK} bytes")
         if max_bytes is not None and max_bytes <= 0:
             raise InvalidArgumentError(f"bytes to check {max_bytes} must be > 0 (omit it to check everything)")
-        with Admin(self._servers, timeout=self._timeout, retry_timeout=self._timeout) as admin:
+        with Admin(self._servers, timeout=self._timeout, retry_timeout=self._timeout,
+                   security=self._security) as admin:
             status = admin.cluster_status()
         if len(status.members) < 2:
             raise RaftmqError(f"{status.answered_by} is a single-member cluster: there are no replicas to compare")
@@ -322,7 +326,7 @@ class ReplicaChecker:
     def _one(self, m: MemberCheck, call):
         channel = self._channels.get(m.address)
         if channel is None:
-            channel = self._channels[m.address] = grpc.insecure_channel(m.address)
+            channel = self._channels[m.address] = self._security.channel(m.address, [])
         try:
             return call(rpb_grpc.ReplicaServiceStub(channel))
         except grpc.RpcError as e:

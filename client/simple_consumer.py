@@ -22,6 +22,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 from client import errors
 from client.connection import ServerPool
+from client.security import ClientSecurity
 from client.tags import format_tag_expression
 from client.types import MessageView, SendResult
 
@@ -74,7 +75,8 @@ class SimpleConsumer:
 
     def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, *,
                  tags: str | Iterable[str] | None = None, sql: str = "", fifo: bool = False,
-                 await_duration: float = 5.0, timeout: float = 10.0, retry_timeout: float = 15.0):
+                 await_duration: float = 5.0, timeout: float = 10.0, retry_timeout: float = 15.0,
+                 security: ClientSecurity | None = None):
         if not group.strip() or not topic.strip():
             raise errors.InvalidArgumentError("group and topic must not be empty")
         if await_duration < 0:
@@ -85,7 +87,7 @@ class SimpleConsumer:
         self.sql = sql
         self.fifo = fifo
         self.await_duration = await_duration
-        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
 
     def receive(self, max_messages: int = 32, invisible_duration: float = 30.0) -> list[ReceivedMessage]:
         """Up to ``max_messages`` messages, each invisible to the group for ``invisible_duration`` seconds."""
@@ -174,7 +176,7 @@ class PushConsumer:
     def __init__(self, group: str, topic: str, listener: Listener, servers: str | Iterable[str] | None = None, *,
                  concurrency: int = 4, tags: str | Iterable[str] | None = None, sql: str = "", fifo: bool = False,
                  invisible_duration: float = 30.0, batch_size: int = 16, await_duration: float = 2.0,
-                 timeout: float = 10.0, retry_timeout: float = 15.0):
+                 timeout: float = 10.0, retry_timeout: float = 15.0, security: ClientSecurity | None = None):
         if concurrency <= 0:
             raise errors.InvalidArgumentError(f"concurrency must be positive, got {concurrency}")
         self.listener = listener
@@ -182,7 +184,8 @@ class PushConsumer:
         self.invisible_duration = invisible_duration
         self.batch_size = batch_size
         self._consumer = SimpleConsumer(group, topic, servers, tags=tags, sql=sql, fifo=fifo,
-                                        await_duration=await_duration, timeout=timeout, retry_timeout=retry_timeout)
+                                        await_duration=await_duration, timeout=timeout, retry_timeout=retry_timeout,
+                                        security=security)
         self._workers = futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="raftmq-push")
         self._slots = threading.Semaphore(concurrency)
         self._stop = threading.Event()

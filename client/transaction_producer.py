@@ -26,6 +26,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pbg
 from client import errors
 from client.connection import ServerPool
 from client.producer import _body, _keys
+from client.security import ClientSecurity
 from client.types import MessageView, SendResult
 from client.uniq_key import UniqKeyGenerator
 
@@ -63,11 +64,12 @@ class TransactionProducer:
     """Sends transactional messages for ``group``; thread-safe. ``close()`` it (or use ``with``)."""
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, group: str,
-                 checker: Checker | None = None, timeout: float = 10.0, retry_timeout: float = 15.0):
+                 checker: Checker | None = None, timeout: float = 10.0, retry_timeout: float = 15.0,
+                 security: ClientSecurity | None = None):
         if not group:
             raise errors.InvalidArgumentError("group is empty: a transactional producer needs a producer group")
         self.group = group
-        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout)
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
         self._ids = UniqKeyGenerator()
         self._checker = checker
         self._closed = threading.Event()

@@ -69,7 +69,9 @@ class Broker:
         self.forwarder = Forwarder(cfg.node.id, cfg.cluster.secret, enabled=cfg.cluster.forward_to_leader,
                                    leader_contact=self._leader_contact,
                                    fresh_s=cfg.raft_settings().raft_min_timeout / 2 if cfg.members else 0.75,
-                                   own_address=cfg.advertised_address)
+                                   own_address=cfg.advertised_address,
+                                   channel_credentials=self.member_channel_credentials,
+                                   channel_options=self.member_channel_options)
         self.serving = False
         self.rpcs_in_flight = 0
         self._live_repairs: set[tuple[int, int]] = set()  # damaged ranges a read found, being fetched from peers
@@ -89,6 +91,8 @@ class Broker:
         self.console: Console | None = None
         self._labeler: Any = None
         self.grpc_port = 0
+        self.certificates: Any = None  # node.tls.CertificateFiles when TLS is on
+        self.auth: Any = None  # node.auth.Authenticator when security.auth_enabled
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
@@ -234,7 +238,13 @@ class Broker:
         """Raft when cluster.members lists the group, otherwise the local single-node path."""
         cfg = self.config
         if cfg.members:
-            return RaftWritePath(self.store, cfg)
+            tls = cfg.tls_files()
+            if tls is None:
+                return RaftWritePath(self.store, cfg)
+            from node.tls import member_channel_options
+
+            return RaftWritePath(self.store, cfg, channel_credentials=self.member_channel_credentials,
+                                 channel_options=member_channel_options(tls))
         return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
                               grpc_address=cfg.advertised_address, linger_s=0.0)
 
@@ -262,15 +272,69 @@ class Broker:
         self.long_polls = LongPollRegistry(loop)
         http = cfg.http_listen
         self.console = Console(self)
+        tls = cfg.tls_files()
+        if tls is not None:
+            from node.tls import CertificateFiles
+
+            self.certificates = CertificateFiles(tls)  # raises TlsConfigError naming a bad file
         try:
             self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness,
-                                      self.console.handle)
+                                      self.console.handle, tls=self._http_tls(), guard=self.http_guard)
         except OSError as e:
             raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
         self._http.start()
         self._grpc = self._make_grpc_server()
         await self._grpc.start()
-        log.info("node %s: gRPC on %s, HTTP on %s", cfg.node.id, cfg.node.grpc_listen, cfg.node.http_listen)
+        scheme = "TLS" + (" (mutual)" if tls is not None and tls.mutual else "") if tls is not None else "plaintext"
+        log.info("node %s: gRPC on %s, HTTP on %s (%s%s)", cfg.node.id, cfg.node.grpc_listen, cfg.node.http_listen,
+                 scheme, ", auth on" if cfg.security.auth_enabled else "")
+
+    def _http_tls(self):
+        if self.certificates is None or not self.config.security.tls_http:
+            return None
+        from node.tls import HttpServerTls
+
+        return HttpServerTls(self.certificates, self.config.security.tls_http_client_auth)
+
+    def http_guard(self, path: str, headers) -> tuple[int, str] | None:
+        """HTTP requests outside ``security.open_http_paths`` need a valid signature when auth is on."""
+        if self.auth is None or path in self.config.security.open_http_paths:
+            return None
+        return self.auth.check_http(path, headers)
+
+    def _acl_table(self):
+        wp = self.write_path
+        return wp.acl_table() if wp is not None and self._write_path_started else None
+
+    def member_client_security(self):
+        """client.ClientSecurity for this node's own SDK calls to the cluster (the console's replica check):
+        its member TLS files and, with authentication on, the bootstrap admin's credentials."""
+        from client.security import ClientSecurity
+
+        tls, sec = self.config.tls_files(), self.config.security
+        return ClientSecurity(
+            tls=tls is not None, ca_file=tls.trust_file if tls else "", cert_file=tls.cert_file if tls else "",
+            key_file=tls.key_file if tls else "", server_name=tls.server_name if tls else "",
+            access_key=sec.auth_admin_access_key if sec.auth_enabled else "",
+            secret_key=sec.auth_admin_secret_key if sec.auth_enabled else "")
+
+    def member_channel_options(self) -> list:
+        """Extra channel options for calls to other members (the TLS server-name override, if set)."""
+        tls = self.config.tls_files()
+        if tls is None:
+            return []
+        from node.tls import member_channel_options
+
+        return member_channel_options(tls)
+
+    def member_channel_credentials(self):
+        """Channel credentials for this node's calls to other members' gRPC ports (None: plaintext)."""
+        tls = self.config.tls_files()
+        if tls is None:
+            return None
+        from node.tls import member_channel_credentials
+
+        return member_channel_credentials(tls)
 
     async def open(self) -> None:
         """Open (recover) the store, start the write path, wait until caught up; then serve."""
@@ -439,13 +503,22 @@ class Broker:
         # Requests: room for a maximal message (or batch) and then some, so an oversized body reaches our check
         # and gets a message that names the limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
         max_message = self.store_config.max_message_size
-        server = grpc.aio.server(options=[
+        interceptors = []
+        if self.config.security.auth_enabled:
+            from node.auth import Authenticator, AuthInterceptor
+
+            self.auth = Authenticator(self.config.security, self._acl_table)
+            interceptors.append(AuthInterceptor(self.auth))
+        server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", 2 * max_message + (1 << 20)),
             ("grpc.max_send_message_length", MAX_PULL_BYTES + 2 * max_message + (1 << 20)),
             ("grpc.so_reuseport", 0),
         ])
         pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(self), server)
+        from node.acl_service import AclService
+
+        pb_grpc.add_AclServiceServicer_to_server(AclService(self), server)
         from node.transaction_service import TransactionService
 
         self.transactions = TransactionService(self)  # its check loop acts while this node leads
@@ -459,7 +532,12 @@ class Broker:
             ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness), server)
         listen = str(self.config.grpc_listen)
         try:
-            self.grpc_port = server.add_insecure_port(listen)
+            if self.certificates is not None:
+                from node.tls import GrpcServerTls
+
+                self.grpc_port = server.add_secure_port(listen, GrpcServerTls(self.certificates).credentials())
+            else:
+                self.grpc_port = server.add_insecure_port(listen)
         except RuntimeError as e:
             raise RuntimeError(f"cannot listen for gRPC on {listen}: {e} (port in use?)") from None
         return server

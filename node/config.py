@@ -144,6 +144,25 @@ class KubernetesSection:
 
 
 @dataclass
+class SecuritySection:
+    """TLS on the client ports, authentication (signed requests) and access control (issue 14)."""
+
+    tls_cert_file: str = ""             # PEM certificate (chain) for gRPC and HTTP; set with tls_key_file = TLS on
+    tls_key_file: str = ""              # its private key; both re-read when the files change (cert-manager rotation)
+    tls_client_ca_file: str = ""        # set: mutual TLS, clients need a certificate signed by this CA
+    tls_ca_file: str = ""               # CA this node trusts when it calls other members (default: client CA)
+    tls_server_name: str = ""           # name members' certificates carry, when it differs from their address
+    tls_http: bool = True               # serve the HTTP port with TLS too when TLS is on
+    tls_http_client_auth: bool = False  # HTTP asks for client certificates too (kubelet probes cannot send one)
+    auth_enabled: bool = False          # requests must be signed (MQv2-HMAC-SHA1) and pass the ACL
+    auth_admin_access_key: str = ""     # bootstrap admin (from a Kubernetes Secret): full rights, not replicated
+    auth_admin_secret_key: str = ""
+    auth_max_clock_skew_seconds: float = 300.0  # a signature dated further from now is refused (replay window)
+    acl_default: str = "deny"           # decision when no policy of the user matches: deny | allow
+    open_http_paths: list = field(default_factory=lambda: ["/metrics", "/health", "/ready"])  # no auth needed
+
+
+@dataclass
 class NodeConfig:
     """The validated configuration of one broker process."""
 
@@ -151,6 +170,7 @@ class NodeConfig:
     cluster: ClusterSection = field(default_factory=ClusterSection)
     store: dict[str, Any] = field(default_factory=dict)  # StoreConfig overrides by field name
     kubernetes: KubernetesSection = field(default_factory=KubernetesSection)
+    security: SecuritySection = field(default_factory=SecuritySection)
 
     @property
     def grpc_listen(self) -> HostPort:
@@ -192,12 +212,22 @@ class NodeConfig:
             root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
         )
 
+    def tls_files(self):
+        """``node.tls.TlsFiles`` when TLS is on (security.tls_cert_file + tls_key_file), else None."""
+        s = self.security
+        if not s.tls_cert_file:
+            return None
+        from node.tls import TlsFiles
+
+        return TlsFiles(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file, s.tls_ca_file, s.tls_server_name)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-_SECTIONS: dict[str, type] = {"node": NodeSection, "cluster": ClusterSection, "kubernetes": KubernetesSection}
-_ALL_SECTIONS = ("node", "cluster", "store", "kubernetes")
+_SECTIONS: dict[str, type] = {"node": NodeSection, "cluster": ClusterSection, "kubernetes": KubernetesSection,
+                              "security": SecuritySection}
+_ALL_SECTIONS = ("node", "cluster", "store", "kubernetes", "security")
 # StoreConfig fields the node fills in from its own sections, so each setting has exactly one home.
 _STORE_FIELDS_FROM_NODE = {"root_dir": "node.data_dir", "store_host": "cluster.store_host", "cluster_name": "cluster.name"}
 
@@ -500,6 +530,32 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     role = cfg.kubernetes.role_label
     if role not in ("auto", "true", "false"):
         problems.append(f"kubernetes.role_label: {role!r} is not one of auto, true, false")
+    _check_security(cfg, problems)
+
+
+def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
+    s = cfg.security
+    if bool(s.tls_cert_file) != bool(s.tls_key_file):
+        problems.append("security.tls_cert_file and security.tls_key_file: set both (TLS on) or neither")
+    if (s.tls_client_ca_file or s.tls_ca_file) and not s.tls_cert_file:
+        problems.append("security.tls_client_ca_file / tls_ca_file need TLS on (security.tls_cert_file and "
+                        "tls_key_file)")
+    if s.acl_default not in ("deny", "allow"):
+        problems.append(f"security.acl_default: {s.acl_default!r} is not one of deny, allow")
+    if s.auth_max_clock_skew_seconds <= 0:
+        problems.append("security.auth_max_clock_skew_seconds: must be > 0")
+    if bool(s.auth_admin_access_key) != bool(s.auth_admin_secret_key):
+        problems.append("security.auth_admin_access_key and auth_admin_secret_key: set both or neither")
+    if s.auth_enabled and not s.auth_admin_access_key:
+        problems.append("security.auth_enabled: set security.auth_admin_access_key and auth_admin_secret_key (the "
+                        "bootstrap admin; e.g. RAFTMQ_SECURITY_AUTH_ADMIN_SECRET_KEY from a Kubernetes Secret)")
+    if s.auth_enabled and cfg.cluster.members and not cfg.cluster.secret:
+        problems.append("security.auth_enabled: a cluster needs cluster.secret too (user secrets are replicated "
+                        "encrypted with a key derived from it, and it guards the member-to-member calls)")
+    if not isinstance(s.open_http_paths, list) or not all(isinstance(p, str) and p.startswith("/")
+                                                           for p in s.open_http_paths):
+        problems.append(f"security.open_http_paths: must be a list of paths such as /metrics, got "
+                        f"{s.open_http_paths!r}")
 
 
 def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
@@ -588,6 +644,21 @@ def sample_yaml() -> str:
             "forward_to_leader": "a follower relays writes/admin calls to the leader (else: redirect hint only)",
             "raft": "Raft and group-commit tuning (replication.RaftSettings); defaults suit most groups",
         },
+        "security": {
+            "tls_cert_file": "PEM certificate for gRPC + HTTP (re-read on change); with tls_key_file: TLS on",
+            "tls_key_file": "its private key",
+            "tls_client_ca_file": "mutual TLS: clients must present a certificate from this CA",
+            "tls_ca_file": "CA trusted when calling other members (default: client CA)",
+            "tls_server_name": "name in members' certificates if not their address",
+            "tls_http": "HTTP port uses TLS too when TLS is on",
+            "tls_http_client_auth": "HTTP requires client certificates too (breaks kubelet probes)",
+            "auth_enabled": "signed requests (MQv2-HMAC-SHA1) + ACL",
+            "auth_admin_access_key": "bootstrap admin access key",
+            "auth_admin_secret_key": "bootstrap admin secret (env/--set taken verbatim)",
+            "auth_max_clock_skew_seconds": "older/newer signatures are refused (replay window)",
+            "acl_default": "deny | allow when no policy matches",
+            "open_http_paths": "HTTP paths served without auth",
+        },
         "raft": {
             "put_timeout_s": "a put not applied by then answers UNKNOWN",
             "max_batch_bytes": "group commit: at most this much per Raft command",
@@ -637,4 +708,6 @@ def sample_yaml() -> str:
                            "role_label_clear_timeout_s": KubernetesSection().role_label_clear_timeout_s},
             {"role_label": "auto (on when running in a pod) | true | false",
              "role_label_clear_timeout_s": "at start, wait this long for role=unknown on the pod before serving"})
+    section("security", dataclasses.asdict(SecuritySection()), notes["security"],
+            "TLS, authentication, access control (README: Security)")
     return "\n".join(lines) + "\n"

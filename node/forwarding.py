@@ -75,16 +75,22 @@ class Forwarder:
 
     def __init__(self, member_id: str, secret: str, enabled: bool = True,
                  leader_contact: Callable[[], tuple[str | None, float]] | None = None, fresh_s: float = 0.75,
-                 own_address: str | None = None):
+                 own_address: str | None = None,
+                 channel_credentials: Callable[[], grpc.ChannelCredentials | None] | None = None,
+                 channel_options: Callable[[], list[tuple[str, Any]]] | None = None):
         """``leader_contact()``: (leader's gRPC address or None, seconds since this member heard from it);
         a call is relayed only to a leader heard within ``fresh_s``, else it waits (up to the call's deadline)
-        for one: a stopped leader would only swallow the call and leave its outcome unknown."""
+        for one: a stopped leader would only swallow the call and leave its outcome unknown.
+        ``channel_credentials()``: TLS credentials for the members' gRPC ports (None: plaintext);
+        ``channel_options()``: extra channel options (the TLS server-name override)."""
         self.member_id = member_id
         self.enabled = enabled
         self._leader_contact = leader_contact
         self._own_address = own_address  # this member's advertised gRPC address
         self._fresh_s = fresh_s
         self._secret = secret
+        self._credentials = channel_credentials
+        self._extra_options = channel_options
         self._methods = _methods()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._calls: dict[tuple[str, str], Any] = {}
@@ -177,7 +183,11 @@ class Forwarder:
         if call is None:
             channel = self._channels.get(leader)
             if channel is None:
-                channel = self._channels[leader] = grpc.aio.insecure_channel(leader, options=_CHANNEL_OPTIONS)
+                creds = self._credentials() if self._credentials is not None else None
+                options = _CHANNEL_OPTIONS + (self._extra_options() if self._extra_options is not None else [])
+                channel = self._channels[leader] = (
+                    grpc.aio.secure_channel(leader, creds, options=options) if creds is not None
+                    else grpc.aio.insecure_channel(leader, options=options))
             call = self._calls[key] = channel.unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
                                                           response_deserializer=response_cls.FromString)
         return call

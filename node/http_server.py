@@ -1,5 +1,4 @@
-"""The node's HTTP endpoint: ``/metrics`` (Prometheus), ``/health`` (process alive), ``/ready`` (serving), and
-the web console under ``/ui`` (node.console) when the broker passes one.
+"""The node's HTTP endpoint: ``/metrics`` (Prometheus), ``/health`` (process alive), ``/ready`` (serving).
 
 Why a separate tiny server: probes and scrapes must answer while gRPC is busy or still starting, and Kubernetes
 probes speak HTTP. It runs in its own daemon threads and only reads state.
@@ -9,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +19,27 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 log = logging.getLogger(__name__)
 
 
-class _IPv6Server(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    """Wraps each accepted connection in TLS (in its own thread, so a slow handshake blocks nobody) when a
+    context is set; a failed handshake is one clear log line, not a traceback."""
+
+    tls: Any = None  # node.tls.HttpServerTls
+
+    def finish_request(self, request, client_address) -> None:
+        if self.tls is not None:
+            try:
+                request.settimeout(10)
+                request = self.tls.context().wrap_socket(request, server_side=True)
+                request.settimeout(None)
+            except (ssl.SSLError, OSError) as e:
+                reason = getattr(e, "reason", None) or e
+                log.warning("HTTP TLS handshake with %s failed: %s (plaintext client, or a certificate the "
+                            "other side does not trust?)", client_address[0], reason)
+                return
+        super().finish_request(request, client_address)
+
+
+class _IPv6Server(_Server):
     address_family = socket.AF_INET6
 
 
@@ -27,8 +47,11 @@ class HealthServer:
     """Serves the three endpoints; ``readiness()`` returns (ready, reason)."""
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
-                 console: Callable[[str, str, dict[str, str]], Any] | None = None):
-        """``console(method, path_and_query, headers)`` answers ``/ui`` with a node.console Response."""
+                 console: Callable[[str, str, dict[str, str]], Any] | None = None,
+                 *, tls: Any = None, guard: Callable[[str, Any], tuple[int, str] | None] | None = None):
+        """``console(method, path_and_query, headers)`` answers ``/ui`` with a node.console Response; ``tls``: a
+        node.tls.HttpServerTls (None: plaintext); ``guard(path, headers)`` returns (status, reason) to refuse a
+        request (authentication), None to serve it."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,7 +59,10 @@ class HealthServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 path = self.path.split("?", 1)[0]
-                if path == "/metrics":
+                refused = outer._guard(path, self.headers) if outer._guard is not None else None
+                if refused is not None:
+                    self._send(refused[0], (refused[1] + "\n").encode())
+                elif path == "/metrics":
                     self._send(200, generate_latest(outer._registry), CONTENT_TYPE_LATEST)
                 elif path == "/health":
                     self._send(200, b"ok\n")
@@ -55,7 +81,11 @@ class HealthServer:
                     self.rfile.read(length)
                 else:
                     self.close_connection = True
-                if outer._console is not None and self.path.split("?", 1)[0].startswith("/ui"):
+                path = self.path.split("?", 1)[0]
+                refused = outer._guard(path, self.headers) if outer._guard is not None else None
+                if refused is not None:
+                    self._send(refused[0], (refused[1] + "\n").encode())
+                elif outer._console is not None and path.startswith("/ui"):
                     self._console(self.command)
                 else:
                     self._send(405, f"{self.command} is not supported here; only GET\n".encode(),
@@ -82,9 +112,11 @@ class HealthServer:
 
         self._registry = registry
         self._readiness = readiness
+        self._guard = guard
         self._console = console
-        server_cls = _IPv6Server if ":" in host else ThreadingHTTPServer
+        server_cls = _IPv6Server if ":" in host else _Server
         self._server = server_cls((host, port), Handler)
+        self._server.tls = tls
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 

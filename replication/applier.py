@@ -19,6 +19,12 @@ class StoreApplier:
 
     def __init__(self, store: Any):
         self.store = store
+        import os
+
+        from replication.acl_table import FILE_NAME, AclTable
+
+        root = getattr(getattr(store, "config", None), "root_dir", None)
+        self.acl = AclTable(os.path.join(root, "config", FILE_NAME) if root else None)
 
     # ------------------------------------------------------------------ messages
     def encode_isolating(self, batch: list[PendingPut], now_ms: int) -> tuple[bytes, list[PendingPut]] | None:
@@ -122,8 +128,13 @@ class StoreApplier:
             self.store.pop_state.persist()  # handles signed with it must stay valid across any restart
         return out
 
+    def apply_acl(self, cmd: dict) -> str | None:
+        """A user / access-rule change (replication.acl_table); the refusal reason, or None."""
+        return self.acl.apply(cmd)
+
     def persist_metadata(self) -> None:
         """Make replicated metadata as durable as the applied index that will record it."""
+        self.acl.persist(only_if_dirty=True)
         self.store.consumer_offsets.persist(only_if_dirty=True)
         self.store.delay_offsets.persist(only_if_dirty=True)
 
@@ -140,7 +151,7 @@ class StoreApplier:
     def export_metadata(self) -> dict:
         return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot(),
                 "delay_offsets": self.store.delay_offsets.snapshot(), "pop_state": self.store.pop_state.snapshot(),
-                "queue_offsets": self.store.queue_offset_table()}
+                "queue_offsets": self.store.queue_offset_table(), "acl": self.acl.snapshot()}
 
     def import_metadata(self, d: dict) -> None:
         """Replace topics and offsets with a peer's (catch-up, snapshot install); drops consume queues of topics
@@ -153,6 +164,8 @@ class StoreApplier:
             store.delay_offsets.restore(d["delay_offsets"])
         if "pop_state" in d:  # absent in snapshots of members from before pop consumption
             store.pop_state.restore(d["pop_state"])
+        if "acl" in d:  # absent in snapshots of members from before access control
+            self.acl.restore(d["acl"])
         if "queue_offsets" in d:  # absent before catch-up from a retained-away start; see merge_queue_offsets
             store.merge_queue_offsets(d["queue_offsets"])
         for gone in before - set(store.topics.names()):

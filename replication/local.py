@@ -191,6 +191,17 @@ class LocalWritePath:
             self._applier.apply_delay_offsets(offsets)
             self._applier.persist_metadata()
 
+    def update_acl(self, cmd: dict) -> None:
+        """A user / access-rule change (replication.acl_table); StoreError when refused."""
+        with self._meta_lock:
+            refusal = self._applier.apply_acl(cmd)
+            if refusal:
+                raise StoreError(refusal)
+            self._applier.persist_metadata()
+
+    def acl_table(self) -> Any:
+        return self._applier.acl
+
     # ------------------------------------------------------------------ status
     def is_writable(self) -> bool:
         return self._started

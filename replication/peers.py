@@ -7,6 +7,8 @@ channel reuse and the secret metadata.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 from raftmq.v1 import replica_pb2_grpc
@@ -24,7 +26,10 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_se
 
 
 class Peers:
-    def __init__(self, members: list[MemberInfo], self_id: str, secret: str = ""):
+    def __init__(self, members: list[MemberInfo], self_id: str, secret: str = "",
+                 channel_credentials: Callable[[], grpc.ChannelCredentials] | None = None,
+                 channel_options: Sequence[tuple[str, Any]] = ()):
+        """``channel_credentials``: called for each new channel when the members' gRPC ports use TLS."""
         self.members = {m.id: m for m in members}
         self.self_id = self_id
         self.others = [m for m in members if m.id != self_id]
@@ -32,12 +37,18 @@ class Peers:
         self._stubs: dict[str, replica_pb2_grpc.ReplicaServiceStub] = {}
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
+        self._credentials = channel_credentials
+        self._options = _CHANNEL_OPTIONS + list(channel_options)
 
     def stub(self, member_id: str) -> replica_pb2_grpc.ReplicaServiceStub:
         with self._lock:
             s = self._stubs.get(member_id)
             if s is None:
-                ch = grpc.insecure_channel(self.members[member_id].grpc_address, options=_CHANNEL_OPTIONS)
+                address = self.members[member_id].grpc_address
+                if self._credentials is not None:
+                    ch = grpc.secure_channel(address, self._credentials(), options=self._options)
+                else:
+                    ch = grpc.insecure_channel(address, options=self._options)
                 self._channels.append(ch)
                 s = self._stubs[member_id] = replica_pb2_grpc.ReplicaServiceStub(ch)
             return s

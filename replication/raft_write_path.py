@@ -114,7 +114,10 @@ class RaftWritePath:
     def __init__(self, store: Any, node_config: Any = None, *, node_id: str = "", members: list[MemberInfo] = (),
                  raft_listen: str = "", cluster_name: str = "DefaultCluster",
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), secret: str = "", raft_dir: str | None = None,
-                 settings: RaftSettings | None = None):
+                 settings: RaftSettings | None = None, channel_credentials: Any = None,
+                 channel_options: Any = ()):
+        """``channel_credentials`` (a callable returning grpc.ChannelCredentials) and ``channel_options``: how to
+        reach the members' gRPC ports when they use TLS."""
         if node_config is not None:  # the node's NodeConfig (node/config.py): one source of truth
             node_id = node_config.node.id
             members = [MemberInfo(m.id, m.raft, m.grpc) for m in node_config.members]
@@ -144,7 +147,7 @@ class RaftWritePath:
         self.store_host = store_host
         self.settings = settings or RaftSettings()
         self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
-        self.peers = Peers(members, node_id, secret)
+        self.peers = Peers(members, node_id, secret, channel_credentials, channel_options)
         self._secret = secret
         self.machine: StateMachine | None = None
         self._log: ReplicatedLog | None = None
@@ -676,6 +679,13 @@ class RaftWritePath:
 
     def delete_topic(self, name: str) -> None:
         self._meta_or_raise("topic_delete", {"name": name, "ts": _now_ms()})
+
+    def update_acl(self, cmd: dict) -> None:
+        """Replicate a user / access-rule change (replication.acl_table); StoreError when refused."""
+        self._meta_or_raise("acl", cmd)
+
+    def acl_table(self) -> Any:
+        return self.machine.applier.acl if self.machine is not None else None
 
     def update_delay_offsets(self, offsets: dict[int, int]) -> None:
         """Replicate the schedule service's progress ({level: next schedule-queue offset}); returns once applied

@@ -112,6 +112,10 @@ class StateMachine:
                 self.applier.apply_delay_offsets(arg)
             elif kind == "pop":  # persisted periodically and before a dump; replayed from the journal (see above)
                 return self.applier.apply_pop(arg, index)
+            elif kind == "acl":
+                refusal = self.applier.apply_acl(arg)
+                if refusal:
+                    return refusal
             elif kind == "barrier":
                 pass
             else:

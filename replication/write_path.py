@@ -61,6 +61,13 @@ class WritePath(Protocol):
         """Pop-consumption state changes (store.pop_state.PopStateTable.apply); replicated when clustered;
         returns once applied here, one refusal or None per op."""
 
+    def update_acl(self, cmd: dict) -> None:
+        """Change users / access rules (replication.acl_table); replicated when clustered; StoreError when
+        refused (unknown user, bad rule index)."""
+
+    def acl_table(self) -> Any:
+        """The applied replication.acl_table.AclTable (None before the write path started)."""
+
     def is_writable(self) -> bool:
         """True when a put submitted now can be accepted by this node."""
 

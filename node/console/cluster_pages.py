@@ -110,7 +110,8 @@ def _run_check(c: Console, max_bytes: int | None, queues: bool) -> Markup:
         return notice("a check started from this console is still running; wait for it and reload", "warn")
     t0 = time.monotonic()
     try:
-        with ReplicaChecker(c.node.config.advertised_address, secret=c.node.config.cluster.secret) as checker:
+        with ReplicaChecker(c.node.config.advertised_address, secret=c.node.config.cluster.secret,
+                            security=c.node.member_client_security()) as checker:
             report = checker.check(max_bytes=max_bytes, queues=queues)
     except RaftmqError as e:
         return notice(f"check failed: {e}", "bad")

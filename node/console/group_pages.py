@@ -47,7 +47,10 @@ def _group_view(c: Console, group: str) -> tuple[pb.DescribeConsumerGroupRespons
         return describe_group(node, group), ""
     if leader is not None and leader.grpc_address:
         try:
-            with grpc.insecure_channel(leader.grpc_address) as ch:
+            creds = node.member_channel_credentials()
+            channel = (grpc.secure_channel(leader.grpc_address, creds) if creds is not None
+                       else grpc.insecure_channel(leader.grpc_address))
+            with channel as ch:
                 return pb_grpc.AdminServiceStub(ch).DescribeConsumerGroup(
                     pb.DescribeConsumerGroupRequest(group=group), timeout=LEADER_CALL_TIMEOUT_S), ""
         except grpc.RpcError as e:

@@ -464,7 +464,8 @@ def test_downward_api_env_for_the_role_labeler(default_objects):
 
 def test_optional_objects_are_off_by_default(default_objects):
     kinds = {o["kind"] for o in default_objects}
-    assert {"ServiceMonitor", "PrometheusRule", "NetworkPolicy"}.isdisjoint(kinds)
+    assert {"ServiceMonitor", "PrometheusRule", "Certificate"}.isdisjoint(kinds)
+    assert "NetworkPolicy" in kinds  # on by default (issue 14): the Raft port only among members
 
 
 def test_service_monitor_scrapes_every_member_through_the_peer_service():

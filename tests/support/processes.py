@@ -131,6 +131,7 @@ class NodeProcess:
         self.proc: subprocess.Popen | None = None
         self._log = None
         self._channel: grpc.Channel | None = None
+        self.http_context: Any = None  # ssl.SSLContext: the HTTP port speaks TLS (security.tls_*)
 
     # ---------------------------------------------------------------- addresses
     @property
@@ -139,7 +140,8 @@ class NodeProcess:
 
     @property
     def http_url(self) -> str:
-        return f"http://{HOST}:{self.spec.http_port}"
+        scheme = "https" if self.http_context is not None else "http"
+        return f"{scheme}://{HOST}:{self.spec.http_port}"
 
     def channel(self) -> grpc.Channel:
         """A shared channel to this node (closed by stop/kill)."""
@@ -149,7 +151,7 @@ class NodeProcess:
 
     def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(self.http_url + path, timeout=timeout) as r:
+            with urllib.request.urlopen(self.http_url + path, timeout=timeout, context=self.http_context) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()

@@ -133,3 +133,46 @@ app.kubernetes.io/component: broker
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* issue 14: the Secret holding tls.crt, tls.key and ca.crt. */}}
+{{- define "raftmq.tlsSecretName" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "raftmq.fullname" .) -}}
+{{- else -}}
+{{- .Values.tls.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* issue 14: client-side TLS and credentials for the `raftmq` CLI run inside the chart's pods (preStop hook,
+     helm test): the CLI reads RAFTMQ_TLS_* and RAFTMQ_ACCESS_KEY / RAFTMQ_SECRET_KEY. */}}
+{{- define "raftmq.cliSecurityEnv" -}}
+{{- if .Values.tls.enabled }}
+- name: RAFTMQ_TLS
+  value: "1"
+- name: RAFTMQ_TLS_CA
+  value: /etc/raftmq/tls/ca.crt
+{{- if .Values.tls.mutual }}
+- name: RAFTMQ_TLS_CERT
+  value: /etc/raftmq/tls/tls.crt
+- name: RAFTMQ_TLS_KEY
+  value: /etc/raftmq/tls/tls.key
+{{- end }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+- name: RAFTMQ_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.auth.existingSecret }}
+      key: {{ .Values.auth.accessKeyKey }}
+- name: RAFTMQ_SECRET_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.auth.existingSecret }}
+      key: {{ .Values.auth.secretKeyKey }}
+{{- end }}
+{{- end -}}
+
+{{/* issue 14: HTTPS probes when the HTTP port speaks TLS. */}}
+{{- define "raftmq.httpScheme" -}}
+{{- if and .Values.tls.enabled .Values.tls.http -}}HTTPS{{- else -}}HTTP{{- end -}}
+{{- end -}}

@@ -766,3 +766,91 @@ class ResetGroupOffsetsResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.ScalarMap[int, int]
     def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class AclRule(_message.Message):
+    __slots__ = ("effect", "actions", "resources")
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    effect: str
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, effect: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AclUser(_message.Message):
+    __slots__ = ("access_key", "admin", "rules", "bootstrap")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    admin: bool
+    rules: _containers.RepeatedCompositeFieldContainer[AclRule]
+    bootstrap: bool
+    def __init__(self, access_key: _Optional[str] = ..., admin: _Optional[bool] = ..., rules: _Optional[_Iterable[_Union[AclRule, _Mapping]]] = ..., bootstrap: _Optional[bool] = ...) -> None: ...
+
+class PutAclUserRequest(_message.Message):
+    __slots__ = ("access_key", "secret_key", "admin")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    admin: bool
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+
+class PutAclUserResponse(_message.Message):
+    __slots__ = ("user", "created")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    user: AclUser
+    created: bool
+    def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class DeleteAclUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class DeleteAclUserResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[AclUser]
+    def __init__(self, users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ...) -> None: ...
+
+class AddAclRuleRequest(_message.Message):
+    __slots__ = ("access_key", "rule")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    rule: AclRule
+    def __init__(self, access_key: _Optional[str] = ..., rule: _Optional[_Union[AclRule, _Mapping]] = ...) -> None: ...
+
+class AddAclRuleResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: AclUser
+    def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...
+
+class RemoveAclRuleRequest(_message.Message):
+    __slots__ = ("access_key", "index")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    index: int
+    def __init__(self, access_key: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
+class RemoveAclRuleResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: AclUser
+    def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...

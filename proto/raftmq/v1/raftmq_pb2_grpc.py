@@ -1317,3 +1317,247 @@ class TransactionService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class AclServiceStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.PutAclUser = channel.unary_unary(
+                '/raftmq.v1.AclService/PutAclUser',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.PutAclUserRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.PutAclUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteAclUser = channel.unary_unary(
+                '/raftmq.v1.AclService/DeleteAclUser',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.DeleteAclUserRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.DeleteAclUserResponse.FromString,
+                _registered_method=True)
+        self.ListAclUsers = channel.unary_unary(
+                '/raftmq.v1.AclService/ListAclUsers',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ListAclUsersRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ListAclUsersResponse.FromString,
+                _registered_method=True)
+        self.AddAclRule = channel.unary_unary(
+                '/raftmq.v1.AclService/AddAclRule',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.AddAclRuleRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.AddAclRuleResponse.FromString,
+                _registered_method=True)
+        self.RemoveAclRule = channel.unary_unary(
+                '/raftmq.v1.AclService/RemoveAclRule',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleResponse.FromString,
+                _registered_method=True)
+
+
+class AclServiceServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def PutAclUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAclUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAclUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddAclRule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveAclRule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AclServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'PutAclUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutAclUser,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.PutAclUserRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.PutAclUserResponse.SerializeToString,
+            ),
+            'DeleteAclUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAclUser,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.DeleteAclUserRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.DeleteAclUserResponse.SerializeToString,
+            ),
+            'ListAclUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAclUsers,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ListAclUsersRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ListAclUsersResponse.SerializeToString,
+            ),
+            'AddAclRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddAclRule,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.AddAclRuleRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.AddAclRuleResponse.SerializeToString,
+            ),
+            'RemoveAclRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveAclRule,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'raftmq.v1.AclService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('raftmq.v1.AclService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class AclService:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def PutAclUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AclService/PutAclUser',
+            raftmq_dot_v1_dot_raftmq__pb2.PutAclUserRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.PutAclUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAclUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AclService/DeleteAclUser',
+            raftmq_dot_v1_dot_raftmq__pb2.DeleteAclUserRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.DeleteAclUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAclUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AclService/ListAclUsers',
+            raftmq_dot_v1_dot_raftmq__pb2.ListAclUsersRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.ListAclUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddAclRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AclService/AddAclRule',
+            raftmq_dot_v1_dot_raftmq__pb2.AddAclRuleRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.AddAclRuleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveAclRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AclService/RemoveAclRule',
+            raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,77 @@
+"""Users and access rules of a cluster with authentication on (AclService). Changes go to the leader and are
+replicated; every member enforces them at once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from raftmq.v1 import raftmq_pb2 as pb
+
+from client.connection import ServerPool
+from client.security import ClientSecurity
+
+
+@dataclass(frozen=True)
+class AclRule:
+    effect: str                      # allow | deny
+    actions: tuple[str, ...]         # PUB, SUB, ADMIN
+    resources: tuple[str, ...]       # topic:NAME, group:NAME (trailing * = prefix), cluster
+
+    def text(self) -> str:
+        return f"{self.effect} {','.join(self.actions)} on {', '.join(self.resources)}"
+
+
+@dataclass(frozen=True)
+class AclUser:
+    access_key: str
+    admin: bool
+    bootstrap: bool
+    rules: tuple[AclRule, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_pb(cls, u: pb.AclUser) -> AclUser:
+        return cls(u.access_key, u.admin, u.bootstrap,
+                   tuple(AclRule(r.effect, tuple(r.actions), tuple(r.resources)) for r in u.rules))
+
+
+class AclAdmin:
+    """``raftmq acl``'s calls; the caller must be an admin user."""
+
+    def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
+                 retry_timeout: float = 15.0, security: ClientSecurity | None = None):
+        self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
+
+    def put_user(self, access_key: str, secret_key: str, *, admin: bool = False) -> tuple[AclUser, bool]:
+        """Create a user or replace its secret / admin flag (rules are kept); (user, created)."""
+        req = pb.PutAclUserRequest(access_key=access_key, secret_key=secret_key, admin=admin)
+        resp, _ = self._pool.write(lambda s, t: s.acl.PutAclUser(req, timeout=t), idempotent=True)
+        return AclUser.from_pb(resp.user), resp.created
+
+    def delete_user(self, access_key: str) -> None:
+        req = pb.DeleteAclUserRequest(access_key=access_key)
+        self._pool.write(lambda s, t: s.acl.DeleteAclUser(req, timeout=t))
+
+    def list_users(self) -> list[AclUser]:
+        resp, _ = self._pool.read(lambda s, t: s.acl.ListAclUsers(pb.ListAclUsersRequest(), timeout=t))
+        return [AclUser.from_pb(u) for u in resp.users]
+
+    def add_rule(self, access_key: str, effect: str, actions: Sequence[str], resources: Sequence[str]) -> AclUser:
+        req = pb.AddAclRuleRequest(access_key=access_key, rule=pb.AclRule(effect=effect, actions=list(actions),
+                                                                          resources=list(resources)))
+        resp, _ = self._pool.write(lambda s, t: s.acl.AddAclRule(req, timeout=t))
+        return AclUser.from_pb(resp.user)
+
+    def remove_rule(self, access_key: str, index: int) -> AclUser:
+        req = pb.RemoveAclRuleRequest(access_key=access_key, index=index)
+        resp, _ = self._pool.write(lambda s, t: s.acl.RemoveAclRule(req, timeout=t))
+        return AclUser.from_pb(resp.user)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> AclAdmin:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

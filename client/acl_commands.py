@@ -1,0 +1,158 @@
+"""``raftmq acl``: users and access rules (README: Security).
+
+    raftmq acl user add ALICE [--admin]          # prints a generated secret key once (or --secret-key-stdin)
+    raftmq acl user delete ALICE
+    raftmq acl user list
+    raftmq acl policy add ALICE --allow PUB,SUB --resource topic:orders-* --resource group:billing
+    raftmq acl policy add ALICE --deny SUB --resource topic:orders.secret
+    raftmq acl policy remove ALICE INDEX
+    raftmq acl policy list [ALICE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+
+from client.acl import AclAdmin, AclUser
+from client.errors import NotFoundError
+
+
+def _admin(args: argparse.Namespace) -> AclAdmin:
+    from client.commands import security_of, servers_of
+
+    return AclAdmin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout, security=security_of(args))
+
+
+def _user_json(u: AclUser) -> dict:
+    return {"access_key": u.access_key, "admin": u.admin, "bootstrap": u.bootstrap,
+            "rules": [{"effect": r.effect, "actions": list(r.actions), "resources": list(r.resources)}
+                      for r in u.rules]}
+
+
+def cmd_user_add(args: argparse.Namespace) -> int:
+    from client.commands import UsageError
+
+    generated = not args.secret_key_stdin
+    secret = secrets.token_urlsafe(24) if generated else sys.stdin.readline().rstrip("\n")
+    if not secret:
+        raise UsageError("--secret-key-stdin: stdin held no secret key")
+    with _admin(args) as admin:
+        user, created = admin.put_user(args.user, secret, admin=args.admin)
+    verb = "created" if created else "updated"
+    if args.json:
+        out = _user_json(user) | {"created": created}
+        if generated:
+            out["secret_key"] = secret
+        print(json.dumps(out))
+    else:
+        print(f"user {user.access_key} {verb}{' (admin)' if user.admin else ''}")
+        if generated:
+            print(f"secret key (shown once, store it now): {secret}")
+    return 0
+
+
+def cmd_user_delete(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.delete_user(args.user)
+    print(f"user {args.user} deleted")
+    return 0
+
+
+def cmd_user_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        users = admin.list_users()
+    if args.json:
+        print(json.dumps([_user_json(u) for u in users]))
+        return 0
+    for u in users:
+        kind = "bootstrap admin" if u.bootstrap else "admin" if u.admin else f"{len(u.rules)} rule(s)"
+        print(f"{u.access_key}\t{kind}")
+    return 0
+
+
+def _rules_text(u: AclUser) -> list[str]:
+    return [f"{u.access_key}\t{i}\t{r.text()}" for i, r in enumerate(u.rules)]
+
+
+def cmd_policy_add(args: argparse.Namespace) -> int:
+    from client.commands import UsageError
+
+    effect, actions = ("allow", args.allow) if args.allow else ("deny", args.deny)
+    if not args.resource:
+        raise UsageError("give at least one --resource (topic:NAME, group:NAME, a trailing * for a prefix, or "
+                         "cluster)")
+    with _admin(args) as admin:
+        user = admin.add_rule(args.user, effect, [a.strip().upper() for a in actions.split(",") if a.strip()],
+                              args.resource)
+    if args.json:
+        print(json.dumps(_user_json(user)))
+    else:
+        print(f"rule {len(user.rules) - 1} added to {user.access_key}: {user.rules[-1].text()}")
+    return 0
+
+
+def cmd_policy_remove(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        user = admin.remove_rule(args.user, args.index)
+    print(f"rule {args.index} removed from {user.access_key}; {len(user.rules)} left")
+    return 0
+
+
+def cmd_policy_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        users = admin.list_users()
+    if args.user:
+        users = [u for u in users if u.access_key == args.user]
+        if not users:
+            raise NotFoundError(f"no user with access key {args.user!r}")
+    if args.json:
+        print(json.dumps([_user_json(u) for u in users]))
+        return 0
+    for u in users:
+        if u.admin:
+            print(f"{u.access_key}\t-\tadmin: every action on every resource")
+        for line in _rules_text(u):
+            print(line)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from client.commands import _add
+
+    a = sub.add_parser("acl", help="users and access rules (authentication on)")
+    asub = a.add_subparsers(dest="acl_command", metavar="{user,policy}")
+    asub.required = True
+    u = asub.add_parser("user", help="add, delete, list users")
+    usub = u.add_subparsers(dest="acl_user_command", metavar="{add,delete,list}")
+    usub.required = True
+    p = _add(usub, "add", cmd_user_add, "create a user (or replace its secret)",
+             description="Create a user with a generated secret key (printed once), or the one line read from "
+                         "stdin with --secret-key-stdin. An existing user gets the new secret and keeps its rules.")
+    p.add_argument("user", metavar="ACCESS_KEY")
+    p.add_argument("--admin", action="store_true", help="every action on every resource")
+    p.add_argument("--secret-key-stdin", action="store_true", help="read the new user's secret key from stdin")
+    p = _add(usub, "delete", cmd_user_delete, "delete a user and its rules", json_flag=False)
+    p.add_argument("user", metavar="ACCESS_KEY")
+    _add(usub, "list", cmd_user_list, "list users")
+
+    pol = asub.add_parser("policy", help="add, remove, list access rules")
+    psub = pol.add_subparsers(dest="acl_policy_command", metavar="{add,remove,list}")
+    psub.required = True
+    p = _add(psub, "add", cmd_policy_add, "add an allow or deny rule to a user",
+             description="A rule allows or denies actions (PUB, SUB, ADMIN) on resources: topic:NAME, group:NAME "
+                         "(a trailing * makes NAME a prefix: topic:orders-*, topic:*) or cluster. A matching deny "
+                         "wins; with no match the node's security.acl_default (deny) applies.")
+    p.add_argument("user", metavar="ACCESS_KEY")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--allow", metavar="ACTIONS", help="comma-separated: PUB,SUB,ADMIN")
+    g.add_argument("--deny", metavar="ACTIONS", help="comma-separated: PUB,SUB,ADMIN")
+    p.add_argument("--resource", "-r", action="append", default=[], metavar="RESOURCE",
+                   help="topic:NAME, group:NAME (trailing * = prefix) or cluster; repeatable")
+    p = _add(psub, "remove", cmd_policy_remove, "remove a user's rule by index (see policy list)", json_flag=False)
+    p.add_argument("user", metavar="ACCESS_KEY")
+    p.add_argument("index", type=int, metavar="INDEX")
+    p = _add(psub, "list", cmd_policy_list, "rules of every user (or one)")
+    p.add_argument("user", nargs="?", metavar="ACCESS_KEY")

@@ -1,0 +1,105 @@
+"""AclService: users and their access rules, changed through the write path so every member applies them.
+
+Why through the write path: users and rules are replicated cluster state like topics; a change proposed here is
+in force on every member as soon as it is applied there, without restarts. Secrets are sealed (node.auth.SecretBox)
+before they are proposed, so neither the Raft log nor any file holds them in the clear. Each change is one audit
+line (who, what, from where).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import grpc
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+from node.auth import ACCESS_KEY_PATTERN, MIN_SECRET_LENGTH, audit, check_rule, current_principal
+from node.errors import RpcError, invalid, not_found
+from node.rpc import rpc_handler
+
+if TYPE_CHECKING:
+    from node.broker import Broker
+
+
+def _user_message(u: dict) -> pb.AclUser:
+    return pb.AclUser(access_key=u["access_key"], admin=u["admin"], bootstrap=u.get("bootstrap", False),
+                      rules=[pb.AclRule(effect=r["effect"], actions=r["actions"], resources=r["resources"])
+                             for r in u.get("rules", [])])
+
+
+class AclService(pb_grpc.AclServiceServicer):
+    def __init__(self, node: Broker):
+        self.node = node
+
+    def _auth(self):
+        if self.node.auth is None:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "authentication is off on this node: set security.auth_enabled (and the bootstrap admin "
+                           "security.auth_admin_access_key / auth_admin_secret_key) on every member")
+        return self.node.auth
+
+    def _check_user(self, access_key: str) -> None:
+        if not ACCESS_KEY_PATTERN.match(access_key):
+            raise invalid(f"access key {access_key!r} must be 3-64 letters, digits, '_', '-', '.'")
+        if access_key == self.node.config.security.auth_admin_access_key:
+            raise invalid(f"{access_key!r} is the bootstrap admin from the configuration; change it there")
+
+    async def _apply(self, cmd: dict, context) -> None:
+        from store import StoreError
+
+        principal = current_principal.get()
+        try:
+            await self.node.run_blocking(self.node.write_path.update_acl, cmd)
+        except StoreError as e:
+            raise not_found(str(e)) from None
+        self._auth().forget(cmd["user"])
+        fields = {k: v for k, v in cmd.items() if k != "secret"}  # never the (sealed) secret
+        audit("acl_change", by=principal.access_key if principal else "?", peer=context.peer(), **fields)
+
+    def _one(self, access_key: str) -> pb.AclUser:
+        for u in self._auth().users():
+            if u["access_key"] == access_key:
+                return _user_message(u)
+        raise not_found(f"no user with access key {access_key!r}")
+
+    @rpc_handler("PutAclUser")
+    async def PutAclUser(self, request: pb.PutAclUserRequest, context) -> pb.PutAclUserResponse:  # noqa: N802
+        auth = self._auth()
+        self._check_user(request.access_key)
+        if len(request.secret_key) < MIN_SECRET_LENGTH:
+            raise invalid(f"secret key must have at least {MIN_SECRET_LENGTH} characters")
+        existed = any(u["access_key"] == request.access_key for u in auth.users())
+        await self._apply({"op": "user_put", "user": request.access_key, "secret": auth.box.seal(request.secret_key),
+                           "admin": request.admin}, context)
+        return pb.PutAclUserResponse(user=self._one(request.access_key), created=not existed)
+
+    @rpc_handler("DeleteAclUser")
+    async def DeleteAclUser(self, request: pb.DeleteAclUserRequest, context) -> pb.DeleteAclUserResponse:  # noqa: N802
+        self._auth()
+        self._check_user(request.access_key)
+        await self._apply({"op": "user_delete", "user": request.access_key}, context)
+        return pb.DeleteAclUserResponse()
+
+    @rpc_handler("ListAclUsers")
+    async def ListAclUsers(self, request: pb.ListAclUsersRequest, context) -> pb.ListAclUsersResponse:  # noqa: N802
+        return pb.ListAclUsersResponse(users=[_user_message(u) for u in self._auth().users()])
+
+    @rpc_handler("AddAclRule")
+    async def AddAclRule(self, request: pb.AddAclRuleRequest, context) -> pb.AddAclRuleResponse:  # noqa: N802
+        self._auth()
+        self._check_user(request.access_key)
+        try:
+            rule = check_rule({"effect": request.rule.effect, "actions": list(request.rule.actions),
+                               "resources": list(request.rule.resources)})
+        except ValueError as e:
+            raise invalid(str(e)) from None
+        await self._apply({"op": "rule_add", "user": request.access_key, "rule": rule}, context)
+        return pb.AddAclRuleResponse(user=self._one(request.access_key))
+
+    @rpc_handler("RemoveAclRule")
+    async def RemoveAclRule(self, request: pb.RemoveAclRuleRequest, context) -> pb.RemoveAclRuleResponse:  # noqa: N802
+        self._auth()
+        self._check_user(request.access_key)
+        await self._apply({"op": "rule_remove", "user": request.access_key, "index": request.index}, context)
+        return pb.RemoveAclRuleResponse(user=self._one(request.access_key))

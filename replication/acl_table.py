@@ -1,0 +1,93 @@
+"""AclTable: the replicated users and access rules (issue 14), applied like topics on every member.
+
+Why here and not in ``node``: it is replicated state; every member applies the same commands in the same order
+(contract 1) and ships the table in snapshots and catch-up metadata. Deciding what a request may do is the
+node's job (node.auth); this is only the data. Secrets arrive already encrypted by the leader (node.auth), so
+the table, the Raft journal and snapshots never hold a usable secret.
+
+Commands (JSON): ``{"op": "user_put", "user": ak, "secret": token, "admin": bool}``, ``{"op": "user_delete",
+"user": ak}``, ``{"op": "rule_add", "user": ak, "rule": {"effect", "actions", "resources"}}``,
+``{"op": "rule_remove", "user": ak, "index": i}``. A refused command (unknown user, bad index) returns the reason,
+the same on every member.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from store.json_file import write_safely
+
+FILE_NAME = "acl.json"
+
+
+class AclTable:
+    def __init__(self, path: str | None):
+        """``path``: where the table is kept (None: in memory only, for stores without a directory)."""
+        self.path = path
+        self._lock = threading.Lock()
+        self._users: dict[str, dict[str, Any]] = {}
+        self._dirty = False
+        self.version = 0  # bumped on every change: readers cache their decisions per version
+        if path is not None and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                self._users = json.load(f).get("users", {})
+
+    def apply(self, cmd: dict[str, Any]) -> str | None:
+        """Apply one command; the reason when it is refused (nothing changed), else None."""
+        op, user = cmd.get("op"), str(cmd.get("user", ""))
+        with self._lock:
+            if op == "user_put":
+                old = self._users.get(user, {})
+                self._users[user] = {"secret": str(cmd["secret"]), "admin": bool(cmd.get("admin", False)),
+                                     "rules": old.get("rules", [])}
+            elif op == "user_delete":
+                if self._users.pop(user, None) is None:
+                    return f"no user with access key {user!r}"
+            elif op == "rule_add":
+                if user not in self._users:
+                    return f"no user with access key {user!r}; add it first (raftmq acl user add {user})"
+                self._users[user]["rules"].append(dict(cmd["rule"]))
+            elif op == "rule_remove":
+                if user not in self._users:
+                    return f"no user with access key {user!r}"
+                rules = self._users[user]["rules"]
+                index = int(cmd.get("index", -1))
+                if not 0 <= index < len(rules):
+                    return f"user {user!r} has {len(rules)} rule(s); there is no rule {index}"
+                rules.pop(index)
+            else:
+                return f"unknown ACL operation {op!r}"
+            self._dirty = True
+            self.version += 1
+            return None
+
+    def persist(self, only_if_dirty: bool = True) -> None:
+        with self._lock:
+            if (only_if_dirty and not self._dirty) or self.path is None:
+                return
+            text = json.dumps({"users": self._users}, indent=1, sort_keys=True)
+            self._dirty = False
+        write_safely(self.path, text)
+        os.chmod(self.path, 0o600)
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """A deep copy of the users (secrets still encrypted)."""
+        with self._lock:
+            return json.loads(json.dumps(self._users))
+
+    def snapshot_user(self, user: str) -> dict[str, Any] | None:
+        """One user's record (copied), or None."""
+        with self._lock:
+            rec = self._users.get(user)
+            return None if rec is None else {"secret": rec["secret"], "admin": rec.get("admin", False),
+                                             "rules": [dict(r) for r in rec.get("rules", [])]}
+
+    def restore(self, users: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            self._users = json.loads(json.dumps(users))
+            self._dirty = True
+            self.version += 1
+        self.persist()
