@@ -206,7 +206,8 @@ class Broker:
         self.long_polls = LongPollRegistry(loop)
         http = cfg.http_listen
         try:
-            self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness)
+            self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness,
+                                      identity=f"node={cfg.node.id} pid={os.getpid()}")
         except OSError as e:
             raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
         self._http.start()

@@ -1,5 +1,8 @@
 """The node's HTTP endpoint: ``/metrics`` (Prometheus), ``/health`` (process alive), ``/ready`` (serving).
 
+``/ready`` answers its verdict on the first line and who answered on the second (``node=n0 pid=1234``), so a
+launcher such as ``make run`` can tell its own process from another one holding the port.
+
 Why a separate tiny server: probes and scrapes must answer while gRPC is busy or still starting, and Kubernetes
 probes speak HTTP. It runs in its own daemon threads and only reads state.
 """
@@ -22,9 +25,11 @@ class _IPv6Server(ThreadingHTTPServer):
 
 
 class HealthServer:
-    """Serves the three endpoints; ``readiness()`` returns (ready, reason)."""
+    """Serves the three endpoints; ``readiness()`` returns (ready, reason); ``identity`` is the second line of
+    ``/ready`` (e.g. ``node=n0 pid=1234``)."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]]):
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
+                 identity: str = ""):
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,7 +43,8 @@ class HealthServer:
                     self._send(200, b"ok\n")
                 elif path == "/ready":
                     ok, reason = outer._readiness()
-                    self._send(200 if ok else 503, (reason + "\n").encode())
+                    body = reason + "\n" + (outer._identity + "\n" if outer._identity else "")
+                    self._send(200 if ok else 503, body.encode())
                 else:
                     self._send(404, b"not found; try /metrics, /health or /ready\n")
 
@@ -54,6 +60,7 @@ class HealthServer:
 
         self._registry = registry
         self._readiness = readiness
+        self._identity = identity
         server_cls = _IPv6Server if ":" in host else ThreadingHTTPServer
         self._server = server_cls((host, port), Handler)
         self._server.daemon_threads = True
