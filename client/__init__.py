@@ -10,8 +10,10 @@ from client.errors import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    NotRaftmqServerError,
     PermissionDeniedError,
     RaftmqError,
+    RequestTooLargeError,
     TopicNotFoundError,
     UnavailableError,
     UnknownOutcomeError,
@@ -33,4 +35,5 @@ __all__ = [
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
     "NotLeaderError", "PermissionDeniedError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",
+    "NotRaftmqServerError", "RequestTooLargeError",
 ]

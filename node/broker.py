@@ -256,7 +256,8 @@ class Broker:
 
     def _make_grpc_server(self) -> grpc.aio.Server:
         # Requests: room for a maximal message (or batch) and then some, so an oversized body reaches our check
-        # and gets a message that names the limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
+        # and gets a message that names the limit; above it gRPC refuses the request whole ("larger than max"), which
+        # the client reports as too large, naming this limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
         max_message = self.store_config.max_message_size
         server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", 2 * max_message + (1 << 20)),

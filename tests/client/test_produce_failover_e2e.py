@@ -60,3 +60,11 @@ def test_load_rides_through_a_sigkilled_leader(tmp_path):
             stored = wait_for(lambda: (n := _stored(admin, "Drill")) >= summary["ok"] and n, "acked messages",
                               timeout=60)
             assert summary["ok"] <= stored <= summary["ok"] + summary["unknown"], (stored, summary)
+
+        # --server pointed at a member's Raft port by mistake: named as such, not an "outcome unknown"
+        survivor = next(n for n in nodes if n is not leader)
+        r = subprocess.run([sys.executable, "-m", "client", "produce", "Drill", "--body", "x", "--timeout", "2",
+                            "--server", survivor.spec.raft_address], capture_output=True, text=True, env=_env(),
+                           cwd=REPO_ROOT, timeout=60)
+        assert r.returncode == 5, r.stderr
+        assert f"not a raftmq server at {survivor.spec.raft_address}" in r.stderr, r.stderr
