@@ -30,6 +30,7 @@ from client.errors import (
     UnknownOutcomeError,
 )
 from client.producer import Producer
+from client.render import LINE_LIMIT, body_text, escape
 from client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
 from client.table import render_table
 from client.types import (
@@ -202,14 +203,14 @@ def _print_json(obj) -> None:
     print(json.dumps(obj), flush=True)
 
 
-def _message_line(m: MessageView) -> str:
+def _message_line(m: MessageView, *, full: bool = False) -> str:
+    """One consumed message on one line: producer-controlled text escaped, a long body cut unless ``full``."""
     parts = [f"queue={m.queue_id}", f"offset={m.queue_offset}", f"msgId={m.msg_id}"]
     if m.tags:
-        parts.append(f"tags={m.tags}")
+        parts.append(f"tags={escape(m.tags)}")
     if m.keys:
-        parts.append(f"keys={','.join(m.keys)}")
-    body = m.text.replace("\n", "\\n")
-    return " ".join(parts) + " | " + body
+        parts.append(f"keys={escape(','.join(m.keys))}")
+    return " ".join(parts) + " | " + body_text(m.body, full=full, one_line=True, text_limit=LINE_LIMIT)
 
 
 def _send_line(r: SendResult) -> str:
@@ -534,7 +535,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json(message_json(m))
             else:
-                print(_message_line(m), flush=True)
+                print(_message_line(m, full=args.full), flush=True)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follower stops: commit below, exit 0
     finally:
@@ -561,19 +562,26 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"no message with key {args.key!r} in topic {args.topic!r}", file=sys.stderr)
         return 0
     rows = [[m.msg_id, m.queue_id, m.queue_offset, _ms_to_text(m.store_timestamp), m.tags, " ".join(m.keys),
-             _preview(m.text)] for m in msgs]
+             _preview(m.body)] for m in msgs]
     print(render_table(["Message id", "Queue", "Offset", "Stored", "Tags", "Keys", "Body"], rows))
     return 0
 
 
-def _preview(text: str, width: int = 40) -> str:
-    text = text.replace("\n", "\\n")
+def _preview(body: bytes, width: int = 40) -> str:
+    text = body_text(body, one_line=True, text_limit=width)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def cmd_view(args: argparse.Namespace) -> int:
     with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         m = admin.view_message(args.msg_id, topic=args.topic)
+    if args.body_file == "-":  # the raw body alone on stdout, e.g. to pipe into a decoder
+        sys.stdout.flush()
+        sys.stdout.buffer.write(m.body)
+        sys.stdout.buffer.flush()
+        return 0
+    if args.body_file is not None:
+        _write_body_file(args.body_file, m.body)
     if args.json:
         _print_json(message_json(m))
         return 0
@@ -585,13 +593,25 @@ def cmd_view(args: argparse.Namespace) -> int:
               ("Reconsume times", m.reconsume_times), ("Sys flag", m.sys_flag), ("Body CRC", m.body_crc)]
     width = max(len(k) for k, _ in fields)
     for k, v in fields:
-        print(f"{k.ljust(width)}: {v}")
+        print(f"{k.ljust(width)}: {escape(str(v))}")
     print("Properties:")
     for k in sorted(m.properties):
-        print(f"  {k}={m.properties[k]}")
+        print(f"  {escape(k)}={escape(m.properties[k])}")
+    if args.body_file is not None:
+        print(f"Body ({len(m.body)} bytes): written to {args.body_file}")
+        return 0
     print(f"Body ({len(m.body)} bytes):")
-    print(m.text)
+    print(body_text(m.body, full=args.full))
     return 0
+
+
+def _write_body_file(path: str, body: bytes) -> None:
+    """The raw body, byte for byte."""
+    try:
+        with open(path, "wb") as f:
+            f.write(body)
+    except OSError as exc:
+        raise UsageError(f"cannot write --body-file {path}: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------------- offsets
@@ -964,6 +984,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-timeout", type=_positive_float, metavar="SECONDS",
                    help="stop after this long without a new message (default: follow forever)")
     p.add_argument("--no-commit", action="store_true", help="do not commit offsets")
+    p.add_argument("--full", action="store_true",
+                   help=f"print whole bodies (default: the first {LINE_LIMIT} characters, or 32 bytes of a binary "
+                        "body in hex; control characters are always escaped)")
 
     p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)")
     p.add_argument("topic", metavar="TOPIC")
@@ -976,6 +999,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = _add(sub, "view", cmd_view, "show one message by msgId (or by UNIQ_KEY with --topic)")
     p.add_argument("msg_id", metavar="MSGID")
     p.add_argument("--topic", help="look MSGID up as a UNIQ_KEY in this topic")
+    p.add_argument("--full", action="store_true",
+                   help="print the whole body (default: 2048 characters of text, or a hexdump of 256 bytes of a "
+                        "binary body; control characters are always escaped)")
+    p.add_argument("--body-file", metavar="PATH", help="write the raw body to PATH ('-' for stdout, alone)")
 
     p = _add(sub, "offsets", cmd_offsets, "per-queue offsets of a topic (and a group's lag)")
     p.add_argument("topic", metavar="TOPIC")
