@@ -30,7 +30,7 @@ from client.errors import (
     UnknownOutcomeError,
 )
 from client.producer import Producer
-from client.render import LINE_LIMIT, body_text, escape
+from client.render import LINE_LIMIT, body_text, escape, short_reason
 from client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
 from client.table import render_table
 from client.types import (
@@ -708,11 +708,13 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- cluster
 
 
-def member_state(m: MemberStatus) -> str:
+def member_state(m: MemberStatus, *, full: bool = False) -> str:
+    """The State column: an error is cut to its reason (``full``: the whole text, for --json)."""
+    reason = m.error if full else short_reason(m.error)
     if m.role == "unreachable":
-        return f"unreachable: {m.error}" if m.error else "unreachable"
+        return f"unreachable: {reason}" if m.error else "unreachable"
     if m.error:
-        return f"error: {m.error}"
+        return f"error: {reason}"
     if not m.healthy:
         return "unhealthy"
     return "running" if m.ready else "not ready"
@@ -737,41 +739,35 @@ def cluster_table(status: ClusterStatus) -> str:
 def _status_json(status: ClusterStatus) -> dict:
     d = dataclasses.asdict(status)
     for m, member in zip(d["members"], status.members, strict=True):
-        m["state"] = member_state(member)
+        m["state"] = member_state(member, full=True)
     return d
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
+    from client.cluster_watch import Watch
+
     with Admin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
             status = admin.cluster_status()
             _print_json(_status_json(status)) if args.json else print(cluster_table(status))
             return 0
-        clear = sys.stdout.isatty() and not args.json
+        watch = None if args.json else Watch(admin.cluster_status, cluster_table)
         try:
             while True:
-                _watch_once(admin, args.json, clear)
+                _json_once(admin) if watch is None else watch.tick()
                 time.sleep(args.watch)
         except KeyboardInterrupt:
             return 0
 
 
-def _watch_once(admin: Admin, as_json: bool, clear: bool) -> None:
+def _json_once(admin: Admin) -> None:
     stamp = dt.datetime.now().isoformat(sep=" ", timespec="seconds")
     try:
         status = admin.cluster_status()
     except RaftmqError as exc:  # keep watching through a failover or a restart
-        if clear:
-            sys.stdout.write("\033[H\033[2J")
         print(f"{stamp}  raftmq: error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
         return
-    if as_json:
-        _print_json({"time": stamp, **_status_json(status)})
-        return
-    if clear:
-        sys.stdout.write("\033[H\033[2J")
-    print(f"{stamp}  (answered by {status.answered_by})")
-    print(cluster_table(status), flush=True)
+    _print_json({"time": stamp, **_status_json(status)})
 
 
 def cmd_transfer_leader(args: argparse.Namespace) -> int:

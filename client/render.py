@@ -77,3 +77,36 @@ def body_text(body: bytes, *, full: bool = False, one_line: bool = False, text_l
         return escape(text, one_line=one_line)
     return escape(text[:text_limit], one_line=one_line) + ("" if one_line else "\n") + _more(
         text_limit, len(text), "characters")
+
+
+# What a long transport error boils down to, most specific first.
+_REASONS = (
+    ("connection refused", "connection refused"),
+    ("deadline exceeded", "no answer in time"),
+    ("did not answer in time", "no answer in time"),
+    ("timed out", "no answer in time"),
+    ("connection reset", "connection reset"),
+    ("socket closed", "connection closed"),
+    ("no route to host", "no route to host"),
+    ("name resolution", "host name not resolved"),
+    ("dns resolution", "host name not resolved"),
+    ("permission denied", "permission denied"),
+)
+_DETAILS = re.compile(r'details = "([^"]*)"')
+
+
+def short_reason(text: str, width: int = 60) -> str:
+    """A long error (gRPC's multi-line repr, "failed to connect ...: ipv4:...: Connection refused") as the
+    reason an operator acts on, at most ``width`` characters and escaped."""
+    text = " ".join(str(text).split())
+    low = text.lower()
+    for marker, reason in _REASONS:
+        if marker in low:
+            return reason
+    m = _DETAILS.search(text)
+    if m:
+        text = m.group(1)
+    if len(text) > width:
+        text = text.rsplit(": ", 1)[-1] if ": " in text else text
+    text = escape(text)
+    return text if len(text) <= width else text[: width - 3] + "..."
