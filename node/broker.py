@@ -133,8 +133,8 @@ class Broker:
                 raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"topic {name!r} is not on this member ({self.node_id}) yet; the leader {leader.id} "
                                f"at {leader.grpc_address} has the current topic table", leader=leader.grpc_address)
-            raise not_found(f"topic {name!r} does not exist; create it first (AdminService.CreateTopic, "
-                            f"`raftmq topic create {name}`)")
+            raise not_found(f"topic {name!r} does not exist; create it first with `raftmq topic create {name}` "
+                            "(SDK: Admin.create_topic)")
         return cfg
 
     async def writable_topic(self, name: str):

@@ -104,3 +104,18 @@ def test_port_held_by_another_process_is_named(tmp_path: Path) -> None:
 def test_bad_port_base_is_a_usage_error(tmp_path: Path) -> None:
     r = _run("start", "--dir", str(tmp_path), "--nodes", "3", "--port-base", "65500")
     assert r.returncode == 2 and "RUN_PORT_BASE" in r.stderr
+
+
+def test_three_nodes_start_on_a_port_base_and_stop_without_unknown_leader_lines(tmp_path: Path) -> None:
+    base = _free_port_base(3)
+    started = _run("start", "--dir", str(tmp_path), "--nodes", "3", "--port-base", str(base))
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert f"export RAFTMQ_SERVER=127.0.0.1:{base + 1},127.0.0.1:{base + 101},127.0.0.1:{base + 201}" \
+            in started.stdout
+    finally:
+        stopped = _run("stop", "--dir", str(tmp_path))
+    assert stopped.returncode == 0, stopped.stderr
+    logs = "".join((tmp_path / f"n{i}.log").read_text() for i in range(3))
+    assert "graceful stop" in logs  # the leader handed off or stepped down ...
+    assert "handed leadership to ?" not in logs  # ... and says which
