@@ -77,6 +77,9 @@ class Broker:
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
+        from node.log_format import set_term_source
+
+        set_term_source(self.leader_term)  # JSON log lines carry the term
         self.metrics.add_collector(ConsumerGroupCollector(cfg.cluster.name, cfg.node.id, self.consumer_groups,
                                                           self._is_leader))
 
@@ -396,6 +399,7 @@ async def serve(cfg: NodeConfig) -> int:
 
 
 def run_broker(cfg: NodeConfig) -> int:
-    logging.basicConfig(level=cfg.node.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s [" + cfg.node.id + "] %(message)s")
+    from node.log_format import configure
+
+    configure(cfg.node.log_level, cfg.node.id, cfg.node.log_format)
     return asyncio.run(serve(cfg))

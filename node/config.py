@@ -111,6 +111,7 @@ class NodeSection:
     advertised_address: str = ""
     auto_create_topics: bool = False
     log_level: str = "INFO"
+    log_format: str = "text"  # text | json (one object per line: member, term, request_id; for log pipelines)
     shutdown_grace_seconds: float = 10.0
 
 
@@ -509,6 +510,8 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     if n.log_level.upper() not in LOG_LEVELS:
         problems.append(f"node.log_level: {n.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     n.log_level = n.log_level.upper()
+    if n.log_format not in ("text", "json"):
+        problems.append(f"node.log_format: {n.log_format!r} is not one of text, json")
     if n.shutdown_grace_seconds < 0:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
     if not c.name or not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", c.name):
@@ -624,6 +627,7 @@ def sample_yaml() -> str:
             "advertised_address": "host:port clients are told to use (redirect hints); default: grpc_listen's host",
             "auto_create_topics": "create unknown topics on first send (4 queues)",
             "log_level": " | ".join(LOG_LEVELS),
+            "log_format": "text | json (one object per line with member, term, request_id: for log pipelines)",
             "shutdown_grace_seconds": "SIGTERM: how long in-flight requests may take to finish",
         },
         "cluster": {
