@@ -11,8 +11,10 @@ from client.errors import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    NotRaftmqServerError,
     PermissionDeniedError,
     RaftmqError,
+    RequestTooLargeError,
     StorageFullError,
     TopicNotFoundError,
     UnavailableError,
@@ -44,4 +46,5 @@ __all__ = [
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
     "NotLeaderError", "PermissionDeniedError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",
     "StorageFullError",
+    "NotRaftmqServerError", "RequestTooLargeError",
 ]

@@ -32,8 +32,11 @@ import threading
 import traceback
 from collections.abc import Iterable, Iterator
 
+import grpc
+
 from client import commands
-from client.errors import RaftmqError
+from client.diagnose import silent_peer
+from client.errors import NotRaftmqServerError, RaftmqError, UnknownOutcomeError
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -95,6 +98,19 @@ def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = 
     return parser
 
 
+def _second_look(exc: RaftmqError) -> RaftmqError:
+    """A call that ran out of time at an address that accepts TCP but never speaks gRPC was not talking to
+    raftmq at all (e.g. --server pointed at the Raft port): say so instead of "timed out" / "outcome unknown"."""
+    if exc.code != grpc.StatusCode.DEADLINE_EXCEEDED or not exc.address or not silent_peer(exc.address):
+        return exc
+    text = (f"not a raftmq server at {exc.address}: it accepts TCP connections but never completed a gRPC "
+            "handshake (the Raft port, or another service?); check --server (the gRPC port of a raftmq node, 8081 "
+            "by default)")
+    if isinstance(exc, UnknownOutcomeError) and exc.uniq_keys:
+        text += f"; if it is a hung raftmq node, the write (UNIQ_KEY {', '.join(exc.uniq_keys[:3])}) may be stored"
+    return NotRaftmqServerError(text, address=exc.address, code=exc.code)
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -139,6 +155,7 @@ def run(argv: list[str] | None = None,
     except RaftmqError as exc:
         if debug:
             traceback.print_exc()
+        exc = _second_look(exc)
         print(f"raftmq: error: {_one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -22,8 +22,15 @@ from client.admin import Admin
 from client.connection import DEFAULT_SERVER, parse_servers
 from client.consumer import START_FIRST, START_LAST, PullConsumer
 from client.consumer_group import describe_consumer_group
-from client.errors import InvalidArgumentError, RaftmqError, ReplicasDifferError, UnavailableError
+from client.errors import (
+    InvalidArgumentError,
+    RaftmqError,
+    ReplicasDifferError,
+    UnavailableError,
+    UnknownOutcomeError,
+)
 from client.producer import Producer
+from client.render import LINE_LIMIT, body_text, escape, short_reason
 from client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
 from client.security import (
     ACCESS_KEY_ENV,
@@ -217,14 +224,14 @@ def _print_json(obj) -> None:
     print(json.dumps(obj), flush=True)
 
 
-def _message_line(m: MessageView) -> str:
+def _message_line(m: MessageView, *, full: bool = False) -> str:
+    """One consumed message on one line: producer-controlled text escaped, a long body cut unless ``full``."""
     parts = [f"queue={m.queue_id}", f"offset={m.queue_offset}", f"msgId={m.msg_id}"]
     if m.tags:
-        parts.append(f"tags={m.tags}")
+        parts.append(f"tags={escape(m.tags)}")
     if m.keys:
-        parts.append(f"keys={','.join(m.keys)}")
-    body = m.text.replace("\n", "\\n")
-    return " ".join(parts) + " | " + body
+        parts.append(f"keys={escape(','.join(m.keys))}")
+    return " ".join(parts) + " | " + body_text(m.body, full=full, one_line=True, text_limit=LINE_LIMIT)
 
 
 def _send_line(r: SendResult) -> str:
@@ -303,8 +310,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     load = args.count is not None or args.size is not None
     if args.size is not None and body is not None:
         raise UsageError("--size generates the body; drop --size, or drop --body/--file")
-    if not load and (args.batch != 1 or args.concurrency != 1):
-        raise UsageError("--batch and --concurrency apply to a load (--count N [--size B])")
+    if not load and (args.batch != 1 or args.concurrency != 1 or args.on_unknown is not None):
+        raise UsageError("--batch, --concurrency and --on-unknown apply to a load (--count N [--size B])")
+    args.on_unknown = args.on_unknown or "count"
     if args.transactional:
         return _produce_transactional(args, body, keys, props, load)
     with Producer(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
@@ -364,61 +372,162 @@ def _print_send(args: argparse.Namespace, r: SendResult) -> None:
         print(_send_line(r), flush=True)
 
 
+class _LoadTally:
+    """What a load run saw: acknowledged, unknown, failed and re-sent sends, the UNIQ_KEYs whose outcome is
+    unknown, and the longest time without any acknowledgement (a failover shows up there)."""
+
+    def __init__(self, start: float):
+        self.ok = self.unknown = self.failed = self.retried = 0
+        self.unknown_uniq_keys: list[str] = []
+        self.resent_uniq_keys: list[str] = []  # unknown at first, re-sent and acknowledged: maybe stored twice
+        self.last_ack = start
+        self.start = start
+        self.longest_gap = 0.0
+        self.longest_gap_at = 0.0  # seconds after the start at which that gap began
+        self.last_error: RaftmqError | None = None
+
+    def acked(self, n: int) -> None:
+        now = time.monotonic()
+        if now - self.last_ack > self.longest_gap:
+            self.longest_gap, self.longest_gap_at = now - self.last_ack, self.last_ack - self.start
+        self.last_ack = now
+        self.ok += n
+
+    def current_gap(self) -> float:
+        return time.monotonic() - self.last_ack
+
+
+MAX_LOAD_RESENDS = 3  # per send: re-sends after a refusal (never stored) or, with --on-unknown retry, an unknown
+
+
 def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str], props: dict) -> int:
+    """A load that rides through failovers: each send's outcome is counted (ok / unknown / failed), refused
+    sends are re-sent, unknown outcomes are handled as ``--on-unknown`` says, and the run ends with a summary
+    that includes the longest time without an acknowledgement."""
     count = args.count or 1
     size = args.size if args.size is not None else 128
     payload = body if body is not None else _generated_body(size)
     msg = Message(payload, args.tags, keys, props, args.delay_level)
-    progress = Progress(count)
-    sent = 0
-    error: BaseException | None = None
+    progress = Progress(count, render=lambda done, total, elapsed: _load_text(tally, done, total, elapsed))
+    tally = _LoadTally(progress.start)
+    stop: BaseException | None = None  # why no more sends are submitted
 
-    def send(n: int) -> int:
+    def send_once(n: int) -> None:
         if args.batch == 1:
             producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
                           delay_level=args.delay_level)
         else:
             producer.send_batch(args.topic, [msg] * n, queue_id=args.queue)
-        return n
+
+    def send(n: int) -> tuple[str, int, list[str], RaftmqError | None, int]:
+        """(outcome, n, unknown UNIQ_KEYs, error, re-sends) of one send and its re-sends."""
+        resends = 0
+        unknown: list[str] = []
+        while True:
+            try:
+                send_once(n)
+                return ("ok" if not unknown else "ok-after-unknown"), n, unknown, None, resends
+            except UnknownOutcomeError as exc:
+                unknown.extend(exc.uniq_keys)
+                if args.on_unknown != "retry" or resends >= MAX_LOAD_RESENDS:
+                    return "unknown", n, unknown, exc, resends
+            except UnavailableError as exc:  # refused or unreachable: nothing was stored
+                if resends >= MAX_LOAD_RESENDS:
+                    return "failed", n, unknown, exc, resends
+            except RaftmqError as exc:  # a definite refusal (bad topic, body too large, ...): resending cannot help
+                return "fatal", n, unknown, exc, resends
+            resends += 1
 
     pool = futures.ThreadPoolExecutor(max_workers=args.concurrency, thread_name_prefix="raftmq-produce")
     inflight: set[futures.Future] = set()
     try:
         submitted = 0
-        while (submitted < count and error is None) or inflight:
-            while submitted < count and error is None and len(inflight) < args.concurrency:
+        while (submitted < count and stop is None) or inflight:
+            while submitted < count and stop is None and len(inflight) < args.concurrency:
                 n = min(args.batch, count - submitted)
                 inflight.add(pool.submit(send, n))
                 submitted += n
-            done, inflight = futures.wait(inflight, return_when=futures.FIRST_COMPLETED)
+            done, inflight = futures.wait(inflight, timeout=0.25, return_when=futures.FIRST_COMPLETED)
             for fut in done:
-                try:
-                    sent += fut.result()
-                except RaftmqError as exc:  # stop submitting; let what is in flight finish
-                    error = error or exc
-            progress.update(sent)
+                outcome, n, unknown, exc, resends = fut.result()
+                tally.retried += resends
+                if outcome.startswith("ok"):
+                    tally.acked(n)
+                    # re-sent after an unknown outcome: acknowledged now, possibly stored twice
+                    tally.resent_uniq_keys.extend(unknown)
+                    continue
+                tally.last_error = exc
+                if outcome == "unknown":
+                    tally.unknown += n
+                    tally.unknown_uniq_keys.extend(unknown)
+                    if args.on_unknown == "stop":
+                        stop = stop or exc
+                else:
+                    tally.failed += n
+                    if outcome == "fatal":
+                        stop = stop or exc
+            progress.update(tally.ok)
     except KeyboardInterrupt:
-        error = KeyboardInterrupt()
+        stop = KeyboardInterrupt()
         for fut in inflight:
             fut.cancel()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    progress.update(sent, force=True)
+    progress.update(tally.ok, force=True)
     progress.finish()
     elapsed = max(time.monotonic() - progress.start, 1e-9)
-    mib = sent * len(payload) / (1 << 20)
-    summary = {"topic": args.topic, "sent": sent, "requested": count, "body_bytes": len(payload),
-               "batch": args.batch, "concurrency": args.concurrency, "seconds": round(elapsed, 3),
-               "msgs_per_sec": round(sent / elapsed, 1), "mib_per_sec": round(mib / elapsed, 3)}
+    tally.acked(0)  # a final silence counts as a gap too
+    mib = tally.ok * len(payload) / (1 << 20)
+    not_sent = count - tally.ok - tally.unknown - tally.failed
+    summary = {"topic": args.topic, "sent": tally.ok, "requested": count, "ok": tally.ok, "unknown": tally.unknown,
+               "failed": tally.failed, "not_sent": not_sent, "retried": tally.retried,
+               "longest_gap_s": round(tally.longest_gap, 3), "longest_gap_at_s": round(tally.longest_gap_at, 3),
+               "on_unknown": args.on_unknown, "unknown_uniq_keys": tally.unknown_uniq_keys,
+               "resent_after_unknown_uniq_keys": tally.resent_uniq_keys,
+               "body_bytes": len(payload), "batch": args.batch, "concurrency": args.concurrency,
+               "seconds": round(elapsed, 3), "msgs_per_sec": round(tally.ok / elapsed, 1),
+               "mib_per_sec": round(mib / elapsed, 3)}
+    if tally.last_error is not None:
+        summary["last_error"] = " ".join(str(tally.last_error).split())
     if args.json:
         _print_json(summary)
     else:
-        print(f"sent {sent}/{count} messages of {len(payload)} B ({mib:.2f} MiB) to {args.topic} in "
-              f"{elapsed:.2f} s: {sent / elapsed:,.0f} msg/s, {mib / elapsed:.2f} MiB/s "
+        print(f"sent {tally.ok}/{count} messages of {len(payload)} B ({mib:.2f} MiB) to {args.topic} in "
+              f"{elapsed:.2f} s: {tally.ok / elapsed:,.0f} msg/s, {mib / elapsed:.2f} MiB/s "
               f"(batch {args.batch}, concurrency {args.concurrency})", flush=True)
-    if error is not None:
-        raise error
+        print(f"ok {tally.ok}, unknown {tally.unknown}, failed {tally.failed}, retried {tally.retried}"
+              + (f", not sent {not_sent}" if not_sent else "")
+              + f"; longest gap without an ack {tally.longest_gap:.2f} s (from {tally.longest_gap_at:.2f} s)",
+              flush=True)
+        if tally.unknown_uniq_keys:
+            shown = tally.unknown_uniq_keys[:5]
+            more = len(tally.unknown_uniq_keys) - len(shown)
+            print(f"outcome unknown (may or may not be stored; --json lists all): UNIQ_KEY {', '.join(shown)}"
+                  + (f" and {more} more" if more else ""), flush=True)
+        if tally.resent_uniq_keys:
+            print(f"{len(tally.resent_uniq_keys)} message(s) re-sent after an unknown outcome may be stored twice "
+                  f"(--json lists their first UNIQ_KEYs)", flush=True)
+    if isinstance(stop, KeyboardInterrupt):
+        raise stop
+    if stop is not None:
+        raise stop
+    if tally.failed:
+        raise tally.last_error or RaftmqError(f"{tally.failed} message(s) failed")
+    if tally.unknown:
+        raise UnknownOutcomeError(f"{tally.unknown} message(s) with unknown outcome (may or may not have been "
+                                  f"stored); their UNIQ_KEYs are listed above (all of them with --json)",
+                                  uniq_keys=tally.unknown_uniq_keys)
     return 0
+
+
+def _load_text(tally: _LoadTally, done: int, total: int, elapsed: float) -> str:
+    text = _sent_text(done, total, elapsed)
+    if tally.unknown or tally.failed or tally.retried:
+        text += f", unknown {tally.unknown}, failed {tally.failed}, retried {tally.retried}"
+    gap = tally.current_gap()
+    if gap >= 1.0:
+        text += f", no ack for {gap:.1f} s"
+    return text
 
 
 # ---------------------------------------------------------------------- consume
@@ -452,7 +561,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json(message_json(m))
             else:
-                print(_message_line(m), flush=True)
+                print(_message_line(m, full=args.full), flush=True)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follower stops: commit below, exit 0
     finally:
@@ -479,19 +588,26 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"no message with key {args.key!r} in topic {args.topic!r}", file=sys.stderr)
         return 0
     rows = [[m.msg_id, m.queue_id, m.queue_offset, _ms_to_text(m.store_timestamp), m.tags, " ".join(m.keys),
-             _preview(m.text)] for m in msgs]
+             _preview(m.body)] for m in msgs]
     print(render_table(["Message id", "Queue", "Offset", "Stored", "Tags", "Keys", "Body"], rows))
     return 0
 
 
-def _preview(text: str, width: int = 40) -> str:
-    text = text.replace("\n", "\\n")
+def _preview(body: bytes, width: int = 40) -> str:
+    text = body_text(body, one_line=True, text_limit=width)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def cmd_view(args: argparse.Namespace) -> int:
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         m = admin.view_message(args.msg_id, topic=args.topic)
+    if args.body_file == "-":  # the raw body alone on stdout, e.g. to pipe into a decoder
+        sys.stdout.flush()
+        sys.stdout.buffer.write(m.body)
+        sys.stdout.buffer.flush()
+        return 0
+    if args.body_file is not None:
+        _write_body_file(args.body_file, m.body)
     if args.json:
         _print_json(message_json(m))
         return 0
@@ -503,13 +619,25 @@ def cmd_view(args: argparse.Namespace) -> int:
               ("Reconsume times", m.reconsume_times), ("Sys flag", m.sys_flag), ("Body CRC", m.body_crc)]
     width = max(len(k) for k, _ in fields)
     for k, v in fields:
-        print(f"{k.ljust(width)}: {v}")
+        print(f"{k.ljust(width)}: {escape(str(v))}")
     print("Properties:")
     for k in sorted(m.properties):
-        print(f"  {k}={m.properties[k]}")
+        print(f"  {escape(k)}={escape(m.properties[k])}")
+    if args.body_file is not None:
+        print(f"Body ({len(m.body)} bytes): written to {args.body_file}")
+        return 0
     print(f"Body ({len(m.body)} bytes):")
-    print(m.text)
+    print(body_text(m.body, full=args.full))
     return 0
+
+
+def _write_body_file(path: str, body: bytes) -> None:
+    """The raw body, byte for byte."""
+    try:
+        with open(path, "wb") as f:
+            f.write(body)
+    except OSError as exc:
+        raise UsageError(f"cannot write --body-file {path}: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------------- offsets
@@ -606,11 +734,13 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- cluster
 
 
-def member_state(m: MemberStatus) -> str:
+def member_state(m: MemberStatus, *, full: bool = False) -> str:
+    """The State column: an error is cut to its reason (``full``: the whole text, for --json)."""
+    reason = m.error if full else short_reason(m.error)
     if m.role == "unreachable":
-        return f"unreachable: {m.error}" if m.error else "unreachable"
+        return f"unreachable: {reason}" if m.error else "unreachable"
     if m.error:
-        return f"error: {m.error}"
+        return f"error: {reason}"
     if not m.healthy:
         return "unhealthy"
     return "running" if m.ready else "not ready"
@@ -638,41 +768,35 @@ def cluster_table(status: ClusterStatus) -> str:
 def _status_json(status: ClusterStatus) -> dict:
     d = dataclasses.asdict(status)
     for m, member in zip(d["members"], status.members, strict=True):
-        m["state"] = member_state(member)
+        m["state"] = member_state(member, full=True)
     return d
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
+    from client.cluster_watch import Watch
+
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
             status = admin.cluster_status()
             _print_json(_status_json(status)) if args.json else print(cluster_table(status))
             return 0
-        clear = sys.stdout.isatty() and not args.json
+        watch = None if args.json else Watch(admin.cluster_status, cluster_table)
         try:
             while True:
-                _watch_once(admin, args.json, clear)
+                _json_once(admin) if watch is None else watch.tick()
                 time.sleep(args.watch)
         except KeyboardInterrupt:
             return 0
 
 
-def _watch_once(admin: Admin, as_json: bool, clear: bool) -> None:
+def _json_once(admin: Admin) -> None:
     stamp = dt.datetime.now().isoformat(sep=" ", timespec="seconds")
     try:
         status = admin.cluster_status()
     except RaftmqError as exc:  # keep watching through a failover or a restart
-        if clear:
-            sys.stdout.write("\033[H\033[2J")
         print(f"{stamp}  raftmq: error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
         return
-    if as_json:
-        _print_json({"time": stamp, **_status_json(status)})
-        return
-    if clear:
-        sys.stdout.write("\033[H\033[2J")
-    print(f"{stamp}  (answered by {status.answered_by})")
-    print(cluster_table(status), flush=True)
+    _print_json({"time": stamp, **_status_json(status)})
 
 
 def cmd_transfer_leader(args: argparse.Namespace) -> int:
@@ -878,6 +1002,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=_positive_int, default=1, metavar="K", help="load: messages per request")
     p.add_argument("--concurrency", "-c", type=_positive_int, default=1, metavar="C",
                    help="load: requests in flight (default 1)")
+    p.add_argument("--on-unknown", choices=("count", "retry", "stop"),
+                   help="load: a send whose outcome is unknown (the leader died mid-call) is counted and the load "
+                        "goes on (count, default), re-sent (retry: it may then be stored twice), or stops the load "
+                        "(stop). The summary lists every unknown UNIQ_KEY with --json; exit 7 when any remain")
     p.add_argument("--transactional", choices=("commit", "rollback"),
                    help="send one transactional message: a half message, then commit or roll it back")
     p.add_argument("--group", default="raftmq-cli", metavar="GROUP",
@@ -902,6 +1030,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "each message (redelivered if not acked, dead-lettered after max attempts)")
     p.add_argument("--invisible", type=_positive_float, default=30.0, metavar="SECONDS",
                    help="--ack-mode pop: how long a received message stays invisible (default 30)")
+    p.add_argument("--full", action="store_true",
+                   help=f"print whole bodies (default: the first {LINE_LIMIT} characters, or 32 bytes of a binary "
+                        "body in hex; control characters are always escaped)")
 
     p = _add(sub, "query", cmd_query, "find messages by key (and store-time range)", key_alias=False)
     p.add_argument("topic", metavar="TOPIC")
@@ -914,6 +1045,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = _add(sub, "view", cmd_view, "show one message by msgId (or by UNIQ_KEY with --topic)")
     p.add_argument("msg_id", metavar="MSGID")
     p.add_argument("--topic", help="look MSGID up as a UNIQ_KEY in this topic")
+    p.add_argument("--full", action="store_true",
+                   help="print the whole body (default: 2048 characters of text, or a hexdump of 256 bytes of a "
+                        "binary body; control characters are always escaped)")
+    p.add_argument("--body-file", metavar="PATH", help="write the raw body to PATH ('-' for stdout, alone)")
 
     p = _add(sub, "offsets", cmd_offsets, "per-queue offsets of a topic (and a group's lag)")
     p.add_argument("topic", metavar="TOPIC")

@@ -7,6 +7,8 @@ stderr and a distinct exit status.
 
 from __future__ import annotations
 
+import re
+
 import grpc
 
 LEADER_METADATA_KEY = "x-raftmq-leader"
@@ -123,6 +125,16 @@ class UnauthenticatedError(RaftmqError):
     exit_code = 8
 
 
+class NotRaftmqServerError(ConnectionError):
+    """The address answers, but not as a raftmq node (an HTTP server, the Raft port, another service): the
+    request never reached raftmq, so nothing was stored."""
+
+
+class RequestTooLargeError(InvalidArgumentError):
+    """The request is larger than gRPC lets through (this client's send limit or the server's receive limit,
+    which the node sets from ``store.max_message_size``); it was refused whole, nothing was stored."""
+
+
 class ReplicasDifferError(RaftmqError):
     """``raftmq cluster check`` found members whose committed commit-log bytes are not identical."""
 
@@ -209,7 +221,14 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if details.lower().startswith("disk full"):
             return StorageFullError(details, **kw)
+        too_large = _TOO_LARGE.search(details)
+        if too_large:
+            return _too_large(too_large, address, kw)
         return BusyError(f"server {address} is busy: {details}", **kw)
+    not_raftmq = _not_raftmq(code, details)
+    if not_raftmq:
+        return NotRaftmqServerError(f"not a raftmq server at {address}: {not_raftmq}; check --server (the gRPC "
+                                    "port of a raftmq node, 8081 by default); nothing was sent to raftmq", **kw)
     if is_not_sent(err):
         return ConnectionError(f"cannot connect to raftmq server {address}: {_short(details)}", **kw)
     if write and (code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN,
@@ -226,6 +245,38 @@ def from_rpc_error(err: grpc.RpcError, address: str, *, write: bool = False,
     if code == grpc.StatusCode.UNAVAILABLE:
         return UnavailableError(f"server {address} unavailable: {details}", **kw)
     return RaftmqError(f"server {address} failed: {code.name}: {details}", **kw)
+
+
+# gRPC's own size check: "SERVER: Received message larger than max (41943094 vs. 9437184)" from the server's
+# receive limit, "CLIENT: Sent message larger than max (...)" from this process before anything was sent.
+_TOO_LARGE = re.compile(r"(Received|Sent) message larger than max \((\d+) vs\. (\d+)\)", re.IGNORECASE)
+_HTTP_STATUS = re.compile(r"received http2 header with status: (\d+)", re.IGNORECASE)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _too_large(m: re.Match, address: str, kw: dict) -> RequestTooLargeError:
+    size, limit = int(m.group(2)), int(m.group(3))
+    if m.group(1).lower() == "sent":
+        where = f"this client's send limit of {limit} bytes ({_mib(limit)}); nothing was sent"
+    else:
+        where = (f"the receive limit of server {address}, {limit} bytes ({_mib(limit)}: twice its "
+                 "store.max_message_size plus 1 MiB); it was refused whole, nothing was stored")
+    return RequestTooLargeError(f"request of {size} bytes ({_mib(size)}) is larger than {where} - send smaller "
+                                "bodies or smaller batches (--batch)", **kw)
+
+
+def _not_raftmq(code: grpc.StatusCode, details: str) -> str | None:
+    """Why the peer is not a raftmq node (an HTTP answer instead of gRPC), or None."""
+    status = _HTTP_STATUS.search(details)
+    if code == grpc.StatusCode.UNIMPLEMENTED and status and status.group(1).startswith("4"):
+        return f"it answered HTTP status {status.group(1)} instead of gRPC"
+    low = details.lower()
+    if code == grpc.StatusCode.UNAVAILABLE and ("failed parsing http/2" in low or "http1.x server" in low):
+        return "it does not speak gRPC (HTTP/2): an HTTP/1 server such as a node's metrics port?"
+    return None
 
 
 def _short(details: str) -> str:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from client.render import escape
+
 
 def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return escape(str(value))  # cells can hold producer-controlled text (tags, keys, bodies, error texts)
 
 
 def _is_numeric(column) -> bool:

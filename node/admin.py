@@ -50,7 +50,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         check_perm(perm)
         if self.node.topic_config(t.name) is not None:
             raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
-                           f"topic {t.name!r} already exists; use UpdateTopic to change it")
+                           f"topic {t.name!r} already exists; change it with `raftmq topic update {t.name}` "
+                           "(SDK: Admin.update_topic)")
         cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm, order=t.order)
         await self.node.run_blocking(self.node.write_path.create_topic, cfg)
         return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
@@ -104,7 +105,7 @@ class AdminService(pb_grpc.AdminServiceServicer):
                            "this is a single-node deployment (cluster.members is empty): there is no other member "
                            "to transfer leadership to")
         if request.to_id and request.to_id not in {m.id for m in node.config.members}:
-            raise invalid(f"to_id {request.to_id!r} is not a member; members are "
+            raise invalid(f"{request.to_id!r} (transfer-leader --to) is not a member; members are "
                           f"{sorted(m.id for m in node.config.members)}")
         await node.run_blocking(node.write_path.transfer_leadership, request.to_id or None)
         leader = node.write_path.leader()

@@ -96,6 +96,9 @@ class Broker:
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
+        from node.log_format import set_term_source
+
+        set_term_source(self.leader_term)  # JSON log lines carry the term
         self.metrics.add_collector(ConsumerGroupCollector(cfg.cluster.name, cfg.node.id, self.consumer_groups,
                                                           self._is_leader))
         from node.pop_metrics import PopCollector
@@ -180,8 +183,8 @@ class Broker:
                 raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"topic {name!r} is not on this member ({self.node_id}) yet; the leader {leader.id} "
                                f"at {leader.grpc_address} has the current topic table", leader=leader.grpc_address)
-            raise not_found(f"topic {name!r} does not exist; create it first (AdminService.CreateTopic, "
-                            f"`raftmq topic create {name}`)")
+            raise not_found(f"topic {name!r} does not exist; create it first with `raftmq topic create {name}` "
+                            "(SDK: Admin.create_topic)")
         return cfg
 
     async def writable_topic(self, name: str):
@@ -279,7 +282,8 @@ class Broker:
             self.certificates = CertificateFiles(tls)  # raises TlsConfigError naming a bad file
         try:
             self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness,
-                                      self.console.handle, tls=self._http_tls(), guard=self.http_guard)
+                                      self.console.handle, tls=self._http_tls(), guard=self.http_guard,
+                                      identity=f"node={cfg.node.id} pid={os.getpid()}")
         except OSError as e:
             raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
         self._http.start()
@@ -501,7 +505,8 @@ class Broker:
 
     def _make_grpc_server(self) -> grpc.aio.Server:
         # Requests: room for a maximal message (or batch) and then some, so an oversized body reaches our check
-        # and gets a message that names the limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
+        # and gets a message that names the limit; above it gRPC refuses the request whole ("larger than max"), which
+        # the client reports as too large, naming this limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
         max_message = self.store_config.max_message_size
         interceptors = []
         if self.config.security.auth_enabled:
@@ -669,6 +674,7 @@ async def serve(cfg: NodeConfig) -> int:
 
 
 def run_broker(cfg: NodeConfig) -> int:
-    logging.basicConfig(level=cfg.node.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s [" + cfg.node.id + "] %(message)s")
+    from node.log_format import configure
+
+    configure(cfg.node.log_level, cfg.node.id, cfg.node.log_format)
     return asyncio.run(serve(cfg))

@@ -111,6 +111,7 @@ class NodeSection:
     advertised_address: str = ""
     auto_create_topics: bool = False
     log_level: str = "INFO"
+    log_format: str = "text"  # text | json (one object per line: member, term, request_id; for log pipelines)
     shutdown_grace_seconds: float = 10.0
     ready_without_leader_seconds: float = 15.0
     # issue 12: pop consumption (receive/ack), retries and dead letters
@@ -401,6 +402,9 @@ def load_config(
                 doc = yaml.load(f, Loader=_ConfigLoader)  # noqa: S506 (a SafeLoader)
         except OSError as e:
             raise ConfigError([f"{origin}: cannot read: {e.strerror or e}"]) from None
+        except UnicodeDecodeError as e:
+            raise ConfigError([f"{origin}: not a YAML text file (not UTF-8: byte 0x{e.object[e.start]:02x} at "
+                               f"position {e.start}); give the node's YAML configuration"]) from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -452,27 +456,77 @@ def _build_raft(cfg: NodeConfig, key: str, value: Any, origin: str, problems: li
         hint = " (set cluster.durability instead)" if key == "durability" else _suggest(key, list(fields))
         problems.append(f"{origin}: unknown key cluster.raft.{key}{hint}")
         return
-    cfg.cluster.raft[key] = _coerce(f"{origin}: cluster.raft.{key}", value, fields[key], problems)
+    n = len(problems)
+    coerced = _coerce(f"{origin}: cluster.raft.{key}", value, fields[key], problems)
+    if len(problems) > n:
+        return
+    cfg.cluster.raft[key] = coerced
+    if isinstance(coerced, int | float) and not isinstance(coerced, bool):
+        if key in _RAFT_ZERO_OK and coerced < 0:
+            problems.append(f"{origin}: cluster.raft.{key}: must be >= 0, got {coerced}")
+        elif key not in _RAFT_ZERO_OK and coerced <= 0:
+            problems.append(f"{origin}: cluster.raft.{key}: must be > 0, got {coerced}")
+
+
+# Raft settings that may be 0 (no linger, unlimited rate); every other period, timeout, size and count is > 0.
+_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s"}
+
+
+# Ranges of store settings beyond their type. Periodic work needs a period > 0 (a zero or negative interval is a
+# busy loop or a crash at the first tick); counts and pauses may be 0; ratios are fractions of the disk.
+_STORE_POSITIVE = {
+    "flush_interval_commit_log", "flush_commit_log_thorough_interval", "sync_flush_timeout",
+    "flush_interval_consume_queue", "flush_consume_queue_thorough_interval", "clean_resource_interval",
+    "destroy_mapped_file_interval_forcibly", "reput_interval_ms", "max_transfer_bytes_on_message_in_memory",
+    "max_transfer_count_on_message_in_memory",
+}
+_STORE_RATIOS = {"disk_max_used_space_ratio", "disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio"}
+
+
+def _store_range_problem(key: str, value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if key in _STORE_RATIOS:
+        return None if 0.0 < value <= 1.0 else f"must be a fraction in (0, 1], got {value}"
+    if key in _STORE_POSITIVE:
+        return None if value > 0 else f"must be > 0, got {value}"
+    return None if value >= 0 else f"must be >= 0, got {value}"
 
 
 def _build_store(cfg: NodeConfig, raw: dict[str, tuple[Any, str]], problems: list[str]) -> None:
+    """Every problem of the ``store`` section at once: type, range and the store's own checks per key, then
+    the checks across keys."""
+    from store import StoreConfig, StoreError
+
     fields = _store_fields()
     before = len(problems)
     for key, (value, origin) in raw.items():
         where = f"store.{key}"
         if key in _STORE_FIELDS_FROM_NODE:
             problems.append(f"{origin}: {where} comes from {_STORE_FIELDS_FROM_NODE[key]}; set that instead")
-        elif key not in fields:
+            continue
+        if key not in fields:
             problems.append(f"{origin}: unknown key {where}{_suggest(key, list(fields))}")
-        else:
-            cfg.store[key] = _coerce(f"{origin}: {where}", value, fields[key], problems)
+            continue
+        n = len(problems)
+        coerced = _coerce(f"{origin}: {where}", value, fields[key], problems)
+        if len(problems) > n:
+            continue
+        cfg.store[key] = coerced
+        wrong = _store_range_problem(key, coerced)
+        if wrong is None:
+            try:
+                StoreConfig(**{key: coerced})  # the store's own check of this key alone
+            except (StoreError, TypeError, ValueError) as e:
+                wrong = str(e).removeprefix(f"{key} ")
+        if wrong is not None:
+            problems.append(f"{origin}: {where}: {wrong}")
     if len(problems) == before:
-        from store import StoreError
-
         try:
             cfg.store_config()
         except (StoreError, TypeError, ValueError) as e:
-            problems.append(f"store: {e}")
+            origins = sorted({origin for _, origin in raw.values()})
+            problems.append(f"{', '.join(origins) or 'store'}: store: {e}")
 
 
 def _check_address(where: str, value: str, problems: list[str], *, allow_empty: bool = False) -> None:
@@ -498,6 +552,8 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     if n.log_level.upper() not in LOG_LEVELS:
         problems.append(f"node.log_level: {n.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     n.log_level = n.log_level.upper()
+    if n.log_format not in ("text", "json"):
+        problems.append(f"node.log_format: {n.log_format!r} is not one of text, json")
     if n.shutdown_grace_seconds < 0:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
     if n.ready_without_leader_seconds < 0:
@@ -522,7 +578,8 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     _check_address("cluster.raft_listen", c.raft_listen, problems)
     _check_address("cluster.raft_address", c.raft_address, problems, allow_empty=True)
     _check_members(cfg, problems)
-    if c.durability in DURABILITY_MODES:
+    raft_ok = not any("cluster.raft." in p for p in problems)
+    if c.durability in DURABILITY_MODES and raft_ok:  # the checks across Raft settings
         try:
             cfg.raft_settings()
         except ValueError as e:
@@ -610,6 +667,52 @@ def _pop_problems(n: NodeSection) -> list[str]:
     return out
 
 
+# One comment per store key for `raftmq config sample` (RocketMQ MessageStoreConfig names in snake_case).
+_STORE_NOTES = {
+    "mapped_file_size_commit_log": "commit-log segment bytes; preallocated on disk when a segment is created",
+    "mapped_file_size_consume_queue": "consume-queue file bytes (20-byte units per message)",
+    "max_hash_slot_num": "index file hash slots (4 bytes each)",
+    "max_index_num": "index entries per index file (20 bytes each; ~400 MB file by default)",
+    "max_message_size": "largest body, and largest batch, in bytes; gRPC accepts 2x this + 1 MiB",
+    "flush_disk_type": "ASYNC (flush every flush_interval_commit_log) | SYNC (fsync before the ack)",
+    "flush_interval_commit_log": "ms between commit-log flushes (> 0)",
+    "flush_commit_log_least_pages": "flush only when at least this many 4 KiB pages are dirty",
+    "flush_commit_log_thorough_interval": "ms after which a flush ignores least_pages (> 0)",
+    "flush_commit_log_timed": "sleep the interval (true) or wake on every put (false)",
+    "sync_flush_timeout": "ms a SYNC put waits for its fsync before FLUSH_DISK_TIMEOUT (> 0)",
+    "flush_interval_consume_queue": "ms between consume-queue flushes (> 0)",
+    "flush_consume_queue_least_pages": "as flush_commit_log_least_pages, for consume queues",
+    "flush_consume_queue_thorough_interval": "ms after which a consume-queue flush ignores least_pages",
+    "file_reserved_time": "hours a commit-log segment is kept after its last write",
+    "delete_when": "hours of day (\";\"-separated, e.g. \"04;16\") when expired files are deleted",
+    "clean_resource_interval": "ms between retention checks (> 0)",
+    "delete_commit_log_files_interval": "ms pause between two commit-log file deletions (0 = none)",
+    "delete_consume_queue_files_interval": "ms pause between two consume-queue file deletions",
+    "destroy_mapped_file_interval_forcibly": "ms after which a file still in use is deleted anyway",
+    "disk_max_used_space_ratio": "disk use (0-1] above which expired files are deleted outside delete_when",
+    "disk_space_warning_level_ratio": "disk use above which writes are refused",
+    "disk_space_clean_forcibly_ratio": "disk use above which files are deleted before they expire",
+    "clean_file_forcibly_enable": "allow that forced deletion",
+    "check_crc_on_recover": "verify each record's body CRC when recovering after a crash",
+    "message_index_enable": "build the key/UNIQ_KEY index (raftmq query, view --topic)",
+    "message_index_safe": "recover the index from the checkpoint's safe point",
+    "max_msgs_num_batch": "most results of one index query",
+    "reput_interval_ms": "ms the reput service sleeps when caught up (> 0)",
+    "max_transfer_bytes_on_message_in_memory": "most bytes one pull returns",
+    "max_transfer_count_on_message_in_memory": "most messages one pull returns",
+    "message_delay_level": "delay of each level (--delay-level N), space-separated: s, m, h, d",
+    "transaction_timeout_ms": "a half message without an outcome this long is checked with its producer",
+    "transaction_check_interval_ms": "how often the leader scans the half queue",
+    "transaction_check_max": "checks before a half message is given up (TRANS_CHECK_MAX_TIME_TOPIC)",
+    "preallocate": "reserve each segment's disk blocks when created (out of space fails early, not in mmap)",
+    "disk_min_free_bytes": "refuse writes (RESOURCE_EXHAUSTED, /ready 503) below this many free bytes",
+    "check_derived_files_on_start": "compare consume queues and index with the commit log at start; rebuild",
+    "scrub_rate_bytes_per_s": "background scrubber's read rate of sealed segments (0 = off)",
+    "scrub_interval_s": "seconds between the starts of two scrub passes",
+    "check_crc_on_read": "pull / view / query verify each record's CRC and refuse damaged ones (DATA_LOSS)",
+}
+
+
 def _yaml_scalar(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
@@ -626,6 +729,7 @@ def sample_yaml() -> str:
             "advertised_address": "host:port clients are told to use (redirect hints); default: grpc_listen's host",
             "auto_create_topics": "create unknown topics on first send (4 queues)",
             "log_level": " | ".join(LOG_LEVELS),
+            "log_format": "text | json (one object per line with member, term, request_id: for log pipelines)",
             "shutdown_grace_seconds": "SIGTERM: how long in-flight requests may take to finish",
             "ready_without_leader_seconds": "stay ready this long without a leader (elections)",
             "max_delivery_attempts": "pop: deliveries of a message before it moves to %DLQ%<group>",
@@ -703,7 +807,8 @@ def sample_yaml() -> str:
     section("node", dataclasses.asdict(n), notes["node"])
     section("cluster", dataclasses.asdict(c), notes["cluster"])
     store = {k: v for k, v in _store_fields().items() if k not in _STORE_FIELDS_FROM_NODE}
-    section("store", store, {}, "store.StoreConfig fields (root_dir, store_host, cluster_name come from above)")
+    section("store", store, _STORE_NOTES,
+            "store.StoreConfig fields (root_dir, store_host, cluster_name come from above)")
     section("kubernetes", {"role_label": KubernetesSection().role_label,
                            "role_label_clear_timeout_s": KubernetesSection().role_label_clear_timeout_s},
             {"role_label": "auto (on when running in a pod) | true | false",

@@ -1,5 +1,8 @@
 """The node's HTTP endpoint: ``/metrics`` (Prometheus), ``/health`` (process alive), ``/ready`` (serving).
 
+``/ready`` answers its verdict on the first line and who answered on the second (``node=n0 pid=1234``), so a
+launcher such as ``make run`` can tell its own process from another one holding the port.
+
 Why a separate tiny server: probes and scrapes must answer while gRPC is busy or still starting, and Kubernetes
 probes speak HTTP. It runs in its own daemon threads and only reads state.
 """
@@ -44,14 +47,16 @@ class _IPv6Server(_Server):
 
 
 class HealthServer:
-    """Serves the three endpoints; ``readiness()`` returns (ready, reason)."""
+    """Serves the three endpoints; ``readiness()`` returns (ready, reason); ``identity`` is the second line of
+    ``/ready`` (e.g. ``node=n0 pid=1234``)."""
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
                  console: Callable[[str, str, dict[str, str]], Any] | None = None,
-                 *, tls: Any = None, guard: Callable[[str, Any], tuple[int, str] | None] | None = None):
+                 *, tls: Any = None, guard: Callable[[str, Any], tuple[int, str] | None] | None = None,
+                 identity: str = ""):
         """``console(method, path_and_query, headers)`` answers ``/ui`` with a node.console Response; ``tls``: a
         node.tls.HttpServerTls (None: plaintext); ``guard(path, headers)`` returns (status, reason) to refuse a
-        request (authentication), None to serve it."""
+        request (authentication), None to serve it; ``identity`` is added to /ready's body ("node=ID pid=PID")."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -68,7 +73,8 @@ class HealthServer:
                     self._send(200, b"ok\n")
                 elif path == "/ready":
                     ok, reason = outer._readiness()
-                    self._send(200 if ok else 503, (reason + "\n").encode())
+                    body = reason + "\n" + (outer._identity + "\n" if outer._identity else "")
+                    self._send(200 if ok else 503, body.encode())
                 elif outer._console is not None and (path == "/ui" or path.startswith("/ui/")):
                     self._console("GET")
                 else:
@@ -114,6 +120,7 @@ class HealthServer:
         self._readiness = readiness
         self._guard = guard
         self._console = console
+        self._identity = identity
         server_cls = _IPv6Server if ":" in host else _Server
         self._server = server_cls((host, port), Handler)
         self._server.tls = tls

@@ -2,8 +2,12 @@
 
 Why a module and not shell in the Makefile: the member list, the ports of member i, the pid files and the
 readiness wait are the same for one node and for three, so going to a 3-node cluster is ``--nodes 3``.
-Member i listens on 127.0.0.1 with gRPC 8081+100*i, HTTP 8080+100*i, Raft 8091+100*i; its data lives in
-``DIR/n<i>/``, its config in ``DIR/n<i>.yaml``, its log in ``DIR/n<i>.log``, its pid in ``DIR/n<i>.pid``.
+Member i listens on 127.0.0.1 with HTTP BASE+100*i, gRPC BASE+1+100*i, Raft BASE+11+100*i (BASE is
+``--port-base``, ``make run RUN_PORT_BASE=...``, default 8080); its data lives in ``DIR/n<i>/``, its config in
+``DIR/n<i>.yaml``, its log in ``DIR/n<i>.log``, its pid in ``DIR/n<i>.pid``.
+
+Readiness is only believed from the process we started: ``/ready`` names the node id and pid that answered,
+so another raftmq holding the same ports is reported as such instead of being mistaken for ours.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -21,15 +26,17 @@ import yaml
 
 HOST = "127.0.0.1"
 PORT_STRIDE = 100
+DEFAULT_PORT_BASE = 8080
+MAX_NODES = 9
 
 
-def member(i: int) -> dict[str, str | int]:
-    return {"id": f"n{i}", "grpc": 8081 + PORT_STRIDE * i, "http": 8080 + PORT_STRIDE * i,
-            "raft": 8091 + PORT_STRIDE * i}
+def member(i: int, port_base: int = DEFAULT_PORT_BASE) -> dict[str, str | int]:
+    at = port_base + PORT_STRIDE * i
+    return {"id": f"n{i}", "grpc": at + 1, "http": at, "raft": at + 11}
 
 
-def write_configs(base: Path, n: int) -> list[Path]:
-    members = [member(i) for i in range(n)]
+def write_configs(base: Path, n: int, port_base: int = DEFAULT_PORT_BASE) -> list[Path]:
+    members = [member(i, port_base) for i in range(n)]
     peers = [{"id": m["id"], "raft": f"{HOST}:{m['raft']}", "grpc": f"{HOST}:{m['grpc']}"} for m in members]
     paths = []
     for m in members:
@@ -57,31 +64,84 @@ def _running_pid(pid_file: Path) -> int | None:
     return pid if "node" in cmdline and "--config" in cmdline else None
 
 
-def _ready(http_port: int) -> bool:
+def _ready(http_port: int) -> tuple[int, str]:
+    """(HTTP status, body) of ``/ready``; (0, reason) when nothing answers."""
     try:
         with urllib.request.urlopen(f"http://{HOST}:{http_port}/ready", timeout=1) as r:
-            return r.status == 200
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except OSError as e:
+        return 0, str(e)
+
+
+def _answered_by(body: str) -> dict[str, str]:
+    """The ``node=.. pid=..`` line of a ``/ready`` body as a dict (empty when an older node or no raftmq)."""
+    lines = body.splitlines()
+    fields = dict(f.split("=", 1) for f in (lines[1].split() if len(lines) > 1 else []) if "=" in f)
+    return fields
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
-        return False
+        return "(no log)"
 
 
-def start(base: Path, n: int, timeout: float) -> int:
+def _wait_own_ready(base: Path, m: dict, pid: int, proc: subprocess.Popen | None, deadline: float) -> str | None:
+    """Wait until ``/ready`` of member ``m`` is answered 200 by process ``pid``; None, or why not."""
+    log_path = base / f"{m['id']}.log"
+    seen = ""
+    while True:
+        if proc is not None and proc.poll() is not None:
+            return (f"{m['id']} (pid {pid}) exited with status {proc.returncode}; last lines of {log_path}:\n"
+                    f"{_log_tail(log_path)}")
+        status, body = _ready(int(m["http"]))
+        who = _answered_by(body) if status else {}
+        if status and who.get("pid") != str(pid):
+            other = (f"node {who.get('node', '?')} pid {who['pid']}" if "pid" in who
+                     else "a process that is not this run's node")
+            seen = (f"port {m['http']} is answered by {other}, not by {m['id']} (pid {pid}) started by this run: "
+                    f"another raftmq (or other server) holds these ports; stop it or use RUN_PORT_BASE")
+        elif status == 200:
+            return None
+        else:
+            seen = f"last /ready answer: {body.strip().splitlines()[0] if body.strip() else status}"
+        if time.monotonic() > deadline:
+            return f"{m['id']} did not become ready ({seen}); last lines of {log_path}:\n{_log_tail(log_path)}"
+        time.sleep(0.1)
+
+
+def start(base: Path, n: int, timeout: float, port_base: int = DEFAULT_PORT_BASE) -> int:
+    if not 1 <= n <= MAX_NODES:
+        print(f"--nodes must be 1..{MAX_NODES}, got {n}", file=sys.stderr)
+        return 2
+    if not 1024 <= port_base <= 65535 - PORT_STRIDE * n:
+        print(f"RUN_PORT_BASE must be 1024..{65535 - PORT_STRIDE * n} for {n} node(s), got {port_base}",
+              file=sys.stderr)
+        return 2
     base.mkdir(parents=True, exist_ok=True)
     layout = base / "layout"
-    if layout.exists() and layout.read_text().strip() != f"nodes={n}":
-        was = layout.read_text().strip().removeprefix("nodes=")
-        print(f"{base}/ holds the data of a {was}-node run; a store cannot join a group it was not started in. "
-              f"Run `make stop` and remove {base}/ to start {n} node(s) fresh.", file=sys.stderr)
+    want = f"nodes={n} port_base={port_base}"
+    was = layout.read_text().strip() if layout.exists() else want
+    if " " not in was:  # written before RUN_PORT_BASE existed: the default ports
+        was += f" port_base={DEFAULT_PORT_BASE}"
+    if was != want:
+        print(f"{base}/ holds the data of another run ({was}); a store cannot join a group it was not started in. "
+              f"Run `make stop` and remove {base}/ to start {n} node(s) fresh on port base {port_base}.",
+              file=sys.stderr)
         return 1
-    layout.write_text(f"nodes={n}\n")
-    configs = write_configs(base, n)
-    procs: dict[str, subprocess.Popen | None] = {}
+    layout.write_text(want + "\n")
+    configs = write_configs(base, n, port_base)
+    started: dict[str, tuple[int, subprocess.Popen | None]] = {}
     for i, cfg_path in enumerate(configs):
-        m = member(i)
+        m = member(i, port_base)
         pid_file = base / f"{m['id']}.pid"
-        if _running_pid(pid_file):
-            print(f"{m['id']} is already running (pid {pid_file.read_text().strip()}); `make stop` first to restart")
-            procs[str(m["id"])] = None
+        running = _running_pid(pid_file)
+        if running:
+            print(f"{m['id']} is already running (pid {running}); `make stop` first to restart")
+            started[str(m["id"])] = (running, None)
             continue
         log = open(base / f"{m['id']}.log", "ab")
         proc = subprocess.Popen([sys.executable, "-m", "node", "node", "--config", str(cfg_path)],
@@ -89,34 +149,47 @@ def start(base: Path, n: int, timeout: float) -> int:
                                 start_new_session=True)
         log.close()
         pid_file.write_text(f"{proc.pid}\n")
-        procs[str(m["id"])] = proc
+        started[str(m["id"])] = (proc.pid, proc)
     deadline = time.monotonic() + timeout
+    problems = []
     for i in range(n):
-        m = member(i)
-        proc = procs[str(m["id"])]
-        while not _ready(int(m["http"])):
-            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
-                log_path = base / f"{m['id']}.log"
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
-                print(f"{m['id']} did not become ready; last lines of {log_path}:\n{tail}", file=sys.stderr)
-                return 1
-            time.sleep(0.1)
-    _print_usage(base, n)
+        m = member(i, port_base)
+        pid, proc = started[str(m["id"])]
+        why = _wait_own_ready(base, m, pid, proc, deadline)
+        if why is not None:
+            problems.append(why)
+    if problems:
+        for why in problems:
+            print(f"make run: FAILED: {why}\n", file=sys.stderr)
+        ours = [(mid, p) for mid, (_, p) in started.items() if p is not None and p.poll() is None]
+        for _, p in ours:
+            p.terminate()
+        for mid, p in ours:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            (base / f"{mid}.pid").unlink(missing_ok=True)
+        print(f"make run: FAILED: {len(problems)} of {n} node(s) not serving"
+              + (f"; stopped the {len(ours)} this run had started" if ours else ""), file=sys.stderr)
+        return 1
+    _print_usage(base, n, port_base)
     return 0
 
 
-def _print_usage(base: Path, n: int) -> None:
-    m0 = member(0)
-    grpc_addrs = ",".join(f"{HOST}:{member(i)['grpc']}" for i in range(n))
+def _print_usage(base: Path, n: int, port_base: int) -> None:
+    m0 = member(0, port_base)
+    grpc_addrs = ",".join(f"{HOST}:{member(i, port_base)['grpc']}" for i in range(n))
+    server = "" if port_base == DEFAULT_PORT_BASE else f"export RAFTMQ_SERVER={grpc_addrs}\n  "
     print(f"""
 raftmq is running: {n} node(s), data and logs under {base}/
   gRPC     {grpc_addrs}   (MessagingService, AdminService)
   metrics  http://{HOST}:{m0['http']}/metrics   health: /health   ready: /ready
   logs     {base}/n0.log
 
-Try the CLI (from this directory; the default server is {HOST}:{m0['grpc']}):
+Try the CLI (from this directory; the CLI's default server is 127.0.0.1:8081):
   . .venv/bin/activate
-  raftmq topic create demo
+  {server}raftmq topic create demo
   raftmq produce demo --body "hello raftmq" --tags greeting --keys order-1
   raftmq consume demo-group demo --from-beginning --idle-timeout 3
   raftmq query demo --key order-1
@@ -163,13 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--dir", default="data", type=Path)
     s.add_argument("--nodes", default=1, type=int)
     s.add_argument("--timeout", default=60.0, type=float)
+    s.add_argument("--port-base", default=DEFAULT_PORT_BASE, type=int,
+                   help="member i uses HTTP BASE+100*i, gRPC +1, Raft +11 (default 8080)")
     t = sub.add_parser("stop")
     t.add_argument("--dir", default="data", type=Path)
     t.add_argument("--timeout", default=30.0, type=float)
     args = p.parse_args(argv)
     base = args.dir.resolve()
     if args.cmd == "start":
-        return start(base, args.nodes, args.timeout)
+        return start(base, args.nodes, args.timeout, args.port_base)
     return stop(base, args.timeout)
 
 

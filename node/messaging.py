@@ -70,7 +70,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     @rpc_handler("SendBatch")
     async def SendBatch(self, request: pb.SendBatchRequest, context) -> pb.SendBatchResponse:  # noqa: N802
         if not request.messages:
-            raise invalid("the batch is empty; put at least one message in SendBatchRequest.messages")
+            raise invalid("the batch is empty; send at least one message")
         msgs, results = await self._send(list(request.messages), context)
         return pb.SendBatchResponse(results=[convert.send_result(r, m) for r, m in zip(results, msgs, strict=True)])
 
@@ -158,7 +158,8 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         if len(chosen) > 1:
             raise invalid(f"a batch goes to one queue; found queue ids {sorted(chosen)} - send separate batches")
         if chosen and sum(m.HasField("queue_id") for m in messages) != len(messages):
-            raise invalid("set queue_id on every message of the batch or on none (then the broker picks one)")
+            raise invalid("give the queue (--queue; SDK: queue_id) for every message of the batch or for none (then the "
+                          "broker picks one)")
         groups = {m.message_group for m in messages}
         if groups != {""}:  # FIFO: a message group always goes to one queue
             if len(groups) > 1:
@@ -171,7 +172,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             if not 0 <= qid < nqueues:
                 raise not_found(
                     f"topic {cfg.topic_name!r} has {nqueues} write queues (0..{nqueues - 1}); queue {qid} does not "
-                    "exist - leave queue_id unset to let the broker pick one"
+                    "exist - drop --queue (SDK: queue_id=None) to let the broker pick one"
                 )
             return qid
         counter = self._round_robin.get(cfg.topic_name)
@@ -189,7 +190,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         cfg = node.readable_topic(topic)
         node.check_read_queue(cfg, qid)
         if offset < 0:
-            raise invalid(f"offset {offset} is negative; queue offsets start at 0 (GetQueueOffsets gives the range)")
+            raise invalid(f"offset {offset} is negative; queue offsets start at 0 (`raftmq offsets TOPIC` gives the range)")
         if request.max_count < 0 or request.max_bytes < 0:
             raise invalid("max_count and max_bytes must be >= 0 (0 means the default: 32 messages, 4 MiB)")
         if request.long_poll_timeout_ms < 0:
@@ -244,7 +245,8 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         if not request.key:
             raise invalid("key is empty; give the message key (or UNIQ_KEY) to look up")
         if request.max_num < 0:
-            raise invalid(f"max_num {request.max_num} is negative; use 0 for the default ({QUERY_DEFAULT_MAX})")
+            raise invalid(f"the result limit (--max; SDK: max_num) {request.max_num} is negative; leave it unset for "
+                          f"the default ({QUERY_DEFAULT_MAX})")
         if request.begin_timestamp < 0 or request.end_timestamp < 0:
             raise invalid("begin_timestamp and end_timestamp are ms since the epoch and must be >= 0")
         end = request.end_timestamp or int(time.time() * 1000)
@@ -261,7 +263,8 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         node = self.node
         msg_id = request.msg_id.strip()
         if not msg_id:
-            raise invalid("msg_id is empty; give an offset message id (or a UNIQ_KEY together with topic)")
+            raise invalid("the message id is empty; give an offset message id (or a UNIQ_KEY with its topic: "
+                          "`raftmq view KEY --topic TOPIC`)")
         is_offset_id = len(msg_id) in (32, 56) and all(c in _HEX for c in msg_id)
         found = None
         if request.topic:
@@ -273,8 +276,8 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
                 found = min(matching, key=lambda m: m.physical_offset)
         elif not is_offset_id:
             raise invalid(
-                f"msg_id {msg_id!r} is not an offset message id (32 or 56 hex characters); to look up a UNIQ_KEY, "
-                "also set topic"
+                f"{msg_id!r} is not an offset message id (32 or 56 hex characters); to look up a UNIQ_KEY, "
+                "give its topic too: `raftmq view KEY --topic TOPIC` (SDK: view_message(key, topic=...))"
             )
         if found is None and is_offset_id:
             found = await node.run_blocking(node.store.view_message_by_id, msg_id.upper())

@@ -11,12 +11,14 @@ import asyncio
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import grpc
 
 from node.errors import LEADER_METADATA_KEY, RpcError, to_rpc_error
+from node.log_format import REQUEST_ID_METADATA_KEY, request_id
 from node.metrics import BrokerMetrics
 from store.integrity import CorruptReadError
 
@@ -32,6 +34,14 @@ class ServingState(Protocol):
         """Raise RpcError(UNAVAILABLE) when the node cannot answer yet (starting) or any more (stopping)."""
 
 
+def _request_id(context: grpc.aio.ServicerContext) -> str:
+    """The caller's ``x-request-id``, else a new one (sent back with an error so a user can quote it)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_METADATA_KEY and value:
+            return str(value)[:64]
+    return uuid.uuid4().hex[:16]
+
+
 def rpc_handler(method: str, *, needs_ready: bool = True):
     """Wrap an ``async def handler(self, request, context)`` of a servicer holding ``self.node: ServingState``."""
 
@@ -41,6 +51,8 @@ def rpc_handler(method: str, *, needs_ready: bool = True):
             node: ServingState = self.node
             t0 = time.perf_counter()
             code = "OK"
+            rid = _request_id(context)
+            request_id.set(rid)  # this call's task only: log lines inside it carry the id
             node.rpcs_in_flight += 1  # event-loop thread only: no lock needed
             node.last_rpc_started = time.monotonic()
             try:
@@ -74,10 +86,12 @@ def rpc_handler(method: str, *, needs_ready: bool = True):
                     if hint:
                         err = RpcError(err.code, f"{err.message}; {hint}")
                 metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
-                await context.abort(err.code, err.message, metadata)
+                await context.abort(err.code, err.message, metadata + ((REQUEST_ID_METADATA_KEY, rid),))
             finally:
                 node.rpcs_in_flight -= 1
-                node.metrics.record_rpc(method, code, time.perf_counter() - t0)
+                elapsed = time.perf_counter() - t0
+                node.metrics.record_rpc(method, code, elapsed)
+                log.debug("rpc %s %s in %.1f ms", method, code, elapsed * 1000)
 
         return wrapper
 

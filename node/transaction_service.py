@@ -123,7 +123,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         if m.HasField("queue_id"):
             if not 0 <= m.queue_id < n:
                 raise not_found(f"topic {cfg.topic_name!r} has {n} write queues (0..{n - 1}); queue {m.queue_id} "
-                                "does not exist - leave queue_id unset to let the broker pick one")
+                                "does not exist - drop --queue (SDK: queue_id=None) to let the broker pick one")
             return m.queue_id
         counter = self._round_robin.setdefault(cfg.topic_name, itertools.count())
         return next(counter) % n
@@ -138,7 +138,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         node = self.node
         check_group_name(request.producer_group)
         if not request.transaction_id:
-            raise invalid("transaction_id is empty; pass the transaction_id SendHalfMessage (or the check) returned")
+            raise invalid("the transaction id is empty; pass the one the half message's send (or the check) returned")
         resolution = request.resolution
         if resolution not in (pb.TX_COMMIT, pb.TX_ROLLBACK):
             raise invalid(f"resolution {pb.TransactionResolution.Name(resolution)} cannot end a transaction; use "
@@ -146,8 +146,8 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         try:
             _, physical_offset = decode_message_id(request.msg_id.strip().upper())
         except (ValueError, TypeError, StoreError):
-            raise invalid(f"msg_id {request.msg_id!r} is not an offset message id; pass the msg_id SendHalfMessage "
-                          "(or the check) returned") from None
+            raise invalid(f"{request.msg_id!r} is not an offset message id; pass the message id the half message's "
+                          "send (or the check) returned") from None
         node.check_leader()
         tx = request.transaction_id
         entry = self._end_locks.get(tx)
@@ -208,7 +208,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             node.check_leader()
             first = await asyncio.wait_for(request_iterator.__anext__(), REGISTER_TIMEOUT_SECONDS)
             if first.WhichOneof("kind") != "register_group" or not first.register_group:
-                raise invalid("the first message on CheckTransactions must be register_group (the producer group)")
+                raise invalid("the transaction-check stream must start by registering the producer group")
             check_group_name(first.register_group)
         except (TimeoutError, StopAsyncIteration):
             return

@@ -2,6 +2,8 @@
 
 Spark's own console progress bar is switched off (it is noisy and unreadable in logs); instead a daemon
 thread prints one line every ``interval`` seconds while stages run: which stage, tasks done / total, elapsed.
+The first line comes as the job starts, and Spark's start-up (tens of seconds of JVM and library loading on a
+busy machine) is ticked like any other wait, so a job is never silent for longer than ``interval``.
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TextIO
 
-from pyspark import SparkContext
+if TYPE_CHECKING:  # importing pyspark takes seconds: not before the first line is out
+    from pyspark import SparkContext
 
 
 class Progress:
@@ -23,6 +28,7 @@ class Progress:
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._print("started")
 
     def _print(self, text: str, *, always: bool = False) -> None:
         if always or not self.quiet:
@@ -34,6 +40,28 @@ class Progress:
     def note(self, text: str) -> None:
         """Something the user must hear about (torn tail, corruption): printed even with --quiet."""
         self._print(f"warning: {text}", always=True)
+
+    @contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """``what`` now, "still <what>" every ``interval`` while the block runs, and how long it took."""
+        self._print(what)
+        done = threading.Event()
+        start = time.monotonic()
+
+        def tick() -> None:
+            while not done.wait(self.interval):
+                self._print(f"still {what} ({time.monotonic() - start:.0f}s)")
+
+        ticker = None if self.quiet else threading.Thread(target=tick, name="pipeline-waiting", daemon=True)
+        if ticker is not None:
+            ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            if ticker is not None:
+                ticker.join(timeout=1)
+            self._print(f"done {what} in {time.monotonic() - start:.1f}s")
 
     def watch(self, sc: SparkContext) -> None:
         """Start printing task progress of running stages until ``close``."""

@@ -291,7 +291,12 @@ class RaftWritePath:
         if self.is_leader() and self.peers.others:
             try:
                 self.transfer_leadership(None, timeout=3.0)
-                log.info("graceful stop: handed leadership to %s", self.leader().id if self.leader() else "?")
+                new = self.leader()
+                if new is not None and new.id != self.node_id:
+                    log.info("graceful stop: handed leadership to %s", new.id)
+                else:  # e.g. `make stop` stops every member at once: nobody is left to be elected
+                    log.info("graceful stop: stepped down as leader; no new leader elected yet (the other members "
+                             "may be stopping too)")
             except ReplicationError as e:
                 log.warning("graceful stop could not hand off leadership: %s", e)
         leader = self.leader()

@@ -92,6 +92,10 @@ def read_leniently(path: str) -> Any | None:
                 text = f.read()
         except FileNotFoundError:
             continue
+        except UnicodeDecodeError as e:
+            problems.append(f"{candidate} is not valid JSON (not UTF-8 text: byte 0x{e.object[e.start]:02x} at "
+                            f"position {e.start})")
+            continue
         if not text.strip():
             problems.append(f"{candidate} is empty")
             continue

@@ -68,7 +68,7 @@ class JobContext:
     """Session, progress and store layout of one job run; ``close`` stops only a session it started itself."""
 
     def __init__(self, name: str, args: Any) -> None:
-        from pipeline.progress import Progress
+        from pipeline.progress import Progress  # pyspark-free: the first progress line comes at once
 
         self.name = name
         self.args = args
@@ -86,8 +86,11 @@ class JobContext:
 
             self._created = SparkSession.getActiveSession() is None
             if self._created:
-                self.progress.phase("starting Spark")
-            self._spark = get_session(getattr(self.args, "master", None), app_name=f"raftmq-pipeline-{self.name}")
+                with self.progress.waiting("starting Spark"):
+                    self._spark = get_session(getattr(self.args, "master", None),
+                                              app_name=f"raftmq-pipeline-{self.name}")
+            else:
+                self._spark = get_session(getattr(self.args, "master", None), app_name=f"raftmq-pipeline-{self.name}")
             self.progress.watch(self._spark.sparkContext)
         return self._spark
 

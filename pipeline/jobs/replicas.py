@@ -38,7 +38,7 @@ def run(args: Any) -> int:
         report = compare(ctx, args.stores)
     for line in report["lines"]:
         print(line)
-    print("replicas agree" if report["agree"] else "replicas DIFFER", file=sys.stderr)
+    print("verdict: replicas agree" if report["agree"] else "verdict: replicas DIFFER")
     return 0 if report["agree"] else 1
 
 

@@ -67,7 +67,8 @@ def run(args: Any) -> int:
         print(line)
     if len(shown) < len(diffs):
         print(f"... {len(diffs) - len(shown)} more")
-    print(f"{len(diffs)} difference(s) between {layout.root} and its commit log", file=sys.stderr)
+    verdict = "OK" if not diffs else "DIFFERENT"
+    print(f"verdict: {verdict}: {len(diffs)} difference(s) between {layout.root} and its commit log")
     return 1 if diffs else 0
 
 

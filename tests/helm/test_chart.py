@@ -49,7 +49,9 @@ VALUE_SETS = {
         "imagePullSecrets": [{"name": "regcred"}],
         "priorityClassName": "messaging",
     },
-    "single-dev": {"replicas": 1, "allowSingleReplica": True, "persistence": {"size": "1Gi"}},
+    "single-dev": {"replicas": 1, "allowSingleReplica": True, "persistence": {"size": "1Gi"},
+                   "store": {"mapped_file_size_commit_log": 134217728, "max_hash_slot_num": 500000,
+                             "max_index_num": 2000000}},
     "admission-policy": {"rbac": {"admissionPolicy": {"enabled": True}}},
     "minimal-features": {
         "roleLabel": {"enabled": False}, "leaderService": {"enabled": False},

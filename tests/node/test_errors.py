@@ -61,7 +61,7 @@ def test_unknown_queue(api):
 def test_topic_exists(api):
     topic = api.topic("dup")
     code, details = _status(api.admin.CreateTopic, pb.CreateTopicRequest(topic=pb.TopicConfig(name=topic)))
-    assert code == grpc.StatusCode.ALREADY_EXISTS and "UpdateTopic" in details
+    assert code == grpc.StatusCode.ALREADY_EXISTS and "raftmq topic update" in details
 
 
 def test_bad_topic_settings(api):
@@ -146,7 +146,7 @@ def test_bad_message_ids_and_groups(api):
     topic = api.topic("ids")
     assert _status(api.msg.ViewMessage, pb.ViewMessageRequest(msg_id=""))[0] == INVALID
     code, details = _status(api.msg.ViewMessage, pb.ViewMessageRequest(msg_id="nothex"))
-    assert code == INVALID and "also set topic" in details
+    assert code == INVALID and "--topic TOPIC" in details
     missing = "7F00000100002A9F00000000FFFFFF00"
     assert _status(api.msg.ViewMessage, pb.ViewMessageRequest(msg_id=missing))[0] == NOT_FOUND
     assert _status(api.msg.ViewMessage, pb.ViewMessageRequest(msg_id="no-such-uniq", topic=topic))[0] == NOT_FOUND

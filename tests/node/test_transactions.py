@@ -371,7 +371,7 @@ def test_concurrent_outcomes_apply_once(node):
     with pytest.raises(grpc.RpcError) as e:
         stub.EndTransaction(pb.EndTransactionRequest(producer_group="pg-race", msg_id=halves[0].msg_id,
                                                      resolution=pb.TX_COMMIT), timeout=10)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "transaction_id is empty" in e.value.details()
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "transaction id is empty" in e.value.details()
 
 
 def test_half_message_older_than_file_reserved_time_is_discarded(node):

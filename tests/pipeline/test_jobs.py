@@ -111,7 +111,7 @@ def test_verify_finds_a_corrupted_consume_queue_entry(spark, built_store, store_
         f.write(struct.pack(">q", phy + 3))
     assert pipeline_main(["verify", root, *SMALL]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3 and lines[2] == f"verdict: DIFFERENT: 2 difference(s) between {root} and its commit log"
     assert lines[0].startswith(f"consumequeue Payments/1 offset 44: expected (phy={victim.physical_offset}, ")
     assert f"store has (phy={victim.physical_offset + 1}, " in lines[0]
     assert lines[1].startswith(f"index file #1 ({index_files[1]}) entry 7: expected (keyHash=")
@@ -142,7 +142,8 @@ def test_torn_tail_is_reported_not_crashed(spark, built_store, store_copy, tmp_p
 def test_replicas_agree_then_one_byte_differs(spark, built_store, store_copy, capsys) -> None:
     a, b = store_copy("n1"), store_copy("n2")
     assert pipeline_main(["replicas", built_store.root, a, b, *SMALL]) == 0
-    assert "DIFFER" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "DIFFER" not in out and out.splitlines()[-1] == "verdict: replicas agree"
     victim = sorted(built_store.puts, key=lambda p: p.physical_offset)[200]
     seg = sorted(os.listdir(os.path.join(b, "commitlog")))
     base = max(int(s) for s in seg if int(s) <= victim.physical_offset)

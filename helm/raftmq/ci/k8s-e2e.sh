@@ -23,7 +23,7 @@ CHART_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NAMESPACE="${NAMESPACE:-raftmq-e2e-$(date +%s)}"
 RELEASE="${RELEASE:-e2e}"
 ANTI_AFFINITY="${ANTI_AFFINITY:-soft}"
-STORAGE_SIZE="${STORAGE_SIZE:-1Gi}"
+STORAGE_SIZE="${STORAGE_SIZE:-4Gi}"  # the chart refuses less than ~2.9Gi with the default store sizes
 TIMEOUT="${TIMEOUT:-600s}"
 KEEP="${KEEP:-0}"
 # 1: also install the ValidatingAdmissionPolicy (Kubernetes 1.30+, cluster-admin) and check it stops a member

@@ -175,4 +175,36 @@ app.kubernetes.io/component: broker
 {{/* issue 14: HTTPS probes when the HTTP port speaks TLS. */}}
 {{- define "raftmq.httpScheme" -}}
 {{- if and .Values.tls.enabled .Values.tls.http -}}HTTPS{{- else -}}HTTP{{- end -}}
+
+{{/*
+A Kubernetes quantity ("20Gi", "1.5G", "500Mi") in bytes, as an int64.
+*/}}
+{{- define "raftmq.quantityBytes" -}}
+{{- $q := toString . -}}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $unit := trimPrefix $num $q -}}
+{{- $mult := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if not (hasKey $mult $unit) -}}
+{{- fail (printf "persistence.size: %q is not a quantity this chart understands (use Ki, Mi, Gi, Ti, k, M, G or T)" $q) -}}
+{{- end -}}
+{{- mulf (float64 $num) (get $mult $unit) | int64 -}}
+{{- end -}}
+
+{{/*
+Every member preallocates, before its first message, one commit-log segment (store.mapped_file_size_commit_log,
+1 GiB by default) and one index file (40 + 4 x max_hash_slot_num + 20 x max_index_num bytes, ~400 MB by default),
+and a new segment is preallocated whenever one fills. A volume smaller than two segments + one index file +
+512 MiB of room (consume queues, Raft journal, config) fills at the first roll, so the chart refuses it.
+*/}}
+{{- define "raftmq.validateVolumeSize" -}}
+{{- $store := .Values.store | default dict -}}
+{{- $segment := int64 (get $store "mapped_file_size_commit_log" | default 1073741824) -}}
+{{- $slots := int64 (get $store "max_hash_slot_num" | default 5000000) -}}
+{{- $entries := int64 (get $store "max_index_num" | default 20000000) -}}
+{{- $index := add 40 (mul 4 $slots) (mul 20 $entries) -}}
+{{- $need := add (mul 2 $segment) $index 536870912 -}}
+{{- $have := include "raftmq.quantityBytes" .Values.persistence.size | int64 -}}
+{{- if lt $have $need -}}
+{{- fail (printf "persistence.size %s (%d bytes) is too small: each member preallocates a %d-byte commit-log segment (store.mapped_file_size_commit_log) and a %d-byte index file before its first message, and needs room for the next segment plus 512 MiB; give at least %d bytes (%.1fGi), or shrink those store settings" (toString .Values.persistence.size) $have $segment $index $need (divf $need 1073741824)) -}}
+{{- end -}}
 {{- end -}}
