@@ -114,7 +114,7 @@ def test_raft_metrics_and_cluster_status_with_a_stopped_follower(tmp_path):
             with Admin([leader.grpc_address], timeout=20, retry_timeout=20) as client_admin:
                 table = cluster_table(client_admin.cluster_status())
             row = next(line for line in table.splitlines() if line.startswith(f"| {frozen.spec.id} "))
-            assert "unreachable: DEADLINE_EXCEEDED" in row and row.count(" - |") == 5, table
+            assert "unreachable: no answer in time" in row and row.count(" - |") == 5, table  # the reason, short
 
             # a write still commits with the remaining majority while status is being asked for
             send(pb.SendMessageRequest(message=pb.Message(topic="T", body=b"during")), timeout=20)
