@@ -30,7 +30,7 @@ def release(control_plane):
     ns = "helm-e2e"
     with helm.Config(kubeconfig_path=str(control_plane.kubeconfig), namespace=ns) as cfg:
         rel = cfg.install(str(CHART_DIR), RELEASE, {"rbac": {"admissionPolicy": {"enabled": True}},
-                                                     "persistence": {"size": "2Gi"}},
+                                                     "persistence": {"size": "4Gi"}},
                           namespace=ns, create_namespace=True, wait="watcher", timeout=240)
     assert rel["info"]["status"] == "deployed", rel
     return ns
@@ -64,7 +64,7 @@ def test_upgrade_rolls_the_pods_when_the_config_changes(control_plane, release):
         release, label_selector=_selector(INSTANCE)).items}
     with helm.Config(kubeconfig_path=str(control_plane.kubeconfig), namespace=release) as cfg:
         rel = cfg.upgrade(str(CHART_DIR), RELEASE, {"rbac": {"admissionPolicy": {"enabled": True}},
-                                                     "persistence": {"size": "2Gi"}, "node": {"logLevel": "DEBUG"}},
+                                                     "persistence": {"size": "4Gi"}, "node": {"logLevel": "DEBUG"}},
                           namespace=release, wait="watcher", timeout=300)
     assert rel["version"] == 2 and rel["info"]["status"] == "deployed"
 
@@ -80,7 +80,7 @@ def test_scale_guard_refuses_a_real_scale_up_without_added_members(control_plane
     with helm.Config(kubeconfig_path=str(control_plane.kubeconfig), namespace=release) as cfg:
         with pytest.raises(Exception, match=r"refusing to scale mq-raftmq from 3 to 5 replicas"):
             cfg.upgrade(str(CHART_DIR), RELEASE, {"replicas": 5, "rbac": {"admissionPolicy": {"enabled": True}},
-                                                  "persistence": {"size": "2Gi"}}, namespace=release, timeout=60)
+                                                  "persistence": {"size": "4Gi"}}, namespace=release, timeout=60)
         assert cfg.status(RELEASE)["version"] == 2  # nothing changed
 
 
