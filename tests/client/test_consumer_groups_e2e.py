@@ -190,11 +190,12 @@ def test_leader_failover_moves_heartbeats_and_loses_nothing(tmp_path):
         leader = next(n for n in nodes if n.spec.id == leader_id)
         follower = next(n for n in nodes if n is not leader)
 
-        # membership lives on the leader: a follower redirects a heartbeat with the leader hint
+        # membership lives on the leader: asked for a redirect, a follower answers a heartbeat with the leader
+        # hint (by default it forwards the heartbeat to the leader: tests/node/test_forwarding.py)
         stub = pbg.MessagingServiceStub(follower.channel())
         with pytest.raises(grpc.RpcError) as err:
             stub.ConsumerHeartbeat(pb.ConsumerHeartbeatRequest(group="workers", topic="Failover", client_id="x"),
-                                   timeout=10)
+                                   timeout=10, metadata=(("x-raftmq-redirect", "1"),))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert ("x-raftmq-leader", leader.grpc_address) in tuple(err.value.trailing_metadata())
 

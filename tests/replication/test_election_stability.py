@@ -92,3 +92,40 @@ def test_a_partitioned_member_returns_without_disrupting_the_leader(tmp_path):
 
 def _leader_id(node) -> str:
     return admin(node).ClusterStatus(pb.ClusterStatusRequest(), timeout=20).leader_id
+
+
+def _role(node) -> str:
+    st = admin(node).ClusterStatus(pb.ClusterStatusRequest(), timeout=20)
+    return next(m.role for m in st.members if m.id == node.spec.id)
+
+
+def test_a_leader_cut_off_from_its_majority_steps_down_and_rejoins(tmp_path):
+    """The leader (isolated behind its Raft proxy, as above) stops believing it leads after its fallback timeout
+    without answers from a majority, the others elect a new leader, and when the link returns the old leader
+    follows the new one (the same Raft-proxy set-up as the pre-vote test)."""
+    c = Cluster(tmp_path)
+    proxies = {s.id: PausableProxy(s.raft_port) for s in c.specs}
+    members = [{"id": s.id, "raft": f"127.0.0.1:{proxies[s.id].port}", "grpc": s.grpc_address} for s in c.specs]
+    for s in c.specs:
+        s.members = members
+        s.overrides.setdefault("cluster", {})["raft_address"] = f"127.0.0.1:{proxies[s.id].port}"
+    isolated_id = min(members, key=lambda m: m["raft"])["id"]
+    try:
+        c.start()
+        leader = wait_leader(c.nodes)
+        if leader.spec.id != isolated_id:
+            admin(leader).TransferLeader(pb.TransferLeaderRequest(to_id=isolated_id), timeout=30)
+        old = wait_leader(c.nodes)
+        assert old.spec.id == isolated_id
+
+        proxies[isolated_id].pause()
+        wait_for(lambda: _role(old) != "leader", "the cut-off leader to step down", timeout=60, interval=0.1)
+        new = wait_leader(c.nodes, exclude={isolated_id})
+        assert new is not old
+        proxies[isolated_id].resume()
+        wait_for(lambda: _leader_id(old) == new.spec.id, "the old leader to follow the new one", timeout=60)
+        wait_applied_equal(c.nodes)
+    finally:
+        for px in proxies.values():
+            px.close()
+        stop_all(c.nodes, kill=True)
