@@ -161,11 +161,9 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             raise invalid("give the queue (--queue; SDK: queue_id) for every message of the batch or for none (then the "
                           "broker picks one)")
         groups = {m.message_group for m in messages}
-        if groups != {""}:  # FIFO: a message group always goes to one queue
-            if len(groups) > 1:
+        if groups != {""} and not chosen:  # FIFO: a message group always goes to one queue (a client that picks
+            if len(groups) > 1:           # the queue itself, as RocketMQ 5's do, keeps its choice)
                 raise invalid(f"a batch goes to one message group; found {sorted(groups)} - send separate batches")
-            if chosen:
-                raise invalid("set message_group or queue_id, not both (the message group picks the queue)")
             return queue_for_message_group(groups.pop(), nqueues)
         if chosen:
             qid = chosen.pop()

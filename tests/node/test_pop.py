@@ -129,19 +129,21 @@ def test_invisible_message_comes_back_after_its_deadline_and_stale_handles_are_r
         p.send(topic, "a")
         p.send(topic, "b")
     with SimpleConsumer("simple", topic, node.grpc_address, await_duration=0) as c:
-        first = c.receive(2, 2)
+        first = c.receive(2, 60)
         assert sorted(m.text for m in first) == ["a", "b"]
         assert {m.delivery_attempt for m in first} == {1}
         a, b = sorted(first, key=lambda m: m.text)
         c.ack(a)
         with pytest.raises(StaleReceiptHandleError, match="stale"):
             c.ack(a)
-        assert c.receive(2, 2) == [], "b is invisible until its deadline"
-        again = wait_for(lambda: c.receive(2, 2), "b visible again after its invisible time", 30)
+        assert c.receive(2, 60) == [], "b is invisible until its deadline"
+        short = c.change_invisible_duration(b, 1)  # deadline in 1 s: then it comes back by itself
+        again = wait_for(lambda: c.receive(2, 60), "b visible again after its invisible time", 30)
         assert [(m.text, m.delivery_attempt) for m in again] == [("b", 2)]
-        assert time.time() * 1000 >= b.invisible_until
-        with pytest.raises(StaleReceiptHandleError):
-            c.ack(b)  # the handle of the first delivery is stale after the redelivery
+        assert time.time() * 1000 >= short.invisible_until
+        for stale in (b, short):  # the handles of the first delivery are stale after the redelivery
+            with pytest.raises(StaleReceiptHandleError):
+                c.ack(stale)
         longer = c.change_invisible_duration(again[0], 60)
         with pytest.raises(StaleReceiptHandleError):
             c.ack(again[0])  # replaced by the change
@@ -257,7 +259,7 @@ def test_reset_offsets_redelivers_from_there_and_the_committed_offset_follows_ac
         stub = pb_grpc.MessagingServiceStub(node.channel())
         resp = stub.ResetGroupOffsets(pb.ResetGroupOffsetsRequest(group="reset", topic=topic, offset=1), timeout=10)
         assert dict(resp.offsets) == {0: 1}
-        again = c.receive(8, 10)
+        again = c.receive(8, 60)
         assert [m.text for m in again] == ["x1", "x2"]
         c.ack(again[1])
         # the group's consumer offset follows its acks (the lowest unacked message): x1 is still open
@@ -283,12 +285,12 @@ def test_leader_sigkill_unacked_come_back_on_the_new_leader_acked_never_fifo_ord
                     p.send("HaFifo", f"F{g}-{i}", message_group=f"F{g}")
         c = SimpleConsumer("ha", "Ha", everyone, await_duration=1)
         got: list = []
-        wait_for(lambda: got.extend(c.receive(32, 6)) or len(got) >= 20, "all 20 received")
+        wait_for(lambda: got.extend(c.receive(32, 20)) or len(got) >= 20, "all 20 received")
         assert len({m.text for m in got}) == 20
         acked = got[:10]
         c.ack(acked)
         fifo = SimpleConsumer("hafifo", "HaFifo", everyone, fifo=True, await_duration=1)
-        first = wait_for(lambda: fifo.receive(8, 6), "FIFO heads")
+        first = wait_for(lambda: fifo.receive(8, 20), "FIFO heads")
         assert sorted(m.text for m in first) == ["F0-0", "F1-0"], "one message per group in flight"
         fifo.ack([m for m in first if m.text == "F0-0"])  # F1-0 stays unacked across the failover
 
@@ -415,7 +417,7 @@ def test_push_consumer_renews_the_invisible_time_of_a_slow_listener(node):
             wait_for(lambda: time.time() * 1000 > m.invisible_until + 2000, "past the first deadline", 30)
         return ConsumeResult.SUCCESS
 
-    push = PushConsumer("renew", topic, listener, node.grpc_address, concurrency=2, invisible_duration=3).start()
+    push = PushConsumer("renew", topic, listener, node.grpc_address, concurrency=2, invisible_duration=6).start()
     try:
         wait_for(lambda: push.errors or (deliveries and not push._running), "the slow message finished", 60)
     finally:
