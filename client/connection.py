@@ -102,6 +102,15 @@ class _MethodWithMetadata:
 
     def with_call(self, request: Any, **kw: Any) -> Any:
         return self._method.with_call(request, **self._kw(kw))
+_UNREACHABLE_MARKERS = ("connection refused", "timeout", "timed out", "deadline", "no route", "unreachable",
+                        "resolution", "dns", "resolve")
+
+
+def _plainly_unreachable(message: str) -> bool:
+    """Refused, timed out, unresolvable: no handshake happened, so there is no TLS mismatch to diagnose (and a
+    black-holed address must not cost a second connect timeout)."""
+    text = message.lower()
+    return any(m in text for m in _UNREACHABLE_MARKERS)
 
 
 class _Stubs:
@@ -296,7 +305,7 @@ class ServerPool:
                         candidates.insert(i, hint)
                     last = err
                 elif isinstance(err, errors.ConnectionError):
-                    why = diagnose_connection(address, self.security)
+                    why = None if _plainly_unreachable(err.message) else diagnose_connection(address, self.security)
                     if why is not None:  # a TLS mismatch does not heal by retrying: say so now
                         raise errors.TlsError(f"cannot connect to raftmq server {address}: {why}",
                                               address=address, code=err.code)

@@ -1,4 +1,4 @@
-"""HTTP with authentication on: the open paths (probes) answer anyone, every other path needs a signed request."""
+"""HTTP with authentication on (open paths vs signed requests), and users and rules surviving a restart."""
 
 from __future__ import annotations
 
