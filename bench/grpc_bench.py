@@ -6,6 +6,9 @@ store. Durability: single node, ``async`` (flush_disk_type ASYNC: acknowledged o
 
     .venv/bin/python bench/grpc_bench.py [--seconds 3] [--size 1024] [--client-procs 2]
 
+SDK rows: ``c`` threads sharing one ``client.Producer`` per producer process, so their sends coalesce into one
+SendStream (``stream``), or with ``linger_ms=0`` one unary SendMessage per send (``unary``).
+
 Producers: ``c`` concurrent senders, each with one request in flight, spread over ``min(c, --client-procs)``
 client processes (grpc.aio tasks inside each), so a Python client's per-call cost (~200 us of its own GIL per
 unary call) does not cap the figure at what one client process can issue. Client and node share the box's
@@ -214,6 +217,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024, help="body bytes")
     ap.add_argument("--concurrency", default="1,8,64")
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes (at most one per sender)")
+    ap.add_argument("--skip-sdk", action="store_true", help="skip the SDK rows (Producer threads, SendStream)")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     rows: list[tuple[str, dict]] = [("store put_messages single", store_put(args.size, 1, args.seconds)),
@@ -232,6 +236,18 @@ def main() -> int:
                 for c in levels:
                     r = produce(addr, "bench", c, batch, args.size, args.seconds, args.client_procs, pid)
                     rows.append((f"gRPC send {'single' if batch == 1 else 'batch32'} c={c}", r))
+            if not args.skip_sdk:  # issue 17: the SDK's sends coalesce into SendStream (linger 0: unary per send)
+                from bench.peer_bench import _drive, _raftmq_client
+
+                for linger, label in ((0.1, "stream"), (0.0, "unary")):
+                    for c in levels:
+                        if c == 1 and linger == 0.0:
+                            continue
+                        r = _drive(_raftmq_client, [addr], c, 1, args.size, args.seconds, args.client_procs, [pid],
+                                   linger)
+                        r["mb_s"] = r["msgs_s"] * args.size / 1e6
+                        r["node_us"] = r.pop("server_us")
+                        rows.append((f"SDK send single {label} c={c}", r))
             for c in (1, 4):
                 rows.append((f"gRPC pull 32/req c={c}", asyncio.run(pull_all(addr, "bench", c, pid))))
         finally:
