@@ -110,6 +110,7 @@ class _Stream:
         self.requests: queue.SimpleQueue = queue.SimpleQueue()
         self.inflight: collections.deque[tuple[int, list[_Send]]] = collections.deque()
         self.alive = True
+        self.receiver: threading.Thread | None = None
         self.call = channel.stream_stream(_METHOD, request_serializer=None,  # requests are bytes already
                                           response_deserializer=pb.SendStreamResponse.FromString)(
             iter(self.requests.get, _END))
@@ -164,8 +165,10 @@ class SendAccumulator:
             self._cond.notify_all()
         for s in left:  # never sent: safe to say so
             _settle(s, "error", errors.RaftmqError("producer closed before the message was sent"))
-        if stream is not None:
+        if stream is not None:  # half-close, then let the broker answer what is in flight
             self._retire(stream)
+            if stream.receiver is not None:
+                stream.receiver.join(self._pool.timeout)
         self._thread.join(timeout=5)
 
     # ------------------------------------------------------------------ sender thread
@@ -232,7 +235,9 @@ class SendAccumulator:
         stream = _Stream(address, self._pool.stubs(address).channel)
         with self._cond:
             self._stream = stream
-        threading.Thread(target=self._receive, args=(stream,), name="raftmq-producer-acks", daemon=True).start()
+        stream.receiver = threading.Thread(target=self._receive, args=(stream,), name="raftmq-producer-acks",
+                                           daemon=True)
+        stream.receiver.start()
         return stream
 
     # ------------------------------------------------------------------ receiver thread (one per stream)
