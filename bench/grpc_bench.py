@@ -6,6 +6,9 @@ store. Durability: single node, ``async`` (flush_disk_type ASYNC: acknowledged o
 
     .venv/bin/python bench/grpc_bench.py [--seconds 3] [--size 1024] [--client-procs 2]
 
+SDK rows: ``c`` threads sharing one ``client.Producer`` per producer process, so their sends coalesce into one
+SendStream (``stream``), or with ``linger_ms=0`` one unary SendMessage per send (``unary``).
+
 Producers: ``c`` concurrent senders, each with one request in flight, spread over ``min(c, --client-procs)``
 client processes (grpc.aio tasks inside each), so a Python client's per-call cost (~200 us of its own GIL per
 unary call) does not cap the figure at what one client process can issue. Client and node share the box's
@@ -278,6 +281,18 @@ def node_cases(label: str, node_sec: dict | None, client_sec: dict | None, level
                 for c in levels:
                     r = produce(addr, "bench", c, batch, args.size, args.seconds, args.client_procs, pid, client_sec)
                     rows.append((f"{prefix}gRPC send {'single' if batch == 1 else 'batch32'} c={c}", r))
+            if not args.skip_sdk and not client_sec:  # issue 17: SDK sends coalesce into SendStream (linger 0: unary)
+                from bench.peer_bench import _drive, _raftmq_client
+
+                for linger, name in ((0.1, "stream"), (0.0, "unary")):
+                    for c in levels:
+                        if c == 1 and linger == 0.0:
+                            continue
+                        r = _drive(_raftmq_client, [addr], c, 1, args.size, args.seconds, args.client_procs, [pid],
+                                   linger)
+                        r["mb_s"] = r["msgs_s"] * args.size / 1e6
+                        r["node_us"] = r.pop("server_us")
+                        rows.append((f"{prefix}SDK send single {name} c={c}", r))
             for c in (1, 4):
                 rows.append((f"{prefix}gRPC pull 32/req c={c}", asyncio.run(pull_all(addr, "bench", c, pid,
                                                                                       client_sec))))
@@ -311,6 +326,7 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes (at most one per sender)")
     ap.add_argument("--tls", action="store_true", help="also run every case against a node with TLS")
     ap.add_argument("--auth", action="store_true", help="also run every case with signed requests + ACL")
+    ap.add_argument("--skip-sdk", action="store_true", help="skip the SDK rows (Producer threads, SendStream)")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     rows: list[tuple[str, dict]] = [("store put_messages single", store_put(args.size, 1, args.seconds)),

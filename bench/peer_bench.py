@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
 
+from replication.raft_write_path import RaftSettings  # noqa: E402
 from tests.support.processes import free_ports, node_specs, start_nodes, stop_all  # noqa: E402
 
 NATS_VERSION = "v2.12.15"
@@ -195,8 +196,11 @@ def _group_commit_counters(nodes) -> tuple[float, float, float]:
 
 
 def run_raftmq(base: Path, mode: str, cases: list[tuple[int, int]], args) -> dict:
+    cluster: dict = {"durability": mode}
+    if args.raft:  # cluster.raft overrides, e.g. max_inflight_batches=2
+        cluster["raft"] = {k: type(getattr(RaftSettings(), k))(v) for k, v in (kv.split("=", 1) for kv in args.raft)}
     specs = node_specs(base / f"raftmq-{mode}", 3, store=BENCH_STORE, node={"log_level": "WARNING"},
-                       cluster={"durability": mode})
+                       cluster=cluster)
     nodes = start_nodes(specs, timeout=120)
     out = {}
     try:
@@ -328,6 +332,8 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes per case")
     ap.add_argument("--nats-server", help="path of a nats-server 2.12 binary")
     ap.add_argument("--skip-nats", action="store_true")
+    ap.add_argument("--raft", action="append", default=[], metavar="KEY=VALUE",
+                    help="a cluster.raft setting for the raftmq members (repeatable), e.g. max_inflight_batches=2")
     ap.add_argument("--linger-ms", type=float, default=0.1,
                     help="the SDK producer's linger (0: one unary RPC per send, the path before SendStream)")
     args = ap.parse_args()

@@ -33,6 +33,7 @@ from client import errors
 from client.connection import ServerPool
 
 _END = object()
+_METHOD = "/raftmq.v1.MessagingService/SendStream"
 
 
 class Resend(Exception):
@@ -63,26 +64,56 @@ class _StatusError(grpc.RpcError):
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2): the tag byte, the length, the bytes."""
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+# SendStreamRequest on the wire: field 1 (id, varint) = 0x08, field 2 (sends, SendStreamItem) = 0x12; in a
+# SendStreamItem, field 1 (messages, Message) = 0x0A. Built from each send's bytes so the sender thread joins
+# bytes instead of copying every message into a new request object (protobuf copies on assignment).
+_ID_TAG, _SENDS_TAG, _MESSAGES_TAG = 0x08, 0x12, 0x0A
+
+
+def encode_request(request_id: int, items: list[bytes]) -> bytes:
+    """A serialized SendStreamRequest from serialized SendStreamItems (``pb.SendStreamRequest.FromString`` of
+    it equals the object built field by field)."""
+    return b"".join([bytes((_ID_TAG,)) + _varint(request_id), *(_field(_SENDS_TAG, i) for i in items)])
+
+
 class _Send:
-    __slots__ = ("messages", "uniq_keys", "future", "nbytes", "abandoned")
+    __slots__ = ("item", "uniq_keys", "future", "nbytes", "abandoned")
 
     def __init__(self, messages: list[pb.Message]):
-        self.messages = messages
+        # serialized in the caller's thread: one SendStreamItem
+        self.item = b"".join([_field(_MESSAGES_TAG, m.SerializeToString()) for m in messages])
         self.uniq_keys = [m.uniq_key for m in messages]
         self.future: Future = Future()
-        self.nbytes = sum(len(m.body) for m in messages) + 64 * len(messages)
+        self.nbytes = len(self.item)
         self.abandoned = False
 
 
 class _Stream:
     """One open SendStream call: its request queue and the sends of each request still unanswered."""
 
-    def __init__(self, address: str, stub: Any):
+    def __init__(self, address: str, channel: grpc.Channel):
         self.address = address
         self.requests: queue.SimpleQueue = queue.SimpleQueue()
         self.inflight: collections.deque[tuple[int, list[_Send]]] = collections.deque()
         self.alive = True
-        self.call = stub.SendStream(iter(self.requests.get, _END))
+        self.receiver: threading.Thread | None = None
+        self.call = channel.stream_stream(_METHOD, request_serializer=None,  # requests are bytes already
+                                          response_deserializer=pb.SendStreamResponse.FromString)(
+            iter(self.requests.get, _END))
 
 
 class SendAccumulator:
@@ -134,8 +165,10 @@ class SendAccumulator:
             self._cond.notify_all()
         for s in left:  # never sent: safe to say so
             _settle(s, "error", errors.RaftmqError("producer closed before the message was sent"))
-        if stream is not None:
+        if stream is not None:  # half-close, then let the broker answer what is in flight
             self._retire(stream)
+            if stream.receiver is not None:
+                stream.receiver.join(self._pool.timeout)
         self._thread.join(timeout=5)
 
     # ------------------------------------------------------------------ sender thread
@@ -172,8 +205,7 @@ class SendAccumulator:
                         _settle(s, "error", Resend(e))
                     continue
             self._next_id += 1
-            request = pb.SendStreamRequest(id=self._next_id,
-                                           sends=[pb.SendStreamItem(messages=s.messages) for s in sends])
+            request = encode_request(self._next_id, [s.item for s in sends])
             with self._cond:
                 if not stream.alive:  # broke meanwhile; these never left this process
                     for s in sends:
@@ -200,10 +232,12 @@ class SendAccumulator:
 
     def _open(self) -> _Stream:
         address = self._pool.leader or self._pool.addresses[0]
-        stream = _Stream(address, self._pool.stubs(address).messaging)
+        stream = _Stream(address, self._pool.stubs(address).channel)
         with self._cond:
             self._stream = stream
-        threading.Thread(target=self._receive, args=(stream,), name="raftmq-producer-acks", daemon=True).start()
+        stream.receiver = threading.Thread(target=self._receive, args=(stream,), name="raftmq-producer-acks",
+                                           daemon=True)
+        stream.receiver.start()
         return stream
 
     # ------------------------------------------------------------------ receiver thread (one per stream)

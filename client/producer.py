@@ -1,5 +1,8 @@
 """The producer: sends messages to the leader, one at a time or as an atomic batch.
 
+Sends from all threads share one ``SendStream`` call (``client.accumulator``; ``linger_ms=0`` turns it off and
+makes one unary call per send); the outcomes below are the same either way.
+
 Retries, exactly. Every message gets a producer-side UNIQ_KEY before its first send and keeps it on every
 resend. A send is re-sent automatically only when it cannot have been stored:
 

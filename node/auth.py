@@ -63,6 +63,7 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.MessagingService/UnregisterConsumer": (("SUB", "topic", "topic"), ("SUB", "group", "group")),
     # issue 17: each request of the stream is checked (every message's topic)
     "/raftmq.v1.MessagingService/SendStream": (("PUB", "topic", "sends[].messages[].topic"),),
+    "/raftmq.v1.MessagingService/PullStream": (("SUB", "topic", "topic"), ("SUB", "group", "consumer_group")),
     # issue 12: pop consumption; a reset of a group's offsets is an admin action (as in RocketMQ)
     "/raftmq.v1.MessagingService/ReceiveMessage": (("SUB", "topic", "topic"), ("SUB", "group", "group")),
     "/raftmq.v1.MessagingService/AckMessage": (("SUB", "topic", "topic"), ("SUB", "group", "group")),

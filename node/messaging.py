@@ -20,7 +20,7 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node import convert, send_stream
+from node import convert, pull_stream, send_stream
 from node.consumer_groups import MAX_CLIENT_ID_LENGTH
 from node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
 from node.loop_bridge import LoopBridge
@@ -94,6 +94,28 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
         finally:
             node.metrics.record_rpc("SendStream", code, time.perf_counter() - t0)
+
+    async def PullStream(self, request: pb.PullStreamRequest, context):  # noqa: N802
+        """issue 17: streaming consume (see node.pull_stream)."""
+        node = self.node
+        t0 = time.perf_counter()
+        code = "OK"
+        try:
+            node.check_serving()
+            async for response in pull_stream.serve(node, request, context):
+                yield response
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except Exception as exc:
+            err = to_rpc_error(exc)
+            if err is None:
+                log.exception("PullStream failed unexpectedly")
+                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in PullStream: {exc} (see the node log)")
+            code = err.code.name
+            await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
+        finally:
+            node.metrics.record_rpc("PullStream", code, time.perf_counter() - t0)
 
     async def _send(self, messages: list[pb.Message], context) -> tuple[list, list]:
         """Store messages and their results; raises for anything that was not stored."""

@@ -166,3 +166,36 @@ def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
         with Admin(leader.grpc_address) as admin:
             for body, r in [("first", first)] + results:
                 assert admin.view_message(r.msg_id).body == body.encode()
+
+
+def test_close_lets_the_broker_answer_sends_in_flight(node):
+    """close() half-closes the stream and waits for the answers: a send never ends as an unknown outcome just
+    because its producer was closed (queued ones fail as not sent)."""
+    addr = node.grpc_address
+    with Admin(addr) as admin:
+        admin.create_topic("StreamClose", queues=2)
+    p = Producer(addr)
+    acked: list = []
+    errors_seen: list[Exception] = []
+
+    def work(t: int) -> None:
+        for i in range(10_000):
+            try:
+                acked.append((f"c{t}-{i}", p.send("StreamClose", f"c{t}-{i}")))
+            except RaftmqError as e:
+                errors_seen.append(e)
+                return
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    wait_for(lambda: len(acked) >= 100, "100 acknowledged sends")
+    p.close()
+    for t in ts:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in ts)
+    assert len(errors_seen) == 8
+    assert not [e for e in errors_seen if isinstance(e, UnknownOutcomeError)], errors_seen
+    with Admin(addr) as admin:
+        for body, r in acked[-20:]:
+            assert admin.view_message(r.msg_id).body == body.encode()

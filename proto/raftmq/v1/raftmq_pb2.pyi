@@ -854,3 +854,36 @@ class RemoveAclRuleResponse(_message.Message):
     USER_FIELD_NUMBER: _ClassVar[int]
     user: AclUser
     def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...
+
+class PullStreamRequest(_message.Message):
+    __slots__ = ("topic", "offsets", "max_count", "max_bytes", "tag_expression", "consumer_group", "from_leader")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    offsets: _containers.ScalarMap[int, int]
+    max_count: int
+    max_bytes: int
+    tag_expression: str
+    consumer_group: str
+    from_leader: bool
+    def __init__(self, topic: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ...) -> None: ...
+
+class PullStreamResponse(_message.Message):
+    __slots__ = ("queue_id", "pull")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    pull: PullMessageResponse
+    def __init__(self, queue_id: _Optional[int] = ..., pull: _Optional[_Union[PullMessageResponse, _Mapping]] = ...) -> None: ...

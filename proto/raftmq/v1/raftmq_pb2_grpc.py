@@ -124,6 +124,11 @@ class MessagingServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsResponse.FromString,
                 _registered_method=True)
+        self.PullStream = channel.unary_stream(
+                '/raftmq.v1.MessagingService/PullStream',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -240,6 +245,14 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PullStream(self, request, context):
+        """issue 17: streaming consume. Keeps the given queues flowing: every batch found is sent as it is dispatched,
+        without one request per batch; the stream runs until the client cancels it or its deadline passes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +345,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.ResetGroupOffsets,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsResponse.SerializeToString,
+            ),
+            'PullStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.PullStream,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -820,6 +838,33 @@ class MessagingService:
             '/raftmq.v1.MessagingService/ResetGroupOffsets',
             raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.ResetGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/PullStream',
+            raftmq_dot_v1_dot_raftmq__pb2.PullStreamRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.PullStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
