@@ -131,17 +131,18 @@ def check_consume_queues(
                         qo = dr.consume_queue_offset
                         name = f"{dr.topic}-{dr.queue_id}"
                         expected = next_offsets.get(name)
+                        right = (dr.commit_log_offset, size, dr.tags_code)
                         if expected is not None and qo != expected:
-                            if qo != 0:  # a record whose QUEUEOFFSET rotted: the commit-log checks own it
-                                pos += size
+                            if qo == 0:
+                                # offsets restart at 0 only when the topic was deleted and created again: what
+                                # was judged so far belongs to its first life, the queue to this one
+                                damage.pop(key, None)
+                                result.wrong_units[:] = [w for w in result.wrong_units if w[0] != key]
+                            elif not (qo > expected and _gap_is_reserved(consume_queues, key, expected, qo, right)):
+                                pos += size  # a record whose QUEUEOFFSET rotted: the commit-log checks own it
                                 continue
-                            # offsets restart at 0 only when the topic was deleted and created again: what was
-                            # judged so far belongs to its first life, the queue to this one
-                            damage.pop(key, None)
-                            result.wrong_units[:] = [w for w in result.wrong_units if w[0] != key]
                         next_offsets[name] = qo + 1
                         if key not in damage:
-                            right = (dr.commit_log_offset, size, dr.tags_code)
                             bad = _unit_problem(consume_queues, key, qo, *right)
                             if bad.startswith("is wrong"):
                                 result.wrong_units.append((key, qo, right))
@@ -219,6 +220,19 @@ def _with_indexed(dr: Any) -> Any:
                    dr.goes_to_consume_queue, indexed)
 
 
+def _gap_is_reserved(table: ConsumeQueueTable, key: tuple[str, int], expected: int, qo: int,
+                     right: tuple[int, int, int]) -> bool:
+    """Queue offsets ``[expected, qo)`` have no record (``store repair`` quarantined them and padded the queue
+    with blank units, so they are never handed out again): true when the queue agrees, either way round."""
+    cq = table.get(*key)
+    if cq is None:
+        return False
+    if cq.unit_at(qo) == right:
+        return True
+    unit = cq.unit_at(expected)
+    return unit is not None and unit[1] == BLANK_UNIT_SIZE
+
+
 def _unit_problem(table: ConsumeQueueTable, key: tuple[str, int], index: int, phy: int, size: int,
                   tags_code: int) -> str:
     """Why the unit at ``index`` of queue ``key`` is not ``(phy, size, tags_code)``; "" when it is."""
@@ -243,9 +257,12 @@ def _check_queue_tails(commit_log: Any, table: ConsumeQueueTable, result: Consum
         expected = result.next_queue_offsets.get(f"{cq.topic}-{cq.queue_id}")
         have = cq.get_max_offset_in_queue()
         if expected is not None:
-            if have > expected:
-                result.damage[key] = QueueDamage(cq.topic, cq.queue_id, expected, commit_log.max_offset,
-                                                 f"and the {have - expected} after it point at no record")
+            for index in range(expected, have):  # blank units reserve offsets (store repair); others are garbage
+                unit = cq.unit_at(index)
+                if unit is not None and unit[1] != BLANK_UNIT_SIZE:
+                    result.damage[key] = QueueDamage(cq.topic, cq.queue_id, index, commit_log.max_offset,
+                                                     f"and the {have - index - 1} after it point at no record")
+                    break
             continue
         for index in range(cq.get_min_offset_in_queue(), have):
             unit = cq.unit_at(index)
