@@ -65,6 +65,7 @@ class Broker:
         self.consumer_groups = ConsumerGroupRegistry()  # live group members; meaningful on the leader only
         self.serving = False
         self.rpcs_in_flight = 0
+        self._live_repairs: set[tuple[int, int]] = set()  # damaged ranges a read found, being fetched from peers
         self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
         self._stopping = False  # asked to stop: start() and background loops give up
@@ -297,8 +298,9 @@ class Broker:
             peers.close()
 
     def _on_commit_log_damage(self, records: list) -> None:
-        """Scrubber thread: damaged ranges of sealed segments; repair them from a peer in the background (one
-        repair at a time; a range still damaged is reported again by the next pass and retried then)."""
+        """Scrubber thread: damaged ranges of sealed segments; replace them with a peer's verified copy in the
+        background, as a damaged read does (one repair at a time; a range still damaged is reported again by the
+        next pass and retried then)."""
         with self._repair_lock:
             if self._repairing:
                 return
@@ -307,29 +309,58 @@ class Broker:
                          daemon=True).start()
 
     def _repair_while_serving(self, records: list) -> None:
-        """Fetch the ranges from a healthy peer and overwrite only the damaged bytes (a sealed segment: nothing
-        else writes there; reads of the range are refused with DATA_LOSS until then), then let the store check."""
-        from replication.peer_repair import repair_from_peers
-        from replication.peers import Peers
-        from replication.write_path import MemberInfo
+        """``repair_range_live`` for each range (reads of it answer DATA_LOSS meanwhile), then let the store
+        verify the ranges and re-check the consume-queue units derived from them."""
+        from replication.peer_repair import PeerRepairError, repair_range_live
 
-        cfg = self.config
-        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
+        repaired = []
         try:
-            outcome = repair_from_peers(peers, self.store_config.commit_log_dir,
-                                        self.store_config.mapped_file_size_commit_log, records)
-            if outcome.repaired:
-                log.warning("node %s: repaired from peers while serving: %s", self.node_id,
-                            ", ".join(f"[{r.start}, {r.end}) from {mid}" for r, mid in outcome.repaired))
-                self.store.commit_log_repaired([r for r, _mid in outcome.repaired])
-            for r, why in outcome.unrepaired:
-                log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start, r.end, why)
+            peers = getattr(self.write_path, "peers", None)
+            for r in records:
+                if peers is None or (r.start, r.end) in self._live_repairs:
+                    continue
+                try:
+                    mid = repair_range_live(peers, self.store, r)
+                    repaired.append(r)
+                    log.warning("node %s: scrubber-found damage [%d, %d) replaced with %s's copy", self.node_id,
+                                r.start, r.end, mid)
+                except PeerRepairError as e:
+                    log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start,
+                              r.end, e)
+            if repaired:
+                self.store.commit_log_repaired(repaired)
         except Exception:
             log.exception("node %s: repair from peers failed", self.node_id)
         finally:
-            peers.close()
             with self._repair_lock:
                 self._repairing = False
+
+    def on_corrupt_read(self, record) -> str:
+        """A read met a damaged record (its bytes were not returned). Replicated: fetch the range from a peer in
+        the background; the caller's error says to retry. Returns that hint ("" on a single node)."""
+        if not self.config.members or self.write_path is None or not hasattr(self.write_path, "peers"):
+            return ""
+        key = (record.start, record.end)
+        if key not in self._live_repairs:
+            self._live_repairs.add(key)
+            asyncio.get_running_loop().create_task(self._live_repair(record))
+        return f"member {self.node_id} is repairing it from a peer: retry in a moment"
+
+    async def _live_repair(self, record) -> None:
+        from replication.peer_repair import PeerRepairError, repair_range_live
+
+        try:
+            mid = await self.run_blocking(repair_range_live, self.write_path.peers, self.store, record)
+            log.warning("node %s: damaged commit-log range [%d, %d) replaced with %s's copy", self.node_id,
+                        record.start, record.end, mid)
+        except PeerRepairError as e:
+            log.error("node %s: damaged commit-log range [%d, %d) of %s (%s) could not be repaired: %s", self.node_id,
+                      record.start, record.end, record.path, record.reason, e)
+        except Exception:
+            log.exception("node %s: repairing commit-log range [%d, %d) failed", self.node_id, record.start,
+                          record.end)
+        finally:
+            self._live_repairs.discard((record.start, record.end))
 
     async def _wait_caught_up(self) -> None:
         """Ready = reput has dispatched everything recovered, and a leader is known."""

@@ -18,6 +18,7 @@ import grpc
 
 from node.errors import LEADER_METADATA_KEY, RpcError, to_rpc_error
 from node.metrics import BrokerMetrics
+from store.integrity import CorruptReadError
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ def rpc_handler(method: str, *, needs_ready: bool = True):
                     err = RpcError(grpc.StatusCode.INTERNAL,
                                    f"internal error in {method}: {type(exc).__name__}: {exc} (see the node log)")
                 code = err.code.name
+                if isinstance(exc, CorruptReadError):  # a replicated member repairs the record from a peer
+                    hook = getattr(node, "on_corrupt_read", None)
+                    hint = hook(exc.record) if hook is not None else ""
+                    if hint:
+                        err = RpcError(err.code, f"{err.message}; {hint}")
                 metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
                 await context.abort(err.code, err.message, metadata)
             finally:

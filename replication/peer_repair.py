@@ -18,15 +18,17 @@ import logging
 import os
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from raftmq.v1 import replica_pb2
 
 from replication.catch_up import peer_statuses
 from replication.peers import Peers
-from store.integrity import CorruptRecord
+from store.errors import StoreError
+from store.integrity import CorruptRecord, chunk_problem
 from store.json_file import fsync_dir
-from store.message import BLANK_MAGIC_CODE, RecordStatus, check_frame
+from store.message import BLANK_MAGIC_CODE
 
 log = logging.getLogger(__name__)
 
@@ -50,25 +52,9 @@ class _BadChunk(Exception):
 
 def verify_chunk(offset: int, data: bytes, file_size: int) -> None:
     """Raise ``_BadChunk`` unless ``data`` (at commit-log ``offset``) is whole valid records, maybe a final blank."""
-    pos, n = 0, len(data)
-    seg_pos = offset % file_size
-    while pos < n:
-        if pos + 8 > n:
-            raise _BadChunk(f"{n - pos} trailing bytes at {offset + pos} are not a record")
-        total, magic = _SIZE_MAGIC.unpack_from(data, pos)
-        if magic == BLANK_MAGIC_CODE:
-            if total != file_size - (seg_pos + pos) or pos + 8 != n:
-                raise _BadChunk(f"end-of-file blank at {offset + pos} does not end its segment")
-            return
-        try:
-            status, size, reason, parts = check_frame(data, pos, n, True)
-        except (struct.error, IndexError, ValueError) as e:
-            raise _BadChunk(f"undecodable record at {offset + pos}: {e}") from None
-        if status != RecordStatus.OK or parts is None:
-            raise _BadChunk(f"record at {offset + pos}: {reason}")
-        if parts[0][6] != offset + pos:
-            raise _BadChunk(f"record at {offset + pos} says PHYSICALOFFSET {parts[0][6]}")
-        pos += size
+    why = chunk_problem(offset, data, file_size)
+    if why is not None:
+        raise _BadChunk(why)
 
 
 def _segment_path(commit_log_dir: str, offset: int, file_size: int) -> str:
@@ -172,3 +158,37 @@ def repair_from_peers(peers: Peers, commit_log_dir: str, file_size: int,
         if not done:
             out.unrepaired.append((r, "; ".join(why) or "no peer configured"))
     return out
+
+
+def repair_range_live(peers: Peers, store: Any, r: CorruptRecord) -> str:
+    """Replace the damaged range ``r`` of an *open* store with a peer's verified bytes (a read found it).
+
+    Returns the id of the peer that supplied it; raises ``PeerRepairError`` with every peer's reason otherwise.
+    """
+    file_size = store.config.mapped_file_size_commit_log
+    errors: dict[str, str] = {}
+    statuses = peer_statuses(peers, timeout=5.0, errors=errors, with_metadata=False)
+    why = [f"{mid} unreachable ({e})" for mid, e in errors.items()]
+    for mid, st in sorted(statuses.items(), key=lambda kv: kv[1].is_leader):
+        if not (st.commit_log_min_offset <= r.start and st.commit_log_max_offset >= r.end):
+            why.append(f"{mid} holds [{st.commit_log_min_offset}, {st.commit_log_max_offset})")
+            continue
+        try:
+            chunks = _fetch_range(peers, mid, st.applied_index, r, file_size)
+            data = b"".join(d for _o, d in chunks)
+            lo = chunks[0][0]
+            store.replace_commit_log_range(r.start, data[r.start - lo : r.end - lo])
+        except (_BadChunk, StoreError) as e:
+            why.append(f"{mid}: {e}")
+            continue
+        except grpc.RpcError as e:
+            why.append(f"{mid}: {e.code().name} {e.details()}")
+            continue
+        log.warning("repaired commit-log range [%d, %d) of %s from peer %s while serving (%s)", r.start, r.end,
+                    r.path, mid, r.reason)
+        return mid
+    raise PeerRepairError(f"no peer could supply [{r.start}, {r.end}): " + ("; ".join(why) or "no peer configured"))
+
+
+class PeerRepairError(Exception):
+    """No peer supplied a verified copy of a damaged range."""

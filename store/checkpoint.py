@@ -68,3 +68,15 @@ class StoreCheckpoint:
         self.flush()
         with self._lock:
             self._mm.close()
+
+
+def read_flushed_offset(path: str) -> int:
+    """The ``flushed_offset`` of a checkpoint file without mapping it (offline tools); 0 when absent."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(FLUSHED_OFFSET_POSITION + 8)
+    except FileNotFoundError:
+        return 0
+    if len(data) < FLUSHED_OFFSET_POSITION + 8:
+        return 0
+    return max(0, _FLUSHED.unpack_from(data, FLUSHED_OFFSET_POSITION)[0])

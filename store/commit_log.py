@@ -952,23 +952,28 @@ class CommitLog:
         return status == RecordStatus.OK and parts is not None and parts[0][6] == offset
 
     def truncate_dirty_files(self, offset: int) -> None:
-        """Cut the log at ``offset`` (a record boundary); later segments are deleted."""
-        mfq = self.mapped_file_queue
-        mf = mfq.find_mapped_file_by_offset(offset)
-        if mf is not None:
-            pos = offset - mf.file_from_offset
-            old = mf.wrote_position
-            if old > pos:  # clear the cut-off bytes so they can never be recovered as records
-                mf.write_at(pos, bytes(old - pos))
-        ckpt = self.checkpoint
-        if ckpt is not None and ckpt.flushed_offset > offset:  # durable first: a restart must not call this loss
-            ckpt.flushed_offset = offset
-            ckpt.flush()
-        mfq.truncate_dirty_files(offset)
-        mfq.flushed_where = min(mfq.flushed_where, offset)
-        files = mfq.mapped_files
-        if files:
-            self._empty_log_start = files[0].file_from_offset
+        """Cut the log at ``offset`` (a record boundary); later segments are deleted.
+
+        Under the flush lock: a flush that captured the old end must not raise the checkpoint's flushed offset
+        back above the cut after it (a restart would then call the cut-off bytes lost acknowledged data).
+        """
+        with self._flush_lock:
+            mfq = self.mapped_file_queue
+            mf = mfq.find_mapped_file_by_offset(offset)
+            if mf is not None:
+                pos = offset - mf.file_from_offset
+                old = mf.wrote_position
+                if old > pos:  # clear the cut-off bytes so they can never be recovered as records
+                    mf.write_at(pos, bytes(old - pos))
+            ckpt = self.checkpoint
+            if ckpt is not None and ckpt.flushed_offset > offset:  # durable first: a restart must not call it loss
+                ckpt.flushed_offset = offset
+                ckpt.flush()
+            mfq.truncate_dirty_files(offset)
+            mfq.flushed_where = min(mfq.flushed_where, offset)
+            files = mfq.mapped_files
+            if files:
+                self._empty_log_start = files[0].file_from_offset
 
     # ================================================================== flush / lifecycle
     def flush(self, least_pages: int = 0) -> int:

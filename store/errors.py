@@ -1,7 +1,8 @@
 """Exceptions raised by the store.
 
-Every error a caller can cause carries a message that says what to fix; corrupt data found on disk is
-never an exception on the read path (it is logged and truncated or skipped instead).
+Every error a caller can cause carries a message that says what to fix. Damaged data on disk raises the errors
+of ``store.integrity``: ``CorruptionError`` at open (nothing was changed), ``CorruptReadError`` on a read (the
+damaged record's bytes are never returned).
 """
 
 from __future__ import annotations

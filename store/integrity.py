@@ -15,6 +15,7 @@ Stable API (other modules and branches build on it):
   verify the records of one segment from the record boundary ``start`` (segment-relative) up to ``end``;
   after damage it resynchronises at the next record that validates (see ``resync``).
 * ``scan_segment(buf, base, path, is_last) -> SegmentScan``: where one segment's data ends and what is damaged.
+* ``chunk_problem(offset, data, file_size) -> str | None``: are copied bytes whole valid records?
 * ``CorruptReadError(record)`` / ``check_read(raw, offset, path, check_crc)``: the read path's per-record check.
 * ``scan_commit_log(directory, file_size) -> CommitLogScan``: every segment of a commit-log directory, missing
   segments and segments of the wrong size included.
@@ -46,6 +47,7 @@ MIN_RECORD_SIZE = 91
 _SIZE_MAGIC = struct.Struct(">ii")
 _MAGIC_BYTES = struct.pack(">i", MESSAGE_MAGIC_CODE)
 _BLANK_BYTES = struct.pack(">i", BLANK_MAGIC_CODE)
+_ZEROS = bytes(1 << 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,36 @@ def check_read(raw, offset: int, path: str, check_crc: bool = True) -> CorruptRe
         return CorruptRecord(path, offset, offset + len(raw), reason or "not a message record")
     if parts[0][6] != offset:
         return CorruptRecord(path, offset, offset + size, f"record says PHYSICALOFFSET {parts[0][6]}")
+    return None
+
+
+def chunk_problem(offset: int, data, file_size: int) -> str | None:
+    """Why ``data`` (commit-log bytes at ``offset``, within one segment) is not whole valid records, or None.
+
+    Each record must pass every check and carry its own PHYSICALOFFSET; an end-of-file blank record may close
+    the data only if it reaches the segment end. Used to verify bytes copied from a peer before they are written.
+    """
+    pos, n = 0, len(data)
+    seg_pos = offset % file_size
+    if seg_pos + n > file_size:
+        return f"{n} bytes at {offset} run past the end of their segment"
+    while pos < n:
+        if pos + 8 > n:
+            return f"{n - pos} trailing bytes at {offset + pos} are not a record"
+        total, magic = _SIZE_MAGIC.unpack_from(data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != file_size - (seg_pos + pos) or pos + 8 != n:
+                return f"end-of-file blank at {offset + pos} does not end its segment"
+            return None
+        try:
+            status, size, reason, parts = check_frame(data, pos, n, True)
+        except (struct.error, IndexError, ValueError) as e:
+            return f"undecodable record at {offset + pos}: {e}"
+        if status != RecordStatus.OK or parts is None:
+            return f"record at {offset + pos}: {reason}"
+        if parts[0][6] != offset + pos:
+            return f"record at {offset + pos} says PHYSICALOFFSET {parts[0][6]}"
+        pos += size
     return None
 
 
@@ -167,15 +199,16 @@ def _find_blank_end(buf, start: int, limit: int) -> int | None:
 
 def _last_nonzero(buf, start: int, limit: int) -> int:
     """Position just after the last non-zero byte in ``[start, limit)`` (``start`` when all are zero)."""
-    chunk = 1 << 16
-    end = limit
-    while end > start:
-        lo = max(start, end - chunk)
-        piece = bytes(buf[lo:end]).rstrip(b"\0")
-        if piece:
-            return lo + len(piece)
-        end = lo
-    return start
+    last = start
+    p = start
+    n_max = len(_ZEROS)
+    while p < limit:
+        n = min(n_max, limit - p)
+        piece = buf[p : p + n]
+        if piece != _ZEROS[:n]:
+            last = p + len(bytes(piece).rstrip(b"\0"))
+        p += n
+    return last
 
 
 def _describe_bad(buf, pos: int, limit: int, base: int, check_crc: bool) -> str:
@@ -238,6 +271,14 @@ def scan_segment(buf, base: int, path: str, is_last: bool, *, check_crc: bool = 
             out.data_end = pos
             continue
         zeros = total == 0 and magic == 0
+        end = _last_nonzero(buf, pos, limit)  # one pass; the common case (end of data) stops here
+        if zeros and end == pos:
+            out.data_end = pos
+            if not is_last:  # a full segment must end with a blank record; this one stops early
+                out.damaged.append(CorruptRecord(
+                    path, base + pos, base + limit,
+                    "zero bytes where records or the end-of-file blank record must be"))
+            break
         reason = "zero bytes where a record must be" if zeros else _describe_bad(buf, pos, limit, base, check_crc)
         nxt = resync(buf, base, pos + 1, limit)
         if nxt is not None:
@@ -250,13 +291,6 @@ def scan_segment(buf, base: int, path: str, is_last: bool, *, check_crc: bool = 
             out.blank_at = out.data_end = blank
             break
         out.data_end = pos
-        end = _last_nonzero(buf, pos, limit)
-        if zeros and end == pos:
-            if not is_last:  # a full segment must end with a blank record; this one stops early
-                out.damaged.append(CorruptRecord(
-                    path, base + pos, base + limit,
-                    "zero bytes where records or the end-of-file blank record must be"))
-            break
         damage = CorruptRecord(path, base + pos, base + max(end, pos + 8), reason)
         if is_last:
             out.tail = damage

@@ -70,6 +70,7 @@ from store.integrity import (
     CorruptReadError,
     CorruptRecord,
     check_read,
+    chunk_problem,
     verify_records,
 )
 from store.json_file import fsync_dir
@@ -798,6 +799,32 @@ class MessageStore:
             cl.append_raw(offset, data)
         assert self.reput is not None
         self.reput.notify()
+
+    def replace_commit_log_range(self, start: int, data: bytes) -> None:
+        """Overwrite the damaged commit-log bytes ``[start, start + len(data))`` in place with a replica's copy.
+
+        ``data`` must be whole valid records carrying their own offsets (``integrity.chunk_problem``) that end on a
+        record boundary of this log, inside one segment and below the log end; it is written and flushed under
+        the put lock. Commit logs of all members are byte-identical, so consume-queue units and index entries
+        that point into the range stay right.
+        """
+        cl = self._check_open()
+        end = start + len(data)
+        fs = cl.file_size
+        if not data or start < cl.min_offset or end > cl.max_offset or start // fs != (end - 1) // fs:
+            raise StoreError(f"cannot replace [{start}, {end}): it must be non-empty, inside one segment and "
+                             f"inside the commit log [{cl.min_offset}, {cl.max_offset})")
+        why = chunk_problem(start, data, fs)
+        if why is not None:
+            raise StoreError(f"replacement for [{start}, {end}) refused: {why}")
+        with cl.put_lock:
+            mf = cl.mapped_file_queue.find_mapped_file_by_offset(start)
+            if mf is None:
+                raise StoreError(f"commit-log segment of offset {start} is gone (retention)")
+            if end % fs and not cl.is_record_boundary(end):
+                raise StoreError(f"replacement for [{start}, {end}) refused: no record of this log starts at {end}")
+            mf.write_at(start - mf.file_from_offset, data)
+            mf.buffer.flush()
 
     def queue_offset_table(self) -> dict[str, int]:
         """Next queue offset per ``topic-queueId`` (a copy): what the next record of each queue will get."""

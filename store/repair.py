@@ -35,7 +35,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import StoreCheckpoint, read_flushed_offset
 from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE
 from store.dispatch import TRANSACTION_ROLLBACK_TYPE
@@ -131,12 +131,7 @@ def check_store(root: str, segment_size: int | None = None) -> CheckReport:
 
 
 def _flushed_offset(root: str) -> int:
-    path = os.path.join(root, "checkpoint")
-    if not os.path.exists(path):
-        return 0
-    with open(path, "rb") as f:
-        data = f.read(32)
-    return max(0, struct.unpack_from(">q", data, 24)[0]) if len(data) >= 32 else 0
+    return read_flushed_offset(os.path.join(root, "checkpoint"))
 
 
 def _check_consume_queues(root: str, scan: CommitLogScan) -> list[Problem]:
@@ -237,6 +232,11 @@ def filler_records(start: int, end: int, note: str, store_timestamp: int,
     return out
 
 
+def min_filler_length() -> int:
+    """Bytes of the smallest filler record (empty body)."""
+    return len(_filler(0, b"", "", 0, ("127.0.0.1", 0)))
+
+
 def _filler(pos: int, body: bytes, note: str, ts: int, host: tuple[str, int]) -> bytes:
     return encode_record(topic=QUARANTINE_TOPIC, body=body, properties="", physical_offset=pos,
                          sys_flag=TRANSACTION_ROLLBACK_TYPE, born_timestamp=ts, store_timestamp=ts,
@@ -266,8 +266,22 @@ def plan_repair(report: CheckReport, quarantine: str) -> list[RepairAction]:
                             "inside segments)")
     flushed = _flushed_offset(report.root)
     ranges = list(report.damaged_ranges)
-    if report.scan.tail is not None and report.scan.tail.start < flushed:
-        ranges.append(report.scan.tail)
+    scan = report.scan
+    tail_start = scan.tail.start if scan.tail is not None else scan.data_end
+    if tail_start < flushed:
+        # the end of the log below the flushed offset is damaged or zeros: fill it up to the flushed offset at
+        # least (those offsets were handed out), and to a whole filler record at least
+        fs = report.segment_size
+        path = scan.tail.path if scan.tail is not None else os.path.join(report.root, "commitlog",
+                                                                          f"{tail_start - tail_start % fs:020d}")
+        end = max(flushed, scan.tail.end if scan.tail is not None else 0, tail_start + min_filler_length())
+        seg_end = tail_start - tail_start % fs + fs
+        if end > seg_end - 8:
+            raise RepairRefused(f"the damaged end of the log [{tail_start}, {end}) reaches past its segment "
+                                f"{path}; restore the segment from a backup or a replica")
+        reason = scan.tail.reason if scan.tail is not None else "zeros where flushed records must be"
+        ranges.append(CorruptRecord(path, tail_start, end, f"{reason} (end of the log, below the flushed "
+                                    f"offset {flushed})"))
     return [RepairAction(r, os.path.join(quarantine, f"{r.start:020d}-{r.end:020d}.bin")) for r in ranges]
 
 
@@ -285,6 +299,7 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
 
     cfg = config or StoreConfig(root_dir=root, mapped_file_size_commit_log=report.segment_size,
                                 mapped_file_size_consume_queue=_infer_cq_size(root))
+    fillers = [_filler_bytes(a, report.segment_size, stamp, cfg.store_host_addr) for a in actions]
     lock = StoreLock(cfg.lock_path)
     lock.acquire()  # refuses while a node has the store open
     try:
@@ -308,8 +323,8 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
             f.flush()
             os.fsync(f.fileno())
         fsync_dir(qdir)
-        for a in actions:
-            _write_fillers(a, report.segment_size, stamp, cfg.store_host_addr)
+        for a, data in zip(actions, fillers, strict=True):
+            _write_at(a.record.path, a.record.start % report.segment_size, data)
         for name in ("consumequeue", "index"):
             src = os.path.join(root, name)
             if os.path.isdir(src):
@@ -324,15 +339,24 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
     return actions, report
 
 
-def _write_fillers(a: RepairAction, segment_size: int, stamp: str, host: tuple[str, int]) -> None:
+def _filler_bytes(a: RepairAction, segment_size: int, stamp: str, host: tuple[str, int]) -> bytes:
+    """The filler records for one action (built before anything is written: a range they cannot cover exactly
+    refuses the whole repair)."""
     r = a.record
     ts = _timestamp_before(r.path, r.start % segment_size)
     note = f"{r.length} damaged bytes [{r.start}, {r.end}) moved to quarantine/{stamp}/{os.path.basename(a.quarantine_file)}"
-    data = b"".join(filler_records(r.start, r.end, note, ts, host))
-    assert len(data) == r.length
-    fd = os.open(r.path, os.O_RDWR)
     try:
-        os.pwrite(fd, data, r.start % segment_size)
+        data = b"".join(filler_records(r.start, r.end, note, ts, host))
+    except ValueError as e:
+        raise RepairRefused(str(e)) from None
+    assert len(data) == r.length
+    return data
+
+
+def _write_at(path: str, pos: int, data: bytes) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, data, pos)
         os.fsync(fd)
     finally:
         os.close(fd)

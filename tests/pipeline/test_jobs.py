@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from pipeline.main import main as pipeline_main
+from tests.pipeline.conftest import SEGMENT
 
 pytestmark = pytest.mark.spark
 
@@ -181,3 +182,16 @@ def test_unwritable_output_is_refused_before_any_work(built_store, tmp_path, cap
     assert pipeline_main(["reindex", built_store.root, str(blocker / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not writable" in err[0]
+
+
+def test_verify_reports_damaged_commit_log_records(spark, built_store, store_copy, capsys) -> None:
+    """Issue 10: a corrupted copy used to verify as "0 difference(s)", exit 0."""
+    root = store_copy()
+    victim = sorted(built_store.puts, key=lambda p: p.physical_offset)[30]
+    seg = victim.physical_offset - victim.physical_offset % SEGMENT
+    with open(os.path.join(root, "commitlog", f"{seg:020d}"), "r+b") as f:
+        f.seek(victim.physical_offset - seg + 4)  # the magic code: the record cannot be read at all
+        f.write(b"\x00\x11\x22\x33" + bytes(60))
+    assert pipeline_main(["verify", root, *SMALL]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"commitlog {seg:020d} [{victim.physical_offset}, ") and "damaged" in lines[0], lines

@@ -12,13 +12,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import grpc
 import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from client import Admin, Producer
 from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
-from tests.support.processes import TINY_STORE, running_nodes
+from tests.support.processes import GRPC_OPTIONS, TINY_STORE, running_nodes
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -33,12 +34,15 @@ def _patch(store_dir: Path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def _pull(address: str, topic: str, queue_id: int, offset: int) -> list[int]:
+    with grpc.insecure_channel(address, options=GRPC_OPTIONS) as ch:
+        r = pb_grpc.MessagingServiceStub(ch).PullMessage(
+            pb.PullMessageRequest(topic=topic, queue_id=queue_id, offset=offset, max_count=32), timeout=30)
+        return [int(m.body[len(BODY):]) for m in r.messages]
+
+
 def _read_all(address: str, topic: str) -> list[int]:
     """Every message of ``topic`` pulled from one member, as the numbers their bodies carry."""
-    import grpc
-
-    from tests.support.processes import GRPC_OPTIONS
-
     out: list[int] = []
     with grpc.insecure_channel(address, options=GRPC_OPTIONS) as ch:
         stub = pb_grpc.MessagingServiceStub(ch)
@@ -96,6 +100,28 @@ def test_damaged_follower_repairs_from_peers_and_ends_byte_identical(tmp_path: P
         victim.stop()
         (victim.spec.data_dir / "commitlog" / f"{SEGMENT:020d}").unlink()
         victim.start().wait_ready(120)
+        _check_identical(servers, victim, acked)
+
+        # a body byte rots while the member serves: the read is refused (DATA_LOSS, never the bytes) and the
+        # member replaces the record with a peer's copy in the background; the retried read gets it
+        seg0_path = victim.spec.data_dir / "commitlog" / f"{0:020d}"
+        seg0 = seg0_path.read_bytes()
+        at = seg0.index(BODY + b"%05d" % 7)
+        with open(seg0_path, "r+b") as f:  # the member's mapping sees this write (same page cache)
+            f.seek(at + 300)
+            f.write(bytes([seg0[at + 300] ^ 0x04]))
+        assert _pull(victim.grpc_address, "Heal", 0, 0) == list(range(7))  # the good ones before it
+        with pytest.raises(grpc.RpcError) as ei:
+            _pull(victim.grpc_address, "Heal", 0, 7)
+        assert ei.value.code() == grpc.StatusCode.DATA_LOSS and "repairing it from a peer" in ei.value.details()
+
+        def healed() -> list[int] | None:
+            try:
+                return _pull(victim.grpc_address, "Heal", 0, 7)
+            except grpc.RpcError:
+                return None
+
+        assert wait_for(healed, timeout=60, what="the rotten record repaired from a peer")[0] == 7
         _check_identical(servers, victim, acked)
 
         # no peer reachable: not ready, with the reason; repaired as soon as a peer is back

@@ -205,3 +205,38 @@ def test_flipped_body_byte_pull_view_and_query_refuse_it(tmp_path: Path) -> None
         assert st.view_message(results[victim_seq + 1].physical_offset).body == cw.body_for(victim_seq + 1)
     finally:
         st.shutdown()
+
+
+def test_store_check_reports_a_consume_queue_unit_that_disagrees_with_the_log(tmp_path: Path) -> None:
+    cfg, results = _write(tmp_path / "s", 60)
+    assert _cli("check", cfg.root_dir).returncode == 0
+    victim = results[9]  # queue 0, queue offset 3
+    qfile = Path(cfg.consume_queue_dir) / "DmgT" / "0" / f"{0:020d}"
+    with open(qfile, "r+b") as f:
+        f.seek(victim.queue_offset * 20)
+        f.write((victim.physical_offset + 8).to_bytes(8, "big"))
+    chk = _cli("check", "--json", cfg.root_dir)
+    assert chk.returncode == 1
+    [p] = json.loads(chk.stdout)["problems"]
+    assert p["kind"] == "consumequeue" and p["path"].endswith("DmgT/0") and f"queue offset {victim.queue_offset}" in p["detail"]
+
+
+def test_a_damaged_flushed_last_record_refuses_then_repair_fills_it_and_its_offset_is_not_reused(tmp_path: Path) -> None:
+    cfg, results = _write(tmp_path / "s", 60)
+    last = results[-1]
+    _patch(cfg, last.physical_offset + 88 + 30, b"\x00\xff\x00")
+    _refuses(cfg, last.physical_offset)
+    rep = _cli("repair", cfg.root_dir)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert _cli("check", cfg.root_dir).returncode == 0
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        wait_dispatched(st)
+        assert st.view_message(last.physical_offset) is None
+        assert st.view_message(results[-2].physical_offset).body == cw.body_for(58)
+        r = st.put_message(cw.make_message(60, "DmgT", last.queue_id))
+        assert r.physical_offset >= last.physical_offset + last.wrote_bytes
+        assert r.queue_offset == last.queue_offset + 1
+    finally:
+        st.shutdown()
