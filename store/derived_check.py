@@ -78,6 +78,7 @@ class ConsumeQueueCheck:
     next_queue_offsets: dict[str, int] = field(default_factory=dict)  # "topic-queueId" -> last offset + 1
     # units that exist but hold the wrong bytes: ((topic, queueId), queue offset, the right unit); written in place
     wrong_units: list[tuple[tuple[str, int], int, tuple[int, int, int]]] = field(default_factory=list)
+    index_gap_hits: set[int] = field(default_factory=set)  # index_gaps (by position) a keyed record falls into
     last_indexed: int = -1  # commit-log offset of the last record that puts a key into the index
     first_indexed: int = -1  # ... and of the first
 
@@ -91,13 +92,15 @@ def check_consume_queues(
     whole_log: bool = False,
     pace: Callable[[int], None] | None = None,
     topic_exists: Callable[[str], bool] | None = None,
+    index_gaps: list[tuple[int, int]] | None = None,
 ) -> ConsumeQueueCheck:
     """Compare every consume-queue unit that records in ``[start, end)`` of the commit log should have.
 
     ``whole_log``: ``start`` is the commit log's first record, so units past the last record of their queue (or
     in queues no record mentions) are garbage too. ``pace(nbytes)`` is called after each slice read (the
     scrubber's rate limit). ``topic_exists``: records of other topics (deleted ones: their queues are gone on
-    purpose) are not checked.
+    purpose) are not checked. ``index_gaps``: sorted commit-log ranges ``(a, b)`` between two consecutive index
+    files; a keyed record strictly inside one means the file that indexed it is missing.
     """
     result = ConsumeQueueCheck(start, start)
     damage = result.damage
@@ -105,6 +108,8 @@ def check_consume_queues(
     check = commit_log.check_message_and_return_size
     fields = _fields_of(check)
     checked_topics: dict[str, bool] = {}  # topic_exists per topic, asked once per walk
+    gaps = index_gaps or []
+    gap = 0
     offset = start
     while offset < end:
         view = commit_log.get_data(offset, end)
@@ -120,6 +125,11 @@ def check_consume_queues(
                 if dr.success and size > 0:
                     result.records += 1
                     if dr.indexed:
+                        at = dr.commit_log_offset
+                        while gaps and gaps[gap][1] <= at and gap + 1 < len(gaps):
+                            gap += 1
+                        if gaps and gaps[gap][0] < at < gaps[gap][1]:
+                            result.index_gap_hits.add(gap)
                         result.last_indexed = dr.commit_log_offset
                         if result.first_indexed < 0:
                             result.first_indexed = dr.commit_log_offset
