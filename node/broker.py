@@ -454,8 +454,9 @@ class Broker:
             self._live_repairs.discard((record.start, record.end))
 
     def _on_commit_log_damage(self, records: list) -> None:
-        """Scrubber thread: damaged ranges of sealed segments; repair them from a peer in the background (one
-        repair at a time; a range still damaged is reported again by the next pass and retried then)."""
+        """Scrubber thread: damaged ranges of sealed segments; replace them with a peer's verified copy in the
+        background, as a damaged read does (one repair at a time; a range still damaged is reported again by the
+        next pass and retried then)."""
         with self._repair_lock:
             if self._repairing:
                 return
@@ -464,27 +465,29 @@ class Broker:
                          daemon=True).start()
 
     def _repair_while_serving(self, records: list) -> None:
-        """Fetch the ranges from a healthy peer and overwrite only the damaged bytes (a sealed segment: nothing
-        else writes there; reads of the range are refused with DATA_LOSS until then), then let the store check."""
-        from replication.peer_repair import repair_from_peers
-        from replication.peers import Peers
-        from replication.write_path import MemberInfo
+        """``repair_range_live`` for each range (reads of it answer DATA_LOSS meanwhile), then let the store
+        verify the ranges and re-check the consume-queue units derived from them."""
+        from replication.peer_repair import PeerRepairError, repair_range_live
 
-        cfg = self.config
-        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
+        repaired = []
         try:
-            outcome = repair_from_peers(peers, self.store_config.commit_log_dir,
-                                        self.store_config.mapped_file_size_commit_log, records)
-            if outcome.repaired:
-                log.warning("node %s: repaired from peers while serving: %s", self.node_id,
-                            ", ".join(f"[{r.start}, {r.end}) from {mid}" for r, mid in outcome.repaired))
-                self.store.commit_log_repaired([r for r, _mid in outcome.repaired])
-            for r, why in outcome.unrepaired:
-                log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start, r.end, why)
+            peers = getattr(self.write_path, "peers", None)
+            for r in records:
+                if peers is None or (r.start, r.end) in self._live_repairs:
+                    continue
+                try:
+                    mid = repair_range_live(peers, self.store, r)
+                    repaired.append(r)
+                    log.warning("node %s: scrubber-found damage [%d, %d) replaced with %s's copy", self.node_id,
+                                r.start, r.end, mid)
+                except PeerRepairError as e:
+                    log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start,
+                              r.end, e)
+            if repaired:
+                self.store.commit_log_repaired(repaired)
         except Exception:
             log.exception("node %s: repair from peers failed", self.node_id)
         finally:
-            peers.close()
             with self._repair_lock:
                 self._repairing = False
 

@@ -78,6 +78,7 @@ class ConsumeQueueCheck:
     next_queue_offsets: dict[str, int] = field(default_factory=dict)  # "topic-queueId" -> last offset + 1
     # units that exist but hold the wrong bytes: ((topic, queueId), queue offset, the right unit); written in place
     wrong_units: list[tuple[tuple[str, int], int, tuple[int, int, int]]] = field(default_factory=list)
+    index_gap_hits: set[int] = field(default_factory=set)  # index_gaps (by position) a keyed record falls into
     last_indexed: int = -1  # commit-log offset of the last record that puts a key into the index
     first_indexed: int = -1  # ... and of the first
 
@@ -91,13 +92,15 @@ def check_consume_queues(
     whole_log: bool = False,
     pace: Callable[[int], None] | None = None,
     topic_exists: Callable[[str], bool] | None = None,
+    index_gaps: list[tuple[int, int]] | None = None,
 ) -> ConsumeQueueCheck:
     """Compare every consume-queue unit that records in ``[start, end)`` of the commit log should have.
 
     ``whole_log``: ``start`` is the commit log's first record, so units past the last record of their queue (or
     in queues no record mentions) are garbage too. ``pace(nbytes)`` is called after each slice read (the
     scrubber's rate limit). ``topic_exists``: records of other topics (deleted ones: their queues are gone on
-    purpose) are not checked.
+    purpose) are not checked. ``index_gaps``: sorted commit-log ranges ``(a, b)`` between two consecutive index
+    files; a keyed record strictly inside one means the file that indexed it is missing.
     """
     result = ConsumeQueueCheck(start, start)
     damage = result.damage
@@ -105,6 +108,8 @@ def check_consume_queues(
     check = commit_log.check_message_and_return_size
     fields = _fields_of(check)
     checked_topics: dict[str, bool] = {}  # topic_exists per topic, asked once per walk
+    gaps = index_gaps or []
+    gap = 0
     offset = start
     while offset < end:
         view = commit_log.get_data(offset, end)
@@ -120,6 +125,11 @@ def check_consume_queues(
                 if dr.success and size > 0:
                     result.records += 1
                     if dr.indexed:
+                        at = dr.commit_log_offset
+                        while gaps and gaps[gap][1] <= at and gap + 1 < len(gaps):
+                            gap += 1
+                        if gaps and gaps[gap][0] < at < gaps[gap][1]:
+                            result.index_gap_hits.add(gap)
                         result.last_indexed = dr.commit_log_offset
                         if result.first_indexed < 0:
                             result.first_indexed = dr.commit_log_offset
@@ -131,17 +141,18 @@ def check_consume_queues(
                         qo = dr.consume_queue_offset
                         name = f"{dr.topic}-{dr.queue_id}"
                         expected = next_offsets.get(name)
+                        right = (dr.commit_log_offset, size, dr.tags_code)
                         if expected is not None and qo != expected:
-                            if qo != 0:  # a record whose QUEUEOFFSET rotted: the commit-log checks own it
-                                pos += size
+                            if qo == 0:
+                                # offsets restart at 0 only when the topic was deleted and created again: what
+                                # was judged so far belongs to its first life, the queue to this one
+                                damage.pop(key, None)
+                                result.wrong_units[:] = [w for w in result.wrong_units if w[0] != key]
+                            elif not (qo > expected and _gap_is_reserved(consume_queues, key, expected, qo, right)):
+                                pos += size  # a record whose QUEUEOFFSET rotted: the commit-log checks own it
                                 continue
-                            # offsets restart at 0 only when the topic was deleted and created again: what was
-                            # judged so far belongs to its first life, the queue to this one
-                            damage.pop(key, None)
-                            result.wrong_units[:] = [w for w in result.wrong_units if w[0] != key]
                         next_offsets[name] = qo + 1
                         if key not in damage:
-                            right = (dr.commit_log_offset, size, dr.tags_code)
                             bad = _unit_problem(consume_queues, key, qo, *right)
                             if bad.startswith("is wrong"):
                                 result.wrong_units.append((key, qo, right))
@@ -219,6 +230,19 @@ def _with_indexed(dr: Any) -> Any:
                    dr.goes_to_consume_queue, indexed)
 
 
+def _gap_is_reserved(table: ConsumeQueueTable, key: tuple[str, int], expected: int, qo: int,
+                     right: tuple[int, int, int]) -> bool:
+    """Queue offsets ``[expected, qo)`` have no record (``store repair`` quarantined them and padded the queue
+    with blank units, so they are never handed out again): true when the queue agrees, either way round."""
+    cq = table.get(*key)
+    if cq is None:
+        return False
+    if cq.unit_at(qo) == right:
+        return True
+    unit = cq.unit_at(expected)
+    return unit is not None and unit[1] == BLANK_UNIT_SIZE
+
+
 def _unit_problem(table: ConsumeQueueTable, key: tuple[str, int], index: int, phy: int, size: int,
                   tags_code: int) -> str:
     """Why the unit at ``index`` of queue ``key`` is not ``(phy, size, tags_code)``; "" when it is."""
@@ -243,9 +267,12 @@ def _check_queue_tails(commit_log: Any, table: ConsumeQueueTable, result: Consum
         expected = result.next_queue_offsets.get(f"{cq.topic}-{cq.queue_id}")
         have = cq.get_max_offset_in_queue()
         if expected is not None:
-            if have > expected:
-                result.damage[key] = QueueDamage(cq.topic, cq.queue_id, expected, commit_log.max_offset,
-                                                 f"and the {have - expected} after it point at no record")
+            for index in range(expected, have):  # blank units reserve offsets (store repair); others are garbage
+                unit = cq.unit_at(index)
+                if unit is not None and unit[1] != BLANK_UNIT_SIZE:
+                    result.damage[key] = QueueDamage(cq.topic, cq.queue_id, index, commit_log.max_offset,
+                                                     f"and the {have - index - 1} after it point at no record")
+                    break
             continue
         for index in range(cq.get_min_offset_in_queue(), have):
             unit = cq.unit_at(index)

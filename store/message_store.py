@@ -309,6 +309,12 @@ class MessageStore:
         (reput would not index them again: they lie before ``dispatch_from``), or before the first one."""
         assert self.index_service is not None
         files = self.index_service.index_files
+        missing = [IndexDamage(files[i + 1].path, i + 1, "keyed records between the end of the file before "
+                               f"({files[i].end_phy_offset}) and its first entry ({files[i + 1].begin_phy_offset}) "
+                               "are in no index file (a file between them is missing)")
+                   for i in sorted(found.index_gap_hits)]
+        if missing:
+            return missing[:1]
         if found.last_indexed < 0:
             return []
         if not files:
@@ -339,8 +345,10 @@ class MessageStore:
             return None, {}
         started = time.monotonic()
         rebuild_from: int | None = None
+        index_files = self.index_service.index_files if self.index_service is not None else []
+        gaps = [(a.end_phy_offset, b.begin_phy_offset) for a, b in zip(index_files, index_files[1:], strict=False)]
         found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True,
-                                     topic_exists=self._topic_has_queues)
+                                     topic_exists=self._topic_has_queues, index_gaps=gaps)
         self._rewrite_units(found.wrong_units, "start-up check")
         for damage in found.damage.values():
             if damage.commit_log_offset >= dispatch_from and damage.reason.startswith("is missing"):

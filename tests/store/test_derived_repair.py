@@ -295,3 +295,13 @@ def test_deleted_index_files_are_rebuilt(written, which):
     st = _reopen_and_check(root, sent, reference)
     assert any("index" in d for d in st.derived_damage), st.derived_damage
     st.shutdown()
+
+
+def test_a_deleted_middle_index_file_is_rebuilt(written):
+    root, sent, reference = written
+    files = segment_files(root / "index")
+    assert len(files) >= 3
+    files[1].unlink()
+    st = _reopen_and_check(root, sent, reference)
+    assert any("index file" in d and "missing" in d for d in st.derived_damage), st.derived_damage
+    st.shutdown()
