@@ -148,10 +148,16 @@ class SendAccumulator:
             kind, value = s.future.result(timeout)
         except FutureTimeout:
             s.abandoned = True
+            with self._cond:
+                stream = self._stream
+            address = stream.address if stream is not None else self._pool.write_address()
+            if stream is not None:  # a member that does not answer: later sends must not queue behind it
+                self._pool.report_timeout(stream.address)
+                self._retire(stream)
             raise errors.UnknownOutcomeError(
                 f"no answer within {timeout:.1f} s; the send ({_which(s.uniq_keys)}) may or may not have been "
                 "stored", uniq_keys=s.uniq_keys, code=grpc.StatusCode.DEADLINE_EXCEEDED,
-                address=self._pool.leader or self._pool.addresses[0]) from None
+                address=address) from None
         if kind == "ok":
             return value
         raise value
@@ -231,7 +237,7 @@ class SendAccumulator:
         return sends
 
     def _open(self) -> _Stream:
-        address = self._pool.leader or self._pool.addresses[0]
+        address = self._pool.write_address()
         stream = _Stream(address, self._pool.stubs(address).channel)
         with self._cond:
             self._stream = stream

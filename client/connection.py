@@ -236,6 +236,20 @@ class ServerPool:
         """The leader address learned from the last redirect or successful write."""
         return self._leader
 
+    @property
+    def leader_unreachable(self) -> bool:
+        """True while the leader is out of this client's reach and writes go through forwarding members."""
+        return self._unreachable_leader is not None
+
+    def write_address(self) -> str:
+        """Where the next write goes first: the leader unless it is suspect (streams open there)."""
+        return self._order(True)[0]
+
+    def report_timeout(self, address: str) -> None:
+        """A call to ``address`` got no answer in time (e.g. on a stream): try the other members first for a
+        while, exactly as a unary timeout does."""
+        self._mark_suspect(address)
+
     # ------------------------------------------------------------------ calls
 
     def read(self, call: Callable[[_Stubs, float], Any], *, timeout: float | None = None) -> tuple[Any, str]:

@@ -130,7 +130,8 @@ class Producer:
         (not stored yet, the broker has no SendStream, or an unknown outcome to resend). Raises what the unary
         call would have raised."""
         acc = self._accumulator
-        if acc is None or not acc.supported:
+        # while the leader is out of reach, followers forward unary calls to it (a stream is never forwarded)
+        if acc is None or not acc.supported or self._pool.leader_unreachable:
             return None, 0
         try:
             return acc.send(items, self._pool.timeout), 0

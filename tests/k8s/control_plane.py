@@ -193,9 +193,8 @@ class ControlPlane:
             self._check_alive()
             try:
                 with self.api_client() as c:
-                    c.call_api("/readyz", "GET", auth_settings=[], _return_http_data_only=True,
-                               _preload_content=False)
-                    k8s.CoreV1Api(c).list_namespace()
+                    # the default namespace exists once the API server's own bootstrap ran
+                    k8s.CoreV1Api(c).read_namespace("default")
                 return
             except Exception as exc:  # not up yet
                 last = exc

@@ -50,6 +50,9 @@ func main() {
 
 // runKwok starts kwok the way its own main does: global logging and config flags first, then its command.
 func runKwok() int {
+	// The Kubernetes packages linked in register a global --version flag of their own type at init; cobra adds
+	// pflag.CommandLine to every command, which would clash with kwok's boolean --version. kwok needs none of them.
+	pflag.CommandLine = pflag.NewFlagSet("kwok", pflag.ExitOnError)
 	flags := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	flags.ParseErrorsAllowlist.UnknownFlags = true
 	flags.Usage = func() {}
