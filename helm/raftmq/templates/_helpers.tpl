@@ -175,6 +175,7 @@ app.kubernetes.io/component: broker
 {{/* issue 14: HTTPS probes when the HTTP port speaks TLS. */}}
 {{- define "raftmq.httpScheme" -}}
 {{- if and .Values.tls.enabled .Values.tls.http -}}HTTPS{{- else -}}HTTP{{- end -}}
+{{- end -}}
 
 {{/*
 A Kubernetes quantity ("20Gi", "1.5G", "500Mi") in bytes, as an int64.
