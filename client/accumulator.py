@@ -139,6 +139,10 @@ class SendAccumulator:
     def send(self, messages: list[pb.Message], timeout: float) -> list[pb.SendResult]:
         """The results of one send; raises Resend, a typed SDK error, or UnknownOutcomeError."""
         s = _Send(messages)
+        if s.nbytes > self.max_bytes:
+            # alone bigger than a stream request may be: the unary call names a size limit it runs into, where a
+            # refused stream request would break the stream and leave the other sends on it unknown
+            raise Resend(errors.RaftmqError(f"send of {s.nbytes} bytes is larger than a stream request"))
         with self._cond:
             if self._closed:
                 raise errors.RaftmqError("producer is closed")
