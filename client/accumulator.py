@@ -259,7 +259,7 @@ class SendAccumulator:
                     rid, sends = stream.inflight.popleft()
                     self._cond.notify_all()
                 if rid != response.id or len(response.outcomes) != len(sends):
-                    raise errors.RaftmqError(f"SendStream answered request {response.id} with "
+                    raise errors.RaftmqError(f"the broker answered stream request {response.id} with "
                                              f"{len(response.outcomes)} outcomes, expected {rid} with {len(sends)}")
                 redirect = False
                 for s, o in zip(sends, response.outcomes, strict=True):
@@ -300,7 +300,7 @@ class SendAccumulator:
                 "not have been stored", uniq_keys=s.uniq_keys, address=address)
         if failure.code() == grpc.StatusCode.UNIMPLEMENTED and not errors.is_broken_transport(failure):
             self.supported = False  # a broker without SendStream never processed it
-            return "error", Resend(errors.RaftmqError("SendStream not supported", address=address))
+            return "error", Resend(errors.RaftmqError("the broker does not support streaming sends", address=address))
         err = errors.from_rpc_error(failure, address, write=True, uniq_keys=s.uniq_keys)
         if isinstance(err, errors.ConnectionError | errors.NotLeaderError) or (
                 isinstance(err, errors.UnavailableError) and failure.code() == grpc.StatusCode.UNAVAILABLE):

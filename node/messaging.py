@@ -89,7 +89,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             err = to_rpc_error(exc)
             if err is None:
                 log.exception("SendStream failed unexpectedly")
-                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in SendStream: {exc} (see the node log)")
+                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in the send stream: {exc} (see the node log)")
             code = err.code.name
             await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
         finally:
@@ -111,7 +111,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             err = to_rpc_error(exc)
             if err is None:
                 log.exception("PullStream failed unexpectedly")
-                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in PullStream: {exc} (see the node log)")
+                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in the pull stream: {exc} (see the node log)")
             code = err.code.name
             await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
         finally:

@@ -39,7 +39,7 @@ def _outcome_for(exc: BaseException) -> pb.SendOutcome:
     if err is None:
         log.exception("SendStream send failed unexpectedly", exc_info=exc)
         err = RpcError(grpc.StatusCode.INTERNAL,
-                       f"internal error in SendStream: {type(exc).__name__}: {exc} (see the node log)")
+                       f"internal error in the send stream: {type(exc).__name__}: {exc} (see the node log)")
     return pb.SendOutcome(code=err.code.value[0], error=err.message, leader=err.leader or "")
 
 
@@ -94,10 +94,10 @@ async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStream
         try:
             async for request in requests:
                 if len(request.sends) > MAX_SENDS_PER_REQUEST:
-                    raise invalid(f"a SendStream request carries {len(request.sends)} sends; the limit is "
+                    raise invalid(f"one stream request carries {len(request.sends)} sends; the limit is "
                                   f"{MAX_SENDS_PER_REQUEST} - split it")
                 if not request.sends:
-                    raise invalid("a SendStream request has no sends; put at least one in sends")
+                    raise invalid("a stream request with no sends; put at least one message in each request")
                 await answers.put(asyncio.ensure_future(_answer(service, request, born_host)))
         except Exception as exc:  # a bad request ends the stream with its status after the earlier answers
             await answers.put(exc)
