@@ -13,6 +13,7 @@ from client import commands
 from client.connection import ServerPool
 from client.errors import NotFoundError
 from client.producer import Producer
+from client.render import body_text, escape
 from client.simple_consumer import SimpleConsumer
 from client.table import render_table
 from client.types import MessageView
@@ -98,7 +99,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
         print(f"no dead letters for group {args.group!r}", file=sys.stderr)
         return 0
     rows = [[m.uniq_key, m.properties.get("RETRY_TOPIC", ""), m.properties.get("DLQ_DELIVERY_ATTEMPTS", ""),
-             commands._ms_to_text(m.store_timestamp), m.properties.get("DLQ_REASON", ""), commands._preview(m.text)]
+             commands._ms_to_text(m.store_timestamp), m.properties.get("DLQ_REASON", ""), commands._preview(m.body)]
             for m in msgs]
     print(render_table(["Uniq key", "From topic", "Attempts", "Dead since", "Reason", "Body"], rows))
     return 0
@@ -111,8 +112,8 @@ def cmd_dlq_view(args: argparse.Namespace) -> int:
         return 0
     for k, v in [("msgId", m.msg_id), ("uniqKey", m.uniq_key), ("stored", commands._ms_to_text(m.store_timestamp)),
                  ("tags", m.tags), ("keys", " ".join(m.keys))] + sorted(m.properties.items()):
-        print(f"{k:24} {v}")
-    print(f"{'body':24} {m.text}")
+        print(f"{k:24} {escape(str(v))}")
+    print(f"{'body':24} {body_text(m.body)}")  # escaped, binary as hex, long bodies cut (as raftmq view)
     return 0
 
 
