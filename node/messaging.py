@@ -76,33 +76,27 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
 
     async def SendStream(self, request_iterator, context):  # noqa: N802
         """issue 17: streaming produce (see node.send_stream); errors of the stream itself end it with a status."""
-        node = self.node
-        t0 = time.perf_counter()
-        code = "OK"
-        try:
-            async for response in send_stream.serve(self, request_iterator, context):
-                yield response
-        except asyncio.CancelledError:
-            code = "CANCELLED"
-            raise
-        except Exception as exc:
-            err = to_rpc_error(exc)
-            if err is None:
-                log.exception("SendStream failed unexpectedly")
-                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in the send stream: {exc} (see the node log)")
-            code = err.code.name
-            await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
-        finally:
-            node.metrics.record_rpc("SendStream", code, time.perf_counter() - t0)
+        async for response in self._streaming("SendStream", "send stream",
+                                              send_stream.serve(self, request_iterator, context), context):
+            yield response
 
     async def PullStream(self, request: pb.PullStreamRequest, context):  # noqa: N802
         """issue 17: streaming consume (see node.pull_stream)."""
-        node = self.node
+        async def responses():
+            self.node.check_serving()
+            async for response in pull_stream.serve(self.node, request, context):
+                yield response
+
+        async for response in self._streaming("PullStream", "pull stream", responses(), context):
+            yield response
+
+    async def _streaming(self, method: str, what: str, responses, context):
+        """A streaming handler's responses; an error ends the stream with its status (and the leader hint), and
+        the call is timed like every unary RPC."""
         t0 = time.perf_counter()
         code = "OK"
         try:
-            node.check_serving()
-            async for response in pull_stream.serve(node, request, context):
+            async for response in responses:
                 yield response
         except asyncio.CancelledError:
             code = "CANCELLED"
@@ -110,12 +104,12 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         except Exception as exc:
             err = to_rpc_error(exc)
             if err is None:
-                log.exception("PullStream failed unexpectedly")
-                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in the pull stream: {exc} (see the node log)")
+                log.exception("%s failed unexpectedly", method)
+                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in the {what}: {exc} (see the node log)")
             code = err.code.name
             await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
         finally:
-            node.metrics.record_rpc("PullStream", code, time.perf_counter() - t0)
+            self.node.metrics.record_rpc(method, code, time.perf_counter() - t0)
 
     async def _send(self, messages: list[pb.Message], context) -> tuple[list, list]:
         """Store messages and their results; raises for anything that was not stored."""
