@@ -11,9 +11,10 @@ import re
 
 import pytest
 
-from client import Admin, Message, Producer, PullConsumer
+from client import Admin, Message, Producer, PullConsumer, SimpleConsumer
 from tests.helm.chart import objects, one
 from tests.support.processes import running_nodes
+from tests.support.waiting import wait_for
 
 FUNCTIONS = {"sum", "max", "min", "rate", "increase", "histogram_quantile", "by", "le"}
 
@@ -67,7 +68,8 @@ def test_panels_are_well_formed():
         for selector in re.findall(r"(?:raftmq|rocketmq)_[a-zA-Z0-9_]+\{([^}]*)\}", expr):
             assert 'namespace="$namespace"' in selector and 'job="$job"' in selector, expr
     titles = " ".join(p["title"].lower() for p in panels)
-    for topic in ("messages in", "latency", "disk", "role", "term", "commit lag", "leader changes", "consumers"):
+    for topic in ("messages in", "latency", "disk", "role", "term", "commit lag", "leader changes", "consumers",
+                  "consumer lag"):
         assert topic in titles, topic
 
 
@@ -84,7 +86,10 @@ def test_a_running_node_exports_every_metric_the_dashboard_queries(tmp_path):
             got = []
             while len(got) < 2:
                 got += consumer.poll(timeout=5.0)
-            status, text = node.http_get("/metrics")
+            with SimpleConsumer("dash-pop", "dash", [node.grpc_address], await_duration=2) as pop:
+                received = wait_for(lambda: pop.receive(1, 30), what="a message for the receive/ack group")
+                pop.ack(received)  # lag and in-flight gauges exist once a receive/ack group has state
+            status, text = node.http_get("/metrics")  # while the pull group is live (its members gauge)
     assert status == 200
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     missing = wanted - exported
