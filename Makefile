@@ -27,11 +27,11 @@ RUN_DIR ?= data
 RUN_NODES ?= 3
 RUN_PORT_BASE ?= 8080
 run: $(STAMP)
-	$(PY) -m node.local_cluster start --dir $(RUN_DIR) --nodes $(RUN_NODES) --port-base $(RUN_PORT_BASE)
+	$(PY) -m raftmq.node.local_cluster start --dir $(RUN_DIR) --nodes $(RUN_NODES) --port-base $(RUN_PORT_BASE)
 
 # SIGTERM every node `make run` started and wait for each to exit.
 stop:
-	@if [ -x $(PY) ]; then $(PY) -m node.local_cluster stop --dir $(RUN_DIR); else echo "nothing to stop"; fi
+	@if [ -x $(PY) ]; then $(PY) -m raftmq.node.local_cluster stop --dir $(RUN_DIR); else echo "nothing to stop"; fi
 
 # Benchmarks print numbers and ratios against baselines measured in the same run; they never fail on time.
 BENCHES ?= bench/store_bench.py bench/reput_bench.py bench/grpc_bench.py bench/replication_bench.py bench/pipeline_bench.py

@@ -45,7 +45,7 @@ TOPIC = "FailoverBench"
 def load_main(args: argparse.Namespace) -> None:
     """Producer threads; one JSON line per send on stdout: [start, end, outcome, producer] (time.monotonic is
     system-wide on Linux, so the parent compares it with its own fault times)."""
-    from client import Producer, errors
+    from raftmq.client import Producer, errors
 
     servers = args.servers.split(",")
     stop = threading.Event()

@@ -80,7 +80,7 @@ class _Signature:
             return ()
         now = int(time.time())
         if now != self._second:
-            from client.security import signed_headers
+            from raftmq.client.security import signed_headers
 
             self._second, self._headers = now, tuple(signed_headers(self._ak, self._sk))
         return self._headers
@@ -215,9 +215,9 @@ async def pull_all(address: str, topic: str, concurrency: int, node_pid: int, se
 def store_put(size: int, batch: int, seconds: float) -> dict:
     """Direct MessageStore.put_messages in this process (no gRPC, no write path), same record shape; its CPU
     (all threads of this process, reput included) is the baseline for the node's."""
-    from store import StoreConfig
-    from store.message import Message
-    from store.message_store import MessageStore
+    from raftmq.store import StoreConfig
+    from raftmq.store.message import Message
+    from raftmq.store.message_store import MessageStore
 
     body = os.urandom(size)
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-store-") as d:
@@ -303,9 +303,9 @@ def node_cases(label: str, node_sec: dict | None, client_sec: dict | None, level
 
 def _setup(address: str, client_sec: dict, auth: bool) -> None:
     """The topic (and, with auth, the bench user and its rule) through the SDK, as an operator would."""
-    from client.acl import AclAdmin
-    from client.admin import Admin
-    from client.security import ClientSecurity
+    from raftmq.client.acl import AclAdmin
+    from raftmq.client.admin import Admin
+    from raftmq.client.security import ClientSecurity
 
     tls = {"ca_file": client_sec["ca"]} if client_sec.get("ca") else {}
     admin_sec = ClientSecurity(**tls, **({"access_key": "bench-admin", "secret_key": "bench-admin-key"}

@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
 
-from replication.raft_write_path import RaftSettings  # noqa: E402
+from raftmq.replication.raft_write_path import RaftSettings  # noqa: E402
 from tests.support.processes import free_ports, node_specs, start_nodes, stop_all  # noqa: E402
 
 NATS_VERSION = "v2.12.15"
@@ -74,7 +74,7 @@ def _cpu_seconds(pids: list[int]) -> float:
 def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seconds: float, start_at: float,
                    out, linger_ms: float = 0.1) -> None:
     """``threads`` producer threads sharing one SDK Producer (as an application would)."""
-    from client import Producer
+    from raftmq.client import Producer
 
     body = os.urandom(size)
     lat: list[float] = []

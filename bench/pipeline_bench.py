@@ -28,13 +28,13 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from store import MessageStore, StoreConfig  # noqa: E402
-from store.checkpoint import StoreCheckpoint  # noqa: E402
-from store.commit_log import CommitLog  # noqa: E402
-from store.consume_queue import ConsumeQueueTable  # noqa: E402
-from store.index_service import IndexService  # noqa: E402
-from store.message import Message  # noqa: E402
-from store.reput import ReputMessageService  # noqa: E402
+from raftmq.store import MessageStore, StoreConfig  # noqa: E402
+from raftmq.store.checkpoint import StoreCheckpoint  # noqa: E402
+from raftmq.store.commit_log import CommitLog  # noqa: E402
+from raftmq.store.consume_queue import ConsumeQueueTable  # noqa: E402
+from raftmq.store.index_service import IndexService  # noqa: E402
+from raftmq.store.message import Message  # noqa: E402
+from raftmq.store.reput import ReputMessageService  # noqa: E402
 
 
 def build(root: str, cfg_kw: dict, messages: int, body: int) -> tuple[StoreConfig, int]:
@@ -96,11 +96,11 @@ def spark_rebuild(master: str, root: str, out: str, cfg_kw: dict, split: int, wa
     The session first reindexes a small store (``warm_root``), so the measured run meets warm Python workers
     and a JIT-compiled JVM whichever configuration runs first.
     """
-    from pipeline.jobs.common import JobContext
-    from pipeline.jobs.reindex import reindex
-    from pipeline.layout import IndexGeometry, open_layout
-    from pipeline.spark import get_session
-    from store.message import parse_delay_levels
+    from raftmq.pipeline.jobs.common import JobContext
+    from raftmq.pipeline.jobs.reindex import reindex
+    from raftmq.pipeline.layout import IndexGeometry, open_layout
+    from raftmq.pipeline.spark import get_session
+    from raftmq.store.message import parse_delay_levels
 
     t0 = time.perf_counter()
     spark = get_session(master, app_name="pipeline-bench")

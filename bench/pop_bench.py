@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "proto")]
 
-from client import Admin, Producer, PullConsumer, SimpleConsumer  # noqa: E402
-from client.types import Message  # noqa: E402
+from raftmq.client import Admin, Producer, PullConsumer, SimpleConsumer  # noqa: E402
+from raftmq.client.types import Message  # noqa: E402
 from tests.support.processes import node_specs, start_nodes, stop_all  # noqa: E402
 
 BENCH_STORE = {"mapped_file_size_commit_log": 64 << 20, "mapped_file_size_consume_queue": 20 * 300_000,

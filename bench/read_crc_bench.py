@@ -28,15 +28,15 @@ from tests.support.processes import node_specs, start_nodes, stop_all  # noqa: E
 
 
 def fill(root: str, messages: int, size: int) -> None:
-    from store import StoreConfig
-    from store.message import Message
-    from store.message_store import MessageStore
+    from raftmq.store import StoreConfig
+    from raftmq.store.message import Message
+    from raftmq.store.message_store import MessageStore
 
     body = os.urandom(size)
     st = MessageStore(StoreConfig(root_dir=root, **BENCH_STORE))
     st.open()
     try:
-        from store.topic_config import TopicConfig
+        from raftmq.store.topic_config import TopicConfig
 
         st.topics.put(TopicConfig(topic_name="bench", read_queue_nums=QUEUES, write_queue_nums=QUEUES),
                       int(time.time() * 1000))
@@ -49,8 +49,8 @@ def fill(root: str, messages: int, size: int) -> None:
 
 
 def store_read(root: str, check: bool) -> dict:
-    from store import StoreConfig
-    from store.message_store import MessageStore
+    from raftmq.store import StoreConfig
+    from raftmq.store.message_store import MessageStore
 
     st = MessageStore(StoreConfig(root_dir=root, **BENCH_STORE, check_crc_on_read=check))
     st.open()

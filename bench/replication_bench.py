@@ -59,7 +59,7 @@ def free_ports(n: int) -> list[int]:
 
 def run_load(wp, producers: int, seconds: float, batch: int = 1) -> dict:
     """Closed-loop producers putting ``batch`` messages per call; throughput counts messages, latency calls."""
-    from store import Message
+    from raftmq.store import Message
 
     lat: list[list[float]] = [[] for _ in range(producers)]
     errors = [0] * producers
@@ -99,11 +99,11 @@ def member_main(args: argparse.Namespace) -> None:
     import grpc
     from raftmq.v1 import replica_pb2_grpc
 
-    from replication import RaftSettings, RaftWritePath
-    from replication.replica_service import ReplicaServicer
-    from replication.write_path import MemberInfo
-    from store import MessageStore, StoreConfig
-    from store.topic_config import TopicConfig
+    from raftmq.replication import RaftSettings, RaftWritePath
+    from raftmq.replication.replica_service import ReplicaServicer
+    from raftmq.replication.write_path import MemberInfo
+    from raftmq.store import MessageStore, StoreConfig
+    from raftmq.store.topic_config import TopicConfig
 
     members = [MemberInfo(**m) for m in json.loads(args.members)]
     me = next(m for m in members if m.id == args.member)
@@ -187,9 +187,9 @@ class Cluster:
 
 
 def local_run(base: Path, durability: str, producers: int, seconds: float, batch: int) -> dict:
-    from replication import LocalWritePath
-    from store import MessageStore, StoreConfig
-    from store.topic_config import TopicConfig
+    from raftmq.replication import LocalWritePath
+    from raftmq.store import MessageStore, StoreConfig
+    from raftmq.store.topic_config import TopicConfig
 
     d = base / f"local-{durability}-{producers}-{batch}"
     st = MessageStore(StoreConfig(root_dir=str(d), flush_disk_type="SYNC" if durability == "sync" else "ASYNC",

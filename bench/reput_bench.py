@@ -18,12 +18,12 @@ import shutil
 import tempfile
 import time
 
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.consume_queue import ConsumeQueueTable
-from store.index_service import IndexService
-from store.message import Message
-from store.reput import ReputMessageService
+from raftmq.store.commit_log import CommitLog
+from raftmq.store.config import StoreConfig
+from raftmq.store.consume_queue import ConsumeQueueTable
+from raftmq.store.index_service import IndexService
+from raftmq.store.message import Message
+from raftmq.store.reput import ReputMessageService
 
 HOST = ("127.0.0.1", 10911)
 

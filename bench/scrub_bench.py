@@ -25,11 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "proto")]
 
-from client import Admin, Producer  # noqa: E402
-from store import Message, MessageStore, StoreConfig  # noqa: E402
-from store.config import StoreConfig as _Cfg  # noqa: E402
-from store.derived_check import check_consume_queues  # noqa: E402
-from store.scrubber import Scrubber  # noqa: E402
+from raftmq.client import Admin, Producer  # noqa: E402
+from raftmq.store import Message, MessageStore, StoreConfig  # noqa: E402
+from raftmq.store.config import StoreConfig as _Cfg  # noqa: E402
+from raftmq.store.derived_check import check_consume_queues  # noqa: E402
+from raftmq.store.scrubber import Scrubber  # noqa: E402
 from tests.support.processes import node_specs, start_nodes, stop_all  # noqa: E402
 
 STORE = {"mapped_file_size_commit_log": 8 << 20, "mapped_file_size_consume_queue": 20 * 300_000,

@@ -31,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.disk_baseline import MIB, DiskBaseline, _datasync_speed, measure  # noqa: E402
-from store import MessageStore, StoreConfig  # noqa: E402
-from store.message import Message  # noqa: E402
+from raftmq.store import MessageStore, StoreConfig  # noqa: E402
+from raftmq.store.message import Message  # noqa: E402
 
 BORN_HOST = ("10.0.0.1", 50000)
 TOPIC = "BenchTopic"
@@ -189,8 +189,8 @@ def bench_query(work: str, scale: Scale) -> tuple[float, float, float, int]:
 _FILLER = r"""
 import os, sys
 sys.path.insert(0, {repo!r})
-from store import MessageStore, StoreConfig
-from store.message import Message
+from raftmq.store import MessageStore, StoreConfig
+from raftmq.store.message import Message
 st = MessageStore(StoreConfig(root_dir={root!r}, mapped_file_size_commit_log={seg}, store_host="127.0.0.1:10911"))
 st.open()
 body = os.urandom(1024)

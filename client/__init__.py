@@ -2,9 +2,9 @@
 ``PushConsumer``, ``Admin``; typed results in
 ``client.types`` and typed errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
 
-from client.admin import Admin
-from client.consumer import PullConsumer
-from client.errors import (
+from raftmq.client.admin import Admin
+from raftmq.client.consumer import PullConsumer
+from raftmq.client.errors import (
     AlreadyExistsError,
     BusyError,
     ConnectionError,
@@ -20,16 +20,16 @@ from client.errors import (
     UnavailableError,
     UnknownOutcomeError,
 )
-from client.producer import Producer
-from client.simple_consumer import (
+from raftmq.client.producer import Producer
+from raftmq.client.simple_consumer import (
     ConsumeResult,
     PushConsumer,
     ReceivedMessage,
     SimpleConsumer,
     StaleReceiptHandleError,
 )
-from client.transaction_producer import TransactionProducer, TransactionResult, TransactionState
-from client.types import (
+from raftmq.client.transaction_producer import TransactionProducer, TransactionResult, TransactionState
+from raftmq.client.types import (
     ClusterStatus,
     MemberStatus,
     Message,

@@ -1,5 +1,5 @@
-"""``python -m client`` runs the ``raftmq`` command (same as the console script)."""
+"""``python -m raftmq.client`` runs the ``raftmq`` command (same as the console script)."""
 
-from client.cli import main
+from raftmq.client.cli import main
 
 main()

@@ -29,8 +29,8 @@ from typing import Any
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client import errors
-from client.connection import ServerPool
+from raftmq.client import errors
+from raftmq.client.connection import ServerPool
 
 _END = object()
 _METHOD = "/raftmq.v1.MessagingService/SendStream"

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client.connection import ServerPool
-from client.security import ClientSecurity
+from raftmq.client.connection import ServerPool
+from raftmq.client.security import ClientSecurity
 
 
 @dataclass(frozen=True)

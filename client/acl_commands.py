@@ -16,12 +16,12 @@ import json
 import secrets
 import sys
 
-from client.acl import AclAdmin, AclUser
-from client.errors import NotFoundError
+from raftmq.client.acl import AclAdmin, AclUser
+from raftmq.client.errors import NotFoundError
 
 
 def _admin(args: argparse.Namespace) -> AclAdmin:
-    from client.commands import security_of, servers_of
+    from raftmq.client.commands import security_of, servers_of
 
     return AclAdmin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout, security=security_of(args))
 
@@ -33,7 +33,7 @@ def _user_json(u: AclUser) -> dict:
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
-    from client.commands import UsageError
+    from raftmq.client.commands import UsageError
 
     generated = not args.secret_key_stdin
     secret = secrets.token_urlsafe(24) if generated else sys.stdin.readline().rstrip("\n")
@@ -78,7 +78,7 @@ def _rules_text(u: AclUser) -> list[str]:
 
 
 def cmd_policy_add(args: argparse.Namespace) -> int:
-    from client.commands import UsageError
+    from raftmq.client.commands import UsageError
 
     effect, actions = ("allow", args.allow) if args.allow else ("deny", args.deny)
     if not args.resource:
@@ -120,7 +120,7 @@ def cmd_policy_list(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from client.commands import _add
+    from raftmq.client.commands import _add
 
     a = sub.add_parser("acl", help="users and access rules (authentication on)")
     asub = a.add_subparsers(dest="acl_command", metavar="{user,policy}")

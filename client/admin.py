@@ -8,10 +8,10 @@ from collections.abc import Iterable
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client.connection import ServerPool
-from client.errors import InvalidArgumentError, TopicNotFoundError
-from client.security import ClientSecurity
-from client.types import (
+from raftmq.client.connection import ServerPool
+from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError
+from raftmq.client.security import ClientSecurity
+from raftmq.client.types import (
     PERM_READ,
     PERM_WRITE,
     ClusterStatus,

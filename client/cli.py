@@ -34,9 +34,9 @@ from collections.abc import Iterable, Iterator
 
 import grpc
 
-from client import commands
-from client.diagnose import silent_peer
-from client.errors import NotRaftmqServerError, RaftmqError, UnknownOutcomeError
+from raftmq.client import commands
+from raftmq.client.diagnose import silent_peer
+from raftmq.client.errors import NotRaftmqServerError, RaftmqError, UnknownOutcomeError
 
 EXIT_OK = 0
 EXIT_ERROR = 1

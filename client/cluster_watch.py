@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from client.errors import RaftmqError
-from client.render import short_reason
-from client.types import ClusterStatus, MemberStatus
+from raftmq.client.errors import RaftmqError
+from raftmq.client.render import short_reason
+from raftmq.client.types import ClusterStatus, MemberStatus
 
 MAX_EVENTS_SHOWN = 10
 # cursor home, then each line cleared to its end, then everything below cleared: no flicker, no scrollback growth

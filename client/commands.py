@@ -18,21 +18,21 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 
-from client.admin import Admin
-from client.connection import DEFAULT_SERVER, parse_servers
-from client.consumer import START_FIRST, START_LAST, PullConsumer
-from client.consumer_group import describe_consumer_group
-from client.errors import (
+from raftmq.client.admin import Admin
+from raftmq.client.connection import DEFAULT_SERVER, parse_servers
+from raftmq.client.consumer import START_FIRST, START_LAST, PullConsumer
+from raftmq.client.consumer_group import describe_consumer_group
+from raftmq.client.errors import (
     InvalidArgumentError,
     RaftmqError,
     ReplicasDifferError,
     UnavailableError,
     UnknownOutcomeError,
 )
-from client.producer import Producer
-from client.render import LINE_LIMIT, body_text, escape, short_reason
-from client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
-from client.security import (
+from raftmq.client.producer import Producer
+from raftmq.client.render import LINE_LIMIT, body_text, escape, short_reason
+from raftmq.client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
+from raftmq.client.security import (
     ACCESS_KEY_ENV,
     CA_ENV,
     CERT_ENV,
@@ -42,8 +42,8 @@ from client.security import (
     TLS_ENV,
     ClientSecurity,
 )
-from client.table import render_table
-from client.types import (
+from raftmq.client.table import render_table
+from raftmq.client.types import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
@@ -342,7 +342,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def _produce_transactional(args: argparse.Namespace, body: bytes | None, keys: list[str], props: dict,
                            load: bool) -> int:
     """One transactional message: half message, then the outcome given on the command line."""
-    from client.transaction_producer import TransactionProducer, TransactionState
+    from raftmq.client.transaction_producer import TransactionProducer, TransactionState
 
     if body is None or load:
         raise UsageError("--transactional sends one message: give --body TEXT or --file PATH (no --count/--size)")
@@ -535,7 +535,7 @@ def _load_text(tally: _LoadTally, done: int, total: int, elapsed: float) -> str:
 
 def cmd_consume(args: argparse.Namespace) -> int:
     if args.ack_mode == "pop":
-        from client.pop_commands import cmd_consume_pop
+        from raftmq.client.pop_commands import cmd_consume_pop
 
         return cmd_consume_pop(args)
     consumer = PullConsumer(args.group, args.topic, servers_of(args), tags=args.tags, sql=args.sql,
@@ -773,7 +773,7 @@ def _status_json(status: ClusterStatus) -> dict:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    from client.cluster_watch import Watch
+    from raftmq.client.cluster_watch import Watch
 
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
@@ -1099,10 +1099,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "committed offset and lag.")
     p.add_argument("group", metavar="GROUP")
 
-    from client.pop_commands import register as register_pop  # dlq list|view|resend, group reset-offsets
+    from raftmq.client.pop_commands import register as register_pop  # dlq list|view|resend, group reset-offsets
 
     register_pop(sub, gsub)
 
-    from client.acl_commands import register as register_acl
+    from raftmq.client.acl_commands import register as register_acl
 
     register_acl(sub)

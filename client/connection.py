@@ -25,8 +25,8 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pbg
 
-from client import errors
-from client.security import ClientSecurity, diagnose_connection
+from raftmq.client import errors
+from raftmq.client.security import ClientSecurity, diagnose_connection
 
 DEFAULT_SERVER = "127.0.0.1:8081"
 _MAX_MESSAGE_BYTES = 64 << 20

@@ -32,12 +32,12 @@ from concurrent import futures
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client import errors
-from client.connection import ServerPool
-from client.consumer_group import allocate_averagely
-from client.security import ClientSecurity
-from client.tags import format_tag_expression
-from client.types import MessageView, SendResult
+from raftmq.client import errors
+from raftmq.client.connection import ServerPool
+from raftmq.client.consumer_group import allocate_averagely
+from raftmq.client.security import ClientSecurity
+from raftmq.client.tags import format_tag_expression
+from raftmq.client.types import MessageView, SendResult
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client import errors
-from client.connection import ServerPool
-from client.security import ClientSecurity
+from raftmq.client import errors
+from raftmq.client.connection import ServerPool
+from raftmq.client.security import ClientSecurity
 
 
 def allocate_averagely(queue_ids: Sequence[int], client_ids: Sequence[str], client_id: str) -> list[int]:

@@ -9,14 +9,14 @@ import time
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client import commands
-from client.connection import ServerPool
-from client.errors import NotFoundError
-from client.producer import Producer
-from client.render import body_text, escape
-from client.simple_consumer import SimpleConsumer
-from client.table import render_table
-from client.types import MessageView
+from raftmq.client import commands
+from raftmq.client.connection import ServerPool
+from raftmq.client.errors import NotFoundError
+from raftmq.client.producer import Producer
+from raftmq.client.render import body_text, escape
+from raftmq.client.simple_consumer import SimpleConsumer
+from raftmq.client.table import render_table
+from raftmq.client.types import MessageView
 
 DLQ_PREFIX = "%DLQ%"
 # properties a resend must not carry (the broker sets or rejects them); user properties and tags/keys stay

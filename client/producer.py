@@ -28,12 +28,12 @@ from collections.abc import Iterable, Mapping
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client import errors
-from client.accumulator import Resend, SendAccumulator
-from client.connection import ServerPool
-from client.security import ClientSecurity
-from client.types import Message, SendResult
-from client.uniq_key import UniqKeyGenerator
+from raftmq.client import errors
+from raftmq.client.accumulator import Resend, SendAccumulator
+from raftmq.client.connection import ServerPool
+from raftmq.client.security import ClientSecurity
+from raftmq.client.types import Message, SendResult
+from raftmq.client.uniq_key import UniqKeyGenerator
 
 DEFAULT_LINGER_MS = 0.1  # only while earlier stream requests are unanswered: a lone send leaves at once
 

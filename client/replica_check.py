@@ -21,15 +21,15 @@ import grpc
 from raftmq.v1 import replica_pb2 as rpb
 from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 
-from client.admin import Admin
-from client.errors import (
+from raftmq.client.admin import Admin
+from raftmq.client.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
     RaftmqError,
     UnavailableError,
     from_rpc_error,
 )
-from client.security import ClientSecurity
+from raftmq.client.security import ClientSecurity
 
 ALGORITHM = "sha256"
 SECRET_METADATA_KEY = "x-raftmq-secret"

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from client.errors import InvalidArgumentError
+from raftmq.client.errors import InvalidArgumentError
 
 AUTHORIZATION_KEY = "authorization"
 DATE_TIME_KEY = "x-mq-date-time"

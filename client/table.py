@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.render import escape
+from raftmq.client.render import escape
 
 
 def _cell(value: object) -> str:

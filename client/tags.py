@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from client.errors import InvalidArgumentError
+from raftmq.client.errors import InvalidArgumentError
 
 ALL = "*"
 

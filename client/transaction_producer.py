@@ -23,12 +23,12 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pbg
 
-from client import errors
-from client.connection import ServerPool
-from client.producer import _body, _keys
-from client.security import ClientSecurity
-from client.types import MessageView, SendResult
-from client.uniq_key import UniqKeyGenerator
+from raftmq.client import errors
+from raftmq.client.connection import ServerPool
+from raftmq.client.producer import _body, _keys
+from raftmq.client.security import ClientSecurity
+from raftmq.client.types import MessageView, SendResult
+from raftmq.client.uniq_key import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
 _MAX_BACKOFF = 2.0

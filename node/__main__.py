@@ -1,7 +1,7 @@
-"""``python -m node ...``: the broker's subcommands without the client CLI (see node.cli.main)."""
+"""``python -m raftmq.node ...``: the broker's subcommands without the client CLI (see node.cli.main)."""
 
 import sys
 
-from node.cli import main
+from raftmq.node.cli import main
 
 sys.exit(main())

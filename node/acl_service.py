@@ -14,12 +14,12 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.auth import ACCESS_KEY_PATTERN, MIN_SECRET_LENGTH, audit, check_rule, current_principal
-from node.errors import RpcError, invalid, not_found
-from node.rpc import rpc_handler
+from raftmq.node.auth import ACCESS_KEY_PATTERN, MIN_SECRET_LENGTH, audit, check_rule, current_principal
+from raftmq.node.errors import RpcError, invalid, not_found
+from raftmq.node.rpc import rpc_handler
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 
 def _user_message(u: dict) -> pb.AclUser:
@@ -46,7 +46,7 @@ class AclService(pb_grpc.AclServiceServicer):
             raise invalid(f"{access_key!r} is the bootstrap admin from the configuration; change it there")
 
     async def _apply(self, cmd: dict, context) -> None:
-        from store import StoreError
+        from raftmq.store import StoreError
 
         principal = current_principal.get()
         try:

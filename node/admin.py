@@ -14,13 +14,13 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.cluster_views import cluster_status, describe_group
-from node.errors import RpcError, invalid
-from node.rpc import rpc_handler
-from node.validation import check_perm, check_queue_nums, check_topic_name, is_system_topic
+from raftmq.node.cluster_views import cluster_status, describe_group
+from raftmq.node.errors import RpcError, invalid
+from raftmq.node.rpc import rpc_handler
+from raftmq.node.validation import check_perm, check_queue_nums, check_topic_name, is_system_topic
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 DEFAULT_QUEUE_NUMS = 4
 DEFAULT_PERM = 6
@@ -38,7 +38,7 @@ class AdminService(pb_grpc.AdminServiceServicer):
     # ------------------------------------------------------------------ topics
     @rpc_handler("CreateTopic")
     async def CreateTopic(self, request: pb.CreateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
-        from store.topic_config import TopicConfig
+        from raftmq.store.topic_config import TopicConfig
 
         t = request.topic
         check_topic_name(t.name)

@@ -24,21 +24,21 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.admin import AdminService
-from node.config import NodeConfig
-from node.console import Console
-from node.consumer_groups import ConsumerGroupRegistry
-from node.convert import StoreMessageBuilder
-from node.errors import RpcError, not_found, unavailable
-from node.forwarding import Forwarder
-from node.http_server import HealthServer
-from node.long_poll import LongPollRegistry
-from node.messaging import MAX_PULL_BYTES, MessagingService
-from node.metrics import BrokerMetrics, ConsumerGroupCollector, RaftCollector, StoreCollector
-from node.validation import PERM_READ, PERM_WRITE, is_system_topic
-from replication import LocalWritePath, RaftWritePath
-from store import StoreError, StoreLockedError
-from store.integrity import CorruptionError
+from raftmq.node.admin import AdminService
+from raftmq.node.config import NodeConfig
+from raftmq.node.console import Console
+from raftmq.node.consumer_groups import ConsumerGroupRegistry
+from raftmq.node.convert import StoreMessageBuilder
+from raftmq.node.errors import RpcError, not_found, unavailable
+from raftmq.node.forwarding import Forwarder
+from raftmq.node.http_server import HealthServer
+from raftmq.node.long_poll import LongPollRegistry
+from raftmq.node.messaging import MAX_PULL_BYTES, MessagingService
+from raftmq.node.metrics import BrokerMetrics, ConsumerGroupCollector, RaftCollector, StoreCollector
+from raftmq.node.validation import PERM_READ, PERM_WRITE, is_system_topic
+from raftmq.replication import LocalWritePath, RaftWritePath
+from raftmq.store import StoreError, StoreLockedError
+from raftmq.store.integrity import CorruptionError
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +96,12 @@ class Broker:
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
-        from node.log_format import set_term_source
+        from raftmq.node.log_format import set_term_source
 
         set_term_source(self.leader_term)  # JSON log lines carry the term
         self.metrics.add_collector(ConsumerGroupCollector(cfg.cluster.name, cfg.node.id, self.consumer_groups,
                                                           self._is_leader))
-        from node.pop_metrics import PopCollector
+        from raftmq.node.pop_metrics import PopCollector
 
         self.pop = None  # node.pop_core.PopCore once the store is open
         self.metrics.add_collector(PopCollector(cfg.cluster.name, cfg.node.id, lambda: self.pop))
@@ -190,7 +190,7 @@ class Broker:
     async def writable_topic(self, name: str):
         cfg = self.topic_config(name)
         if cfg is None and self.config.node.auto_create_topics and not is_system_topic(name):
-            from store.topic_config import TopicConfig
+            from raftmq.store.topic_config import TopicConfig
 
             try:
                 await self.run_blocking(self.write_path.create_topic,
@@ -244,7 +244,7 @@ class Broker:
             tls = cfg.tls_files()
             if tls is None:
                 return RaftWritePath(self.store, cfg)
-            from node.tls import member_channel_options
+            from raftmq.node.tls import member_channel_options
 
             return RaftWritePath(self.store, cfg, channel_credentials=self.member_channel_credentials,
                                  channel_options=member_channel_options(tls))
@@ -253,7 +253,7 @@ class Broker:
 
     def _make_pop_core(self):
         """Receive/ack/retry/DLQ decisions (leader only) over the replicated pop state; see node.pop_core."""
-        from node.pop_core import PopCore, parse_policy
+        from raftmq.node.pop_core import PopCore, parse_policy
 
         n = self.config.node
         default = parse_policy(n.max_delivery_attempts, n.retry_backoff, "node")
@@ -277,7 +277,7 @@ class Broker:
         self.console = Console(self)
         tls = cfg.tls_files()
         if tls is not None:
-            from node.tls import CertificateFiles
+            from raftmq.node.tls import CertificateFiles
 
             self.certificates = CertificateFiles(tls)  # raises TlsConfigError naming a bad file
         try:
@@ -296,7 +296,7 @@ class Broker:
     def _http_tls(self):
         if self.certificates is None or not self.config.security.tls_http:
             return None
-        from node.tls import HttpServerTls
+        from raftmq.node.tls import HttpServerTls
 
         return HttpServerTls(self.certificates, self.config.security.tls_http_client_auth)
 
@@ -313,7 +313,7 @@ class Broker:
     def member_client_security(self):
         """client.ClientSecurity for this node's own SDK calls to the cluster (the console's replica check):
         its member TLS files and, with authentication on, the bootstrap admin's credentials."""
-        from client.security import ClientSecurity
+        from raftmq.client.security import ClientSecurity
 
         tls, sec = self.config.tls_files(), self.config.security
         return ClientSecurity(
@@ -327,7 +327,7 @@ class Broker:
         tls = self.config.tls_files()
         if tls is None:
             return []
-        from node.tls import member_channel_options
+        from raftmq.node.tls import member_channel_options
 
         return member_channel_options(tls)
 
@@ -336,7 +336,7 @@ class Broker:
         tls = self.config.tls_files()
         if tls is None:
             return None
-        from node.tls import member_channel_credentials
+        from raftmq.node.tls import member_channel_credentials
 
         return member_channel_credentials(tls)
 
@@ -356,7 +356,7 @@ class Broker:
             if self._stopping:
                 return
         self._phase = "recovering the store"
-        from store.message_store import MessageStore
+        from raftmq.store.message_store import MessageStore
 
         self.store = MessageStore(self.store_config)
         self.store.disk.member = cfg.node.id  # errors say "disk full on <member>"
@@ -389,9 +389,9 @@ class Broker:
     async def _repair_from_peers(self, exc: CorruptionError) -> bool:
         """Replicated member whose commit log is damaged: fetch the ranges from peers, verify, write them back,
         re-open re-dispatching from the first one. Not ready (with the reason) until then; False if stopped."""
-        from replication.peer_repair import repair_from_peers
-        from replication.peers import Peers
-        from replication.write_path import MemberInfo
+        from raftmq.replication.peer_repair import repair_from_peers
+        from raftmq.replication.peers import Peers
+        from raftmq.replication.write_path import MemberInfo
 
         cfg = self.config
         peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
@@ -438,7 +438,7 @@ class Broker:
         return f"member {self.node_id} is repairing it from a peer: retry in a moment"
 
     async def _live_repair(self, record) -> None:
-        from replication.peer_repair import PeerRepairError, repair_range_live
+        from raftmq.replication.peer_repair import PeerRepairError, repair_range_live
 
         try:
             mid = await self.run_blocking(repair_range_live, self.write_path.peers, self.store, record)
@@ -467,7 +467,7 @@ class Broker:
     def _repair_while_serving(self, records: list) -> None:
         """``repair_range_live`` for each range (reads of it answer DATA_LOSS meanwhile), then let the store
         verify the ranges and re-check the consume-queue units derived from them."""
-        from replication.peer_repair import PeerRepairError, repair_range_live
+        from raftmq.replication.peer_repair import PeerRepairError, repair_range_live
 
         repaired = []
         try:
@@ -513,7 +513,7 @@ class Broker:
         max_message = self.store_config.max_message_size
         interceptors = []
         if self.config.security.auth_enabled:
-            from node.auth import Authenticator, AuthInterceptor
+            from raftmq.node.auth import Authenticator, AuthInterceptor
 
             self.auth = Authenticator(self.config.security, self._acl_table)
             interceptors.append(AuthInterceptor(self.auth))
@@ -524,24 +524,24 @@ class Broker:
         ])
         pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(self), server)
-        from node.acl_service import AclService
+        from raftmq.node.acl_service import AclService
 
         pb_grpc.add_AclServiceServicer_to_server(AclService(self), server)
-        from node.transaction_service import TransactionService
+        from raftmq.node.transaction_service import TransactionService
 
         self.transactions = TransactionService(self)  # its check loop acts while this node leads
         pb_grpc.add_TransactionServiceServicer_to_server(self.transactions, server)
         # peers' catch-up and sync-durability calls (replication owns it; answers UNAVAILABLE until Raft runs)
         from raftmq.v1 import replica_pb2_grpc
 
-        from replication.replica_service import ReplicaServicer
+        from raftmq.replication.replica_service import ReplicaServicer
 
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
             ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness), server)
         listen = str(self.config.grpc_listen)
         try:
             if self.certificates is not None:
-                from node.tls import GrpcServerTls
+                from raftmq.node.tls import GrpcServerTls
 
                 self.grpc_port = server.add_secure_port(listen, GrpcServerTls(self.certificates).credentials())
             else:
@@ -553,7 +553,7 @@ class Broker:
     def _start_schedule(self) -> None:
         """Delayed delivery runs on every member but acts only while this one accepts writes (Raft: leader with
         its barrier applied, so the replicated progress is current); it re-puts through the write path."""
-        from store.schedule import ScheduleMessageService
+        from raftmq.store.schedule import ScheduleMessageService
 
         wp = self.write_path
         self.schedule = ScheduleMessageService(self.store, wp.put, wp.update_delay_offsets, wp.is_writable)
@@ -563,7 +563,7 @@ class Broker:
         mode = self.config.kubernetes.role_label
         if mode == "false" or (mode == "auto" and not os.environ.get("KUBERNETES_SERVICE_HOST")):
             return  # not in a pod: skip importing the Kubernetes client (a second of start-up)
-        from node.kube import RoleLabeler
+        from raftmq.node.kube import RoleLabeler
 
         self._labeler = RoleLabeler.from_environment(mode)
         if self._labeler is not None:
@@ -677,7 +677,7 @@ async def serve(cfg: NodeConfig) -> int:
 
 
 def run_broker(cfg: NodeConfig) -> int:
-    from node.log_format import configure
+    from raftmq.node.log_format import configure
 
     configure(cfg.node.log_level, cfg.node.id, cfg.node.log_format)
     return asyncio.run(serve(cfg))

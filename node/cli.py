@@ -1,6 +1,6 @@
 """``raftmq node`` and ``raftmq config validate|sample``, plugged into the ``raftmq`` command.
 
-The client's CLI finds ``register`` through the ``raftmq.commands`` entry point; ``python -m node`` builds the
+The client's CLI finds ``register`` through the ``raftmq.commands`` entry point; ``python -m raftmq.node`` builds the
 same subcommands on its own parser, so the broker can start even where the client package is not installed.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from node import store_cli
-from node.config import ConfigError, load_config, sample_yaml
+from raftmq.node import store_cli
+from raftmq.node.config import ConfigError, load_config, sample_yaml
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,14 +71,14 @@ def run_node(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
-    from node.broker import run_broker
+    from raftmq.node.broker import run_broker
 
     return run_broker(cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m node node --config FILE`` / ``python -m node config validate FILE``."""
-    parser = argparse.ArgumentParser(prog="python -m node", description="raftmq broker commands")
+    """``python -m raftmq.node node --config FILE`` / ``python -m raftmq.node config validate FILE``."""
+    parser = argparse.ArgumentParser(prog="python -m raftmq.node", description="raftmq broker commands")
     sub = parser.add_subparsers(dest="command", metavar="{node,config,store}")
     sub.required = True
     register(sub)

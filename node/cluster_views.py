@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-from node.consumer_groups import allocate_averagely
-from node.errors import not_found
-from node.validation import check_group_name
+from raftmq.node.consumer_groups import allocate_averagely
+from raftmq.node.errors import not_found
+from raftmq.node.validation import check_group_name
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 
 def cluster_status(node: Broker) -> pb.ClusterStatusResponse:

@@ -201,13 +201,13 @@ class NodeConfig:
 
     def raft_settings(self):
         """The ``replication.RaftSettings`` for this node: ``cluster.raft`` overrides, ``cluster.durability``."""
-        from replication.raft_write_path import RaftSettings
+        from raftmq.replication.raft_write_path import RaftSettings
 
         return RaftSettings(durability=self.cluster.durability, **self.cluster.raft)
 
     def store_config(self):
         """The ``store.StoreConfig`` for this node: ``node.data_dir`` is the store root."""
-        from store import StoreConfig
+        from raftmq.store import StoreConfig
 
         return StoreConfig(
             root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
@@ -218,7 +218,7 @@ class NodeConfig:
         s = self.security
         if not s.tls_cert_file:
             return None
-        from node.tls import TlsFiles
+        from raftmq.node.tls import TlsFiles
 
         return TlsFiles(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file, s.tls_ca_file, s.tls_server_name)
 
@@ -235,7 +235,7 @@ _STORE_FIELDS_FROM_NODE = {"root_dir": "node.data_dir", "store_host": "cluster.s
 
 def _raft_fields() -> dict[str, Any]:
     """RaftSettings field name -> default; ``durability`` is cluster.durability, so it has no second home here."""
-    from replication.raft_write_path import RaftSettings
+    from raftmq.replication.raft_write_path import RaftSettings
 
     return {f.name: f.default for f in dataclasses.fields(RaftSettings) if f.name != "durability"}
 
@@ -253,7 +253,7 @@ def _string_keys(section: str) -> set[str]:
 
 def _store_fields() -> dict[str, Any]:
     """StoreConfig field name -> default value (its type is the type a YAML value must have)."""
-    from store import StoreConfig
+    from raftmq.store import StoreConfig
 
     out = {}
     for f in dataclasses.fields(StoreConfig):
@@ -496,7 +496,7 @@ def _store_range_problem(key: str, value: Any) -> str | None:
 def _build_store(cfg: NodeConfig, raw: dict[str, tuple[Any, str]], problems: list[str]) -> None:
     """Every problem of the ``store`` section at once: type, range and the store's own checks per key, then
     the checks across keys."""
-    from store import StoreConfig, StoreError
+    from raftmq.store import StoreConfig, StoreError
 
     fields = _store_fields()
     before = len(problems)
@@ -643,7 +643,7 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
 
 def _pop_problems(n: NodeSection) -> list[str]:
     """Retry policies (issue 12): checked here so a typo stops the node at start with the key named."""
-    from node.pop_core import parse_policy
+    from raftmq.node.pop_core import parse_policy
 
     out = []
     if n.pop_max_inflight_per_queue < 1:

@@ -13,9 +13,9 @@ import time
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
-from node.errors import RpcError, invalid
-from node.validation import check_keys, check_tags, check_user_properties
-from store.message import (
+from raftmq.node.errors import RpcError, invalid
+from raftmq.node.validation import check_keys, check_tags, check_user_properties
+from raftmq.store.message import (
         PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import grpc
 
-from node.validation import ValidationError
-from replication.errors import (
+from raftmq.node.validation import ValidationError
+from raftmq.replication.errors import (
     BusyError,
     NoLeaderError,
     NotLeaderError,
@@ -19,10 +19,10 @@ from replication.errors import (
     UnknownOutcomeError,
     WritePathStoppedError,
 )
-from store.errors import DiskFullError, MessageIllegalError, StorageIOError, StoreClosedError, StoreError
-from store.integrity import CorruptReadError
-from store.sql_filter import InvalidFilterExpressionError
-from store.tag_filter import InvalidTagExpressionError
+from raftmq.store.errors import DiskFullError, MessageIllegalError, StorageIOError, StoreClosedError, StoreError
+from raftmq.store.integrity import CorruptReadError
+from raftmq.store.sql_filter import InvalidFilterExpressionError
+from raftmq.store.tag_filter import InvalidTagExpressionError
 
 LEADER_METADATA_KEY = "x-raftmq-leader"
 

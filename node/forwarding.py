@@ -32,8 +32,8 @@ from typing import Any
 import grpc
 from raftmq.v1 import raftmq_pb2
 
-from node.errors import LEADER_METADATA_KEY, RpcError
-from replication.peers import SECRET_METADATA_KEY
+from raftmq.node.errors import LEADER_METADATA_KEY, RpcError
+from raftmq.replication.peers import SECRET_METADATA_KEY
 
 log = logging.getLogger(__name__)
 

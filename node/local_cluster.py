@@ -144,7 +144,7 @@ def start(base: Path, n: int, timeout: float, port_base: int = DEFAULT_PORT_BASE
             started[str(m["id"])] = (running, None)
             continue
         log = open(base / f"{m['id']}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "node", "node", "--config", str(cfg_path)],
+        proc = subprocess.Popen([sys.executable, "-m", "raftmq.node", "node", "--config", str(cfg_path)],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         log.close()
@@ -230,7 +230,7 @@ def stop(base: Path, timeout: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m node.local_cluster", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m raftmq.node.local_cluster", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("start")
     s.add_argument("--dir", default="data", type=Path)

@@ -20,18 +20,18 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node import convert, pull_stream, send_stream
-from node.consumer_groups import MAX_CLIENT_ID_LENGTH
-from node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
-from node.loop_bridge import LoopBridge
-from node.pop_service import PopRpcs, queue_for_message_group
-from node.rpc import rpc_handler
-from node.validation import check_consumable_topic, check_group_name, check_topic_name
-from store.sql_filter import SqlFilter
-from store.tag_filter import TagFilter
+from raftmq.node import convert, pull_stream, send_stream
+from raftmq.node.consumer_groups import MAX_CLIENT_ID_LENGTH
+from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
+from raftmq.node.loop_bridge import LoopBridge
+from raftmq.node.pop_service import PopRpcs, queue_for_message_group
+from raftmq.node.rpc import rpc_handler
+from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
+from raftmq.store.sql_filter import SqlFilter
+from raftmq.store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.message import Message, MessageExt, parse_delay_levels
-from store.message_store import GetStatus
-from store.pop_state import QueueState, queue_key
-from store.sql_filter import SqlFilter
-from store.tag_filter import TagFilter
-from store.topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from raftmq.store.message import Message, MessageExt, parse_delay_levels
+from raftmq.store.message_store import GetStatus
+from raftmq.store.pop_state import QueueState, queue_key
+from raftmq.store.sql_filter import SqlFilter
+from raftmq.store.tag_filter import TagFilter
+from raftmq.store.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -377,7 +377,7 @@ class PopCore:
     # ================================================================== retries and dead letters
     def _ensure_topic(self, name: str) -> None:
         if self.store.topics.get(name) is None:
-            from store.errors import StoreError
+            from raftmq.store.errors import StoreError
 
             try:
                 self.write_path.create_topic(TopicConfig(topic_name=name, read_queue_nums=1, write_queue_nums=1,
@@ -398,7 +398,7 @@ class PopCore:
                        born_timestamp=msg.born_timestamp, born_host=msg.born_host, reconsume_times=reconsume_times)
 
     def _put(self, msgs: list[Message], timeout: float = 30.0) -> list[Any]:
-        from node.convert import check_put_results
+        from raftmq.node.convert import check_put_results
 
         results = self.write_path.put(msgs).result(timeout)
         check_put_results(results)
@@ -480,7 +480,7 @@ class PopCore:
 
     def sync_offsets(self) -> int:
         """Commit the moved positions; returns how many queues moved."""
-        from store.pop_state import split_key
+        from raftmq.store.pop_state import split_key
 
         moved: dict[tuple[str, str], dict[int, int]] = {}
         for key, st in self.store.pop_state.items():
@@ -495,7 +495,7 @@ class PopCore:
     # ================================================================== observability
     def inflight_and_lag(self) -> list[tuple[str, str, int, int, int]]:
         """(group, topic, queue, in-flight messages, lag) for every queue with pop state."""
-        from store.pop_state import split_key
+        from raftmq.store.pop_state import split_key
 
         out = []
         for key, st in self.store.pop_state.items():

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
-from node import convert
-from node.errors import RpcError, invalid
-from node.pop_core import (
+from raftmq.node import convert
+from raftmq.node.errors import RpcError, invalid
+from raftmq.node.pop_core import (
     DEFAULT_INVISIBLE_MS,
     MAX_INVISIBLE_MS,
     MAX_RECEIVE,
@@ -27,14 +27,14 @@ from node.pop_core import (
     PopError,
     StaleReceiptHandleError,
 )
-from node.rpc import rpc_handler
-from node.validation import check_consumable_topic, check_group_name, check_topic_name
-from store.java import java_string_hash
-from store.sql_filter import SqlFilter
-from store.tag_filter import TagFilter
+from raftmq.node.rpc import rpc_handler
+from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
+from raftmq.store.java import java_string_hash
+from raftmq.store.sql_filter import SqlFilter
+from raftmq.store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 RECEIVE_POLL_S = 0.1  # a long-polling receive looks again this often (new messages, deadlines that passed)
 MAX_ACK_HANDLES = 1024

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-from node import convert
-from node.errors import invalid
-from node.validation import check_consumable_topic, check_group_name, check_topic_name
-from store.tag_filter import TagFilter
+from raftmq.node import convert
+from raftmq.node.errors import invalid
+from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
+from raftmq.store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 IDLE_WAIT_S = 30.0  # a caught-up stream re-reads its queues at least this often (a missed wake-up costs no more)
 
 
 async def serve(node: Broker, request: pb.PullStreamRequest, context) -> AsyncIterator[pb.PullStreamResponse]:
-    from node.messaging import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT, MAX_PULL_BYTES, MAX_PULL_COUNT
+    from raftmq.node.messaging import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT, MAX_PULL_BYTES, MAX_PULL_COUNT
 
     topic = request.topic
     check_topic_name(topic, allow_system=True)

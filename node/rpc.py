@@ -17,10 +17,10 @@ from typing import Any, Protocol
 
 import grpc
 
-from node.errors import LEADER_METADATA_KEY, RpcError, to_rpc_error
-from node.log_format import REQUEST_ID_METADATA_KEY, request_id
-from node.metrics import BrokerMetrics
-from store.integrity import CorruptReadError
+from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, to_rpc_error
+from raftmq.node.log_format import REQUEST_ID_METADATA_KEY, request_id
+from raftmq.node.metrics import BrokerMetrics
+from raftmq.store.integrity import CorruptReadError
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
-from node import convert
-from node.errors import RpcError, invalid, to_rpc_error
+from raftmq.node import convert
+from raftmq.node.errors import RpcError, invalid, to_rpc_error
 
 if TYPE_CHECKING:
-    from node.messaging import MessagingService
+    from raftmq.node.messaging import MessagingService
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
 async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStreamRequest],
                 context: grpc.aio.ServicerContext) -> AsyncIterator[pb.SendStreamResponse]:
     """The SendStream handler's body: read ahead up to WINDOW requests, answer in order."""
-    from node.messaging import _peer_host
+    from raftmq.node.messaging import _peer_host
 
     service.node.check_serving()
     born_host = _peer_host(service.node.forwarder.client_peer(context))

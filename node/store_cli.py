@@ -11,7 +11,7 @@ import dataclasses
 import json
 import sys
 
-from store.errors import StoreLockedError
+from raftmq.store.errors import StoreLockedError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,7 +49,7 @@ def _report_dict(rep) -> dict:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from store.repair import check_store
+    from raftmq.store.repair import check_store
 
     try:
         rep = check_store(args.dir, args.segment_size)
@@ -70,11 +70,11 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_repair(args: argparse.Namespace) -> int:
-    from store.repair import RepairRefused, repair_store
+    from raftmq.store.repair import RepairRefused, repair_store
 
     config = None
     if args.config or args.assignments:
-        from node.config import ConfigError, load_config
+        from raftmq.node.config import ConfigError, load_config
 
         try:
             node_cfg = load_config(args.config, assignments=args.assignments)

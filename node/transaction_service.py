@@ -21,15 +21,15 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node import convert
-from node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
-from node.messaging import _peer_host
-from node.rpc import rpc_handler
-from node.validation import check_group_name, check_topic_name
-from store import StoreError
-from store.message import decode_message_id
-from store.topic_config import TopicConfig
-from store.transaction import (
+from raftmq.node import convert
+from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
+from raftmq.node.messaging import _peer_host
+from raftmq.node.rpc import rpc_handler
+from raftmq.node.validation import check_group_name, check_topic_name
+from raftmq.store import StoreError
+from raftmq.store.message import decode_message_id
+from raftmq.store.topic_config import TopicConfig
+from raftmq.store.transaction import (
     CHECK_MAX_TOPIC,
     COMMITTED,
     HALF_TOPIC,
@@ -46,10 +46,10 @@ from store.transaction import (
     real_topic,
     renewed_half,
 )
-from store.transaction import half_message as make_half
+from raftmq.store.transaction import half_message as make_half
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 log = logging.getLogger(__name__)
 

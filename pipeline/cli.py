@@ -9,12 +9,12 @@ import argparse
 import importlib
 from typing import Any
 
-from pipeline.jobs import JOBS
-from pipeline.jobs.common import run_job
+from raftmq.pipeline.jobs import JOBS
+from raftmq.pipeline.jobs.common import run_job
 
 
 def _job(name: str) -> Any:
-    return importlib.import_module(f"pipeline.jobs.{name}")
+    return importlib.import_module(f"raftmq.pipeline.jobs.{name}")
 
 
 def register(subparsers: Any) -> None:

@@ -39,8 +39,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pipeline.layout import StoreLayout
-from store.message import (
+from raftmq.pipeline.layout import StoreLayout
+from raftmq.store.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     PHY_POS_POSITION,

@@ -13,7 +13,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from pipeline.errors import EmptyStoreError, NotAStoreError, OutputError
+from raftmq.pipeline.errors import EmptyStoreError, NotAStoreError, OutputError
 
 _NAME20 = re.compile(r"\d{20}")
 _INDEX_NAME = re.compile(r"\d{17}")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline.commitlog import (
+from raftmq.pipeline.commitlog import (
     Boundaries,
     ExactSplit,
     iter_records,
@@ -20,9 +20,9 @@ from pipeline.commitlog import (
     stitch,
     walk_split,
 )
-from pipeline.layout import StoreLayout
-from pipeline.progress import Progress
-from pipeline.schema import (
+from raftmq.pipeline.layout import StoreLayout
+from raftmq.pipeline.progress import Progress
+from raftmq.pipeline.schema import (
     DISPATCH_ARROW,
     DISPATCH_SCHEMA,
     MESSAGE_ARROW,
@@ -83,7 +83,7 @@ def _host(h: tuple[str, int]) -> str:
 
 
 def _decode_messages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    from store.java import masked_crc32
+    from raftmq.store.java import masked_crc32
 
     names = MESSAGE_ARROW.names
     for split in _exact_splits(batches):
@@ -125,7 +125,7 @@ def _decode_messages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBat
 
 def index_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
     """Index hashes of one record in ``IndexService.build_index`` order: the uniq key, then each KEYS piece."""
-    from store.index_file import index_key_hash
+    from raftmq.store.index_file import index_key_hash
 
     out: list[int] = []
     if uniq_key is not None:
@@ -136,7 +136,7 @@ def index_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list[int
 
 
 def _decode_dispatch(batches: Iterator[pa.RecordBatch], delay_level_ms: list[int]) -> Iterator[pa.RecordBatch]:
-    from store.message import decode_dispatch
+    from raftmq.store.message import decode_dispatch
 
     names = DISPATCH_ARROW.names
     for split in _exact_splits(batches):

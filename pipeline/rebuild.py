@@ -27,9 +27,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.layout import IndexGeometry
-from pipeline.progress import Progress
-from pipeline.schema import arrow_schema, spark_schema
+from raftmq.pipeline.layout import IndexGeometry
+from raftmq.pipeline.progress import Progress
+from raftmq.pipeline.schema import arrow_schema, spark_schema
 
 _CQ_RESULT_FIELDS = [("topic", "string", False), ("queueId", "int", False), ("units", "long", False),
                      ("files", "int", False)]
@@ -172,7 +172,7 @@ def _rebuild_index(spark: SparkSession, disp: DataFrame, out_root: str, geometry
 
 
 def _index_names(files: int, existing: list[str], firsts: dict[int, int], seeds: dict[int, tuple[int, int]]) -> list[str]:
-    from store.java import time_millis_to_human_string
+    from raftmq.store.java import time_millis_to_human_string
 
     names: list[str] = []
     for f in range(files):
@@ -189,7 +189,7 @@ def _index_names(files: int, existing: list[str], firsts: dict[int, int], seeds:
 
 def _write_index_file(path: str, seed: tuple[int, int], geometry: IndexGeometry,
                       entries: list[tuple[int, int, int]], preallocate: bool) -> int:
-    from store.index_file import IndexFile
+    from raftmq.store.index_file import IndexFile
 
     f = IndexFile(path, geometry.hash_slot_num, geometry.index_num, seed[0], seed[1], preallocate=preallocate)
     try:
@@ -235,7 +235,7 @@ def _cq_writer(cq_dir: str, file_size: int, preallocate: bool):  # noqa: ANN202
     schema = arrow_schema(_CQ_RESULT_FIELDS)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from store.consume_queue import ConsumeQueue
+        from raftmq.store.consume_queue import ConsumeQueue
 
         done: list[tuple[str, int, int, int]] = []
         cq = None

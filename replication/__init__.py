@@ -1,15 +1,15 @@
 """The write path: local (single node) and Raft (pysyncobj). `node` calls it; it calls `store`."""
 
-from replication.errors import (
+from raftmq.replication.errors import (
     BusyError,
     NoLeaderError,
     NotLeaderError,
     ReplicationError,
     UnknownOutcomeError,
 )
-from replication.local import LocalWritePath
-from replication.raft_write_path import RaftSettings, RaftWritePath
-from replication.write_path import MemberInfo, WritePath
+from raftmq.replication.local import LocalWritePath
+from raftmq.replication.raft_write_path import RaftSettings, RaftWritePath
+from raftmq.replication.write_path import MemberInfo, WritePath
 
 __all__ = [
     "BusyError", "LocalWritePath", "MemberInfo", "NoLeaderError", "NotLeaderError", "RaftSettings", "RaftWritePath", "ReplicationError",

@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any
 
-from store.json_file import write_safely
+from raftmq.store.json_file import write_safely
 
 FILE_NAME = "acl.json"
 

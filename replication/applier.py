@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from replication.group_commit import PendingPut
+from raftmq.replication.group_commit import PendingPut
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ class StoreApplier:
         self.store = store
         import os
 
-        from replication.acl_table import FILE_NAME, AclTable
+        from raftmq.replication.acl_table import FILE_NAME, AclTable
 
         root = getattr(getattr(store, "config", None), "root_dir", None)
         self.acl = AclTable(os.path.join(root, "config", FILE_NAME) if root else None)
@@ -33,7 +33,7 @@ class StoreApplier:
         A put with invalid messages fails alone (its future gets the store's MessageIllegalError); the others
         are encoded together. Returns (blob, puts in blob order) or None when nothing is left.
         """
-        from store.errors import StoreError
+        from raftmq.store.errors import StoreError
 
         msgs = [m for p in batch for m in p.msgs]
         try:
@@ -70,7 +70,7 @@ class StoreApplier:
 
         The store's AppendResult is its PutResult; apply leaves status PUT_OK and uniq_key None, so fill those
         in from the messages the leader encoded (encode_batch set every UNIQ_KEY)."""
-        from store import PutStatus
+        from raftmq.store import PutStatus
 
         i = 0
         for p in puts:
@@ -105,7 +105,7 @@ class StoreApplier:
     def apply_offsets(self, commits: list[tuple[str, str, dict[int, int]]]) -> list[str]:
         """Apply each group's commit on its own, so one invalid commit cannot sink the others coalesced with it;
         returns the refusals (the same on every replica)."""
-        from store.errors import StoreError
+        from raftmq.store.errors import StoreError
 
         table = self.store.consumer_offsets
         refusals = []
@@ -144,7 +144,7 @@ class StoreApplier:
 
     @staticmethod
     def topic_from_dict(d: dict) -> Any:
-        from store.topic_config import TopicConfig
+        from raftmq.store.topic_config import TopicConfig
 
         return TopicConfig.from_json(d)
 

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from raftmq.v1 import replica_pb2
 
-from replication.peers import Peers
+from raftmq.replication.peers import Peers
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 from typing import NamedTuple
 
-from store import MessageStore
-from store.errors import StoreError
+from raftmq.store import MessageStore
+from raftmq.store.errors import StoreError
 
 READ_SLICE = 1 << 20  # bytes copied out of the mapping at a time (one GIL hold)
 

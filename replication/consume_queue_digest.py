@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 
-from store.config import CQ_STORE_UNIT_SIZE
-from store.consume_queue import ConsumeQueue
-from store.errors import StoreError
+from raftmq.store.config import CQ_STORE_UNIT_SIZE
+from raftmq.store.consume_queue import ConsumeQueue
+from raftmq.store.errors import StoreError
 
 
 def digest_consume_queue(cq: ConsumeQueue, start: int, stop: int) -> bytes:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from replication.errors import BusyError, WritePathStoppedError
+from raftmq.replication.errors import BusyError, WritePathStoppedError
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from replication.applier import StoreApplier
-from replication.group_commit import GroupCommitter, PendingPut, estimate_size
-from replication.write_path import MemberInfo
-from store.errors import StoreError
+from raftmq.replication.applier import StoreApplier
+from raftmq.replication.group_commit import GroupCommitter, PendingPut, estimate_size
+from raftmq.replication.write_path import MemberInfo
+from raftmq.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +220,6 @@ class LocalWritePath:
         }]
 
     def transfer_leadership(self, to_id: str | None) -> None:
-        from replication.errors import TransferLeadershipError
+        from raftmq.replication.errors import TransferLeadershipError
         raise TransferLeadershipError("a single-node write path has no other member to hand leadership to; "
                                       "configure cluster.members to run a replicated group")

@@ -23,12 +23,12 @@ from typing import Any
 import grpc
 from raftmq.v1 import replica_pb2
 
-from replication.catch_up import peer_statuses
-from replication.peers import Peers
-from store.errors import StoreError
-from store.integrity import CorruptRecord, chunk_problem
-from store.json_file import fsync_dir
-from store.message import BLANK_MAGIC_CODE
+from raftmq.replication.catch_up import peer_statuses
+from raftmq.replication.peers import Peers
+from raftmq.store.errors import StoreError
+from raftmq.store.integrity import CorruptRecord, chunk_problem
+from raftmq.store.json_file import fsync_dir
+from raftmq.store.message import BLANK_MAGIC_CODE
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from raftmq.v1 import replica_pb2_grpc
 
-from replication.write_path import MemberInfo
+from raftmq.replication.write_path import MemberInfo
 
 SECRET_METADATA_KEY = "x-raftmq-secret"
 # Reconnect backoff: gRPC's default grows to 120 s while a peer is down, and every call in that window fails at

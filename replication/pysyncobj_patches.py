@@ -29,7 +29,7 @@ import pysyncobj.pickle as _pickle
 import pysyncobj.tcp_connection as _tcp
 from pysyncobj.poller import POLL_EVENT_TYPE
 
-from store.json_file import fsync_dir
+from raftmq.store.json_file import fsync_dir
 
 PICKLE_PROTOCOL = 4
 ZLIB_LEVEL = 0

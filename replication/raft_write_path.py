@@ -27,10 +27,10 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObjConf
 from raftmq.v1 import replica_pb2
 
-from replication import catch_up, pysyncobj_patches
-from replication.applied_index import AppliedIndex
-from replication.catch_up_throttle import CatchUpThrottle
-from replication.errors import (
+from raftmq.replication import catch_up, pysyncobj_patches
+from raftmq.replication.applied_index import AppliedIndex
+from raftmq.replication.catch_up_throttle import CatchUpThrottle
+from raftmq.replication.errors import (
     BusyError,
     NoLeaderError,
     NotLeaderError,
@@ -39,12 +39,12 @@ from replication.errors import (
     UnknownOutcomeError,
     WritePathStoppedError,
 )
-from replication.group_commit import GroupCommitter, PendingPut
-from replication.peers import Peers
-from replication.raft_log import ReplicatedLog
-from replication.state_machine import StateMachine, frame_batch
-from replication.write_path import MemberInfo
-from store.json_file import fsync_dir
+from raftmq.replication.group_commit import GroupCommitter, PendingPut
+from raftmq.replication.peers import Peers
+from raftmq.replication.raft_log import ReplicatedLog
+from raftmq.replication.state_machine import StateMachine, frame_batch
+from raftmq.replication.write_path import MemberInfo
+from raftmq.store.json_file import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -671,7 +671,7 @@ class RaftWritePath:
     def _meta_or_raise(self, kind: str, arg: Any) -> None:
         refusal = self._propose_meta(kind, arg)
         if refusal:
-            from store.errors import StoreError
+            from raftmq.store.errors import StoreError
             raise StoreError(refusal)
 
     def create_topic(self, cfg: Any) -> None:
@@ -708,7 +708,7 @@ class RaftWritePath:
         if not self.is_writable():
             raise self._not_writable_error()
         if not group or "@" in group or "@" in topic:
-            from store.errors import StoreError
+            from raftmq.store.errors import StoreError
             raise StoreError(f"consumer group {group!r} / topic {topic!r} must be non-empty and contain no '@'")
         fut: Future = Future()
         with self._offsets_lock:

@@ -18,9 +18,9 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from replication import snapshot
-from replication.applied_index import AppliedIndex
-from replication.applier import StoreApplier
+from raftmq.replication import snapshot
+from raftmq.replication.applied_index import AppliedIndex
+from raftmq.replication.applier import StoreApplier
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class StateMachine:
 
     def _apply_meta(self, kind: str, arg: Any, index: int = 0) -> Any:
         """Returns an error message (str) for a deterministic refusal, else None ("pop": one of those per op)."""
-        from store.errors import StoreError
+        from raftmq.store.errors import StoreError
 
         try:
             if kind in ("topic_create", "topic_update"):

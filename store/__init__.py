@@ -4,9 +4,9 @@ The public surface is ``store.MessageStore`` (see ``store.message_store`` for th
 record codec in ``store.message``; everything else is internal to the package.
 """
 
-from store.commit_log import AppendResult
-from store.config import StoreConfig
-from store.errors import (
+from raftmq.store.commit_log import AppendResult
+from raftmq.store.config import StoreConfig
+from raftmq.store.errors import (
     DiskFullError,
     MessageIllegalError,
     PropertiesSizeExceededError,
@@ -14,9 +14,9 @@ from store.errors import (
     StoreError,
     StoreLockedError,
 )
-from store.message import Message, MessageExt
-from store.message_store import GetResult, GetStatus, MessageStore, PutResult, PutStatus
-from store.tag_filter import TagFilter
+from raftmq.store.message import Message, MessageExt
+from raftmq.store.message_store import GetResult, GetStatus, MessageStore, PutResult, PutStatus
+from raftmq.store.tag_filter import TagFilter
 
 __all__ = [
     "AppendResult",

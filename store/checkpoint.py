@@ -11,7 +11,7 @@ import os
 import struct
 import threading
 
-from store.config import OS_PAGE_SIZE
+from raftmq.store.config import OS_PAGE_SIZE
 
 _THREE = struct.Struct(">qqq")
 _FLUSHED = struct.Struct(">q")

@@ -34,25 +34,25 @@ from dataclasses import dataclass
 from itertools import accumulate
 from operator import concat, itemgetter
 
-from store.checkpoint import StoreCheckpoint
-from store.config import END_FILE_MIN_BLANK_LENGTH, StoreConfig
-from store.dispatch import (
+from raftmq.store.checkpoint import StoreCheckpoint
+from raftmq.store.config import END_FILE_MIN_BLANK_LENGTH, StoreConfig
+from raftmq.store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
     DispatchRequest,
 )
-from store.errors import (
+from raftmq.store.errors import (
     BatchFormatError,
     DiskFullError,
     MessageIllegalError,
     OffsetMismatchError,
     PropertiesSizeExceededError,
 )
-from store.integrity import CorruptionError, CorruptRecord, scan_segment, segment_layout_problems
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
-from store.message import (
+from raftmq.store.integrity import CorruptionError, CorruptRecord, scan_segment, segment_layout_problems
+from raftmq.store.mapped_file import MappedFile
+from raftmq.store.mapped_file_queue import MappedFileQueue
+from raftmq.store.message import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     MAX_PROPERTIES_LENGTH,
@@ -78,7 +78,7 @@ from store.message import (
     properties_without_wait,
 )
 
-log = logging.getLogger("store.commit_log")
+log = logging.getLogger("raftmq.store.commit_log")
 
 BATCH_MAGIC = 0x52504231  # "RPB1"
 BATCH_VERSION = 1

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from store.errors import StoreError
-from store.message import parse_delay_levels
+from raftmq.store.errors import StoreError
+from raftmq.store.message import parse_delay_levels
 
 CQ_STORE_UNIT_SIZE = 20
 OS_PAGE_SIZE = 4096

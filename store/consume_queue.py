@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from store.config import CQ_STORE_UNIT_SIZE
-from store.errors import StoreLoadError
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
+from raftmq.store.config import CQ_STORE_UNIT_SIZE
+from raftmq.store.errors import StoreLoadError
+from raftmq.store.mapped_file import MappedFile
+from raftmq.store.mapped_file_queue import MappedFileQueue
 
-log = logging.getLogger("store.consume_queue")
+log = logging.getLogger("raftmq.store.consume_queue")
 
 UNIT = struct.Struct(">qiq")
 _pack_unit = UNIT.pack

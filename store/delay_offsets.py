@@ -7,8 +7,8 @@ a new leader continues where the old one stopped. No clock reads inside: applies
 
 from __future__ import annotations
 
-from store import json_file
-from store.errors import StoreError
+from raftmq.store import json_file
+from raftmq.store.errors import StoreError
 
 
 class DelayOffsetTable(json_file.PersistedTable):

@@ -23,19 +23,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
-from store.dispatch import (
+from raftmq.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from raftmq.store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     dispatch_properties,
 )
-from store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile, index_key_hashes
-from store.java import java_string_hash
-from store.message import SCHEDULE_TOPIC, check_frame
+from raftmq.store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile, index_key_hashes
+from raftmq.store.java import java_string_hash
+from raftmq.store.message import SCHEDULE_TOPIC, check_frame
 
-log = logging.getLogger("store.derived_check")
+log = logging.getLogger("raftmq.store.derived_check")
 
 _I64 = struct.Struct(">q")
 

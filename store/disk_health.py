@@ -22,9 +22,9 @@ import os
 import threading
 import time
 
-from store.errors import DiskFullError, StorageIOError
+from raftmq.store.errors import DiskFullError, StorageIOError
 
-log = logging.getLogger("store.disk_health")
+log = logging.getLogger("raftmq.store.disk_health")
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _PROBE_S = 0.2  # statvfs at most this often on the write path

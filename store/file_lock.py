@@ -11,7 +11,7 @@ import fcntl
 import os
 import threading
 
-from store.errors import StoreLockedError
+from raftmq.store.errors import StoreLockedError
 
 _held: set[str] = set()
 _held_lock = threading.Lock()

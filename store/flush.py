@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-log = logging.getLogger("store.flush")
+log = logging.getLogger("raftmq.store.flush")
 
 
 def _now_ms() -> int:

@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Sequence
 from operator import mul
 
-from store.mapped_file import MappedFile
+from raftmq.store.mapped_file import MappedFile
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4

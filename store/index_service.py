@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.dispatch import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
-from store.errors import StoreError, StoreLoadError
-from store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
-from store.java import time_millis_to_human_string
+from raftmq.store.dispatch import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
+from raftmq.store.errors import StoreError, StoreLoadError
+from raftmq.store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
+from raftmq.store.java import time_millis_to_human_string
 
-log = logging.getLogger("store.index_service")
+log = logging.getLogger("raftmq.store.index_service")
 
 
 # what the reput thread hands over per record: (commit_log_offset, store_timestamp, topic, keys, uniq_key)

@@ -33,8 +33,8 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from store.errors import StoreError, StoreLoadError
-from store.message import (
+from raftmq.store.errors import StoreError, StoreLoadError
+from raftmq.store.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     RecordStatus,

@@ -14,9 +14,9 @@ import shutil
 import threading
 from typing import Any
 
-from store.errors import StoreLoadError
+from raftmq.store.errors import StoreLoadError
 
-log = logging.getLogger("store.json_file")
+log = logging.getLogger("raftmq.store.json_file")
 
 _BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 

@@ -12,10 +12,10 @@ import mmap
 import os
 import threading
 
-from store.config import OS_PAGE_SIZE
-from store.errors import StoreLoadError
+from raftmq.store.config import OS_PAGE_SIZE
+from raftmq.store.errors import StoreLoadError
 
-log = logging.getLogger("store.mapped_file")
+log = logging.getLogger("raftmq.store.mapped_file")
 
 _ALIGN = mmap.PAGESIZE
 

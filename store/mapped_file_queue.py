@@ -13,11 +13,11 @@ import struct
 import threading
 import time
 
-from store.errors import StoreLoadError
-from store.java import offset_to_file_name
-from store.mapped_file import MappedFile, remove_unfinished_segments
+from raftmq.store.errors import StoreLoadError
+from raftmq.store.java import offset_to_file_name
+from raftmq.store.mapped_file import MappedFile, remove_unfinished_segments
 
-log = logging.getLogger("store.mapped_file_queue")
+log = logging.getLogger("raftmq.store.mapped_file_queue")
 
 _I64 = struct.Struct(">q")
 DELETE_FILES_BATCH_MAX = 10

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from store.dispatch import (
+from raftmq.store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -32,8 +32,8 @@ from store.dispatch import (
     TRANSACTION_TYPE_MASK,
     DispatchRequest,
 )
-from store.errors import MessageIllegalError, StoreError
-from store.java import JavaHashMap, java_string_hash, masked_crc32
+from raftmq.store.errors import MessageIllegalError, StoreError
+from raftmq.store.java import JavaHashMap, java_string_hash, masked_crc32
 
 __all__ = [
     "BLANK_MAGIC_CODE",

@@ -46,25 +46,25 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import AppendResult, CommitLog, PutStatus
-from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
-from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
-from store.consumer_offsets import ConsumerOffsetTable
-from store.delay_offsets import DelayOffsetTable
-from store.derived_check import (
+from raftmq.store.checkpoint import StoreCheckpoint
+from raftmq.store.commit_log import AppendResult, CommitLog, PutStatus
+from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
+from raftmq.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from raftmq.store.consumer_offsets import ConsumerOffsetTable
+from raftmq.store.delay_offsets import DelayOffsetTable
+from raftmq.store.derived_check import (
     ConsumeQueueCheck,
     IndexDamage,
     QueueDamage,
     check_consume_queues,
     check_index_files,
 )
-from store.disk_health import DiskHealth
-from store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
-from store.file_lock import StoreLock
-from store.flush import GroupCommitService, PeriodicFlushService
-from store.index_service import IndexService
-from store.integrity import (
+from raftmq.store.disk_health import DiskHealth
+from raftmq.store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
+from raftmq.store.file_lock import StoreLock
+from raftmq.store.flush import GroupCommitService, PeriodicFlushService
+from raftmq.store.index_service import IndexService
+from raftmq.store.integrity import (
     QUARANTINE_TOPIC,
     CorruptionError,
     CorruptReadError,
@@ -73,9 +73,9 @@ from store.integrity import (
     chunk_problem,
     verify_records,
 )
-from store.json_file import fsync_dir
-from store.mapped_file import remove_unfinished_segments
-from store.message import (
+from raftmq.store.json_file import fsync_dir
+from raftmq.store.mapped_file import remove_unfinished_segments
+from raftmq.store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
     MessageExt,
@@ -83,16 +83,16 @@ from store.message import (
     decode_message_id,
     decode_record,
 )
-from store.pop_state import PopStateTable
-from store.reput import ReputMessageService
-from store.retention import RetentionService
-from store.schedule import DelayLevels, to_schedule_messages
-from store.scrubber import Scrubber
-from store.sql_filter import SqlFilter
-from store.tag_filter import TagFilter
-from store.topic_config import TopicConfigTable
+from raftmq.store.pop_state import PopStateTable
+from raftmq.store.reput import ReputMessageService
+from raftmq.store.retention import RetentionService
+from raftmq.store.schedule import DelayLevels, to_schedule_messages
+from raftmq.store.scrubber import Scrubber
+from raftmq.store.sql_filter import SqlFilter
+from raftmq.store.tag_filter import TagFilter
+from raftmq.store.topic_config import TopicConfigTable
 
-log = logging.getLogger("store.message_store")
+log = logging.getLogger("raftmq.store.message_store")
 POP_STATE_PERSIST_INTERVAL_MS = 1000
 
 _INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC"})
@@ -1119,7 +1119,7 @@ class MessageStore:
 
     def delay_messages_pending(self) -> int:
         """Delayed messages stored but not yet delivered (schedule-queue units past the delivery progress)."""
-        from store.message import SCHEDULE_TOPIC
+        from raftmq.store.message import SCHEDULE_TOPIC
 
         pending = 0
         for qid in self.consume_queues.queue_ids(SCHEDULE_TOPIC):

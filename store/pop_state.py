@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import json_file
-from store.errors import StoreError
+from raftmq.store import json_file
+from raftmq.store.errors import StoreError
 
 SEPARATOR = "@"
 

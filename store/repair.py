@@ -35,13 +35,13 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from store.checkpoint import StoreCheckpoint, read_flushed_offset
-from store.config import CQ_STORE_UNIT_SIZE, StoreConfig
-from store.consume_queue import BLANK_UNIT_SIZE
-from store.dispatch import TRANSACTION_ROLLBACK_TYPE
-from store.integrity import QUARANTINE_TOPIC, CommitLogScan, CorruptRecord, scan_commit_log, segment_names
-from store.json_file import fsync_dir
-from store.message import RecordStatus, check_frame, encode_record
+from raftmq.store.checkpoint import StoreCheckpoint, read_flushed_offset
+from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
+from raftmq.store.consume_queue import BLANK_UNIT_SIZE
+from raftmq.store.dispatch import TRANSACTION_ROLLBACK_TYPE
+from raftmq.store.integrity import QUARANTINE_TOPIC, CommitLogScan, CorruptRecord, scan_commit_log, segment_names
+from raftmq.store.json_file import fsync_dir
+from raftmq.store.message import RecordStatus, check_frame, encode_record
 
 QUARANTINE_DIR = "quarantine"
 FILLER_MAX = 1 << 20
@@ -295,7 +295,7 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
     derived = any(p.kind == "consumequeue" for p in report.problems)
     if dry_run or (not actions and not derived):
         return actions, report
-    from store.file_lock import StoreLock
+    from raftmq.store.file_lock import StoreLock
 
     cfg = config or StoreConfig(root_dir=root, mapped_file_size_commit_log=report.segment_size,
                                 mapped_file_size_consume_queue=_infer_cq_size(root))
@@ -404,7 +404,7 @@ def _queue_max_offsets(root: str) -> dict[str, int]:
 
 def _rebuild_derived(cfg: StoreConfig, old_max: dict[str, int]) -> None:
     """Open the store (reput rebuilds consume queues and index), then keep every queue at its old high mark."""
-    from store.message_store import MessageStore
+    from raftmq.store.message_store import MessageStore
 
     st = MessageStore(cfg)
     st.open()

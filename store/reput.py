@@ -19,18 +19,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from store.consume_queue import ConsumeQueue, ConsumeQueueTable
-from store.dispatch import (
+from raftmq.store.consume_queue import ConsumeQueue, ConsumeQueueTable
+from raftmq.store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     dispatch_properties,
 )
-from store.index_service import IndexRecord, IndexService
-from store.java import java_string_hash
-from store.message import MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC
+from raftmq.store.index_service import IndexRecord, IndexService
+from raftmq.store.java import java_string_hash
+from raftmq.store.message import MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC
 
-log = logging.getLogger("store.reput")
+log = logging.getLogger("raftmq.store.reput")
 
 ArrivalListener = Callable[[str, int, int], None]
 

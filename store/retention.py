@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from store.consume_queue import ConsumeQueueTable
-from store.index_service import IndexService
-from store.mapped_file_queue import DELETE_FILES_BATCH_MAX
+from raftmq.store.consume_queue import ConsumeQueueTable
+from raftmq.store.index_service import IndexService
+from raftmq.store.mapped_file_queue import DELETE_FILES_BATCH_MAX
 
-log = logging.getLogger("store.retention")
+log = logging.getLogger("raftmq.store.retention")
 
 MAX_MANUAL_DELETE_FILE_TIMES = 20
 _HOUR_MS = 3_600_000

@@ -31,11 +31,11 @@ from itertools import repeat
 from operator import attrgetter, contains
 from typing import Any
 
-from store.consume_queue import BLANK_UNIT_SIZE
-from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
-from store.errors import MessageIllegalError, StoreError
-from store.java import JavaHashMap, hashmap_order
-from store.message import (
+from raftmq.store.consume_queue import BLANK_UNIT_SIZE
+from raftmq.store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
+from raftmq.store.errors import MessageIllegalError, StoreError
+from raftmq.store.java import JavaHashMap, hashmap_order
+from raftmq.store.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -52,7 +52,7 @@ from store.message import (
     properties_to_string,
 )
 
-log = logging.getLogger("store.schedule")
+log = logging.getLogger("raftmq.store.schedule")
 
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 

@@ -24,11 +24,11 @@ import threading
 import time
 from typing import Any
 
-from store.derived_check import check_consume_queues, check_index_files
-from store.integrity import CorruptRecord, verify_records
-from store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from raftmq.store.derived_check import check_consume_queues, check_index_files
+from raftmq.store.integrity import CorruptRecord, verify_records
+from raftmq.store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
-log = logging.getLogger("store.scrubber")
+log = logging.getLogger("raftmq.store.scrubber")
 
 _SIZE_MAGIC = struct.Struct(">ii")
 CHUNK_BYTES = 1 << 20  # verified between two pacing points

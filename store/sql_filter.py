@@ -30,8 +30,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from store.errors import StoreError
-from store.java import java_string_hash
+from raftmq.store.errors import StoreError
+from raftmq.store.java import java_string_hash
 
 Value = str | int | float | bool | None
 Eval = Callable[[Mapping[str, str]], Value]

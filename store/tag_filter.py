@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.errors import StoreError
-from store.java import java_string_hash
+from raftmq.store.errors import StoreError
+from raftmq.store.java import java_string_hash
 
 SUB_ALL = "*"
 _SEPARATOR = "||"

@@ -17,9 +17,9 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
-from store import json_file
-from store.errors import StoreError
-from store.message import SCHEDULE_TOPIC, check_topic
+from raftmq.store import json_file
+from raftmq.store.errors import StoreError
+from raftmq.store.message import SCHEDULE_TOPIC, check_topic
 
 PERM_INHERIT = 1
 PERM_WRITE = 2

@@ -19,10 +19,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
-from store.errors import StoreError
-from store.java import JavaHashMap
-from store.message import (
+from raftmq.store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from raftmq.store.errors import StoreError
+from raftmq.store.java import JavaHashMap
+from raftmq.store.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_REAL_QUEUE_ID,

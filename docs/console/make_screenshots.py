@@ -22,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from client import Admin, Producer, RaftmqError  # noqa: E402
+from raftmq.client import Admin, Producer, RaftmqError  # noqa: E402
 from tests.support.console_scenario import GROUP, TOPIC, populate  # noqa: E402
 from tests.support.processes import node_specs, start_nodes, stop_all  # noqa: E402
 

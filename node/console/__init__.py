@@ -1,5 +1,5 @@
 """The read-only web console every node serves on its HTTP port at ``/ui`` (see node.console.app)."""
 
-from node.console.app import Console
+from raftmq.node.console.app import Console
 
 __all__ = ["Console"]

@@ -22,12 +22,12 @@ from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote
 
-from node.console import cluster_pages, group_pages, message_pages, topic_pages
-from node.console.history import History, Sample
-from node.console.layout import BadRequest, Frame, Response, notice, page
+from raftmq.node.console import cluster_pages, group_pages, message_pages, topic_pages
+from raftmq.node.console.history import History, Sample
+from raftmq.node.console.layout import BadRequest, Frame, Response, notice, page
 
 if TYPE_CHECKING:
-    from node.broker import Broker
+    from raftmq.node.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from node.console.safe import Markup, esc, html
+from raftmq.node.console.safe import Markup, esc, html
 
 PALETTE = ("#2f6fde", "#e0711b", "#2e9e5b", "#b03ab5", "#c7353b", "#6b7280")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from node.cluster_views import cluster_status
-from node.console import safe
-from node.console.charts import Series, line_chart
-from node.console.layout import (
+from raftmq.node.cluster_views import cluster_status
+from raftmq.node.console import safe
+from raftmq.node.console.charts import Series, line_chart
+from raftmq.node.console.layout import (
     BadRequest,
     Response,
     badge,
@@ -22,10 +22,10 @@ from node.console.layout import (
     utc,
     yes_no,
 )
-from node.console.safe import Markup, html, join
+from raftmq.node.console.safe import Markup, html, join
 
 if TYPE_CHECKING:
-    from node.console.app import Console
+    from raftmq.node.console.app import Console
 
 
 def cluster_page(c: Console, query: dict[str, str]) -> Response:
@@ -103,8 +103,8 @@ def check_page(c: Console, query: dict[str, str]) -> Response:
     return page(c.frame(), "check", "Replica check", join([intro, form, result]))
 
 def _run_check(c: Console, max_bytes: int | None, queues: bool) -> Markup:
-    from client.errors import RaftmqError
-    from client.replica_check import ReplicaChecker
+    from raftmq.client.errors import RaftmqError
+    from raftmq.client.replica_check import ReplicaChecker
 
     if not c.check_lock.acquire(blocking=False):
         return notice("a check started from this console is still running; wait for it and reload", "warn")

@@ -13,8 +13,8 @@ import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.cluster_views import describe_group
-from node.console.layout import (
+from raftmq.node.cluster_views import describe_group
+from raftmq.node.console.layout import (
     BadRequest,
     Response,
     cards,
@@ -26,12 +26,12 @@ from node.console.layout import (
     shorten,
     table,
 )
-from node.console.safe import Markup, join, seg, url
-from node.errors import RpcError
-from node.validation import ValidationError, check_group_name
+from raftmq.node.console.safe import Markup, join, seg, url
+from raftmq.node.errors import RpcError
+from raftmq.node.validation import ValidationError, check_group_name
 
 if TYPE_CHECKING:
-    from node.console.app import Console
+    from raftmq.node.console.app import Console
 
 DLQ_PREFIX = "%DLQ%"
 LEADER_CALL_TIMEOUT_S = 3.0

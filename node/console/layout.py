@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from node.console.safe import Markup, esc, html, join
+from raftmq.node.console.safe import Markup, esc, html, join
 
 NAV = (("cluster", "/ui/cluster", "Cluster"), ("topics", "/ui/topics", "Topics"),
        ("groups", "/ui/groups", "Consumer groups"), ("messages", "/ui/messages", "Messages"),

@@ -7,8 +7,8 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from node.console import safe
-from node.console.layout import (
+from raftmq.node.console import safe
+from raftmq.node.console.layout import (
     SECURITY_HEADERS,
     BadRequest,
     Response,
@@ -19,12 +19,12 @@ from node.console.layout import (
     table,
     utc,
 )
-from node.console.safe import Markup, html, join, seg
-from node.validation import ValidationError, check_topic_name
-from store.errors import StoreError
+from raftmq.node.console.safe import Markup, html, join, seg
+from raftmq.node.validation import ValidationError, check_topic_name
+from raftmq.store.errors import StoreError
 
 if TYPE_CHECKING:
-    from node.console.app import Console
+    from raftmq.node.console.app import Console
 
 BROWSE_MAX = 64  # messages per browser page (RocketMQ's query cap)
 BROWSE_DEFAULT = 20

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from node.console.charts import Series, line_chart
-from node.console.history import rates
-from node.console.layout import BadRequest, Response, cards, link, page, section, table, utc
-from node.console.safe import html, join, seg, url
-from node.validation import is_system_topic
+from raftmq.node.console.charts import Series, line_chart
+from raftmq.node.console.history import rates
+from raftmq.node.console.layout import BadRequest, Response, cards, link, page, section, table, utc
+from raftmq.node.console.safe import html, join, seg, url
+from raftmq.node.validation import is_system_topic
 
 if TYPE_CHECKING:
-    from node.console.app import Console
+    from raftmq.node.console.app import Console
 
 BROWSE_DEFAULT = 20  # "browse latest" links show this many messages
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.errors import PipelineError
+from raftmq.pipeline.errors import PipelineError
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -68,7 +68,7 @@ class JobContext:
     """Session, progress and store layout of one job run; ``close`` stops only a session it started itself."""
 
     def __init__(self, name: str, args: Any) -> None:
-        from pipeline.progress import Progress  # pyspark-free: the first progress line comes at once
+        from raftmq.pipeline.progress import Progress  # pyspark-free: the first progress line comes at once
 
         self.name = name
         self.args = args
@@ -82,7 +82,7 @@ class JobContext:
         if self._spark is None:
             from pyspark.sql import SparkSession
 
-            from pipeline.spark import get_session
+            from raftmq.pipeline.spark import get_session
 
             self._created = SparkSession.getActiveSession() is None
             if self._created:
@@ -105,8 +105,8 @@ class JobContext:
 
 def resolve_geometry(layout: Any, args: Any) -> tuple[int, Any]:
     """``(cq_file_size, IndexGeometry)`` from the options, else from the store's files, else RocketMQ's defaults."""
-    from pipeline.errors import PipelineError as _E
-    from pipeline.layout import IndexGeometry, infer_cq_file_size, infer_index_geometry
+    from raftmq.pipeline.errors import PipelineError as _E
+    from raftmq.pipeline.layout import IndexGeometry, infer_cq_file_size, infer_index_geometry
 
     cq = args.cq_file_size or infer_cq_file_size(layout) or 300_000 * 20
     if cq % 20:
@@ -128,8 +128,8 @@ def resolve_geometry(layout: Any, args: Any) -> tuple[int, Any]:
 
 
 def delay_levels(args: Any) -> list[int]:
-    from store.errors import StoreError
-    from store.message import parse_delay_levels
+    from raftmq.store.errors import StoreError
+    from raftmq.store.message import parse_delay_levels
 
     try:
         return parse_delay_levels(args.delay_levels)

@@ -16,7 +16,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
+from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
 
 HELP = "write messages to Parquet partitioned by topic and date"
 
@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
-    from pipeline.layout import open_layout, prepare_output
+    from raftmq.pipeline.layout import open_layout, prepare_output
 
     layout = open_layout(args.store)
     out = prepare_output(args.output, overwrite=args.overwrite)
@@ -45,8 +45,8 @@ def run(args: Any) -> int:
 def export(ctx: JobContext, layout: Any, out: str, topics: list[str] | None, compression: str) -> int:
     from pyspark.sql import functions as F
 
-    from pipeline.errors import EmptyStoreError
-    from pipeline.reader import messages_df, scan_boundaries
+    from raftmq.pipeline.errors import EmptyStoreError
+    from raftmq.pipeline.reader import messages_df, scan_boundaries
 
     b = scan_boundaries(ctx.spark, layout, ctx.args.split_size, ctx.progress)
     if b.records == 0:

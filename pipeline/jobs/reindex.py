@@ -14,7 +14,7 @@ from typing import Any
 if __package__ in (None, ""):  # spark-submit pipeline/jobs/reindex.py: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from pipeline.jobs.common import (  # noqa: E402
+from raftmq.pipeline.jobs.common import (  # noqa: E402
     JobContext,
     add_spark_options,
     add_store_geometry,
@@ -38,11 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
-    from pipeline.layout import open_layout, prepare_output
+    from raftmq.pipeline.layout import open_layout, prepare_output
 
     layout = open_layout(args.store)
     if os.path.abspath(args.output) == layout.root:
-        from pipeline.errors import OutputError
+        from raftmq.pipeline.errors import OutputError
 
         raise OutputError("output must not be the store itself; write elsewhere and copy the files in")
     out = prepare_output(args.output, overwrite=args.overwrite)
@@ -59,12 +59,12 @@ def run(args: Any) -> int:
 def reindex(ctx: JobContext, layout: Any, out: str, cq_size: int, geometry: Any, index_names: list[str],
             delay_ms: list[int]) -> Any:
     """The job body (also used by ``verify`` to build the expected files)."""
-    from pipeline.reader import dispatch_df, scan_boundaries
-    from pipeline.rebuild import rebuild
+    from raftmq.pipeline.reader import dispatch_df, scan_boundaries
+    from raftmq.pipeline.rebuild import rebuild
 
     b = scan_boundaries(ctx.spark, layout, ctx.args.split_size, ctx.progress)
     if b.records == 0:
-        from pipeline.errors import EmptyStoreError
+        from raftmq.pipeline.errors import EmptyStoreError
 
         raise EmptyStoreError(f"empty store: {layout.commit_log_dir} holds no message")
     disp = dispatch_df(ctx.spark, b, delay_ms)

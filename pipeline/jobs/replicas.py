@@ -19,7 +19,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
+from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
 
 HELP = "compare several replicas' commit logs (per-segment checksums, first difference)"
 
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
-    from pipeline.errors import PipelineError
+    from raftmq.pipeline.errors import PipelineError
 
     if len(args.stores) < 2:
         raise PipelineError("give at least two replica store directories to compare")
@@ -49,11 +49,11 @@ def _labels(roots: list[str]) -> list[str]:
 
 def compare(ctx: JobContext, stores: list[str]) -> dict[str, Any]:
     """``{"agree": bool, "segments": [...], "lines": [...]}``; segments hold per-replica checksums."""
-    from pipeline.commitlog import record_containing
-    from pipeline.compare import chunk_digest, first_difference
-    from pipeline.errors import EmptyStoreError, PipelineError
-    from pipeline.layout import open_layout
-    from pipeline.reader import scan_boundaries
+    from raftmq.pipeline.commitlog import record_containing
+    from raftmq.pipeline.compare import chunk_digest, first_difference
+    from raftmq.pipeline.errors import EmptyStoreError, PipelineError
+    from raftmq.pipeline.layout import open_layout
+    from raftmq.pipeline.reader import scan_boundaries
 
     layouts = [open_layout(s, allow_empty=True) for s in stores]
     if all(not lay.segments for lay in layouts):

@@ -16,7 +16,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
+from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
 
 HELP = "per-topic and per-queue counts, bytes, time ranges and key cardinality"
 
@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
-    from pipeline.layout import open_layout
+    from raftmq.pipeline.layout import open_layout
 
     layout = open_layout(args.store)
     with JobContext("stats", args) as ctx:
@@ -43,8 +43,8 @@ def run(args: Any) -> int:
 def compute(ctx: JobContext, layout: Any) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from pipeline.errors import EmptyStoreError
-    from pipeline.reader import messages_df, scan_boundaries
+    from raftmq.pipeline.errors import EmptyStoreError
+    from raftmq.pipeline.reader import messages_df, scan_boundaries
 
     b = scan_boundaries(ctx.spark, layout, ctx.args.split_size, ctx.progress)
     if b.records == 0:

@@ -25,7 +25,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from pipeline.jobs.common import (  # noqa: E402
+from raftmq.pipeline.jobs.common import (  # noqa: E402
     JobContext,
     add_spark_options,
     add_store_geometry,
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
-    from pipeline.layout import open_layout, prepare_output
+    from raftmq.pipeline.layout import open_layout, prepare_output
 
     layout = open_layout(args.store)
     cq_size, geometry = resolve_geometry(layout, args)
@@ -74,8 +74,8 @@ def run(args: Any) -> int:
 
 def verify(ctx: JobContext, layout: Any, scratch: str, cq_size: int, geometry: Any, delay_ms: list[int]) -> list[str]:
     """Every difference, consume queues first (sorted by queue), then index files in name order."""
-    from pipeline.compare import diff_consume_queue, diff_index_file
-    from pipeline.jobs.reindex import reindex
+    from raftmq.pipeline.compare import diff_consume_queue, diff_index_file
+    from raftmq.pipeline.jobs.reindex import reindex
 
     names = layout.index_file_names()
     result = reindex(ctx, layout, scratch, cq_size, geometry, names, delay_ms)
@@ -115,7 +115,7 @@ def _scan_one(item: tuple[str, int, bool]) -> list[tuple[int, int, str, str, boo
     """Spark task: ``(start, end, path, reason, is_tail)`` of every damaged range in one segment."""
     import mmap
 
-    from store.integrity import scan_segment
+    from raftmq.store.integrity import scan_segment
 
     path, base, is_last = item
     with open(path, "rb") as fh:
@@ -134,7 +134,7 @@ def commit_log_damage(layout: Any) -> list[str]:
     """One line per damaged commit-log range (segments scanned in parallel on the active Spark session)."""
     from pyspark.sql import SparkSession
 
-    from store.checkpoint import read_flushed_offset
+    from raftmq.store.checkpoint import read_flushed_offset
 
     segs = list(layout.segments)
     last = len(segs) - 1

@@ -8,8 +8,8 @@ import grpc
 import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client.cli import run
-from client.commands import parse_perm, parse_time
+from raftmq.client.cli import run
+from raftmq.client.commands import parse_perm, parse_time
 from tests.client.scripted_server import Abort
 
 C = grpc.StatusCode

@@ -33,7 +33,7 @@ class Cli:
         self.server = server
 
     def argv(self, *args: str, server: str | None = None) -> list[str]:
-        return [sys.executable, "-m", "client", *args, "--server", server or self.server]
+        return [sys.executable, "-m", "raftmq.client", *args, "--server", server or self.server]
 
     def __call__(self, *args: str, stdin: str | None = None, server: str | None = None,
                  timeout: float = 60) -> subprocess.CompletedProcess:

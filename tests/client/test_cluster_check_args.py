@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from client import cli, commands
-from client.replica_check import CheckReport, Difference, MemberCheck, QueueDifference, _split_majority
+from raftmq.client import cli, commands
+from raftmq.client.replica_check import CheckReport, Difference, MemberCheck, QueueDifference, _split_majority
 
 
 @pytest.mark.parametrize("args, text", [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, Producer
+from raftmq.client import Admin, Producer
 from tests.client.test_cli_e2e import _env
 from tests.support.processes import REPO_ROOT, TINY_STORE, running_nodes
 
@@ -28,7 +28,7 @@ def raftmq(*args: str, secret: str | None = SECRET) -> subprocess.CompletedProce
     env = _env()
     if secret is not None:
         env["RAFTMQ_CLUSTER_SECRET"] = secret
-    return subprocess.run([sys.executable, "-m", "client", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args], capture_output=True, text=True, timeout=120,
                           env=env, cwd=REPO_ROOT)
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from client import Admin, Producer, PullConsumer
+from raftmq.client import Admin, Producer, PullConsumer
 from tests.client.test_cli_e2e import _env, eventually
 from tests.support.processes import REPO_ROOT, running_nodes
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def raftmq(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client", *args], capture_output=True, text=True, timeout=90,
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args], capture_output=True, text=True, timeout=90,
                           env=_env(), cwd=REPO_ROOT)
 
 

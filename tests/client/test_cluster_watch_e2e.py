@@ -14,9 +14,9 @@ import threading
 
 import pytest
 
-from client import Admin
-from client.cluster_watch import Watch, events_between
-from client.types import ClusterStatus, MemberStatus
+from raftmq.client import Admin
+from raftmq.client.cluster_watch import Watch, events_between
+from raftmq.client.types import ClusterStatus, MemberStatus
 from tests.client.test_cli_e2e import _env
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
@@ -51,7 +51,7 @@ def test_watch_prints_events_and_short_reasons_through_a_failover(tmp_path):
         servers = ",".join(n.grpc_address for n in nodes)
         with Admin(servers) as admin:
             old_leader = admin.cluster_status().leader_id
-        argv = [sys.executable, "-m", "client", "cluster", "status", "--watch", "0.5", "--timeout", "3",
+        argv = [sys.executable, "-m", "raftmq.client", "cluster", "status", "--watch", "0.5", "--timeout", "3",
                 "--server", servers]
         piped = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=REPO_ROOT)
         main_fd, child_fd = pty.openpty()

@@ -16,8 +16,8 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pbg
 
-from client import Admin, Producer, PullConsumer
-from client.consumer_group import describe_consumer_group
+from raftmq.client import Admin, Producer, PullConsumer
+from raftmq.client.consumer_group import describe_consumer_group
 from tests.client.test_cli_e2e import _env, eventually, one_error_line
 from tests.support.processes import REPO_ROOT, running_nodes
 
@@ -135,7 +135,7 @@ def test_close_hands_the_queues_over_and_the_survivor_gets_the_rest(server):
 
 VICTIM = textwrap.dedent("""
     import sys, time
-    from client import PullConsumer
+    from raftmq.client import PullConsumer
     c = PullConsumer("workers", sys.argv[2], sys.argv[1], start_from="first", client_id="victim",
                      heartbeat_interval=0.3, auto_commit_interval=0.2)
     c.start()
@@ -277,7 +277,7 @@ def test_bad_membership_requests_get_a_clear_status(server):
 
 
 def raftmq(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client", *args], capture_output=True, text=True, timeout=90,
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args], capture_output=True, text=True, timeout=90,
                           env=_env(), cwd=REPO_ROOT)
 
 
@@ -315,7 +315,7 @@ def test_cli_group_describe(server):
 def test_two_cli_consumers_of_one_group_split_the_topic(server):
     with Admin(server) as admin:
         admin.create_topic("CliSplit", queues=QUEUES)
-    cmd = [sys.executable, "-m", "client", "consume", "cli-workers", "CliSplit", "--from-beginning", "--json",
+    cmd = [sys.executable, "-m", "raftmq.client", "consume", "cli-workers", "CliSplit", "--from-beginning", "--json",
            "--idle-timeout", "15", "-s", server]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
                               cwd=REPO_ROOT) for _ in range(2)]

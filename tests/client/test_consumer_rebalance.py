@@ -8,7 +8,7 @@ import time
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client import PullConsumer
+from raftmq.client import PullConsumer
 from tests.client.scripted_server import Abort
 from tests.client.test_cli_e2e import eventually
 

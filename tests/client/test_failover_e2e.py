@@ -14,7 +14,7 @@ import signal
 
 import pytest
 
-from client import Admin, Producer, errors
+from raftmq.client import Admin, Producer, errors
 from tests.replication.cluster_util import wait_leader
 from tests.replication.tcp_proxy import PausableProxy
 from tests.support.processes import running_nodes

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from client import Admin
+from raftmq.client import Admin
 from tests.client.test_cli_e2e import _env
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
@@ -33,7 +33,7 @@ def test_load_rides_through_a_sigkilled_leader(tmp_path):
         survivors = [n.grpc_address for n in nodes if n is not leader]
 
         load = subprocess.Popen(
-            [sys.executable, "-m", "client", "produce", "Drill", "--count", str(COUNT), "--size", "64",
+            [sys.executable, "-m", "raftmq.client", "produce", "Drill", "--count", str(COUNT), "--size", "64",
              "--concurrency", "4", "--json", "--server", everyone],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO_ROOT)
         try:
@@ -63,7 +63,7 @@ def test_load_rides_through_a_sigkilled_leader(tmp_path):
 
         # --server pointed at a member's Raft port by mistake: named as such, not an "outcome unknown"
         survivor = next(n for n in nodes if n is not leader)
-        r = subprocess.run([sys.executable, "-m", "client", "produce", "Drill", "--body", "x", "--timeout", "2",
+        r = subprocess.run([sys.executable, "-m", "raftmq.client", "produce", "Drill", "--body", "x", "--timeout", "2",
                             "--server", survivor.spec.raft_address], capture_output=True, text=True, env=_env(),
                            cwd=REPO_ROOT, timeout=60)
         assert r.returncode == 5, r.stderr

@@ -8,7 +8,7 @@ import json
 import grpc
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client.cli import run
+from raftmq.client.cli import run
 from tests.client.scripted_server import Abort
 
 UNKNOWN = Abort(grpc.StatusCode.UNKNOWN, "outcome unknown: leadership changed")

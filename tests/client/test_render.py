@@ -1,6 +1,6 @@
 """client.render: what a producer's bytes may do to an operator's terminal (nothing), in isolation."""
 
-from client.render import body_text, escape, hexdump, is_binary
+from raftmq.client.render import body_text, escape, hexdump, is_binary
 
 
 def test_escape_sequences_and_bidi_overrides_become_visible():

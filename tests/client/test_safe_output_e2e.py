@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from client import Admin, Producer
-from client.cli import run
+from raftmq.client import Admin, Producer
+from raftmq.client.cli import run
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client import Admin, AlreadyExistsError, Message, Producer, PullConsumer, TopicNotFoundError
+from raftmq.client import Admin, AlreadyExistsError, Message, Producer, PullConsumer, TopicNotFoundError
 from tests.client.test_cli_e2e import eventually
 from tests.support.processes import running_nodes
 

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client import (
+from raftmq.client import (
     Admin,
     AlreadyExistsError,
     BusyError,

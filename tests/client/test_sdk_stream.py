@@ -9,7 +9,7 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import (
+from raftmq.client import (
     Admin,
     InvalidArgumentError,
     NotFoundError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client.accumulator import _Send, encode_request
+from raftmq.client.accumulator import _Send, encode_request
 
 
 def _msg(i: int, size: int) -> pb.Message:

@@ -1,10 +1,10 @@
 import pytest
 
-from client.commands import cluster_table
-from client.errors import InvalidArgumentError
-from client.table import render_table
-from client.tags import format_tag_expression, parse_tag_expression
-from client.types import ClusterStatus, MemberStatus
+from raftmq.client.commands import cluster_table
+from raftmq.client.errors import InvalidArgumentError
+from raftmq.client.table import render_table
+from raftmq.client.tags import format_tag_expression, parse_tag_expression
+from raftmq.client.types import ClusterStatus, MemberStatus
 
 
 @pytest.mark.parametrize("expr,tags", [
@@ -72,8 +72,8 @@ def test_message_json_keeps_binary_bodies_intact():
     import base64
     import json
 
-    from client.commands import message_json
-    from client.types import MessageView
+    from raftmq.client.commands import message_json
+    from raftmq.client.types import MessageView
 
     def view(body: bytes) -> MessageView:
         return MessageView("ID", "UK", "T", 0, 1, 2, 3, body, "", [], {}, 0, "", 0, "")

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from client.cli import run
+from raftmq.client.cli import run
 from tests.support.odd_servers import Http2NotFound, SilentTcp
 from tests.support.processes import TINY_STORE, running_nodes
 

@@ -395,7 +395,7 @@ def _pod_env(objs, pod_name: str) -> dict[str, str]:
 @pytest.mark.parametrize("name", ["defaults", "five-sync-monitored", "custom-placement"])
 def test_each_pod_gets_a_config_the_node_accepts(name, tmp_path):
     """The rendered YAML plus each pod's RAFTMQ_* env goes through the node's own config loader."""
-    from node.config import load_config
+    from raftmq.node.config import load_config
 
     values = VALUE_SETS[name]
     objs = objects(values)

@@ -67,7 +67,7 @@ def test_incomplete_security_values_are_refused(values, fragment):
 
 
 def test_each_secure_pod_gets_a_config_the_node_accepts(secure, tmp_path):
-    from node.config import load_config
+    from raftmq.node.config import load_config
 
     name, values = secure
     objs = objects(values)

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from client import Admin, Message, Producer, PullConsumer, SimpleConsumer
+from raftmq.client import Admin, Message, Producer, PullConsumer, SimpleConsumer
 from tests.helm.chart import objects, one
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for

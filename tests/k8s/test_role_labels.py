@@ -13,7 +13,7 @@ import helm_python as helm
 import pytest
 from kubernetes import client as k8s
 
-from client import Admin
+from raftmq.client import Admin
 from tests.helm.chart import CHART_DIR
 from tests.k8s.control_plane import in_pod_argv
 from tests.support.processes import NodeProcess, node_specs, stop_all

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from client.acl import AclAdmin
-from client.admin import Admin
-from client.errors import PermissionDeniedError, RaftmqError, UnauthenticatedError
-from client.producer import Producer
-from client.security import ClientSecurity
+from raftmq.client.acl import AclAdmin
+from raftmq.client.admin import Admin
+from raftmq.client.errors import PermissionDeniedError, RaftmqError, UnauthenticatedError
+from raftmq.client.producer import Producer
+from raftmq.client.security import ClientSecurity
 from tests.support.certs import CertificateAuthority
 from tests.support.processes import REPO_ROOT, NodeProcess, node_specs, stop_all
 from tests.support.waiting import wait_for
@@ -103,7 +103,7 @@ def _cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subproces
     full = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     full["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
     full.update(env)
-    return subprocess.run([sys.executable, "-m", "client", *args], cwd=REPO_ROOT, env=full, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args], cwd=REPO_ROOT, env=full, capture_output=True,
                           text=True, timeout=60, input=stdin)
 
 
@@ -157,7 +157,7 @@ def test_denied_and_changes_are_audited_without_secrets(secured_cluster):
 
 def test_transactions_and_the_check_stream_under_access_rules(secured_cluster):
     """Transactions pass the same rules: the half message needs PUB on the topic, ending it PUB on the group."""
-    from client.transaction_producer import TransactionProducer, TransactionState
+    from raftmq.client.transaction_producer import TransactionProducer, TransactionState
 
     nodes, tls = secured_cluster
     addresses = [n.grpc_address for n in nodes]
@@ -178,7 +178,7 @@ def test_transactions_and_the_check_stream_under_access_rules(secured_cluster):
 
 
 def _try_tx(p):
-    from client.transaction_producer import TransactionState
+    from raftmq.client.transaction_producer import TransactionState
 
     r = p.send_in_transaction("payments", b"tx", local_tx=lambda half: TransactionState.COMMIT)
     return None if r.end_error else r

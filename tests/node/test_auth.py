@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from raftmq.v1 import raftmq_pb2 as pb
 
-from client.security import signed_headers
-from node.auth import (
+from raftmq.client.security import signed_headers
+from raftmq.node.auth import (
     ACCESS,
     EXEMPT_PREFIXES,
     AccessDenied,
@@ -23,8 +23,8 @@ from node.auth import (
     parse_authorization,
     required_access,
 )
-from node.config import SecuritySection
-from replication.acl_table import AclTable
+from raftmq.node.config import SecuritySection
+from raftmq.replication.acl_table import AclTable
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.UTC)
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pbg
 
-from client.security import signed_headers
+from raftmq.client.security import signed_headers
 from tests.support.processes import running_nodes
 
 # what gRPC lets a client put in a metadata value: printable ASCII

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from client.security import signed_headers
+from raftmq.client.security import signed_headers
 from tests.support.processes import running_nodes
 
 
@@ -34,10 +34,10 @@ def test_metrics_needs_a_signature_when_not_listed_open(tmp_path):
 
 
 def test_users_and_rules_survive_a_restart(tmp_path):
-    from client.acl import AclAdmin
-    from client.admin import Admin
-    from client.errors import PermissionDeniedError
-    from client.security import ClientSecurity
+    from raftmq.client.acl import AclAdmin
+    from raftmq.client.admin import Admin
+    from raftmq.client.errors import PermissionDeniedError
+    from raftmq.client.security import ClientSecurity
 
     security = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
     root = ClientSecurity(access_key="root", secret_key="root-secret-1")

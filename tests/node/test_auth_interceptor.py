@@ -8,10 +8,10 @@ import asyncio
 import grpc
 import pytest
 
-from client.security import signed_headers
-from node.auth import Authenticator, AuthInterceptor, check_rule
-from node.config import SecuritySection
-from replication.acl_table import AclTable
+from raftmq.client.security import signed_headers
+from raftmq.node.auth import Authenticator, AuthInterceptor, check_rule
+from raftmq.node.config import SecuritySection
+from raftmq.replication.acl_table import AclTable
 
 SERVICE = "raftmq.test.Echo"
 

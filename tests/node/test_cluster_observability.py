@@ -12,8 +12,8 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
-from client.admin import Admin
-from client.commands import cluster_table
+from raftmq.client.admin import Admin
+from raftmq.client.commands import cluster_table
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 

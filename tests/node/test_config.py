@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from node.config import ConfigError, load_config, sample_yaml
+from raftmq.node.config import ConfigError, load_config, sample_yaml
 
 
 def _write(tmp_path, text: str):
@@ -100,7 +100,7 @@ def test_sample_is_valid(tmp_path):
 
 
 def _cli(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "raftmq.node", *args], capture_output=True, text=True, env=env,
                           timeout=60)
 
 
@@ -125,7 +125,7 @@ def test_node_refuses_to_start_with_a_bad_config(tmp_path):
 
 
 def test_make_run_configs_are_valid_for_one_and_three_nodes(tmp_path):
-    from node.local_cluster import write_configs
+    from raftmq.node.local_cluster import write_configs
 
     for n in (1, 3):
         paths = write_configs(tmp_path, n)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from node.config import ConfigError, load_config, sample_yaml
-from replication import RaftSettings
+from raftmq.node.config import ConfigError, load_config, sample_yaml
+from raftmq.replication import RaftSettings
 
 
 def _write(tmp_path, text: str):

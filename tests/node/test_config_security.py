@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.config import ConfigError, load_config
+from raftmq.node.config import ConfigError, load_config
 
 
 def test_environment_sets_the_security_section_verbatim():

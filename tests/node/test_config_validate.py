@@ -11,16 +11,16 @@ import sys
 import pytest
 import yaml
 
-from node.config import ConfigError, load_config, sample_yaml
-from store.errors import StoreLoadError
-from store.topic_config import TopicConfigTable
+from raftmq.node.config import ConfigError, load_config, sample_yaml
+from raftmq.store.errors import StoreLoadError
+from raftmq.store.topic_config import TopicConfigTable
 from tests.support.processes import REPO_ROOT
 
 
 def _validate(path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
-    return subprocess.run([sys.executable, "-m", "node", "config", "validate", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "raftmq.node", "config", "validate", str(path)], capture_output=True,
                           text=True, env=env, cwd=REPO_ROOT, timeout=60)
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, Producer
-from client.consumer_group import describe_consumer_group
-from client.replica_check import ReplicaChecker
-from node.console.safe import visible_controls
+from raftmq.client import Admin, Producer
+from raftmq.client.consumer_group import describe_consumer_group
+from raftmq.client.replica_check import ReplicaChecker
+from raftmq.node.console.safe import visible_controls
 from tests.support.console_scenario import (
     BINARY_BODY,
     DLQ_TOPIC,

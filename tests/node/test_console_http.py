@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from client import Admin, Producer
+from raftmq.client import Admin, Producer
 from tests.support.processes import running_nodes
 
 

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from node.console import safe
-from node.console.charts import Series, line_chart
-from node.console.history import History, Sample, rates
-from node.console.layout import table
+from raftmq.node.console import safe
+from raftmq.node.console.charts import Series, line_chart
+from raftmq.node.console.history import History, Sample, rates
+from raftmq.node.console.layout import table
 
 
 def test_esc_escapes_html_and_quotes():

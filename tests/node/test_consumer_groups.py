@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.consumer_group import allocate_averagely as client_allocate
-from node.consumer_groups import EXPIRY_FACTOR, ConsumerGroupRegistry, allocate_averagely
+from raftmq.client.consumer_group import allocate_averagely as client_allocate
+from raftmq.node.consumer_groups import EXPIRY_FACTOR, ConsumerGroupRegistry, allocate_averagely
 
 
 class FakeClock:

@@ -17,7 +17,7 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import Admin, Producer
+from raftmq.client import Admin, Producer
 from tests.support.processes import GRPC_OPTIONS, REPO_ROOT, TINY_STORE, NodeProcess, node_specs
 from tests.support.waiting import wait_for
 
@@ -77,10 +77,10 @@ def test_damaged_single_node_refuses_to_start_and_store_repair_brings_it_back(tm
 
     # check names the record; repair (with the node's config) quarantines it and rebuilds derived files
     env = {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'proto'}"}
-    chk = subprocess.run([sys.executable, "-m", "client", "store", "check", str(spec.data_dir)], cwd=REPO_ROOT,
+    chk = subprocess.run([sys.executable, "-m", "raftmq.client", "store", "check", str(spec.data_dir)], cwd=REPO_ROOT,
                          env=env, capture_output=True, text=True, timeout=120)
     assert chk.returncode == 1 and str(seg0) in chk.stdout and "body CRC mismatch" in chk.stdout, chk
-    rep = subprocess.run([sys.executable, "-m", "client", "store", "repair", "--config", str(spec.config_path),
+    rep = subprocess.run([sys.executable, "-m", "raftmq.client", "store", "repair", "--config", str(spec.config_path),
                           str(spec.data_dir)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0 and "quarantine" in rep.stdout, rep
 

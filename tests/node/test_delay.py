@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from client import Admin, Producer, PullConsumer
-from client.errors import InvalidArgumentError
-from replication import RaftSettings, RaftWritePath
-from replication.write_path import MemberInfo
-from store import Message, MessageStore, StoreConfig
-from store.schedule import ScheduleMessageService
+from raftmq.client import Admin, Producer, PullConsumer
+from raftmq.client.errors import InvalidArgumentError
+from raftmq.replication import RaftSettings, RaftWritePath
+from raftmq.replication.write_path import MemberInfo
+from raftmq.store import Message, MessageStore, StoreConfig
+from raftmq.store.schedule import ScheduleMessageService
 from tests.support.processes import REPO_ROOT, TINY_STORE, free_ports, node_specs, start_nodes, stop_all
 
 LEVELS = "1s 2s 3s"
@@ -36,7 +36,7 @@ def _env() -> dict:
 
 
 def raftmq(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args], capture_output=True, text=True, timeout=60,
                           env=_env(), cwd=REPO_ROOT)
 
 
@@ -70,7 +70,7 @@ def assert_on_time(delivered: list, sched: dict) -> None:
 
 
 def delay_offsets(node) -> dict:
-    from store import json_file
+    from raftmq.store import json_file
 
     return json_file.loads((node.spec.data_dir / "config" / "delayOffset.json").read_text())["offsetTable"]
 
@@ -127,7 +127,7 @@ def test_raft_write_path_replicates_delay_progress_and_replays_it(tmp_path):
 
 def test_delay_progress_travels_with_catch_up_metadata(tmp_path):
     """A wiped replica gets the delay progress with the topics and offsets (snapshot install, catch-up)."""
-    from replication.applier import StoreApplier
+    from raftmq.replication.applier import StoreApplier
 
     stores = []
     try:

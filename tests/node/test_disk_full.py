@@ -18,7 +18,7 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import Admin, Producer, StorageFullError, UnavailableError
+from raftmq.client import Admin, Producer, StorageFullError, UnavailableError
 from tests.support.processes import REPO_ROOT, node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
@@ -46,7 +46,7 @@ def small_fs(tmp_path):
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
-    return subprocess.run([sys.executable, "-m", "client", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -10,7 +10,7 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.config import ConfigError, load_config
+from raftmq.node.config import ConfigError, load_config
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 

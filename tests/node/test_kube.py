@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client as k8s
 
-from node.kube import ROLE_LABEL, RoleLabeler, RoleLabelerError
+from raftmq.node.kube import ROLE_LABEL, RoleLabeler, RoleLabelerError
 
 POD = "raftmq-1"
 NS = "mq"
@@ -157,7 +157,7 @@ def test_server_errors_are_retried_with_backoff_until_success(server, caplog):
     server.plan = [500, 503, 500]
     labeler = make_labeler(server.port)
     labeler.set_role("leader")
-    with caplog.at_level(logging.WARNING, logger="node.kube"):
+    with caplog.at_level(logging.WARNING, logger="raftmq.node.kube"):
         labeler.start()
         try:
             server.wait_for(lambda reqs: len(reqs) >= 4)
@@ -175,7 +175,7 @@ def test_forbidden_is_logged_and_retried(server, caplog):
     server.plan = [403]
     labeler = make_labeler(server.port)
     labeler.set_role("candidate")
-    with caplog.at_level(logging.WARNING, logger="node.kube"):
+    with caplog.at_level(logging.WARNING, logger="raftmq.node.kube"):
         labeler.start()
         try:
             server.wait_for(lambda reqs: len(reqs) >= 2)

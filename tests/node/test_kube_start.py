@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from node.kube import ROLE_LABEL
+from raftmq.node.kube import ROLE_LABEL
 from tests.node.test_kube import NS, POD, FakeApiServer, role_of
 from tests.support.processes import NodeProcess, node_specs
 from tests.support.waiting import wait_for

@@ -13,8 +13,8 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from node.broker import Broker
-from node.config import load_config
+from raftmq.node.broker import Broker
+from raftmq.node.config import load_config
 from tests.node.conftest import Api
 from tests.support.processes import NodeProcess, free_ports, node_specs, running_nodes
 

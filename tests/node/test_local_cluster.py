@@ -47,7 +47,7 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env.update(RAFTMQ_STORE_PREALLOCATE="false", RAFTMQ_STORE_MAPPED_FILE_SIZE_COMMIT_LOG=str(256 * 1024),
                RAFTMQ_STORE_MAX_HASH_SLOT_NUM="1024", RAFTMQ_STORE_MAX_INDEX_NUM="4096",
                RAFTMQ_STORE_MAX_MESSAGE_SIZE=str(64 * 1024))
-    return subprocess.run([sys.executable, "-m", "node.local_cluster", *args], cwd=REPO_ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "raftmq.node.local_cluster", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from node.long_poll import LongPollRegistry
+from raftmq.node.long_poll import LongPollRegistry
 
 
 def test_waiter_woken_by_arrival_from_another_thread():

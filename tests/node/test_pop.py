@@ -12,7 +12,7 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import (
+from raftmq.client import (
     Admin,
     ConsumeResult,
     Producer,
@@ -21,7 +21,7 @@ from client import (
     SimpleConsumer,
     StaleReceiptHandleError,
 )
-from client.errors import InvalidArgumentError, RaftmqError
+from raftmq.client.errors import InvalidArgumentError, RaftmqError
 from tests.support.processes import node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
@@ -328,7 +328,7 @@ def test_leader_sigkill_unacked_come_back_on_the_new_leader_acked_never_fifo_ord
 
 
 def test_cli_consume_pop_dlq_and_reset_offsets(node, capsys):
-    from client.cli import run
+    from raftmq.client.cli import run
 
     topic = make_topic(node, "PopCli", queues=1)
     s = ["--server", node.grpc_address]

@@ -3,8 +3,8 @@ per-group overrides, and start-up errors that name the key."""
 
 import pytest
 
-from node.config import ConfigError, load_config
-from node.pop_core import GroupPolicy, parse_policy
+from raftmq.node.config import ConfigError, load_config
+from raftmq.node.pop_core import GroupPolicy, parse_policy
 
 
 def test_defaults_are_rocketmq5s():

@@ -9,8 +9,8 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import Admin, Producer
-from store.message import decode_record
+from raftmq.client import Admin, Producer
+from raftmq.store.message import decode_record
 from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
 from tests.node.test_scrubber_e2e import _metric
 from tests.store.store_helpers import segment_files

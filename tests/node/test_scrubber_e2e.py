@@ -14,8 +14,8 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import Admin, Producer
-from store.message import decode_record
+from raftmq.client import Admin, Producer
+from raftmq.store.message import decode_record
 from tests.store.store_helpers import segment_files
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
@@ -82,7 +82,7 @@ def test_scrubber_finds_damage_reports_it_and_rebuilds_the_consume_queue(tmp_pat
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
-        r = subprocess.run([sys.executable, "-m", "client", "cluster", "status", "--server", addr], cwd=REPO_ROOT,
+        r = subprocess.run([sys.executable, "-m", "raftmq.client", "cluster", "status", "--server", addr], cwd=REPO_ROOT,
                            env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("n0:"))

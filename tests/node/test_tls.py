@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
-from client.errors import TlsError
-from client.producer import Producer
-from client.security import ClientSecurity
+from raftmq.client.admin import Admin
+from raftmq.client.errors import TlsError
+from raftmq.client.producer import Producer
+from raftmq.client.security import ClientSecurity
 from tests.support.certs import CertificateAuthority
 from tests.support.processes import REPO_ROOT, NodeProcess, node_specs
 from tests.support.waiting import wait_for
@@ -66,7 +66,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     full["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "client", *args], cwd=REPO_ROOT, env=full, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args], cwd=REPO_ROOT, env=full, capture_output=True,
                           text=True, timeout=60)
 
 

@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import RaftmqError
-from client.connection import _Stubs
-from client.transaction_producer import TransactionProducer, TransactionState
+from raftmq.client import RaftmqError
+from raftmq.client.connection import _Stubs
+from raftmq.client.transaction_producer import TransactionProducer, TransactionState
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 
@@ -181,7 +181,7 @@ def test_transaction_metrics_count_halves_outcomes_checks_and_pending(node):
 def _cli(node, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
-    return subprocess.run([sys.executable, "-m", "client", *args, "--server", node.grpc_address],
+    return subprocess.run([sys.executable, "-m", "raftmq.client", *args, "--server", node.grpc_address],
                           capture_output=True, text=True, timeout=60, env=env, cwd=REPO_ROOT)
 
 

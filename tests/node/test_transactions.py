@@ -17,9 +17,9 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-from client import RaftmqError
-from client.errors import NotFoundError
-from client.transaction_producer import TransactionProducer, TransactionState
+from raftmq.client import RaftmqError
+from raftmq.client.errors import NotFoundError
+from raftmq.client.transaction_producer import TransactionProducer, TransactionState
 from tests.support.processes import REPO_ROOT, node_specs, running_nodes, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
@@ -182,7 +182,7 @@ def test_bad_input(node):
 
 _CRASHING_PRODUCER = textwrap.dedent("""
     import os, signal, sys
-    from client.transaction_producer import TransactionProducer, TransactionState
+    from raftmq.client.transaction_producer import TransactionProducer, TransactionState
 
     def local_tx(half):
         print(half.transaction_id, flush=True)
@@ -298,7 +298,7 @@ def test_cli_produce_transactional(node):
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "client", "produce", topic, *args, "--server", node.grpc_address],
+        return subprocess.run([sys.executable, "-m", "raftmq.client", "produce", topic, *args, "--server", node.grpc_address],
                               capture_output=True, text=True, timeout=60, env=env, cwd=REPO_ROOT)
 
     r = cli("--body", "via-cli", "--transactional", "commit", "--group", "cli-group", "--json")

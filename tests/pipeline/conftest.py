@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from store import MessageStore, StoreConfig
-from store.message import Message
+from raftmq.store import MessageStore, StoreConfig
+from raftmq.store.message import Message
 
 SEGMENT = 16 * 1024
 CQ_FILE = 20 * 40  # 40 units per consume-queue file
@@ -105,7 +105,7 @@ def store_copy(built_store: BuiltStore, tmp_path):  # noqa: ANN201
 
 @pytest.fixture(scope="session")
 def spark():  # noqa: ANN201
-    from pipeline.spark import get_session
+    from raftmq.pipeline.spark import get_session
 
     s = get_session("local[2]", app_name="raftmq-pipeline-tests", shuffle_partitions=4)
     yield s

@@ -6,13 +6,13 @@ import importlib.metadata
 
 import pytest
 
-from client.cli import build_parser
-from pipeline.jobs import JOBS
+from raftmq.client.cli import build_parser
+from raftmq.pipeline.jobs import JOBS
 
 
 def test_every_job_is_a_raftmq_pipeline_subcommand() -> None:
     eps = [ep for ep in importlib.metadata.entry_points(group="raftmq.commands") if ep.name == "pipeline"]
-    assert eps and eps[0].value == "pipeline.cli:register"
+    assert eps and eps[0].value == "raftmq.pipeline.cli:register"
     parser = build_parser(eps)
     for job in JOBS:
         args = parser.parse_args(["pipeline", job, "STORE", *(["OUT"] if job in ("reindex", "export") else []),
@@ -29,7 +29,7 @@ def test_missing_store_is_one_line_and_exit_2(tmp_path, capsys) -> None:
 
 
 def test_sizes_parse_with_units() -> None:
-    from pipeline.jobs.common import parse_size
+    from raftmq.pipeline.jobs.common import parse_size
 
     assert (parse_size("4096"), parse_size("512K"), parse_size("64M"), parse_size("1g")) == (4096, 512 << 10,
                                                                                            64 << 20, 1 << 30)

@@ -7,11 +7,11 @@ import struct
 
 import pytest
 
-from pipeline.commitlog import Split, iter_records, plan_splits, resync, stitch, walk_split
-from pipeline.errors import EmptyStoreError, NotAStoreError, OutputError
-from pipeline.layout import infer_index_geometry, open_layout, prepare_output
-from store import MessageStore, StoreConfig
-from store.message import Message, encode_record
+from raftmq.pipeline.commitlog import Split, iter_records, plan_splits, resync, stitch, walk_split
+from raftmq.pipeline.errors import EmptyStoreError, NotAStoreError, OutputError
+from raftmq.pipeline.layout import infer_index_geometry, open_layout, prepare_output
+from raftmq.store import MessageStore, StoreConfig
+from raftmq.store.message import Message, encode_record
 from tests.pipeline.conftest import INDEX_NUM, INDEX_SLOTS, SEGMENT
 
 

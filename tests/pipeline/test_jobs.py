@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.main import main as pipeline_main
+from raftmq.pipeline.main import main as pipeline_main
 from tests.pipeline.conftest import SEGMENT
 
 pytestmark = pytest.mark.spark

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 
-from pipeline.progress import Progress
+from raftmq.pipeline.progress import Progress
 from tests.support.processes import REPO_ROOT
 from tests.support.waiting import wait_for
 

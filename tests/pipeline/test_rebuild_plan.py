@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.layout import IndexGeometry
-from pipeline.rebuild import plan_index
+from raftmq.pipeline.layout import IndexGeometry
+from raftmq.pipeline.rebuild import plan_index
 
 GEO = IndexGeometry(hash_slot_num=16, index_num=100)  # 99 keys per file (entry 0 is never used)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from store import MessageStore, StoreConfig
+from raftmq.store import MessageStore, StoreConfig
 from tests.support.processes import NodeProcess, node_specs, stop_all
 
 # Small compaction budget so compaction, snapshot install and restart-after-compaction are exercised quickly.

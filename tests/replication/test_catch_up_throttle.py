@@ -14,13 +14,13 @@ import pytest
 from raftmq.v1 import replica_pb2 as rpb
 from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 
-from node.metrics import RaftCollector
-from replication import catch_up
-from replication.catch_up_throttle import CatchUpThrottle, TokenBucket
-from replication.peers import Peers
-from replication.raft_write_path import RaftSettings
-from replication.write_path import MemberInfo
-from store import Message
+from raftmq.node.metrics import RaftCollector
+from raftmq.replication import catch_up
+from raftmq.replication.catch_up_throttle import CatchUpThrottle, TokenBucket
+from raftmq.replication.peers import Peers
+from raftmq.replication.raft_write_path import RaftSettings
+from raftmq.replication.write_path import MemberInfo
+from raftmq.store import Message
 from tests.replication.tcp_proxy import PausableProxy
 from tests.replication.test_checksum_commit_log import AUTH, SECRET, _Server, disk_bytes
 from tests.replication.test_raft_single import make, one_member, open_store, wait_writable
@@ -213,7 +213,7 @@ def test_too_many_fetches_are_refused_with_retry_and_the_client_waits_its_turn(m
 
 
 def test_the_limits_are_set_from_the_node_config():
-    from node.config import load_config
+    from raftmq.node.config import load_config
 
     s = load_config(environ={}).raft_settings()
     assert (s.catch_up_bytes_per_s, s.catch_up_max_streams) == (64 << 20, 2)
@@ -234,7 +234,7 @@ def test_a_copy_cut_midway_resumes_from_the_local_end(member, tmp_path, caplog):
         result: list = []
         t = threading.Thread(target=lambda: result.append(catch_up.fetch_range(peers, "src", dest, 0, up_to,
                                                                                timeout=60)))
-        caplog.set_level(logging.INFO, logger="replication.catch_up")
+        caplog.set_level(logging.INFO, logger="raftmq.replication.catch_up")
         t.start()
         wait_for(lambda: dest.commit_log_max_offset > 0, "the first chunk")
         for s in list(proxy._socks):  # drop the connection mid-copy (the rate keeps the rest for seconds)

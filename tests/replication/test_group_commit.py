@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from replication.errors import BusyError, WritePathStoppedError
-from replication.group_commit import GroupCommitter
+from raftmq.replication.errors import BusyError, WritePathStoppedError
+from raftmq.replication.group_commit import GroupCommitter
 
 
 @dataclass

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from replication import LocalWritePath
-from replication.errors import WritePathStoppedError
-from store import Message, PutStatus
+from raftmq.replication import LocalWritePath
+from raftmq.replication.errors import WritePathStoppedError
+from raftmq.store import Message, PutStatus
 from tests.replication.conftest import open_store
 
 

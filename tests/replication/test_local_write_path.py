@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from replication import BusyError, LocalWritePath
-from store import Message, PutStatus
-from store.errors import MessageIllegalError
-from store.topic_config import TopicConfig
+from raftmq.replication import BusyError, LocalWritePath
+from raftmq.store import Message, PutStatus
+from raftmq.store.errors import MessageIllegalError
+from raftmq.store.topic_config import TopicConfig
 from tests.replication.conftest import open_store
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import shutil
 
-from node.pop_core import PopCore
-from store import Message
-from store.pop_state import PopStateTable, queue_key
-from store.topic_config import TopicConfig
+from raftmq.node.pop_core import PopCore
+from raftmq.store import Message
+from raftmq.store.pop_state import PopStateTable, queue_key
+from raftmq.store.topic_config import TopicConfig
 from tests.replication.test_raft_single import make, one_member, wait_writable
 
 

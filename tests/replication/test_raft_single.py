@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from replication import NoLeaderError, RaftSettings, RaftWritePath
-from replication.errors import ReplicationError
-from replication.write_path import MemberInfo
-from store import Message, MessageStore, StoreConfig
-from store.errors import MessageIllegalError
-from store.topic_config import TopicConfig
+from raftmq.replication import NoLeaderError, RaftSettings, RaftWritePath
+from raftmq.replication.errors import ReplicationError
+from raftmq.replication.write_path import MemberInfo
+from raftmq.store import Message, MessageStore, StoreConfig
+from raftmq.store.errors import MessageIllegalError
+from raftmq.store.topic_config import TopicConfig
 from tests.support.processes import free_ports
 
 FAST = dict(raft_min_timeout=0.4, raft_max_timeout=0.8, leader_fallback_timeout=0.3, append_entries_period=0.05,
@@ -136,7 +136,7 @@ def test_a_failing_apply_fences_retries_the_same_entry_and_never_skips_it(tmp_pa
     the batch start, the member is fenced (not writable), pysyncobj retries the entry, and once the store works
     again the entry is applied exactly once. The caller's callback is lost inside pysyncobj, so the put ends as
     UnknownOutcomeError after put_timeout_s, although the message is stored."""
-    from replication import UnknownOutcomeError
+    from raftmq.replication import UnknownOutcomeError
 
     st, wp = make(tmp_path / "s", one_member(tmp_path), put_timeout_s=3.0)
     wp.start()

@@ -9,10 +9,10 @@ import zlib
 
 import pytest
 
-from replication import snapshot
-from replication.applied_index import AppliedIndex
-from replication.raft_write_path import RaftSettings
-from replication.state_machine import CorruptCommandError, frame_batch, unframe_batch
+from raftmq.replication import snapshot
+from raftmq.replication.applied_index import AppliedIndex
+from raftmq.replication.raft_write_path import RaftSettings
+from raftmq.replication.state_machine import CorruptCommandError, frame_batch, unframe_batch
 
 
 def test_snapshot_roundtrip_and_corruption_is_refused(tmp_path):
@@ -69,7 +69,7 @@ def test_pysyncobj_patches_keep_binary_commands_small_and_wire_compatible():
     from pysyncobj import pickle as sopickle
     from pysyncobj import tcp_connection
 
-    from replication import pysyncobj_patches
+    from raftmq.replication import pysyncobj_patches
 
     payload = os.urandom(64 * 1024)
     stock = len(pickle.dumps((1, (payload,)), protocol=2))

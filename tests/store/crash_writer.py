@@ -80,7 +80,7 @@ def placement(seed: int, start: int, upto: int) -> dict[int, tuple[str, int]]:
 
 
 def make_message(seq: int, topic: str, queue_id: int):
-    from store import Message
+    from raftmq.store import Message
 
     return Message(
         topic=topic,
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="{}", help="StoreConfig keyword arguments as JSON")
     args = ap.parse_args(argv)
 
-    from store import MessageStore, StoreConfig
+    from raftmq.store import MessageStore, StoreConfig
 
     st = MessageStore(StoreConfig(root_dir=args.root, **json.loads(args.config)))
     st.open()

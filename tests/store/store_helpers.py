@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from store.message import RecordStatus, decode_record
+from raftmq.store.message import RecordStatus, decode_record
 
 # Small enough that files roll every few messages, large enough for a batch of a few hundred bytes each.
 TINY = {

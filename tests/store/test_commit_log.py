@@ -4,15 +4,15 @@ import os
 
 import pytest
 
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.errors import (
+from raftmq.store.commit_log import CommitLog
+from raftmq.store.config import StoreConfig
+from raftmq.store.errors import (
     BatchFormatError,
     MessageIllegalError,
     OffsetMismatchError,
     PropertiesSizeExceededError,
 )
-from store.message import TRANSACTION_PREPARED_TYPE, Message, decode_record
+from raftmq.store.message import TRANSACTION_PREPARED_TYPE, Message, decode_record
 
 SEG = 4096
 
@@ -143,7 +143,7 @@ def test_recover_normally_truncates_torn_tail_and_logs_it(tmp_path, caplog):
     last.flush(0)
     cl.close()
     cl2 = _cl(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="store.commit_log"):
+    with caplog.at_level(logging.WARNING, logger="raftmq.store.commit_log"):
         assert cl2.recover_normally() == torn_at
     assert any(str(torn_at) in r.getMessage() and "CRC" in r.getMessage() for r in caplog.records)
     assert cl2.max_offset == torn_at

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig
+from raftmq.store import Message, MessageStore, StoreConfig
 from tests.store.store_helpers import segment_files, wait_dispatched
 
 MESSAGE_MAGIC = 0xDAA320A7

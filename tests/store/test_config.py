@@ -1,7 +1,7 @@
 import pytest
 
-from store.config import StoreConfig, parse_host_port
-from store.errors import StoreError
+from raftmq.store.config import StoreConfig, parse_host_port
+from raftmq.store.errors import StoreError
 
 
 def test_defaults_are_rocketmqs():

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
-from store.errors import StoreLoadError
+from raftmq.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
+from raftmq.store.errors import StoreLoadError
 
 UNITS = 4
 FILE = UNITS * 20

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig, TagFilter
-from store.checkpoint import StoreCheckpoint
-from store.integrity import CorruptionError
+from raftmq.store import Message, MessageStore, StoreConfig, TagFilter
+from raftmq.store.checkpoint import StoreCheckpoint
+from raftmq.store.integrity import CorruptionError
 from tests.store import crash_writer as cw
 from tests.store.store_helpers import read_commit_log_files, segment_files, tree_bytes, wait_dispatched
 
@@ -409,7 +409,7 @@ def test_segment_files_stay_full_size(tmp_path: Path) -> None:
 
 def test_second_opener_is_refused_while_writer_runs(tmp_path: Path) -> None:
     """The lock holds against another process; after the SIGKILL it is free again."""
-    from store import StoreLockedError
+    from raftmq.store import StoreLockedError
 
     w = Writer(tmp_path, 5, 0, CRASH_CONFIG)
     try:
@@ -505,7 +505,7 @@ def test_truncate_to_inside_a_record_is_refused(tmp_path: Path) -> None:
     Accepting it cuts a record in half: the next put then lands inside the old record, and the next open
     finds a broken record at the start of the log and truncates everything, acknowledged puts included.
     """
-    from store.errors import StoreError
+    from raftmq.store.errors import StoreError
 
     cfg = StoreConfig(root_dir=str(tmp_path), **CRASH_CONFIG)
     st = MessageStore(cfg)
@@ -548,7 +548,7 @@ def test_sync_put_returns_only_after_its_bytes_are_flushed(tmp_path: Path) -> No
 
 _OFFSET_WRITER = """
 import os, sys
-from store import MessageStore, StoreConfig
+from raftmq.store import MessageStore, StoreConfig
 st = MessageStore(StoreConfig(root_dir=sys.argv[1], mapped_file_size_commit_log=4096))
 st.open()
 start = int(sys.argv[2])
@@ -630,7 +630,7 @@ def test_sigkill_after_seconds_of_writing_keeps_every_key(tmp_path: Path) -> Non
 
 _OPENER = """
 import os, sys, json, time
-from store import MessageStore, StoreConfig
+from raftmq.store import MessageStore, StoreConfig
 st = MessageStore(StoreConfig(root_dir=sys.argv[1], **json.loads(sys.argv[2])))
 st.open()
 os.write(1, b"ready\\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from store import GetStatus, Message, MessageStore, PutStatus, StoreConfig
+from raftmq.store import GetStatus, Message, MessageStore, PutStatus, StoreConfig
 from tests.store.store_helpers import segment_files, tree_bytes
 
 CQ_UNITS_PER_FILE = 100
@@ -165,7 +165,7 @@ def test_an_intact_store_is_left_alone(written):
 # ---------------------------------------------------------------------------------------------------- scrubber
 def _damage_body_byte(root: Path, sent_index: int = 10) -> int:
     """Flip one body byte of an early record in the first (sealed) segment, through the file; returns its offset."""
-    from store.message import decode_record
+    from raftmq.store.message import decode_record
 
     seg = segment_files(root / "commitlog")[0]
     data = seg.read_bytes()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig
+from raftmq.store import Message, MessageStore, StoreConfig
 from tests.store.store_helpers import segment_files, tree_bytes, wait_dispatched
 
 GEOMETRY = {
@@ -140,7 +140,7 @@ def test_replicas_are_byte_identical(tmp_path: Path, batches: list[bytes], secon
 
 def test_apply_rejects_a_damaged_batch(tmp_path: Path, batches: list[bytes]) -> None:
     """A flipped bit in a replicated batch is refused, and nothing is appended."""
-    from store.errors import StoreError
+    from raftmq.store.errors import StoreError
 
     st = MessageStore(StoreConfig(root_dir=str(tmp_path / "r"), **GEOMETRY))
     st.open()
@@ -182,7 +182,7 @@ def test_catch_up_copies_the_log_byte_for_byte(tmp_path: Path, batches: list[byt
                 dst = restart(dst, dst_cfg, clean=True)
         assert offset == src.commit_log_max_offset
         # a raw append that does not start at the end is refused and changes nothing
-        from store.errors import StoreError
+        from raftmq.store.errors import StoreError
 
         with pytest.raises(StoreError):
             dst.append_commit_log_raw(offset - 10, src.read_commit_log(results[-1].physical_offset, 1 << 20))
@@ -243,7 +243,7 @@ def test_reput_stops_at_the_confirm_offset(tmp_path: Path, batches: list[bytes])
 
 def _placements(batch: bytes) -> list[tuple[str, int]]:
     """(topic, queue) of every record in an encoded batch, from the record bytes themselves."""
-    from store.message import decode_record
+    from raftmq.store.message import decode_record
 
     out = []
     pos = batch.find(bytes.fromhex("daa320a7")) - 4

@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.dispatch import dispatch_properties
-from store.message import string_to_properties
+from raftmq.store.dispatch import dispatch_properties
+from raftmq.store.message import string_to_properties
 
 # pieces that make property strings odd in every way the parser cares about: separators in any place,
 # repeated and empty values, keys that are prefixes or extensions of the wanted ones, non-ASCII text

@@ -8,10 +8,10 @@ cached for the property names) must refuse bad values exactly like a fresh one.
 
 import pytest
 
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.errors import MessageIllegalError
-from store.message import (
+from raftmq.store.commit_log import CommitLog
+from raftmq.store.config import StoreConfig
+from raftmq.store.errors import MessageIllegalError
+from raftmq.store.message import (
     TRANSACTION_PREPARED_TYPE,
     Message,
     broker_properties_string,
@@ -116,8 +116,8 @@ def test_a_bad_born_host_after_a_good_one_is_refused(tmp_path):
 def test_schedule_conversion_finds_a_delayed_message_in_any_batch():
     """``to_schedule_messages`` returns the batch itself when no message has DELAY (one pass), and otherwise
     converts exactly the delayed ones, also when a message's properties are not a map (it is left alone)."""
-    from store.message import SCHEDULE_TOPIC, UniqKeyGenerator
-    from store.schedule import DelayLevels, to_schedule_messages
+    from raftmq.store.message import SCHEDULE_TOPIC, UniqKeyGenerator
+    from raftmq.store.schedule import DelayLevels, to_schedule_messages
 
     levels, uniq = DelayLevels("1s 5s 10s"), UniqKeyGenerator("127.0.0.1")
     plain = [Message(topic="T", body=b"x", properties={"TAGS": "a"}) for _ in range(3)]

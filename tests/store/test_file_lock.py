@@ -4,12 +4,12 @@ import textwrap
 
 import pytest
 
-from store import MessageStore, StoreConfig, StoreLockedError
-from store.file_lock import StoreLock
+from raftmq.store import MessageStore, StoreConfig, StoreLockedError
+from raftmq.store.file_lock import StoreLock
 
 HOLDER = textwrap.dedent("""
     import sys
-    from store import MessageStore, StoreConfig
+    from raftmq.store import MessageStore, StoreConfig
     st = MessageStore(StoreConfig(root_dir=sys.argv[1], mapped_file_size_commit_log=8192,
                                   mapped_file_size_consume_queue=400, max_hash_slot_num=64, max_index_num=256))
     st.open()

@@ -1,6 +1,6 @@
 import threading
 
-from store.flush import GroupCommitService, PeriodicFlushService
+from raftmq.store.flush import GroupCommitService, PeriodicFlushService
 
 
 def test_group_commit_serves_every_waiting_put_with_few_fsyncs():

@@ -6,7 +6,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.index_file import (
+from raftmq.store.index_file import (
     HASH_SLOT_SIZE,
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
@@ -17,7 +17,7 @@ from store.index_file import (
     index_key_hashes,
     key_hash,
 )
-from store.java import java_string_hash
+from raftmq.store.java import java_string_hash
 
 T0 = 1_700_000_000_000
 
@@ -79,7 +79,7 @@ def test_index_key_hashes_equal_plain_java_hash_per_key(topic, uniq, keys):
 
 
 def test_key_hash_caches_stay_exact_when_they_are_cleared(monkeypatch):
-    import store.index_file as index_file
+    import raftmq.store.index_file as index_file
 
     monkeypatch.setattr(index_file, "_HEADS_MAX", 3)
     monkeypatch.setattr(index_file, "_TAILS_MAX", 3)

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.dispatch import (
+from raftmq.store.dispatch import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     DispatchRequest,
 )
-from store.errors import StoreLoadError
-from store.index_file import key_hash
-from store.index_service import IndexService
-from store.java import java_string_hash, time_millis_to_human_string
+from raftmq.store.errors import StoreLoadError
+from raftmq.store.index_file import key_hash
+from raftmq.store.index_service import IndexService
+from raftmq.store.java import java_string_hash, time_millis_to_human_string
 
 T0 = 1_700_000_000_000
 

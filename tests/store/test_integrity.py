@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from store import MessageStore, StoreConfig
-from store.integrity import CorruptionError, CorruptReadError
+from raftmq.store import MessageStore, StoreConfig
+from raftmq.store.integrity import CorruptionError, CorruptReadError
 from tests.store import crash_writer as cw
 from tests.store.store_helpers import tree_bytes, wait_dispatched
 
@@ -61,7 +61,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         sets = [f"--set=store.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in CONFIG.items()]
         args = (args[0], *sets, *args[1:])
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'proto'}"}
-    return subprocess.run([sys.executable, "-m", "node", "store", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "raftmq.node", "store", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from store.integrity import CorruptionError, CorruptRecord, chunk_problem, scan_segment, verify_records
-from store.message import BLANK_MAGIC_CODE, encode_record
+from raftmq.store.integrity import CorruptionError, CorruptRecord, chunk_problem, scan_segment, verify_records
+from raftmq.store.message import BLANK_MAGIC_CODE, encode_record
 
 SIZE = 16 * 1024
 BASE = 5 * SIZE

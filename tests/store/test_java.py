@@ -1,6 +1,6 @@
 import random
 
-from store.java import JavaHashMap, hashmap_order, java_string_hash, masked_crc32, offset_to_file_name
+from raftmq.store.java import JavaHashMap, hashmap_order, java_string_hash, masked_crc32, offset_to_file_name
 
 
 def test_string_hash_vectors_from_the_jdk():

@@ -2,9 +2,9 @@ import os
 
 import pytest
 
-from store.errors import StoreLoadError
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
+from raftmq.store.errors import StoreLoadError
+from raftmq.store.mapped_file import MappedFile
+from raftmq.store.mapped_file_queue import MappedFileQueue
 
 
 def test_new_file_is_preallocated_and_appends(tmp_path):

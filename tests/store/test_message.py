@@ -1,7 +1,7 @@
 import pytest
 
-from store.errors import StoreError
-from store.message import (
+from raftmq.store.errors import StoreError
+from raftmq.store.message import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
     RecordStatus,

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from store import (
+from raftmq.store import (
     GetStatus,
     Message,
     MessageStore,
@@ -15,7 +15,7 @@ from store import (
     StoreLockedError,
     TagFilter,
 )
-from store.errors import StoreLoadError
+from raftmq.store.errors import StoreLoadError
 
 
 def _cfg(root, **kw):

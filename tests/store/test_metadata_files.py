@@ -1,10 +1,10 @@
 import pytest
 
-from store import json_file
-from store.checkpoint import StoreCheckpoint
-from store.consumer_offsets import ConsumerOffsetTable
-from store.errors import StoreError, StoreLoadError
-from store.topic_config import TopicConfig, TopicConfigTable
+from raftmq.store import json_file
+from raftmq.store.checkpoint import StoreCheckpoint
+from raftmq.store.consumer_offsets import ConsumerOffsetTable
+from raftmq.store.errors import StoreError, StoreLoadError
+from raftmq.store.topic_config import TopicConfig, TopicConfigTable
 
 
 def test_topics_json_shape_and_reload(tmp_path):
@@ -71,7 +71,7 @@ def test_checkpoint_round_trip(tmp_path):
 def test_schedule_topic_is_built_in_like_rocketmqs_topic_config_manager(tmp_path):
     """SCHEDULE_TOPIC_XXXX is in every table from the start (18 queues, perm 6, no dataVersion bump), shows in
     topics.json from the next write on, survives load/restore of files that lack it, and cannot be changed."""
-    from store.message import SCHEDULE_TOPIC
+    from raftmq.store.message import SCHEDULE_TOPIC
 
     builtin = TopicConfig(SCHEDULE_TOPIC, read_queue_nums=18, write_queue_nums=18, perm=6)
     t = TopicConfigTable(str(tmp_path))

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from store import MessageStore, StoreConfig
-from store.java import java_string_hash
-from store.message import Message, create_message_id
+from raftmq.store import MessageStore, StoreConfig
+from raftmq.store.java import java_string_hash
+from raftmq.store.message import Message, create_message_id
 from tests.store.store_helpers import TINY, read_commit_log_files, wait_dispatched
 
 TOPICS = ("TopA", "TopB")
@@ -236,7 +236,7 @@ class StoreMachine(RuleBasedStateMachine):
           max_count=hs.integers(1, 8), expr=hs.sampled_from(FILTERS),
           max_bytes=hs.sampled_from((4 << 20, 1, 600)))
     def get(self, topic, qid, data, max_count, expr, max_bytes) -> None:
-        from store import TagFilter
+        from raftmq.store import TagFilter
 
         wait_dispatched(self.st)
         q = self.model.queue(topic, qid)
@@ -405,7 +405,7 @@ def test_commit_log_files_hold_exactly_the_model(tmp_path) -> None:
 
 def test_out_of_range_fields_are_illegal_not_crashes(tmp_path) -> None:
     """Numbers that do not fit their record field get MessageIllegalError (what callers map to a clear status)."""
-    from store import MessageIllegalError
+    from raftmq.store import MessageIllegalError
 
     st = MessageStore(StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR, **TINY))
     st.open()
@@ -433,7 +433,7 @@ def test_readers_see_a_consistent_prefix_while_writing(tmp_path) -> None:
     """
     import threading
 
-    from store import TagFilter
+    from raftmq.store import TagFilter
 
     st = MessageStore(StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR, **TINY))
     st.open()
@@ -605,7 +605,7 @@ def test_wall_clock_stepping_back_keeps_time_lookups_right(tmp_path, monkeypatch
     with the clock going back 700 ms per put, every message after the first was missed by a query over its
     own [t-1, t+1] window, and get_offset_by_time returned the queue's end for all of them.
     """
-    import store.message_store as ms
+    import raftmq.store.message_store as ms
 
     clock = iter(1_700_000_010_000 - i * 700 for i in range(1000))
     monkeypatch.setattr(ms, "_now_ms", lambda: next(clock))
@@ -629,7 +629,7 @@ def test_wall_clock_stepping_back_keeps_time_lookups_right(tmp_path, monkeypatch
 def test_new_leader_with_a_slower_clock_never_stamps_below_the_applied_log(tmp_path, monkeypatch) -> None:
     """A replica that only applied the old leader's batches, and whose clock is behind it, stamps its first
     batch as leader no lower than the last store time in the log; so does any store after a restart."""
-    import store.message_store as ms
+    import raftmq.store.message_store as ms
 
     monkeypatch.setattr(ms, "_now_ms", lambda: 1_600_000_000_000)  # this machine's clock: far behind
     cfg = StoreConfig(root_dir=str(tmp_path), store_host=STORE_HOST_STR, **TINY)

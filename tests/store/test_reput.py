@@ -9,15 +9,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
-from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
-from store.index_service import IndexService
-from store.java import java_string_hash
-from store.message import SCHEDULE_TOPIC, Message, decode_dispatch, decode_record, encode_record
-from store.reput import ReputMessageService
+from raftmq.store.checkpoint import StoreCheckpoint
+from raftmq.store.commit_log import CommitLog
+from raftmq.store.config import StoreConfig
+from raftmq.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from raftmq.store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from raftmq.store.index_service import IndexService
+from raftmq.store.java import java_string_hash
+from raftmq.store.message import SCHEDULE_TOPIC, Message, decode_dispatch, decode_record, encode_record
+from raftmq.store.reput import ReputMessageService
 
 T0 = 1_700_000_000_000
 HOST = ("127.0.0.1", 10911)
@@ -316,7 +316,7 @@ def test_confirm_offset_inside_a_record_waits_for_the_rest(store):
 
 
 def test_disk_error_is_retried_without_losing_records(store, monkeypatch):
-    from store.consume_queue import ConsumeQueue
+    from raftmq.store.consume_queue import ConsumeQueue
 
     real = ConsumeQueue.put_message_position_info
     failures = iter([True, False])
@@ -408,7 +408,7 @@ def test_reput_builds_the_files_record_by_record_dispatch_builds(tmp_path):
 
 def test_disk_error_in_a_unit_continuing_the_queue_is_retried(store, monkeypatch):
     """The consume queue's common branch (a unit continuing its last file) failing on the disk."""
-    from store.mapped_file import MappedFile
+    from raftmq.store.mapped_file import MappedFile
 
     first = [store.put(msg(keys=f"a{i}"))[0] for i in range(2)]
     assert store.reput.do_reput() == 2  # the queue has its file: the next units continue it
@@ -435,7 +435,7 @@ def test_disk_error_in_a_unit_continuing_the_queue_is_retried(store, monkeypatch
 def test_queues_are_complete_up_to_the_last_unit_written_anywhere(store, monkeypatch):
     """Recovery takes the largest unit end over all queues as dispatched; a pass stopped part way (here a
     disk error, in life a kill) must leave every queue complete below it, so units go in commit-log order."""
-    from store.mapped_file import MappedFile
+    from raftmq.store.mapped_file import MappedFile
 
     rs = store.put(*[msg(qid=i % 3, keys=f"k{i}") for i in range(12)])
     real = MappedFile.append

@@ -5,14 +5,14 @@ import time
 
 import pytest
 
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.consume_queue import ConsumeQueueTable
-from store.index_service import IndexService
-from store.message import Message
-from store.reput import ReputMessageService
-from store.retention import RetentionService, disk_used_ratio, is_hour_to_delete
+from raftmq.store.checkpoint import StoreCheckpoint
+from raftmq.store.commit_log import CommitLog
+from raftmq.store.config import StoreConfig
+from raftmq.store.consume_queue import ConsumeQueueTable
+from raftmq.store.index_service import IndexService
+from raftmq.store.message import Message
+from raftmq.store.reput import ReputMessageService
+from raftmq.store.retention import RetentionService, disk_used_ratio, is_hour_to_delete
 
 HOUR = 3_600_000
 HOST = ("127.0.0.1", 10911)

@@ -7,10 +7,10 @@ from concurrent.futures import Future
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig
-from store.errors import MessageIllegalError, StoreError
-from store.message import SCHEDULE_TOPIC
-from store.schedule import DelayLevels, ScheduleMessageService
+from raftmq.store import Message, MessageStore, StoreConfig
+from raftmq.store.errors import MessageIllegalError, StoreError
+from raftmq.store.message import SCHEDULE_TOPIC
+from raftmq.store.schedule import DelayLevels, ScheduleMessageService
 
 LEVELS = "1s 2s 3s"
 
@@ -215,7 +215,7 @@ def test_progress_past_the_queue_end_is_corrected_to_its_max_and_nothing_later_i
                                for i in range(4)])
         _wait_dispatched(st)
         due = max(st.view_message(r.physical_offset).store_timestamp for r in new) + 5000
-        with caplog.at_level("ERROR", logger="store.schedule"):
+        with caplog.at_level("ERROR", logger="raftmq.store.schedule"):
             assert svc.run_once(now_ms=due) == 0
         # the queues' ends as recovered, not their max now: level 1 had 3 units, level 2 none
         assert st.delay_offsets.all() == {1: 3, 2: 0}
@@ -254,7 +254,7 @@ def test_progress_below_the_queue_minimum_moves_up_with_a_log_line(tmp_path, cap
         cq = st.consume_queues.get(SCHEDULE_TOPIC, 0)
         monkeypatch.setattr(cq, "get_min_offset_in_queue", lambda: 2)  # as if retention removed units 0 and 1
         ts = st.view_message(0).store_timestamp
-        with caplog.at_level("ERROR", logger="store.schedule"):
+        with caplog.at_level("ERROR", logger="raftmq.store.schedule"):
             assert _service(st).run_once(now_ms=ts + 5000) == 1
         assert any("below the schedule queue's min offset 2" in r.getMessage() for r in caplog.records)
         assert st.delay_offsets.get(1) == 3

@@ -2,7 +2,7 @@
 
 import pytest
 
-from store.sql_filter import InvalidFilterExpressionError, SqlFilter
+from raftmq.store.sql_filter import InvalidFilterExpressionError, SqlFilter
 
 # (expression, properties, selected?)
 TABLE = [
@@ -120,7 +120,7 @@ def test_compiled_once_reused_for_many_property_sets():
     ("a > 1", None),
 ])
 def test_tag_prefilter_only_where_the_expression_pins_tags(expression, tags):
-    from store.java import java_string_hash
+    from raftmq.store.java import java_string_hash
 
     f = SqlFilter.parse(expression)
     assert f.tag_codes == (None if tags is None else frozenset(java_string_hash(t) for t in tags))
@@ -130,7 +130,7 @@ def test_tag_prefilter_only_where_the_expression_pins_tags(expression, tags):
 
 
 def test_store_skips_units_by_tag_code_and_still_checks_properties(tmp_path):
-    from store import Message, MessageStore, StoreConfig
+    from raftmq.store import Message, MessageStore, StoreConfig
     from tests.support.waiting import wait_for
 
     with MessageStore(StoreConfig(root_dir=str(tmp_path), preallocate=False,

@@ -2,9 +2,9 @@
 
 import pytest
 
-from store.errors import StoreError
-from store.java import java_string_hash
-from store.tag_filter import InvalidTagExpressionError, TagFilter, tags_code
+from raftmq.store.errors import StoreError
+from raftmq.store.java import java_string_hash
+from raftmq.store.tag_filter import InvalidTagExpressionError, TagFilter, tags_code
 
 
 @pytest.mark.parametrize("expr", [None, "", "   ", "*", " * "])

@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from store import MessageStore, StoreConfig
-from store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
-from store.message import Message
-from store.transaction import (
+from raftmq.store import MessageStore, StoreConfig
+from raftmq.store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
+from raftmq.store.message import Message
+from raftmq.store.transaction import (
     CHECK_MAX_TOPIC,
     HALF_TOPIC,
     OP_PROPERTIES,
@@ -188,7 +188,7 @@ def test_scan_in_windows_keeps_ops_until_the_whole_queue_is_read(st):
 
 
 def test_pending_counts_open_transactions_once_per_uniq_key_by_real_topic(st):
-    from store.transaction import COMMITTED, DISCARDED, ROLLED_BACK
+    from raftmq.store.transaction import COMMITTED, DISCARDED, ROLLED_BACK
 
     a = _send_half(st, uniq="A")
     b = _send_half(st, uniq="B", topic="Payments", qid=0)

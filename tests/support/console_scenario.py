@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from client import Admin, Producer, PullConsumer
-from client.types import SendResult
+from raftmq.client import Admin, Producer, PullConsumer
+from raftmq.client.types import SendResult
 
 TOPIC = "orders"
 OTHER_TOPIC = "payments"

@@ -124,7 +124,7 @@ def node_specs(base_dir: Path, n: int = 1, **overrides: dict[str, Any]) -> list[
 
 
 class NodeProcess:
-    """One running ``python -m node node --config FILE`` process."""
+    """One running ``python -m raftmq.node node --config FILE`` process."""
 
     def __init__(self, spec: NodeSpec):
         self.spec = spec
@@ -166,7 +166,7 @@ class NodeProcess:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
         full_env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
         full_env.update(env or {})
-        argv = [sys.executable, "-m", "node", "node", "--config", str(self.spec.config_path), *extra_args]
+        argv = [sys.executable, "-m", "raftmq.node", "node", "--config", str(self.spec.config_path), *extra_args]
         self.proc = subprocess.Popen(
             wrap(argv) if wrap else argv,
             cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
