@@ -23,7 +23,7 @@ COPY node/ node/
 COPY client/ client/
 COPY pipeline/ pipeline/
 RUN python -m pip --python /opt/raftmq/bin/python install --no-cache-dir ".[k8s]" \
- && /opt/raftmq/bin/python -c "import node.kube, raftmq.v1.raftmq_pb2, replication, store, kubernetes" \
+ && /opt/raftmq/bin/python -c "import raftmq.node.kube, raftmq.v1.raftmq_pb2, raftmq.replication, raftmq.store, raftmq.pipeline.jobs, kubernetes" \
  && /opt/raftmq/bin/raftmq --version
 
 FROM ${PYTHON_IMAGE}

@@ -3,21 +3,30 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+# Two installs into one venv: what running needs (the package alone: broker, CLI, SDK), and on top of it what
+# testing needs (the dev, k8s and pipeline extras: pytest, Spark, the Kubernetes client, Helm's library).
+RUN_STAMP := $(VENV)/.run-stamp
+DEV_STAMP := $(VENV)/.dev-stamp
 
-.PHONY: install run stop test lint proto bench clean browser-deps
+.PHONY: install install-run run stop test lint proto bench clean browser-deps k8s-tools k8s-e2e
 
-install: $(STAMP)
+install: $(DEV_STAMP)
+install-run: $(RUN_STAMP)
 
-# The virtualenv with the package (editable) and every extra the tests need.
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,k8s,pipeline]'
-	@touch $(STAMP)
+$(RUN_STAMP): pyproject.toml
+	@test -x $(PY) || { echo "raftmq: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "raftmq: installing the broker and CLI into $(VENV) (first time: about a minute)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q --upgrade pip
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -e .
+	@touch $(RUN_STAMP)
+
+$(DEV_STAMP): $(RUN_STAMP)
+	@echo "raftmq: installing the test, Spark and Kubernetes extras into $(VENV) (first time: a few minutes)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -e '.[dev,k8s,pipeline]'
+	@touch $(DEV_STAMP)
 
 # Regenerate the gRPC Python modules from proto/ (checked in, so a fresh clone needs no protoc).
-proto: $(STAMP)
+proto: $(DEV_STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/raftmq/v1/*.proto
 
 # A 3-member Raft cluster in the background on loopback (data, configs, logs and pids under ./data/n0..n2);
@@ -26,7 +35,7 @@ proto: $(STAMP)
 RUN_DIR ?= data
 RUN_NODES ?= 3
 RUN_PORT_BASE ?= 8080
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(PY) -m raftmq.node.local_cluster start --dir $(RUN_DIR) --nodes $(RUN_NODES) --port-base $(RUN_PORT_BASE)
 
 # SIGTERM every node `make run` started and wait for each to exit.
@@ -35,22 +44,27 @@ stop:
 
 # Benchmarks print numbers and ratios against baselines measured in the same run; they never fail on time.
 BENCHES ?= bench/store_bench.py bench/reput_bench.py bench/grpc_bench.py bench/replication_bench.py bench/pipeline_bench.py
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	@for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 
 # The web console's browser test drives Debian's chromium (never a downloaded one): install it once, as root.
 CHROMIUM ?= /usr/bin/chromium
-.PHONY: browser-deps
 browser-deps:
 	@test -x $(CHROMIUM) || { apt-get update -qq && apt-get install -y -qq chromium; }
 	@test -x $(CHROMIUM) && echo "chromium: $(CHROMIUM)"
 
-# The Kubernetes tier (tests/k8s) needs the tools `make k8s-tools` builds; SKIP_K8S_TIER=1 leaves them out (the
-# tier then skips, except in CI where a missing build is an error).
-test: $(STAMP) browser-deps $(if $(SKIP_K8S_TIER),,k8s-tools)
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built from the Go module proxy into a
+# versioned cache outside the work tree, only when missing (cold: ~15 min on an idle 2-core box, up to 40 loaded;
+# needs Go). tests/k8s starts them as a throw-away control plane.
+k8s-tools:
+	@helm/raftmq/ci/k8s-tools/build.sh >/dev/null
+
+# The whole suite. The Kubernetes tier (tests/k8s) needs `make k8s-tools`; SKIP_K8S_TIER=1 leaves the build out
+# (the tier then skips, except in CI where a missing build is an error).
+test: $(DEV_STAMP) browser-deps $(if $(SKIP_K8S_TIER),,k8s-tools)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
@@ -59,14 +73,5 @@ clean:
 
 # Install the chart into the cluster of the current kubeconfig context, run `helm test`, kill the leader pod and
 # check recovery. Needs kubectl, helm and IMAGE=<repository>:<tag> the cluster can pull (see helm/raftmq/ci/k8s-e2e.sh).
-# Not part of `make test`: CI has no cluster.
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built from the Go module proxy into a
-# versioned cache outside the work tree, only when missing (cold: ~15 min on an idle 2-core box, up to 40 loaded;
-# needs Go). tests/k8s starts them as a throw-away control plane.
-.PHONY: k8s-tools
-k8s-tools:
-	@helm/raftmq/ci/k8s-tools/build.sh >/dev/null
-
-.PHONY: k8s-e2e
 k8s-e2e:
 	helm/raftmq/ci/k8s-e2e.sh

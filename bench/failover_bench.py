@@ -167,9 +167,9 @@ def main() -> None:
         return
 
     import grpc
+
     from raftmq.v1 import raftmq_pb2 as pb
     from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
-
     from tests.support.processes import node_specs, start_nodes, stop_all
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]

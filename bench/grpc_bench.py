@@ -36,9 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "proto")]
 
 import grpc  # noqa: E402
+
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
-
 from tests.support.processes import GRPC_OPTIONS, node_specs, start_nodes, stop_all  # noqa: E402
 
 BENCH_STORE = {

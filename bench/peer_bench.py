@@ -34,10 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "proto")]
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
 
 from raftmq.replication.raft_write_path import RaftSettings  # noqa: E402
+from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
 from tests.support.processes import free_ports, node_specs, start_nodes, stop_all  # noqa: E402
 
 NATS_VERSION = "v2.12.15"

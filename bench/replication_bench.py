@@ -97,13 +97,13 @@ def run_load(wp, producers: int, seconds: float, batch: int = 1) -> dict:
 def member_main(args: argparse.Namespace) -> None:
     """One Raft member: store + RaftWritePath + ReplicaService; obeys 'run N SECONDS' / 'quit' on stdin."""
     import grpc
-    from raftmq.v1 import replica_pb2_grpc
 
     from raftmq.replication import RaftSettings, RaftWritePath
     from raftmq.replication.replica_service import ReplicaServicer
     from raftmq.replication.write_path import MemberInfo
     from raftmq.store import MessageStore, StoreConfig
     from raftmq.store.topic_config import TopicConfig
+    from raftmq.v1 import replica_pb2_grpc
 
     members = [MemberInfo(**m) for m in json.loads(args.members)]
     me = next(m for m in members if m.id == args.member)

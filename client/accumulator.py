@@ -27,10 +27,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
+from raftmq.v1 import raftmq_pb2 as pb
 
 _END = object()
 _METHOD = "/raftmq.v1.MessagingService/SendStream"

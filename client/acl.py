@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from raftmq.v1 import raftmq_pb2 as pb
-
 from raftmq.client.connection import ServerPool
 from raftmq.client.security import ClientSecurity
+from raftmq.v1 import raftmq_pb2 as pb
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from raftmq.v1 import raftmq_pb2 as pb
-
 from raftmq.client.connection import ServerPool
 from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError
 from raftmq.client.security import ClientSecurity
@@ -19,6 +17,7 @@ from raftmq.client.types import (
     QueueOffsets,
     TopicConfig,
 )
+from raftmq.v1 import raftmq_pb2 as pb
 
 MAX_QUERY_PER_CALL = 64
 

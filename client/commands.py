@@ -31,7 +31,14 @@ from raftmq.client.errors import (
 )
 from raftmq.client.producer import Producer
 from raftmq.client.render import LINE_LIMIT, body_text, escape, short_reason
-from raftmq.client.replica_check import DEFAULT_CHUNK, MAX_CHUNK, MIN_CHUNK, SECRET_ENV, CheckReport, ReplicaChecker
+from raftmq.client.replica_check import (
+    DEFAULT_CHUNK,
+    MAX_CHUNK,
+    MIN_CHUNK,
+    SECRET_ENV,
+    CheckReport,
+    ReplicaChecker,
+)
 from raftmq.client.security import (
     ACCESS_KEY_ENV,
     CA_ENV,
@@ -1099,7 +1106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "committed offset and lag.")
     p.add_argument("group", metavar="GROUP")
 
-    from raftmq.client.pop_commands import register as register_pop  # dlq list|view|resend, group reset-offsets
+    from raftmq.client.pop_commands import (
+        register as register_pop,  # dlq list|view|resend, group reset-offsets
+    )
 
     register_pop(sub, gsub)
 

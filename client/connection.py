@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 from raftmq.client import errors
 from raftmq.client.security import ClientSecurity, diagnose_connection
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 DEFAULT_SERVER = "127.0.0.1:8081"
 _MAX_MESSAGE_BYTES = 64 << 20

@@ -30,7 +30,6 @@ from collections.abc import Iterable, Iterator
 from concurrent import futures
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
@@ -38,6 +37,7 @@ from raftmq.client.consumer_group import allocate_averagely
 from raftmq.client.security import ClientSecurity
 from raftmq.client.tags import format_tag_expression
 from raftmq.client.types import MessageView, SendResult
+from raftmq.v1 import raftmq_pb2 as pb
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from raftmq.v1 import raftmq_pb2 as pb
-
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
 from raftmq.client.security import ClientSecurity
+from raftmq.v1 import raftmq_pb2 as pb
 
 
 def allocate_averagely(queue_ids: Sequence[int], client_ids: Sequence[str], client_id: str) -> list[int]:

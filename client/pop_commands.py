@@ -7,8 +7,6 @@ import argparse
 import sys
 import time
 
-from raftmq.v1 import raftmq_pb2 as pb
-
 from raftmq.client import commands
 from raftmq.client.connection import ServerPool
 from raftmq.client.errors import NotFoundError
@@ -17,6 +15,7 @@ from raftmq.client.render import body_text, escape
 from raftmq.client.simple_consumer import SimpleConsumer
 from raftmq.client.table import render_table
 from raftmq.client.types import MessageView
+from raftmq.v1 import raftmq_pb2 as pb
 
 DLQ_PREFIX = "%DLQ%"
 # properties a resend must not carry (the broker sets or rejects them); user properties and tags/keys stay

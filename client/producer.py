@@ -26,14 +26,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 
-from raftmq.v1 import raftmq_pb2 as pb
-
 from raftmq.client import errors
 from raftmq.client.accumulator import Resend, SendAccumulator
 from raftmq.client.connection import ServerPool
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import Message, SendResult
 from raftmq.client.uniq_key import UniqKeyGenerator
+from raftmq.v1 import raftmq_pb2 as pb
 
 DEFAULT_LINGER_MS = 0.1  # only while earlier stream requests are unanswered: a lone send leaves at once
 

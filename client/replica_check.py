@@ -18,8 +18,6 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
-from raftmq.v1 import replica_pb2 as rpb
-from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 
 from raftmq.client.admin import Admin
 from raftmq.client.errors import (
@@ -30,6 +28,8 @@ from raftmq.client.errors import (
     from_rpc_error,
 )
 from raftmq.client.security import ClientSecurity
+from raftmq.v1 import replica_pb2 as rpb
+from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 
 ALGORITHM = "sha256"
 SECRET_METADATA_KEY = "x-raftmq-secret"

@@ -18,13 +18,13 @@ from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
 from raftmq.client.security import ClientSecurity
 from raftmq.client.tags import format_tag_expression
 from raftmq.client.types import MessageView, SendResult
+from raftmq.v1 import raftmq_pb2 as pb
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
@@ -29,6 +27,8 @@ from raftmq.client.producer import _body, _keys
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import MessageView, SendResult
 from raftmq.client.uniq_key import UniqKeyGenerator
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 log = logging.getLogger(__name__)
 _MAX_BACKOFF = 2.0

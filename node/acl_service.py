@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node.auth import ACCESS_KEY_PATTERN, MIN_SECRET_LENGTH, audit, check_rule, current_principal
 from raftmq.node.errors import RpcError, invalid, not_found
 from raftmq.node.rpc import rpc_handler
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker

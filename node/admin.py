@@ -11,13 +11,13 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node.cluster_views import cluster_status, describe_group
 from raftmq.node.errors import RpcError, invalid
 from raftmq.node.rpc import rpc_handler
 from raftmq.node.validation import check_perm, check_queue_nums, check_topic_name, is_system_topic
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker

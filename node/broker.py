@@ -21,8 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node.admin import AdminService
 from raftmq.node.config import NodeConfig
@@ -39,6 +37,8 @@ from raftmq.node.validation import PERM_READ, PERM_WRITE, is_system_topic
 from raftmq.replication import LocalWritePath, RaftWritePath
 from raftmq.store import StoreError, StoreLockedError
 from raftmq.store.integrity import CorruptionError
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -532,9 +532,8 @@ class Broker:
         self.transactions = TransactionService(self)  # its check loop acts while this node leads
         pb_grpc.add_TransactionServiceServicer_to_server(self.transactions, server)
         # peers' catch-up and sync-durability calls (replication owns it; answers UNAVAILABLE until Raft runs)
-        from raftmq.v1 import replica_pb2_grpc
-
         from raftmq.replication.replica_service import ReplicaServicer
+        from raftmq.v1 import replica_pb2_grpc
 
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
             ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness), server)

@@ -11,11 +11,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from raftmq.v1 import raftmq_pb2 as pb
-
 from raftmq.node.consumer_groups import allocate_averagely
 from raftmq.node.errors import not_found
 from raftmq.node.validation import check_group_name
+from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker

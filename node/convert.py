@@ -11,12 +11,11 @@ import ipaddress
 import time
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.node.errors import RpcError, invalid
 from raftmq.node.validation import check_keys, check_tags, check_user_properties
 from raftmq.store.message import (
-        PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -24,6 +23,7 @@ from raftmq.store.message import (
     Message,
     UniqKeyGenerator,
 )
+from raftmq.v1 import raftmq_pb2 as pb
 
 
 class StoreMessageBuilder:

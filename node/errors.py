@@ -19,7 +19,13 @@ from raftmq.replication.errors import (
     UnknownOutcomeError,
     WritePathStoppedError,
 )
-from raftmq.store.errors import DiskFullError, MessageIllegalError, StorageIOError, StoreClosedError, StoreError
+from raftmq.store.errors import (
+    DiskFullError,
+    MessageIllegalError,
+    StorageIOError,
+    StoreClosedError,
+    StoreError,
+)
 from raftmq.store.integrity import CorruptReadError
 from raftmq.store.sql_filter import InvalidFilterExpressionError
 from raftmq.store.tag_filter import InvalidTagExpressionError

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from raftmq.v1 import raftmq_pb2
 
 from raftmq.node.errors import LEADER_METADATA_KEY, RpcError
 from raftmq.replication.peers import SECRET_METADATA_KEY
+from raftmq.v1 import raftmq_pb2
 
 log = logging.getLogger(__name__)
 

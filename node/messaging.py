@@ -17,8 +17,6 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node import convert, pull_stream, send_stream
 from raftmq.node.consumer_groups import MAX_CLIENT_ID_LENGTH
@@ -29,6 +27,8 @@ from raftmq.node.rpc import rpc_handler
 from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker

@@ -11,7 +11,6 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.node import convert
 from raftmq.node.errors import RpcError, invalid
@@ -32,6 +31,7 @@ from raftmq.node.validation import check_consumable_topic, check_group_name, che
 from raftmq.store.java import java_string_hash
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
+from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker

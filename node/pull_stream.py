@@ -14,12 +14,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from raftmq.v1 import raftmq_pb2 as pb
-
 from raftmq.node import convert
 from raftmq.node.errors import invalid
 from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
 from raftmq.store.tag_filter import TagFilter
+from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker

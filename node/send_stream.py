@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.node import convert
 from raftmq.node.errors import RpcError, invalid, to_rpc_error
+from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
     from raftmq.node.messaging import MessagingService

@@ -18,8 +18,6 @@ import time
 from typing import TYPE_CHECKING
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node import convert
 from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
@@ -47,6 +45,8 @@ from raftmq.store.transaction import (
     renewed_half,
 )
 from raftmq.store.transaction import half_message as make_half
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-if __package__ in (None, ""):  # run as a script: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from raftmq.pipeline.cli import register  # noqa: E402
+from raftmq.pipeline.cli import register
 
 
 def main(argv: list[str] | None = None) -> int:

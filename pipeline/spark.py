@@ -3,7 +3,7 @@
 Jobs run on a laptop or a shared CI box far more often than on a cluster, so the defaults are for local mode:
 bind to 127.0.0.1 (no surprise listening sockets), no UI, a shuffle partition count sized to the cores instead
 of Spark's 200, and the JVM's log output cut down to errors. ``--master`` points the same job at any cluster;
-then the ``store`` and ``pipeline`` packages are shipped to the executors as a zip.
+then the ``raftmq.store`` and ``raftmq.pipeline`` packages are shipped to the executors as a zip.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+import raftmq
+import raftmq.store
+
 PIPELINE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PIPELINE_DIR.parent
 LOG4J_CONFIG = PIPELINE_DIR / "log4j2.properties"
 
 
@@ -73,11 +75,16 @@ def get_session(master: str | None = None, app_name: str = "raftmq-pipeline",
 
 
 def ship_code(spark: SparkSession) -> None:
-    """Zip the ``store`` and ``pipeline`` packages and add them to the executors' Python path (cluster mode)."""
+    """Zip ``raftmq.store`` and ``raftmq.pipeline`` (under ``raftmq/``) for the executors' Python path (cluster mode).
+
+    The folders are found through the imported packages, so this works from a source checkout (where the rooms are
+    top-level folders mapped into ``raftmq``) and from an installed wheel alike.
+    """
     out = Path(tempfile.mkdtemp(prefix="raftmq-pyfiles-")) / "raftmq_pipeline.zip"
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in ("store", "pipeline"):
-            for path in sorted((REPO_ROOT / package).rglob("*")):
+        zf.write(raftmq.__file__, "raftmq/__init__.py")
+        for name, folder in (("store", Path(raftmq.store.__file__).parent), ("pipeline", PIPELINE_DIR)):
+            for path in sorted(folder.rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".properties"):
-                    zf.write(path, path.relative_to(REPO_ROOT).as_posix())
+                    zf.write(path, f"raftmq/{name}/{path.relative_to(folder).as_posix()}")
     spark.sparkContext.addPyFile(str(out))

@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 import grpc
-from raftmq.v1 import replica_pb2
 
 from raftmq.replication.peers import Peers
+from raftmq.v1 import replica_pb2
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from raftmq.v1 import replica_pb2
 
 from raftmq.replication.catch_up import peer_statuses
 from raftmq.replication.peers import Peers
@@ -29,6 +28,7 @@ from raftmq.store.errors import StoreError
 from raftmq.store.integrity import CorruptRecord, chunk_problem
 from raftmq.store.json_file import fsync_dir
 from raftmq.store.message import BLANK_MAGIC_CODE
+from raftmq.v1 import replica_pb2
 
 log = logging.getLogger(__name__)
 

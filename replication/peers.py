@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
-from raftmq.v1 import replica_pb2_grpc
 
 from raftmq.replication.write_path import MemberInfo
+from raftmq.v1 import replica_pb2_grpc
 
 SECRET_METADATA_KEY = "x-raftmq-secret"
 # Reconnect backoff: gRPC's default grows to 120 s while a peer is down, and every call in that window fails at

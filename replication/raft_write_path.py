@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObjConf
-from raftmq.v1 import replica_pb2
 
 from raftmq.replication import catch_up, pysyncobj_patches
 from raftmq.replication.applied_index import AppliedIndex
@@ -45,6 +44,7 @@ from raftmq.replication.raft_log import ReplicatedLog
 from raftmq.replication.state_machine import StateMachine, frame_batch
 from raftmq.replication.write_path import MemberInfo
 from raftmq.store.json_file import fsync_dir
+from raftmq.v1 import replica_pb2
 
 log = logging.getLogger(__name__)
 

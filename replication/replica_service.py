@@ -15,12 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
 from raftmq.replication.commit_log_digest import digest_commit_log
 from raftmq.replication.consume_queue_digest import digest_consume_queue
 from raftmq.replication.peers import SECRET_METADATA_KEY
 from raftmq.store.errors import StoreError
+from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
 MAX_CHUNK = 4 << 20
 DEFAULT_CHECKSUM_CHUNK = 1 << 20

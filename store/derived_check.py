@@ -31,7 +31,13 @@ from raftmq.store.dispatch import (
     TRANSACTION_TYPE_MASK,
     dispatch_properties,
 )
-from raftmq.store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile, index_key_hashes
+from raftmq.store.index_file import (
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    IndexFile,
+    index_key_hashes,
+)
 from raftmq.store.java import java_string_hash
 from raftmq.store.message import SCHEDULE_TOPIC, check_frame
 

@@ -39,7 +39,13 @@ from raftmq.store.checkpoint import StoreCheckpoint, read_flushed_offset
 from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from raftmq.store.consume_queue import BLANK_UNIT_SIZE
 from raftmq.store.dispatch import TRANSACTION_ROLLBACK_TYPE
-from raftmq.store.integrity import QUARANTINE_TOPIC, CommitLogScan, CorruptRecord, scan_commit_log, segment_names
+from raftmq.store.integrity import (
+    QUARANTINE_TOPIC,
+    CommitLogScan,
+    CorruptRecord,
+    scan_commit_log,
+    segment_names,
+)
 from raftmq.store.json_file import fsync_dir
 from raftmq.store.message import RecordStatus, check_frame, encode_record
 

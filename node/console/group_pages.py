@@ -10,8 +10,6 @@ import time
 from typing import TYPE_CHECKING
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node.cluster_views import describe_group
 from raftmq.node.console.layout import (
@@ -29,6 +27,8 @@ from raftmq.node.console.layout import (
 from raftmq.node.console.safe import Markup, join, seg, url
 from raftmq.node.errors import RpcError
 from raftmq.node.validation import ValidationError, check_group_name
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from raftmq.node.console.app import Console

@@ -9,14 +9,10 @@ bornTimestamp, bornHost, storeHost, sysFlag, tags, keys, uniqKey, properties, bo
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
+from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main
 
 HELP = "write messages to Parquet partitioned by topic and date"
 

@@ -16,10 +16,7 @@ import os
 import sys
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
+from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main
 
 HELP = "compare several replicas' commit logs (per-segment checksums, first difference)"
 

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main  # noqa: E402
+from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main
 
 HELP = "per-topic and per-queue counts, bytes, time ranges and key cardinality"
 

@@ -22,10 +22,7 @@ import sys
 import tempfile
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from raftmq.pipeline.jobs.common import (  # noqa: E402
+from raftmq.pipeline.jobs.common import (
     JobContext,
     add_spark_options,
     add_store_geometry,

@@ -14,6 +14,7 @@ from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
+
 from raftmq.v1 import raftmq_pb2 as pb
 
 

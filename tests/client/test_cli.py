@@ -6,10 +6,10 @@ import socket
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client.cli import run
 from raftmq.client.commands import parse_perm, parse_time
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.client.scripted_server import Abort
 
 C = grpc.StatusCode

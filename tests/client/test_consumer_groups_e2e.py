@@ -13,11 +13,11 @@ import time
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 from raftmq.client import Admin, Producer, PullConsumer
 from raftmq.client.consumer_group import describe_consumer_group
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pbg
 from tests.client.test_cli_e2e import _env, eventually, one_error_line
 from tests.support.processes import REPO_ROOT, running_nodes
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client import PullConsumer
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.client.scripted_server import Abort
 from tests.client.test_cli_e2e import eventually
 

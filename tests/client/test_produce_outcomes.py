@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import grpc
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client.cli import run
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.client.scripted_server import Abort
 
 UNKNOWN = Abort(grpc.StatusCode.UNKNOWN, "outcome unknown: leadership changed")

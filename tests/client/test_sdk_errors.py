@@ -7,7 +7,6 @@ import time
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client import (
     Admin,
@@ -25,6 +24,7 @@ from raftmq.client import (
     UnavailableError,
     UnknownOutcomeError,
 )
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.client.scripted_server import Abort, Sleep
 
 C = grpc.StatusCode

@@ -4,9 +4,9 @@ exactly the request built field by field, for any id and message size (multi-byt
 from __future__ import annotations
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client.accumulator import _Send, encode_request
+from raftmq.v1 import raftmq_pb2 as pb
 
 
 def _msg(i: int, size: int) -> pb.Message:

@@ -144,8 +144,10 @@ def test_every_package_is_copied_and_let_through_by_dockerignore():
     dirs = setuptools.get("package-dir", {})
     needed = set()
     for pkg in setuptools["packages"]:
-        top = pkg.split(".")[0]
-        needed.add(dirs.get(top, top).split("/")[0])
+        # The folder of the longest mapped prefix (raftmq.pipeline.jobs -> pipeline/jobs), else the name itself.
+        mapped = max((p for p in dirs if pkg == p or pkg.startswith(p + ".")), key=len, default=None)
+        folder = dirs[mapped] + pkg[len(mapped):].replace(".", "/") if mapped else pkg.replace(".", "/")
+        needed.add(folder.split("/")[0])
     copied = {a.split()[0].rstrip("/") for op, a in stages()[0] if op == "COPY"}
     assert needed <= copied, needed - copied
     kept = {p.relative_to(ROOT).as_posix() for p in context_files()}
@@ -174,8 +176,12 @@ def test_the_build_context_builds_the_package(tmp_path):
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
         requires = next(zf.read(n).decode() for n in names if n.endswith("METADATA"))
-    for module in ("node/kube.py", "raftmq/v1/raftmq_pb2.py", "client/cli.py", "store/__init__.py",
-                   "replication/__init__.py"):
+    for module in ("raftmq/node/kube.py", "raftmq/v1/raftmq_pb2.py", "raftmq/client/cli.py",
+                   "raftmq/store/__init__.py", "raftmq/replication/__init__.py", "raftmq/pipeline/jobs/verify.py",
+                   "raftmq/pipeline/log4j2.properties"):
         assert module in names, module
-    assert "raftmq = client.cli:main" in entry_points
+    # One import package: nothing of ours at the top level of site-packages but `raftmq`.
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"raftmq"}, tops
+    assert "raftmq = raftmq.client.cli:main" in entry_points
     assert re.search(r"Requires-Dist: kubernetes==[\d.]+; extra == \"k8s\"", requires)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
-
 from tests.support.processes import NodeProcess, start_nodes, stop_all
 
 _names = itertools.count()

@@ -7,7 +7,6 @@ import datetime as dt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raftmq.v1 import raftmq_pb2 as pb
 
 from raftmq.client.security import signed_headers
 from raftmq.node.auth import (
@@ -25,6 +24,7 @@ from raftmq.node.auth import (
 )
 from raftmq.node.config import SecuritySection
 from raftmq.replication.acl_table import AclTable
+from raftmq.v1 import raftmq_pb2 as pb
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.UTC)
 

@@ -6,10 +6,10 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 from raftmq.client.security import signed_headers
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pbg
 from tests.support.processes import running_nodes
 
 # what gRPC lets a client put in a metadata value: printable ASCII

@@ -8,12 +8,12 @@ import signal
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
-from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
 from raftmq.client.admin import Admin
 from raftmq.client.commands import cluster_table
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+from raftmq.v1 import replica_pb2, replica_pb2_grpc
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 

@@ -6,9 +6,9 @@ import time
 
 import grpc
 import pytest
+
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
-
 from tests.support.processes import node_specs, start_nodes, stop_all
 
 pytestmark = pytest.mark.slow

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import Admin, Producer
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import GRPC_OPTIONS, REPO_ROOT, TINY_STORE, NodeProcess, node_specs
 from tests.support.waiting import wait_for
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import Admin, Message, Producer
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
 from tests.store.store_helpers import segment_files
 from tests.support.processes import running_nodes

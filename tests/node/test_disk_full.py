@@ -15,10 +15,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import Admin, Producer, StorageFullError, UnavailableError
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import REPO_ROOT, node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 

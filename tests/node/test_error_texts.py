@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 from raftmq.v1 import raftmq_pb2 as pb
-
 from tests.support.processes import REPO_ROOT
 
 ERROR_CALLS = {"invalid", "not_found", "unavailable", "RpcError", "UsageError", "RaftmqError", "InvalidArgumentError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from raftmq.v1 import raftmq_pb2 as pb
 
 pytestmark = pytest.mark.slow

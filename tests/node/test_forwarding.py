@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
-
 from tests.replication.cluster_util import REDIRECT, wait_leader
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for

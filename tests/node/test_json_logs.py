@@ -7,10 +7,10 @@ import json
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node.config import ConfigError, load_config
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 

@@ -10,11 +10,11 @@ import urllib.request
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.node.broker import Broker
 from raftmq.node.config import load_config
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.node.conftest import Api
 from tests.support.processes import NodeProcess, free_ports, node_specs, running_nodes
 

@@ -9,8 +9,6 @@ import time
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import (
     Admin,
@@ -22,6 +20,8 @@ from raftmq.client import (
     StaleReceiptHandleError,
 )
 from raftmq.client.errors import InvalidArgumentError, RaftmqError
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 

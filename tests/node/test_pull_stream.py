@@ -9,6 +9,7 @@ import threading
 
 import grpc
 import pytest
+
 from raftmq.v1 import raftmq_pb2 as pb
 
 pytestmark = pytest.mark.slow

@@ -6,11 +6,11 @@ cluster)."""
 from __future__ import annotations
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import Admin, Producer
 from raftmq.store.message import decode_record
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
 from tests.node.test_scrubber_e2e import _metric
 from tests.store.store_helpers import segment_files

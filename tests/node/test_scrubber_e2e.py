@@ -11,11 +11,11 @@ import sys
 import uuid
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import Admin, Producer
 from raftmq.store.message import decode_record
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.store.store_helpers import segment_files
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from raftmq.v1 import raftmq_pb2 as pb
 
 pytestmark = pytest.mark.slow

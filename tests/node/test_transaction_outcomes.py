@@ -12,12 +12,12 @@ import sys
 import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import RaftmqError
 from raftmq.client.connection import _Stubs
 from raftmq.client.transaction_producer import TransactionProducer, TransactionState
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 

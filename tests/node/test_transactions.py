@@ -14,12 +14,12 @@ import time
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import RaftmqError
 from raftmq.client.errors import NotFoundError
 from raftmq.client.transaction_producer import TransactionProducer, TransactionState
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import REPO_ROOT, node_specs, running_nodes, start_nodes, stop_all
 from tests.support.waiting import wait_for
 

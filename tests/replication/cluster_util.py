@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
-
 from tests.support.processes import TINY_STORE, NodeProcess
 
 LEADER_KEY = "x-raftmq-leader"

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from raftmq.v1 import replica_pb2 as rpb
-from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 
 from raftmq.node.metrics import RaftCollector
 from raftmq.replication import catch_up
@@ -21,6 +19,8 @@ from raftmq.replication.peers import Peers
 from raftmq.replication.raft_write_path import RaftSettings
 from raftmq.replication.write_path import MemberInfo
 from raftmq.store import Message
+from raftmq.v1 import replica_pb2 as rpb
+from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 from tests.replication.tcp_proxy import PausableProxy
 from tests.replication.test_checksum_commit_log import AUTH, SECRET, _Server, disk_bytes
 from tests.replication.test_raft_single import make, one_member, open_store, wait_writable

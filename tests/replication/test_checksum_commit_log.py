@@ -12,13 +12,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from raftmq.v1 import replica_pb2 as rpb
-from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 
 from raftmq.replication import replica_service
 from raftmq.replication.peers import SECRET_METADATA_KEY
 from raftmq.replication.replica_service import ReplicaServicer
 from raftmq.store import Message
+from raftmq.v1 import replica_pb2 as rpb
+from raftmq.v1 import replica_pb2_grpc as rpb_grpc
 from tests.replication.test_raft_single import make, one_member, wait_writable
 from tests.support.processes import free_ports
 

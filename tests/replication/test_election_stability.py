@@ -14,8 +14,8 @@ import signal
 import time
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import Producers, admin, create_topic, wait_applied_equal, wait_leader
 from tests.replication.conftest import Cluster
 from tests.replication.tcp_proxy import PausableProxy

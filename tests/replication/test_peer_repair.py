@@ -14,10 +14,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
-from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 from raftmq.client import Admin, Producer
+from raftmq.v1 import raftmq_pb2 as pb
+from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
 from tests.support.processes import GRPC_OPTIONS, TINY_STORE, running_nodes
 from tests.support.waiting import wait_for

@@ -15,8 +15,8 @@ from collections import Counter
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import (
     LEADER_KEY,
     REDIRECT,

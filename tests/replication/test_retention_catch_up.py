@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import (
     Producers,
     create_topic,

@@ -12,8 +12,8 @@ import time
 
 import grpc
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import admin, create_topic, messaging, wait_leader
 from tests.replication.conftest import Cluster
 from tests.replication.tcp_proxy import PausableProxy

@@ -10,8 +10,8 @@ wait. Pausing the second peer is the control case that always worked.
 from __future__ import annotations
 
 import pytest
-from raftmq.v1 import raftmq_pb2 as pb
 
+from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import create_topic, messaging, wait_leader
 from tests.replication.conftest import Cluster
 from tests.replication.tcp_proxy import PausableProxy

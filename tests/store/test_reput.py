@@ -13,7 +13,11 @@ from raftmq.store.checkpoint import StoreCheckpoint
 from raftmq.store.commit_log import CommitLog
 from raftmq.store.config import StoreConfig
 from raftmq.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
-from raftmq.store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from raftmq.store.dispatch import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
 from raftmq.store.index_service import IndexService
 from raftmq.store.java import java_string_hash
 from raftmq.store.message import SCHEDULE_TOPIC, Message, decode_dispatch, decode_record, encode_record

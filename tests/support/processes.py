@@ -158,18 +158,24 @@ class NodeProcess:
 
     # ---------------------------------------------------------------- lifecycle
     def start(self, *extra_args: str, env: dict[str, str] | None = None,
+              command: list[str] | None = None,
               wrap: Callable[[list[str]], list[str]] | None = None) -> NodeProcess:
-        """Start the node; ``wrap`` turns its argv into the one to run (e.g. inside a private mount namespace)."""
+        """Start the node from this checkout, or with ``command`` (e.g. ``[venv/bin/raftmq, "node"]``) from an
+        installed package: then outside the checkout, so none of its folders can be imported by accident.
+        ``wrap`` turns the final argv into the one to run (e.g. inside a private mount namespace)."""
         self.spec.write_config()
         self.spec.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.spec.log_path, "ab")
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
-        full_env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_") and k != "PYTHONPATH"}
+        if command is None:
+            full_env["PYTHONPATH"] = str(REPO_ROOT / "proto")
         full_env.update(env or {})
-        argv = [sys.executable, "-m", "raftmq.node", "node", "--config", str(self.spec.config_path), *extra_args]
+        argv = [*(command or [sys.executable, "-m", "raftmq.node", "node"]), "--config", str(self.spec.config_path),
+                *extra_args]
         self.proc = subprocess.Popen(
             wrap(argv) if wrap else argv,
-            cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
+            cwd=REPO_ROOT if command is None else self.spec.data_dir.parent,
+            stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
         )
         return self
 
