@@ -394,7 +394,10 @@ class Broker:
         from raftmq.replication.write_path import MemberInfo
 
         cfg = self.config
-        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret)
+        # the write path (and its peers) does not exist yet: the same member channels it will use, TLS included
+        tls = cfg.tls_files() is not None
+        peers = Peers([MemberInfo(m.id, m.raft, m.grpc) for m in cfg.members], cfg.node.id, cfg.cluster.secret,
+                      self.member_channel_credentials if tls else None, self.member_channel_options())
         file_size = self.store_config.mapped_file_size_commit_log
         try:
             while not self._stopping:
