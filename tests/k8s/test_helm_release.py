@@ -51,11 +51,17 @@ def test_install_creates_ready_members_with_bound_volumes(control_plane, release
     wait_for(lambda: k8s.PolicyV1Api(c).read_namespaced_pod_disruption_budget(
         f"{RELEASE}-raftmq", release).status.current_healthy == 3, timeout=60, what="PDB sees 3 healthy")
     assert pdb.spec.max_unavailable == 1 or pdb.spec.min_available in (2, "2")
-    # the client Service's EndpointSlices hold every ready member
-    slices = k8s.DiscoveryV1Api(c).list_namespaced_endpoint_slice(
-        release, label_selector=f"kubernetes.io/service-name={RELEASE}-raftmq").items
-    ready = {e.target_ref.name for s in slices for e in (s.endpoints or []) if e.conditions.ready}
-    assert ready == {f"{RELEASE}-raftmq-{i}" for i in range(3)}
+    # the client Service's EndpointSlices come to hold every ready member (the EndpointSlice controller
+    # catches up with pod readiness on its own schedule, so this is awaited, not read once)
+    members = {f"{RELEASE}-raftmq-{i}" for i in range(3)}
+
+    def ready_endpoints() -> set[str]:
+        slices = k8s.DiscoveryV1Api(c).list_namespaced_endpoint_slice(
+            release, label_selector=f"kubernetes.io/service-name={RELEASE}-raftmq").items
+        return {e.target_ref.name for s in slices for e in (s.endpoints or []) if e.conditions.ready}
+
+    wait_for(lambda: ready_endpoints() == members, timeout=60, interval=0.5,
+             what="every member ready in the Service's slices")
 
 
 def test_upgrade_rolls_the_pods_when_the_config_changes(control_plane, release):
