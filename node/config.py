@@ -161,6 +161,10 @@ class SecuritySection:
     auth_max_clock_skew_seconds: float = 300.0  # a signature dated further from now is refused (replay window)
     acl_default: str = "deny"           # decision when no policy of the user matches: deny | allow
     open_http_paths: list = field(default_factory=lambda: ["/metrics", "/health", "/ready"])  # no auth needed
+    # source networks (CIDRs, IPv4 and IPv6; empty = any address): clients of the gRPC and HTTP ports (the
+    # open HTTP paths stay open), and the members (Raft port, replica service; members may use the client API)
+    allowed_client_networks: list = field(default_factory=list)
+    allowed_member_networks: list = field(default_factory=list)
 
 
 @dataclass
@@ -615,6 +619,12 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
                         f"{s.open_http_paths!r}")
 
 
+    from raftmq.node.networks import check_networks
+
+    problems.extend(check_networks(s.allowed_client_networks, "security.allowed_client_networks"))
+    problems.extend(check_networks(s.allowed_member_networks, "security.allowed_member_networks"))
+
+
 def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
     members = cfg.cluster.members
     if not isinstance(members, list):
@@ -762,6 +772,8 @@ def sample_yaml() -> str:
             "auth_max_clock_skew_seconds": "older/newer signatures are refused (replay window)",
             "acl_default": "deny | allow when no policy matches",
             "open_http_paths": "HTTP paths served without auth",
+            "allowed_client_networks": "[10.0.0.0/8, fd00::/8]: who may use gRPC/HTTP (empty: anyone)",
+            "allowed_member_networks": "members' networks: Raft port + replica service (empty: anyone)",
         },
         "raft": {
             "put_timeout_s": "a put not applied by then answers UNKNOWN",

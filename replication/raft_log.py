@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.transport import TCPTransport
 
 _FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
 PRE_VOTE = "raftmq_pre_vote"
@@ -34,8 +36,11 @@ class ReplicatedLog(SyncObj):
     * Counters for metrics: elections and pre-votes started, stalls seen.
     """
 
-    def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any):
+    def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any,
+                 accept_peer: Callable[[str], bool] | None = None):
+        """``accept_peer(ip)``: whether an incoming Raft connection from that address is kept (None: all)."""
         self._machine = machine  # set before SyncObj.__init__ so pysyncobj never treats it as replicated state
+        self.accept_peer = accept_peer
         self.leader_heard_at = 0.0  # time.monotonic() of the last append_entries from a current leader
         self.resent_applied_entries = 0  # entries a leader re-sent that this member had applied (metrics)
         self.pre_votes_started = 0
@@ -46,7 +51,7 @@ class ReplicatedLog(SyncObj):
         self._pre_vote_grants: set = set()
         self._stall_s = max(0.5, conf.raftMinTimeout / 3)
         self._stall_grace_s = max(0.2, 4 * conf.appendEntriesPeriod)
-        super().__init__(self_address, peer_addresses, conf)
+        super().__init__(self_address, peer_addresses, conf, transportClass=AllowListTransport)
 
     # ------------------------------------------------------------------ tick
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's names
@@ -199,3 +204,20 @@ class ReplicatedLog(SyncObj):
 
     def is_leader(self) -> bool:
         return self._isLeader()
+
+
+class AllowListTransport(TCPTransport):
+    """pysyncobj's TCP transport that drops incoming connections from addresses the node does not allow
+    (``ReplicatedLog.accept_peer``), before a byte of them is read: a stranger cannot even reach the handshake."""
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:  # noqa: N802 - pysyncobj's name
+        accept = getattr(self._syncObj, "accept_peer", None)
+        if accept is not None:
+            try:
+                address = conn._TcpConnection__socket.getpeername()[0]
+            except OSError:
+                address = ""
+            if not accept(address):
+                conn.disconnect()
+                return
+        super()._onNewIncomingConnection(conn)

@@ -163,3 +163,25 @@ def test_helm_test_script_passes_with_mutual_tls_and_auth(tmp_path):
         assert refused.returncode != 0 and "requires signed requests" in refused.stderr
     finally:
         node.stop()
+
+
+def test_allowed_networks_reach_the_node_and_a_bad_one_stops_it(tmp_path):
+    """allowedNetworks.clients / members become security.allowed_*_networks; the node validates them."""
+    from raftmq.node.config import ConfigError, load_config
+
+    values = {"allowedNetworks": {"clients": ["10.0.0.0/8", "fd00::/8"], "members": ["10.244.0.0/16"]}}
+    objs = objects(values)
+    for kube in (K8S_MIN_VERSION, K8S_VERSION):
+        for obj in objs:
+            kv.validate(obj, kube, strict=True)
+    path = tmp_path / "raftmq.yaml"
+    path.write_text(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
+    cfg = load_config(path, environ=_pod_env(objs, f"{FULL}-0"))
+    assert cfg.security.allowed_client_networks == ["10.0.0.0/8", "fd00::/8"]
+    assert cfg.security.allowed_member_networks == ["10.244.0.0/16"]
+    assert "RAFTMQ_SECURITY_ALLOWED_CLIENT_NETWORKS" not in _pod_env(objects(), f"{FULL}-0")
+    bad = objects({"allowedNetworks": {"clients": ["10.0.0.1/8"]}})
+    with pytest.raises(ConfigError, match=r"allowed_client_networks\[0\]: '10.0.0.1/8' has bits set"):
+        load_config(path, environ=_pod_env(bad, f"{FULL}-0"))
+    with pytest.raises(helm.HelmValuesError):
+        render({"allowedNetworks": {"clients": "10.0.0.0/8"}})
