@@ -194,30 +194,70 @@ def expected_signature(secret_key: str, date_time: str) -> str:
 # ---------------------------------------------------------------------- secrets at rest
 
 
+def _derive_key(key_material: str) -> bytes:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"raftmq-acl-v1", info=b"user secrets").derive(
+        key_material.encode())
+
+
+def key_id(key: bytes) -> str:
+    """A short public fingerprint of a derived key (members compare them; it reveals nothing of the key)."""
+    return hmac.new(key, b"raftmq-acl-key-id", hashlib.sha256).hexdigest()[:16]
+
+
 class SecretBox:
     """Encrypts user secrets before they are replicated (Fernet, key derived from the bootstrap admin secret,
-    which every member has from the same Kubernetes Secret). The Raft log, snapshots and acl.json hold tokens."""
+    which every member has from the same Kubernetes Secret). The Raft log, snapshots and acl.json hold tokens.
 
-    def __init__(self, key_material: str):
-        from cryptography.fernet import Fernet
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    Rotation: with ``previous`` (security.auth_admin_previous_secret_key) tokens sealed under the old key still
+    open, and ``reseal`` re-encrypts one under the current key (node.acl_rotation proposes that, replicated)."""
 
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"raftmq-acl-v1", info=b"user secrets").derive(
-            key_material.encode())
-        self._fernet = Fernet(base64.urlsafe_b64encode(key))
+    def __init__(self, key_material: str, previous: str = ""):
+        from cryptography.fernet import Fernet, MultiFernet
+
+        current = _derive_key(key_material)
+        keys = [current] + ([_derive_key(previous)] if previous and previous != key_material else [])
+        self._current = Fernet(base64.urlsafe_b64encode(current))
+        self._all = MultiFernet([Fernet(base64.urlsafe_b64encode(k)) for k in keys])
+        self.current_key_id = key_id(current)
+        self.key_ids = [key_id(k) for k in keys]
+        self._current_tokens: dict[str, bool] = {}
 
     def seal(self, secret: str) -> str:
-        return self._fernet.encrypt(secret.encode()).decode()
+        return self._current.encrypt(secret.encode()).decode()
 
     def open(self, token: str) -> str:
         from cryptography.fernet import InvalidToken
 
         try:
-            return self._fernet.decrypt(token.encode()).decode()
+            return self._all.decrypt(token.encode()).decode()
         except InvalidToken:
-            raise AuthError("this user's stored secret cannot be decrypted on this member (was "
-                            "security.auth_admin_secret_key changed? re-add the user)") from None
+            raise AuthError("this user's stored secret cannot be decrypted on this member: "
+                            "security.auth_admin_secret_key was changed; put the old value in "
+                            "security.auth_admin_previous_secret_key on every member until the stored secrets are "
+                            "re-encrypted (or re-add the user)") from None
+
+    def is_current(self, token: str) -> bool:
+        """Whether ``token`` is sealed under the current key (cached: tokens never change)."""
+        from cryptography.fernet import InvalidToken
+
+        hit = self._current_tokens.get(token)
+        if hit is None:
+            try:
+                self._current.decrypt(token.encode())
+                hit = True
+            except InvalidToken:
+                hit = False
+            if len(self._current_tokens) > 10000:
+                self._current_tokens.clear()
+            self._current_tokens[token] = hit
+        return hit
+
+    def reseal(self, token: str) -> str:
+        """``token`` re-encrypted under the current key; AuthError when no key of this member opens it."""
+        return self.seal(self.open(token))
 
 
 # ---------------------------------------------------------------------- rules
@@ -326,7 +366,7 @@ class Authenticator:
         self.settings = security
         self._acl_table = acl_table
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
-        self.box = SecretBox(security.auth_admin_secret_key)
+        self.box = SecretBox(security.auth_admin_secret_key, security.auth_admin_previous_secret_key)
         self._lock = threading.Lock()
         self._verified: dict[tuple[Any, Any], tuple[Principal, dt.datetime]] = {}  # headers -> who, signed when
         self._secrets: dict[str, str] = {}  # token -> secret
@@ -412,7 +452,7 @@ class Authenticator:
         if user is None:
             raise AuthError(f"unknown access key {auth.access_key!r}")
         secret, admin, _, _ = user
-        if not hmac.compare_digest(expected_signature(secret, date_text), auth.signature):
+        if not self._signed_by(auth, secret, date_text):
             raise AuthError(f"signature does not match for access key {auth.access_key!r} (wrong secret key?)")
         principal = Principal(auth.access_key, admin)
         with self._lock:
@@ -420,6 +460,15 @@ class Authenticator:
                 self._verified.clear()
             self._verified[(auth_value, date_value)] = (principal, when)
         return principal
+
+    def _signed_by(self, auth: Authorization, secret: str, date_text: str) -> bool:
+        """The signature matches the user's secret (the bootstrap admin's previous one too, during a rotation)."""
+        if hmac.compare_digest(expected_signature(secret, date_text), auth.signature):
+            return True
+        s = self.settings
+        previous = s.auth_admin_previous_secret_key
+        return bool(auth.access_key == s.auth_admin_access_key and previous
+                    and hmac.compare_digest(expected_signature(previous, date_text), auth.signature))
 
     def forget(self, access_key: str) -> None:
         """Drop cached verifications of a user (deleted, or its secret changed)."""

@@ -579,7 +579,8 @@ class Broker:
         from raftmq.v1 import replica_pb2_grpc
 
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
-            ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness), server)
+            ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness,
+                            lambda: self.auth.box.key_ids if self.auth is not None else []), server)
         listen = str(self.config.grpc_listen)
         try:
             if self.certificates is not None:
@@ -710,8 +711,13 @@ async def serve(cfg: NodeConfig) -> int:
         code = 1
     elif not stopped.done():
         role = asyncio.ensure_future(broker.watch_role())
+        from raftmq.node.acl_rotation import reseal_loop
+
+        reseal = asyncio.ensure_future(reseal_loop(broker)) if broker.auth is not None else None
         await stopped
         role.cancel()
+        if reseal is not None:
+            reseal.cancel()
     stopped.cancel()
     if not await broker.stop():
         code = 1

@@ -158,6 +158,9 @@ class SecuritySection:
     auth_enabled: bool = False          # requests must be signed (MQv2-HMAC-SHA1) and pass the ACL
     auth_admin_access_key: str = ""     # bootstrap admin (from a Kubernetes Secret): full rights, not replicated
     auth_admin_secret_key: str = ""
+    # rotation: the bootstrap admin secret before the change; still accepted for the admin and for decrypting
+    # stored user secrets, which the leader re-encrypts under the new key once every member runs it
+    auth_admin_previous_secret_key: str = ""
     auth_max_clock_skew_seconds: float = 300.0  # a signature dated further from now is refused (replay window)
     acl_default: str = "deny"           # decision when no policy of the user matches: deny | allow
     open_http_paths: list = field(default_factory=lambda: ["/metrics", "/health", "/ready"])  # no auth needed
@@ -607,6 +610,9 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
         problems.append("security.auth_max_clock_skew_seconds: must be > 0")
     if bool(s.auth_admin_access_key) != bool(s.auth_admin_secret_key):
         problems.append("security.auth_admin_access_key and auth_admin_secret_key: set both or neither")
+    if s.auth_admin_previous_secret_key and not s.auth_admin_secret_key:
+        problems.append("security.auth_admin_previous_secret_key: set security.auth_admin_secret_key (the new "
+                        "secret) too; the previous one is only kept during a rotation")
     if s.auth_enabled and not s.auth_admin_access_key:
         problems.append("security.auth_enabled: set security.auth_admin_access_key and auth_admin_secret_key (the "
                         "bootstrap admin; e.g. RAFTMQ_SECURITY_AUTH_ADMIN_SECRET_KEY from a Kubernetes Secret)")
@@ -769,6 +775,7 @@ def sample_yaml() -> str:
             "auth_enabled": "signed requests (MQv2-HMAC-SHA1) + ACL",
             "auth_admin_access_key": "bootstrap admin access key",
             "auth_admin_secret_key": "bootstrap admin secret (env/--set taken verbatim)",
+            "auth_admin_previous_secret_key": "rotation: the old admin secret, until users are re-encrypted",
             "auth_max_clock_skew_seconds": "older/newer signatures are refused (replay window)",
             "acl_default": "deny | allow when no policy matches",
             "open_http_paths": "HTTP paths served without auth",

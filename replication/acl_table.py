@@ -7,7 +7,9 @@ the table, the Raft journal and snapshots never hold a usable secret.
 
 Commands (JSON): ``{"op": "user_put", "user": ak, "secret": token, "admin": bool[, "networks": [cidr]]}``
 (without networks an existing user keeps its own), ``{"op": "user_networks", "user": ak, "networks": [cidr]}``
-(the source networks the user may sign from; empty: anywhere), ``{"op": "user_delete", "user": ak}``, ``{"op": "rule_add", "user": ak, "rule": {"effect", "actions", "resources"}}``,
+(the source networks the user may sign from; empty: anywhere), ``{"op": "user_reseal", "user": ak, "secret":
+new token, "old": token}`` (after a key rotation; refused when the user changed meanwhile), ``{"op":
+"user_delete", "user": ak}``, ``{"op": "rule_add", "user": ak, "rule": {"effect", "actions", "resources"}}``,
 ``{"op": "rule_remove", "user": ak, "index": i}``. A refused command (unknown user, bad index) returns the reason,
 the same on every member.
 """
@@ -45,6 +47,10 @@ class AclTable:
                 networks = cmd["networks"] if cmd.get("networks") else old.get("networks", [])
                 self._users[user] = {"secret": str(cmd["secret"]), "admin": bool(cmd.get("admin", False)),
                                      "rules": old.get("rules", []), "networks": [str(n) for n in networks]}
+            elif op == "user_reseal":  # the same secret re-encrypted under a rotated key (node.acl_rotation)
+                if user not in self._users or self._users[user]["secret"] != cmd.get("old"):
+                    return f"user {user!r} changed since its secret was re-encrypted; the next round redoes it"
+                self._users[user]["secret"] = str(cmd["secret"])
             elif op == "user_networks":
                 if user not in self._users:
                     return f"no user with access key {user!r}; add it first (raftmq acl user add {user})"

@@ -185,3 +185,19 @@ def test_allowed_networks_reach_the_node_and_a_bad_one_stops_it(tmp_path):
         load_config(path, environ=_pod_env(bad, f"{FULL}-0"))
     with pytest.raises(helm.HelmValuesError):
         render({"allowedNetworks": {"clients": "10.0.0.0/8"}})
+
+
+def test_admin_secret_rotation_passes_the_previous_secret_from_the_same_secret(tmp_path):
+    from raftmq.node.config import load_config
+
+    values = {"auth": {"enabled": True, "existingSecret": "raftmq-admin", "previousSecretKeyKey": "previous-key"},
+              "cluster": CLUSTER_SECRET}
+    objs = objects(values)
+    env = {e["name"]: e for e in container(objs)["env"]}
+    ref = env["RAFTMQ_SECURITY_AUTH_ADMIN_PREVIOUS_SECRET_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "raftmq-admin", "key": "previous-key"}
+    path = tmp_path / "raftmq.yaml"
+    path.write_text(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
+    assert load_config(path, environ=_pod_env(objs, f"{FULL}-0")).security.auth_admin_previous_secret_key
+    no_rotation = objects({"auth": {"enabled": True, "existingSecret": "raftmq-admin"}, "cluster": CLUSTER_SECRET})
+    assert "RAFTMQ_SECURITY_AUTH_ADMIN_PREVIOUS_SECRET_KEY" not in {e["name"] for e in container(no_rotation)["env"]}

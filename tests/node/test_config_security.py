@@ -32,6 +32,7 @@ def test_environment_sets_the_security_section_verbatim():
       "RAFTMQ_SECURITY_AUTH_ADMIN_SECRET_KEY": "s", "RAFTMQ_NODE_ID": "n0",
       "RAFTMQ_CLUSTER_MEMBERS": '[{id: n0, raft: "h:1", grpc: "h:2"}]'}, "a cluster needs cluster.secret too"),
     ({"RAFTMQ_SECURITY_TLS_CERTFILE": "/c"}, "did you mean 'tls_cert_file'"),
+    ({"RAFTMQ_SECURITY_AUTH_ADMIN_PREVIOUS_SECRET_KEY": "old"}, "set security.auth_admin_secret_key (the new"),
 ])
 def test_inconsistent_security_settings_are_refused(env, message):
     with pytest.raises(ConfigError) as err:
