@@ -252,9 +252,18 @@ class Broker:
             from raftmq.node.tls import member_channel_options
 
             return RaftWritePath(self.store, cfg, channel_credentials=self.member_channel_credentials,
-                                 channel_options=member_channel_options(tls), accept_peer=accept)
+                                 channel_options=member_channel_options(tls), accept_peer=accept,
+                                 raft_tls=self._raft_tls(tls) if cfg.security.tls_raft else None)
         return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
                               grpc_address=cfg.advertised_address, linger_s=0.0)
+
+    def _raft_tls(self, tls):
+        """security.tls_raft: the Raft port speaks mutual TLS with the members' certificates (same files as gRPC)."""
+        from raftmq.node.tls import CertificateFiles, RaftTlsContexts
+        from raftmq.replication.raft_tls import RaftTls
+
+        contexts = RaftTlsContexts(self.certificates or CertificateFiles(tls))
+        return RaftTls(contexts.server_context, contexts.client_context, tls.server_name)
 
     def _make_pop_core(self):
         """Receive/ack/retry/DLQ decisions (leader only) over the replicated pop state; see node.pop_core."""

@@ -155,6 +155,8 @@ class SecuritySection:
     tls_server_name: str = ""           # name members' certificates carry, when it differs from their address
     tls_http: bool = True               # serve the HTTP port with TLS too when TLS is on
     tls_http_client_auth: bool = False  # HTTP asks for client certificates too (kubelet probes cannot send one)
+    # the Raft port speaks mutual TLS too (same certificate and CA; every member must agree: a wire change)
+    tls_raft: bool = False
     auth_enabled: bool = False          # requests must be signed (MQv2-HMAC-SHA1) and pass the ACL
     auth_admin_access_key: str = ""     # bootstrap admin (from a Kubernetes Secret): full rights, not replicated
     auth_admin_secret_key: str = ""
@@ -604,6 +606,12 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
     if (s.tls_client_ca_file or s.tls_ca_file) and not s.tls_cert_file:
         problems.append("security.tls_client_ca_file / tls_ca_file need TLS on (security.tls_cert_file and "
                         "tls_key_file)")
+    if s.tls_raft and not s.tls_cert_file:
+        problems.append("security.tls_raft: needs TLS on (security.tls_cert_file and tls_key_file) and the "
+                        "members' CA (security.tls_ca_file or tls_client_ca_file)")
+    elif s.tls_raft and not (s.tls_ca_file or s.tls_client_ca_file):
+        problems.append("security.tls_raft: set security.tls_ca_file (or tls_client_ca_file): the CA that signed "
+                        "every member's certificate")
     if s.acl_default not in ("deny", "allow"):
         problems.append(f"security.acl_default: {s.acl_default!r} is not one of deny, allow")
     if s.auth_max_clock_skew_seconds <= 0:
@@ -772,6 +780,7 @@ def sample_yaml() -> str:
             "tls_server_name": "name in members' certificates if not their address",
             "tls_http": "HTTP port uses TLS too when TLS is on",
             "tls_http_client_auth": "HTTP requires client certificates too (breaks kubelet probes)",
+            "tls_raft": "Raft port: mutual TLS with the same files (all members at once)",
             "auth_enabled": "signed requests (MQv2-HMAC-SHA1) + ACL",
             "auth_admin_access_key": "bootstrap admin access key",
             "auth_admin_secret_key": "bootstrap admin secret (env/--set taken verbatim)",
