@@ -98,6 +98,12 @@ class TlsTcpConnection(TcpConnection):
             self._tls_begin(ctx, server_side=False, hostname=name, peer=f"{host}:{port}")
         return ok
 
+    def disconnect(self):  # noqa: D102 - pysyncobj's API; a reconnect starts a new TLS session
+        self._tls_obj = None
+        self._tls_ready = False
+        self._tls_pending = bytearray()
+        TcpConnection.disconnect(self)
+
     # ------------------------------------------------------------------ write side
     def send(self, message):  # noqa: D102 - pysyncobj's API (its framing, then TLS)
         if self.sendRandKey:

@@ -201,3 +201,21 @@ def test_admin_secret_rotation_passes_the_previous_secret_from_the_same_secret(t
     assert load_config(path, environ=_pod_env(objs, f"{FULL}-0")).security.auth_admin_previous_secret_key
     no_rotation = objects({"auth": {"enabled": True, "existingSecret": "raftmq-admin"}, "cluster": CLUSTER_SECRET})
     assert "RAFTMQ_SECURITY_AUTH_ADMIN_PREVIOUS_SECRET_KEY" not in {e["name"] for e in container(no_rotation)["env"]}
+
+
+def test_tls_raft_reaches_the_node_with_the_members_ca(tmp_path):
+    from raftmq.node.config import load_config
+
+    values = {"tls": {"enabled": True, "existingSecret": "raftmq-tls", "raft": True}}
+    objs = objects(values)
+    for kube in (K8S_MIN_VERSION, K8S_VERSION):
+        for obj in objs:
+            kv.validate(obj, kube, strict=True)
+    path = tmp_path / "raftmq.yaml"
+    path.write_text(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
+    s = load_config(path, environ=_pod_env(objs, f"{FULL}-2")).security
+    assert s.tls_raft and s.tls_ca_file == "/etc/raftmq/tls/ca.crt"
+    assert not load_config(path, environ=_pod_env(objects({"tls": {"enabled": True, "existingSecret": "x"}}),
+                                                  f"{FULL}-2")).security.tls_raft
+    with pytest.raises(helm.HelmValuesError):
+        render({"tls": {"enabled": True, "existingSecret": "x", "raft": "yes"}})
