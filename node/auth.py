@@ -212,7 +212,9 @@ class SecretBox:
     which every member has from the same Kubernetes Secret). The Raft log, snapshots and acl.json hold tokens.
 
     Rotation: with ``previous`` (security.auth_admin_previous_secret_key) tokens sealed under the old key still
-    open, and ``reseal`` re-encrypts one under the current key (node.acl_rotation proposes that, replicated)."""
+    open, and ``reseal`` re-encrypts one under the current key (node.acl_rotation proposes that, replicated).
+    While a rotation is in progress (``previous`` set) new secrets are sealed under the PREVIOUS key: members not
+    restarted yet know only that one; the re-encryption moves them to the new key with the rest."""
 
     def __init__(self, key_material: str, previous: str = ""):
         from cryptography.fernet import Fernet, MultiFernet
@@ -221,12 +223,14 @@ class SecretBox:
         keys = [current] + ([_derive_key(previous)] if previous and previous != key_material else [])
         self._current = Fernet(base64.urlsafe_b64encode(current))
         self._all = MultiFernet([Fernet(base64.urlsafe_b64encode(k)) for k in keys])
+        self._sealing = Fernet(base64.urlsafe_b64encode(keys[-1]))  # the previous key during a rotation
         self.current_key_id = key_id(current)
         self.key_ids = [key_id(k) for k in keys]
         self._current_tokens: dict[str, bool] = {}
 
     def seal(self, secret: str) -> str:
-        return self._current.encrypt(secret.encode()).decode()
+        """A new secret's token: readable by every member, rotated or not."""
+        return self._sealing.encrypt(secret.encode()).decode()
 
     def open(self, token: str) -> str:
         from cryptography.fernet import InvalidToken
@@ -257,7 +261,7 @@ class SecretBox:
 
     def reseal(self, token: str) -> str:
         """``token`` re-encrypted under the current key; AuthError when no key of this member opens it."""
-        return self.seal(self.open(token))
+        return self._current.encrypt(self.open(token).encode()).decode()
 
 
 # ---------------------------------------------------------------------- rules

@@ -19,7 +19,10 @@ from tests.support.waiting import wait_for
 
 ROOT_AK = "root"
 OLD, NEW = "old-admin-secret-1", "new-admin-secret-2"
-USERS = {"reader": "reader-secret-1", "writer": "writer-secret-2", "ops": "ops-secret-333"}
+USERS = {"reader": "reader-secret-1", "writer": "writer-secret-2", "ops": "ops-secret-333",
+         "midway": "midway-secret-4"}
+INITIAL = ("reader", "writer", "ops")
+added: list[str] = []  # users that exist so far (the test adds "midway" during the rotation)
 
 
 def test_secret_box_opens_the_previous_key_and_reseals_under_the_new_one():
@@ -34,6 +37,9 @@ def test_secret_box_opens_the_previous_key_and_reseals_under_the_new_one():
     assert box.is_current(new) and SecretBox(NEW).open(new) == "s3cret-value"
     with pytest.raises(AuthError):
         old_box.open(new)
+    mid_rotation = box.seal("added-meanwhile")  # sealed for members that still run the old secret
+    assert old_box.open(mid_rotation) == "added-meanwhile" and not box.is_current(mid_rotation)
+    assert SecretBox(NEW).is_current(SecretBox(NEW).seal("x"))
 
 
 def test_reseal_is_compare_and_set_on_the_old_token():
@@ -64,7 +70,8 @@ def _answer(node: NodeProcess, ak: str, sk: str) -> str:
 
 def _every_user_everywhere(nodes: list[NodeProcess]) -> None:
     for n in nodes:
-        for ak, sk in USERS.items():
+        for ak in added:
+            sk = USERS[ak]
             wait_for(lambda n=n, ak=ak, sk=sk: _answer(n, ak, sk) == "ok", f"{ak} authenticated on {n.spec.id} "
                      f"(last answer: {_answer(n, ak, sk)})", timeout=60)
 
@@ -74,20 +81,45 @@ def _audit(nodes: list[NodeProcess]) -> list[dict]:
             for line in n.spec.log_path.read_text().splitlines() if "raftmq.audit" in line]
 
 
-def _rolling_restart(nodes: list[NodeProcess], security: dict, admin_secret_now: str) -> None:
-    """Restart the members one by one with ``security``; after each, every user works on every member."""
-    for n in nodes:
+def _rolling_restart(nodes: list[NodeProcess], security: dict, admin_secret_now: str, after_first=None) -> None:
+    """Restart the members one by one with ``security``; after each, every user works on every member.
+    ``after_first(node)`` runs once the first member is back."""
+    for i, n in enumerate(nodes):
         n.stop()
         n.spec.overrides["security"].update(security)
         if "auth_admin_previous_secret_key" not in security:
             n.spec.overrides["security"].pop("auth_admin_previous_secret_key", None)
         n.start()
         n.wait_ready(90)
+        if i == 0 and after_first is not None:
+            after_first(n)
         _every_user_everywhere(nodes)
         assert _answer(n, ROOT_AK, admin_secret_now) == "ok"
 
 
+def _add_user_on_a_rotated_leader(nodes: list[NodeProcess], first: NodeProcess) -> None:
+    """Mid-rotation: the only member with the new key leads and a user is added; the members still on the old
+    key must read it too."""
+    addresses = [n.grpc_address for n in nodes]
+    with Admin(addresses, security=_sec(ROOT_AK, OLD)) as admin:
+        wait_for(lambda: _transfer(admin, first.spec.id), f"{first.spec.id} leading", timeout=60)
+    from raftmq.client.acl import AclAdmin
+
+    with AclAdmin(addresses, security=_sec(ROOT_AK, OLD)) as acl:
+        acl.put_user("midway", USERS["midway"])
+        acl.add_rule("midway", "allow", ["SUB"], ["topic:orders"])
+    added.append("midway")
+
+
+def _transfer(admin: Admin, to_id: str) -> bool:
+    try:
+        return admin.transfer_leader(to_id) == to_id
+    except RaftmqError:
+        return False
+
+
 def test_rotating_the_admin_secret_on_a_live_cluster_keeps_every_user(tmp_path):
+    added.clear()
     specs = node_specs(tmp_path, 3, cluster={"secret": "cluster-secret"}, security={
         "auth_enabled": True, "auth_admin_access_key": ROOT_AK, "auth_admin_secret_key": OLD})
     nodes = [NodeProcess(s) for s in specs]
@@ -102,14 +134,16 @@ def test_rotating_the_admin_secret_on_a_live_cluster_keeps_every_user(tmp_path):
         with Admin(addresses, security=_sec(ROOT_AK, OLD)) as admin:
             admin.create_topic("orders")
         with AclAdmin(addresses, security=_sec(ROOT_AK, OLD)) as acl:
-            for ak, sk in USERS.items():
-                acl.put_user(ak, sk, admin=ak == "ops")
+            for ak in INITIAL:
+                acl.put_user(ak, USERS[ak], admin=ak == "ops")
+                added.append(ak)
                 if ak != "ops":
                     acl.add_rule(ak, "allow", ["SUB"], ["topic:orders"])
         _every_user_everywhere(nodes)
 
         # round 1: the new secret, the old one kept as previous; the admin may sign with either meanwhile
-        _rolling_restart(nodes, {"auth_admin_secret_key": NEW, "auth_admin_previous_secret_key": OLD}, NEW)
+        _rolling_restart(nodes, {"auth_admin_secret_key": NEW, "auth_admin_previous_secret_key": OLD}, NEW,
+                         after_first=lambda first: _add_user_on_a_rotated_leader(nodes, first))
         assert all(_answer(n, ROOT_AK, OLD) == "ok" for n in nodes)
         resealed = wait_for(lambda: {a["user"] for a in _audit(nodes) if a.get("op") == "user_reseal"} >= set(USERS)
                             and {a["user"] for a in _audit(nodes) if a.get("op") == "user_reseal"},
@@ -129,7 +163,10 @@ def test_rotating_the_admin_secret_on_a_live_cluster_keeps_every_user(tmp_path):
         assert all(_answer(n, ROOT_AK, OLD).startswith("unauthenticated") for n in nodes)
         with AclAdmin(addresses, security=_sec("ops", USERS["ops"])) as acl:  # a replicated admin still rules
             acl.put_user("late", "late-secret-1")
-        assert all(SecretBox(NEW).open(json.loads((n.spec.data_dir / "config" / "acl.json").read_text())
-                                       ["users"]["late"]["secret"]) == "late-secret-1" for n in nodes)
+        for n in nodes:  # sealed under the new key alone once the rotation is over
+            wait_for(lambda n=n: "late" in json.loads((n.spec.data_dir / "config" / "acl.json").read_text())["users"],
+                     f"the new user in {n.spec.id}'s acl.json", timeout=60)
+            stored = json.loads((n.spec.data_dir / "config" / "acl.json").read_text())["users"]["late"]["secret"]
+            assert SecretBox(NEW).open(stored) == "late-secret-1"
     finally:
         stop_all(nodes)
