@@ -177,7 +177,7 @@ def test_allowed_networks_reach_the_node_and_a_bad_one_stops_it(tmp_path):
     path = tmp_path / "raftmq.yaml"
     path.write_text(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
     cfg = load_config(path, environ=_pod_env(objs, f"{FULL}-0"))
-    assert cfg.security.allowed_client_networks == ["10.0.0.0/8", "fd00::/8"]
+    assert cfg.security.allowed_client_networks == ["10.0.0.0/8", "fd00::/8", "127.0.0.1/32", "::1/128"]
     assert cfg.security.allowed_member_networks == ["10.244.0.0/16"]
     assert "RAFTMQ_SECURITY_ALLOWED_CLIENT_NETWORKS" not in _pod_env(objects(), f"{FULL}-0")
     bad = objects({"allowedNetworks": {"clients": ["10.0.0.1/8"]}})
