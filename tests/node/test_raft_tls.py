@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from raftmq.client.admin import Admin
+from raftmq.client.errors import RaftmqError
 from raftmq.client.producer import Producer
 from raftmq.client.security import ClientSecurity
 from raftmq.node.config import ConfigError, load_config
@@ -37,6 +38,14 @@ def _stored(node: NodeProcess, sec: ClientSecurity, topic: str) -> int:
             return sum(q.max_offset for q in admin.queue_offsets(topic))
     except Exception:  # noqa: BLE001 - not serving yet
         return -1
+
+
+def _sent(p: Producer) -> bool:
+    try:
+        p.send("orders", b"after the failover")
+        return True
+    except RaftmqError:
+        return False
 
 
 def test_tls_raft_needs_tls_and_a_ca():
@@ -114,6 +123,17 @@ def test_members_replicate_over_tls_and_strangers_cannot_join(tmp_path):
         with Producer([n.grpc_address for n in nodes], security=sec) as p:
             p.send("orders", b"after the join")
         wait_for(lambda: all(_stored(n, sec, "orders") == 21 for n in nodes), "21 messages everywhere",
+                 timeout=60)
+
+        # the leader dies: the other two elect a new one over TLS and nothing acknowledged is lost
+        with Admin([n.grpc_address for n in nodes], security=sec) as admin:
+            leader_id = next(m.id for m in admin.cluster_status().members if m.role == "leader")
+        leader = next(n for n in nodes if n.spec.id == leader_id)
+        leader.kill()
+        survivors = [n for n in nodes if n is not leader]
+        with Producer([n.grpc_address for n in survivors], security=sec) as p:
+            wait_for(lambda: _sent(p), "a send accepted by the new leader", timeout=90)
+        wait_for(lambda: all(_stored(n, sec, "orders") >= 22 for n in survivors), "all 22 acknowledged on the survivors",
                  timeout=60)
     finally:
         stop_all(nodes)
