@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 ROUND_SECONDS = 2.0
 STATUS_TIMEOUT_S = 5.0
+_last_note = [""]  # the last "waiting for members" line logged
 
 
 def stale_tokens(table: Any, box: Any) -> list[tuple[str, str]]:
@@ -65,10 +66,13 @@ def reseal_round(broker: Broker) -> int:
         return 0
     missing = members_missing_key(broker, auth.box.current_key_id)
     if missing:
-        log.info("%d user secret(s) are still sealed under the previous admin secret; re-encrypting them once "
-                 "every member runs the new security.auth_admin_secret_key (not yet: %s)", len(stale),
-                 ", ".join(missing))
+        note = (f"{len(stale)} user secret(s) are still sealed under the previous admin secret; re-encrypting them "
+                f"once every member runs the new security.auth_admin_secret_key (not yet: {', '.join(missing)})")
+        if note != _last_note[0]:  # once per change, not every round
+            log.info("%s", note)
+            _last_note[0] = note
         return 0
+    _last_note[0] = ""
     done = 0
     for access_key, token in stale:
         try:

@@ -127,6 +127,7 @@ class NetworkPolicy:
     def __init__(self, clients: Sequence[str], members: Sequence[str]):
         self.clients = NetworkList(clients)
         self.members = NetworkList(members)
+        self._client_verdicts: dict[str, bool] = {}  # address -> allowed (clients reconnect from few addresses)
 
     @property
     def active(self) -> bool:
@@ -134,7 +135,15 @@ class NetworkPolicy:
 
     def check_client(self, address: str, port: str) -> None:
         """A client of the ``port`` ("gRPC", "HTTP") at ``address``; members' networks are allowed too."""
-        if not self.clients or self.clients.allows(address) or (self.members and self.members.allows(address)):
+        if not self.clients:
+            return
+        allowed = self._client_verdicts.get(address)
+        if allowed is None:
+            allowed = self.clients.allows(address) or (bool(self.members) and self.members.allows(address))
+            if len(self._client_verdicts) > 10000:
+                self._client_verdicts.clear()
+            self._client_verdicts[address] = allowed
+        if allowed:
             return
         raise NetworkRefused(
             f"client address {address or 'unknown'} may not use this member's {port} port: it is not in "
