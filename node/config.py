@@ -326,6 +326,10 @@ def _coerce(where: str, value: Any, default: Any, problems: list[str]) -> Any:
             return default
     elif isinstance(value, want):
         return value if want is list else _plain(value)
+    if want is list and isinstance(value, str) and value.lstrip().startswith("["):
+        problems.append(f"{where}: must be {_type_name(want)}, got {value!r}, which is not valid YAML (quote entries "
+                        "that start with ':', e.g. ['::1/128', 'fd00::/8'])")
+        return default
     problems.append(f"{where}: must be {_type_name(want)}, got {value!r}")
     return default
 

@@ -47,6 +47,7 @@ def test_inconsistent_security_settings_are_refused(env, message):
     ({"RAFTMQ_SECURITY_ALLOWED_MEMBER_NETWORKS": "[fd00::/8, office]"},
      "security.allowed_member_networks[1]: 'office' is not a network"),
     ({"RAFTMQ_SECURITY_ALLOWED_CLIENT_NETWORKS": "10.0.0.0/8"}, "security.allowed_client_networks: must be a list"),
+    ({"RAFTMQ_SECURITY_ALLOWED_CLIENT_NETWORKS": "[10.0.0.0/8, ::1]"}, "quote entries that start with ':'"),
 ])
 def test_bad_allowed_networks_are_refused_naming_the_key(env, message):
     with pytest.raises(ConfigError) as err:
