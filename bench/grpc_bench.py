@@ -247,9 +247,10 @@ def store_put(size: int, batch: int, seconds: float) -> dict:
             "client_us": float("nan"), "procs": 0}
 
 
-def _security(pki: Path, tls: bool, auth: bool) -> tuple[dict, dict]:
+def _security(pki: Path, tls: bool, auth: bool, allow_list: bool = False) -> tuple[dict, dict]:
     """Node config overrides and client settings for a secured run: a CA + server certificate made now, the
-    bootstrap admin for setup, and a user "bench" allowed PUB and SUB on the topic (the ACL is evaluated)."""
+    bootstrap admin for setup, and a user "bench" allowed PUB and SUB on the topic (the ACL is evaluated); with
+    ``allow_list`` the node-wide client allow-list (and, with auth, the bench user's own networks) are checked."""
     from tests.support.certs import CertificateAuthority
 
     node, client = {}, {}
@@ -261,6 +262,9 @@ def _security(pki: Path, tls: bool, auth: bool) -> tuple[dict, dict]:
     if auth:
         node.update(auth_enabled=True, auth_admin_access_key="bench-admin", auth_admin_secret_key="bench-admin-key")
         client.update(ak="bench", sk="bench-secret-key")
+    if allow_list:
+        node.update(allowed_client_networks=["10.0.0.0/8", "127.0.0.0/8"], allowed_member_networks=["127.0.0.1/32"])
+        client["networks"] = ["127.0.0.1/32"]
     return node, client
 
 
@@ -314,7 +318,7 @@ def _setup(address: str, client_sec: dict, auth: bool) -> None:
         admin.create_topic("bench", queues=QUEUES)
     if auth:
         with AclAdmin(address, security=admin_sec) as acl:
-            acl.put_user("bench", "bench-secret-key")
+            acl.put_user("bench", "bench-secret-key", networks=client_sec.get("networks", ()))
             acl.add_rule("bench", "allow", ["PUB", "SUB"], ["topic:bench"])
 
 
@@ -326,6 +330,8 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes (at most one per sender)")
     ap.add_argument("--tls", action="store_true", help="also run every case against a node with TLS")
     ap.add_argument("--auth", action="store_true", help="also run every case with signed requests + ACL")
+    ap.add_argument("--allow-list", action="store_true",
+                    help="also run every case with the node's client allow-list (and, with --auth, user networks)")
     ap.add_argument("--skip-sdk", action="store_true", help="skip the SDK rows (Producer threads, SendStream)")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -336,10 +342,11 @@ def main() -> int:
     rows += node_cases("", None, None, levels, args)
     plain = {name: r for name, r in rows}
     secured = []
-    if args.tls or args.auth:
+    if args.tls or args.auth or args.allow_list:
         with tempfile.TemporaryDirectory(prefix="raftmq-bench-pki-") as pki:
-            node_sec, client_sec = _security(Path(pki), args.tls, args.auth)
-            label = "+".join(x for x, on in (("tls", args.tls), ("auth", args.auth)) if on)
+            node_sec, client_sec = _security(Path(pki), args.tls, args.auth, args.allow_list)
+            label = "+".join(x for x, on in (("tls", args.tls), ("auth", args.auth), ("allow", args.allow_list))
+                             if on)
             secured = node_cases(label, node_sec, client_sec, levels, args)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nraftmq gRPC benchmark: {args.size} B bodies, single node, durability async, "

@@ -8,6 +8,8 @@ producers against ``LocalWritePath`` on one store.
 
     .venv/bin/python bench/replication_bench.py            # 1, 8, 64 producers x async, sync; ~3 minutes
     .venv/bin/python bench/replication_bench.py --seconds 3 --producers 8
+    .venv/bin/python bench/replication_bench.py --raft-tls --modes async --batch 32   # + a cluster with Raft TLS
+    (with --raft-tls both Raft clusters also set cluster.secret, as a secured cluster does)
 
 Durability modes: ``async`` = committed by a majority in memory/page cache (flushed on an interval); ``sync`` =
 a majority fsynced its Raft journal and commit log before the ack (Raft), or the store's group-commit fsync
@@ -121,7 +123,17 @@ def member_main(args: argparse.Namespace) -> None:
 
     loop.run_until_complete(serve())
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    wp = RaftWritePath(st, node_id=args.member, members=members, settings=RaftSettings(durability=args.durability))
+    raft_tls = None
+    if args.tls_dir:  # security.tls_raft: the node builds the same contexts from its security.tls_* files
+        from raftmq.node.tls import CertificateFiles, RaftTlsContexts, TlsFiles
+        from raftmq.replication.raft_tls import RaftTls
+
+        d = Path(args.tls_dir)
+        contexts = RaftTlsContexts(CertificateFiles(TlsFiles(str(d / "member.crt"), str(d / "member.key"),
+                                                             str(d / "raftmq-test-ca.crt"))))
+        raft_tls = RaftTls(contexts.server_context, contexts.client_context)
+    wp = RaftWritePath(st, node_id=args.member, members=members, settings=RaftSettings(durability=args.durability),
+                       secret=args.secret, raft_tls=raft_tls)
     holder[0] = wp
     wp.start()
     print("started", flush=True)
@@ -145,14 +157,15 @@ def member_main(args: argparse.Namespace) -> None:
 
 
 class Cluster:
-    def __init__(self, base: Path, durability: str):
+    def __init__(self, base: Path, durability: str, tls_dir: Path | None = None, secret: str = ""):
         ports = free_ports(6)
         self.members = [{"id": f"n{i}", "raft_address": f"127.0.0.1:{ports[2 * i]}",
                          "grpc_address": f"127.0.0.1:{ports[2 * i + 1]}"} for i in range(3)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "proto")])}
         self.procs = [subprocess.Popen(
             [sys.executable, __file__, "--member", m["id"], "--members", json.dumps(self.members),
-             "--dir", str(base / m["id"]), "--durability", durability],
+             "--dir", str(base / m["id"]), "--durability", durability,
+             *(["--tls-dir", str(tls_dir)] if tls_dir else []), *(["--secret", secret] if secret else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
             for m in self.members]
         for p in self.procs:
@@ -220,6 +233,10 @@ def main() -> None:
     ap.add_argument("--member", help=argparse.SUPPRESS)
     ap.add_argument("--members", help=argparse.SUPPRESS)
     ap.add_argument("--durability", default="async", help=argparse.SUPPRESS)
+    ap.add_argument("--raft-tls", action="store_true",
+                    help="also run a cluster whose Raft port speaks mutual TLS (security.tls_raft); column 'tls/raft'")
+    ap.add_argument("--tls-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--secret", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.member:
         return member_main(args)
@@ -227,23 +244,44 @@ def main() -> None:
     print(f"1 KiB messages, closed-loop producers, {args.seconds:.0f} s per point, {os.cpu_count()} CPUs, "
           f"stores under {base}; latency is per put call")
     print(f"{'mode':6} {'prod':>4} {'batch':>5} | {'single msgs/s':>13} {'p50 ms':>7} {'p99 ms':>7} | "
-          f"{'raft msgs/s':>11} {'p50 ms':>7} {'p99 ms':>7} {'msgs/batch':>10} | {'ratio':>5}")
+          f"{'raft msgs/s':>11} {'p50 ms':>7} {'p99 ms':>7} {'msgs/batch':>10} | {'ratio':>5}"
+          + (f" | {'raft-tls msgs/s':>15} {'p50 ms':>7} {'p99 ms':>7} | {'tls/raft':>8}" if args.raft_tls else ""))
+    tls_dir = None
+    if args.raft_tls:
+        from tests.support.certs import CertificateAuthority
+
+        tls_dir = base / "tls"
+        tls_dir.mkdir()
+        CertificateAuthority(tls_dir).issue("member")
     try:
         for mode in args.modes:
-            cluster = Cluster(base / f"raft-{mode}", mode)
+            # with --raft-tls both clusters use cluster.secret (pysyncobj's own encryption), as a secured cluster does
+            secret = "bench-secret" if tls_dir else ""
+            cluster = Cluster(base / f"raft-{mode}", mode, secret=secret)
+            tls_cluster = Cluster(base / f"raft-tls-{mode}", mode, tls_dir, secret) if tls_dir else None
             try:
                 leader = cluster.leader()
                 cluster.ask(leader, "topic")
+                tls_leader = tls_cluster.leader() if tls_cluster else None
+                if tls_cluster:
+                    tls_cluster.ask(tls_leader, "topic")
                 for batch, n in itertools.product(args.batch, args.producers):
                     loc = local_run(base, mode, n, args.seconds, batch)
                     raft = json.loads(cluster.ask(leader, f"run {n} {args.seconds} {batch}"))
                     per_batch = raft["batched_msgs"] / max(1, raft["batches"])
-                    print(f"{mode:6} {n:4d} {batch:5d} | {loc['msgs_per_s']:13,.0f} {loc['p50_ms']:7.2f} {loc['p99_ms']:7.2f} | "
-                          f"{raft['msgs_per_s']:11,.0f} {raft['p50_ms']:7.2f} {raft['p99_ms']:7.2f} "
-                          f"{per_batch:10.1f} | {raft['msgs_per_s'] / max(1.0, loc['msgs_per_s']):5.2f}"
-                          + (f"  ({raft['errors']} raft errors)" if raft["errors"] else ""), flush=True)
+                    line = (f"{mode:6} {n:4d} {batch:5d} | {loc['msgs_per_s']:13,.0f} {loc['p50_ms']:7.2f} "
+                            f"{loc['p99_ms']:7.2f} | {raft['msgs_per_s']:11,.0f} {raft['p50_ms']:7.2f} "
+                            f"{raft['p99_ms']:7.2f} {per_batch:10.1f} | "
+                            f"{raft['msgs_per_s'] / max(1.0, loc['msgs_per_s']):5.2f}")
+                    if tls_cluster:
+                        t = json.loads(tls_cluster.ask(tls_leader, f"run {n} {args.seconds} {batch}"))
+                        line += (f" | {t['msgs_per_s']:15,.0f} {t['p50_ms']:7.2f} {t['p99_ms']:7.2f} | "
+                                 f"{t['msgs_per_s'] / max(1.0, raft['msgs_per_s']):8.2f}")
+                    print(line + (f"  ({raft['errors']} raft errors)" if raft["errors"] else ""), flush=True)
             finally:
                 cluster.close()
+                if tls_cluster:
+                    tls_cluster.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -27,11 +27,13 @@ class AclUser:
     admin: bool
     bootstrap: bool
     rules: tuple[AclRule, ...] = field(default_factory=tuple)
+    networks: tuple[str, ...] = ()  # source networks it may sign from; empty = anywhere
 
     @classmethod
     def from_pb(cls, u: pb.AclUser) -> AclUser:
         return cls(u.access_key, u.admin, u.bootstrap,
-                   tuple(AclRule(r.effect, tuple(r.actions), tuple(r.resources)) for r in u.rules))
+                   tuple(AclRule(r.effect, tuple(r.actions), tuple(r.resources)) for r in u.rules),
+                   tuple(u.networks))
 
 
 class AclAdmin:
@@ -41,11 +43,19 @@ class AclAdmin:
                  retry_timeout: float = 15.0, security: ClientSecurity | None = None):
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
 
-    def put_user(self, access_key: str, secret_key: str, *, admin: bool = False) -> tuple[AclUser, bool]:
-        """Create a user or replace its secret / admin flag (rules are kept); (user, created)."""
-        req = pb.PutAclUserRequest(access_key=access_key, secret_key=secret_key, admin=admin)
+    def put_user(self, access_key: str, secret_key: str, *, admin: bool = False,
+                 networks: Sequence[str] = ()) -> tuple[AclUser, bool]:
+        """Create a user or replace its secret / admin flag (rules are kept; so are its networks unless
+        ``networks`` are given: CIDRs it may sign from); (user, created)."""
+        req = pb.PutAclUserRequest(access_key=access_key, secret_key=secret_key, admin=admin, networks=list(networks))
         resp, _ = self._pool.write(lambda s, t: s.acl.PutAclUser(req, timeout=t), idempotent=True)
         return AclUser.from_pb(resp.user), resp.created
+
+    def set_networks(self, access_key: str, networks: Sequence[str]) -> AclUser:
+        """Replace the source networks (CIDRs) a user may sign from; empty: anywhere."""
+        req = pb.SetAclUserNetworksRequest(access_key=access_key, networks=list(networks))
+        resp, _ = self._pool.write(lambda s, t: s.acl.SetAclUserNetworks(req, timeout=t), idempotent=True)
+        return AclUser.from_pb(resp.user)
 
     def delete_user(self, access_key: str) -> None:
         req = pb.DeleteAclUserRequest(access_key=access_key)

@@ -1,6 +1,8 @@
 """``raftmq acl``: users and access rules (README: Security).
 
     raftmq acl user add ALICE [--admin]          # prints a generated secret key once (or --secret-key-stdin)
+    raftmq acl user add ALICE --network 10.1.0.0/16 --network fd00::/8   # may sign only from these networks
+    raftmq acl user networks ALICE --network 10.2.0.0/16 | --any
     raftmq acl user delete ALICE
     raftmq acl user list
     raftmq acl policy add ALICE --allow PUB,SUB --resource topic:orders-* --resource group:billing
@@ -29,7 +31,7 @@ def _admin(args: argparse.Namespace) -> AclAdmin:
 def _user_json(u: AclUser) -> dict:
     return {"access_key": u.access_key, "admin": u.admin, "bootstrap": u.bootstrap,
             "rules": [{"effect": r.effect, "actions": list(r.actions), "resources": list(r.resources)}
-                      for r in u.rules]}
+                      for r in u.rules], "networks": list(u.networks)}
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
@@ -40,7 +42,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     if not secret:
         raise UsageError("--secret-key-stdin: stdin held no secret key")
     with _admin(args) as admin:
-        user, created = admin.put_user(args.user, secret, admin=args.admin)
+        user, created = admin.put_user(args.user, secret, admin=args.admin, networks=_checked_networks(args.network))
     verb = "created" if created else "updated"
     if args.json:
         out = _user_json(user) | {"created": created}
@@ -48,9 +50,42 @@ def cmd_user_add(args: argparse.Namespace) -> int:
             out["secret_key"] = secret
         print(json.dumps(out))
     else:
-        print(f"user {user.access_key} {verb}{' (admin)' if user.admin else ''}")
+        print(f"user {user.access_key} {verb}{' (admin)' if user.admin else ''}; networks: {_networks_text(user)}")
         if generated:
             print(f"secret key (shown once, store it now): {secret}")
+    return 0
+
+
+def _checked_networks(values: list[str]) -> list[str]:
+    """--network values, each a CIDR or one address (a usage error, exit 2, names a bad one)."""
+    import ipaddress
+
+    from raftmq.client.commands import UsageError
+
+    for v in values:
+        try:
+            ipaddress.ip_network(v, strict=True)
+        except ValueError:
+            raise UsageError(f"--network {v!r}: not a network; use a CIDR such as 10.0.0.0/8 or fd00::/8 (no bits "
+                             "set beyond the prefix), or one address") from None
+    return list(values)
+
+
+def _networks_text(u: AclUser) -> str:
+    return ", ".join(u.networks) if u.networks else "any"
+
+
+def cmd_user_networks(args: argparse.Namespace) -> int:
+    from raftmq.client.commands import UsageError
+
+    if bool(args.network) == bool(args.any):
+        raise UsageError("give one or more --network CIDR, or --any (the user may sign from anywhere)")
+    with _admin(args) as admin:
+        user = admin.set_networks(args.user, _checked_networks(args.network))
+    if args.json:
+        print(json.dumps(_user_json(user)))
+    else:
+        print(f"user {user.access_key} may sign from: {_networks_text(user)}")
     return 0
 
 
@@ -69,7 +104,7 @@ def cmd_user_list(args: argparse.Namespace) -> int:
         return 0
     for u in users:
         kind = "bootstrap admin" if u.bootstrap else "admin" if u.admin else f"{len(u.rules)} rule(s)"
-        print(f"{u.access_key}\t{kind}")
+        print(f"{u.access_key}\t{kind}\tnetworks: {_networks_text(u)}")
     return 0
 
 
@@ -126,7 +161,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     asub = a.add_subparsers(dest="acl_command", metavar="{user,policy}")
     asub.required = True
     u = asub.add_parser("user", help="add, delete, list users")
-    usub = u.add_subparsers(dest="acl_user_command", metavar="{add,delete,list}")
+    usub = u.add_subparsers(dest="acl_user_command", metavar="{add,delete,list,networks}")
     usub.required = True
     p = _add(usub, "add", cmd_user_add, "create a user (or replace its secret)",
              description="Create a user with a generated secret key (printed once), or the one line read from "
@@ -134,9 +169,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("user", metavar="ACCESS_KEY")
     p.add_argument("--admin", action="store_true", help="every action on every resource")
     p.add_argument("--secret-key-stdin", action="store_true", help="read the new user's secret key from stdin")
+    p.add_argument("--network", action="append", default=[], metavar="CIDR",
+                   help="the user may sign only from this source network (10.0.0.0/8, fd00::/8, one address); "
+                        "repeatable; without it a new user may sign from anywhere and an existing one keeps its own")
     p = _add(usub, "delete", cmd_user_delete, "delete a user and its rules", json_flag=False)
     p.add_argument("user", metavar="ACCESS_KEY")
     _add(usub, "list", cmd_user_list, "list users")
+    p = _add(usub, "networks", cmd_user_networks, "set the source networks a user may sign from",
+             description="Replace the user's allowed source networks (like RocketMQ's whiteRemoteAddress): its "
+                         "requests from other addresses are refused (PERMISSION_DENIED, exit 8). --any lifts it.")
+    p.add_argument("user", metavar="ACCESS_KEY")
+    p.add_argument("--network", action="append", default=[], metavar="CIDR",
+                   help="an allowed network (10.0.0.0/8, fd00::/8, one address); repeatable")
+    p.add_argument("--any", action="store_true", help="the user may sign from anywhere")
 
     pol = asub.add_parser("policy", help="add, remove, list access rules")
     psub = pol.add_subparsers(dest="acl_policy_command", metavar="{add,remove,list}")

@@ -14,6 +14,7 @@ import grpc
 
 from raftmq.node.auth import ACCESS_KEY_PATTERN, MIN_SECRET_LENGTH, audit, check_rule, current_principal
 from raftmq.node.errors import RpcError, invalid, not_found
+from raftmq.node.networks import parse_network
 from raftmq.node.rpc import rpc_handler
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
@@ -25,7 +26,18 @@ if TYPE_CHECKING:
 def _user_message(u: dict) -> pb.AclUser:
     return pb.AclUser(access_key=u["access_key"], admin=u["admin"], bootstrap=u.get("bootstrap", False),
                       rules=[pb.AclRule(effect=r["effect"], actions=r["actions"], resources=r["resources"])
-                             for r in u.get("rules", [])])
+                             for r in u.get("rules", [])], networks=u.get("networks", []))
+
+
+def _networks(values) -> list[str]:
+    """A user's allowed networks, checked and normalised (``10.1.2.3`` -> ``10.1.2.3/32``)."""
+    out = []
+    for v in values:
+        try:
+            out.append(str(parse_network(v)))
+        except ValueError as e:
+            raise invalid(f"allowed network: {e}") from None
+    return out
 
 
 class AclService(pb_grpc.AclServiceServicer):
@@ -69,10 +81,23 @@ class AclService(pb_grpc.AclServiceServicer):
         self._check_user(request.access_key)
         if len(request.secret_key) < MIN_SECRET_LENGTH:
             raise invalid(f"secret key must have at least {MIN_SECRET_LENGTH} characters")
+        networks = _networks(request.networks)
         existed = any(u["access_key"] == request.access_key for u in auth.users())
-        await self._apply({"op": "user_put", "user": request.access_key, "secret": auth.box.seal(request.secret_key),
-                           "admin": request.admin}, context)
+        cmd = {"op": "user_put", "user": request.access_key, "secret": auth.box.seal(request.secret_key),
+               "admin": request.admin}
+        if networks:
+            cmd["networks"] = networks
+        await self._apply(cmd, context)
         return pb.PutAclUserResponse(user=self._one(request.access_key), created=not existed)
+
+    @rpc_handler("SetAclUserNetworks")
+    async def SetAclUserNetworks(self, request: pb.SetAclUserNetworksRequest,  # noqa: N802
+                                 context) -> pb.SetAclUserNetworksResponse:
+        self._auth()
+        self._check_user(request.access_key)
+        await self._apply({"op": "user_networks", "user": request.access_key,
+                           "networks": _networks(request.networks)}, context)
+        return pb.SetAclUserNetworksResponse(user=self._one(request.access_key))
 
     @rpc_handler("DeleteAclUser")
     async def DeleteAclUser(self, request: pb.DeleteAclUserRequest, context) -> pb.DeleteAclUserResponse:  # noqa: N802

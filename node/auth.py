@@ -31,6 +31,9 @@ from typing import Any
 
 import grpc
 
+from raftmq.node.errors import RpcError
+from raftmq.node.networks import NetworkList, NetworkRefused, peer_ip, user_network_refusal
+
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("raftmq.audit")
 
@@ -87,10 +90,12 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AclService/ListAclUsers": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/AddAclRule": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/RemoveAclRule": (("ADMIN", CLUSTER, ""),),
+    "/raftmq.v1.AclService/SetAclUserNetworks": (("ADMIN", CLUSTER, ""),),
 }
 # Authenticated by other means: the member-to-member ReplicaService checks cluster.secret itself.
 EXEMPT_PREFIXES = ("/raftmq.v1.ReplicaService/",)
 _UNLISTED: tuple[Requirement, ...] = (("ADMIN", CLUSTER, ""),)
+_ANYWHERE = NetworkList()
 
 
 class AuthError(Exception):
@@ -189,30 +194,74 @@ def expected_signature(secret_key: str, date_time: str) -> str:
 # ---------------------------------------------------------------------- secrets at rest
 
 
+def _derive_key(key_material: str) -> bytes:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"raftmq-acl-v1", info=b"user secrets").derive(
+        key_material.encode())
+
+
+def key_id(key: bytes) -> str:
+    """A short public fingerprint of a derived key (members compare them; it reveals nothing of the key)."""
+    return hmac.new(key, b"raftmq-acl-key-id", hashlib.sha256).hexdigest()[:16]
+
+
 class SecretBox:
     """Encrypts user secrets before they are replicated (Fernet, key derived from the bootstrap admin secret,
-    which every member has from the same Kubernetes Secret). The Raft log, snapshots and acl.json hold tokens."""
+    which every member has from the same Kubernetes Secret). The Raft log, snapshots and acl.json hold tokens.
 
-    def __init__(self, key_material: str):
-        from cryptography.fernet import Fernet
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    Rotation: with ``previous`` (security.auth_admin_previous_secret_key) tokens sealed under the old key still
+    open, and ``reseal`` re-encrypts one under the current key (node.acl_rotation proposes that, replicated).
+    While a rotation is in progress (``previous`` set) new secrets are sealed under the PREVIOUS key: members not
+    restarted yet know only that one; the re-encryption moves them to the new key with the rest."""
 
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"raftmq-acl-v1", info=b"user secrets").derive(
-            key_material.encode())
-        self._fernet = Fernet(base64.urlsafe_b64encode(key))
+    def __init__(self, key_material: str, previous: str = ""):
+        from cryptography.fernet import Fernet, MultiFernet
+
+        current = _derive_key(key_material)
+        keys = [current] + ([_derive_key(previous)] if previous and previous != key_material else [])
+        self._current = Fernet(base64.urlsafe_b64encode(current))
+        self._all = MultiFernet([Fernet(base64.urlsafe_b64encode(k)) for k in keys])
+        self._sealing = Fernet(base64.urlsafe_b64encode(keys[-1]))  # the previous key during a rotation
+        self.current_key_id = key_id(current)
+        self.key_ids = [key_id(k) for k in keys]
+        self._current_tokens: dict[str, bool] = {}
 
     def seal(self, secret: str) -> str:
-        return self._fernet.encrypt(secret.encode()).decode()
+        """A new secret's token: readable by every member, rotated or not."""
+        return self._sealing.encrypt(secret.encode()).decode()
 
     def open(self, token: str) -> str:
         from cryptography.fernet import InvalidToken
 
         try:
-            return self._fernet.decrypt(token.encode()).decode()
+            return self._all.decrypt(token.encode()).decode()
         except InvalidToken:
-            raise AuthError("this user's stored secret cannot be decrypted on this member (was "
-                            "security.auth_admin_secret_key changed? re-add the user)") from None
+            raise AuthError("this user's stored secret cannot be decrypted on this member: "
+                            "security.auth_admin_secret_key was changed; put the old value in "
+                            "security.auth_admin_previous_secret_key on every member until the stored secrets are "
+                            "re-encrypted (or re-add the user)") from None
+
+    def is_current(self, token: str) -> bool:
+        """Whether ``token`` is sealed under the current key (cached: tokens never change)."""
+        from cryptography.fernet import InvalidToken
+
+        hit = self._current_tokens.get(token)
+        if hit is None:
+            try:
+                self._current.decrypt(token.encode())
+                hit = True
+            except InvalidToken:
+                hit = False
+            if len(self._current_tokens) > 10000:
+                self._current_tokens.clear()
+            self._current_tokens[token] = hit
+        return hit
+
+    def reseal(self, token: str) -> str:
+        """``token`` re-encrypted under the current key; AuthError when no key of this member opens it."""
+        return self._current.encrypt(self.open(token).encode()).decode()
 
 
 # ---------------------------------------------------------------------- rules
@@ -321,21 +370,21 @@ class Authenticator:
         self.settings = security
         self._acl_table = acl_table
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
-        self.box = SecretBox(security.auth_admin_secret_key)
+        self.box = SecretBox(security.auth_admin_secret_key, security.auth_admin_previous_secret_key)
         self._lock = threading.Lock()
         self._verified: dict[tuple[Any, Any], tuple[Principal, dt.datetime]] = {}  # headers -> who, signed when
         self._secrets: dict[str, str] = {}  # token -> secret
         self._unlisted_warned: set[str] = set()
         self._version = -1  # of the AclTable the caches below were filled from
-        self._users: dict[str, tuple[str, bool, list[dict]]] = {}
+        self._users: dict[str, tuple[str, bool, list[dict], NetworkList]] = {}
         self._decisions: dict[tuple[str, str, str, str], bool] = {}
 
     # -- users
-    def _user(self, access_key: str) -> tuple[str, bool, list[dict]] | None:
-        """(secret, admin, rules) of a user, cached until the replicated table changes (its version)."""
+    def _user(self, access_key: str) -> tuple[str, bool, list[dict], NetworkList] | None:
+        """(secret, admin, rules, networks) of a user, cached until the replicated table changes (its version)."""
         s = self.settings
         if access_key == s.auth_admin_access_key:
-            return s.auth_admin_secret_key, True, []
+            return s.auth_admin_secret_key, True, [], _ANYWHERE
         table = self._acl_table()
         if table is None:
             return None
@@ -352,7 +401,7 @@ class Authenticator:
             secret = self.box.open(token)
             with self._lock:
                 self._secrets[token] = secret
-        user = (secret, bool(record.get("admin")), record.get("rules", []))
+        user = (secret, bool(record.get("admin")), record.get("rules", []), NetworkList(record.get("networks", [])))
         self._users[access_key] = user
         return user
 
@@ -370,7 +419,7 @@ class Authenticator:
         table = self._acl_table()
         for ak, rec in sorted((table.snapshot() if table is not None else {}).items()):
             out.append({"access_key": ak, "admin": bool(rec.get("admin")), "rules": rec.get("rules", []),
-                        "bootstrap": False})
+                        "networks": rec.get("networks", []), "bootstrap": False})
         return out
 
     # -- authentication
@@ -406,8 +455,8 @@ class Authenticator:
         user = self._user(auth.access_key)
         if user is None:
             raise AuthError(f"unknown access key {auth.access_key!r}")
-        secret, admin, _ = user
-        if not hmac.compare_digest(expected_signature(secret, date_text), auth.signature):
+        secret, admin, _, _ = user
+        if not self._signed_by(auth, secret, date_text):
             raise AuthError(f"signature does not match for access key {auth.access_key!r} (wrong secret key?)")
         principal = Principal(auth.access_key, admin)
         with self._lock:
@@ -415,6 +464,15 @@ class Authenticator:
                 self._verified.clear()
             self._verified[(auth_value, date_value)] = (principal, when)
         return principal
+
+    def _signed_by(self, auth: Authorization, secret: str, date_text: str) -> bool:
+        """The signature matches the user's secret (the bootstrap admin's previous one too, during a rotation)."""
+        if hmac.compare_digest(expected_signature(secret, date_text), auth.signature):
+            return True
+        s = self.settings
+        previous = s.auth_admin_previous_secret_key
+        return bool(auth.access_key == s.auth_admin_access_key and previous
+                    and hmac.compare_digest(expected_signature(previous, date_text), auth.signature))
 
     def forget(self, access_key: str) -> None:
         """Drop cached verifications of a user (deleted, or its secret changed)."""
@@ -431,7 +489,7 @@ class Authenticator:
         user = self._user(principal.access_key)
         if user is None:  # deleted since the signature was verified
             raise AccessDenied(principal.access_key, needs[0][0] if needs else "call", method)
-        _, admin, rules = user
+        _, admin, rules, _ = user
         if admin:
             return
         for action, kind, name in needs:
@@ -445,13 +503,30 @@ class Authenticator:
             if not allowed:
                 raise AccessDenied(principal.access_key, action, resource_text(kind, name))
 
+    def has_networks(self, principal: Principal) -> bool:
+        """Whether the user's signatures are limited to some networks."""
+        user = self._user(principal.access_key)
+        return user is not None and bool(user[3])
+
+    def check_network(self, principal: Principal, address: str) -> None:
+        """NetworkRefused unless the user may sign from ``address`` (its replicated networks; none: anywhere)."""
+        user = self._user(principal.access_key)
+        if user is not None and not user[3].allows(address):
+            raise NetworkRefused(user_network_refusal(principal.access_key, user[3], address))
+
     # -- HTTP
-    def check_http(self, path: str, headers: Any) -> tuple[int, str] | None:
+    def check_http(self, path: str, headers: Any, address: str = "") -> tuple[int, str] | None:
         try:
-            self.authenticate([(k.lower(), v) for k, v in headers.items()])
+            principal = self.authenticate([(k.lower(), v) for k, v in headers.items()])
         except AuthError as e:
-            audit("unauthenticated", method=f"HTTP GET {path}", reason=str(e))
+            audit("unauthenticated", method=f"HTTP GET {path}", peer=address, reason=str(e))
             return 401, f"unauthenticated: {e}"
+        try:
+            self.check_network(principal, address)
+        except NetworkRefused as e:
+            audit("refused_network", user=principal.access_key, method=f"HTTP GET {path}", peer=address,
+                  port="http", reason=str(e))
+            return 403, f"forbidden: {e}"
         return None
 
 
@@ -475,8 +550,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates every call (UNAUTHENTICATED) and checks each request message against the rules
     (PERMISSION_DENIED), before the handler runs. Streaming requests are checked message by message."""
 
-    def __init__(self, authenticator: Authenticator):
+    def __init__(self, authenticator: Authenticator, client_address: Callable[[Any], str] | None = None):
+        """``client_address(context)``: the real client's IP (a trusted relay's forwarded-for), for users'
+        allowed networks."""
         self.auth = authenticator
+        self._client_address = client_address or (lambda context: peer_ip(context.peer()))
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
@@ -493,16 +571,27 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             _call_auth.set((None, f"malformed credentials ({type(e).__name__})"))
         cached = self._wrapped.get(method)
         if cached is None or cached[0] is not handler:
-            cached = self._wrapped[method] = (handler, _wrap(handler, method, self.auth))
+            cached = self._wrapped[method] = (handler, _wrap(handler, method, self.auth, self._client_address))
         return cached[1]
 
 
-def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> grpc.RpcMethodHandler:
+def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
+          client_address: Callable[[Any], str]) -> grpc.RpcMethodHandler:
     async def check(request: Any, context: Any) -> None:
         principal, failure = _call_auth.get()
         if principal is None:
             audit("unauthenticated", method=method, peer=_peer(context), reason=failure)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"unauthenticated: {failure}")
+        if auth.has_networks(principal):
+            try:
+                address = client_address(context)
+                auth.check_network(principal, address)
+            except NetworkRefused as e:
+                audit("refused_network", user=principal.access_key, method=method, peer=address, port="grpc",
+                      reason=str(e))
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
+            except RpcError as e:  # a relay claim without the cluster secret
+                await context.abort(e.code, e.message)
         try:
             auth.authorize(principal, method, request)
         except AccessDenied as e:
@@ -538,8 +627,7 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> g
         inner_su = handler.stream_unary
 
         async def stream_unary(requests, context):
-            if _call_auth.get()[0] is None:
-                await check(None, context)
+            await check(None, context)  # credentials and the caller's network, before any request is read
             return await inner_su(checked_stream(requests, context), context)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer,
@@ -547,8 +635,7 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> g
     inner_ss = handler.stream_stream
 
     async def stream_stream(requests, context):
-        if _call_auth.get()[0] is None:
-            await check(None, context)
+        await check(None, context)  # credentials and the caller's network, before any request is read
         async for resp in _as_async_iter(inner_ss(checked_stream(requests, context), context)):
             yield resp
 

@@ -93,6 +93,10 @@ class Broker:
         self.grpc_port = 0
         self.certificates: Any = None  # node.tls.CertificateFiles when TLS is on
         self.auth: Any = None  # node.auth.Authenticator when security.auth_enabled
+        from raftmq.node.networks import NetworkPolicy
+
+        # source-address allow-lists of the client and member ports (node/networks.py); validated with the config
+        self.networks = NetworkPolicy(cfg.security.allowed_client_networks, cfg.security.allowed_member_networks)
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
@@ -242,14 +246,24 @@ class Broker:
         cfg = self.config
         if cfg.members:
             tls = cfg.tls_files()
+            accept = self.raft_peer_allowed if self.networks.members else None
             if tls is None:
-                return RaftWritePath(self.store, cfg)
+                return RaftWritePath(self.store, cfg, accept_peer=accept)
             from raftmq.node.tls import member_channel_options
 
             return RaftWritePath(self.store, cfg, channel_credentials=self.member_channel_credentials,
-                                 channel_options=member_channel_options(tls))
+                                 channel_options=member_channel_options(tls), accept_peer=accept,
+                                 raft_tls=self._raft_tls(tls) if cfg.security.tls_raft else None)
         return LocalWritePath(self.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
                               grpc_address=cfg.advertised_address, linger_s=0.0)
+
+    def _raft_tls(self, tls):
+        """security.tls_raft: the Raft port speaks mutual TLS with the members' certificates (same files as gRPC)."""
+        from raftmq.node.tls import CertificateFiles, RaftTlsContexts
+        from raftmq.replication.raft_tls import RaftTls
+
+        contexts = RaftTlsContexts(self.certificates or CertificateFiles(tls))
+        return RaftTls(contexts.server_context, contexts.client_context, tls.server_name)
 
     def _make_pop_core(self):
         """Receive/ack/retry/DLQ decisions (leader only) over the replicated pop state; see node.pop_core."""
@@ -300,11 +314,41 @@ class Broker:
 
         return HttpServerTls(self.certificates, self.config.security.tls_http_client_auth)
 
-    def http_guard(self, path: str, headers) -> tuple[int, str] | None:
-        """HTTP requests outside ``security.open_http_paths`` need a valid signature when auth is on."""
-        if self.auth is None or path in self.config.security.open_http_paths:
+    def http_guard(self, path: str, headers, address: str = "") -> tuple[int, str] | None:
+        """HTTP requests outside ``security.open_http_paths`` must come from an allowed network and, when auth is
+        on, carry a valid signature (of a user allowed to sign from ``address``)."""
+        if path in self.config.security.open_http_paths:
             return None
-        return self.auth.check_http(path, headers)
+        from raftmq.node.auth import audit
+        from raftmq.node.networks import NetworkRefused, plain_ip
+
+        address = plain_ip(address)
+        try:
+            self.networks.check_client(address, "HTTP")
+        except NetworkRefused as e:
+            audit("refused_network", method=f"HTTP GET {path}", peer=address, port="http", reason=str(e))
+            return 403, f"forbidden: {e}"
+        if self.auth is None:
+            return None
+        return self.auth.check_http(path, headers, address)
+
+    def raft_peer_allowed(self, address: str) -> bool:
+        """The Raft port's accept check (security.allowed_member_networks); a refusal is one audit line."""
+        from raftmq.node.auth import audit
+        from raftmq.node.networks import NetworkRefused
+
+        try:
+            self.networks.check_member(address, "Raft port")
+            return True
+        except NetworkRefused as e:
+            audit("refused_network", peer=address, port="raft", reason=str(e))
+            return False
+
+    def client_address(self, context) -> str:
+        """The IP of the real client of a gRPC call (a trusted relay's forwarded-for, else the peer)."""
+        from raftmq.node.networks import peer_ip
+
+        return peer_ip(self.forwarder.client_peer(context))
 
     def _acl_table(self):
         wp = self.write_path
@@ -514,12 +558,17 @@ class Broker:
         # and gets a message that names the limit; above it gRPC refuses the request whole ("larger than max"), which
         # the client reports as too large, naming this limit. Responses: a pull of MAX_PULL_BYTES plus one maximal message.
         max_message = self.store_config.max_message_size
-        interceptors = []
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if self.networks.active:
+            from raftmq.node.auth import audit
+            from raftmq.node.networks import NetworkInterceptor
+
+            interceptors.append(NetworkInterceptor(self.networks, self.forwarder.forwarded_for, audit))
         if self.config.security.auth_enabled:
             from raftmq.node.auth import Authenticator, AuthInterceptor
 
             self.auth = Authenticator(self.config.security, self._acl_table)
-            interceptors.append(AuthInterceptor(self.auth))
+            interceptors.append(AuthInterceptor(self.auth, self.client_address))
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", 2 * max_message + (1 << 20)),
             ("grpc.max_send_message_length", MAX_PULL_BYTES + 2 * max_message + (1 << 20)),
@@ -539,7 +588,8 @@ class Broker:
         from raftmq.v1 import replica_pb2_grpc
 
         replica_pb2_grpc.add_ReplicaServiceServicer_to_server(
-            ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness), server)
+            ReplicaServicer(lambda: self.write_path, self.config.cluster.secret, self.readiness,
+                            lambda: self.auth.box.key_ids if self.auth is not None else []), server)
         listen = str(self.config.grpc_listen)
         try:
             if self.certificates is not None:
@@ -670,8 +720,13 @@ async def serve(cfg: NodeConfig) -> int:
         code = 1
     elif not stopped.done():
         role = asyncio.ensure_future(broker.watch_role())
+        from raftmq.node.acl_rotation import reseal_loop
+
+        reseal = asyncio.ensure_future(reseal_loop(broker)) if broker.auth is not None else None
         await stopped
         role.cancel()
+        if reseal is not None:
+            reseal.cancel()
     stopped.cancel()
     if not await broker.stop():
         code = 1

@@ -155,12 +155,21 @@ class SecuritySection:
     tls_server_name: str = ""           # name members' certificates carry, when it differs from their address
     tls_http: bool = True               # serve the HTTP port with TLS too when TLS is on
     tls_http_client_auth: bool = False  # HTTP asks for client certificates too (kubelet probes cannot send one)
+    # the Raft port speaks mutual TLS too (same certificate and CA; every member must agree: a wire change)
+    tls_raft: bool = False
     auth_enabled: bool = False          # requests must be signed (MQv2-HMAC-SHA1) and pass the ACL
     auth_admin_access_key: str = ""     # bootstrap admin (from a Kubernetes Secret): full rights, not replicated
     auth_admin_secret_key: str = ""
+    # rotation: the bootstrap admin secret before the change; still accepted for the admin and for decrypting
+    # stored user secrets, which the leader re-encrypts under the new key once every member runs it
+    auth_admin_previous_secret_key: str = ""
     auth_max_clock_skew_seconds: float = 300.0  # a signature dated further from now is refused (replay window)
     acl_default: str = "deny"           # decision when no policy of the user matches: deny | allow
     open_http_paths: list = field(default_factory=lambda: ["/metrics", "/health", "/ready"])  # no auth needed
+    # source networks (CIDRs, IPv4 and IPv6; empty = any address): clients of the gRPC and HTTP ports (the
+    # open HTTP paths stay open), and the members (Raft port, replica service; members may use the client API)
+    allowed_client_networks: list = field(default_factory=list)
+    allowed_member_networks: list = field(default_factory=list)
 
 
 @dataclass
@@ -317,6 +326,10 @@ def _coerce(where: str, value: Any, default: Any, problems: list[str]) -> Any:
             return default
     elif isinstance(value, want):
         return value if want is list else _plain(value)
+    if want is list and isinstance(value, str) and value.lstrip().startswith("["):
+        problems.append(f"{where}: must be {_type_name(want)}, got {value!r}, which is not valid YAML (quote entries "
+                        "that start with ':', e.g. ['::1/128', 'fd00::/8'])")
+        return default
     problems.append(f"{where}: must be {_type_name(want)}, got {value!r}")
     return default
 
@@ -597,12 +610,21 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
     if (s.tls_client_ca_file or s.tls_ca_file) and not s.tls_cert_file:
         problems.append("security.tls_client_ca_file / tls_ca_file need TLS on (security.tls_cert_file and "
                         "tls_key_file)")
+    if s.tls_raft and not s.tls_cert_file:
+        problems.append("security.tls_raft: needs TLS on (security.tls_cert_file and tls_key_file) and the "
+                        "members' CA (security.tls_ca_file or tls_client_ca_file)")
+    elif s.tls_raft and not (s.tls_ca_file or s.tls_client_ca_file):
+        problems.append("security.tls_raft: set security.tls_ca_file (or tls_client_ca_file): the CA that signed "
+                        "every member's certificate")
     if s.acl_default not in ("deny", "allow"):
         problems.append(f"security.acl_default: {s.acl_default!r} is not one of deny, allow")
     if s.auth_max_clock_skew_seconds <= 0:
         problems.append("security.auth_max_clock_skew_seconds: must be > 0")
     if bool(s.auth_admin_access_key) != bool(s.auth_admin_secret_key):
         problems.append("security.auth_admin_access_key and auth_admin_secret_key: set both or neither")
+    if s.auth_admin_previous_secret_key and not s.auth_admin_secret_key:
+        problems.append("security.auth_admin_previous_secret_key: set security.auth_admin_secret_key (the new "
+                        "secret) too; the previous one is only kept during a rotation")
     if s.auth_enabled and not s.auth_admin_access_key:
         problems.append("security.auth_enabled: set security.auth_admin_access_key and auth_admin_secret_key (the "
                         "bootstrap admin; e.g. RAFTMQ_SECURITY_AUTH_ADMIN_SECRET_KEY from a Kubernetes Secret)")
@@ -613,6 +635,12 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
                                                            for p in s.open_http_paths):
         problems.append(f"security.open_http_paths: must be a list of paths such as /metrics, got "
                         f"{s.open_http_paths!r}")
+
+
+    from raftmq.node.networks import check_networks
+
+    problems.extend(check_networks(s.allowed_client_networks, "security.allowed_client_networks"))
+    problems.extend(check_networks(s.allowed_member_networks, "security.allowed_member_networks"))
 
 
 def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
@@ -756,12 +784,16 @@ def sample_yaml() -> str:
             "tls_server_name": "name in members' certificates if not their address",
             "tls_http": "HTTP port uses TLS too when TLS is on",
             "tls_http_client_auth": "HTTP requires client certificates too (breaks kubelet probes)",
+            "tls_raft": "Raft port: mutual TLS with the same files (all members at once)",
             "auth_enabled": "signed requests (MQv2-HMAC-SHA1) + ACL",
             "auth_admin_access_key": "bootstrap admin access key",
             "auth_admin_secret_key": "bootstrap admin secret (env/--set taken verbatim)",
+            "auth_admin_previous_secret_key": "rotation: the old admin secret, until users are re-encrypted",
             "auth_max_clock_skew_seconds": "older/newer signatures are refused (replay window)",
             "acl_default": "deny | allow when no policy matches",
             "open_http_paths": "HTTP paths served without auth",
+            "allowed_client_networks": "[10.0.0.0/8, fd00::/8]: who may use gRPC/HTTP (empty: anyone)",
+            "allowed_member_networks": "members' networks: Raft port + replica service (empty: anyone)",
         },
         "raft": {
             "put_timeout_s": "a put not applied by then answers UNKNOWN",

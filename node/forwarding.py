@@ -109,13 +109,15 @@ class Forwarder:
                            "the same cluster.secret on every member")
         return True
 
+    def forwarded_for(self, context: grpc.aio.ServicerContext) -> str | None:
+        """The original client's gRPC peer of a trusted relayed call; None for a direct call."""
+        if self.is_trusted_forward(context):
+            return _metadata(context).get(FORWARDED_FOR_KEY) or None
+        return None
+
     def client_peer(self, context: grpc.aio.ServicerContext) -> str:
         """The address of the real client: the relaying member's word for it, when the relay is trusted."""
-        if self.is_trusted_forward(context):
-            forwarded_for = _metadata(context).get(FORWARDED_FOR_KEY)
-            if forwarded_for:
-                return forwarded_for
-        return context.peer()
+        return self.forwarded_for(context) or context.peer()
 
     # ------------------------------------------------------------------ the relaying member's side
     def should_forward(self, method: str, err: RpcError, context: grpc.aio.ServicerContext) -> bool:

@@ -52,10 +52,10 @@ class HealthServer:
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
                  console: Callable[[str, str, dict[str, str]], Any] | None = None,
-                 *, tls: Any = None, guard: Callable[[str, Any], tuple[int, str] | None] | None = None,
+                 *, tls: Any = None, guard: Callable[[str, Any, str], tuple[int, str] | None] | None = None,
                  identity: str = ""):
         """``console(method, path_and_query, headers)`` answers ``/ui`` with a node.console Response; ``tls``: a
-        node.tls.HttpServerTls (None: plaintext); ``guard(path, headers)`` returns (status, reason) to refuse a
+        node.tls.HttpServerTls (None: plaintext); ``guard(path, headers, client_ip)`` returns (status, reason) to refuse a
         request (authentication), None to serve it; ``identity`` is added to /ready's body ("node=ID pid=PID")."""
         outer = self
 
@@ -64,7 +64,8 @@ class HealthServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 path = self.path.split("?", 1)[0]
-                refused = outer._guard(path, self.headers) if outer._guard is not None else None
+                refused = (outer._guard(path, self.headers, self.client_address[0]) if outer._guard is not None
+                           else None)
                 if refused is not None:
                     self._send(refused[0], (refused[1] + "\n").encode())
                 elif path == "/metrics":
@@ -88,7 +89,8 @@ class HealthServer:
                 else:
                     self.close_connection = True
                 path = self.path.split("?", 1)[0]
-                refused = outer._guard(path, self.headers) if outer._guard is not None else None
+                refused = (outer._guard(path, self.headers, self.client_address[0]) if outer._guard is not None
+                           else None)
                 if refused is not None:
                     self._send(refused[0], (refused[1] + "\n").encode())
                 elif outer._console is not None and path.startswith("/ui"):

@@ -204,3 +204,50 @@ def member_channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
 
 def member_channel_options(files: TlsFiles) -> list[tuple[str, str]]:
     return [("grpc.ssl_target_name_override", files.server_name)] if files.server_name else []
+
+
+class RaftTlsContexts:
+    """``ssl.SSLContext``s for the Raft port (mutual TLS between members, replication.raft_tls): both sides
+    present this member's certificate and require the other's, signed by the members' CA (``tls_ca_file``, else
+    the client CA). Rebuilt after a rotation, so the next Raft connection uses the new certificate."""
+
+    def __init__(self, certs: CertificateFiles):
+        if not certs.files.trust_file:
+            raise TlsConfigError("security.tls_raft needs the members' CA: set security.tls_ca_file (or "
+                                 "tls_client_ca_file)")
+        self.certs = certs
+        self._generation = -1
+        self._server: ssl.SSLContext | None = None
+        self._client: ssl.SSLContext | None = None
+        self._refresh()
+
+    def _build(self, server: bool) -> ssl.SSLContext:
+        f = self.certs.files
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(f.cert_file, f.key_file)
+        ctx.load_verify_locations(f.trust_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED  # the client side also checks the member's name (check_hostname)
+        return ctx
+
+    def _refresh(self) -> None:
+        self.certs.reload()
+        if self.certs.generation == self._generation:
+            return
+        try:
+            self._server, self._client = self._build(True), self._build(False)
+        except (ssl.SSLError, OSError) as e:
+            if self._server is None:
+                raise TlsConfigError(f"Raft TLS contexts do not load: {e}") from None
+            log.error("Raft TLS contexts not rebuilt after a certificate change: %s", e)
+        self._generation = self.certs.generation
+
+    def server_context(self) -> ssl.SSLContext:
+        self._refresh()
+        assert self._server is not None
+        return self._server
+
+    def client_context(self) -> ssl.SSLContext:
+        self._refresh()
+        assert self._client is not None
+        return self._client

@@ -5,8 +5,11 @@ Why here and not in ``node``: it is replicated state; every member applies the s
 node's job (node.auth); this is only the data. Secrets arrive already encrypted by the leader (node.auth), so
 the table, the Raft journal and snapshots never hold a usable secret.
 
-Commands (JSON): ``{"op": "user_put", "user": ak, "secret": token, "admin": bool}``, ``{"op": "user_delete",
-"user": ak}``, ``{"op": "rule_add", "user": ak, "rule": {"effect", "actions", "resources"}}``,
+Commands (JSON): ``{"op": "user_put", "user": ak, "secret": token, "admin": bool[, "networks": [cidr]]}``
+(without networks an existing user keeps its own), ``{"op": "user_networks", "user": ak, "networks": [cidr]}``
+(the source networks the user may sign from; empty: anywhere), ``{"op": "user_reseal", "user": ak, "secret":
+new token, "old": token}`` (after a key rotation; refused when the user changed meanwhile), ``{"op":
+"user_delete", "user": ak}``, ``{"op": "rule_add", "user": ak, "rule": {"effect", "actions", "resources"}}``,
 ``{"op": "rule_remove", "user": ak, "index": i}``. A refused command (unknown user, bad index) returns the reason,
 the same on every member.
 """
@@ -41,8 +44,17 @@ class AclTable:
         with self._lock:
             if op == "user_put":
                 old = self._users.get(user, {})
+                networks = cmd["networks"] if cmd.get("networks") else old.get("networks", [])
                 self._users[user] = {"secret": str(cmd["secret"]), "admin": bool(cmd.get("admin", False)),
-                                     "rules": old.get("rules", [])}
+                                     "rules": old.get("rules", []), "networks": [str(n) for n in networks]}
+            elif op == "user_reseal":  # the same secret re-encrypted under a rotated key (node.acl_rotation)
+                if user not in self._users or self._users[user]["secret"] != cmd.get("old"):
+                    return f"user {user!r} changed since its secret was re-encrypted; the next round redoes it"
+                self._users[user]["secret"] = str(cmd["secret"])
+            elif op == "user_networks":
+                if user not in self._users:
+                    return f"no user with access key {user!r}; add it first (raftmq acl user add {user})"
+                self._users[user]["networks"] = [str(n) for n in cmd.get("networks", [])]
             elif op == "user_delete":
                 if self._users.pop(user, None) is None:
                     return f"no user with access key {user!r}"
@@ -83,7 +95,8 @@ class AclTable:
         with self._lock:
             rec = self._users.get(user)
             return None if rec is None else {"secret": rec["secret"], "admin": rec.get("admin", False),
-                                             "rules": [dict(r) for r in rec.get("rules", [])]}
+                                             "rules": [dict(r) for r in rec.get("rules", [])],
+                                             "networks": list(rec.get("networks", []))}
 
     def restore(self, users: dict[str, dict[str, Any]]) -> None:
         with self._lock:

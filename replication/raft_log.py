@@ -7,11 +7,19 @@ writes the tiny dump instead), and keeping the logic in StateMachine keeps it te
 
 from __future__ import annotations
 
+import logging
 import random
+import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.transport import TCPTransport
+
+from raftmq.replication.raft_tls import RaftTls, TlsTcpConnection
+
+log = logging.getLogger(__name__)
 
 _FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
 PRE_VOTE = "raftmq_pre_vote"
@@ -34,8 +42,13 @@ class ReplicatedLog(SyncObj):
     * Counters for metrics: elections and pre-votes started, stalls seen.
     """
 
-    def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any):
+    def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any,
+                 accept_peer: Callable[[str], bool] | None = None, tls: RaftTls | None = None):
+        """``accept_peer(ip)``: whether an incoming Raft connection from that address is kept (None: all);
+        ``tls``: mutual TLS on the Raft connections (replication.raft_tls; None: pysyncobj's plain TCP)."""
         self._machine = machine  # set before SyncObj.__init__ so pysyncobj never treats it as replicated state
+        self.accept_peer = accept_peer
+        self.raft_tls = tls
         self.leader_heard_at = 0.0  # time.monotonic() of the last append_entries from a current leader
         self.resent_applied_entries = 0  # entries a leader re-sent that this member had applied (metrics)
         self.pre_votes_started = 0
@@ -46,7 +59,7 @@ class ReplicatedLog(SyncObj):
         self._pre_vote_grants: set = set()
         self._stall_s = max(0.5, conf.raftMinTimeout / 3)
         self._stall_grace_s = max(0.2, 4 * conf.appendEntriesPeriod)
-        super().__init__(self_address, peer_addresses, conf)
+        super().__init__(self_address, peer_addresses, conf, transportClass=RaftTransport)
 
     # ------------------------------------------------------------------ tick
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's names
@@ -199,3 +212,37 @@ class ReplicatedLog(SyncObj):
 
     def is_leader(self) -> bool:
         return self._isLeader()
+
+
+class RaftTransport(TCPTransport):
+    """pysyncobj's TCP transport with raftmq's two guards: incoming connections from addresses the node does not
+    allow (``ReplicatedLog.accept_peer``) are dropped before a byte of them is read, and with
+    ``ReplicatedLog.raft_tls`` every connection, both ways, speaks mutual TLS (replication.raft_tls)."""
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:  # noqa: N802 - pysyncobj's name
+        accept = getattr(self._syncObj, "accept_peer", None)
+        tls = getattr(self._syncObj, "raft_tls", None)
+        address = ""
+        if accept is not None or tls is not None:
+            try:
+                address, port = conn._TcpConnection__socket.getpeername()[:2]
+            except OSError:
+                address, port = "", 0
+            if accept is not None and not accept(address):
+                conn.disconnect()
+                return
+            if tls is not None:
+                try:
+                    TlsTcpConnection.start_server(conn, tls, f"{address}:{port}")
+                except (ssl.SSLError, OSError) as e:
+                    log.error("Raft TLS: cannot build the server context: %s", e)
+                    conn.disconnect()
+                    return
+        super()._onNewIncomingConnection(conn)
+
+    def addNode(self, node: Any) -> None:  # noqa: N802 - pysyncobj's name
+        super().addNode(node)
+        tls = getattr(self._syncObj, "raft_tls", None)
+        conn = self._connections.get(node)
+        if tls is not None and conn is not None:
+            TlsTcpConnection.make_client(conn, tls)

@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -115,9 +116,12 @@ class RaftWritePath:
                  raft_listen: str = "", cluster_name: str = "DefaultCluster",
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), secret: str = "", raft_dir: str | None = None,
                  settings: RaftSettings | None = None, channel_credentials: Any = None,
-                 channel_options: Any = ()):
+                 channel_options: Any = (), accept_peer: Callable[[str], bool] | None = None,
+                 raft_tls: Any = None):
         """``channel_credentials`` (a callable returning grpc.ChannelCredentials) and ``channel_options``: how to
-        reach the members' gRPC ports when they use TLS."""
+        reach the members' gRPC ports when they use TLS. ``accept_peer(ip)``: whether the Raft port keeps a
+        connection from that address (the node's member allow-list; None: every address). ``raft_tls``: a
+        replication.raft_tls.RaftTls to run the Raft port over mutual TLS (None: pysyncobj's plain TCP)."""
         if node_config is not None:  # the node's NodeConfig (node/config.py): one source of truth
             node_id = node_config.node.id
             members = [MemberInfo(m.id, m.raft, m.grpc) for m in node_config.members]
@@ -149,6 +153,8 @@ class RaftWritePath:
         self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
         self.peers = Peers(members, node_id, secret, channel_credentials, channel_options)
         self._secret = secret
+        self._accept_peer = accept_peer
+        self._raft_tls = raft_tls
         self.machine: StateMachine | None = None
         self._log: ReplicatedLog | None = None
         self._committer = GroupCommitter(
@@ -240,7 +246,8 @@ class RaftWritePath:
             maxBindRetries=BIND_RETRIES, bindRetryTime=1.0,
         )
         self._running = True
-        self._log = ReplicatedLog(self.me.raft_address, [m.raft_address for m in self.peers.others], conf, machine)
+        self._log = ReplicatedLog(self.me.raft_address, [m.raft_address for m in self.peers.others], conf, machine,
+                                  accept_peer=self._accept_peer, tls=self._raft_tls)
         try:
             self._log.waitBinded()
         except Exception:

@@ -47,11 +47,14 @@ def _next_offset(pos: int, data: bytes, file_size: int) -> int:
 
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     def __init__(self, get_write_path: Callable[[], Any], secret: str = "",
-                 readiness: Callable[[], tuple[bool, str]] | None = None):
-        """``readiness``: the node's own /ready verdict, so a leader's cluster status shows each peer's real one."""
+                 readiness: Callable[[], tuple[bool, str]] | None = None,
+                 acl_key_ids: Callable[[], list[str]] | None = None):
+        """``readiness``: the node's own /ready verdict, so a leader's cluster status shows each peer's real one;
+        ``acl_key_ids``: fingerprints of the keys the node opens user secrets with (key rotation)."""
         self._get = get_write_path
         self._secret = secret
         self._readiness = readiness
+        self._acl_key_ids = acl_key_ids
 
     async def _write_path(self, context: grpc.aio.ServicerContext) -> Any:
         if self._secret:
@@ -81,7 +84,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             commit_log_max_offset=end, commit_log_file_size=store.config.mapped_file_size_commit_log,
             metadata=json.dumps(metadata).encode() if metadata is not None else b"", commit_index=wp.commit_index(),
             raft_applied_index=wp.raft_applied_index(), dispatch_behind_bytes=store.dispatch_behind_bytes(),
-            storage_integrity=store.integrity_summary())
+            storage_integrity=store.integrity_summary(),
+            acl_key_ids=self._acl_key_ids() if self._acl_key_ids is not None else [])
 
     async def FetchCommitLog(self, request, context):
         wp = await self._write_path(context)

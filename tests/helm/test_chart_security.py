@@ -163,3 +163,59 @@ def test_helm_test_script_passes_with_mutual_tls_and_auth(tmp_path):
         assert refused.returncode != 0 and "requires signed requests" in refused.stderr
     finally:
         node.stop()
+
+
+def test_allowed_networks_reach_the_node_and_a_bad_one_stops_it(tmp_path):
+    """allowedNetworks.clients / members become security.allowed_*_networks; the node validates them."""
+    from raftmq.node.config import ConfigError, load_config
+
+    values = {"allowedNetworks": {"clients": ["10.0.0.0/8", "fd00::/8"], "members": ["10.244.0.0/16"]}}
+    objs = objects(values)
+    for kube in (K8S_MIN_VERSION, K8S_VERSION):
+        for obj in objs:
+            kv.validate(obj, kube, strict=True)
+    path = tmp_path / "raftmq.yaml"
+    path.write_text(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
+    cfg = load_config(path, environ=_pod_env(objs, f"{FULL}-0"))
+    assert cfg.security.allowed_client_networks == ["10.0.0.0/8", "fd00::/8", "127.0.0.1/32", "::1/128"]
+    assert cfg.security.allowed_member_networks == ["10.244.0.0/16"]
+    assert "RAFTMQ_SECURITY_ALLOWED_CLIENT_NETWORKS" not in _pod_env(objects(), f"{FULL}-0")
+    bad = objects({"allowedNetworks": {"clients": ["10.0.0.1/8"]}})
+    with pytest.raises(ConfigError, match=r"allowed_client_networks\[0\]: '10.0.0.1/8' has bits set"):
+        load_config(path, environ=_pod_env(bad, f"{FULL}-0"))
+    with pytest.raises(helm.HelmValuesError):
+        render({"allowedNetworks": {"clients": "10.0.0.0/8"}})
+
+
+def test_admin_secret_rotation_passes_the_previous_secret_from_the_same_secret(tmp_path):
+    from raftmq.node.config import load_config
+
+    values = {"auth": {"enabled": True, "existingSecret": "raftmq-admin", "previousSecretKeyKey": "previous-key"},
+              "cluster": CLUSTER_SECRET}
+    objs = objects(values)
+    env = {e["name"]: e for e in container(objs)["env"]}
+    ref = env["RAFTMQ_SECURITY_AUTH_ADMIN_PREVIOUS_SECRET_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "raftmq-admin", "key": "previous-key"}
+    path = tmp_path / "raftmq.yaml"
+    path.write_text(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
+    assert load_config(path, environ=_pod_env(objs, f"{FULL}-0")).security.auth_admin_previous_secret_key
+    no_rotation = objects({"auth": {"enabled": True, "existingSecret": "raftmq-admin"}, "cluster": CLUSTER_SECRET})
+    assert "RAFTMQ_SECURITY_AUTH_ADMIN_PREVIOUS_SECRET_KEY" not in {e["name"] for e in container(no_rotation)["env"]}
+
+
+def test_tls_raft_reaches_the_node_with_the_members_ca(tmp_path):
+    from raftmq.node.config import load_config
+
+    values = {"tls": {"enabled": True, "existingSecret": "raftmq-tls", "raft": True}}
+    objs = objects(values)
+    for kube in (K8S_MIN_VERSION, K8S_VERSION):
+        for obj in objs:
+            kv.validate(obj, kube, strict=True)
+    path = tmp_path / "raftmq.yaml"
+    path.write_text(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
+    s = load_config(path, environ=_pod_env(objs, f"{FULL}-2")).security
+    assert s.tls_raft and s.tls_ca_file == "/etc/raftmq/tls/ca.crt"
+    assert not load_config(path, environ=_pod_env(objects({"tls": {"enabled": True, "existingSecret": "x"}}),
+                                                  f"{FULL}-2")).security.tls_raft
+    with pytest.raises(helm.HelmValuesError):
+        render({"tls": {"enabled": True, "existingSecret": "x", "raft": "yes"}})

@@ -229,4 +229,4 @@ def test_acl_table_survives_a_restart_and_keeps_refusals_deterministic(tmp_path)
     assert t.apply({"op": "user_put", "user": "a", "secret": "tok"}) is None
     assert t.apply({"op": "rule_remove", "user": "a", "index": 0}) == "user 'a' has 0 rule(s); there is no rule 0"
     t.persist()
-    assert AclTable(path).snapshot() == {"a": {"secret": "tok", "admin": False, "rules": []}}
+    assert AclTable(path).snapshot() == {"a": {"secret": "tok", "admin": False, "rules": [], "networks": []}}

@@ -83,3 +83,13 @@ def test_garbage_topics_json_names_the_file(tmp_path):
     with pytest.raises(StoreLoadError) as e:
         TopicConfigTable(str(tmp_path)).load()
     assert str(tmp_path / "topics.json") in str(e.value) and "not UTF-8" in str(e.value)
+
+
+def test_a_bad_allowed_network_is_exit_2_naming_the_key(tmp_path):
+    path = tmp_path / "raftmq.yaml"
+    path.write_text(yaml.safe_dump({"security": {"allowed_client_networks": ["10.0.0.0/8", "10.0.0.300/32"],
+                                                 "allowed_member_networks": ["fd00::1/8"]}}))
+    r = _validate(path)
+    assert r.returncode == 2, r.stderr
+    assert "security.allowed_client_networks[1]: '10.0.0.300/32' is not a network" in r.stderr
+    assert "security.allowed_member_networks[0]: 'fd00::1/8' has bits set beyond its prefix length" in r.stderr

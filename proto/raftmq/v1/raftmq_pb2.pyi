@@ -778,26 +778,30 @@ class AclRule(_message.Message):
     def __init__(self, effect: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., resources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AclUser(_message.Message):
-    __slots__ = ("access_key", "admin", "rules", "bootstrap")
+    __slots__ = ("access_key", "admin", "rules", "bootstrap", "networks")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     RULES_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    NETWORKS_FIELD_NUMBER: _ClassVar[int]
     access_key: str
     admin: bool
     rules: _containers.RepeatedCompositeFieldContainer[AclRule]
     bootstrap: bool
-    def __init__(self, access_key: _Optional[str] = ..., admin: _Optional[bool] = ..., rules: _Optional[_Iterable[_Union[AclRule, _Mapping]]] = ..., bootstrap: _Optional[bool] = ...) -> None: ...
+    networks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, access_key: _Optional[str] = ..., admin: _Optional[bool] = ..., rules: _Optional[_Iterable[_Union[AclRule, _Mapping]]] = ..., bootstrap: _Optional[bool] = ..., networks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PutAclUserRequest(_message.Message):
-    __slots__ = ("access_key", "secret_key", "admin")
+    __slots__ = ("access_key", "secret_key", "admin", "networks")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
     SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
+    NETWORKS_FIELD_NUMBER: _ClassVar[int]
     access_key: str
     secret_key: str
     admin: bool
-    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+    networks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ..., networks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PutAclUserResponse(_message.Message):
     __slots__ = ("user", "created")
@@ -887,3 +891,17 @@ class PullStreamResponse(_message.Message):
     queue_id: int
     pull: PullMessageResponse
     def __init__(self, queue_id: _Optional[int] = ..., pull: _Optional[_Union[PullMessageResponse, _Mapping]] = ...) -> None: ...
+
+class SetAclUserNetworksRequest(_message.Message):
+    __slots__ = ("access_key", "networks")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    NETWORKS_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    networks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, access_key: _Optional[str] = ..., networks: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetAclUserNetworksResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: AclUser
+    def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...

@@ -1398,6 +1398,11 @@ class AclServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleResponse.FromString,
                 _registered_method=True)
+        self.SetAclUserNetworks = channel.unary_unary(
+                '/raftmq.v1.AclService/SetAclUserNetworks',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksResponse.FromString,
+                _registered_method=True)
 
 
 class AclServiceServicer:
@@ -1433,6 +1438,13 @@ class AclServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetAclUserNetworks(self, request, context):
+        """issue 14
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AclServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1460,6 +1472,11 @@ def add_AclServiceServicer_to_server(servicer, server):
                     servicer.RemoveAclRule,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleResponse.SerializeToString,
+            ),
+            'SetAclUserNetworks': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetAclUserNetworks,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1597,6 +1614,33 @@ class AclService:
             '/raftmq.v1.AclService/RemoveAclRule',
             raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.RemoveAclRuleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetAclUserNetworks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AclService/SetAclUserNetworks',
+            raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksResponse.FromString,
             options,
             channel_credentials,
             insecure,

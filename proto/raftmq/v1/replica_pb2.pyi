@@ -13,7 +13,7 @@ class GetReplicaStatusRequest(_message.Message):
     def __init__(self, skip_metadata: _Optional[bool] = ...) -> None: ...
 
 class GetReplicaStatusResponse(_message.Message):
-    __slots__ = ("member_id", "is_leader", "leader_id", "raft_term", "applied_index", "commit_log_min_offset", "commit_log_max_offset", "commit_log_file_size", "metadata", "commit_index", "raft_applied_index", "dispatch_behind_bytes", "ready", "not_ready_reason", "storage_integrity")
+    __slots__ = ("member_id", "is_leader", "leader_id", "raft_term", "applied_index", "commit_log_min_offset", "commit_log_max_offset", "commit_log_file_size", "metadata", "commit_index", "raft_applied_index", "dispatch_behind_bytes", "ready", "not_ready_reason", "storage_integrity", "acl_key_ids")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     IS_LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class GetReplicaStatusResponse(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     STORAGE_INTEGRITY_FIELD_NUMBER: _ClassVar[int]
+    ACL_KEY_IDS_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     is_leader: bool
     leader_id: str
@@ -44,7 +45,8 @@ class GetReplicaStatusResponse(_message.Message):
     ready: bool
     not_ready_reason: str
     storage_integrity: str
-    def __init__(self, member_id: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_id: _Optional[str] = ..., raft_term: _Optional[int] = ..., applied_index: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_file_size: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_index: _Optional[int] = ..., raft_applied_index: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., ready: _Optional[bool] = ..., not_ready_reason: _Optional[str] = ..., storage_integrity: _Optional[str] = ...) -> None: ...
+    acl_key_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, member_id: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_id: _Optional[str] = ..., raft_term: _Optional[int] = ..., applied_index: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_file_size: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_index: _Optional[int] = ..., raft_applied_index: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., ready: _Optional[bool] = ..., not_ready_reason: _Optional[str] = ..., storage_integrity: _Optional[str] = ..., acl_key_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FetchCommitLogRequest(_message.Message):
     __slots__ = ("from_offset", "up_to_index", "max_chunk_bytes")
