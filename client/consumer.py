@@ -34,6 +34,7 @@ import grpc
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
 from raftmq.client.consumer_group import allocate_averagely
+from raftmq.client.pull_stream import QueueStream
 from raftmq.client.security import ClientSecurity
 from raftmq.client.tags import format_tag_expression
 from raftmq.client.types import MessageView, SendResult
@@ -67,6 +68,8 @@ class PullConsumer:
     ``heartbeat_interval`` is how often this consumer tells the leader it is alive (the leader drops it after 3
     intervals without one); ``client_id`` names this instance in the group (default ``host@pid@random``).
     ``sql`` is a SQL92 filter on message properties (RocketMQ's grammar, e.g. ``a > 5 AND TAGS IN ('A')``).
+    ``streaming`` (default on) keeps every owned queue flowing on one server stream instead of one long-poll
+    pull per queue and batch (``from_leader`` consumers, and servers without streams, pull).
     """
 
     def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, *,
@@ -75,7 +78,7 @@ class PullConsumer:
                  long_poll: float = 2.0, from_leader: bool = False, timeout: float = 10.0,
                  retry_timeout: float = 15.0, queue_refresh_interval: float = 30.0,
                  heartbeat_interval: float = 5.0, client_id: str | None = None, sql: str = "",
-                 security: ClientSecurity | None = None):
+                 security: ClientSecurity | None = None, streaming: bool = True):
         if not group.strip():
             raise errors.InvalidArgumentError("consumer group must not be empty")
         if not topic.strip():
@@ -116,6 +119,12 @@ class PullConsumer:
         self._members: list[str] = []  # the group's live members for the topic, as the leader last said
         self._grouped = True  # False against a server without ConsumerHeartbeat: this consumer takes every queue
         self._executor = futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="raftmq-pull")
+        # streaming: one QueueStream over the owned queues at their positions; replaced whenever those change
+        # other than by its own responses (rebalance, seek), so it never delivers for a position we left
+        self._streaming = streaming and not from_leader
+        self._stream: QueueStream | None = None
+        self._stream_error: errors.RaftmqError | None = None
+        self._arrived = threading.Condition(self._lock)
         self._heartbeats: threading.Thread | None = None
         self._stop = threading.Event()
         self._started = False
@@ -204,6 +213,7 @@ class PullConsumer:
         log.info("group %s topic %s: releasing queues %s to other members", self.group, self.topic, queue_ids)
         to_commit = {}
         with self._lock:
+            self._replace_stream()
             for q in queue_ids:
                 self._fetch_pos.pop(q, None)
                 self._inflight.pop(q, None)  # a pull still running is left to finish; its answer is ignored
@@ -246,6 +256,7 @@ class PullConsumer:
         if pinned and self.auto_commit:
             self._commit(pinned)
         with self._lock:
+            self._replace_stream()
             for qid, pos in starts.items():
                 self._fetch_pos[qid] = pos
                 self._consumed[qid] = pos
@@ -285,6 +296,7 @@ class PullConsumer:
                                                f"{sorted(self._fetch_pos)}")
                 raise errors.NotFoundError(f"topic {self.topic!r} has no queue {queue_id}")
             self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
+            self._replace_stream()
             fut = self._inflight.pop(queue_id, None)
             if fut is not None:
                 fut.cancel()
@@ -315,6 +327,8 @@ class PullConsumer:
             self._start()
         elif time.monotonic() - self._last_refresh > self.queue_refresh_interval:
             self._refresh_queues(initial=False)
+        if self._streaming and self._fill_from_stream(timeout):
+            return
         with self._lock:
             for q, pos in self._fetch_pos.items():
                 if q not in self._inflight:
@@ -343,10 +357,73 @@ class PullConsumer:
                     continue
                 self._apply(q, resp)
 
+    def _fill_from_stream(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the stream to deliver something (opening it if needed); False when the
+        server has no streams (the caller then pulls)."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            with self._lock:
+                error, self._stream_error = self._stream_error, None
+            if error is not None:
+                if error.code == grpc.StatusCode.UNIMPLEMENTED:
+                    log.warning("the server has no pull streams: %s pulls queue by queue", self.topic)
+                    self._streaming = False
+                    return False
+                if isinstance(error, errors.NotFoundError) and not isinstance(error, errors.TopicNotFoundError):
+                    self._refresh_queues(initial=False)  # a queue went away: drop it, a new stream reads the rest
+                    continue
+                raise error
+            with self._lock:
+                left = deadline - time.monotonic()
+                if self._buffer or left <= 0 or self._closed:
+                    return True
+                if self._fetch_pos and self._stream is None:
+                    self._open_stream()
+                # no queue owned (more members than queues): just wait
+                self._arrived.wait(left)
+
+    def _open_stream(self) -> None:
+        """Called with ``_lock`` held: a stream over the owned queues at their current positions."""
+        self._stream = stream = QueueStream(self._pool, self._stream_request,
+                                            lambda q, r: self._on_stream(stream, q, r),
+                                            lambda e: self._on_stream_error(stream, e))
+        stream.start()
+
+    def _stream_request(self) -> pb.PullStreamRequest | None:
+        with self._lock:
+            if not self._fetch_pos or self._closed:
+                return None
+            return pb.PullStreamRequest(topic=self.topic, offsets=self._fetch_pos, max_count=self.batch_size,
+                                        tag_expression=self.tag_expression, sql_expression=self.sql_expression,
+                                        consumer_group=self.group)
+
+    def _on_stream(self, stream: QueueStream, queue_id: int, resp: pb.PullMessageResponse) -> bool:
+        with self._lock:
+            if stream is not self._stream:
+                return False  # replaced: its positions are not ours any more
+            if queue_id in self._fetch_pos:
+                self._apply(queue_id, resp)
+                self._arrived.notify_all()
+            return True
+
+    def _on_stream_error(self, stream: QueueStream, error: errors.RaftmqError) -> None:
+        with self._lock:
+            if stream is self._stream:
+                self._stream = None
+                self._stream_error = error
+                self._arrived.notify_all()
+
+    def _replace_stream(self) -> None:
+        """Called with ``_lock`` held when owned queues or positions change: the next fill opens a new stream."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
     def _drop_queue(self, queue_id: int, why: object) -> None:
         """The topic's read queues shrank (topic update): stop pulling and committing that queue."""
         log.warning("topic %s: dropping queue %d: %s", self.topic, queue_id, why)
         with self._lock:
+            self._replace_stream()
             self._fetch_pos.pop(queue_id, None)
             self._inflight.pop(queue_id, None)  # a pull still running is left to finish; its answer is ignored
             self._buffer = collections.deque(d for d in self._buffer if d.message.queue_id != queue_id)
@@ -481,6 +558,8 @@ class PullConsumer:
                     self._unregister()
             finally:
                 with self._lock:
+                    self._replace_stream()
+                    self._arrived.notify_all()
                     for fut in self._inflight.values():
                         fut.cancel()
                 self._executor.shutdown(wait=False, cancel_futures=True)

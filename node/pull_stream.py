@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from raftmq.node import convert
 from raftmq.node.errors import invalid
 from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
+from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -44,6 +45,7 @@ async def serve(node: Broker, request: pb.PullStreamRequest, context) -> AsyncIt
     if request.consumer_group:
         check_group_name(request.consumer_group)
     tag_filter = TagFilter.parse(request.tag_expression)
+    sql_filter = SqlFilter.parse(request.sql_expression) if request.sql_expression else None
     if request.from_leader:
         node.check_leader()
     max_count = min(request.max_count or DEFAULT_MAX_COUNT, MAX_PULL_COUNT)
@@ -54,7 +56,8 @@ async def serve(node: Broker, request: pb.PullStreamRequest, context) -> AsyncIt
         sent = False
         for qid, offset in offsets.items():
             t0 = time.perf_counter()
-            got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter)
+            got = await node.run_blocking(store.get_messages, topic, qid, offset, max_count, max_bytes, tag_filter,
+                                          sql_filter)
             node.metrics.get_latency.observe(time.perf_counter() - t0)
             response = convert.pull_response(got, offset)
             if response is None or (not response.messages and response.next_offset == offset):

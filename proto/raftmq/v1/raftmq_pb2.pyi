@@ -860,7 +860,7 @@ class RemoveAclRuleResponse(_message.Message):
     def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...
 
 class PullStreamRequest(_message.Message):
-    __slots__ = ("topic", "offsets", "max_count", "max_bytes", "tag_expression", "consumer_group", "from_leader")
+    __slots__ = ("topic", "offsets", "max_count", "max_bytes", "tag_expression", "consumer_group", "from_leader", "sql_expression")
     class OffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -875,6 +875,7 @@ class PullStreamRequest(_message.Message):
     TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    SQL_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     offsets: _containers.ScalarMap[int, int]
     max_count: int
@@ -882,7 +883,8 @@ class PullStreamRequest(_message.Message):
     tag_expression: str
     consumer_group: str
     from_leader: bool
-    def __init__(self, topic: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ...) -> None: ...
+    sql_expression: str
+    def __init__(self, topic: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ..., sql_expression: _Optional[str] = ...) -> None: ...
 
 class PullStreamResponse(_message.Message):
     __slots__ = ("queue_id", "pull")
