@@ -305,6 +305,10 @@ class SendAccumulator:
         if isinstance(err, errors.ConnectionError | errors.NotLeaderError) or (
                 isinstance(err, errors.UnavailableError) and failure.code() == grpc.StatusCode.UNAVAILABLE):
             return "error", Resend(err)  # the stream was refused as a whole: none of its sends were stored
+        if isinstance(err, errors.PermissionDeniedError | errors.UnauthenticatedError):
+            # the node checks credentials and networks when the stream opens, before it reads any request (a
+            # topic a user may not write is refused in that send's own outcome): nothing on it was stored
+            return "error", err
         if not isinstance(err, errors.UnknownOutcomeError):
             err = errors.UnknownOutcomeError(
                 f"SendStream at {address} failed ({err.message}) with the send ({_which(s.uniq_keys)}) unanswered; "

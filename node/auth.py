@@ -335,6 +335,25 @@ def _values(request: Any, path: str) -> list[str]:
     return [str(o) for o in objs]
 
 
+# Streams whose handler authorizes each item itself (``authorize_item``) and answers a refusal in that item's
+# outcome: aborting the stream instead would leave every other send in flight on it with an unknown outcome.
+AUTHORIZED_BY_HANDLER = frozenset({"/raftmq.v1.MessagingService/SendStream"})
+
+
+def authorize_item(auth: Authenticator | None, method: str, request: Any, peer: str) -> None:
+    """For AUTHORIZED_BY_HANDLER streams: PERMISSION_DENIED (audited) unless the caller may make ``request``."""
+    if auth is None:
+        return
+    principal = current_principal.get()
+    if principal is None:  # the interceptor authenticated the stream: a principal is always set then
+        raise RpcError(grpc.StatusCode.UNAUTHENTICATED, "unauthenticated: no credentials were checked")
+    try:
+        auth.authorize(principal, method, request)
+    except AccessDenied as e:
+        audit("denied", user=e.user, action=e.action, resource=e.resource, method=method, peer=peer)
+        raise RpcError(grpc.StatusCode.PERMISSION_DENIED, str(e)) from None
+
+
 def required_access(method: str, request: Any) -> list[tuple[str, str, str]]:
     """(action, kind, name) triples a call needs; see ``ACCESS``."""
     reqs = ACCESS.get(method)
@@ -633,10 +652,12 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
         return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer,
                                                     handler.response_serializer)
     inner_ss = handler.stream_stream
+    by_handler = method in AUTHORIZED_BY_HANDLER
 
     async def stream_stream(requests, context):
         await check(None, context)  # credentials and the caller's network, before any request is read
-        async for resp in _as_async_iter(inner_ss(checked_stream(requests, context), context)):
+        stream = requests if by_handler else checked_stream(requests, context)
+        async for resp in _as_async_iter(inner_ss(stream, context)):
             yield resp
 
     return grpc.stream_stream_rpc_method_handler(stream_stream, handler.request_deserializer,

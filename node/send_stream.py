@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from raftmq.node import convert
+from raftmq.node.auth import authorize_item
 from raftmq.node.errors import RpcError, invalid, to_rpc_error
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+STREAM_METHOD = "/raftmq.v1.MessagingService/SendStream"
 WINDOW = 64              # requests read ahead of the oldest unanswered one
 MAX_SENDS_PER_REQUEST = 4096
 
@@ -44,7 +46,7 @@ def _outcome_for(exc: BaseException) -> pb.SendOutcome:
 
 
 async def _answer(service: MessagingService, request: pb.SendStreamRequest,
-                  born_host: tuple[str, int]) -> pb.SendStreamResponse:
+                  born_host: tuple[str, int], peer: str) -> pb.SendStreamResponse:
     """Check every send of the request, queue the good ones together (one group commit), wait for each."""
     node = service.node
     node.rpcs_in_flight += 1
@@ -57,6 +59,7 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
                 node.check_serving()
                 if not item.messages:
                     raise invalid("a send is empty; put at least one message in SendStreamItem.messages")
+                authorize_item(node.auth, STREAM_METHOD, pb.SendStreamRequest(sends=[item]), peer)
                 checked.append(await service.prepare(list(item.messages), born_host))
             except Exception as exc:
                 checked.append(exc)
@@ -86,7 +89,8 @@ async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStream
     from raftmq.node.messaging import _peer_host
 
     service.node.check_serving()
-    born_host = _peer_host(service.node.forwarder.client_peer(context))
+    peer = service.node.forwarder.client_peer(context)
+    born_host = _peer_host(peer)
     answers: asyncio.Queue = asyncio.Queue(maxsize=WINDOW)
     done = object()
 
@@ -98,7 +102,7 @@ async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStream
                                   f"{MAX_SENDS_PER_REQUEST} - split it")
                 if not request.sends:
                     raise invalid("a stream request with no sends; put at least one message in each request")
-                await answers.put(asyncio.ensure_future(_answer(service, request, born_host)))
+                await answers.put(asyncio.ensure_future(_answer(service, request, born_host, peer)))
         except Exception as exc:  # a bad request ends the stream with its status after the earlier answers
             await answers.put(exc)
         else:

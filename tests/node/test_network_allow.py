@@ -123,7 +123,8 @@ def test_a_users_own_networks_are_set_with_the_cli_and_enforced(single):
     with AclAdmin(single.grpc_address, security=ROOT) as acl:
         acl.add_rule("alice", "allow", ["PUB", "SUB"], ["topic:orders"])
     # from 127.0.0.1 (allowed node-wide, not for alice): refused naming the user, the address and the fix
-    with Producer(single.grpc_address, security=alice, timeout=5, retry_timeout=1, linger_ms=0) as p:
+    # (on the SDK's send stream: refused when it opens, before any send is read, so a definite refusal)
+    with Producer(single.grpc_address, security=alice, timeout=5, retry_timeout=1) as p:
         with pytest.raises(PermissionDeniedError) as e:
             p.send("orders", b"x")
     assert "user 'alice' may not connect from 127.0.0.1" in str(e.value)
@@ -131,6 +132,10 @@ def test_a_users_own_networks_are_set_with_the_cli_and_enforced(single):
     with SourceRelay(_target(single.grpc_address), "127.0.0.7") as relay:  # from alice's own network: fine
         with Producer(relay.address, security=alice) as p:
             assert p.send("orders", b"from 127.0.0.7").topic == "orders"
+            # a topic alice may not write: that send's own outcome is the refusal, the stream goes on
+            with pytest.raises(PermissionDeniedError, match="may not PUB on topic:other"):
+                p.send("other", b"no")
+            assert p.send("orders", b"still streaming").topic == "orders"
     # HTTP: the same user check
     headers = dict(signed_headers("alice", created["secret_key"]))
     conn = http.client.HTTPConnection("127.0.0.1", single.spec.http_port, timeout=10)
