@@ -87,6 +87,34 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AclService/ListAclUsers": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/AddAclRule": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/RemoveAclRule": (("ADMIN", CLUSTER, ""),),
+    # issue 13: RocketMQ 5 clients (apache.rocketmq.v2). Sends and transactions publish to the topic; consumers
+    # subscribe with their group; route, telemetry, heartbeat and goodbye only identify the client (any signed
+    # user: they reveal no messages); a DLQ forward or offset change is the group's own consumption state.
+    "/apache.rocketmq.v2.MessagingService/QueryRoute": (),
+    "/apache.rocketmq.v2.MessagingService/Heartbeat": (),
+    "/apache.rocketmq.v2.MessagingService/Telemetry": (),
+    "/apache.rocketmq.v2.MessagingService/NotifyClientTermination": (),
+    "/apache.rocketmq.v2.MessagingService/SendMessage": (("PUB", "topic", "messages[].topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/EndTransaction": (("PUB", "topic", "topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/RecallMessage": (("PUB", "topic", "topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/QueryAssignment": (("SUB", "topic", "topic.name"),
+                                                             ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/ReceiveMessage": (("SUB", "topic", "message_queue.topic.name"),
+                                                            ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/AckMessage": (("SUB", "topic", "topic.name"), ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration": (("SUB", "topic", "topic.name"),
+                                                                     ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue": (("SUB", "topic", "topic.name"),
+                                                                             ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/PullMessage": (("SUB", "topic", "message_queue.topic.name"),
+                                                         ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/UpdateOffset": (("SUB", "topic", "message_queue.topic.name"),
+                                                          ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/GetOffset": (("SUB", "topic", "message_queue.topic.name"),
+                                                       ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/QueryOffset": (("SUB", "topic", "message_queue.topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/SyncLiteSubscription": (("SUB", "topic", "topic.name"),
+                                                                  ("SUB", "group", "group.name")),
 }
 # Authenticated by other means: the member-to-member ReplicaService checks cluster.secret itself.
 EXEMPT_PREFIXES = ("/raftmq.v1.ReplicaService/",)

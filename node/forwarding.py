@@ -54,7 +54,8 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_se
 
 
 def _methods() -> dict[str, tuple[str, Any]]:
-    """Unary method name -> (full path, response class), for every service of raftmq.proto."""
+    """Unary method name -> (full path, response class), for every service of raftmq.proto; RocketMQ 5's
+    methods by full path."""
     out: dict[str, tuple[str, Any]] = {}
     for service in raftmq_pb2.DESCRIPTOR.services_by_name.values():
         for m in service.methods:
@@ -63,6 +64,14 @@ def _methods() -> dict[str, tuple[str, Any]]:
             if m.name in out:
                 raise RuntimeError(f"method name {m.name} is not unique across services; key forwarding by service")
             out[m.name] = (f"/{service.full_name}/{m.name}", getattr(raftmq_pb2, m.output_type.name))
+    # issue 13: the RocketMQ 5 service's unary methods, keyed by their full path (their names repeat raftmq's)
+    from raftmq.rocketmq.v2 import service_pb2
+
+    for service in service_pb2.DESCRIPTOR.services_by_name.values():
+        for m in service.methods:
+            if not (m.client_streaming or m.server_streaming):
+                path = f"/{service.full_name}/{m.name}"
+                out[path] = (path, getattr(service_pb2, m.output_type.name))
     return out
 
 

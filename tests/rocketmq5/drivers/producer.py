@@ -1,0 +1,126 @@
+"""Driver: the official RocketMQ 5 Python Producer, run by tests/rocketmq5 in the client's own venv.
+
+    python producer.py '<plan as JSON>'
+
+The plan: {"endpoints": "h:p;h:p", "topics": [...], "checker": "commit"|"rollback"|"unknown"|null,
+"ak": "", "sk": "", "steps": [...]}. Each step prints one JSON line (stdout, flushed) with what happened, so the
+test asserts on the client's own view: its receipts, its exceptions, its checker calls. Steps:
+  {"op": "send", "topic", "body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?, "body_size"?}
+  {"op": "tx", "topic", "body", "end": "commit" | "rollback" | "none"}
+  {"op": "wait_checks", "n", "timeout"}     wait until the checker has been asked n times
+  {"op": "stream", "topic", "count", "prefix"}  send count messages one by one; one line per outcome
+  {"op": "sleep", "seconds"}
+This file must not import raftmq (the client brings its own apache.rocketmq.v2 stubs: a second copy in the same
+process would clash in protobuf's descriptor pool).
+"""
+
+import json
+import sys
+import threading
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    Message,
+    Producer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+checks = []
+checks_lock = threading.Condition()
+
+
+def emit(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+class Checker(TransactionChecker):
+    def __init__(self, answer):
+        self.answer = answer
+
+    def check(self, message):
+        with checks_lock:
+            checks.append(message.message_id)
+            checks_lock.notify_all()
+        emit(op="check", message_id=message.message_id, topic=message.topic, body=message.body.decode(),
+             properties=dict(message.properties or {}))
+        return {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK}.get(
+            self.answer, TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+
+
+def message_of(step):
+    m = Message()
+    m.topic = step["topic"]
+    body = step.get("body", "")
+    if "body_size" in step:
+        body = "x" * step["body_size"]
+    m.body = body.encode()
+    if step.get("tag"):
+        m.tag = step["tag"]
+    if step.get("keys"):
+        Message.keys.fset(m, *step["keys"])  # the setter takes several keys; plain assignment passes one
+    for k, v in (step.get("props") or {}).items():
+        m.add_property(k, v)
+    if step.get("group"):
+        m.message_group = step["group"]
+    if "delay_s" in step:
+        m.delivery_timestamp = int(time.time()) + step["delay_s"]
+    return m
+
+
+def failure(e):
+    return {"ok": False, "error": type(e).__name__, "message": str(e)[:500]}
+
+
+def send(producer, step):
+    try:
+        r = producer.send(message_of(step))
+        return {"ok": True, "message_id": r.message_id, "offset": r.offset, "queue": r.message_queue.message_queue0().id}
+    except Exception as e:  # the client's own exception is what the test looks at
+        return failure(e)
+
+
+def main():
+    plan = json.loads(sys.argv[1])
+    config = ClientConfiguration(plan["endpoints"], Credentials(plan.get("ak", ""), plan.get("sk", "")),
+                                 request_timeout=plan.get("request_timeout", 3))
+    checker = Checker(plan["checker"]) if plan.get("checker") else None
+    producer = Producer(config, tuple(plan["topics"]), checker=checker)
+    producer.startup()
+    emit(op="started")
+    try:
+        for step in plan["steps"]:
+            op = step["op"]
+            if op == "send":
+                emit(op="send", **send(producer, step))
+            elif op == "tx":
+                try:
+                    tx = producer.begin_transaction()
+                    r = producer.send(message_of(step), tx)
+                    if step["end"] == "commit":
+                        tx.commit()
+                    elif step["end"] == "rollback":
+                        tx.rollback()
+                    emit(op="tx", ok=True, message_id=r.message_id, transaction_id=r.transaction_id)
+                except Exception as e:
+                    emit(op="tx", **failure(e))
+            elif op == "wait_checks":
+                want = step["n"]
+                with checks_lock:
+                    ok = checks_lock.wait_for(lambda n=want: len(checks) >= n, step.get("timeout", 60))
+                emit(op="wait_checks", ok=ok, checks=len(checks))
+            elif op == "stream":
+                for i in range(step["count"]):
+                    body = f"{step['prefix']}-{i}"
+                    emit(op="stream", body=body, **send(producer, {"topic": step["topic"], "body": body}))
+            elif op == "sleep":
+                time.sleep(step["seconds"])
+    finally:
+        producer.shutdown()
+        emit(op="stopped")
+
+
+if __name__ == "__main__":
+    main()
