@@ -46,3 +46,15 @@ def read_all(node: NodeProcess, topic: str) -> list[pb.MessageView]:
             out.extend(r.messages)
             offset = r.next_offset
     return out
+
+
+def read_keys(node: NodeProcess, topic: str, uniq_keys, timeout: float = 30.0) -> dict[str, pb.MessageView]:
+    """The stored messages of ``topic`` by UNIQ_KEY once every one of ``uniq_keys`` is readable on ``node`` (its
+    reput may lag the acknowledgement by a moment)."""
+    want = set(uniq_keys)
+
+    def found():
+        got = {m.uniq_key: m for m in read_all(node, topic)}
+        return got if want <= set(got) else None
+
+    return wait_for(found, f"{len(want)} message(s) readable on {node.spec.id}", timeout=timeout)

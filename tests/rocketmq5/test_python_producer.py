@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.rocketmq5.raftmq_side import create_topic, read_all
+from tests.rocketmq5.raftmq_side import create_topic, read_all, read_keys
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
@@ -26,8 +26,8 @@ def test_normal_sends_are_stored_with_tag_keys_properties_and_the_clients_id(tmp
         lines = run_driver("producer.py", _plan(nodes, ["demo"], steps)).all()
         sends = [x for x in lines if x["op"] == "send"]
         assert [s["ok"] for s in sends] == [True] * 5, sends
-        stored = {m.uniq_key: m for m in read_all(nodes[0], "demo")}
-        assert set(stored) == {s["message_id"] for s in sends}
+        stored = read_keys(nodes[0], "demo", [s["message_id"] for s in sends])
+        assert len(stored) == 5
         for i, s in enumerate(sends):
             m = stored[s["message_id"]]
             assert m.body == f"hello-{i}".encode()
@@ -45,8 +45,9 @@ def test_fifo_messages_of_a_group_share_the_queue_our_own_api_picks(tmp_path, ru
         steps = [{"op": "send", "topic": "orders", "body": f"{g}-{i}", "group": g}
                  for i in range(4) for g in ("order-1", "order-22")]
         lines = run_driver("producer.py", _plan(nodes, ["orders"], steps)).all()
-        assert all(x["ok"] for x in lines if x["op"] == "send"), lines
-        stored = read_all(nodes[0], "orders")
+        sent = [x for x in lines if x["op"] == "send"]
+        assert all(x["ok"] for x in sent), lines
+        stored = list(read_keys(nodes[0], "orders", [x["message_id"] for x in sent]).values())
         for g in ("order-1", "order-22"):
             mine = [m for m in stored if m.properties.get("__SHARDINGKEY") == g]
             assert [m.body.decode() for m in sorted(mine, key=lambda m: m.queue_offset)] == [f"{g}-{i}" for i in range(4)]
@@ -73,9 +74,10 @@ def _stored_or_held(node, topic, uniq_key):
     from raftmq.v1 import raftmq_pb2 as pb
     from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-    for m in read_all(node, topic):
-        if m.uniq_key == uniq_key:
-            return m
+    try:
+        return read_keys(node, topic, [uniq_key], timeout=5)[uniq_key]
+    except AssertionError:
+        pass
     found = pb_grpc.MessagingServiceStub(node.channel()).ViewMessage(
         pb.ViewMessageRequest(msg_id=uniq_key, topic=topic), timeout=10)
     return found.message
