@@ -186,17 +186,31 @@ class Forwarder:
                             f"no answer in time ({code.name}): outcome unknown, the write may or may not be stored")
         return RpcError(code, details, leader=hint)  # the leader's own answer (or a broken link: the client decides)
 
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The cluster's channel to a member's gRPC port (TLS when the members use it), shared and cached."""
+        channel = self._channels.get(address)
+        if channel is None:
+            creds = self._credentials() if self._credentials is not None else None
+            options = _CHANNEL_OPTIONS + (self._extra_options() if self._extra_options is not None else [])
+            channel = self._channels[address] = (
+                grpc.aio.secure_channel(address, creds, options=options) if creds is not None
+                else grpc.aio.insecure_channel(address, options=options))
+        return channel
+
+    def relay_metadata(self, context_metadata: dict[str, str]) -> list[tuple[str, str]]:
+        """Metadata of a call this member makes on a client's behalf: the client's own (its credentials) plus
+        the relay marker and the cluster secret."""
+        md = [(k, v) for k, v in context_metadata.items() if k not in _NOT_COPIED and not k.startswith("grpc-")]
+        md.append((FORWARDED_BY_KEY, self.member_id))
+        if self._secret:
+            md.append((SECRET_METADATA_KEY, self._secret))
+        return md
+
     def _call(self, leader: str, path: str, response_cls: Any) -> Any:
         key = (leader, path)
         call = self._calls.get(key)
         if call is None:
-            channel = self._channels.get(leader)
-            if channel is None:
-                creds = self._credentials() if self._credentials is not None else None
-                options = _CHANNEL_OPTIONS + (self._extra_options() if self._extra_options is not None else [])
-                channel = self._channels[leader] = (
-                    grpc.aio.secure_channel(leader, creds, options=options) if creds is not None
-                    else grpc.aio.insecure_channel(leader, options=options))
+            channel = self.channel(leader)
             call = self._calls[key] = channel.unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
                                                           response_deserializer=response_cls.FromString)
         return call

@@ -25,6 +25,8 @@ from raftmq.rocketmq.v2 import service_pb2
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 SERVICE_PATH = f"/{SERVICE.full_name}/"
 CLIENT_ID_KEY = "x-mq-client-id"
+RETRY_PAUSE_S = 0.1  # between tries while no leader can take a call
+ANSWER_MARGIN_S = 0.5  # answer this long before the caller's deadline, so it reads our status, not a timeout
 METRIC_PREFIX = "rmq5."  # rpc metric label of the v2 methods (raftmq's own methods share names with them)
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,40 @@ def client_id(context: grpc.aio.ServicerContext) -> str:
     return metadata_value(context, CLIENT_ID_KEY)[:256]
 
 
+async def _attempt(fn, servicer, request, context, node, path: str, needs_ready: bool):
+    """One try: (response, metric code), or the RpcError it failed with (after relaying to the leader)."""
+    try:
+        if needs_ready:
+            node.check_serving()
+        return await fn(servicer, request, context), "OK"
+    except (asyncio.CancelledError, V2Error):
+        raise
+    except Exception as exc:
+        if isinstance(exc, grpc.aio.AbortError):
+            raise
+        err = to_rpc_error(exc)
+        if err is None:
+            log.exception("%s (RocketMQ 5 API) failed unexpectedly", path)
+            err = RpcError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc} (see the node log)")
+        forwarder = getattr(node, "forwarder", None)
+        if forwarder is not None and forwarder.should_forward(path, err, context):
+            try:
+                return await forwarder.forward(path, request, context, err.leader), "FORWARDED"
+            except RpcError as relayed:
+                err = relayed
+        return err
+
+
+def _retry_later(err: RpcError, context: grpc.aio.ServicerContext) -> bool:
+    """Retry here while the caller's deadline allows, when the failure means "no leader to take it right now"
+    (an election; nothing was done). The official clients retry at once, without a pause, on the next queue of
+    the same endpoints: three immediate refusals during an election would fail the send, one wait here does not."""
+    if err.code != grpc.StatusCode.UNAVAILABLE:
+        return False
+    remaining = context.time_remaining()
+    return remaining is not None and remaining > RETRY_PAUSE_S + ANSWER_MARGIN_S
+
+
 def v2_rpc(name: str, *, needs_ready: bool = True):
     """Wrap ``async def handler(self, request, context)`` of a servicer holding ``self.node`` (the Broker).
 
@@ -68,35 +104,23 @@ def v2_rpc(name: str, *, needs_ready: bool = True):
             node.rpcs_in_flight += 1  # event-loop thread only
             node.last_rpc_started = time.monotonic()
             try:
-                if needs_ready:
-                    node.check_serving()
-                return await fn(self, request, context)
+                while True:
+                    outcome = await _attempt(fn, self, request, context, node, path, needs_ready)
+                    if isinstance(outcome, RpcError):
+                        if not node._stopping and _retry_later(outcome, context):
+                            await asyncio.sleep(RETRY_PAUSE_S)
+                            continue
+                        status = from_rpc_error(outcome)
+                        code = v2.Code.Name(status.code)
+                        return response_cls(status=status)
+                    response, code = outcome
+                    return response
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
             except V2Error as e:
                 code = v2.Code.Name(e.code)
                 return response_cls(status=e.status())
-            except Exception as exc:
-                if isinstance(exc, grpc.aio.AbortError):
-                    raise
-                err = to_rpc_error(exc)
-                if err is None:
-                    log.exception("%s (RocketMQ 5 API) failed unexpectedly", name)
-                    err = RpcError(grpc.StatusCode.INTERNAL,
-                                   f"internal error: {type(exc).__name__}: {exc} (see the node log)")
-                forwarder = getattr(node, "forwarder", None)
-                if forwarder is not None and forwarder.should_forward(path, err, context):
-                    try:
-                        response = await forwarder.forward(path, request, context, err.leader)
-                    except RpcError as relayed:
-                        err = relayed
-                    else:
-                        code = "FORWARDED"
-                        return response
-                status = from_rpc_error(err)
-                code = v2.Code.Name(status.code)
-                return response_cls(status=status)
             finally:
                 node.rpcs_in_flight -= 1
                 node.metrics.record_rpc(metric, code, time.perf_counter() - t0)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from raftmq.node.errors import RpcError
 from raftmq.node.rocketmq5 import route
 from raftmq.node.rocketmq5.calls import client_id, v2_rpc
+from raftmq.node.rocketmq5.check_relay import CheckRelay
 from raftmq.node.rocketmq5.consumer import ConsumerRpcs
 from raftmq.node.rocketmq5.producer import ProducerRpcs, _topic_error
 from raftmq.node.rocketmq5.status import V2Error, ok, status
@@ -39,6 +40,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         self.messaging = messaging
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
+        self.check_relay = CheckRelay(node, self.clients)  # checks for producers connected to a follower
 
     # ------------------------------------------------------------------ route
     @v2_rpc("QueryRoute")
@@ -102,7 +104,8 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
             yield v2s.TelemetryCommand(status=status(v2.CLIENT_ID_REQUIRED,
                                                      "the client id header (x-mq-client-id) is missing"))
             return
-        stream = self.clients.open_stream(cid, context.peer())
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        stream = self.clients.open_stream(cid, context.peer(), metadata)
         reader = asyncio.get_running_loop().create_task(self._read_telemetry(request_iterator, stream))
         try:
             while True:

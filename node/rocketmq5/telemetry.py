@@ -32,6 +32,7 @@ class TelemetryStream:
 
     client_id: str
     peer: str
+    metadata: dict[str, str] = field(default_factory=dict)  # the call's (credentials, for relayed calls)
     stream_id: int = field(default_factory=lambda: next(_stream_ids))
     settings: v2.Settings | None = None
     outbox: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
@@ -93,8 +94,8 @@ class ClientRegistry:
     def clients(self) -> list[ClientInfo]:
         return list(self._clients.values())
 
-    def open_stream(self, client_id: str, peer: str) -> TelemetryStream:
-        stream = TelemetryStream(client_id, peer)
+    def open_stream(self, client_id: str, peer: str, metadata: dict[str, str] | None = None) -> TelemetryStream:
+        stream = TelemetryStream(client_id, peer, dict(metadata or {}))
         self._info(client_id).streams.append(stream)
         return stream
 
@@ -123,6 +124,11 @@ class ClientRegistry:
     def terminate(self, client_id: str) -> ClientInfo | None:
         """The client said goodbye: forget it (its streams end when it cancels them)."""
         return self._clients.pop(client_id, None)
+
+    def published_topics(self) -> set[str]:
+        """Topics some producer with an open stream publishes to."""
+        return {t for info in self._clients.values() for s in info.streams if s.client_type == v2.PRODUCER
+                for t in s.publishing_topics()}
 
     def producer_streams(self, topic: str) -> list[TelemetryStream]:
         """Open streams of producers that publish to ``topic``."""

@@ -1,0 +1,87 @@
+"""The official RocketMQ 5 Python Producer against a 3-member raftmq group: the client knows only its access
+point (the members' addresses); followers relay its writes to the leader, a leader SIGKILL mid-stream loses no
+acknowledged message, and what it sent is readable by raftmq's own CLI (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.rocketmq5.raftmq_side import create_topic, leader_of, read_keys
+from tests.support.processes import REPO_ROOT, running_nodes
+
+pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+
+STORE = {"transaction_timeout_ms": 1000, "transaction_check_interval_ms": 300}
+
+
+def _plan(nodes, topics, steps, **kw):
+    return {"endpoints": ";".join(n.grpc_address for n in nodes), "topics": topics, "steps": steps, **kw}
+
+
+def _consume_with_cli(node, topic: str, expected: int) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "raftmq.client", "--server", node.grpc_address, "consume", "cli",
+                          topic, "--from-beginning", "--max", str(expected), "--idle-timeout", "20", "--json"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_sends_and_transactions_through_any_member_are_readable_by_raftmqs_cli(tmp_path, run_driver):
+    with running_nodes(tmp_path, 3, store=STORE) as nodes:
+        create_topic(leader_of(nodes), "orders")
+        # the client's channel goes to the first address that answers: put a follower first, so every call
+        # (sends, telemetry, transaction ends, checker answers) goes through a member that relays to the leader
+        leader = leader_of(nodes)
+        followers = [n for n in nodes if n is not leader]
+        steps = [{"op": "send", "topic": "orders", "body": f"m-{i}", "tag": "T", "keys": [f"k{i}"]} for i in range(5)]
+        steps += [{"op": "send", "topic": "orders", "body": f"fifo-{i}", "group": "g"} for i in range(3)]
+        steps += [{"op": "tx", "topic": "orders", "body": "tx-commit", "end": "commit"},
+                  {"op": "tx", "topic": "orders", "body": "tx-rollback", "end": "rollback"},
+                  {"op": "tx", "topic": "orders", "body": "tx-orphan", "end": "none"},
+                  {"op": "wait_checks", "n": 1, "timeout": 60},
+                  {"op": "sleep", "seconds": 1}]
+        plan = _plan(followers, ["orders"], steps, checker="commit")
+        lines = run_driver("producer.py", plan).all()
+        sent = [x for x in lines if x["op"] in ("send", "tx")]
+        assert all(x["ok"] for x in sent), lines
+        assert next(x for x in lines if x["op"] == "wait_checks")["ok"], lines
+        visible = [x["message_id"] for x in sent if x.get("op") == "send"] + [sent[5 + 3]["message_id"],
+                                                                              sent[5 + 3 + 2]["message_id"]]
+        for n in nodes:  # every member has them (each runs its own reput over the same commit log)
+            read_keys(n, "orders", visible)
+        consumed = _consume_with_cli(followers[0], "orders", len(visible))
+        assert sorted(m["uniq_key"] for m in consumed) == sorted(visible)
+        assert "tx-rollback" not in {m["body"] for m in consumed}
+
+
+def test_a_leader_sigkill_mid_stream_loses_no_acknowledged_send(tmp_path, run_driver):
+    with running_nodes(tmp_path, 3) as nodes:
+        leader = leader_of(nodes)
+        create_topic(leader, "stream")
+        # the leader's own address first: the client is connected to the member that dies
+        ordered = [leader] + [n for n in nodes if n is not leader]
+        d = run_driver("producer.py", _plan(ordered, ["stream"], [
+            {"op": "stream", "topic": "stream", "count": 300, "prefix": "s"}], request_timeout=5))
+        d.until("started", timeout=60)
+        acked = []
+        while len(acked) < 40:
+            line = d.until("stream", timeout=60)
+            if line["ok"]:
+                acked.append(line)
+        leader.kill()
+        rest = d.all(timeout=300)
+        acked += [x for x in rest if x["op"] == "stream" and x["ok"]]
+        failed = [x for x in rest if x["op"] == "stream" and not x["ok"]]
+        survivors = [n for n in nodes if n is not leader]
+        print(f"acknowledged {len(acked)}, refused {len(failed)} (e.g. {failed[:1]})")
+        assert len(acked) > 40 + len(failed), (len(acked), failed[:5])  # the stream went on after the kill
+        new_leader = leader_of(survivors)
+        stored = read_keys(new_leader, "stream", [x["message_id"] for x in acked], timeout=60)
+        by_body = {m.body.decode() for m in stored.values()}
+        assert {x["body"] for x in acked} <= by_body
+        assert len({(m.queue_id, m.queue_offset) for m in stored.values()}) == len(stored)
