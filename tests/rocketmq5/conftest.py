@@ -69,10 +69,13 @@ def rmq5_python() -> Path:
 class Driver:
     """One driver process: its JSON lines arrive on a queue as they are printed."""
 
-    def __init__(self, python: Path, script: str, plan: dict[str, Any], home: Path):
+    def __init__(self, python: Path, script: str, plan: dict[str, Any], home: Path,
+                 env: dict[str, str] | None = None):
         home.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env["HOME"] = str(home)  # the client writes ~/logs/rocketmq_python/ there
+        full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        full_env["HOME"] = str(home)  # the client writes ~/logs/rocketmq_python/ there
+        full_env.update(env or {})
+        env = full_env
         self.log = home / "driver.stderr"
         self._stderr = open(self.log, "wb")
         self.proc = subprocess.Popen([str(python), str(DRIVERS / script), json.dumps(plan)], cwd=home, env=env,
@@ -142,11 +145,11 @@ class Driver:
 
 @pytest.fixture
 def run_driver(rmq5_python, tmp_path) -> Iterator:
-    """``run_driver(script, plan) -> Driver``; every driver is killed at the end of the test."""
+    """``run_driver(script, plan, env=None) -> Driver``; every driver is killed at the end of the test."""
     started: list[Driver] = []
 
-    def run(script: str, plan: dict[str, Any]) -> Driver:
-        d = Driver(rmq5_python, script, plan, tmp_path / f"client-home-{len(started)}")
+    def run(script: str, plan: dict[str, Any], env: dict[str, str] | None = None) -> Driver:
+        d = Driver(rmq5_python, script, plan, tmp_path / f"client-home-{len(started)}", env)
         started.append(d)
         return d
 

@@ -87,7 +87,7 @@ def main():
     config = ClientConfiguration(plan["endpoints"], Credentials(plan.get("ak", ""), plan.get("sk", "")),
                                  request_timeout=plan.get("request_timeout", 3))
     checker = Checker(plan["checker"]) if plan.get("checker") else None
-    producer = Producer(config, tuple(plan["topics"]), checker=checker)
+    producer = Producer(config, tuple(plan["topics"]), checker=checker, tls_enable=bool(plan.get("tls")))
     producer.startup()
     emit(op="started")
     try:
