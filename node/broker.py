@@ -258,7 +258,8 @@ class Broker:
         n = self.config.node
         default = parse_policy(n.max_delivery_attempts, n.retry_backoff, "node")
         groups = {g: parse_policy(o.get("max_delivery_attempts", default.max_delivery_attempts),
-                                  o.get("retry_backoff", n.retry_backoff), f"node.group_policies.{g}")
+                                  o.get("retry_backoff", n.retry_backoff), f"node.group_policies.{g}",
+                                  o.get("fifo", False))
                   for g, o in n.group_policies.items()}
         return PopCore(self.store, self.write_path, default_policy=default, group_policies=groups,
                        max_inflight_per_queue=n.pop_max_inflight_per_queue)

@@ -660,12 +660,13 @@ def _pop_problems(n: NodeSection) -> list[str]:
         return out + ["node.group_policies: must be a mapping {group: {max_delivery_attempts, retry_backoff}}"]
     for group, o in n.group_policies.items():
         where = f"node.group_policies.{group}"
-        if not isinstance(o, dict) or set(o) - {"max_delivery_attempts", "retry_backoff"}:
-            out.append(f"{where}: must be a mapping with max_delivery_attempts and/or retry_backoff, got {o!r}")
+        if not isinstance(o, dict) or set(o) - {"max_delivery_attempts", "retry_backoff", "fifo"}:
+            out.append(f"{where}: must be a mapping with max_delivery_attempts, retry_backoff and/or fifo, got {o!r}")
             continue
         try:
             parse_policy(o.get("max_delivery_attempts", n.max_delivery_attempts), o.get("retry_backoff",
-                                                                                         n.retry_backoff), where)
+                                                                                         n.retry_backoff), where,
+                         o.get("fifo", False))
         except ValueError as e:
             out.append(str(e))
     return out
@@ -739,7 +740,7 @@ def sample_yaml() -> str:
             "max_delivery_attempts": "pop: deliveries of a message before it moves to %DLQ%<group>",
             "retry_backoff": "pop: a nacked message is visible again after delay N (N = its attempt)",
             "pop_max_inflight_per_queue": "pop: unacked messages per group and queue (then the queue waits)",
-            "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s'}} per-group overrides",
+            "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s', fifo: true}} per group",
             "rocketmq5_max_delay_seconds": "RocketMQ 5 clients: latest delivery time of a DELAY message (from now)",
         },
         "cluster": {

@@ -144,7 +144,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
             if pop is not None and group:
                 policy = pop.policy(group)
                 kw = {"max_attempts": policy.max_delivery_attempts, "backoff_ms": policy.retry_backoff_ms,
-                      "fifo": bool(getattr(policy, "fifo", False))}
+                      "fifo": policy.fifo}
         else:
             self.producer_settings_applied(stream)
         return settings_reply(settings, max_body_size=node.store_config.max_message_size, **kw)

@@ -24,7 +24,8 @@ CLIENT = (("x-mq-client-id", "test@1@0@abc"), ("x-mq-protocol", "GRPC_V2"))
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("v2")) as nodes:
+    policies = {"ordered": {"fifo": True, "max_delivery_attempts": 3, "retry_backoff": "1s 2s"}}
+    with running_nodes(tmp_path_factory.mktemp("v2"), node={"group_policies": policies}) as nodes:
         create_topic(nodes[0], "t")
         yield nodes[0]
 
@@ -141,3 +142,20 @@ def test_telemetry_answers_settings_with_ok_and_the_body_limit_and_stays_open(st
     bare = next(stub.Telemetry(iter([v2s.TelemetryCommand(settings=settings)]), timeout=10))
     assert bare.status.code == v2.CLIENT_ID_REQUIRED
     call.cancel()
+
+
+@pytest.mark.parametrize(("group", "fifo", "attempts", "backoff_s"), [
+    ("ordered", True, 3, [1, 2]),
+    ("anyone", False, 16, [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]),
+])
+def test_consumer_settings_carry_the_groups_policy(stub, group, fifo, attempts, backoff_s):
+    settings = v2.Settings(client_type=v2.PUSH_CONSUMER, subscription=v2.Subscription(group=v2.Resource(name=group)))
+    call = stub.Telemetry(iter([v2s.TelemetryCommand(settings=settings)]), metadata=CLIENT, timeout=10)
+    reply = next(call)
+    call.cancel()
+    assert reply.status.code == v2.OK
+    sub = reply.settings.subscription
+    assert sub.fifo is fifo and sub.long_polling_timeout.seconds == 20 and sub.group.name == group
+    policy = reply.settings.backoff_policy
+    assert policy.max_attempts == attempts
+    assert [d.seconds for d in policy.customized_backoff.next] == backoff_s
