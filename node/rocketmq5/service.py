@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+STOP_POLL_SECONDS = 0.1
+
 
 class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServicer):
     """One per node; ``messaging`` is raftmq's own MessagingService (its write path is the one sends take)."""
@@ -41,6 +43,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
         self.check_relay = CheckRelay(node, self.clients)  # checks for producers connected to a follower
+        self._stop_watch = asyncio.get_running_loop().create_task(self._end_streams_on_stop())
 
     # ------------------------------------------------------------------ route
     @v2_rpc("QueryRoute")
@@ -117,6 +120,15 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
             reader.cancel()
             self.producer_stream_closed(stream)
             self.clients.close_stream(stream)
+
+    async def _end_streams_on_stop(self) -> None:
+        """SIGTERM: end every Telemetry stream (the clients reconnect elsewhere), or the node's graceful stop
+        would wait its whole grace period for streams that never end by themselves."""
+        while not self.node._stopping:
+            await asyncio.sleep(STOP_POLL_SECONDS)
+        for info in self.clients.clients():
+            for stream in info.streams:
+                stream.push(None)
 
     async def _read_telemetry(self, request_iterator, stream: TelemetryStream) -> None:
         try:

@@ -118,3 +118,14 @@ def test_transactions_commit_rollback_and_an_orphan_answered_by_the_checker(tmp_
                            "both committed messages", timeout=30)
         assert sorted(m.body.decode() for m in visible) == ["committed", "orphan"]
         assert {m.uniq_key for m in visible} == {txs[0]["message_id"], txs[2]["message_id"]}
+
+
+def test_a_node_stops_promptly_with_clients_connected(tmp_path, run_driver):
+    """Telemetry streams never end by themselves: SIGTERM must end them, or the stop would wait out the whole
+    grace period (set far beyond the stop's own timeout here)."""
+    with running_nodes(tmp_path, node={"shutdown_grace_seconds": 300}) as nodes:
+        create_topic(nodes[0], "demo")
+        d = run_driver("producer.py", _plan(nodes, ["demo"], [{"op": "send", "topic": "demo", "body": "x"},
+                                                              {"op": "sleep", "seconds": 120}]))
+        assert d.until("send")["ok"]
+        assert nodes[0].stop(timeout=60) == 0
