@@ -2,12 +2,12 @@
 
     python producer.py '<plan as JSON>'
 
-The plan: {"endpoints": "h:p;h:p", "topics": [...], "checker": "commit"|"rollback"|"unknown"|null,
+The plan: {"endpoints": "h:p;h:p", "topics": [...], "checker": "commit"|"rollback"|{body: answer}|null,
 "ak": "", "sk": "", "steps": [...]}. Each step prints one JSON line (stdout, flushed) with what happened, so the
 test asserts on the client's own view: its receipts, its exceptions, its checker calls. Steps:
   {"op": "send", "topic", "body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?, "body_size"?}
   {"op": "tx", "topic", "body", "end": "commit" | "rollback" | "none"}
-  {"op": "wait_checks", "n", "timeout"}     wait until the checker has been asked n times
+  {"op": "wait_checks", "body", "timeout"}  wait until the checker has been asked about the message with body
   {"op": "stream", "topic", "count", "prefix"}  send count messages one by one; one line per outcome
   {"op": "sleep", "seconds"}
 This file must not import raftmq (the client brings its own apache.rocketmq.v2 stubs: a second copy in the same
@@ -41,13 +41,15 @@ class Checker(TransactionChecker):
         self.answer = answer
 
     def check(self, message):
-        with checks_lock:
-            checks.append(message.message_id)
-            checks_lock.notify_all()
-        emit(op="check", message_id=message.message_id, topic=message.topic, body=message.body.decode(),
+        body = message.body.decode()
+        emit(op="check", message_id=message.message_id, topic=message.topic, body=body,
              properties=dict(message.properties or {}))
+        with checks_lock:
+            checks.append(body)
+            checks_lock.notify_all()
+        answer = self.answer.get(body, "unknown") if isinstance(self.answer, dict) else self.answer
         return {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK}.get(
-            self.answer, TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+            answer, TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
 
 
 def message_of(step):
@@ -107,9 +109,9 @@ def main():
                 except Exception as e:
                     emit(op="tx", **failure(e))
             elif op == "wait_checks":
-                want = step["n"]
+                want = step.get("body")
                 with checks_lock:
-                    ok = checks_lock.wait_for(lambda n=want: len(checks) >= n, step.get("timeout", 60))
+                    ok = checks_lock.wait_for(lambda b=want: b in checks, step.get("timeout", 60))
                 emit(op="wait_checks", ok=ok, checks=len(checks))
             elif op == "stream":
                 for i in range(step["count"]):
