@@ -142,10 +142,12 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
     # ------------------------------------------------------------------ outcome
     @rpc_handler("EndTransaction")
     async def EndTransaction(self, request: pb.EndTransactionRequest, context):  # noqa: N802
-        result = await self._end(request)
+        result = await self.end(request)
         return pb.EndTransactionResponse(result=result) if result is not None else pb.EndTransactionResponse()
 
-    async def _end(self, request: pb.EndTransactionRequest) -> pb.SendResult | None:
+    async def end(self, request: pb.EndTransactionRequest) -> pb.SendResult | None:
+        """Commit or roll back one transaction: the one outcome path of raftmq's EndTransaction, its check
+        answers and RocketMQ 5's EndTransaction (node.rocketmq5.producer)."""
         node = self.node
         check_group_name(request.producer_group)
         if not request.transaction_id:
@@ -255,7 +257,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
                 if not answer.producer_group:
                     answer.producer_group = checker.group
                 try:
-                    await self._end(answer)
+                    await self.end(answer)
                 except Exception as exc:  # an answer for a finished transaction, or leadership moved
                     err = to_rpc_error(exc)
                     log.info("check answer for transaction %s not applied: %s", answer.transaction_id,

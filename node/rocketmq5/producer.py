@@ -94,7 +94,7 @@ class ProducerRpcs:
         try:
             msgs = await self.messaging.prepare([o.message for o in outgoing], born_host)
         except RpcError as e:
-            raise _topic_error(e, topic) from None
+            raise as_topic_not_found(e, topic, node) from None
         for o, m in zip(outgoing, msgs, strict=True):
             m.properties.update(o.system_properties)
             if o.deliver_at_ms is not None and o.deliver_at_ms > now_ms:
@@ -112,7 +112,7 @@ class ProducerRpcs:
             result, _half = await node.transactions.store_half(o.message, o.message.topic, born_host,
                                                                o.system_properties)
         except RpcError as e:
-            raise _topic_error(e, o.message.topic) from None
+            raise as_topic_not_found(e, o.message.topic, node) from None
         return v2s.SendMessageResponse(status=ok(), entries=[v2s.SendResultEntry(
             status=ok(), message_id=o.message_id, transaction_id=result.msg_id, offset=result.queue_offset)])
 
@@ -134,7 +134,7 @@ class ProducerRpcs:
         end = pb.EndTransactionRequest(producer_group=topic, transaction_id=request.message_id,
                                        msg_id=request.transaction_id, resolution=resolution)
         try:
-            await self.node.transactions._end(end)
+            await self.node.transactions.end(end)
         except RpcError as e:
             if e.leader:  # not the leader: relayed by v2_rpc
                 raise
@@ -160,10 +160,9 @@ class ProducerRpcs:
             self.node.transactions.remove_checker(c)
 
 
-def _topic_error(e: RpcError, topic: str) -> Exception:
+def as_topic_not_found(e: RpcError, topic: str, node: Broker) -> Exception:
     """raftmq's unknown-topic refusal as TOPIC_NOT_FOUND; anything else unchanged."""
-    if e.code == grpc.StatusCode.NOT_FOUND and not e.leader and "does not exist" in e.message \
-            and "queue" not in e.message:
+    if e.code == grpc.StatusCode.NOT_FOUND and not e.leader and node.topic_config(topic) is None:
         return V2Error(v2.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist; create it first (`raftmq topic create "
                        f"{topic}`) or turn on node.auto_create_topics")
     return e

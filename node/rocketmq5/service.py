@@ -17,7 +17,7 @@ from raftmq.node.rocketmq5 import route
 from raftmq.node.rocketmq5.calls import client_id, v2_rpc
 from raftmq.node.rocketmq5.check_relay import CheckRelay
 from raftmq.node.rocketmq5.consumer import ConsumerRpcs
-from raftmq.node.rocketmq5.producer import ProducerRpcs, _topic_error
+from raftmq.node.rocketmq5.producer import ProducerRpcs, as_topic_not_found
 from raftmq.node.rocketmq5.status import V2Error, ok, status
 from raftmq.node.rocketmq5.telemetry import ClientRegistry, TelemetryStream, settings_reply
 from raftmq.node.validation import ValidationError, check_topic_name, is_system_topic
@@ -59,12 +59,12 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
             try:
                 cfg = await node.writable_topic(name)  # auto-creates, as a first send through raftmq's API would
             except RpcError as e:
-                raise _topic_error(e, name) from None
+                raise as_topic_not_found(e, name, node) from None
         if cfg is None:
             try:
                 cfg = node.existing_topic(name)  # a follower's lagging table: relayed to the leader
             except RpcError as e:
-                raise _topic_error(e, name) from None
+                raise as_topic_not_found(e, name, node) from None
         members = [m.grpc for m in node.config.members] or [node.config.advertised_address]
         endpoints = route.route_endpoints(request.endpoints, members)
         if not endpoints.addresses:
