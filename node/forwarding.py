@@ -69,7 +69,7 @@ def _methods() -> dict[str, tuple[str, Any]]:
 
     for service in service_pb2.DESCRIPTOR.services_by_name.values():
         for m in service.methods:
-            if not (m.client_streaming or m.server_streaming):
+            if not m.client_streaming:  # unary (forward) and server-streaming (forward_stream) ones
                 path = f"/{service.full_name}/{m.name}"
                 out[path] = (path, getattr(service_pb2, m.output_type.name))
     return out
@@ -151,6 +151,23 @@ class Forwarder:
         self.forwarded += 1
         try:
             return await call(request, timeout=timeout, metadata=tuple(md))
+        except grpc.aio.AioRpcError as e:
+            raise self._translate(e, leader) from None
+
+    async def forward_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext, leader: str):
+        """A server-streaming call relayed to the leader (issue 13: RocketMQ 5's ReceiveMessage): the leader's
+        responses as they come; failures as in ``forward``."""
+        path, response_cls = self._methods[method]
+        leader = await self._live_leader(leader, context)
+        call = self.channel(leader).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                                                 response_deserializer=response_cls.FromString)
+        md = self.relay_metadata(_metadata(context)) + [(FORWARDED_FOR_KEY, context.peer())]
+        remaining = context.time_remaining()
+        timeout = None if remaining is None else max(0.05, remaining - _ANSWER_MARGIN_S)
+        self.forwarded += 1
+        try:
+            async for response in call(request, timeout=timeout, metadata=tuple(md)):
+                yield response
         except grpc.aio.AioRpcError as e:
             raise self._translate(e, leader) from None
 

@@ -128,3 +128,65 @@ def v2_rpc(name: str, *, needs_ready: bool = True):
         return wrapper
 
     return deco
+
+
+def v2_stream(name: str, *, needs_ready: bool = True):
+    """``v2_rpc`` for a server-streaming handler (an async generator, e.g. ReceiveMessage): a refusal becomes
+    one response carrying the ``Status``; a not-the-leader refusal before the first response relays the whole
+    call to the leader and streams its responses back."""
+    path = method_path(name)
+    response_cls = response_class(name)
+    metric = METRIC_PREFIX + name
+
+    def deco(fn: Callable[..., Any]):
+        @functools.wraps(fn)
+        async def wrapper(self, request, context: grpc.aio.ServicerContext):
+            node = self.node
+            t0 = time.perf_counter()
+            code = "OK"
+            started = False
+            node.rpcs_in_flight += 1
+            node.last_rpc_started = time.monotonic()
+            try:
+                try:
+                    if needs_ready:
+                        node.check_serving()
+                    async for response in fn(self, request, context):
+                        started = True
+                        yield response
+                    return
+                except asyncio.CancelledError:
+                    code = "CANCELLED"
+                    raise
+                except V2Error as e:
+                    code = v2.Code.Name(e.code)
+                    yield response_cls(status=e.status())
+                    return
+                except Exception as exc:
+                    if isinstance(exc, grpc.aio.AbortError):
+                        raise
+                    err = to_rpc_error(exc)
+                    if err is None:
+                        log.exception("%s (RocketMQ 5 API) failed unexpectedly", name)
+                        err = RpcError(grpc.StatusCode.INTERNAL,
+                                       f"internal error: {type(exc).__name__}: {exc} (see the node log)")
+                forwarder = getattr(node, "forwarder", None)
+                if not started and forwarder is not None and forwarder.should_forward(path, err, context):
+                    try:
+                        async for response in forwarder.forward_stream(path, request, context, err.leader):
+                            started = True
+                            yield response
+                        code = "FORWARDED"
+                        return
+                    except RpcError as relayed:
+                        err = relayed
+                status = from_rpc_error(err)
+                code = v2.Code.Name(status.code)
+                yield response_cls(status=status)
+            finally:
+                node.rpcs_in_flight -= 1
+                node.metrics.record_rpc(metric, code, time.perf_counter() - t0)
+
+        return wrapper
+
+    return deco

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raftmq.node.rocketmq5.calls import v2_rpc
+from raftmq.node.rocketmq5.calls import v2_rpc, v2_stream
 from raftmq.node.rocketmq5.status import V2Error, status
 from raftmq.rocketmq.v2 import definition_pb2 as v2
 from raftmq.rocketmq.v2 import service_pb2 as v2s
@@ -29,7 +29,9 @@ class ConsumerRpcs:
     async def QueryAssignment(self, request, context):  # noqa: N802
         raise V2Error(v2.NOT_IMPLEMENTED, _NOT_YET)
 
+    @v2_stream("ReceiveMessage")
     async def ReceiveMessage(self, request, context):  # noqa: N802
+        self.node.check_leader()  # pops happen on the leader: a follower relays the whole stream (calls.v2_stream)
         yield v2s.ReceiveMessageResponse(status=status(v2.NOT_IMPLEMENTED, _NOT_YET))
 
     @v2_rpc("AckMessage")
@@ -44,6 +46,7 @@ class ConsumerRpcs:
     async def ForwardMessageToDeadLetterQueue(self, request, context):  # noqa: N802
         raise V2Error(v2.NOT_IMPLEMENTED, _NOT_YET)
 
+    @v2_stream("PullMessage")
     async def PullMessage(self, request, context):  # noqa: N802
         yield v2s.PullMessageResponse(status=status(v2.NOT_IMPLEMENTED, _NOT_YET))
 
