@@ -18,11 +18,11 @@ def _plan(nodes, topics, steps, **kw):
     return {"endpoints": ";".join(n.grpc_address for n in nodes), "topics": topics, "steps": steps, **kw}
 
 
-def test_normal_sends_are_stored_with_tag_keys_properties_and_the_clients_id(tmp_path, run_driver):
+def test_normal_sends_sync_and_async_are_stored_with_tag_keys_properties_and_the_clients_id(tmp_path, run_driver):
     with running_nodes(tmp_path) as nodes:
         create_topic(nodes[0], "demo")
         steps = [{"op": "send", "topic": "demo", "body": f"hello-{i}", "tag": "TagA", "keys": [f"k{i}", "common"],
-                  "props": {"color": "red"}} for i in range(5)]
+                  "props": {"color": "red"}, "async": i % 2 == 1} for i in range(5)]
         lines = run_driver("producer.py", _plan(nodes, ["demo"], steps)).all()
         sends = [x for x in lines if x["op"] == "send"]
         assert [s["ok"] for s in sends] == [True] * 5, sends
@@ -132,3 +132,16 @@ def test_a_node_stops_promptly_with_clients_connected(tmp_path, run_driver):
                                                               {"op": "sleep", "seconds": 120}]))
         assert d.until("send")["ok"]
         assert nodes[0].stop(timeout=60) == 0
+
+
+def test_bad_sends_fail_in_the_client_with_the_reason(tmp_path, run_driver):
+    with running_nodes(tmp_path) as nodes:
+        create_topic(nodes[0], "demo")
+        steps = [{"op": "send", "topic": "demo", "body_size": 64 * 1024 + 1},  # our limit, from the settings
+                 {"op": "send", "topic": "missing", "body": "x"},
+                 {"op": "send", "topic": "demo", "body": "fine"}]
+        lines = run_driver("producer.py", _plan(nodes, ["demo", "missing"], steps)).all()
+        big, missing, fine = [x for x in lines if x["op"] == "send"]
+        assert not big["ok"] and "65536" in big["message"], big
+        assert not missing["ok"] and "missing" in missing["message"], missing
+        assert fine["ok"], fine

@@ -5,7 +5,7 @@
 The plan: {"endpoints": "h:p;h:p", "topics": [...], "checker": "commit"|"rollback"|{body: answer}|null,
 "ak": "", "sk": "", "steps": [...]}. Each step prints one JSON line (stdout, flushed) with what happened, so the
 test asserts on the client's own view: its receipts, its exceptions, its checker calls. Steps:
-  {"op": "send", "topic", "body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?, "body_size"?}
+  {"op": "send", "topic", "body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?, "body_size"?, "async"?}
   {"op": "tx", "topic", "body", "end": "commit" | "rollback" | "none"}
   {"op": "wait_checks", "body", "timeout"}  wait until the checker has been asked about the message with body
   {"op": "stream", "topic", "count", "prefix"}  send count messages one by one; one line per outcome
@@ -78,7 +78,8 @@ def failure(e):
 
 def send(producer, step):
     try:
-        r = producer.send(message_of(step))
+        m = message_of(step)
+        r = producer.send_async(m).result(timeout=30) if step.get("async") else producer.send(m)
         return {"ok": True, "message_id": r.message_id, "offset": r.offset, "queue": r.message_queue.message_queue0().id}
     except Exception as e:  # the client's own exception is what the test looks at
         return failure(e)
