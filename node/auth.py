@@ -525,29 +525,63 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return cached[1]
 
 
+V2_SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
+
+
+def _v2_refusal(method: str) -> Callable[[bool, str], Any] | None:
+    """RocketMQ 5 clients read refusals from the answer's Status (gRPC status OK), as from RocketMQ's proxy:
+    for a v2 method, (authenticated?, message) -> the answer carrying UNAUTHORIZED / FORBIDDEN."""
+    if not method.startswith(V2_SERVICE_PREFIX):
+        return None
+    from raftmq.rocketmq.v2 import definition_pb2 as v2
+    from raftmq.rocketmq.v2 import service_pb2 as v2s
+
+    name = method[len(V2_SERVICE_PREFIX):]
+    service = v2s.DESCRIPTOR.services_by_name["MessagingService"]
+    response_cls = getattr(v2s, service.methods_by_name[name].output_type.name)
+
+    def refusal(authenticated: bool, message: str) -> Any:
+        return response_cls(status=v2.Status(code=v2.FORBIDDEN if authenticated else v2.UNAUTHORIZED,
+                                             message=message))
+
+    return refusal
+
+
 def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> grpc.RpcMethodHandler:
-    async def check(request: Any, context: Any) -> None:
+    v2_refusal = _v2_refusal(method)
+
+    async def check(request: Any, context: Any) -> Any:
+        """None when the call may go on; else the refusal answer (RocketMQ 5 methods) or abort."""
         principal, failure = _call_auth.get()
         if principal is None:
             audit("unauthenticated", method=method, peer=_peer(context), reason=failure)
+            if v2_refusal is not None:
+                return v2_refusal(False, f"unauthenticated: {failure}")
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"unauthenticated: {failure}")
         try:
             auth.authorize(principal, method, request)
         except AccessDenied as e:
             audit("denied", user=e.user, action=e.action, resource=e.resource, method=method, peer=_peer(context))
+            if v2_refusal is not None:
+                return v2_refusal(True, str(e))
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
         current_principal.set(principal)
+        return None
 
     async def checked_stream(requests, context):
         async for req in requests:
-            await check(req, context)
+            refused = await check(req, context)
+            if refused is not None:  # a RocketMQ 5 client's stream: it reads the refusal, then reconnects
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, refused.status.message)
             yield req
 
     if handler.unary_unary:
         inner = handler.unary_unary
 
         async def unary_unary(request, context):
-            await check(request, context)
+            refused = await check(request, context)
+            if refused is not None:
+                return refused
             return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, handler.request_deserializer,
@@ -556,7 +590,10 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> g
         inner_us = handler.unary_stream
 
         async def unary_stream(request, context):
-            await check(request, context)
+            refused = await check(request, context)
+            if refused is not None:
+                yield refused
+                return
             async for resp in _as_async_iter(inner_us(request, context)):
                 yield resp
 
@@ -567,7 +604,9 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> g
 
         async def stream_unary(requests, context):
             if _call_auth.get()[0] is None:
-                await check(None, context)
+                refused = await check(None, context)
+                if refused is not None:
+                    return refused
             return await inner_su(checked_stream(requests, context), context)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer,
@@ -576,7 +615,10 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator) -> g
 
     async def stream_stream(requests, context):
         if _call_auth.get()[0] is None:
-            await check(None, context)
+            refused = await check(None, context)
+            if refused is not None:  # RocketMQ 5's Telemetry: the refusal as the stream's one command
+                yield refused
+                return
         async for resp in _as_async_iter(inner_ss(checked_stream(requests, context), context)):
             yield resp
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from raftmq.node.errors import RpcError
 from raftmq.node.rocketmq5 import route
-from raftmq.node.rocketmq5.calls import client_id, v2_rpc
+from raftmq.node.rocketmq5.calls import client_id, method_path, v2_rpc
 from raftmq.node.rocketmq5.check_relay import CheckRelay
 from raftmq.node.rocketmq5.consumer import ConsumerRpcs
 from raftmq.node.rocketmq5.producer import ProducerRpcs, as_topic_not_found
@@ -55,7 +55,8 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         except ValidationError as e:
             raise V2Error(v2.ILLEGAL_TOPIC, str(e)) from None
         cfg = node.topic_config(name)
-        if cfg is None and node.config.node.auto_create_topics and not is_system_topic(name):
+        if cfg is None and node.config.node.auto_create_topics and not is_system_topic(name) \
+                and self._may_publish(name):
             try:
                 cfg = await node.writable_topic(name)  # auto-creates, as a first send through raftmq's API would
             except RpcError as e:
@@ -72,6 +73,24 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
                           "has no advertised address (node.advertised_address)")
         return v2s.QueryRouteResponse(status=ok(), message_queues=route.message_queues(
             request.topic, cfg, node.config.cluster.name, endpoints))
+
+    def _may_publish(self, topic: str) -> bool:
+        """Whether the caller could send to ``topic`` (a route auto-creates a topic only for such a caller, as a
+        first send through raftmq's own API would)."""
+        auth = self.node.auth
+        if auth is None:
+            return True
+        from raftmq.node.auth import AccessDenied, current_principal
+
+        principal = current_principal.get()
+        if principal is None:
+            return False
+        try:
+            auth.authorize(principal, method_path("SendMessage"),
+                           v2s.SendMessageRequest(messages=[v2.Message(topic=v2.Resource(name=topic))]))
+        except AccessDenied:
+            return False
+        return True
 
     # ------------------------------------------------------------------ client lifecycle
     @v2_rpc("Heartbeat")

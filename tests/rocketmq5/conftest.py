@@ -129,11 +129,15 @@ class Driver:
         assert code == 0, f"driver exited {code}:\n{self.diagnostics()}"
         return out
 
+    def client_log(self) -> str:
+        """The client's own log file (it writes ~/logs/rocketmq_python/rocketmq_client.log)."""
+        path = Path(self.log.parent, "logs", "rocketmq_python", "rocketmq_client.log")
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def diagnostics(self) -> str:
         self._stderr.flush()
         err = self.log.read_text(errors="replace")[-4000:]
-        client_log = Path(self.log.parent, "logs", "rocketmq_python", "rocketmq_client.log")
-        tail = client_log.read_text(errors="replace")[-4000:] if client_log.exists() else "(no client log)"
+        tail = self.client_log()[-4000:] or "(no client log)"
         return f"--- stderr\n{err}\n--- client log\n{tail}"
 
     def close(self) -> None:

@@ -37,9 +37,12 @@ def test_tls_and_credentials(tmp_path, run_driver):
         lines = run_driver("producer.py", plan, env).all()
         sent = [x for x in lines if x["op"] == "send"]
         assert len(sent) == 3 and all(x["ok"] for x in sent), lines
-        wrong = run_driver("producer.py", {**plan, "sk": "not-the-secret"}, env).all()
+        wrong_driver = run_driver("producer.py", {**plan, "sk": "not-the-secret"}, env)
+        wrong = wrong_driver.all()
         refused = [x for x in wrong if x["op"] == "send"]
         assert refused and not any(x["ok"] for x in refused), wrong
+        # the refusal reaches the client as RocketMQ's UNAUTHORIZED (40100) status, with our reason
+        assert "40100, unauthenticated: signature does not match" in wrong_driver.client_log()
         # read back through raftmq's own API, over the same TLS port, signed
         channel = grpc.secure_channel(node.grpc_address, grpc.ssl_channel_credentials(ca.cert_file.read_bytes()))
         stub = pb_grpc.MessagingServiceStub(channel)
@@ -56,7 +59,34 @@ def test_tls_and_credentials(tmp_path, run_driver):
 
         got = wait_for(stored, "the 3 messages over TLS", timeout=30)
         assert sorted(m.uniq_key for m in got) == sorted(x["message_id"] for x in sent)
+        # a user allowed to publish to one topic only: the rule is checked on the v2 request's topic
+        acl = pb_grpc.AclServiceStub(channel)
+        acl.PutAclUser(pb.PutAclUserRequest(access_key="alice", secret_key="alice-secret"),
+                       metadata=signed_headers(AK, SK), timeout=10)
+        acl.AddAclRule(pb.AddAclRuleRequest(access_key="alice", rule=pb.AclRule(
+            effect="allow", actions=["PUB"], resources=["topic:secure"])), metadata=signed_headers(AK, SK), timeout=10)
+        alice = {**plan, "ak": "alice", "sk": "alice-secret", "topics": ["secure", "other", "new"],
+                 "steps": [{"op": "send", "topic": "secure", "body": "mine"},
+                           {"op": "send", "topic": "other", "body": "not mine"},
+                           {"op": "send", "topic": "new", "body": "no right to create it"}]}
+        created = pb_grpc.AdminServiceStub(channel).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
+            name="other")), metadata=signed_headers(AK, SK), timeout=10)
+        assert created.topic.name == "other"
+        mine, other, new = wait_for(lambda: _sends_once_rule_applied(run_driver, alice, env),
+                                    "alice's rule in force", timeout=60)
+        assert mine["ok"], mine
+        assert not other["ok"] and "40300" in other["message"] and "may not PUB on topic:other" in other["message"]
+        assert not new["ok"]  # a route does not auto-create a topic for a user who may not send to it
+        topics = pb_grpc.AdminServiceStub(channel).ListTopics(pb.ListTopicsRequest(), metadata=signed_headers(AK, SK),
+                                                             timeout=10)
+        assert "new" not in {t.name for t in topics.topics}
         channel.close()
         assert "signature does not match" in spec.log_path.read_text(errors="replace")
     finally:
         stop_all([node])
+
+
+def _sends_once_rule_applied(run_driver, plan, env):
+    """Alice's two sends, once the first one passes (the rule reaches every member as it applies it)."""
+    sends = [x for x in run_driver("producer.py", plan, env).all() if x["op"] == "send"]
+    return sends if sends[0]["ok"] else None
