@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from raftmq.node.errors import RpcError
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_POLL_SECONDS = 0.1
+PRUNE_INTERVAL_S = 60.0
 
 
 class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServicer):
@@ -43,7 +45,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
         self.check_relay = CheckRelay(node, self.clients)  # checks for producers connected to a follower
-        self._stop_watch = asyncio.get_running_loop().create_task(self._end_streams_on_stop())
+        self._housekeeping = asyncio.get_running_loop().create_task(self._keep_house())
 
     # ------------------------------------------------------------------ route
     @v2_rpc("QueryRoute")
@@ -140,11 +142,16 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
             self.producer_stream_closed(stream)
             self.clients.close_stream(stream)
 
-    async def _end_streams_on_stop(self) -> None:
-        """SIGTERM: end every Telemetry stream (the clients reconnect elsewhere), or the node's graceful stop
-        would wait its whole grace period for streams that never end by themselves."""
+    async def _keep_house(self) -> None:
+        """Forget clients that vanished; on SIGTERM end every Telemetry stream (the clients reconnect
+        elsewhere), or the node's graceful stop would wait its whole grace period for streams that never end by
+        themselves."""
+        last_prune = time.monotonic()
         while not self.node._stopping:
             await asyncio.sleep(STOP_POLL_SECONDS)
+            if time.monotonic() - last_prune > PRUNE_INTERVAL_S:
+                last_prune = time.monotonic()
+                self.clients.prune()
         for info in self.clients.clients():
             for stream in info.streams:
                 stream.push(None)

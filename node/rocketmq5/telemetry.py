@@ -21,7 +21,8 @@ from raftmq.rocketmq.v2 import service_pb2 as v2s
 OUTBOX_LIMIT = 1024  # commands queued for one stream; beyond it the oldest are dropped (checks are repeated)
 LONG_POLLING_DEFAULT_S = 20  # a consumer's long poll when it names none (the Java proxy's default)
 RECEIVE_BATCH_SIZE = 32
-PRODUCER_MAX_ATTEMPTS = 3  # a producer's send attempts (the client retries on the next queue at once)
+PRODUCER_MAX_ATTEMPTS = 3
+FORGET_AFTER_S = 600.0  # a client heartbeats every 10 s; one silent this long, with no stream open, is gone  # a producer's send attempts (the client retries on the next queue at once)
 
 _stream_ids = itertools.count(1)
 
@@ -120,6 +121,15 @@ class ClientRegistry:
         if group:
             info.group = group
         return info
+
+    def prune(self, now: float | None = None) -> int:
+        """Forget clients with no open stream not heard from for ``FORGET_AFTER_S`` (crashed without saying
+        goodbye); how many."""
+        cutoff = (time.time() if now is None else now) - FORGET_AFTER_S
+        gone = [cid for cid, info in self._clients.items() if not info.streams and info.last_seen < cutoff]
+        for cid in gone:
+            del self._clients[cid]
+        return len(gone)
 
     def terminate(self, client_id: str) -> ClientInfo | None:
         """The client said goodbye: forget it (its streams end when it cancels them)."""
