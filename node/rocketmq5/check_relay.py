@@ -7,9 +7,9 @@ raftmq's own check stream (TransactionService.CheckTransactions, producer group 
 over the cluster's channel, and pushes each check it receives to one of the producers' Telemetry streams. The
 producer answers with an end-transaction call to this member, which relays it to the leader like any write.
 
-The relayed stream carries the producer's own credentials (those its Telemetry call was signed with), so with
-authentication on, the leader authorises the producer itself; a signature older than the allowed clock skew is
-refused, and the relay then retries with the newest stream's headers.
+The relayed stream carries a producer's own credentials (those of its latest call here: heartbeats come every
+10 s), so with authentication on, the leader authorises the producer itself; should the leader refuse them, the
+relay retries with the next fresh ones.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ class CheckRelay:
         from raftmq.node.rocketmq5.producer import _TelemetryCheckSink
 
         try:
-            async for check in call(register(), metadata=self.node.forwarder.relay_metadata(streams[-1].metadata)):
+            metadata = self.node.forwarder.relay_metadata(self.clients.freshest_metadata(streams))
+            async for check in call(register(), metadata=metadata):
                 here = self.clients.producer_streams(topic)
                 if not here:
                     continue  # the producers left; the leader checks again later

@@ -100,7 +100,9 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         cid = client_id(context)
         if not cid:
             raise V2Error(v2.CLIENT_ID_REQUIRED, "the client id header (x-mq-client-id) is missing")
-        self.clients.heartbeat(cid, request.client_type, request.group.name if request.HasField("group") else "")
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        self.clients.heartbeat(cid, request.client_type, request.group.name if request.HasField("group") else "",
+                               metadata)
         return v2s.HeartbeatResponse(status=ok())
 
     @v2_rpc("NotifyClientTermination", needs_ready=False)

@@ -74,6 +74,7 @@ class ClientInfo:
     version: str = ""
     last_seen: float = field(default_factory=time.time)
     streams: list[TelemetryStream] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)  # of its latest call (fresh signature, for relays)
 
 
 class ClientRegistry:
@@ -97,7 +98,9 @@ class ClientRegistry:
 
     def open_stream(self, client_id: str, peer: str, metadata: dict[str, str] | None = None) -> TelemetryStream:
         stream = TelemetryStream(client_id, peer, dict(metadata or {}))
-        self._info(client_id).streams.append(stream)
+        info = self._info(client_id)
+        info.streams.append(stream)
+        info.metadata = stream.metadata
         return stream
 
     def close_stream(self, stream: TelemetryStream) -> None:
@@ -114,8 +117,11 @@ class ClientRegistry:
         info.language = v2.Language.Name(settings.user_agent.language) if settings.user_agent.language else ""
         info.version = settings.user_agent.version
 
-    def heartbeat(self, client_id: str, client_type: int, group: str) -> ClientInfo:
+    def heartbeat(self, client_id: str, client_type: int, group: str,
+                  metadata: dict[str, str] | None = None) -> ClientInfo:
         info = self._info(client_id)
+        if metadata:
+            info.metadata = metadata
         if client_type:
             info.client_type = client_type
         if group:
@@ -139,6 +145,14 @@ class ClientRegistry:
         """Topics some producer with an open stream publishes to."""
         return {t for info in self._clients.values() for s in info.streams if s.client_type == v2.PRODUCER
                 for t in s.publishing_topics()}
+
+    def freshest_metadata(self, streams: list[TelemetryStream]) -> dict[str, str]:
+        """The metadata (credentials) of the client among ``streams`` heard from last: a call made on their
+        behalf carries a signature still inside the replay window."""
+        infos = [i for i in (self._clients.get(s.client_id) for s in streams) if i is not None]
+        if not infos:
+            return streams[-1].metadata if streams else {}
+        return max(infos, key=lambda i: i.last_seen).metadata
 
     def producer_streams(self, topic: str) -> list[TelemetryStream]:
         """Open streams of producers that publish to ``topic``."""

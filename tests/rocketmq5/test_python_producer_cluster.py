@@ -22,21 +22,32 @@ def _plan(nodes, topics, steps, **kw):
     return {"endpoints": ";".join(n.grpc_address for n in nodes), "topics": topics, "steps": steps, **kw}
 
 
-def _consume_with_cli(node, topic: str, expected: int) -> list[dict]:
+def _consume_with_cli(node, topic: str, expected: int, credentials=None) -> list[dict]:
+    env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
+    if credentials:
+        env["RAFTMQ_ACCESS_KEY"], env["RAFTMQ_SECRET_KEY"] = credentials
     out = subprocess.run([sys.executable, "-m", "raftmq.client", "--server", node.grpc_address, "consume", "cli",
                           topic, "--from-beginning", "--max", str(expected), "--idle-timeout", "20", "--json"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"})
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-def test_sends_and_transactions_through_any_member_are_readable_by_raftmqs_cli(tmp_path, run_driver):
-    with running_nodes(tmp_path, 3, store=STORE) as nodes:
-        create_topic(leader_of(nodes), "orders")
+AUTH = ("mq-admin", "mq-admin-secret")
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["open", "signed"])
+def test_sends_and_transactions_through_any_member_are_readable_by_raftmqs_cli(tmp_path, run_driver, auth):
+    """With authentication on, what a follower does on the client's behalf (relayed sends and ends, the
+    transaction-check stream to the leader) carries the client's own credentials and passes the leader's checks."""
+    creds = AUTH if auth else None
+    extra = {"security": {"auth_enabled": True, "auth_admin_access_key": AUTH[0], "auth_admin_secret_key": AUTH[1]},
+             "cluster": {"secret": "cluster-secret"}} if auth else {}
+    with running_nodes(tmp_path, 3, store=STORE, **extra) as nodes:
+        create_topic(leader_of(nodes, creds), "orders", credentials=creds)
         # the client's channel goes to the first address that answers: put a follower first, so every call
         # (sends, telemetry, transaction ends, checker answers) goes through a member that relays to the leader
-        leader = leader_of(nodes)
+        leader = leader_of(nodes, creds)
         followers = [n for n in nodes if n is not leader]
         steps = [{"op": "send", "topic": "orders", "body": f"m-{i}", "tag": "T", "keys": [f"k{i}"]} for i in range(5)]
         steps += [{"op": "send", "topic": "orders", "body": f"fifo-{i}", "group": "g"} for i in range(3)]
@@ -46,7 +57,7 @@ def test_sends_and_transactions_through_any_member_are_readable_by_raftmqs_cli(t
                   {"op": "wait_checks", "body": "tx-orphan", "timeout": 60},
                   {"op": "sleep", "seconds": 1}]
         checker = {"tx-commit": "commit", "tx-rollback": "rollback", "tx-orphan": "commit"}  # as the client does
-        plan = _plan(followers, ["orders"], steps, checker=checker)
+        plan = _plan(followers, ["orders"], steps, checker=checker, **({"ak": AUTH[0], "sk": AUTH[1]} if auth else {}))
         lines = run_driver("producer.py", plan).all()
         sent = [x for x in lines if x["op"] in ("send", "tx")]
         assert all(x["ok"] for x in sent), lines
@@ -54,8 +65,8 @@ def test_sends_and_transactions_through_any_member_are_readable_by_raftmqs_cli(t
         visible = [x["message_id"] for x in sent if x.get("op") == "send"] + [sent[5 + 3]["message_id"],
                                                                               sent[5 + 3 + 2]["message_id"]]
         for n in nodes:  # every member has them (each runs its own reput over the same commit log)
-            read_keys(n, "orders", visible)
-        consumed = _consume_with_cli(followers[0], "orders", len(visible))
+            read_keys(n, "orders", visible, credentials=creds)
+        consumed = _consume_with_cli(followers[0], "orders", len(visible), creds)
         assert sorted(m["uniq_key"] for m in consumed) == sorted(visible)
         assert "tx-rollback" not in {m["body"] for m in consumed}
 
