@@ -145,3 +145,15 @@ def test_bad_sends_fail_in_the_client_with_the_reason(tmp_path, run_driver):
         assert not big["ok"] and "65536" in big["message"], big
         assert not missing["ok"] and "missing" in missing["message"], missing
         assert fine["ok"], fine
+
+
+def test_a_host_name_access_point_like_a_kubernetes_service(tmp_path, run_driver):
+    """A client configured with one name (a Service) keeps using that name: the route echoes it."""
+    with running_nodes(tmp_path) as nodes:
+        create_topic(nodes[0], "named")
+        port = nodes[0].grpc_address.rpartition(":")[2]
+        lines = run_driver("producer.py", {"endpoints": f"localhost:{port}", "topics": ["named"],
+                                           "steps": [{"op": "send", "topic": "named", "body": "via a name"}]}).all()
+        sent = next(x for x in lines if x["op"] == "send")
+        assert sent["ok"], lines
+        assert read_keys(nodes[0], "named", [sent["message_id"]])[sent["message_id"]].body == b"via a name"
