@@ -9,6 +9,7 @@ test asserts on the client's own view: its receipts, its exceptions, its checker
   {"op": "tx", "topic", "body", "end": "commit" | "rollback" | "none"}
   {"op": "wait_checks", "body", "timeout"}  wait until the checker has been asked about the message with body
   {"op": "stream", "topic", "count", "prefix"}  send count messages one by one; one line per outcome
+  {"op": "bench", "topic", "size", "threads", "seconds"}   sync sends from threads: counts, p50/p99
   {"op": "sleep", "seconds"}
 This file must not import raftmq (the client brings its own apache.rocketmq.v2 stubs: a second copy in the same
 process would clash in protobuf's descriptor pool).
@@ -85,6 +86,37 @@ def send(producer, step):
         return failure(e)
 
 
+def bench(producer, step):
+    body = b"x" * step["size"]
+    stop_at = time.monotonic() + step["seconds"]
+    latencies, errors = [], []
+
+    def worker():
+        mine = []
+        while time.monotonic() < stop_at:
+            m = Message()
+            m.topic, m.body = step["topic"], body
+            t0 = time.perf_counter()
+            try:
+                producer.send(m)
+                mine.append(time.perf_counter() - t0)
+            except Exception as e:
+                errors.append(str(e)[:200])
+        latencies.extend(mine)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(step["threads"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    latencies.sort()
+    pick = (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000) if latencies else None
+    return {"sent": len(latencies), "errors": len(errors), "first_error": errors[:1], "seconds": elapsed,
+            "p50_ms": pick(0.5) if pick else None, "p99_ms": pick(0.99) if pick else None}
+
+
 def main():
     plan = json.loads(sys.argv[1])
     config = ClientConfiguration(plan["endpoints"], Credentials(plan.get("ak", ""), plan.get("sk", "")),
@@ -118,6 +150,8 @@ def main():
                 for i in range(step["count"]):
                     body = f"{step['prefix']}-{i}"
                     emit(op="stream", body=body, **send(producer, {"topic": step["topic"], "body": body}))
+            elif op == "bench":  # threads x sync sends of size bytes for seconds: throughput and latency
+                emit(op="bench", **bench(producer, step))
             elif op == "sleep":
                 time.sleep(step["seconds"])
     finally:
