@@ -181,7 +181,10 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         if settings.HasField("subscription"):
             pop = node.pop
             group = settings.subscription.group.name
-            if pop is not None and group:
+            if pop is None:  # still opening the store: the client sends its settings again shortly
+                return v2s.TelemetryCommand(status=status(v2.HA_NOT_AVAILABLE, f"node {node.node_id} is starting; "
+                                                          "its consumer settings follow once it serves"))
+            if group:
                 policy = pop.policy(group)
                 kw = {"max_attempts": policy.max_delivery_attempts, "backoff_ms": policy.retry_backoff_ms,
                       "fifo": policy.fifo}
