@@ -12,6 +12,7 @@ import pytest
 
 from tests.rocketmq5.raftmq_side import create_topic, leader_of, read_keys
 from tests.support.processes import REPO_ROOT, running_nodes
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
 
@@ -71,13 +72,32 @@ def test_sends_and_transactions_through_any_member_are_readable_by_raftmqs_cli(t
         assert "tx-rollback" not in {m["body"] for m in consumed}
 
 
-def test_a_leader_sigkill_mid_stream_loses_no_acknowledged_send(tmp_path, run_driver):
-    with running_nodes(tmp_path, 3) as nodes:
+def _lead_from(nodes, wanted, avoid=None):
+    """Make ``wanted`` the leader (or, with ``avoid``, any member but it); returns the leader."""
+    from raftmq.v1 import raftmq_pb2 as pb
+    from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+    def settled():
         leader = leader_of(nodes)
+        return leader if (leader is wanted if wanted else leader is not avoid) else None
+
+    leader = leader_of(nodes)
+    if not settled():
+        to = wanted.spec.id if wanted else next(n for n in nodes if n is not avoid).spec.id
+        pb_grpc.AdminServiceStub(leader.channel()).TransferLeader(pb.TransferLeaderRequest(to_id=to), timeout=30)
+    return wait_for(settled, "the leadership transfer", timeout=60)
+
+
+@pytest.mark.parametrize("client_on", ["leader", "follower"])
+def test_a_leader_sigkill_mid_stream_loses_no_acknowledged_send(tmp_path, run_driver, client_on):
+    """The client's one channel goes to the first of its addresses in sorted order (gRPC pick-first): that
+    member is made the leader and killed (the channel must move on), or a follower relaying to the leader that
+    is killed (the relay must follow the new leader)."""
+    with running_nodes(tmp_path, 3) as nodes:
+        first = min(nodes, key=lambda n: n.grpc_address)
+        leader = _lead_from(nodes, first) if client_on == "leader" else _lead_from(nodes, None, avoid=first)
         create_topic(leader, "stream")
-        # the leader's own address first: the client is connected to the member that dies
-        ordered = [leader] + [n for n in nodes if n is not leader]
-        d = run_driver("producer.py", _plan(ordered, ["stream"], [
+        d = run_driver("producer.py", _plan(nodes, ["stream"], [
             {"op": "stream", "topic": "stream", "count": 300, "prefix": "s"}], request_timeout=5))
         d.until("started", timeout=60)
         acked = []
