@@ -175,6 +175,10 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         if not settings.HasField("publishing") and not settings.HasField("subscription"):
             return v2s.TelemetryCommand(status=status(v2.UNRECOGNIZED_CLIENT_TYPE, "settings name neither "
                                                       "publishing (a producer) nor a subscription (a consumer)"))
+        if stream.settings is None:
+            log.info("RocketMQ 5 %s %s (%s %s) connected from %s", v2.ClientType.Name(settings.client_type),
+                     stream.client_id, v2.Language.Name(settings.user_agent.language), settings.user_agent.version,
+                     stream.peer)
         self.clients.apply_settings(stream, settings)
         node = self.node
         kw = {}
