@@ -26,8 +26,18 @@ $(DEV_STAMP): $(RUN_STAMP)
 	@touch $(DEV_STAMP)
 
 # Regenerate the gRPC Python modules from proto/ (checked in, so a fresh clone needs no protoc).
+# apache.rocketmq.v2 (vendored verbatim under proto/apache, see proto/apache/README) is generated into a scratch
+# folder and moved under raftmq.rocketmq.v2 with its cross-file imports rewritten, so the official clients' own
+# `apache.rocketmq.v2` stubs are never shadowed by ours.
+RMQ5_OUT := proto/raftmq/rocketmq/v2
 proto: $(DEV_STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/raftmq/v1/*.proto
+	@tmp=$$(mktemp -d) && \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --pyi_out=$$tmp --grpc_python_out=$$tmp \
+		proto/apache/rocketmq/v2/definition.proto proto/apache/rocketmq/v2/service.proto && \
+	for f in definition_pb2.py definition_pb2.pyi service_pb2.py service_pb2.pyi service_pb2_grpc.py; do \
+		sed 's/^from apache\.rocketmq\.v2 import /from raftmq.rocketmq.v2 import /' $$tmp/apache/rocketmq/v2/$$f > $(RMQ5_OUT)/$$f; \
+	done && rm -rf $$tmp
 
 # A 3-member Raft cluster in the background on loopback (data, configs, logs and pids under ./data/n0..n2);
 # RUN_NODES=1 for a single node; RUN_PORT_BASE moves every port (member i: HTTP BASE+100*i, gRPC +1, Raft +11).

@@ -91,6 +91,34 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AclService/AddAclRule": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/RemoveAclRule": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/SetAclUserNetworks": (("ADMIN", CLUSTER, ""),),
+    # issue 13: RocketMQ 5 clients (apache.rocketmq.v2). Sends and transactions publish to the topic; consumers
+    # subscribe with their group; route, telemetry, heartbeat and goodbye only identify the client (any signed
+    # user: they reveal no messages); a DLQ forward or offset change is the group's own consumption state.
+    "/apache.rocketmq.v2.MessagingService/QueryRoute": (),
+    "/apache.rocketmq.v2.MessagingService/Heartbeat": (),
+    "/apache.rocketmq.v2.MessagingService/Telemetry": (),
+    "/apache.rocketmq.v2.MessagingService/NotifyClientTermination": (),
+    "/apache.rocketmq.v2.MessagingService/SendMessage": (("PUB", "topic", "messages[].topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/EndTransaction": (("PUB", "topic", "topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/RecallMessage": (("PUB", "topic", "topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/QueryAssignment": (("SUB", "topic", "topic.name"),
+                                                             ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/ReceiveMessage": (("SUB", "topic", "message_queue.topic.name"),
+                                                            ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/AckMessage": (("SUB", "topic", "topic.name"), ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration": (("SUB", "topic", "topic.name"),
+                                                                     ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue": (("SUB", "topic", "topic.name"),
+                                                                             ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/PullMessage": (("SUB", "topic", "message_queue.topic.name"),
+                                                         ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/UpdateOffset": (("SUB", "topic", "message_queue.topic.name"),
+                                                          ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/GetOffset": (("SUB", "topic", "message_queue.topic.name"),
+                                                       ("SUB", "group", "group.name")),
+    "/apache.rocketmq.v2.MessagingService/QueryOffset": (("SUB", "topic", "message_queue.topic.name"),),
+    "/apache.rocketmq.v2.MessagingService/SyncLiteSubscription": (("SUB", "topic", "topic.name"),
+                                                                  ("SUB", "group", "group.name")),
 }
 # Authenticated by other means: the member-to-member ReplicaService checks cluster.secret itself.
 EXEMPT_PREFIXES = ("/raftmq.v1.ReplicaService/",)
@@ -594,12 +622,39 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return cached[1]
 
 
+V2_SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
+
+
+def _v2_refusal(method: str) -> Callable[[bool, str], Any] | None:
+    """RocketMQ 5 clients read refusals from the answer's Status (gRPC status OK), as from RocketMQ's proxy:
+    for a v2 method, (authenticated?, message) -> the answer carrying UNAUTHORIZED / FORBIDDEN."""
+    if not method.startswith(V2_SERVICE_PREFIX):
+        return None
+    from raftmq.rocketmq.v2 import definition_pb2 as v2
+    from raftmq.rocketmq.v2 import service_pb2 as v2s
+
+    name = method[len(V2_SERVICE_PREFIX):]
+    service = v2s.DESCRIPTOR.services_by_name["MessagingService"]
+    response_cls = getattr(v2s, service.methods_by_name[name].output_type.name)
+
+    def refusal(authenticated: bool, message: str) -> Any:
+        return response_cls(status=v2.Status(code=v2.FORBIDDEN if authenticated else v2.UNAUTHORIZED,
+                                             message=message))
+
+    return refusal
+
+
 def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
           client_address: Callable[[Any], str]) -> grpc.RpcMethodHandler:
-    async def check(request: Any, context: Any) -> None:
+    v2_refusal = _v2_refusal(method)
+
+    async def check(request: Any, context: Any) -> Any:
+        """None when the call may go on; else the refusal answer (RocketMQ 5 methods) or abort."""
         principal, failure = _call_auth.get()
         if principal is None:
             audit("unauthenticated", method=method, peer=_peer(context), reason=failure)
+            if v2_refusal is not None:
+                return v2_refusal(False, f"unauthenticated: {failure}")
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"unauthenticated: {failure}")
         if auth.has_networks(principal):
             try:
@@ -608,6 +663,8 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
             except NetworkRefused as e:
                 audit("refused_network", user=principal.access_key, method=method, peer=address, port="grpc",
                       reason=str(e))
+                if v2_refusal is not None:
+                    return v2_refusal(True, str(e))
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
             except RpcError as e:  # a relay claim without the cluster secret
                 await context.abort(e.code, e.message)
@@ -615,19 +672,26 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
             auth.authorize(principal, method, request)
         except AccessDenied as e:
             audit("denied", user=e.user, action=e.action, resource=e.resource, method=method, peer=_peer(context))
+            if v2_refusal is not None:
+                return v2_refusal(True, str(e))
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
         current_principal.set(principal)
+        return None
 
     async def checked_stream(requests, context):
         async for req in requests:
-            await check(req, context)
+            refused = await check(req, context)
+            if refused is not None:  # a RocketMQ 5 client's stream: it reads the refusal, then reconnects
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, refused.status.message)
             yield req
 
     if handler.unary_unary:
         inner = handler.unary_unary
 
         async def unary_unary(request, context):
-            await check(request, context)
+            refused = await check(request, context)
+            if refused is not None:
+                return refused
             return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, handler.request_deserializer,
@@ -636,7 +700,10 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
         inner_us = handler.unary_stream
 
         async def unary_stream(request, context):
-            await check(request, context)
+            refused = await check(request, context)
+            if refused is not None:
+                yield refused
+                return
             async for resp in _as_async_iter(inner_us(request, context)):
                 yield resp
 
@@ -646,7 +713,9 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
         inner_su = handler.stream_unary
 
         async def stream_unary(requests, context):
-            await check(None, context)  # credentials and the caller's network, before any request is read
+            refused = await check(None, context)  # credentials and network, before any request is read
+            if refused is not None:
+                return refused
             return await inner_su(checked_stream(requests, context), context)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer,
@@ -655,7 +724,10 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
     by_handler = method in AUTHORIZED_BY_HANDLER
 
     async def stream_stream(requests, context):
-        await check(None, context)  # credentials and the caller's network, before any request is read
+        refused = await check(None, context)  # credentials and network, before any request is read
+        if refused is not None:  # RocketMQ 5's Telemetry: the refusal as the stream's one command
+            yield refused
+            return
         stream = requests if by_handler else checked_stream(requests, context)
         async for resp in _as_async_iter(inner_ss(stream, context)):
             yield resp

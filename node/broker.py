@@ -272,7 +272,8 @@ class Broker:
         n = self.config.node
         default = parse_policy(n.max_delivery_attempts, n.retry_backoff, "node")
         groups = {g: parse_policy(o.get("max_delivery_attempts", default.max_delivery_attempts),
-                                  o.get("retry_backoff", n.retry_backoff), f"node.group_policies.{g}")
+                                  o.get("retry_backoff", n.retry_backoff), f"node.group_policies.{g}",
+                                  o.get("fifo", False))
                   for g, o in n.group_policies.items()}
         return PopCore(self.store, self.write_path, default_policy=default, group_policies=groups,
                        max_inflight_per_queue=n.pop_max_inflight_per_queue)
@@ -574,7 +575,8 @@ class Broker:
             ("grpc.max_send_message_length", MAX_PULL_BYTES + 2 * max_message + (1 << 20)),
             ("grpc.so_reuseport", 0),
         ])
-        pb_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
+        self.messaging = MessagingService(self)
+        pb_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(self), server)
         from raftmq.node.acl_service import AclService
 
@@ -583,6 +585,12 @@ class Broker:
 
         self.transactions = TransactionService(self)  # its check loop acts while this node leads
         pb_grpc.add_TransactionServiceServicer_to_server(self.transactions, server)
+        # issue 13: the official RocketMQ 5 clients' protocol, same port, TLS and authentication
+        from raftmq.node.rocketmq5.service import RocketMQ5Service
+        from raftmq.rocketmq.v2 import service_pb2_grpc as rmq5_grpc
+
+        self.rocketmq5 = RocketMQ5Service(self, self.messaging)
+        rmq5_grpc.add_MessagingServiceServicer_to_server(self.rocketmq5, server)
         # peers' catch-up and sync-durability calls (replication owns it; answers UNAVAILABLE until Raft runs)
         from raftmq.replication.replica_service import ReplicaServicer
         from raftmq.v1 import replica_pb2_grpc

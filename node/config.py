@@ -119,6 +119,8 @@ class NodeSection:
     retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     pop_max_inflight_per_queue: int = 1024
     group_policies: dict = field(default_factory=dict)
+    # issue 13: RocketMQ 5 clients' DELAY messages may name a delivery time at most this far ahead
+    rocketmq5_max_delay_seconds: float = 86400.0
 
 
 @dataclass
@@ -571,6 +573,8 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
     if n.ready_without_leader_seconds < 0:
         problems.append("node.ready_without_leader_seconds: must be >= 0")
+    if not n.rocketmq5_max_delay_seconds > 0:
+        problems.append("node.rocketmq5_max_delay_seconds: must be > 0 (seconds; RocketMQ's proxy allows 86400)")
     problems.extend(_pop_problems(n))
     if not c.name or not re.fullmatch(r"[A-Za-z0-9_%|-]{1,127}", c.name):
         problems.append(f"cluster.name: {c.name!r} must be 1-127 letters, digits, '_', '-', '%', '|'")
@@ -684,12 +688,13 @@ def _pop_problems(n: NodeSection) -> list[str]:
         return out + ["node.group_policies: must be a mapping {group: {max_delivery_attempts, retry_backoff}}"]
     for group, o in n.group_policies.items():
         where = f"node.group_policies.{group}"
-        if not isinstance(o, dict) or set(o) - {"max_delivery_attempts", "retry_backoff"}:
-            out.append(f"{where}: must be a mapping with max_delivery_attempts and/or retry_backoff, got {o!r}")
+        if not isinstance(o, dict) or set(o) - {"max_delivery_attempts", "retry_backoff", "fifo"}:
+            out.append(f"{where}: must be a mapping with max_delivery_attempts, retry_backoff and/or fifo, got {o!r}")
             continue
         try:
             parse_policy(o.get("max_delivery_attempts", n.max_delivery_attempts), o.get("retry_backoff",
-                                                                                         n.retry_backoff), where)
+                                                                                         n.retry_backoff), where,
+                         o.get("fifo", False))
         except ValueError as e:
             out.append(str(e))
     return out
@@ -763,7 +768,8 @@ def sample_yaml() -> str:
             "max_delivery_attempts": "pop: deliveries of a message before it moves to %DLQ%<group>",
             "retry_backoff": "pop: a nacked message is visible again after delay N (N = its attempt)",
             "pop_max_inflight_per_queue": "pop: unacked messages per group and queue (then the queue waits)",
-            "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s'}} per-group overrides",
+            "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s', fifo: true}} per group",
+            "rocketmq5_max_delay_seconds": "RocketMQ 5 clients: latest delivery time of a DELAY message (from now)",
         },
         "cluster": {
             "name": "CLUSTER property of every message",

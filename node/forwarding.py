@@ -54,7 +54,8 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_se
 
 
 def _methods() -> dict[str, tuple[str, Any]]:
-    """Unary method name -> (full path, response class), for every service of raftmq.proto."""
+    """Unary method name -> (full path, response class), for every service of raftmq.proto; RocketMQ 5's
+    methods by full path."""
     out: dict[str, tuple[str, Any]] = {}
     for service in raftmq_pb2.DESCRIPTOR.services_by_name.values():
         for m in service.methods:
@@ -63,6 +64,14 @@ def _methods() -> dict[str, tuple[str, Any]]:
             if m.name in out:
                 raise RuntimeError(f"method name {m.name} is not unique across services; key forwarding by service")
             out[m.name] = (f"/{service.full_name}/{m.name}", getattr(raftmq_pb2, m.output_type.name))
+    # issue 13: the RocketMQ 5 service's unary methods, keyed by their full path (their names repeat raftmq's)
+    from raftmq.rocketmq.v2 import service_pb2
+
+    for service in service_pb2.DESCRIPTOR.services_by_name.values():
+        for m in service.methods:
+            if not m.client_streaming:  # unary (forward) and server-streaming (forward_stream) ones
+                path = f"/{service.full_name}/{m.name}"
+                out[path] = (path, getattr(service_pb2, m.output_type.name))
     return out
 
 
@@ -147,6 +156,23 @@ class Forwarder:
         except grpc.aio.AioRpcError as e:
             raise self._translate(e, leader) from None
 
+    async def forward_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext, leader: str):
+        """A server-streaming call relayed to the leader (issue 13: RocketMQ 5's ReceiveMessage): the leader's
+        responses as they come; failures as in ``forward``."""
+        path, response_cls = self._methods[method]
+        leader = await self._live_leader(leader, context)
+        call = self.channel(leader).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                                                 response_deserializer=response_cls.FromString)
+        md = self.relay_metadata(_metadata(context)) + [(FORWARDED_FOR_KEY, context.peer())]
+        remaining = context.time_remaining()
+        timeout = None if remaining is None else max(0.05, remaining - _ANSWER_MARGIN_S)
+        self.forwarded += 1
+        try:
+            async for response in call(request, timeout=timeout, metadata=tuple(md)):
+                yield response
+        except grpc.aio.AioRpcError as e:
+            raise self._translate(e, leader) from None
+
     async def _live_leader(self, leader: str, context: grpc.aio.ServicerContext) -> str:
         """The leader to relay to: one this member heard from lately (waiting for it, or for a new one, while the
         call's deadline allows). Nothing is sent before, so giving up is a clean "not stored, retry"."""
@@ -179,17 +205,31 @@ class Forwarder:
                             f"no answer in time ({code.name}): outcome unknown, the write may or may not be stored")
         return RpcError(code, details, leader=hint)  # the leader's own answer (or a broken link: the client decides)
 
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The cluster's channel to a member's gRPC port (TLS when the members use it), shared and cached."""
+        channel = self._channels.get(address)
+        if channel is None:
+            creds = self._credentials() if self._credentials is not None else None
+            options = _CHANNEL_OPTIONS + (self._extra_options() if self._extra_options is not None else [])
+            channel = self._channels[address] = (
+                grpc.aio.secure_channel(address, creds, options=options) if creds is not None
+                else grpc.aio.insecure_channel(address, options=options))
+        return channel
+
+    def relay_metadata(self, context_metadata: dict[str, str]) -> list[tuple[str, str]]:
+        """Metadata of a call this member makes on a client's behalf: the client's own (its credentials) plus
+        the relay marker and the cluster secret."""
+        md = [(k, v) for k, v in context_metadata.items() if k not in _NOT_COPIED and not k.startswith("grpc-")]
+        md.append((FORWARDED_BY_KEY, self.member_id))
+        if self._secret:
+            md.append((SECRET_METADATA_KEY, self._secret))
+        return md
+
     def _call(self, leader: str, path: str, response_cls: Any) -> Any:
         key = (leader, path)
         call = self._calls.get(key)
         if call is None:
-            channel = self._channels.get(leader)
-            if channel is None:
-                creds = self._credentials() if self._credentials is not None else None
-                options = _CHANNEL_OPTIONS + (self._extra_options() if self._extra_options is not None else [])
-                channel = self._channels[leader] = (
-                    grpc.aio.secure_channel(leader, creds, options=options) if creds is not None
-                    else grpc.aio.insecure_channel(leader, options=options))
+            channel = self.channel(leader)
             call = self._calls[key] = channel.unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
                                                           response_deserializer=response_cls.FromString)
         return call

@@ -78,13 +78,18 @@ class GroupPolicy:
 
     max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
     retry_backoff_ms: tuple[int, ...] = tuple(parse_delay_levels(DEFAULT_RETRY_BACKOFF))
+    # issue 13: the group consumes FIFO (RocketMQ's consumeMessageOrderly); RocketMQ 5 clients learn it from
+    # their settings and then retry locally, in order, before dead-lettering themselves
+    fifo: bool = False
 
     def backoff_ms(self, attempt: int) -> int:
         b = self.retry_backoff_ms
         return b[min(max(attempt, 1), len(b)) - 1]
 
 
-def parse_policy(max_attempts: Any, backoff: Any, where: str) -> GroupPolicy:
+def parse_policy(max_attempts: Any, backoff: Any, where: str, fifo: Any = False) -> GroupPolicy:
+    if not isinstance(fifo, bool):
+        raise ValueError(f"{where}.fifo: must be true or false, got {fifo!r}")
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or not 1 <= max_attempts <= 1000:
         raise ValueError(f"{where}.max_delivery_attempts: must be an integer 1..1000, got {max_attempts!r}")
     try:
@@ -93,7 +98,7 @@ def parse_policy(max_attempts: Any, backoff: Any, where: str) -> GroupPolicy:
         raise ValueError(f"{where}.retry_backoff: {backoff!r} is not a list like '1s 5s 1m 2h': {e}") from None
     if not millis:
         raise ValueError(f"{where}.retry_backoff: empty; give at least one delay such as '1s'")
-    return GroupPolicy(max_attempts, tuple(millis))
+    return GroupPolicy(max_attempts, tuple(millis), fifo)
 
 
 @dataclass

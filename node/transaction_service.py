@@ -96,7 +96,6 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
     # ------------------------------------------------------------------ half message
     @rpc_handler("SendHalfMessage")
     async def SendHalfMessage(self, request: pb.SendHalfMessageRequest, context):  # noqa: N802
-        node = self.node
         if not request.producer_group:
             raise invalid("producer_group is empty; transactional messages need a producer group (checks go to it)")
         check_group_name(request.producer_group)
@@ -105,18 +104,30 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         if m.delay_level:
             raise invalid(f"delay_level {m.delay_level}: a transactional message cannot be delayed; send it with "
                           "delay_level 0")
+        result, half = await self.store_half(m, request.producer_group, _peer_host(context.peer()))
+        return pb.SendHalfMessageResponse(result=convert.send_result(result, half),
+                                          transaction_id=half.uniq_key or "")
+
+    async def store_half(self, m: pb.Message, group: str, born_host: tuple[str, int],
+                         extra_properties: dict[str, str] | None = None):
+        """Store ``m`` as the half message of a new transaction of producer ``group``: (put result, half).
+
+        The one half-message path of both APIs (raftmq's SendHalfMessage and RocketMQ 5's TRANSACTION sends);
+        ``extra_properties`` are system properties the caller's protocol carries (e.g. a trace context)."""
+        node = self.node
         cfg = await node.writable_topic(m.topic)
         await self._ensure_system_topic(HALF_TOPIC)
         await self._ensure_system_topic(OP_TOPIC)
         qid = self._queue_for(cfg, m)
-        msgs = node.converter.to_store_messages([m], qid, _peer_host(context.peer()))
-        half = make_half(msgs[0], request.producer_group, node.config.cluster.name)
+        msgs = node.converter.to_store_messages([m], qid, born_host)
+        if extra_properties:
+            msgs[0].properties.update(extra_properties)
+        half = make_half(msgs[0], group, node.config.cluster.name)
         results = await asyncio.wrap_future(node.write_path.put([half]))
         convert.check_put_results(results)
         node.metrics.record_put(HALF_TOPIC, 1, len(half.body))
         node.metrics.record_transaction(node.metrics.half_messages_in, m.topic)
-        return pb.SendHalfMessageResponse(result=convert.send_result(results[0], half),
-                                          transaction_id=half.uniq_key or "")
+        return results[0], half
 
     def _queue_for(self, cfg, m: pb.Message) -> int:
         n = cfg.write_queue_nums
@@ -131,10 +142,12 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
     # ------------------------------------------------------------------ outcome
     @rpc_handler("EndTransaction")
     async def EndTransaction(self, request: pb.EndTransactionRequest, context):  # noqa: N802
-        result = await self._end(request)
+        result = await self.end(request)
         return pb.EndTransactionResponse(result=result) if result is not None else pb.EndTransactionResponse()
 
-    async def _end(self, request: pb.EndTransactionRequest) -> pb.SendResult | None:
+    async def end(self, request: pb.EndTransactionRequest) -> pb.SendResult | None:
+        """Commit or roll back one transaction: the one outcome path of raftmq's EndTransaction, its check
+        answers and RocketMQ 5's EndTransaction (node.rocketmq5.producer)."""
         node = self.node
         check_group_name(request.producer_group)
         if not request.transaction_id:
@@ -244,7 +257,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
                 if not answer.producer_group:
                     answer.producer_group = checker.group
                 try:
-                    await self._end(answer)
+                    await self.end(answer)
                 except Exception as exc:  # an answer for a finished transaction, or leadership moved
                     err = to_rpc_error(exc)
                     log.info("check answer for transaction %s not applied: %s", answer.transaction_id,
@@ -273,6 +286,17 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             for c in group:
                 c.close_reason = reason
                 c.queue.put_nowait(None)
+
+    def add_checker(self, checker) -> None:
+        """Register another kind of checker (issue 13: a RocketMQ 5 producer's Telemetry stream): an object with
+        ``group``, ``close_reason`` and ``queue.put_nowait(TransactionCheck | None)``; None means "this node does
+        not lead any more"."""
+        self._checkers.setdefault(checker.group, []).append(checker)
+
+    def remove_checker(self, checker) -> None:
+        group = self._checkers.get(checker.group, [])
+        if checker in group:
+            group.remove(checker)
 
     def _checker_for(self, group: str) -> _Checker | None:
         group_checkers = self._checkers.get(group)

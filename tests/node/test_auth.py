@@ -163,10 +163,27 @@ def test_bad_rules_are_refused(rule, message):
 
 def test_every_client_rpc_is_in_the_access_table():
     """A new RPC must be registered in node.auth.ACCESS (unlisted ones are admin-only, but say so in review)."""
-    methods = {f"/{svc.full_name}/{m.name}" for svc in pb.DESCRIPTOR.services_by_name.values() for m in svc.methods}
+    from raftmq.rocketmq.v2 import service_pb2 as v2s  # issue 13: the RocketMQ 5 service is served too
+
+    methods = {f"/{svc.full_name}/{m.name}" for proto in (pb.DESCRIPTOR, v2s.DESCRIPTOR)
+               for svc in proto.services_by_name.values() for m in svc.methods}
     missing = {m for m in methods if m not in ACCESS and not m.startswith(EXEMPT_PREFIXES)}
     assert not missing, f"add these RPCs to node.auth.ACCESS: {sorted(missing)}"
     assert not set(ACCESS) - methods, "ACCESS names RPCs that do not exist"
+
+
+def test_required_access_reads_the_rocketmq5_request_fields():
+    from raftmq.rocketmq.v2 import definition_pb2 as v2
+    from raftmq.rocketmq.v2 import service_pb2 as v2s
+
+    send = v2s.SendMessageRequest(messages=[v2.Message(topic=v2.Resource(name="a")),
+                                            v2.Message(topic=v2.Resource(name="b"))])
+    assert required_access("/apache.rocketmq.v2.MessagingService/SendMessage", send) == [("PUB", "topic", "a"),
+                                                                                          ("PUB", "topic", "b")]
+    receive = v2s.ReceiveMessageRequest(group=v2.Resource(name="g"),
+                                        message_queue=v2.MessageQueue(topic=v2.Resource(name="t")))
+    assert required_access("/apache.rocketmq.v2.MessagingService/ReceiveMessage", receive) == [
+        ("SUB", "topic", "t"), ("SUB", "group", "g")]
 
 
 def test_required_access_reads_the_request_fields():

@@ -1,0 +1,118 @@
+"""The official RocketMQ 5 Python Producer against raftmq, next to raftmq's own SDK in the same run (issue 13).
+
+Both send synchronously from ``threads`` threads (one send in flight per thread) for ``--seconds``, 1 KiB bodies
+by default, to one node and to a 3-member group (async durability: acknowledged once a majority has it). The
+official client runs in its own venv and process (tests/rocketmq5/client_venv.py builds it, cached); raftmq's
+SDK rows use its unary path (``linger_ms=0``: one SendMessage per send, like the official client) and its
+default streaming path. Prints msgs/s and p50/p99 latency; never fails on time.
+
+    .venv/bin/python bench/rocketmq5_python_bench.py [--seconds 5] [--size 1024] [--threads 8,64] [--members 1,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "proto")]
+
+from raftmq.client.producer import Producer  # noqa: E402
+from tests.rocketmq5.client_venv import DRIVERS, build_client_venv  # noqa: E402
+from tests.rocketmq5.raftmq_side import create_topic, leader_of  # noqa: E402
+from tests.support.processes import node_specs, start_nodes, stop_all  # noqa: E402
+
+
+def official(python: Path, endpoints: str, topic: str, size: int, threads: int, seconds: float, home: Path) -> dict:
+    plan = {"endpoints": endpoints, "topics": [topic], "request_timeout": 10,
+            "steps": [{"op": "bench", "topic": topic, "size": size, "threads": threads, "seconds": seconds}]}
+    home.mkdir(parents=True, exist_ok=True)
+    out = subprocess.run([str(python), str(DRIVERS / "producer.py"), json.dumps(plan)], cwd=home,
+                         env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                         timeout=seconds + 120)
+    for line in out.stdout.splitlines():
+        if '"op": "bench"' in line:
+            return json.loads(line)
+    raise RuntimeError(f"the official client's bench printed nothing:\n{out.stderr[-2000:]}")
+
+
+def sdk(servers: str, topic: str, size: int, threads: int, seconds: float, linger_ms: float | None) -> dict:
+    producer = Producer(servers) if linger_ms is None else Producer(servers, linger_ms=linger_ms)
+    body = b"x" * size
+    stop_at = time.monotonic() + seconds
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def worker():
+        mine = []
+        while time.monotonic() < stop_at:
+            t0 = time.perf_counter()
+            try:
+                producer.send(topic, body)
+                mine.append(time.perf_counter() - t0)
+            except Exception as e:  # noqa: BLE001 - counted and shown
+                errors.append(str(e)[:200])
+        latencies.extend(mine)
+
+    t0 = time.monotonic()
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = time.monotonic() - t0
+    producer.close()
+    latencies.sort()
+    pick = (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000) if latencies else None
+    return {"sent": len(latencies), "errors": len(errors), "first_error": errors[:1], "seconds": elapsed,
+            "p50_ms": pick(0.5) if pick else None, "p99_ms": pick(0.99) if pick else None}
+
+
+def row(label: str, r: dict, base: float | None) -> str:
+    rate = r["sent"] / r["seconds"] if r["seconds"] else 0.0
+    ratio = f"{rate / base:5.2f}" if base else "  -  "
+    p50 = f"{r['p50_ms']:7.2f}" if r["p50_ms"] is not None else "      -"
+    p99 = f"{r['p99_ms']:7.2f}" if r["p99_ms"] is not None else "      -"
+    err = f"  errors {r['errors']} {r['first_error']}" if r["errors"] else ""
+    return f"  {label:<34} {rate:9.0f} {p50} {p99}  {ratio}{err}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--threads", default="8,64")
+    ap.add_argument("--members", default="1,3")
+    args = ap.parse_args()
+    python = build_client_venv()
+    for members in [int(x) for x in args.members.split(",")]:
+        with tempfile.TemporaryDirectory() as d:
+            nodes = start_nodes(node_specs(Path(d), members, store={"max_message_size": 4 << 20,
+                                                                   "mapped_file_size_commit_log": 64 << 20}))
+            try:
+                create_topic(leader_of(nodes), "bench")
+                endpoints = ";".join(n.grpc_address for n in nodes)
+                servers = ",".join(n.grpc_address for n in nodes)
+                print(f"== {members} member(s), {args.size} B bodies, {args.seconds:.0f} s per row, async durability")
+                print(f"  {'client (sync sends)':<34} {'msgs/s':>9} {'p50 ms':>7} {'p99 ms':>7}  vs SDK unary")
+                for threads in [int(x) for x in args.threads.split(",")]:
+                    base = sdk(servers, "bench", args.size, threads, args.seconds, linger_ms=0)
+                    base_rate = base["sent"] / base["seconds"]
+                    print(row(f"raftmq SDK unary, {threads} threads", base, base_rate))
+                    print(row(f"raftmq SDK stream, {threads} threads",
+                              sdk(servers, "bench", args.size, threads, args.seconds, None), base_rate))
+                    print(row(f"RocketMQ 5 Python client, {threads} thr",
+                              official(python, endpoints, "bench", args.size, threads, args.seconds,
+                                       Path(d) / f"home-{threads}"), base_rate))
+            finally:
+                stop_all(nodes)
+
+
+if __name__ == "__main__":
+    main()
