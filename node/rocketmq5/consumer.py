@@ -17,7 +17,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from raftmq.node import convert as raftmq_convert
 from raftmq.node.pop_core import (
-    DEFAULT_INVISIBLE_MS,
     MAX_INVISIBLE_MS,
     MAX_RECEIVE,
     MIN_INVISIBLE_MS,
@@ -136,7 +135,8 @@ class ConsumerRpcs:
         if not 0 < batch <= MAX_RECEIVE:
             raise V2Error(v2.BAD_REQUEST, f"batch size {batch} must be 1..{MAX_RECEIVE}")
         auto_renew = request.auto_renew and not request.HasField("invisible_duration")
-        invisible = DEFAULT_INVISIBLE_MS if auto_renew else _ms(request.invisible_duration)
+        invisible = int(node.config.node.rocketmq5_auto_renew_seconds * 1000) if auto_renew else \
+            _ms(request.invisible_duration)
         if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
             raise V2Error(v2.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms must be between "
                           f"{MIN_INVISIBLE_MS} ms and {MAX_INVISIBLE_MS // 3600_000} h")
