@@ -121,6 +121,8 @@ class NodeSection:
     group_policies: dict = field(default_factory=dict)
     # issue 13: RocketMQ 5 clients' DELAY messages may name a delivery time at most this far ahead
     rocketmq5_max_delay_seconds: float = 86400.0
+    # RocketMQ 5 PushConsumers: how long a received message stays invisible between the server's renewals
+    rocketmq5_auto_renew_seconds: float = 30.0
 
 
 @dataclass
@@ -573,6 +575,9 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
     if n.ready_without_leader_seconds < 0:
         problems.append("node.ready_without_leader_seconds: must be >= 0")
+    if not 1 <= n.rocketmq5_auto_renew_seconds <= 43200:
+        problems.append("node.rocketmq5_auto_renew_seconds: must be 1..43200 (seconds a PushConsumer's message stays "
+                        "invisible between renewals)")
     if not n.rocketmq5_max_delay_seconds > 0:
         problems.append("node.rocketmq5_max_delay_seconds: must be > 0 (seconds; RocketMQ's proxy allows 86400)")
     problems.extend(_pop_problems(n))
@@ -770,6 +775,8 @@ def sample_yaml() -> str:
             "pop_max_inflight_per_queue": "pop: unacked messages per group and queue (then the queue waits)",
             "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s', fifo: true}} per group",
             "rocketmq5_max_delay_seconds": "RocketMQ 5 clients: latest delivery time of a DELAY message (from now)",
+            "rocketmq5_auto_renew_seconds": "RocketMQ 5 PushConsumers: invisible time of a received message, renewed "
+                                            "by the server until it is acked or nacked (at most 3 h)",
         },
         "cluster": {
             "name": "CLUSTER property of every message",

@@ -50,6 +50,10 @@ class BrokerMetrics:
             "raftmq_rpc_latency_seconds", "gRPC handling time by method and status code (long polls included)",
             base + ["method", "code"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
+        self.rocketmq5_renewals = Counter(
+            "raftmq_rocketmq5_receipt_renewals", "RocketMQ 5 PushConsumer messages kept invisible by a renewal",
+            base, registry=self.registry,
+        ).labels(*self._base)
         self.long_poll_wakeups = Counter(
             "raftmq_long_poll_wakeups", "Parked pulls woken by a message arrival", base, registry=self.registry
         ).labels(*self._base)

@@ -19,6 +19,7 @@ from raftmq.node.rocketmq5.calls import client_id, method_path, v2_rpc
 from raftmq.node.rocketmq5.check_relay import CheckRelay
 from raftmq.node.rocketmq5.consumer import ConsumerRpcs
 from raftmq.node.rocketmq5.producer import ProducerRpcs, as_topic_not_found
+from raftmq.node.rocketmq5.renewer import Renewer
 from raftmq.node.rocketmq5.status import V2Error, ok, status
 from raftmq.node.rocketmq5.telemetry import ClientRegistry, TelemetryStream, settings_reply
 from raftmq.node.validation import ValidationError, check_topic_name, is_system_topic
@@ -45,7 +46,10 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
         self.check_relay = CheckRelay(node, self.clients)  # checks for producers connected to a follower
-        self._housekeeping = asyncio.get_running_loop().create_task(self._keep_house())
+        self.renewer = Renewer(node)  # auto-renewed receipts (consumer.py)
+        loop = asyncio.get_running_loop()
+        self._housekeeping = loop.create_task(self._keep_house())
+        self._renewals = loop.create_task(self.renewer.run())
 
     # ------------------------------------------------------------------ route
     @v2_rpc("QueryRoute")
@@ -109,6 +113,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
     async def NotifyClientTermination(self, request, context):  # noqa: N802
         cid = client_id(context)
         if cid:
+            self.renewer.forget_client(cid)
             info = self.clients.terminate(cid)
             for stream in info.streams if info is not None else ():
                 self.producer_stream_closed(stream)
