@@ -174,13 +174,15 @@ class ConsumerRpcs:
             sp.delivery_attempt = d.delivery_attempt
             sp.invisible_duration.FromMilliseconds(invisible)
             messages.append(m)
-            if auto_renew:
-                self.renewer.track(group, topic, d.receipt_handle, client_id(context), invisible)
         node.metrics.record_pull(topic, group, len(messages), sum(len(m.body) for m in messages))
         yield v2s.ReceiveMessageResponse(status=ok())
         for m in messages:
             yield v2s.ReceiveMessageResponse(message=m)
         yield v2s.ReceiveMessageResponse(delivery_timestamp=_now())
+        if auto_renew:  # only once the whole answer went out: a client gone meanwhile gets them back in time
+            cid = client_id(context)
+            for d in got:
+                self.renewer.track(group, topic, d.receipt_handle, cid, invisible)
 
     # ------------------------------------------------------------------ ack / change / dead letter
     @v2_rpc("AckMessage")

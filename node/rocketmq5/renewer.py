@@ -7,6 +7,7 @@ of its invisible time is left, until it is acked, nacked, dead-lettered, its cli
 ``MAX_RENEW_MS`` has passed since it was received (then it becomes visible again and is redelivered, as a stuck
 listener's message should be).
 
+Receipts of a client the registry no longer knows (it said goodbye, or was silent for its expiry) are dropped.
 Only the leader that handed a message out renews it. After a failover nobody does: the message comes back when
 its last deadline passes and is delivered again (at-least-once; the old handle is then refused as stale).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,8 +41,10 @@ class _Receipt:
 
 
 class Renewer:
-    def __init__(self, node: Broker):
+    def __init__(self, node: Broker, is_live: Callable[[str], bool]):
+        """``is_live(client_id)``: whether that client is still connected or heartbeating."""
         self.node = node
+        self._is_live = is_live
         self._receipts: dict[str, _Receipt] = {}
 
     def __len__(self) -> int:
@@ -72,6 +76,9 @@ class Renewer:
         due = [(h, r) for h, r in self._receipts.items() if r.due_ms <= now]
         renewed = 0
         for handle, r in due:
+            if r.client_id and not self._is_live(r.client_id):
+                self.forget(handle)
+                continue
             if now - r.received_ms >= MAX_RENEW_MS:
                 log.warning("group %s: a message received %d s ago is still not acked; no longer keeping it "
                             "invisible (it will be delivered again)", r.group, (now - r.received_ms) // 1000)

@@ -46,7 +46,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
         self.check_relay = CheckRelay(node, self.clients)  # checks for producers connected to a follower
-        self.renewer = Renewer(node)  # auto-renewed receipts (consumer.py)
+        self.renewer = Renewer(node, lambda cid: self.clients.get(cid) is not None)  # auto-renewals (consumer.py)
         loop = asyncio.get_running_loop()
         self._housekeeping = loop.create_task(self._keep_house())
         self._renewals = loop.create_task(self.renewer.run())

@@ -89,7 +89,11 @@ def _push_until(driver, stop_file, done) -> list[dict]:
             events.append(line)
         return done(events)
 
-    wait_for(enough, "the push consumer's expected deliveries", timeout=90, interval=0.2)
+    try:
+        wait_for(enough, "the push consumer's expected deliveries", timeout=90, interval=0.2)
+    except AssertionError:
+        seen = [(e.get("body"), e.get("result"), e.get("attempt")) for e in events]
+        raise AssertionError(f"the push consumer saw only {seen}:\n{driver.diagnostics()}") from None
     stop_file.write_text("stop")
     events.extend(driver.all())
     return events

@@ -61,6 +61,9 @@ def _renewals(node) -> float:
 
 
 def test_an_auto_renewed_receipt_stays_invisible_under_its_first_handle(node, stub):
+    # renewals are for live clients (connected or heartbeating), as a PushConsumer is
+    assert stub.Heartbeat(v2s.HeartbeatRequest(client_type=v2.PUSH_CONSUMER, group=v2.Resource(name="g-renew")),
+                          metadata=CLIENT, timeout=10).status.code == v2.OK
     first = _receive(stub, "g-renew", batch=1, auto_renew=True)
     assert first[0].status.code == v2.OK, first
     msg = first[1].message

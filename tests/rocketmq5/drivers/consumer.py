@@ -20,6 +20,7 @@ This file must not import raftmq (the client brings its own apache.rocketmq.v2 s
 import json
 import os
 import sys
+import threading
 import time
 
 from rocketmq import (
@@ -32,9 +33,14 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import FilterType
 
+_out = threading.Lock()
+
 
 def emit(**fields):
-    print(json.dumps(fields), flush=True)
+    line = json.dumps(fields) + "\n"
+    with _out:  # the PushConsumer's listener runs on several threads: whole lines only
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def describe(m):

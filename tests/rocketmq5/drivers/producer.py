@@ -33,8 +33,14 @@ checks = []
 checks_lock = threading.Condition()
 
 
+_out = threading.Lock()
+
+
 def emit(**fields):
-    print(json.dumps(fields), flush=True)
+    line = json.dumps(fields) + "\n"
+    with _out:  # sends and checks run on several threads: whole lines only
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 class Checker(TransactionChecker):
