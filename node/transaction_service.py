@@ -105,6 +105,9 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         if m.delay_level:
             raise invalid(f"delay_level {m.delay_level}: a transactional message cannot be delayed; send it with "
                           "delay_level 0")
+        if m.deliver_at_ms:
+            raise invalid(f"deliver_at_ms {m.deliver_at_ms}: a transactional message cannot be a timer message; "
+                          "send it with deliver_at_ms 0")
         cfg = await node.writable_topic(m.topic)
         await self._ensure_system_topic(HALF_TOPIC)
         await self._ensure_system_topic(OP_TOPIC)
