@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -90,7 +90,7 @@ def test_leader_killed_before_timers_fire_delivers_all_once_and_never_early(tmp_
             n.wait_ready()
         with Producer(everyone) as p:  # one more timer after the restart proves the service runs again
             r = p.send("Tick", "t30", tags="timer", keys="k30", properties={"n": "30"}, queue_id=0,
-                       deliver_at=datetime.now(timezone.utc) + timedelta(seconds=1))
+                       deliver_at=datetime.now(UTC) + timedelta(seconds=1))
         got = collect(everyone, "Tick", {*sent, r.uniq_key}, timeout=60)
         assert len(got) == count + 1 and r.uniq_key in {m.uniq_key for m in got}
         wait_for(lambda: timer_progress(nodes[0]) == timer_progress(nodes[1]) == timer_progress(nodes[2]),
