@@ -99,6 +99,14 @@ def timer_properties(props: dict[str, str], cluster_name: str | None, real_topic
 _properties_of = attrgetter("properties")
 
 
+def _delay_level(props: dict[str, str]) -> int:
+    """The DELAY level as store.schedule reads it (0 when absent or not a number: schedule refuses the latter)."""
+    try:
+        return int(props.get(PROPERTY_DELAY_TIME_LEVEL, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def to_timer_messages(msgs: Sequence[Message], now_ms: int, max_delay_ms: int, cluster_name: str | None,
                       uniq: UniqKeyGenerator) -> Sequence[Message]:
     """``msgs`` with every message due after ``now_ms`` replaced by its timer-topic form (``msgs`` itself when
@@ -117,7 +125,7 @@ def to_timer_messages(msgs: Sequence[Message], now_ms: int, max_delay_ms: int, c
             continue
         if (m.sys_flag & TRANSACTION_TYPE_MASK) not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
             continue
-        if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+        if _delay_level(props) > 0:
             continue  # a delay level wins (store.schedule handles it)
         deliver_ms = deliver_ms_of(props, i)
         if deliver_ms <= now_ms:

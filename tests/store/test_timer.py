@@ -79,6 +79,8 @@ def test_a_future_timer_waits_in_the_timer_topic_and_a_past_one_is_stored_at_onc
         # a delay level wins over a timer (store.schedule delivers it)
         r = st.put_message(_timer("T", deliver, DELAY="1"))
         assert r.topic == SCHEDULE_TOPIC
+        r = st.put_message(_timer("T", deliver, DELAY="0"))  # level 0 is no delay: the timer counts
+        assert r.topic == TIMER_TOPIC
 
 
 def test_bad_and_too_far_timers_are_refused_with_the_maximum(tmp_path):
