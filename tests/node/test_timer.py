@@ -154,3 +154,30 @@ def test_single_node_timers_bad_inputs_cli_metrics_and_restart(tmp_path):
                  timeout=30)
     finally:
         stop_all(nodes)
+
+
+def test_timer_progress_travels_with_catch_up_metadata(tmp_path):
+    """A wiped replica gets the timer progress with the topics and offsets (snapshot install, catch-up)."""
+    from raftmq.replication.applier import StoreApplier
+    from raftmq.store import MessageStore, StoreConfig
+
+    stores = []
+    try:
+        for name in ("a", "b"):
+            st = MessageStore(StoreConfig(root_dir=str(tmp_path / name), preallocate=False,
+                                          mapped_file_size_commit_log=64 * 1024))
+            st.open()
+            stores.append(st)
+        a, b = (StoreApplier(st) for st in stores)
+        a.apply_timer_progress({"low": 3, "scanned": 9, "deliveredUpTo": 1_700_000_000_000})
+        meta = json.loads(json.dumps(a.export_metadata()))  # travels as JSON
+        b.import_metadata(meta)
+        assert stores[1].timer_progress.get() == (3, 9, 1_700_000_000_000)
+        del meta["timer_progress"]  # a peer from before timer messages: progress left as it is
+        b.import_metadata(meta)
+        assert stores[1].timer_progress.get() == (3, 9, 1_700_000_000_000)
+    finally:
+        for st in stores:
+            st.shutdown()
+    assert json.loads((tmp_path / "b" / "config" / "timerProgress.json").read_text()) == {
+        "low": 3, "scanned": 9, "deliveredUpTo": 1_700_000_000_000}
