@@ -172,11 +172,13 @@ def fire_message(ext: MessageExt, now_ms: int) -> Message | None:
         return None
     props[PROPERTY_TIMER_ENQUEUE_MS] = str(ext.store_timestamp)
     props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
+    # serialized before WAIT=false is set, as RocketMQ 5's convertMessage does
+    props_s = properties_to_string(props, hashmap_order(props))
     props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
     return Message(
         topic=real_topic, body=ext.body, queue_id=real_qid, properties=props, flag=ext.flag,
         sys_flag=ext.sys_flag, born_timestamp=ext.born_timestamp, born_host=ext.born_host,
-        reconsume_times=ext.reconsume_times, properties_string=properties_to_string(props, hashmap_order(props)),
+        reconsume_times=ext.reconsume_times, properties_string=props_s,
     )
 
 

@@ -16,7 +16,7 @@ from tests.support.processes import TINY_STORE, node_specs, start_nodes, stop_al
 from tests.support.waiting import wait_for
 
 STORE = {**TINY_STORE, "timer_max_delay_seconds": 3600}
-WAIT_S = 6  # timers are due this long after the sends: the leader is killed right after the sends
+WAIT_S = 10  # timers are due this long after the sends: the leader is killed right after the sends
 
 
 def _now_ms() -> int:
