@@ -564,7 +564,21 @@ class MessageStore:
         protect = self.reput.reput_from_offset
         if self.retain_from is not None:
             protect = min(protect, self.retain_from())
-        return protect
+        return min(protect, self._timer_protect_offset())
+
+    def _timer_protect_offset(self) -> int:
+        """The commit-log offset of the oldest timer message not yet delivered (the unit at the replicated
+        progress's ``low``): a timer may wait up to ``timer_max_delay_seconds``, longer than the segment holding
+        it would otherwise be kept, and retention must not delete an acknowledged message before it is delivered.
+        The same on every member (replicated progress), so retention keeps the logs identical."""
+        from raftmq.store.message import TIMER_TOPIC
+
+        cq = self.consume_queues.get(TIMER_TOPIC, 0)
+        if cq is None:
+            return 1 << 62
+        low = max(self.timer_progress.get()[0], cq.get_min_offset_in_queue())
+        units = cq.read_units(low, 1) if low < cq.get_max_offset_in_queue() else []
+        return units[0][0] if units else 1 << 62
 
     def _flush_commit_log(self, least_pages: int = 0) -> int:
         """The commit log's flush, guarded: after an I/O error nothing is ever reported durable again (Linux

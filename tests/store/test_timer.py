@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from concurrent.futures import Future
@@ -201,3 +202,30 @@ def test_many_timers_arrive_shuffled_and_an_idle_pass_reads_nothing(tmp_path):
         out = [int(m.properties["TIMER_DELIVER_MS"]) for m in got]
         assert sorted(out) == sorted(times)
         assert len({m.uniq_key for m in got}) == n
+
+
+def test_retention_keeps_the_segment_of_a_pending_timer_until_it_is_delivered(tmp_path):
+    cfg = _cfg(tmp_path, mapped_file_size_commit_log=4096, preallocate=False, delete_commit_log_files_interval=0,
+               delete_consume_queue_files_interval=0)
+    with MessageStore(cfg) as st:
+        base = _now() + 600_000
+        timer = st.put_message(_timer("T", base))
+        for _ in range(40):  # ~10 segments of plain messages after the timer's
+            st.put_message(Message(topic="P", body=b"y" * 400))
+        _wait_dispatched(st)
+        files = st.commit_log.mapped_file_queue.mapped_files
+        assert len(files) > 5
+        for mf in files:  # every segment is long expired
+            os.utime(mf.path, (1, 1))
+        st.retention.delete_files_manually()
+        st.retention.run_once(_now())
+        assert st.commit_log_min_offset <= timer.physical_offset  # the pending timer's segment is kept
+        svc = _service(st)
+        assert svc.run_once(now_ms=base) == 1
+        _wait_dispatched(st)
+        assert [m.body for m in _all(st, "T")] == [f"at {base}".encode()]
+        for mf in st.commit_log.mapped_file_queue.mapped_files:
+            os.utime(mf.path, (1, 1))
+        st.retention.delete_files_manually()
+        st.retention.run_once(_now())
+        assert st.commit_log_min_offset > timer.physical_offset  # delivered: its segment may go now
