@@ -353,12 +353,13 @@ class TimerMessageService:
     def _commit(self, now_ms: int) -> None:
         """Replicate the progress: everything pending is in the heap, so every unit below ``_scanned`` due at or
         before the heap's minimum (and now) was delivered."""
-        old_low, old_scanned, old_up_to = self._committed
-        up_to = now_ms if not self._heap else min(now_ms, self._heap[0][0] - 1)
+        _old_low, old_scanned, old_up_to = self._committed
+        top = self._heap[0][0] if self._heap else None
         low = self._pending_offsets[0] if self._pending_offsets else self._scanned
-        if up_to >= old_up_to:
-            progress = (low, self._scanned, up_to)
-        else:  # a backlog due before the recorded time (a leader with a slower clock): keep the old watermark
+        if top is None or top > old_up_to:  # the watermark never moves back (this clock may be slower)
+            progress = (low, self._scanned, max(old_up_to, now_ms if top is None else min(now_ms, top - 1)))
+        else:  # units due at or before the recorded watermark are still pending (newly scanned ones, after a
+            # leader with a faster clock): they must not count as delivered, so only ``low`` may move
             progress = (min(low, old_scanned), old_scanned, old_up_to)
         if progress != self._committed:
             self._commit_progress(*progress)

@@ -229,3 +229,22 @@ def test_retention_keeps_the_segment_of_a_pending_timer_until_it_is_delivered(tm
         st.retention.delete_files_manually()
         st.retention.run_once(_now())
         assert st.commit_log_min_offset > timer.physical_offset  # delivered: its segment may go now
+
+
+def test_a_leader_with_a_slower_clock_keeps_the_watermark_and_delivers_late_arrivals_once(tmp_path):
+    """The watermark ``deliveredUpTo`` never moves back; a timer that arrives due at or before it (stored by a
+    leader whose clock is behind) is delivered once, also across a rebuild from the progress."""
+    with MessageStore(_cfg(tmp_path)) as st:
+        base = _now() + 600_000
+        st.put_messages([_timer("T", base + d, KEYS=f"k{d}") for d in (100, 200)])
+        _wait_dispatched(st)
+        assert _service(st).run_once(now_ms=base + 150) == 1  # a leader with a fast clock
+        assert st.timer_progress.get()[2] == base + 150
+        slow = _service(st)
+        st.put_messages([_timer("T", base + 50, KEYS="k50")])  # due before the watermark
+        _wait_dispatched(st)
+        assert slow.run_once(now_ms=base + 60) == 1  # k50 only; k200 is not due on this clock
+        assert st.timer_progress.get()[2] == base + 150  # never moved back
+        assert _service(st).run_once(now_ms=base + 199) == 0  # a rebuild from the progress: k50 is not redone
+        assert slow.run_once(now_ms=base + 200) == 1
+        assert [m.properties["KEYS"] for m in _all(st, "T")] == ["k100", "k50", "k200"]
