@@ -16,6 +16,7 @@ from tests.support.processes import TINY_STORE, node_specs, start_nodes, stop_al
 from tests.support.waiting import wait_for
 
 STORE = {**TINY_STORE, "timer_max_delay_seconds": 3600}
+RESTART_WAIT_S = 20  # the timer that waits across a stop of every member
 WAIT_S = 10  # timers are due this long after the sends: the leader is killed right after the sends
 
 
@@ -80,22 +81,30 @@ def test_leader_killed_before_timers_fire_delivers_all_once_and_never_early(tmp_
             assert times == sorted(times)
         count = len(got)
 
-        # everything survives a restart of all members (the killed one included); nothing is delivered again
+        # a timer pending across a restart of all members (the killed one included) is delivered once, on time,
+        # and nothing delivered before is delivered again
         leader.start().wait_ready()
+        with Producer(everyone) as p:
+            r = p.send("Tick", "t30", tags="timer", keys="k30", properties={"n": "30"}, queue_id=0,
+                       deliver_at=datetime.now(UTC) + timedelta(seconds=RESTART_WAIT_S))
         for n in nodes:
             assert n.stop() == 0
+        stopped_ms = _now_ms()
         for n in nodes:
             n.start()
         for n in nodes:
             n.wait_ready()
-        with Producer(everyone) as p:  # one more timer after the restart proves the service runs again
-            r = p.send("Tick", "t30", tags="timer", keys="k30", properties={"n": "30"}, queue_id=0,
-                       deliver_at=datetime.now(UTC) + timedelta(seconds=1))
-        got = collect(everyone, "Tick", {*sent, r.uniq_key}, timeout=60)
+        got = collect(everyone, "Tick", {*sent, r.uniq_key}, timeout=90)
         assert len(got) == count + 1 and r.uniq_key in {m.uniq_key for m in got}
+        late = next(m for m in got if m.uniq_key == r.uniq_key)
+        deliver_ms = int(late.properties["TIMER_DELIVER_MS"])
+        assert stopped_ms < deliver_ms, "every member was stopped only after the timer was due: proves nothing"
+        assert late.store_timestamp >= deliver_ms and late.store_timestamp > stopped_ms
         wait_for(lambda: timer_progress(nodes[0]) == timer_progress(nodes[1]) == timer_progress(nodes[2]),
                  "every member's timerProgress.json agrees", timeout=30)
         assert timer_progress(nodes[0])["low"] == 31
+        assert all(n.stop() == 0 for n in nodes)
+        assert all(timer_progress(n)["low"] == 31 for n in nodes)  # persisted at stop on every member
     finally:
         stop_all(nodes)
 
