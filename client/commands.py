@@ -310,8 +310,35 @@ def _generated_body(size: int) -> bytes:
     return (pattern * (size // len(pattern) + 1))[:size]
 
 
+def _deliver_at_ms(args: argparse.Namespace) -> int:
+    """``--deliver-at`` (ISO 8601 with a time zone, or ms since the epoch) or ``--delay-seconds`` as epoch ms
+    (0: deliver now)."""
+    at, delay = getattr(args, "deliver_at", None), getattr(args, "delay_seconds", None)
+    if at is None and delay is None:
+        return 0
+    if at is not None and delay is not None:
+        raise UsageError("give --deliver-at or --delay-seconds, not both")
+    if args.delay_level:
+        raise UsageError("a timer message (--deliver-at / --delay-seconds) cannot also have --delay-level")
+    if delay is not None:
+        if delay < 0:
+            raise UsageError(f"--delay-seconds {delay:g} is negative; give the seconds to wait, e.g. 90")
+        return time.time_ns() // 1_000_000 + int(delay * 1000)
+    if at.isdigit():
+        return int(at)
+    try:
+        when = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--deliver-at {at!r} is not a time; use ISO 8601 with a zone (2030-01-02T03:04:05Z) "
+                         "or milliseconds since the epoch") from None
+    if when.tzinfo is None:
+        raise UsageError(f"--deliver-at {at!r} has no time zone; add Z or +HH:MM")
+    return int(when.timestamp() * 1000)
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     keys = [k for item in args.keys for k in item.split()]
+    deliver_at = _deliver_at_ms(args)
     props = dict(args.property)
     body = _read_body(args)
     load = args.count is not None or args.size is not None
@@ -321,13 +348,16 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise UsageError("--batch, --concurrency and --on-unknown apply to a load (--count N [--size B])")
     args.on_unknown = args.on_unknown or "count"
     if args.transactional:
+        if deliver_at:
+            raise UsageError("--transactional messages cannot be timer messages; drop --deliver-at/--delay-seconds")
         return _produce_transactional(args, body, keys, props, load)
+    args.deliver_at_ms = deliver_at
     with Producer(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
         if load:
             return _produce_load(args, producer, body, keys, props)
         if body is not None:
             r = producer.send(args.topic, body, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
-                              delay_level=args.delay_level)
+                              delay_level=args.delay_level, deliver_at=deliver_at or None)
             _print_send(args, r)
             return 0
         if sys.stdin.isatty():
@@ -338,7 +368,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             if not line:
                 continue
             r = producer.send(args.topic, line, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
-                              delay_level=args.delay_level)
+                              delay_level=args.delay_level, deliver_at=deliver_at or None)
             _print_send(args, r)
             sent += 1
         if sent == 0:
@@ -414,7 +444,8 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
     count = args.count or 1
     size = args.size if args.size is not None else 128
     payload = body if body is not None else _generated_body(size)
-    msg = Message(payload, args.tags, keys, props, args.delay_level)
+    deliver_at = getattr(args, "deliver_at_ms", 0)
+    msg = Message(payload, args.tags, keys, props, args.delay_level, deliver_at_ms=deliver_at)
     progress = Progress(count, render=lambda done, total, elapsed: _load_text(tally, done, total, elapsed))
     tally = _LoadTally(progress.start)
     stop: BaseException | None = None  # why no more sends are submitted
@@ -422,7 +453,7 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
     def send_once(n: int) -> None:
         if args.batch == 1:
             producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
-                          delay_level=args.delay_level)
+                          delay_level=args.delay_level, deliver_at=deliver_at or None)
         else:
             producer.send_batch(args.topic, [msg] * n, queue_id=args.queue)
 
@@ -1004,6 +1035,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delay-level", type=_non_negative_int, default=0, metavar="N",
                    help="deliver after delay level N of the broker's store.message_delay_level (default levels: "
                         "1=1s 2=5s 3=10s 4=30s 5=1m ... 18=2h; a higher level is clamped to the last, 0 = now)")
+    p.add_argument("--deliver-at", metavar="TIME",
+                   help="timer message: deliver at TIME (ISO 8601 with a zone, e.g. 2030-01-02T03:04:05Z, or ms "
+                        "since the epoch); at most the broker's store.timer_max_delay_seconds ahead")
+    p.add_argument("--delay-seconds", type=float, metavar="S",
+                   help="timer message: deliver S seconds from now (like --deliver-at)")
     p.add_argument("--count", "-n", type=_positive_int, metavar="N", help="load: send N messages")
     p.add_argument("--size", type=_positive_int, metavar="BYTES", help="load: generated body size (default 128)")
     p.add_argument("--batch", type=_positive_int, default=1, metavar="K", help="load: messages per request")

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from raftmq.client import errors
 from raftmq.client.accumulator import Resend, SendAccumulator
 from raftmq.client.connection import ServerPool
 from raftmq.client.security import ClientSecurity
-from raftmq.client.types import Message, SendResult
+from raftmq.client.types import Message, SendResult, epoch_ms
 from raftmq.client.uniq_key import UniqKeyGenerator
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -90,7 +91,7 @@ class Producer:
         m = pb.Message(topic=topic, body=body, tags=msg.tags or "", keys=_keys(msg.keys),
                        properties=dict(msg.properties or {}), born_timestamp=born_ms,
                        uniq_key=self._ids.next(), delay_level=msg.delay_level,
-                       message_group=msg.message_group)
+                       message_group=msg.message_group, deliver_at_ms=msg.deliver_at_ms)
         if queue_id is not None:
             m.queue_id = queue_id
         return m
@@ -107,16 +108,20 @@ class Producer:
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: list[str] | str | None = None, properties: Mapping[str, str] | None = None,
-             queue_id: int | None = None, delay_level: int = 0, message_group: str = "") -> SendResult:
+             queue_id: int | None = None, delay_level: int = 0, message_group: str = "",
+             deliver_at: datetime | int | float | None = None) -> SendResult:
         """Send one message; returns where it was stored once a majority has it.
 
         ``keys`` (a list, or a space-separated string) are indexed for ``Admin.query_by_key``; ``queue_id``
         unset lets the broker pick a queue. ``delay_level`` N > 0 delivers the message after level N of the
         broker's ``store.message_delay_level`` (a higher level is clamped to the last; ``SendResult.note`` says so).
         ``message_group`` (FIFO) sends every message of the group to one queue, in send order.
+        ``deliver_at`` (an aware ``datetime`` or ms since the epoch) makes it a timer message: invisible in its
+        topic until then (at most the broker's ``store.timer_max_delay_seconds`` ahead; a past time delivers now).
         Raises a subclass of ``RaftmqError``.
         """
-        msg = Message(body, tags, keys, dict(properties or {}), delay_level, message_group)
+        msg = Message(body, tags, keys, dict(properties or {}), delay_level, message_group,
+                      epoch_ms(deliver_at) if deliver_at is not None else 0)
         req = pb.SendMessageRequest(message=self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000))
         results, attempts = self._stream_send([req.message])
         if results is not None:

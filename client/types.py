@@ -4,6 +4,7 @@ generated code and get attributes, equality and ``dataclasses.asdict`` for JSON 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -22,6 +23,20 @@ class Message:
     properties: dict[str, str] | None = None
     delay_level: int = 0
     message_group: str = ""  # FIFO message group: one queue, delivered in order to a FIFO consumer group
+    # timer message: deliver at this time (ms since the epoch; ``epoch_ms(datetime)`` converts); 0 = now
+    deliver_at_ms: int = 0
+
+
+def epoch_ms(when: datetime | int | float) -> int:
+    """A delivery time as milliseconds since the epoch: an aware ``datetime``, or a number of epoch ms."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise ValueError(f"deliver_at {when.isoformat()} has no time zone; use an aware datetime, e.g. "
+                             "datetime.now(timezone.utc) + timedelta(minutes=5)")
+        return int(when.timestamp() * 1000)
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or when < 0:
+        raise ValueError(f"deliver_at must be a datetime or milliseconds since the epoch, got {when!r}")
+    return int(when)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ class Broker:
         self._store_open = False
         self._write_path_started = False
         self.schedule: Any = None  # store.schedule.ScheduleMessageService: delivers delayed messages while leading
+        self.timer: Any = None  # store.timer.TimerMessageService: delivers timer messages while leading
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="raftmq-read")
         self._grpc: grpc.aio.Server | None = None
         self._http: HealthServer | None = None
@@ -172,7 +173,11 @@ class Broker:
     def _store_stats(self) -> dict:
         if self.store is None:
             raise RuntimeError("store not open")
-        return self.store.stats()
+        stats = self.store.stats()
+        if self.timer is not None:
+            stats["timer_messages_pending"] = self.timer.pending()
+            stats["timer_messages_delivered"] = self.timer.delivered
+        return stats
 
     # ------------------------------------------------------------------ topics
     def topic_config(self, name: str):
@@ -611,13 +616,17 @@ class Broker:
         return server
 
     def _start_schedule(self) -> None:
-        """Delayed delivery runs on every member but acts only while this one accepts writes (Raft: leader with
-        its barrier applied, so the replicated progress is current); it re-puts through the write path."""
+        """Delayed and timer delivery run on every member but act only while this one accepts writes (Raft:
+        leader with its barrier applied, so the replicated progress is current); they re-put through the write
+        path."""
         from raftmq.store.schedule import ScheduleMessageService
+        from raftmq.store.timer import TimerMessageService
 
         wp = self.write_path
         self.schedule = ScheduleMessageService(self.store, wp.put, wp.update_delay_offsets, wp.is_writable)
         self.schedule.start()
+        self.timer = TimerMessageService(self.store, wp.put, wp.update_timer_progress, wp.is_writable)
+        self.timer.start()
 
     def _start_labeler(self) -> None:
         mode = self.config.kubernetes.role_label
@@ -686,6 +695,7 @@ class Broker:
         # so the next start recovers it as after a crash.
         for what, step in (("pop offsets", self.pop.stop if self.pop is not None else None),
                            ("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
+                           ("timer delivery", self.timer.shutdown if self.timer is not None else None),
                            ("write path", self.write_path.stop if self._write_path_started else None),
                            ("role labeler", self._labeler.stop if self._labeler is not None else None),
                            ("store", self.store.shutdown if self._store_open else None)):

@@ -739,6 +739,7 @@ _STORE_NOTES = {
     "max_transfer_bytes_on_message_in_memory": "most bytes one pull returns",
     "max_transfer_count_on_message_in_memory": "most messages one pull returns",
     "message_delay_level": "delay of each level (--delay-level N), space-separated: s, m, h, d",
+    "timer_max_delay_seconds": "timer messages (--deliver-at) further than this in the future are refused",
     "transaction_timeout_ms": "a half message without an outcome this long is checked with its producer",
     "transaction_check_interval_ms": "how often the leader scans the half queue",
     "transaction_check_max": "checks before a half message is given up (TRANS_CHECK_MAX_TIME_TOPIC)",

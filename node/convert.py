@@ -18,8 +18,10 @@ from raftmq.store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     Message,
     UniqKeyGenerator,
 )
@@ -44,6 +46,11 @@ class StoreMessageBuilder:
         out: list[Message] = []
         for i, m in enumerate(messages):
             where = f"message {i}: " if len(messages) > 1 else ""
+            if m.deliver_at_ms < 0:
+                raise invalid(f"{where}deliver_at_ms {m.deliver_at_ms} is negative; give a time in milliseconds "
+                              "since the epoch, or 0 to deliver now")
+            if m.deliver_at_ms and m.delay_level:
+                raise invalid(f"{where}both delay_level and deliver_at_ms are set; use one of them")
             if m.delay_level < 0:
                 raise invalid(f"{where}delay_level {m.delay_level} is negative; use 0 to deliver now or a level "
                               "from 1 (store.message_delay_level lists the delays; a higher level is clamped to the "
@@ -91,6 +98,8 @@ class StoreMessageBuilder:
             props["__SHARDINGKEY"] = m.message_group
         if m.delay_level > 0:  # set after TAGS/KEYS/WAIT and before UNIQ_KEY, as a RocketMQ producer does
             props[PROPERTY_DELAY_TIME_LEVEL] = str(m.delay_level)
+        if m.deliver_at_ms > 0:  # issue 13: RocketMQ 5's timer property (store.timer diverts it until then)
+            props[PROPERTY_TIMER_DELIVER_MS] = str(m.deliver_at_ms)
         if m.uniq_key:
             if len(m.uniq_key) > 128 or any(c in m.uniq_key for c in " \x01\x02"):
                 raise ValueError("uniq_key must be at most 128 characters without spaces or control separators")
@@ -148,6 +157,11 @@ def send_result(r, msg: Message) -> pb.SendResult:
             note = f"delay level {asked} clamped to {level} (the last of store.message_delay_level); "
         note += (f"held in {SCHEDULE_TOPIC} queue {r.queue_id} (queue_offset is there) until its delay has passed, "
                  f"then delivered to {msg.topic}-{msg.queue_id}")
+    elif r.topic == TIMER_TOPIC and r.topic != msg.topic:
+        queue_id = msg.queue_id
+        note = (f"held in {TIMER_TOPIC} (queue_offset is there) until "
+                f"{msg.properties.get(PROPERTY_TIMER_DELIVER_MS)} ms since the epoch, then delivered to "
+                f"{msg.topic}-{msg.queue_id}")
     return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
                          queue_id=queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
                          store_timestamp=r.store_timestamp, note=note)

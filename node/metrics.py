@@ -169,6 +169,10 @@ _ROCKETMQ_NAMES = {
     "dispatch_behind_bytes": ("rocketmq_storage_dispatch_behind_bytes", "Commit-log bytes not yet dispatched"),
     "commit_log_min_offset": ("raftmq_commitlog_min_offset", "Physical offset of the oldest commit-log byte kept"),
     "commit_log_max_offset": ("raftmq_commitlog_max_offset", "Physical offset where the next record goes"),
+    "timer_messages_pending": ("rocketmq_timing_messages", "Timer messages (TIMER_DELIVER_MS) stored and not yet "
+                               "delivered (exact on the leader; an upper bound from the replicated progress elsewhere)"),
+    "timer_messages_delivered": ("raftmq_timer_messages_delivered", "Timer messages this node re-put into their "
+                                 "topics since it started (only a leader delivers)"),
 }
 _NAME_CLEAN = re.compile(r"[^a-zA-Z0-9_]")
 

@@ -104,6 +104,9 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         if m.delay_level:
             raise invalid(f"delay_level {m.delay_level}: a transactional message cannot be delayed; send it with "
                           "delay_level 0")
+        if m.deliver_at_ms:
+            raise invalid(f"deliver_at_ms {m.deliver_at_ms}: a transactional message cannot be a timer message; "
+                          "send it with deliver_at_ms 0")
         result, half = await self.store_half(m, request.producer_group, _peer_host(context.peer()))
         return pb.SendHalfMessageResponse(result=convert.send_result(result, half),
                                           transaction_id=half.uniq_key or "")

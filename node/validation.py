@@ -41,6 +41,7 @@ SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 # messages of open transactions and the transaction op log. Pulling them is refused.
 UNCONSUMABLE_TOPICS = {
     "SCHEDULE_TOPIC_XXXX": "delayed messages wait there until their time; consume their real topic",
+    "rmq_sys_wheel_timer": "timer messages wait there until their delivery time; consume their real topic",
     "RMQ_SYS_TRANS_HALF_TOPIC": "half messages of open transactions wait there; a commit delivers the message to "
     "its real topic",
     "RMQ_SYS_TRANS_OP_HALF_TOPIC": "it is the broker's transaction op log",

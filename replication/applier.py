@@ -120,6 +120,11 @@ class StoreApplier:
         """Schedule-service progress ({delay level: next schedule-queue offset}); persisted with the metadata."""
         self.store.delay_offsets.update({int(level): int(o) for level, o in offsets.items()})
 
+    def apply_timer_progress(self, progress: dict) -> None:
+        """Timer-delivery progress (store.timer_progress); persisted with the metadata."""
+        self.store.timer_progress.update(int(progress["low"]), int(progress["scanned"]),
+                                         int(progress["deliveredUpTo"]))
+
     def apply_pop(self, ops: list[list], index: int = 0) -> list[str | None]:
         """Pop consumption state changes (store.pop_state); one refusal or None per op, the same everywhere. Not
         persisted here: the table is written periodically and replayed from the Raft journal after a crash."""
@@ -137,6 +142,7 @@ class StoreApplier:
         self.acl.persist(only_if_dirty=True)
         self.store.consumer_offsets.persist(only_if_dirty=True)
         self.store.delay_offsets.persist(only_if_dirty=True)
+        self.store.timer_progress.persist(only_if_dirty=True)
 
     @staticmethod
     def topic_to_dict(cfg: Any) -> dict:
@@ -150,7 +156,8 @@ class StoreApplier:
 
     def export_metadata(self) -> dict:
         return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot(),
-                "delay_offsets": self.store.delay_offsets.snapshot(), "pop_state": self.store.pop_state.snapshot(),
+                "delay_offsets": self.store.delay_offsets.snapshot(),
+                "timer_progress": self.store.timer_progress.snapshot(), "pop_state": self.store.pop_state.snapshot(),
                 "queue_offsets": self.store.queue_offset_table(), "acl": self.acl.snapshot()}
 
     def import_metadata(self, d: dict) -> None:
@@ -162,6 +169,8 @@ class StoreApplier:
         store.consumer_offsets.restore(d["offsets"])
         if "delay_offsets" in d:  # absent in snapshots of members from before delayed messages
             store.delay_offsets.restore(d["delay_offsets"])
+        if "timer_progress" in d:  # absent in snapshots of members from before timer messages
+            store.timer_progress.restore(d["timer_progress"])
         if "pop_state" in d:  # absent in snapshots of members from before pop consumption
             store.pop_state.restore(d["pop_state"])
         if "acl" in d:  # absent in snapshots of members from before access control

@@ -191,6 +191,12 @@ class LocalWritePath:
             self._applier.apply_delay_offsets(offsets)
             self._applier.persist_metadata()
 
+    def update_timer_progress(self, low: int, scanned: int, delivered_up_to: int) -> None:
+        """Timer progress: applied and persisted at once (a restart must not deliver again)."""
+        with self._meta_lock:
+            self._applier.apply_timer_progress({"low": low, "scanned": scanned, "deliveredUpTo": delivered_up_to})
+            self._applier.persist_metadata()
+
     def update_acl(self, cmd: dict) -> None:
         """A user / access-rule change (replication.acl_table); StoreError when refused."""
         with self._meta_lock:

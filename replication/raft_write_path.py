@@ -704,6 +704,12 @@ class RaftWritePath:
         here, so a new leader continues from it."""
         self._meta_or_raise("delay_offsets", {str(level): int(o) for level, o in offsets.items()})
 
+    def update_timer_progress(self, low: int, scanned: int, delivered_up_to: int) -> None:
+        """Replicate the timer service's progress (store.timer_progress); returns once applied here, so a new
+        leader rebuilds the pending timers from it."""
+        self._meta_or_raise("timer_progress", {"low": int(low), "scanned": int(scanned),
+                                               "deliveredUpTo": int(delivered_up_to)})
+
     def apply_pop(self, ops: list[list]) -> list[str | None]:
         """Replicate pop-consumption changes (store.pop_state) as one command; returns once applied here, with one
         refusal (str) or None per op."""

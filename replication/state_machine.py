@@ -110,6 +110,8 @@ class StateMachine:
                 self.applier.apply_offsets([(g, t, {int(q): o for q, o in offs.items()}) for g, t, offs in arg])
             elif kind == "delay_offsets":
                 self.applier.apply_delay_offsets(arg)
+            elif kind == "timer_progress":
+                self.applier.apply_timer_progress(arg)
             elif kind == "pop":  # persisted periodically and before a dump; replayed from the journal (see above)
                 return self.applier.apply_pop(arg, index)
             elif kind == "acl":

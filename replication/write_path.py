@@ -57,6 +57,10 @@ class WritePath(Protocol):
         """Record delayed-delivery progress ({delay level: next schedule-queue offset}); replicated when
         clustered, persisted in config/delayOffset.json; returns once applied."""
 
+    def update_timer_progress(self, low: int, scanned: int, delivered_up_to: int) -> None:
+        """Record timer-delivery progress (store.timer_progress); replicated when clustered, persisted in
+        config/timerProgress.json; returns once applied."""
+
     def apply_pop(self, ops: list[list]) -> list[str | None]:
         """Pop-consumption state changes (store.pop_state.PopStateTable.apply); replicated when clustered;
         returns once applied here, one refusal or None per op."""

@@ -78,6 +78,9 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     # --- delay levels (ScheduleMessageService)
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # --- timer messages (RocketMQ 5 TimerMessageStore; store.timer): a message with TIMER_DELIVER_MS further
+    # than this in the future is refused (RocketMQ 5 timerMaxDelaySec, default 3 days)
+    timer_max_delay_seconds: int = 3 * 24 * 3600
     # --- transactional messages (BrokerConfig transactionTimeOut / transactionCheckInterval / transactionCheckMax)
     transaction_timeout_ms: int = 6_000  # a half message without an outcome this long is checked with its producer
     transaction_check_interval_ms: int = 60_000  # how often the leader scans the half queue
@@ -151,6 +154,8 @@ class StoreConfig:
         for name in ("transaction_timeout_ms", "transaction_check_interval_ms", "transaction_check_max"):
             if getattr(self, name) < 1:
                 raise StoreError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.timer_max_delay_seconds < 1:
+            raise StoreError(f"timer_max_delay_seconds must be at least 1, got {self.timer_max_delay_seconds}")
         for name in ("max_hash_slot_num", "max_index_num", "max_message_size", "max_msgs_num_batch"):
             if getattr(self, name) <= 0:
                 raise StoreError(f"{name} must be positive, got {getattr(self, name)}")

@@ -39,7 +39,7 @@ from raftmq.store.index_file import (
     index_key_hashes,
 )
 from raftmq.store.java import java_string_hash
-from raftmq.store.message import SCHEDULE_TOPIC, check_frame
+from raftmq.store.message import TIMED_TOPICS, check_frame
 
 log = logging.getLogger("raftmq.store.derived_check")
 
@@ -214,7 +214,7 @@ def _fields_of(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
             return _with_indexed(check(view, pos, end, False))
         f, _bw, _body_pos, _body_len, tpos, topic_len, ppos, props_len = parts
         topic = str(view[tpos + 1 : tpos + 1 + topic_len], "utf-8", "replace")
-        if topic == SCHEDULE_TOPIC:  # its tags code is a delivery time
+        if topic in TIMED_TOPICS:  # their tags code is a delivery time
             return _with_indexed(check(view, pos, end, False))
         tags, keys, uniq = dispatch_properties(str(view[ppos + 2 : ppos + 2 + props_len], "utf-8", "replace")) \
             if props_len > 0 else (None, None, None)

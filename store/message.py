@@ -90,6 +90,16 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ 5 timer messages (MessageConst / TimerMessageStore): the producer (or the gRPC proxy, from a DELAY
+# message's delivery_timestamp) sets TIMER_DELIVER_MS; the broker stores the message in TIMER_TOPIC with
+# TIMER_OUT_MS (the delivery time it will honour), REAL_TOPIC and REAL_QID until then
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+# system topics whose consume-queue tagsCode is a delivery time, not a tags hash
+TIMED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -522,6 +532,11 @@ def decode_dispatch(buf, pos: int, *, check_crc: bool, limit: int,
             if level > 0:
                 level = min(level, len(delay_level_ms))
                 tags_code = f[11] + delay_level_ms[level - 1]
+        elif topic == TIMER_TOPIC and PROPERTY_TIMER_OUT_MS in props:
+            try:
+                tags_code = int(props[PROPERTY_TIMER_OUT_MS])
+            except ValueError:
+                pass
     return DispatchRequest(
         topic=topic, queue_id=f[3], commit_log_offset=f[6], msg_size=size, tags_code=tags_code,
         store_timestamp=f[11], consume_queue_offset=f[5], keys=keys, uniq_key=uniq, sys_flag=f[7],

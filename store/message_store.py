@@ -90,12 +90,14 @@ from raftmq.store.schedule import DelayLevels, to_schedule_messages
 from raftmq.store.scrubber import Scrubber
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
+from raftmq.store.timer import to_timer_messages
+from raftmq.store.timer_progress import TimerProgressTable
 from raftmq.store.topic_config import TopicConfigTable
 
 log = logging.getLogger("raftmq.store.message_store")
 POP_STATE_PERSIST_INTERVAL_MS = 1000
 
-_INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC"})
+_INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_wheel_timer"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
@@ -147,6 +149,7 @@ class MessageStore:
         self.topics = TopicConfigTable(config.config_dir)
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
         self.delay_offsets = DelayOffsetTable(config.config_dir)  # schedule progress (replicated metadata)
+        self.timer_progress = TimerProgressTable(config.config_dir)  # timer delivery progress (replicated metadata)
         self.pop_state = PopStateTable(config.config_dir)  # receive/ack/invisible state (replicated metadata)
         self.delay_levels = DelayLevels(config.message_delay_level)
         self._services: list = []
@@ -189,6 +192,7 @@ class MessageStore:
                 self.topics = TopicConfigTable(self.config.config_dir)
                 self.consumer_offsets = ConsumerOffsetTable(self.config.config_dir)
                 self.delay_offsets = DelayOffsetTable(self.config.config_dir)
+                self.timer_progress = TimerProgressTable(self.config.config_dir)
                 self.pop_state = PopStateTable(self.config.config_dir)
                 self._services = []
                 self._group_commit = None
@@ -240,6 +244,7 @@ class MessageStore:
         self.topics.load()
         self.consumer_offsets.load()
         self.delay_offsets.load()
+        self.timer_progress.load()
         self.pop_state.load()
         # 5. recover. From here on files change and the index is rebuilt: mark the store in use now, not only
         # once open() is done as RocketMQ does, so a kill during recovery or the catch-up dispatch below is
@@ -559,7 +564,21 @@ class MessageStore:
         protect = self.reput.reput_from_offset
         if self.retain_from is not None:
             protect = min(protect, self.retain_from())
-        return protect
+        return min(protect, self._timer_protect_offset())
+
+    def _timer_protect_offset(self) -> int:
+        """The commit-log offset of the oldest timer message not yet delivered (the unit at the replicated
+        progress's ``low``): a timer may wait up to ``timer_max_delay_seconds``, longer than the segment holding
+        it would otherwise be kept, and retention must not delete an acknowledged message before it is delivered.
+        The same on every member (replicated progress), so retention keeps the logs identical."""
+        from raftmq.store.message import TIMER_TOPIC
+
+        cq = self.consume_queues.get(TIMER_TOPIC, 0)
+        if cq is None:
+            return 1 << 62
+        low = max(self.timer_progress.get()[0], cq.get_min_offset_in_queue())
+        units = cq.read_units(low, 1) if low < cq.get_max_offset_in_queue() else []
+        return units[0][0] if units else 1 << 62
 
     def _flush_commit_log(self, least_pages: int = 0) -> int:
         """The commit log's flush, guarded: after an I/O error nothing is ever reported durable again (Linux
@@ -622,6 +641,7 @@ class MessageStore:
                     self.checkpoint.shutdown()
                 self.consumer_offsets.persist()
                 self.delay_offsets.persist(only_if_dirty=True)
+                self.timer_progress.persist(only_if_dirty=True)
                 self.pop_state.persist(only_if_dirty=True)
             finally:
                 self._close_files()
@@ -662,6 +682,7 @@ class MessageStore:
         self._flush_everything()
         self.consumer_offsets.persist(only_if_dirty=True)
         self.delay_offsets.persist(only_if_dirty=True)
+        self.timer_progress.persist(only_if_dirty=True)
         self.pop_state.persist(only_if_dirty=True)
 
     @property
@@ -714,10 +735,13 @@ class MessageStore:
         """Store ``msgs`` as one contiguous append (single-node write path)."""
         cl = self._check_open()
         self._check_writable()
-        stored = to_schedule_messages(msgs, self.delay_levels, self.config.cluster_name, self._uniq)
+        now = _now_ms()
+        cluster = self.config.cluster_name
+        stored = to_timer_messages(msgs, now, self.config.timer_max_delay_seconds * 1000, cluster, self._uniq)
+        stored = to_schedule_messages(stored, self.delay_levels, cluster, self._uniq)
         with cl.put_lock, self._disk_writes():
             # the batch never leaves this process: no frame, no frame CRC
-            batch = cl.encode(stored, _now_ms(), self._store_host, self.config.cluster_name)
+            batch = cl.encode(stored, now, self._store_host, cluster)
             results = cl.apply_decoded(batch)
         self._after_append(len(results), len(batch.payload))
         for r, m in zip(results, msgs, strict=True):
@@ -735,9 +759,11 @@ class MessageStore:
         cl = self._check_open()
         self._check_writable()
         cluster = self.config.cluster_name if cluster_name is None else cluster_name
-        msgs = to_schedule_messages(msgs, self.delay_levels, cluster, self._uniq)  # delayed -> SCHEDULE_TOPIC_XXXX
-        return cl.encode_batch(msgs, _now_ms() if store_timestamp is None else store_timestamp,
-                               store_host or self._store_host, cluster)
+        now = _now_ms() if store_timestamp is None else store_timestamp
+        # timers -> rmq_sys_wheel_timer, delayed -> SCHEDULE_TOPIC_XXXX
+        msgs = to_timer_messages(msgs, now, self.config.timer_max_delay_seconds * 1000, cluster, self._uniq)
+        msgs = to_schedule_messages(msgs, self.delay_levels, cluster, self._uniq)
+        return cl.encode_batch(msgs, now, store_host or self._store_host, cluster)
 
     def apply_batch(self, batch: bytes | bytearray | memoryview) -> list[AppendResult]:
         """Replica half: deterministic append of an encoded batch; no flush wait (see ``wait_flushed``)."""

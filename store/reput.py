@@ -28,7 +28,7 @@ from raftmq.store.dispatch import (
 )
 from raftmq.store.index_service import IndexRecord, IndexService
 from raftmq.store.java import java_string_hash
-from raftmq.store.message import MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC
+from raftmq.store.message import MESSAGE_MAGIC_CODE, TIMED_TOPICS
 
 log = logging.getLogger("raftmq.store.reput")
 
@@ -276,7 +276,7 @@ class ReputMessageService:
                         props_len = (view[ppos] << 8) | view[ppos + 1]
                         if props_len < 0x8000 and _V4_MIN_SIZE + body_len + topic_len + props_len == total:
                             topic = str(view[tpos + 1 : ppos], "utf-8", "replace")
-                            if topic != SCHEDULE_TOPIC:  # its tags code is a delivery time: general path
+                            if topic not in TIMED_TOPICS:  # their tags code is a delivery time: general path
                                 if props_len:
                                     tags, keys, uniq = props_of(
                                         str(view[ppos + 2 : rec_end], "utf-8", "replace")
