@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
-.PHONY: install install-run run stop test lint proto bench clean browser-deps k8s-tools k8s-e2e
+.PHONY: install install-run run stop test lint proto bench clean browser-deps k8s-tools k8s-e2e rmq5-java
 
 install: $(DEV_STAMP)
 install-run: $(RUN_STAMP)
@@ -72,9 +72,14 @@ browser-deps:
 k8s-tools:
 	@helm/raftmq/ci/k8s-tools/build.sh >/dev/null
 
+# The official RocketMQ 5 Java client's test driver (tests/rocketmq5/java), built with Maven once per source hash
+# into ~/.cache/raftmq/rmq5-java-driver (first time: fetches the client from Maven Central, ~15 s; needs a JDK 17).
+rmq5-java:
+	@tests/rocketmq5/java/build.sh >/dev/null
+
 # The whole suite. The Kubernetes tier (tests/k8s) needs `make k8s-tools`; SKIP_K8S_TIER=1 leaves the build out
 # (the tier then skips, except in CI where a missing build is an error).
-test: $(DEV_STAMP) browser-deps $(if $(SKIP_K8S_TIER),,k8s-tools)
+test: $(DEV_STAMP) browser-deps rmq5-java $(if $(SKIP_K8S_TIER),,k8s-tools)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 

@@ -1,6 +1,6 @@
 """The official RocketMQ 5 Python client's own venv, built once per requirements set and cached outside the work
 tree (``~/.cache/raftmq/rmq5-python-client/<hash>/``; ``$RAFTMQ_RMQ5_CLIENT_CACHE`` moves it). Used by
-tests/rocketmq5 and bench/rocketmq5_python_bench.py; the client runs only as separate processes (drivers/)."""
+tests/rocketmq5 and bench/rocketmq5_bench.py; the client runs only as separate processes (drivers/)."""
 
 from __future__ import annotations
 

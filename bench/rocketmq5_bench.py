@@ -1,12 +1,13 @@
-"""The official RocketMQ 5 Python Producer against raftmq, next to raftmq's own SDK in the same run (issue 13).
+"""The official RocketMQ 5 Java and Python Producers against raftmq, next to raftmq's own SDK in the same run (issue 13).
 
 Both send synchronously from ``threads`` threads (one send in flight per thread) for ``--seconds``, 1 KiB bodies
 by default, to one node and to a 3-member group (async durability: acknowledged once a majority has it). The
-official client runs in its own venv and process (tests/rocketmq5/client_venv.py builds it, cached); raftmq's
+Python client runs in its own venv and process (tests/rocketmq5/client_venv.py builds it, cached), the Java
+client (rocketmq-client-java 5.0.8) in a JVM (tests/rocketmq5/java/build.sh builds its driver, cached); raftmq's
 SDK rows use its unary path (``linger_ms=0``: one SendMessage per send, like the official client) and its
 default streaming path. Prints msgs/s and p50/p99 latency; never fails on time.
 
-    .venv/bin/python bench/rocketmq5_python_bench.py [--seconds 5] [--size 1024] [--threads 8,64] [--members 1,3]
+    .venv/bin/python bench/rocketmq5_bench.py [--seconds 5] [--size 1024] [--threads 8,64] [--members 1,3]
 """
 
 from __future__ import annotations
@@ -40,6 +41,19 @@ def official(python: Path, endpoints: str, topic: str, size: int, threads: int, 
         if '"op": "bench"' in line:
             return json.loads(line)
     raise RuntimeError(f"the official client's bench printed nothing:\n{out.stderr[-2000:]}")
+
+
+def java_official(classpath: str, endpoints: str, topic: str, size: int, threads: int, seconds: float) -> dict:
+    out = subprocess.run(["java", "-cp", classpath, "io.raftmq.rmq5.Driver", "produce", f"endpoints={endpoints}",
+                          f"topic={topic}", f"size={size}", f"threads={threads}", f"seconds={int(seconds)}",
+                          "request_timeout_s=10"], capture_output=True, text=True, timeout=seconds + 120)
+    for line in out.stdout.splitlines():
+        r = json.loads(line)
+        if r.get("op") == "bench":
+            rate = r["msgs_s"] or 1e-9
+            return {"sent": r["sent"], "errors": r["failed"], "first_error": [], "seconds": r["sent"] / rate,
+                    "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+    raise RuntimeError(f"the Java client's bench printed nothing:\n{out.stderr[-2000:]}")
 
 
 def sdk(servers: str, topic: str, size: int, threads: int, seconds: float, linger_ms: float | None) -> dict:
@@ -91,6 +105,8 @@ def main() -> None:
     ap.add_argument("--members", default="1,3")
     args = ap.parse_args()
     python = build_client_venv()
+    classpath = subprocess.run([str(REPO / "tests/rocketmq5/java/build.sh")], capture_output=True, text=True,
+                               check=True).stdout.strip().splitlines()[-1]
     for members in [int(x) for x in args.members.split(",")]:
         with tempfile.TemporaryDirectory() as d:
             nodes = start_nodes(node_specs(Path(d), members, store={"max_message_size": 4 << 20,
@@ -110,6 +126,9 @@ def main() -> None:
                     print(row(f"RocketMQ 5 Python client, {threads} thr",
                               official(python, endpoints, "bench", args.size, threads, args.seconds,
                                        Path(d) / f"home-{threads}"), base_rate))
+                    print(row(f"RocketMQ 5 Java client, {threads} thr",
+                              java_official(classpath, endpoints, "bench", args.size, threads, args.seconds),
+                              base_rate))
             finally:
                 stop_all(nodes)
 
