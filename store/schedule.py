@@ -109,6 +109,16 @@ def schedule_properties(props: dict[str, str], cluster_name: str | None, real_to
     SendMessageProcessor parses the client's properties into a HashMap, puts CLUSTER, removes WAIT and puts it
     back (it then sits at the end of its bucket); CommitLog sets the clamped DELAY and puts REAL_TOPIC and
     REAL_QID, then re-serializes the whole map (WAIT included)."""
+    return diverted_properties(props, cluster_name, ((PROPERTY_DELAY_TIME_LEVEL, str(level)),
+                                                     (PROPERTY_REAL_TOPIC, real_topic),
+                                                     (PROPERTY_REAL_QUEUE_ID, str(real_qid))))
+
+
+def diverted_properties(props: dict[str, str], cluster_name: str | None,
+                        puts: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The broker's re-serialized property map of a message it diverts to a system topic (delay level, timer):
+    the client's properties parsed into a HashMap, CLUSTER put, WAIT removed and put back (it then sits at the
+    end of its bucket), then ``puts`` in order; returned in the HashMap's iteration order."""
     m = JavaHashMap()
     for k, v in props.items():
         m.put(k, v)
@@ -118,9 +128,8 @@ def schedule_properties(props: dict[str, str], cluster_name: str | None, real_to
     if wait is not None:
         m.remove(PROPERTY_WAIT_STORE_MSG_OK)
         m.put(PROPERTY_WAIT_STORE_MSG_OK, wait)
-    m.put(PROPERTY_DELAY_TIME_LEVEL, str(level))
-    m.put(PROPERTY_REAL_TOPIC, real_topic)
-    m.put(PROPERTY_REAL_QUEUE_ID, str(real_qid))
+    for k, v in puts:
+        m.put(k, v)
     return dict(m.items())
 
 

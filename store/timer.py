@@ -40,9 +40,8 @@ from typing import Any
 from raftmq.store.consume_queue import BLANK_UNIT_SIZE
 from raftmq.store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
 from raftmq.store.errors import MessageIllegalError
-from raftmq.store.java import JavaHashMap, hashmap_order
+from raftmq.store.java import hashmap_order
 from raftmq.store.message import (
-    PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -60,6 +59,7 @@ from raftmq.store.message import (
     check_topic,
     properties_to_string,
 )
+from raftmq.store.schedule import diverted_properties
 
 log = logging.getLogger("raftmq.store.timer")
 
@@ -81,19 +81,9 @@ def timer_properties(props: dict[str, str], cluster_name: str | None, real_topic
                      out_ms: int) -> dict[str, str]:
     """The broker's property map of a waiting timer message, in its HashMap iteration order (as
     ``schedule_properties``: CLUSTER put, WAIT removed and put back, then TIMER_OUT_MS, REAL_TOPIC, REAL_QID)."""
-    m = JavaHashMap()
-    for k, v in props.items():
-        m.put(k, v)
-    if cluster_name is not None:
-        m.put(PROPERTY_CLUSTER, cluster_name)
-    wait = props.get(PROPERTY_WAIT_STORE_MSG_OK)
-    if wait is not None:
-        m.remove(PROPERTY_WAIT_STORE_MSG_OK)
-        m.put(PROPERTY_WAIT_STORE_MSG_OK, wait)
-    m.put(PROPERTY_TIMER_OUT_MS, str(out_ms))
-    m.put(PROPERTY_REAL_TOPIC, real_topic)
-    m.put(PROPERTY_REAL_QUEUE_ID, str(real_qid))
-    return dict(m.items())
+    return diverted_properties(props, cluster_name, ((PROPERTY_TIMER_OUT_MS, str(out_ms)),
+                                                     (PROPERTY_REAL_TOPIC, real_topic),
+                                                     (PROPERTY_REAL_QUEUE_ID, str(real_qid))))
 
 
 _properties_of = attrgetter("properties")
