@@ -56,6 +56,33 @@ def java_official(classpath: str, endpoints: str, topic: str, size: int, threads
     raise RuntimeError(f"the Java client's bench printed nothing:\n{out.stderr[-2000:]}")
 
 
+def java_receive(classpath: str, endpoints: str, topic: str, group: str, count: int) -> float:
+    """msgs/s of the Java SimpleConsumer receiving (16 per call) and acking ``count`` stored messages."""
+    out = subprocess.run(["java", "-cp", classpath, "io.raftmq.rmq5.Driver", "simple", f"endpoints={endpoints}",
+                          f"topic={topic}", f"group={group}", f"count={count}", "quiet=true", "timeout_s=300"],
+                         capture_output=True, text=True, timeout=400)
+    for line in out.stdout.splitlines():
+        r = json.loads(line)
+        if r.get("op") == "drained":
+            return r["msgs_s"]
+    raise RuntimeError(f"the Java SimpleConsumer printed nothing:\n{out.stderr[-2000:]}")
+
+
+def sdk_receive(servers: str, topic: str, group: str, count: int) -> float:
+    """msgs/s of raftmq's own SimpleConsumer receiving (16 per call) and acking ``count`` stored messages."""
+    from raftmq.client import SimpleConsumer
+
+    got = 0
+    t0 = time.monotonic()
+    with SimpleConsumer(group, topic, servers.split(",")) as c:
+        while got < count and time.monotonic() - t0 < 300:
+            msgs = c.receive(16, 30)
+            if msgs:
+                c.ack(msgs)
+                got += len(msgs)
+    return got / (time.monotonic() - t0)
+
+
 def sdk(servers: str, topic: str, size: int, threads: int, seconds: float, linger_ms: float | None) -> dict:
     producer = Producer(servers) if linger_ms is None else Producer(servers, linger_ms=linger_ms)
     body = b"x" * size
@@ -97,12 +124,20 @@ def row(label: str, r: dict, base: float | None) -> str:
     return f"  {label:<34} {rate:9.0f} {p50} {p99}  {ratio}{err}"
 
 
+def _offsets(servers: str, topic: str):
+    from raftmq.client import Admin
+
+    with Admin(servers.split(",")) as admin:
+        return admin.queue_offsets(topic)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--threads", default="8,64")
     ap.add_argument("--members", default="1,3")
+    ap.add_argument("--receive", type=int, default=5000, help="messages each consumer receives and acks")
     args = ap.parse_args()
     python = build_client_venv()
     classpath = subprocess.run([str(REPO / "tests/rocketmq5/java/build.sh")], capture_output=True, text=True,
@@ -129,6 +164,13 @@ def main() -> None:
                     print(row(f"RocketMQ 5 Java client, {threads} thr",
                               java_official(classpath, endpoints, "bench", args.size, threads, args.seconds),
                               base_rate))
+                stored = sum(o.max_offset for o in _offsets(servers, "bench"))
+                receive_n = min(stored, args.receive)
+                sdk_rate = sdk_receive(servers, "bench", "sdk-receivers", receive_n)
+                java_rate = java_receive(classpath, endpoints, "bench", "java-receivers", receive_n)
+                print(f"  receive + ack {receive_n} stored messages, 16 per receive, 1 consumer:")
+                print(f"  {'raftmq SDK SimpleConsumer':<34} {sdk_rate:9.0f}")
+                print(f"  {'RocketMQ 5 Java SimpleConsumer':<34} {java_rate:9.0f}  {java_rate / sdk_rate:5.2f}")
             finally:
                 stop_all(nodes)
 

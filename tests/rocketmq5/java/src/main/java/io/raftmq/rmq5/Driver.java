@@ -38,7 +38,8 @@ import org.apache.rocketmq.client.apis.producer.TransactionResolution;
  *   <li>produce: kind=normal|fifo|delay|tx-commit|tx-rollback|tx-orphan, count, prefix, tag, group (fifo),
  *       delay_s (delay), threads (sends in parallel; then only a summary with msgs/s and latencies)</li>
  *   <li>simple: group, expr (tag expression), count, invisible_s, change=BODY (change that message's invisible
- *       time to 2 s instead of acking it once: it comes back with attempt 2), timeout_s</li>
+ *       time to 2 s instead of acking it once: it comes back with attempt 2), timeout_s, quiet (bench: only the
+ *       summary, with msgs/s)</li>
  *   <li>push: group, fail=BODY (answered FAILURE every time), expect (SUCCESS count), fail_times (deliveries of
  *       BODY to wait for), timeout_s</li>
  * </ul>
@@ -197,6 +198,8 @@ public final class Driver {
         String change = a.get("change");
         long deadline = System.currentTimeMillis() + 1000L * Long.parseLong(a.getOrDefault("timeout_s", "60"));
         Set<String> acked = new HashSet<>();
+        boolean quiet = Boolean.parseBoolean(a.getOrDefault("quiet", "false"));
+        long start = System.nanoTime();
         try (SimpleConsumer consumer = provider.newSimpleConsumerBuilder().setClientConfiguration(config)
             .setConsumerGroup(a.get("group")).setAwaitDuration(Duration.ofSeconds(3))
             .setSubscriptionExpressions(subscription(a)).build()) {
@@ -207,6 +210,13 @@ public final class Driver {
                 } catch (Exception e) {
                     emit(Map.of("op", "receive_error", "error", "" + e.getMessage()));
                     sleep(1);
+                    continue;
+                }
+                if (quiet) {  // bench: ack in the receive loop, one summary line at the end
+                    for (MessageView v : got) {
+                        consumer.ack(v);
+                        acked.add(v.getMessageId().toString());
+                    }
                     continue;
                 }
                 for (MessageView v : got) {
@@ -226,7 +236,9 @@ public final class Driver {
                 }
             }
         }
-        emit(Map.of("op", "drained", "ok", acked.size() >= count, "acked", acked.size()));
+        double elapsed = (System.nanoTime() - start) / 1e9;
+        emit(Map.of("op", "drained", "ok", acked.size() >= count, "acked", acked.size(),
+            "msgs_s", quiet ? acked.size() / elapsed : 0.0));
     }
 
     private static void push(ClientServiceProvider provider, ClientConfiguration config, Map<String, String> a)
