@@ -9,8 +9,8 @@ afterwards, so a crash in between duplicates a dead letter instead of losing it.
 Per (group, topic, queue) one lock serialises decisions on this member, so two receivers never get the same
 message; the ``seq`` check in the applied command covers a deposed leader racing its successor.
 
-Blocking: call from a worker thread (the gRPC layer uses ``node.run_blocking``). The RocketMQ 5 adapter (next
-issue) maps its ReceiveMessage / AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue onto
+Blocking: call from a worker thread (the gRPC layer uses ``node.run_blocking``). The RocketMQ 5 adapter
+(node.rocketmq5.consumer) maps its ReceiveMessage / AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue onto
 ``receive`` / ``ack`` / ``change_invisible`` / ``forward_to_dlq``; ``Delivery`` carries what its messages need.
 """
 
