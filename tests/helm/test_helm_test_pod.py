@@ -7,6 +7,7 @@ and `raftmq` is the real CLI from this checkout.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,19 @@ BIN = str(Path(sys.executable).parent)
 pytestmark = pytest.mark.slow
 
 
+def kubernetes_expand(text: str, env: dict[str, str]) -> str:
+    """What the kubelet does to a container's args before the shell sees them: `$(NAME)` of a defined variable
+    becomes its value, `$$` becomes `$`, anything else stays (a real node turned the script's `$$` into `$`)."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
 def pod_script_and_env() -> tuple[str, dict[str, str]]:
     pod = one(objects(), "Pod")
     c = pod["spec"]["containers"][0]
     assert c["command"] == ["/bin/sh", "-c"]
-    return c["args"][0], {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e["value"] for e in c["env"]}
+    return kubernetes_expand(c["args"][0], env), env
 
 
 def run_script(server: str, members: list[str], attempts: int = 30) -> subprocess.CompletedProcess:
@@ -43,6 +52,8 @@ def test_helm_test_passes_on_a_healthy_group(tmp_path):
     finally:
         stop_all(nodes)
     assert done.returncode == 0, done.stdout + done.stderr
+    # each run writes its own key (the shell's `$$` never reached the shell: Kubernetes made it a lone `$`)
+    assert re.search(r"^writing helm-test-\d+ through ", done.stdout, re.M), done.stdout
     for n in nodes:
         assert f"ok: {n.grpc_address} has helm-test-" in done.stdout
 
