@@ -77,19 +77,24 @@ def tools_bin_dir() -> Path | None:
 
 
 class ControlPlane:
-    """Start with ``start()``, stop with ``stop()``; ``kubeconfig`` and ``api_client()`` reach it as admin."""
+    """Start with ``start()``, stop with ``stop()``; ``kubeconfig`` and ``api_client()`` reach it as admin.
 
-    def __init__(self, bin_dir: Path, work: Path, nodes: int = 3):
+    ``nodes`` kwok fake nodes run the pods (0: no kwok; real nodes join by themselves). The API server listens on
+    ``address`` (loopback by default; a real node's pods need an address they can route to, which the server then
+    also advertises as the ``kubernetes`` Service's endpoint)."""
+
+    def __init__(self, bin_dir: Path, work: Path, nodes: int = 3, address: str = HOST):
         self.bin = bin_dir
         self.work = work
         self.nodes = [f"kwok-node-{i}" for i in range(nodes)]
         self.procs: dict[str, subprocess.Popen] = {}
         self.kubeconfig = work / "admin.kubeconfig"
         self.api_port = 0
+        self.address = address
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 180.0) -> ControlPlane:
-        pki = make_pki(self.work / "pki")
+        pki = make_pki(self.work / "pki", server_ips=() if self.address == HOST else (self.address,))
         self.pki = pki
         etcd_client, etcd_peer, api, cm, sched = free_ports(5)
         self.api_port = api
@@ -102,7 +107,7 @@ class ControlPlane:
         ])
         self._spawn("kube-apiserver", [
             "--etcd-servers", f"http://{HOST}:{etcd_client}",
-            "--bind-address", HOST, "--advertise-address", HOST, "--secure-port", str(api),
+            "--bind-address", self.address, "--advertise-address", self.address, "--secure-port", str(api),
             "--cert-dir", str(self.work / "apiserver-certs"),
             "--tls-cert-file", str(pki["apiserver.crt"]), "--tls-private-key-file", str(pki["apiserver.key"]),
             "--client-ca-file", str(pki["ca.crt"]),
@@ -111,8 +116,11 @@ class ControlPlane:
             "--service-account-signing-key-file", str(pki["sa.key"]),
             "--service-cluster-ip-range", "10.96.0.0/16",
             "--authorization-mode", "RBAC",
-            # Endpoints may not hold loopback addresses: nobody needs the kubernetes Service's endpoints here.
-            "--endpoint-reconciler-type", "none",
+            # Endpoints may not hold loopback addresses: on loopback nobody needs the kubernetes Service's endpoints.
+            "--endpoint-reconciler-type", "none" if self.address == HOST else "lease",
+            # `kubectl exec/logs` through a real node's kubelet (which trusts this CA's client certificates)
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--kubelet-client-certificate", str(pki["admin.crt"]), "--kubelet-client-key", str(pki["admin.key"]),
         ])
         self._write_kubeconfig()
         self._wait_api(timeout)
@@ -127,6 +135,12 @@ class ControlPlane:
             "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
             "--bind-address", HOST, "--secure-port", str(sched),
         ])
+        self._create_storage()
+        if self.nodes:
+            self._start_kwok()
+        return self
+
+    def _start_kwok(self) -> None:
         stages = self.work / "kwok-stages.yaml"
         stage_dir = self.bin.parent / "kwok-stages"
         docs = [p.read_text() for p in sorted(stage_dir.glob("*.yaml"))] + [HELM_TEST_COMPLETE]
@@ -136,8 +150,7 @@ class ControlPlane:
             "--manage-nodes-with-annotation-selector", f"{FAKE_NODE}=fake",
             "--cidr", "10.244.0.1/16", "--node-ip", "10.1.0.1", "--server-address", f"{HOST}:0",
         ])
-        self._create_nodes_and_storage()
-        return self
+        self._create_fake_nodes()
 
     def stop(self) -> None:
         for name in reversed(list(self.procs)):
@@ -150,6 +163,9 @@ class ControlPlane:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    def stop_program(self, program: str) -> None:
+        terminate(self.procs.get(program))
 
     def _spawn(self, program: str, args: list[str]) -> None:
         log = open(self.work / f"{program}.log", "ab")
@@ -168,7 +184,7 @@ class ControlPlane:
     # ------------------------------------------------------------------ access
     @property
     def server(self) -> str:
-        return f"https://{HOST}:{self.api_port}"
+        return f"https://{self.address}:{self.api_port}"
 
     def _write_kubeconfig(self) -> None:
         def b64(name: str) -> str:
@@ -201,7 +217,7 @@ class ControlPlane:
                 time.sleep(0.5)
         raise TimeoutError(f"kube-apiserver not ready after {timeout}s: {last}\n{self.log_tail('kube-apiserver')}")
 
-    def _create_nodes_and_storage(self) -> None:
+    def _create_fake_nodes(self) -> None:
         with self.api_client() as c:
             core = k8s.CoreV1Api(c)
             for i, name in enumerate(self.nodes):
@@ -214,29 +230,42 @@ class ControlPlane:
                     "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
                                "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
                 })
+        self.wait_nodes_ready(self.nodes, "kwok")
+
+    def _create_storage(self) -> None:
+        """A default StorageClass without a provisioner and hostPath volumes its claims bind to (made writable
+        by any uid: the chart runs as 10001, and hostPath volumes get no fsGroup)."""
+        volumes = self.work / "volumes"
+        with self.api_client() as c:
+            core = k8s.CoreV1Api(c)
             k8s.StorageV1Api(c).create_storage_class({
                 "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                 "metadata": {"name": "local", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
                 "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate",
             })
             for i in range(12):
+                (volumes / f"pv-{i}").mkdir(parents=True, exist_ok=True)
+                (volumes / f"pv-{i}").chmod(0o777)
                 core.create_persistent_volume({
                     "apiVersion": "v1", "kind": "PersistentVolume",
                     "metadata": {"name": f"pv-{i}"},
                     "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteOnce"],
                              "storageClassName": "local", "persistentVolumeReclaimPolicy": "Delete",
-                             "hostPath": {"path": str(self.work / "volumes" / f"pv-{i}")}},
+                             "hostPath": {"path": str(volumes / f"pv-{i}")}},
                 })
-        deadline = time.monotonic() + 120
+
+    def wait_nodes_ready(self, names: list[str], program: str, timeout: float = 120.0) -> None:
+        """Wait until every named node is Ready; a timeout shows the log of ``program`` (the one running them)."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive()
             with self.api_client() as c:
-                ready = [n.metadata.name for n in k8s.CoreV1Api(c).list_node().items
-                         if any(cond.type == "Ready" and cond.status == "True" for cond in (n.status.conditions or []))]
-            if len(ready) == len(self.nodes):
+                ready = {n.metadata.name for n in k8s.CoreV1Api(c).list_node().items
+                         if any(cond.type == "Ready" and cond.status == "True" for cond in (n.status.conditions or []))}
+            if ready >= set(names):
                 return
             time.sleep(0.5)
-        raise TimeoutError(f"kwok nodes not Ready:\n{self.log_tail('kwok')}")
+        raise TimeoutError(f"nodes {names} not Ready after {timeout}s:\n{self.log_tail(program)}")
 
     # ------------------------------------------------------------------ pods played by local processes
     def pod_environment(self, namespace: str, pod: str, service_account: str, directory: Path) -> dict[str, str]:
@@ -255,6 +284,18 @@ class ControlPlane:
         (directory / "namespace").write_text(namespace)
         return {"POD_NAME": pod, "POD_NAMESPACE": namespace, "KUBERNETES_SERVICE_HOST": HOST,
                 "KUBERNETES_SERVICE_PORT": str(self.api_port), "RAFTMQ_TEST_SA_DIR": str(directory)}
+
+
+def terminate(p: subprocess.Popen | None, timeout: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; nothing for a process that already ended."""
+    if p is None or p.poll() is not None:
+        return
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def in_pod_argv(argv: list[str], sa_dir: Path) -> list[str]:

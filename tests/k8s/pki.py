@@ -33,9 +33,9 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def make_pki(directory: Path) -> dict[str, Path]:
+def make_pki(directory: Path, server_ips: tuple[str, ...] = ()) -> dict[str, Path]:
     """Write every file into ``directory``; returns name -> path (ca.crt, apiserver.crt/.key, admin.crt/.key,
-    sa.key, sa.pub)."""
+    sa.key, sa.pub). ``server_ips`` are further addresses the API server's certificate must name."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     later = now + datetime.timedelta(days=2)
@@ -61,7 +61,7 @@ def make_pki(directory: Path) -> dict[str, Path]:
 
     server_sans = [x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default",
                                              "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")]
-    server_sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "10.96.0.1")]
+    server_sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "10.96.0.1", *server_ips)]
     api_key, api_cert = leaf("kube-apiserver", None, ExtendedKeyUsageOID.SERVER_AUTH, server_sans)
     admin_key, admin_cert = leaf("admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)

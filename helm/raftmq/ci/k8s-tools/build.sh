@@ -16,6 +16,8 @@ ETCD_VERSION=3.7.0         # the etcd server k8s 1.37 pins
 KWOK_VERSION=0.8.0
 
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=module.sh
+source "$here/module.sh"
 cache="${RAFTMQ_K8S_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/raftmq/k8s-tools}"
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_$(sha256sum "$here/main.go" | cut -c1-12)"
 out="$cache/$key"
@@ -38,29 +40,12 @@ cd "$work"
 log() { echo "k8s-tools: $*" >&2; }
 
 log "building Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION} into $bin (cold: ~15-40 min)"
-go mod init raftmq.local/k8s-tools >/dev/null 2>&1
-go mod edit -go=1.26.0
-# k8s.io/kubernetes' own go.mod lists its staging modules; each becomes a replace by the published v0.<minor>.<patch>.
-gomod="$(go mod download -json "k8s.io/kubernetes@v${K8S_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')"
-staging_version="v0.${K8S_VERSION#1.}"
-{
-    echo "require k8s.io/kubernetes v${K8S_VERSION}"
-    echo "replace ("
-    sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_version"'#p' "$gomod"
-    echo ")"
-} >> go.mod
-log "$(grep -c '=> k8s.io/' go.mod) staging modules replaced by ${staging_version}"
+k8s_module_init "$K8S_VERSION"
 go get "k8s.io/kubernetes@v${K8S_VERSION}" "go.etcd.io/etcd/server/v3@v${ETCD_VERSION}" \
     "sigs.k8s.io/kwok@v${KWOK_VERSION}" >&2
 go mod tidy >&2
 
-# The version the servers report (else v0.0.0-master, which Helm refuses for a chart with a kubeVersion).
-minor="${K8S_VERSION#1.}"; minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X ${pkg}.gitVersion=v${K8S_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
-    ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
-done
+ldflags="$(k8s_ldflags "$K8S_VERSION")"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/k8s-tools.tmp" . >&2
 mv "$bin/k8s-tools.tmp" "$bin/k8s-tools"
 for p in "${programs[@]}"; do ln -sf k8s-tools "$bin/$p"; done
