@@ -5,9 +5,12 @@ by default, to one node and to a 3-member group (async durability: acknowledged 
 Python client runs in its own venv and process (tests/rocketmq5/client_venv.py builds it, cached), the Java
 client (rocketmq-client-java 5.0.8) in a JVM (tests/rocketmq5/java/build.sh builds its driver, cached); raftmq's
 SDK rows use its unary path (``linger_ms=0``: one SendMessage per send, like the official client) and its
-default streaming path. Prints msgs/s and p50/p99 latency; never fails on time.
+default streaming path. Then the same Java client against a real Apache RocketMQ 5 (name server + proxy with its
+broker, from Maven Central: bench/rocketmq5_proxy.py; ASYNC_FLUSH, one broker), next to raftmq's single node.
+Prints msgs/s and p50/p99 latency; never fails on time.
 
     .venv/bin/python bench/rocketmq5_bench.py [--seconds 5] [--size 1024] [--threads 8,64] [--members 1,3]
+                                              [--skip-rocketmq]
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "proto")]
 
+from bench.rocketmq5_proxy import VERSION as ROCKETMQ_VERSION  # noqa: E402
+from bench.rocketmq5_proxy import RocketMQ5  # noqa: E402
 from raftmq.client.producer import Producer  # noqa: E402
 from tests.rocketmq5.client_venv import DRIVERS, build_client_venv  # noqa: E402
 from tests.rocketmq5.raftmq_side import create_topic, leader_of  # noqa: E402
@@ -138,7 +143,9 @@ def main() -> None:
     ap.add_argument("--threads", default="8,64")
     ap.add_argument("--members", default="1,3")
     ap.add_argument("--receive", type=int, default=5000, help="messages each consumer receives and acks")
+    ap.add_argument("--skip-rocketmq", action="store_true", help="no rows against a real RocketMQ 5")
     args = ap.parse_args()
+    java_rates: dict[tuple[int, str], float] = {}  # (members, what) -> msgs/s of the Java client on raftmq
     python = build_client_venv()
     classpath = subprocess.run([str(REPO / "tests/rocketmq5/java/build.sh")], capture_output=True, text=True,
                                check=True).stdout.strip().splitlines()[-1]
@@ -161,9 +168,9 @@ def main() -> None:
                     print(row(f"RocketMQ 5 Python client, {threads} thr",
                               official(python, endpoints, "bench", args.size, threads, args.seconds,
                                        Path(d) / f"home-{threads}"), base_rate))
-                    print(row(f"RocketMQ 5 Java client, {threads} thr",
-                              java_official(classpath, endpoints, "bench", args.size, threads, args.seconds),
-                              base_rate))
+                    java = java_official(classpath, endpoints, "bench", args.size, threads, args.seconds)
+                    java_rates[(members, f"send {threads}")] = java["sent"] / java["seconds"]
+                    print(row(f"RocketMQ 5 Java client, {threads} thr", java, base_rate))
                 stored = sum(o.max_offset for o in _offsets(servers, "bench"))
                 receive_n = min(stored, args.receive)
                 sdk_rate = sdk_receive(servers, "bench", "sdk-receivers", receive_n)
@@ -171,8 +178,25 @@ def main() -> None:
                 print(f"  receive + ack {receive_n} stored messages, 16 per receive, 1 consumer:")
                 print(f"  {'raftmq SDK SimpleConsumer':<34} {sdk_rate:9.0f}")
                 print(f"  {'RocketMQ 5 Java SimpleConsumer':<34} {java_rate:9.0f}  {java_rate / sdk_rate:5.2f}")
+                java_rates[(members, "receive")] = java_rate
             finally:
                 stop_all(nodes)
+    if not args.skip_rocketmq:
+        rocketmq(classpath, args, java_rates)
+
+
+def rocketmq(classpath: str, args: argparse.Namespace, java_rates: dict[tuple[int, str], float]) -> None:
+    """The same Java client against Apache RocketMQ's own broker + proxy; ratios against raftmq's single node."""
+    with RocketMQ5(topic="bench") as rmq:
+        print(f"== Apache RocketMQ {ROCKETMQ_VERSION}: name server + proxy (local mode, broker inside), ASYNC_FLUSH, "
+              f"{args.size} B bodies, {args.seconds:.0f} s per row")
+        print(f"  {'client (sync sends)':<34} {'msgs/s':>9} {'p50 ms':>7} {'p99 ms':>7}  vs raftmq 1 node, same client")
+        for threads in [int(x) for x in args.threads.split(",")]:
+            r = java_official(classpath, rmq.endpoint, "bench", args.size, threads, args.seconds)
+            print(row(f"RocketMQ 5 Java client, {threads} thr", r, java_rates.get((1, f"send {threads}"))))
+        rate = java_receive(classpath, rmq.endpoint, "bench", "java-receivers", args.receive)
+        ours = java_rates.get((1, "receive"))
+        print(f"  {'RocketMQ 5 Java SimpleConsumer':<34} {rate:9.0f}" + (f"{'':18}{rate / ours:5.2f}" if ours else ""))
 
 
 if __name__ == "__main__":
