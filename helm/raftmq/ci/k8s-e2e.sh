@@ -9,7 +9,8 @@
 # 4. writes a marker message, force-kills the leader pod (no preStop, no graceful shutdown: a crash);
 # 5. checks that a new leader is elected and labelled, that writes work again, that the pod comes back ready,
 #    and that the marker written before the crash is on every member;
-# 6. does a rolling restart (preStop hand-off, readiness-paced), runs `helm test` again; uninstalls and deletes
+# 6. does a rolling restart (preStop hand-off, readiness-paced; only the member restarting may be unready at any
+#    moment), runs `helm test` again; uninstalls and deletes
 #    the namespace (KEEP=1 keeps them for debugging).
 #
 # Needs: kubectl, helm (3.8+ or 4), a cluster that can pull $IMAGE (for kind: `docker build -t raftmq:e2e .` and
@@ -175,8 +176,22 @@ done
 cli "$writer" cluster status --server "$CLIENT_SVC"
 
 log "rolling restart (preStop hands leadership away, the PDB and readiness pace it)"
+# Only the member being restarted may be unready: the others must stay ready through each restart's election.
+ready_log="$(mktemp)"
+( while :; do
+    kc get pods -l "$SELECTOR" -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{" "}{end}' \
+      >>"$ready_log" 2>/dev/null || true
+    echo >>"$ready_log"
+    sleep 1
+  done ) &
+sampler=$!
 kc rollout restart "statefulset/$FULL"
 kc rollout status "statefulset/$FULL" --timeout "$TIMEOUT"
+kill "$sampler" 2>/dev/null || true
+min_ready="$(awk 'NF > 0 { n = 0; for (i = 1; i <= NF; i++) if ($i ~ /=True$/) n++; print n }' "$ready_log" | sort -n | head -1)"
+echo "fewest ready members in $(grep -c . "$ready_log") samples during the rollout: ${min_ready:-?} of $replicas"
+[[ -n "$min_ready" && "$min_ready" -ge $((replicas - 1)) ]] \
+  || die "members other than the one restarting went unready during the rolling restart (samples in $ready_log)"
 wait_for_leader >/dev/null
 
 log "helm test again"
