@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -76,7 +77,29 @@ def tools_bin_dir() -> Path | None:
     return Path(r.stdout.strip()) if r.returncode == 0 else None
 
 
-class ControlPlane:
+class LoggedProcesses:
+    """Named child processes in their own sessions, each logging to ``<work>/<name>.log``."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.work / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+                                            start_new_session=True)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.work / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def check_alive(self) -> None:
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.log_tail(name)}")
+
+
+class ControlPlane(LoggedProcesses):
     """Start with ``start()``, stop with ``stop()``; ``kubeconfig`` and ``api_client()`` reach it as admin.
 
     ``nodes`` kwok fake nodes run the pods (0: no kwok; real nodes join by themselves). The API server listens on
@@ -84,10 +107,9 @@ class ControlPlane:
     also advertises as the ``kubernetes`` Service's endpoint)."""
 
     def __init__(self, bin_dir: Path, work: Path, nodes: int = 3, address: str = HOST):
+        super().__init__(work)
         self.bin = bin_dir
-        self.work = work
         self.nodes = [f"kwok-node-{i}" for i in range(nodes)]
-        self.procs: dict[str, subprocess.Popen] = {}
         self.kubeconfig = work / "admin.kubeconfig"
         self.api_port = 0
         self.address = address
@@ -168,18 +190,7 @@ class ControlPlane:
         terminate(self.procs.get(program))
 
     def _spawn(self, program: str, args: list[str]) -> None:
-        log = open(self.work / f"{program}.log", "ab")
-        self.procs[program] = subprocess.Popen([str(self.bin / program), *args], stdout=log, stderr=subprocess.STDOUT,
-                                               cwd=self.work, start_new_session=True)
-
-    def log_tail(self, program: str, lines: int = 30) -> str:
-        path = self.work / f"{program}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-    def _check_alive(self) -> None:
-        for name, p in self.procs.items():
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.log_tail(name)}")
+        self.spawn(program, [str(self.bin / program), *args])
 
     # ------------------------------------------------------------------ access
     @property
@@ -206,7 +217,7 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
-            self._check_alive()
+            self.check_alive()
             try:
                 with self.api_client() as c:
                     # the default namespace exists once the API server's own bootstrap ran
@@ -230,7 +241,7 @@ class ControlPlane:
                     "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
                                "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
                 })
-        self.wait_nodes_ready(self.nodes, "kwok")
+        self.wait_nodes_ready(self.nodes, why=lambda: self.log_tail("kwok"))
 
     def _create_storage(self) -> None:
         """A default StorageClass without a provisioner and hostPath volumes its claims bind to (made writable
@@ -254,18 +265,18 @@ class ControlPlane:
                              "hostPath": {"path": str(volumes / f"pv-{i}")}},
                 })
 
-    def wait_nodes_ready(self, names: list[str], program: str, timeout: float = 120.0) -> None:
-        """Wait until every named node is Ready; a timeout shows the log of ``program`` (the one running them)."""
+    def wait_nodes_ready(self, names: list[str], timeout: float = 120.0, why: Callable[[], str] = str) -> None:
+        """Wait until every named node is Ready; a timeout shows ``why()`` (the log of what runs them)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self._check_alive()
+            self.check_alive()
             with self.api_client() as c:
                 ready = {n.metadata.name for n in k8s.CoreV1Api(c).list_node().items
                          if any(cond.type == "Ready" and cond.status == "True" for cond in (n.status.conditions or []))}
             if ready >= set(names):
                 return
             time.sleep(0.5)
-        raise TimeoutError(f"nodes {names} not Ready after {timeout}s:\n{self.log_tail(program)}")
+        raise TimeoutError(f"nodes {names} not Ready after {timeout}s:\n{why()}")
 
     # ------------------------------------------------------------------ pods played by local processes
     def pod_environment(self, namespace: str, pod: str, service_account: str, directory: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client as k8s
 
-from tests.k8s.control_plane import ControlPlane, terminate
+from tests.k8s.control_plane import ControlPlane, LoggedProcesses, terminate
 
 NETNS = "raftmq-k8s"
 NODE_NAME = "raftmq-node-0"
@@ -45,15 +45,14 @@ def in_netns(argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{NETNS}", "--", *argv]
 
 
-class RealNode:
+class RealNode(LoggedProcesses):
     """``start()`` after the control plane started; ``stop()`` removes every process, mount and the namespace."""
 
     def __init__(self, plane: ControlPlane, tools_bin: Path, work: Path, images_tar: Path):
+        super().__init__(work)
         self.plane = plane
         self.bin = tools_bin
-        self.work = work
         self.images_tar = images_tar
-        self.procs: dict[str, subprocess.Popen] = {}
 
     # ------------------------------------------------------------------ network
     @staticmethod
@@ -90,7 +89,7 @@ class RealNode:
         self._start_coredns()
         self._start_kube_proxy()
         self._start_kubelet()
-        self.plane.wait_nodes_ready([NODE_NAME], "kubelet", timeout)
+        self.plane.wait_nodes_ready([NODE_NAME], timeout, why=lambda: self.log_tail("kubelet"))
         return self
 
     def stop(self) -> None:
@@ -135,18 +134,7 @@ class RealNode:
             time.sleep(1)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.work / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(in_netns(argv), stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
-                                            start_new_session=True)
-
-    def log_tail(self, name: str, lines: int = 40) -> str:
-        path = self.work / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-    def check_alive(self) -> None:
-        for name, p in self.procs.items():
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.log_tail(name)}")
+        self.spawn(name, in_netns(argv))
 
     # ------------------------------------------------------------------ containerd
     def _start_containerd(self) -> None:
