@@ -60,7 +60,8 @@ def main() -> int:
         print(f"k8s-e2e-local: cluster up (KUBECONFIG={plane.kubeconfig}, logs in {work})", flush=True)
         env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig), PATH=f"{node_bin}:{os.environ['PATH']}",
                    IMAGE=IMAGE, ADMISSION_POLICY=os.environ.get("ADMISSION_POLICY", "1"),
-                   KEEP=os.environ.get("KEEP", "0"))
+                   KEEP=os.environ.get("KEEP", "0"), DIAG_DIR=str(work / "diagnostics"))
+        (work / "diagnostics").mkdir()
         t0 = time.monotonic()
         rc = subprocess.run([str(CI_DIR / "k8s-e2e.sh")], env=env).returncode
         phases.append(("k8s-e2e.sh", time.monotonic() - t0))
@@ -78,6 +79,8 @@ def main() -> int:
     for name, seconds in phases:
         print(f"  {name:<34} {seconds:7.1f} s")
     print(f"  result: {'PASS' if rc == 0 else f'FAIL (exit {rc})'}")
+    if rc != 0:
+        print(f"  pod logs and events: {work / 'diagnostics'}; node and control-plane logs: {work}/node, {work}/plane")
     return rc
 
 

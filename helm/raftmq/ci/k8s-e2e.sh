@@ -27,6 +27,7 @@ ANTI_AFFINITY="${ANTI_AFFINITY:-soft}"
 STORAGE_SIZE="${STORAGE_SIZE:-4Gi}"  # the chart refuses less than ~2.9Gi with the default store sizes
 TIMEOUT="${TIMEOUT:-600s}"
 KEEP="${KEEP:-0}"
+DIAG_DIR="${DIAG_DIR:-}"  # on failure, every pod's whole log (and its previous container's) and the events go here
 # 1: also install the ValidatingAdmissionPolicy (Kubernetes 1.30+, cluster-admin) and check it stops a member
 # from labelling a peer.
 ADMISSION_POLICY="${ADMISSION_POLICY:-0}"
@@ -59,8 +60,16 @@ cleanup() {
     kc get pods -o wide -L raftmq.io/role || true
     for pod in $(kc get pods -l "$SELECTOR" -o name 2>/dev/null); do
       echo "--- $pod"; kc logs "$pod" --tail=40 || true
+      if [[ -n "$DIAG_DIR" ]]; then
+        kc logs "$pod" --all-containers >"$DIAG_DIR/${pod#pod/}.log" 2>&1 || true
+        kc logs "$pod" --all-containers --previous >"$DIAG_DIR/${pod#pod/}.previous.log" 2>&1 || true
+      fi
     done
     kc get events --sort-by=.lastTimestamp | tail -30 || true
+    if [[ -n "$DIAG_DIR" ]]; then
+      kc get events --sort-by=.lastTimestamp >"$DIAG_DIR/events.txt" 2>&1 || true
+      echo "full logs and events in $DIAG_DIR"
+    fi
   fi
   if [[ "$KEEP" == "1" ]]; then
     echo "KEEP=1: leaving release $RELEASE in namespace $NAMESPACE"
