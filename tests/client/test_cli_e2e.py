@@ -16,6 +16,12 @@ from tests.support.processes import REPO_ROOT, free_ports, running_nodes
 pytestmark = pytest.mark.slow
 
 
+def _ctrl_c_works() -> None:
+    """Run in the CLI child before exec: Ctrl-C (SIGINT) reaches it even when this test run ignores SIGINT (a
+    background job of a non-interactive shell does, and the child would inherit the ignore and never stop)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
@@ -214,7 +220,8 @@ def test_cluster_status_table_json_and_watch(cli, node):
     assert doc["answered_by"] == node.grpc_address
 
     proc = subprocess.Popen(cli.argv("cluster", "status", "--watch", "0.2", "--json"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO_ROOT)
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO_ROOT,
+                            preexec_fn=_ctrl_c_works)
     try:
         snapshots = [json.loads(proc.stdout.readline()) for _ in range(2)]
         proc.send_signal(signal.SIGINT)
@@ -250,7 +257,8 @@ def test_stopping_a_follower_commits_what_it_printed(cli, sig):
     cli.ok("topic", "create", topic, "--queues", "1")
     cli.ok("produce", topic, "--body", "x", "--count", "3")
     proc = subprocess.Popen(cli.argv("consume", "gs", topic, "--from-beginning"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO_ROOT)
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO_ROOT,
+                            preexec_fn=_ctrl_c_works)
     try:
         printed = [proc.stdout.readline() for _ in range(3)]
         proc.send_signal(sig)
