@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
 from raftmq.replication.raft_tls import RaftTls, TlsTcpConnection
@@ -218,6 +220,25 @@ class RaftTransport(TCPTransport):
     """pysyncobj's TCP transport with raftmq's two guards: incoming connections from addresses the node does not
     allow (``ReplicatedLog.accept_peer``) are dropped before a byte of them is read, and with
     ``ReplicatedLog.raft_tls`` every connection, both ways, speaks mutual TLS (replication.raft_tls)."""
+
+    def _onTick(self) -> None:  # noqa: N802 - pysyncobj's name
+        self._drop_stuck_connects()
+        super()._onTick()
+
+    def _drop_stuck_connects(self) -> None:
+        """Give up a connect that got no answer within ``connectionTimeout``, so it is retried (and the peer's
+        name resolved again). pysyncobj checks that timeout only when the socket reports an event, and a connect
+        to an address that silently drops it (a pod's old IP after a restart moved it) reports none until the
+        kernel gives up, about two minutes; pysyncobj does not retry meanwhile. On Kubernetes that kept a
+        restarted member unreachable to the peer that dials it for a minute or more, and a rolling restart
+        without a leader for as long."""
+        timeout = self._syncObj.conf.connectionTimeout
+        now = monotonic_time()
+        for node, conn in list(self._connections.items()):
+            if conn.state == CONNECTION_STATE.CONNECTING and now - conn._TcpConnection__lastReadTime > timeout:
+                log.info("Raft connection to %s: no answer within %.1fs; retrying", getattr(node, "address", node),
+                         timeout)
+                conn.disconnect()
 
     def _onNewIncomingConnection(self, conn: Any) -> None:  # noqa: N802 - pysyncobj's name
         accept = getattr(self._syncObj, "accept_peer", None)
