@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.processes import free_ports
+
 VERSION = "5.3.3"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "raftmq-bench" / f"rocketmq-{VERSION}"
 POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
@@ -43,12 +45,6 @@ def jars() -> Path:
     return lib
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RocketMQ5:
     def __init__(self, topic: str, queues: int = 4):
         self.topic = topic
@@ -61,7 +57,7 @@ class RocketMQ5:
         lib = jars()
         conf = self.home / "conf"
         conf.mkdir()
-        namesrv_port, grpc_port, remoting_port, broker_port = (_free_port() for _ in range(4))
+        namesrv_port, grpc_port, remoting_port, broker_port = free_ports(4)
         namesrv = f"127.0.0.1:{namesrv_port}"
         (conf / "namesrv.conf").write_text(f"listenPort={namesrv_port}\n")
         (conf / "broker.conf").write_text("\n".join([

@@ -112,11 +112,7 @@ class RealNode(LoggedProcesses):
                         break
                     time.sleep(0.5)
         terminate(self.procs.get("containerd"), 20)
-        # the kubelet's volume mounts (service-account tokens are tmpfs mounts under its root dir)
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-                  if line.split()[1].startswith((str(self.work), str(RUN_DIR)))]
-        for mount in sorted(mounts, key=len, reverse=True):
-            _sh("umount", "-l", mount, check=False)
+        unmount_under(self.work, RUN_DIR)  # the kubelet's volume mounts (tokens are tmpfs mounts under its root)
         shutil.rmtree(RUN_DIR, ignore_errors=True)
         self.delete_network()
 
@@ -244,11 +240,17 @@ state = "{RUN_DIR / 'containerd-state'}"
         raise TimeoutError(f"{name} not up after {timeout}s:\n{self.log_tail(name)}")
 
 
+def unmount_under(*directories: Path) -> None:
+    """Detach every mount below these directories, deepest first."""
+    prefixes = tuple(str(d) for d in directories)
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+              if line.split()[1].startswith(prefixes)]
+    for mount in sorted(mounts, key=len, reverse=True):
+        _sh("umount", "-l", mount, check=False)
+
+
 def clean_work(work: Path) -> None:
     """Remove a previous run's directory (its mounts first)."""
     if work.exists():
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-                  if line.split()[1].startswith(str(work))]
-        for mount in sorted(mounts, key=len, reverse=True):
-            _sh("umount", "-l", mount, check=False)
+        unmount_under(work)
         shutil.rmtree(work, ignore_errors=True)
