@@ -96,7 +96,7 @@ k8s-e2e:
 # (Debian's containerd + runc + CNI plugins, kubelet, kube-proxy and CoreDNS built from the Go module proxy, all
 # in a network namespace) and the image built with the unchanged Dockerfile on a debootstrap base. `make
 # k8s-local` builds the node tools (cold: ~8 min on top of k8s-tools) and the image (cold: ~4 min; then seconds);
-# a run takes about 4-7 minutes. KEEP=1 leaves the cluster up. `make test` runs it too (tests/k8s/test_real_node.py).
+# a run takes about 2.5-5 minutes. KEEP=1 leaves the cluster up. `make test` runs it too (tests/k8s/test_real_node.py).
 K8S_NODE_PACKAGES := containerd runc containernetworking-plugins docker.io debootstrap iptables gcc
 k8s-node-deps:
 	@dpkg -s $(K8S_NODE_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(K8S_NODE_PACKAGES); }
