@@ -316,14 +316,19 @@ def in_pod_argv(argv: list[str], sa_dir: Path) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, str(sa_dir), *argv]
 
 
+def missing_prerequisite(message: str) -> None:
+    """Skip the test, except in CI, where a missing prerequisite is an error (this tier must never skip silently
+    there)."""
+    if os.environ.get("CI"):
+        raise RuntimeError(message + " (.ci/run's `make test` does this before the tests)")
+    import pytest
+
+    pytest.skip(message)
+
+
 def require_tools() -> Path:
-    """The tools' bin dir; in CI a missing build is an error (the tier must never skip silently there)."""
+    """The tools' bin dir (see ``missing_prerequisite`` when they are not built)."""
     bin_dir = tools_bin_dir()
     if bin_dir is None:
-        message = "Kubernetes test tools not built: run `make k8s-tools` (cold build ~15-40 min)"
-        if os.environ.get("CI"):
-            raise RuntimeError(message + " (.ci/run does this before the tests)")
-        import pytest
-
-        pytest.skip(message)
+        missing_prerequisite("Kubernetes test tools not built: run `make k8s-tools` (cold build ~15-40 min)")
     return bin_dir

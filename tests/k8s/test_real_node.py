@@ -15,24 +15,18 @@ import sys
 
 import pytest
 
-from tests.k8s.control_plane import REPO_ROOT, require_tools
+from tests.k8s.control_plane import REPO_ROOT, missing_prerequisite, require_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 NODE_TOOLS = REPO_ROOT / "helm" / "raftmq" / "ci" / "k8s-local" / "build-node-tools.sh"
 
 
-def _missing(message: str) -> None:
-    if os.environ.get("CI"):
-        raise RuntimeError(message + " (.ci/run's `make test` does this before the tests)")
-    pytest.skip(message)
-
-
 def test_chart_end_to_end_on_a_real_node():
     require_tools()
     if os.geteuid() != 0:
-        _missing("a real node needs root (network namespace, containerd, kubelet)")
+        missing_prerequisite("a real node needs root (network namespace, containerd, kubelet)")
     if subprocess.run([str(NODE_TOOLS), "--path"], capture_output=True).returncode != 0:
-        _missing("node tools not built: run `make k8s-local`")
+        missing_prerequisite("node tools not built: run `make k8s-local`")
     done = subprocess.run([sys.executable, "-m", "tests.k8s.e2e_local"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=1700)
     print(done.stdout[-4000:])
