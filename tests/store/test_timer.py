@@ -142,6 +142,7 @@ def test_restart_keeps_pending_timers_and_never_delivers_twice(tmp_path):
     st = MessageStore(_cfg(tmp_path))
     st.open()
     try:
+        _wait_dispatched(st)  # a service loads only once its timer queue holds what the progress covers
         svc = _service(st)
         assert svc.run_once(now_ms=base + 2) == 0
         assert svc.pending() == 3
@@ -163,7 +164,11 @@ def test_a_new_leader_continues_from_the_replicated_progress(tmp_path):
         _wait_dispatched(st)
         first, second = _service(st), _service(st)
         assert first.run_once(now_ms=base + 3) == 3
+        # a service loads only once the store has dispatched everything (here: the other's re-puts), as a new
+        # leader waits for its reput; without the wait run_once returns 0 and loads on a later pass
+        _wait_dispatched(st)
         assert second.run_once(now_ms=base + 7) == 4
+        _wait_dispatched(st)
         assert first.run_once(now_ms=base + 7) == 0  # progress moved behind its back: rebuilt, nothing twice
         assert first.run_once(now_ms=base + 10) == 3
         keys = [m.properties["KEYS"] for m in _all(st, "T")]
