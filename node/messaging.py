@@ -134,24 +134,36 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     async def prepare(self, messages: list[pb.Message], born_host: tuple[str, int]) -> list:
         """The store messages of one send, checked and converted; raises for what cannot be stored.
 
-        The one write path of every produce RPC (SendMessage, SendBatch, SendStream): it suspends only to
-        auto-create a topic."""
-        node = self.node
+        The one write path of every produce RPC (SendMessage, SendBatch, SendStream - which runs the same three
+        steps, the topic's checks once per request): it suspends only to auto-create a topic."""
+        topic = self.send_topic(messages)
+        cfg = await self.writable_topic_for_send(topic)
+        return self.convert_send(cfg, messages, born_host)
+
+    @staticmethod
+    def send_topic(messages: list[pb.Message]) -> str:
+        """The one topic of a send (a batch goes to one topic)."""
         topic = messages[0].topic
         for m in messages[1:]:
             if m.topic != topic:
                 raise invalid(f"a batch goes to one topic; found {topic!r} and {m.topic!r} - send separate batches")
+        return topic
+
+    async def writable_topic_for_send(self, topic: str):
+        """The topic's config when this node may take a send to it now; raises otherwise."""
         check_topic_name(topic)
         # only the leader writes, and only its topic table is current: a follower may not have applied a topic
         # created a moment ago, so it redirects rather than answering NOT_FOUND from a stale table
-        node.check_leader()
-        cfg = await node.writable_topic(topic)
-        queue_id = self._queue_for(cfg, messages)
-        return node.converter.to_store_messages(messages, queue_id, born_host)
+        self.node.check_leader()
+        return await self.node.writable_topic(topic)
 
-    async def complete(self, pending: PendingSend) -> list:
-        """Wait for a submitted send; its store results, or raises for anything that was not stored."""
-        node = self.node
+    def convert_send(self, cfg, messages: list[pb.Message], born_host: tuple[str, int]) -> list:
+        """The store messages of one send to the topic of ``cfg``: its queue chosen, fields checked."""
+        return self.node.converter.to_store_messages(messages, self._queue_for(cfg, messages), born_host)
+
+    async def complete(self, pending: PendingSend, *, record: bool = True) -> list:
+        """Wait for a submitted send; its store results, or raises for anything that was not stored.
+        ``record=False``: the caller counts the stored sends itself, all at once (``record_stored``)."""
         put = pending.put
         # a lone put on a single node is applied before put() returns: no wake-up from another thread needed
         if put.done():
@@ -161,11 +173,24 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             if bridge is None:
                 bridge = self._bridge = LoopBridge(asyncio.get_running_loop())
             results = await bridge.wait(put)
-        node.metrics.put_latency.observe(time.perf_counter() - pending.started)
+        self.node.metrics.put_latency.observe(time.perf_counter() - pending.started)
         convert.check_put_results(results)
-        msgs = pending.msgs
-        node.metrics.record_put(msgs[0].topic, len(msgs), sum(len(m.body) for m in msgs))
+        if record:
+            self.record_stored([pending])
         return results
+
+    def record_stored(self, sends: list[PendingSend]) -> None:
+        """Count stored sends in the per-topic message and byte counters, once per topic."""
+        counts: dict[str, list[int]] = {}
+        for s in sends:
+            msgs = s.msgs
+            c = counts.get(msgs[0].topic)
+            if c is None:
+                c = counts[msgs[0].topic] = [0, 0]
+            c[0] += len(msgs)
+            c[1] += sum(len(m.body) for m in msgs)
+        for topic, (n, nbytes) in counts.items():
+            self.node.metrics.record_put(topic, n, nbytes)
 
     def _queue_for(self, cfg, messages: list[pb.Message]) -> int:
         """The request's queue (all messages must agree) or the next writable queue, round robin."""

@@ -47,36 +47,58 @@ def _outcome_for(exc: BaseException) -> pb.SendOutcome:
 
 async def _answer(service: MessagingService, request: pb.SendStreamRequest,
                   born_host: tuple[str, int], peer: str) -> pb.SendStreamResponse:
-    """Check every send of the request, queue the good ones together (one group commit), wait for each."""
+    """Check every send of the request, queue the good ones together (one group commit), wait for each.
+
+    Per request, not per send: the serving check, and each topic's checks (name, leadership, writable, auto-create)
+    once per topic the request names; a topic that fails them fails each of its sends with the same outcome."""
     node = service.node
     node.rpcs_in_flight += 1
     node.last_rpc_started = time.monotonic()
     t0 = time.perf_counter()
     try:
+        try:
+            node.check_serving()
+        except Exception as exc:
+            return pb.SendStreamResponse(id=request.id, outcomes=[_outcome_for(exc)] * len(request.sends))
+        topics: dict[str, object] = {}  # topic -> its TopicConfig, or the exception its checks raised
         checked: list = []
         for item in request.sends:
             try:
-                node.check_serving()
-                if not item.messages:
+                messages = list(item.messages)
+                if not messages:
                     raise invalid("a send is empty; put at least one message in SendStreamItem.messages")
-                authorize_item(node.auth, STREAM_METHOD, pb.SendStreamRequest(sends=[item]), peer)
-                checked.append(await service.prepare(list(item.messages), born_host))
+                if node.auth is not None:
+                    authorize_item(node.auth, STREAM_METHOD, pb.SendStreamRequest(sends=[item]), peer)
+                topic = service.send_topic(messages)
+                cfg = topics.get(topic)
+                if cfg is None:
+                    try:
+                        cfg = await service.writable_topic_for_send(topic)
+                    except Exception as exc:
+                        cfg = exc
+                    topics[topic] = cfg
+                if isinstance(cfg, Exception):
+                    raise cfg
+                checked.append(service.convert_send(cfg, messages, born_host))
             except Exception as exc:
                 checked.append(exc)
         queued = iter(service.submit_prepared([c for c in checked if not isinstance(c, Exception)]))
         submitted = [c if isinstance(c, Exception) else next(queued) for c in checked]
         outcomes = []
+        stored = []
         for s in submitted:
             if isinstance(s, Exception):
                 outcomes.append(_outcome_for(s))
                 continue
             try:
-                results = await service.complete(s)
+                results = await service.complete(s, record=False)
             except Exception as exc:
                 outcomes.append(_outcome_for(exc))
                 continue
+            stored.append(s)
             outcomes.append(pb.SendOutcome(results=[convert.send_result(r, m)
                                                     for r, m in zip(results, s.msgs, strict=True)]))
+        service.record_stored(stored)
         return pb.SendStreamResponse(id=request.id, outcomes=outcomes)
     finally:
         node.rpcs_in_flight -= 1

@@ -16,6 +16,12 @@ def _stream(api, requests: list[pb.SendStreamRequest]) -> list[pb.SendStreamResp
     return list(api.msg.SendStream(iter(requests), timeout=30))
 
 
+def _messages_in(api, topic: str) -> float:
+    _, text = api.node.http_get("/metrics")
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "rocketmq_messages_in_total" and s.labels.get("topic") == topic)
+
+
 def test_acks_come_in_request_order_and_messages_are_stored(api):
     topic = api.topic("ss")
     requests = [pb.SendStreamRequest(id=100 + r, sends=[
@@ -56,8 +62,13 @@ def test_each_send_fails_alone_with_the_unary_status(api):
     missing = pb.SendStreamItem(messages=[pb.Message(topic="no-such-topic-ss", body=b"x")])
     bad_queue = pb.SendStreamItem(messages=[pb.Message(topic=topic, queue_id=99, body=b"x")])
     mixed = pb.SendStreamItem(messages=[pb.Message(topic=topic, body=b"x"), pb.Message(topic="other", body=b"y")])
-    [resp] = _stream(api, [pb.SendStreamRequest(id=7, sends=[ok, bad_tags, missing, bad_queue, mixed, ok])])
+    before = _messages_in(api, topic)
+    # the topic checks run once per topic per request: a second send to the missing topic fails the same way
+    [resp] = _stream(api, [pb.SendStreamRequest(id=7, sends=[ok, bad_tags, missing, bad_queue, mixed, ok,
+                                                             missing])])
     codes = [o.code for o in resp.outcomes]
+    assert codes[6] == codes[2] and resp.outcomes[6].error == resp.outcomes[2].error
+    assert _messages_in(api, topic) - before == 2  # only the stored sends are counted
     for item, code in zip([bad_tags, missing, bad_queue, mixed], codes[1:5], strict=True):
         with pytest.raises(grpc.RpcError) as e:
             if len(item.messages) == 1:
