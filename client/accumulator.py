@@ -22,8 +22,6 @@ import collections
 import queue
 import threading
 import time
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import grpc
@@ -90,16 +88,36 @@ def encode_request(request_id: int, items: list[bytes]) -> bytes:
     return b"".join([bytes((_ID_TAG,)) + _varint(request_id), *(_field(_SENDS_TAG, i) for i in items)])
 
 
+_SETTLING = threading.Lock()  # makes a send's first outcome its only one (a few threads may try to settle it)
+
+
 class _Send:
-    __slots__ = ("item", "uniq_keys", "future", "nbytes", "abandoned")
+    """One caller's send and its outcome. The caller waits on ``_done``, a lock taken at birth and released
+    once when the outcome is set: one futex wake-up, where a Future's Condition makes a lock per wait."""
+
+    __slots__ = ("item", "uniq_keys", "nbytes", "abandoned", "outcome", "_done")
 
     def __init__(self, messages: list[pb.Message]):
         # serialized in the caller's thread: one SendStreamItem
         self.item = b"".join([_field(_MESSAGES_TAG, m.SerializeToString()) for m in messages])
         self.uniq_keys = [m.uniq_key for m in messages]
-        self.future: Future = Future()
         self.nbytes = len(self.item)
         self.abandoned = False
+        self.outcome: tuple[str, Any] | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def settle(self, kind: str, value: Any) -> None:
+        """Set the outcome unless one is set already, and wake the caller."""
+        with _SETTLING:
+            if self.outcome is not None:
+                return
+            self.outcome = (kind, value)
+        self._done.release()
+
+    def wait(self, timeout: float) -> tuple[str, Any] | None:
+        """The outcome, or None when there was none within ``timeout`` seconds."""
+        return self.outcome if self._done.acquire(timeout=timeout) else None
 
 
 class _Stream:
@@ -148,9 +166,8 @@ class SendAccumulator:
                 raise errors.RaftmqError("producer is closed")
             self._queue.append(s)
             self._cond.notify_all()
-        try:
-            kind, value = s.future.result(timeout)
-        except FutureTimeout:
+        outcome = s.wait(timeout)
+        if outcome is None:
             s.abandoned = True
             with self._cond:
                 stream = self._stream
@@ -161,7 +178,8 @@ class SendAccumulator:
             raise errors.UnknownOutcomeError(
                 f"no answer within {timeout:.1f} s; the send ({_which(s.uniq_keys)}) may or may not have been "
                 "stored", uniq_keys=s.uniq_keys, code=grpc.StatusCode.DEADLINE_EXCEEDED,
-                address=address) from None
+                address=address)
+        kind, value = outcome
         if kind == "ok":
             return value
         raise value
@@ -174,7 +192,7 @@ class SendAccumulator:
             stream, self._stream = self._stream, None
             self._cond.notify_all()
         for s in left:  # never sent: safe to say so
-            _settle(s, "error", errors.RaftmqError("producer closed before the message was sent"))
+            s.settle("error", errors.RaftmqError("producer closed before the message was sent"))
         if stream is not None:  # half-close, then let the broker answer what is in flight
             self._retire(stream)
             if stream.receiver is not None:
@@ -212,14 +230,14 @@ class SendAccumulator:
                     stream = self._open()
                 except errors.RaftmqError as e:  # cannot even make the call: not sent
                     for s in sends:
-                        _settle(s, "error", Resend(e))
+                        s.settle("error", Resend(e))
                     continue
             self._next_id += 1
             request = encode_request(self._next_id, [s.item for s in sends])
             with self._cond:
                 if not stream.alive:  # broke meanwhile; these never left this process
                     for s in sends:
-                        _settle(s, "error", Resend(errors.ConnectionError("stream closed before sending",
+                        s.settle("error", Resend(errors.ConnectionError("stream closed before sending",
                                                                           address=stream.address)))
                     continue
                 stream.inflight.append((self._next_id, sends))
@@ -277,20 +295,20 @@ class SendAccumulator:
             self._cond.notify_all()
         for _, sends in left:
             for s in sends:
-                _settle(s, *self._stream_failure(failure, s, stream.address))
+                s.settle(*self._stream_failure(failure, s, stream.address))
 
     def _settle_outcome(self, s: _Send, o: pb.SendOutcome, address: str) -> bool:
         """Hand one outcome to its caller; True when it says this member is not the leader."""
         if o.code == 0:
-            _settle(s, "ok", list(o.results))
+            s.settle("ok", list(o.results))
             return False
         code = _CODES.get(o.code, grpc.StatusCode.UNKNOWN)
         err = errors.from_rpc_error(_StatusError(code, o.error, o.leader), address, write=True,
                                     uniq_keys=s.uniq_keys)
         if isinstance(err, errors.NotLeaderError | errors.UnavailableError | errors.BusyError):
-            _settle(s, "error", Resend(err))
+            s.settle("error", Resend(err))
             return isinstance(err, errors.NotLeaderError)
-        _settle(s, "error", err)
+        s.settle("error", err)
         return False
 
     def _stream_failure(self, failure: grpc.RpcError | None, s: _Send, address: str) -> tuple[str, Exception]:
@@ -324,11 +342,6 @@ class SendAccumulator:
                 self._stream = None
             self._cond.notify_all()
             stream.requests.put(_END)  # half-close: the broker answers what it has, then ends the call
-
-
-def _settle(s: _Send, kind: str, value: Any) -> None:
-    if not s.future.done():
-        s.future.set_result((kind, value))
 
 
 def _which(keys: list[str]) -> str:

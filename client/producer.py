@@ -122,11 +122,12 @@ class Producer:
         """
         msg = Message(body, tags, keys, dict(properties or {}), delay_level, message_group,
                       epoch_ms(deliver_at) if deliver_at is not None else 0)
-        req = pb.SendMessageRequest(message=self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000))
-        results, attempts = self._stream_send([req.message])
+        m = self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000)
+        results, attempts = self._stream_send([m])
         if results is not None:
             return SendResult.from_pb(results[0])
-        resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [req.message.uniq_key], attempts)
+        req = pb.SendMessageRequest(message=m)  # the unary way (protobuf copies m: built only when needed)
+        resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [m.uniq_key], attempts)
         return SendResult.from_pb(resp.result)
 
     def _stream_send(self, items: list[pb.Message]) -> tuple[list[pb.SendResult] | None, int]:
