@@ -137,7 +137,7 @@ class _Stream:
 class SendAccumulator:
     """Coalesces sends into SendStream requests; ``send()`` blocks until that send's outcome is known."""
 
-    def __init__(self, pool: ServerPool, *, linger_s: float, window: int = 16, max_sends: int = 1024,
+    def __init__(self, pool: ServerPool, *, linger_s: float, window: int, max_sends: int = 1024,
                  max_bytes: int = 1 << 20):
         self._pool = pool
         self.linger_s = linger_s

@@ -36,6 +36,10 @@ from raftmq.client.uniq_key import UniqKeyGenerator
 from raftmq.v1 import raftmq_pb2 as pb
 
 DEFAULT_LINGER_MS = 0.1  # only while earlier stream requests are unanswered: a lone send leaves at once
+# stream requests unanswered at once: few, so sends that arrive meanwhile wait and leave together in one bigger
+# request (64 threads of single sends, 3 members on 2 cores: 4 instead of 16 cut client CPU per send ~35% and
+# the leader's ~30%, and raised throughput; batches of 32 saw no difference)
+DEFAULT_STREAM_WINDOW = 4
 
 
 def _body(body: bytes | bytearray | memoryview | str) -> bytes:
@@ -59,7 +63,7 @@ class Producer:
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
                  retry_timeout: float = 15.0, unknown_outcome_retries: int = 0,
-                 linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = 16,
+                 linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = DEFAULT_STREAM_WINDOW,
                  security: ClientSecurity | None = None):
         if linger_ms < 0:
             raise ValueError(f"linger_ms must be >= 0 (0 turns the send accumulator off), got {linger_ms}")
