@@ -38,7 +38,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 DEFAULT_LINGER_MS = 0.1  # only while earlier stream requests are unanswered: a lone send leaves at once
 # stream requests unanswered at once: few, so sends that arrive meanwhile wait and leave together in one bigger
 # request (64 threads of single sends, 3 members on 2 cores: 4 instead of 16 cut client CPU per send ~35% and
-# the leader's ~30%, and raised throughput; batches of 32 saw no difference)
+# the leader's ~25%, and raised throughput; batches of 32 saw no difference)
 DEFAULT_STREAM_WINDOW = 4
 
 
