@@ -141,6 +141,10 @@ class ServerPool:
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
                  retry_timeout: float = 15.0, security: ClientSecurity | None = None):
+        for name, value, low in (("timeout", timeout, "> 0"), ("retry_timeout", retry_timeout, ">= 0")):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    value > 0 if low == "> 0" else value >= 0):
+                raise ValueError(f"{name} must be a number of seconds {low}, got {value!r}")
         self.addresses = parse_servers(servers)
         self.security = ClientSecurity.from_env() if security is None else security
         self.timeout = timeout

@@ -102,6 +102,11 @@ def test_bad_arguments_are_rejected():
         Producer("127.0.0.1:1", linger_ms=-1)
     with pytest.raises(ValueError, match="stream_window"):
         Producer("127.0.0.1:1", stream_window=0)
+    for bad in (None, 0, -1, "5", True):  # a send waits at most `timeout`: it must be a positive number of seconds
+        with pytest.raises(ValueError, match=r"timeout must be a number of seconds > 0"):
+            Producer("127.0.0.1:1", timeout=bad)
+    with pytest.raises(ValueError, match=r"retry_timeout must be a number of seconds >= 0"):
+        Producer("127.0.0.1:1", retry_timeout=-1)
 
 
 def test_node_killed_mid_stream_acknowledged_sends_survive(tmp_path):
