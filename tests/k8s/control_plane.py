@@ -171,6 +171,11 @@ class ControlPlane(LoggedProcesses):
             "--kubeconfig", str(self.kubeconfig), "--config", str(stages),
             "--manage-nodes-with-annotation-selector", f"{FAKE_NODE}=fake",
             "--cidr", "10.244.0.1/16", "--node-ip", "10.1.0.1", "--server-address", f"{HOST}:0",
+            # node leases, renewed as a kubelet does (kwokctl sets this too): without them the nodes' only
+            # heartbeat is the stage's every-10-minutes status, the node controller finds them not Ready every
+            # ~50 s and marks every pod not Ready for good (kwok's pod-ready stage only readies Pending pods),
+            # and a Service then selects nobody (a test waiting on the leader Service timed out in CI)
+            "--node-lease-duration-seconds", "40",
         ])
         self._create_fake_nodes()
 
