@@ -131,6 +131,12 @@ class _Stubs:
         return self._acl
 
 
+def _check_seconds(name: str, value: object, *, zero_allowed: bool) -> None:
+    """A duration argument must be a number of seconds (> 0, or >= 0 when zero is allowed)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or (value == 0 and not zero_allowed):
+        raise ValueError(f"{name} must be a number of seconds {'>= 0' if zero_allowed else '> 0'}, got {value!r}")
+
+
 class ServerPool:
     """Channels to every known address plus the retry rules (see the module docstring).
 
@@ -141,10 +147,8 @@ class ServerPool:
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
                  retry_timeout: float = 15.0, security: ClientSecurity | None = None):
-        for name, value, low in (("timeout", timeout, "> 0"), ("retry_timeout", retry_timeout, ">= 0")):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    value > 0 if low == "> 0" else value >= 0):
-                raise ValueError(f"{name} must be a number of seconds {low}, got {value!r}")
+        _check_seconds("timeout", timeout, zero_allowed=False)
+        _check_seconds("retry_timeout", retry_timeout, zero_allowed=True)
         self.addresses = parse_servers(servers)
         self.security = ClientSecurity.from_env() if security is None else security
         self.timeout = timeout

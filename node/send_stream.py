@@ -77,9 +77,9 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
                     except Exception as exc:
                         cfg = exc
                     topics[topic] = cfg
-                if isinstance(cfg, Exception):
-                    raise cfg
-                checked.append(service.convert_send(cfg, messages, born_host))
+                # a topic that failed its checks: the same refusal for this send (appended, not re-raised, so
+                # one exception is not given a traceback frame per send)
+                checked.append(cfg if isinstance(cfg, Exception) else service.convert_send(cfg, messages, born_host))
             except Exception as exc:
                 checked.append(exc)
         queued = iter(service.submit_prepared([c for c in checked if not isinstance(c, Exception)]))
