@@ -147,7 +147,9 @@ def _nats_client(servers: list[str], tasks: int, batch: int, size: int, seconds:
 
 
 def _drive(target, servers: list[str], producers: int, batch: int, size: int, seconds: float, procs: int,
-           server_pids: list[int], *extra) -> dict:
+           server_pids: list[int], *extra, probe=None) -> dict:
+    """Run one case; ``probe()`` (optional) is called when the producers start and when they are done, and
+    ``r["probe"]`` is ``(first, second)`` of what it returned."""
     ctx = mp.get_context("spawn")
     nprocs = max(1, min(producers, procs))
     share = [producers // nprocs + (1 if i < producers % nprocs else 0) for i in range(nprocs)]
@@ -164,8 +166,10 @@ def _drive(target, servers: list[str], producers: int, batch: int, size: int, se
     while time.time() < start_at:
         time.sleep(0.005)
     cpu0 = _cpu_seconds(server_pids)
+    first = probe() if probe is not None else None
     try:
         got = [p.recv() for p in pipes]
+        second = probe() if probe is not None else None
     finally:
         for w in workers:
             w.join(timeout=60)
@@ -176,7 +180,8 @@ def _drive(target, servers: list[str], producers: int, batch: int, size: int, se
     lat = sorted(x for g in got for x in g[1])
     elapsed = max(g[2] for g in got)
     return {"msgs_s": sent / elapsed, "p50_ms": _pct(lat, 50) * 1e3, "p99_ms": _pct(lat, 99) * 1e3,
-            "server_us": server_cpu / max(sent, 1) * 1e6, "client_us": sum(g[3] for g in got) / max(sent, 1) * 1e6}
+            "server_us": server_cpu / max(sent, 1) * 1e6, "client_us": sum(g[3] for g in got) / max(sent, 1) * 1e6,
+            "probe": (first, second)}
 
 
 # ------------------------------------------------------------------ raftmq
@@ -195,6 +200,39 @@ def _group_commit_counters(nodes) -> tuple[float, float, float]:
     return commits, msgs, reqs
 
 
+def create_topic(nodes) -> None:
+    """Create the bench topic on whoever leads (a follower answers FAILED_PRECONDITION)."""
+    admin = pb_grpc.AdminServiceStub(nodes[0].channel())
+    deadline = time.time() + 60
+    while True:
+        try:
+            for n in nodes:
+                try:
+                    pb_grpc.AdminServiceStub(n.channel()).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
+                        name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)), timeout=10)
+                    break
+                except Exception:
+                    continue
+            if admin.ListTopics(pb.ListTopicsRequest(), timeout=10).topics:
+                return
+        except Exception:
+            if time.time() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def drive_raftmq(nodes, producers: int, batch: int, args, pids: list[int], probe=None) -> dict:
+    """One case through gRPC + SDK, with the messages and requests per Raft entry (group commit)."""
+    before = _group_commit_counters(nodes)
+    r = _drive(_raftmq_client, [n.grpc_address for n in nodes], producers, batch, args.size, args.seconds,
+               args.client_procs, pids, args.linger_ms, probe=probe)
+    after = _group_commit_counters(nodes)
+    commits = max(after[0] - before[0], 1)
+    r["msgs_per_entry"] = (after[1] - before[1]) / commits
+    r["reqs_per_entry"] = (after[2] - before[2]) / commits
+    return r
+
+
 def run_raftmq(base: Path, mode: str, cases: list[tuple[int, int]], args) -> dict:
     cluster: dict = {"durability": mode}
     if args.raft:  # cluster.raft overrides, e.g. max_inflight_batches=2
@@ -204,34 +242,10 @@ def run_raftmq(base: Path, mode: str, cases: list[tuple[int, int]], args) -> dic
     nodes = start_nodes(specs, timeout=120)
     out = {}
     try:
-        servers = [n.grpc_address for n in nodes]
-        admin = pb_grpc.AdminServiceStub(nodes[0].channel())
-        deadline = time.time() + 60
-        while True:  # a follower answers FAILED_PRECONDITION: create on whoever leads
-            try:
-                for n in nodes:
-                    try:
-                        pb_grpc.AdminServiceStub(n.channel()).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
-                            name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)), timeout=10)
-                        break
-                    except Exception:
-                        continue
-                if admin.ListTopics(pb.ListTopicsRequest(), timeout=10).topics:
-                    break
-            except Exception:
-                if time.time() > deadline:
-                    raise
-            time.sleep(0.2)
+        create_topic(nodes)
         pids = [n.proc.pid for n in nodes]
         for producers, batch in cases:
-            before = _group_commit_counters(nodes)
-            r = _drive(_raftmq_client, servers, producers, batch, args.size, args.seconds, args.client_procs, pids,
-                       args.linger_ms)
-            after = _group_commit_counters(nodes)
-            commits = max(after[0] - before[0], 1)
-            r["msgs_per_entry"] = (after[1] - before[1]) / commits
-            r["reqs_per_entry"] = (after[2] - before[2]) / commits
-            out[(mode, producers, batch)] = r
+            out[(mode, producers, batch)] = drive_raftmq(nodes, producers, batch, args, pids)
     finally:
         stop_all(nodes)
     return out

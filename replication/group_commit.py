@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from raftmq.replication.errors import BusyError, WritePathStoppedError
+from raftmq.store.thread_name import name_native_thread
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ class GroupCommitter:
             return batch
 
     def _run(self) -> None:
+        name_native_thread(self._name.removeprefix("raftmq-"))
         while True:
             batch = self._take_batch()
             if not batch:

@@ -45,6 +45,7 @@ from raftmq.replication.raft_log import ReplicatedLog
 from raftmq.replication.state_machine import StateMachine, frame_batch
 from raftmq.replication.write_path import MemberInfo
 from raftmq.store.json_file import fsync_dir
+from raftmq.store.thread_name import name_native_thread
 from raftmq.v1 import replica_pb2
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,19 @@ PEER_STATUS_TIMEOUT_S = 1.0  # members_status asks all peers at once; a stopped 
 SYNC_ROUND_TIMEOUT_S = 3.0  # one durability round; the write's own deadline cuts it shorter
 
 
+_ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
-_ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+def _named(target: Callable[[], None], name: str) -> Callable[[], None]:
+    """``target`` run under the kernel thread name ``name`` (see store.thread_name)."""
+    def run() -> None:
+        name_native_thread(name)
+        target()
+    return run
 
 
 @dataclass
@@ -256,11 +267,12 @@ class RaftWritePath:
             raise ReplicationError(f"cannot listen for Raft peers on {self.raft_listen} (port in use, or the address "
                                    "is not on this host); fix cluster.raft_listen / the member's raft address") from None
         machine.entry_term = self._log.entry_term
+        self._tick_tasks.append((lambda: name_native_thread("raft-tick"), Future()))  # pysyncobj's thread
         self._log.addOnTickCallback(self._on_tick)
         self._committer.start()
         for name, target in (("raftmq-raft-roles", self._role_loop), ("raftmq-raft-housekeeping", self._housekeeping),
                              ("raftmq-raft-completion", self._completion_loop)):
-            t = threading.Thread(target=target, name=name, daemon=True)
+            t = threading.Thread(target=_named(target, name.removeprefix("raftmq-")), name=name, daemon=True)
             t.start()
             self._threads.append(t)
         log.info("Raft write path started: member %s at %s, %d members, durability %s", self.node_id,

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from raftmq.store.thread_name import name_native_thread
+
 log = logging.getLogger("raftmq.store.flush")
 
 
@@ -34,6 +36,7 @@ class ServiceThread:
         self._thread.start()
 
     def _run_safely(self) -> None:
+        name_native_thread()
         try:
             self.run()
         except Exception:  # a dying flusher must be visible, and must not take the process down

@@ -29,6 +29,7 @@ from raftmq.store.dispatch import (
 from raftmq.store.index_service import IndexRecord, IndexService
 from raftmq.store.java import java_string_hash
 from raftmq.store.message import MESSAGE_MAGIC_CODE, TIMED_TOPICS
+from raftmq.store.thread_name import name_native_thread
 
 log = logging.getLogger("raftmq.store.reput")
 
@@ -386,6 +387,7 @@ class ReputMessageService:
         self._thread.start()
 
     def _run(self) -> None:
+        name_native_thread("reput")
         while not self._stopped.is_set():
             with self._wakeup:
                 if not self._pending:

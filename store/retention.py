@@ -24,6 +24,7 @@ from typing import Any
 from raftmq.store.consume_queue import ConsumeQueueTable
 from raftmq.store.index_service import IndexService
 from raftmq.store.mapped_file_queue import DELETE_FILES_BATCH_MAX
+from raftmq.store.thread_name import name_native_thread
 
 log = logging.getLogger("raftmq.store.retention")
 
@@ -247,6 +248,7 @@ class RetentionService:
         self._thread.start()
 
     def _run(self) -> None:
+        name_native_thread("retention")
         interval = self.cfg.clean_resource_interval / 1000.0
         while not self._stop.wait(interval):
             try:

@@ -51,6 +51,7 @@ from raftmq.store.message import (
     parse_delay_levels,
     properties_to_string,
 )
+from raftmq.store.thread_name import name_native_thread
 
 log = logging.getLogger("raftmq.store.schedule")
 
@@ -263,6 +264,7 @@ class ScheduleMessageService:
             self._thread = None
 
     def _run(self) -> None:
+        name_native_thread("schedule")
         while not self._stop.wait(self.interval_s):
             try:
                 if self._is_active():

@@ -27,6 +27,7 @@ from typing import Any
 from raftmq.store.derived_check import check_consume_queues, check_index_files
 from raftmq.store.integrity import CorruptRecord, verify_records
 from raftmq.store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from raftmq.store.thread_name import name_native_thread
 
 log = logging.getLogger("raftmq.store.scrubber")
 
@@ -161,6 +162,7 @@ class Scrubber:
         self._thread.start()
 
     def _run(self) -> None:
+        name_native_thread("scrubber")
         # the first pass waits too: a start is busy enough (recovery, catch-up, the start-up derived-file check)
         while not self._stop.wait(self.interval_s):
             try:

@@ -60,6 +60,7 @@ from raftmq.store.message import (
     properties_to_string,
 )
 from raftmq.store.schedule import diverted_properties
+from raftmq.store.thread_name import name_native_thread
 
 log = logging.getLogger("raftmq.store.timer")
 
@@ -220,6 +221,7 @@ class TimerMessageService:
             self._thread = None
 
     def _run(self) -> None:
+        name_native_thread("timer")
         while not self._stop.wait(self.interval_s):
             try:
                 if self._is_active():

@@ -1,0 +1,25 @@
+"""Kernel names for raftmq's threads, so ``top -H``, ``ps -L`` and ``/proc/<pid>/task/<tid>/comm`` say which
+thread uses the CPU (reput, Raft, group commit, ...). Python 3.11 names threads only inside the interpreter: the
+kernel shows every one as ``python``. Linux keeps 15 bytes of a name; the main thread keeps the process's name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+
+_PR_SET_NAME = 15
+
+try:
+    _prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux / no prctl: names stay as they are
+    _prctl = None
+
+
+def name_native_thread(name: str | None = None) -> None:
+    """Give the calling thread the kernel name ``name`` (default: its Python name), cut to 15 bytes."""
+    if _prctl is None or threading.current_thread() is threading.main_thread():
+        return
+    text = (name or threading.current_thread().name).encode("ascii", "replace")[:15]
+    _prctl(_PR_SET_NAME, ctypes.c_char_p(text), 0, 0, 0)

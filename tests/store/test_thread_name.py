@@ -1,0 +1,38 @@
+"""The store's busy threads carry kernel names (store.thread_name), so `top -H` tells reput from flushing."""
+
+import os
+import threading
+
+from raftmq.store import MessageStore, StoreConfig
+from raftmq.store.thread_name import name_native_thread
+
+
+def _kernel_names(pid: int) -> set[str]:
+    names = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            names.add(f.read().strip())
+    return names
+
+
+def test_an_open_store_shows_its_reput_and_flush_threads_by_name(tmp_path):
+    with MessageStore(StoreConfig(root_dir=str(tmp_path))):
+        names = _kernel_names(os.getpid())
+    assert "reput" in names
+    assert "FlushRealTimeSe" in names  # FlushRealTimeService, cut to the kernel's 15 bytes
+
+
+def test_a_long_name_is_cut_and_the_main_thread_keeps_the_process_name():
+    process_name = open("/proc/self/comm").read().strip()
+    seen = []
+
+    def run():
+        name_native_thread("a-rather-long-thread-name")
+        seen.append(open(f"/proc/self/task/{threading.get_native_id()}/comm").read().strip())
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    name_native_thread("main-renamed")
+    assert seen == ["a-rather-long-t"]
+    assert open("/proc/self/comm").read().strip() == process_name
