@@ -1,4 +1,5 @@
-"""raftmq vs NATS JetStream, both 3 replicas on this box, through the clients users run (issue 17).
+"""raftmq vs NATS JetStream and RocketMQ DLedger, all 3 replicas on this box, through the clients users run
+(issue 17).
 
 raftmq: 3 member processes on loopback, producers use the SDK (``client.Producer``: its sends from many threads
 share one SendStream per process). JetStream: 3 ``nats-server`` processes (v2.12, clustered, file storage, a
@@ -12,7 +13,9 @@ messages and requests that shared one Raft entry. Never fails on time.
 
 nats-server: ``--nats-server PATH``, else ``nats-server`` 2.12 in ``$RAFTMQ_BENCH_GOBIN``
 (default ``~/.cache/raftmq-bench/bin``), built there with ``go install`` when missing (Debian's 2.9 lacks
-``sync_interval: always``). ``--skip-nats`` runs raftmq alone.
+``sync_interval: always``). ``--skip-nats`` leaves it out. RocketMQ 4.9.7 DLedger (``bench/dledger_peer.py``: a
+name server, 3 brokers of one DLedger group, RocketMQ's Java producer) runs the async cases when ``java`` and
+``mvn`` are here (its jars come from Maven Central once); ``--skip-dledger`` leaves it out.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "proto")]
+sys.path[:0] = [str(REPO), str(REPO / "proto"), str(REPO / "bench")]
 
+import dledger_peer  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from raftmq.replication.raft_write_path import RaftSettings  # noqa: E402
@@ -346,6 +350,7 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes per case")
     ap.add_argument("--nats-server", help="path of a nats-server 2.12 binary")
     ap.add_argument("--skip-nats", action="store_true")
+    ap.add_argument("--skip-dledger", action="store_true", help="leave out RocketMQ 4.9.7 DLedger (async cases)")
     ap.add_argument("--raft", action="append", default=[], metavar="KEY=VALUE",
                     help="a cluster.raft setting for the raftmq members (repeatable), e.g. max_inflight_batches=2")
     ap.add_argument("--linger-ms", type=float, default=0.1,
@@ -353,42 +358,53 @@ def main() -> int:
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     cases = [(int(p), int(b)) for b in args.batch.split(",") for p in args.producers.split(",")]
-    results: dict[str, dict] = {"raftmq": {}, "nats": {}}
+    results: dict[str, dict] = {"raftmq": {}, "nats": {}, "dledger": {}}
     binary = None if args.skip_nats else nats_binary(args.nats_server)
+    dledger = not args.skip_dledger and "async" in modes
+    if dledger and (why := dledger_peer.available()) is not None:
+        print(f"RocketMQ DLedger left out: {why}", flush=True)
+        dledger = False
     with tempfile.TemporaryDirectory(prefix="raftmq-peer-bench-") as d:
         base = Path(d)
         for mode in modes:
             results["raftmq"].update(run_raftmq(base, mode, cases, args))
             if binary:
                 results["nats"].update(run_nats(base, binary, mode, cases, args))
+            if dledger and mode == "async":
+                results["dledger"].update(dledger_peer.run_dledger(base, cases, args.size, args.seconds, TOPIC,
+                                                                   QUEUES))
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     sdk = f"SDK linger_ms={args.linger_ms:g}" + (" (unary)" if args.linger_ms == 0 else " (SendStream)")
-    print(f"\nraftmq (3 members, gRPC + {sdk}) vs NATS JetStream {NATS_VERSION} R3 (nats-py), {args.size} B bodies, "
-          f"{args.seconds:.0f} s per case, {os.cpu_count()} CPUs shared by servers and clients "
-          f"(load average {load})\n")
+    print(f"\nraftmq (3 members, gRPC + {sdk}) vs NATS JetStream {NATS_VERSION} R3 (nats-py) and RocketMQ "
+          f"{dledger_peer.VERSION} DLedger (3 brokers, Java producer), {args.size} B bodies, {args.seconds:.0f} s per "
+          f"case, {os.cpu_count()} CPUs shared by servers and clients (load average {load})\n")
     hdr = (f"{'case':16} {'raftmq msgs/s':>13} {'p99 ms':>7} {'srv us':>6} {'msgs/entry':>10} {'reqs/entry':>10} "
-           f"{'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'ratio':>6}")
+           f"{'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'ratio':>6} "
+           f"{'DLedger msgs/s':>14} {'p99 ms':>7} {'srv us':>6} {'ratio':>6}")
     print(hdr)
     print("-" * len(hdr))
     for mode in modes:
         for producers, batch in cases:
             key = (mode, producers, batch)
-            r = results["raftmq"].get(key)
-            n = results["nats"].get(key)
+            r = results["raftmq"][key]
             line = f"{mode + f' {producers} x {batch}':16} "
             line += (f"{r['msgs_s']:13.0f} {r['p99_ms']:7.1f} {r['server_us']:6.0f} {r['msgs_per_entry']:10.1f} "
-                     f"{r['reqs_per_entry']:10.1f} ")
-            if n:
-                line += f"{n['msgs_s']:16.0f} {n['p99_ms']:7.1f} {n['server_us']:6.0f} {r['msgs_s'] / n['msgs_s']:6.2f}"
-            else:
-                line += f"{'-':>16} {'-':>7} {'-':>6} {'-':>6}"
+                     f"{r['reqs_per_entry']:10.1f}")
+            for name, width in (("nats", 16), ("dledger", 14)):
+                peer = results[name].get(key)
+                if peer:
+                    line += (f" {peer['msgs_s']:{width}.0f} {peer['p99_ms']:7.1f} {peer['server_us']:6.0f} "
+                             f"{r['msgs_s'] / peer['msgs_s']:6.2f}")
+                else:
+                    line += f" {'-':>{width}} {'-':>7} {'-':>6} {'-':>6}"
             print(line)
     print("\nproducers x messages per request; p99: per request (a send or a batch), client side; srv us: CPU "
-          "microseconds per\nmessage of all 3 server processes; msgs/entry, reqs/entry: messages and send requests "
-          "per Raft entry (group commit)\non the leader; ratio: raftmq / JetStream msgs/s. async: ack after a "
-          "majority has it (JetStream: default\nsync_interval); sync: after a majority fsynced it (JetStream: "
-          "sync_interval: always).")
+          "microseconds per\nmessage of all server processes; msgs/entry, reqs/entry: messages and send requests "
+          "per Raft entry (group commit)\non the leader; ratio: raftmq / peer msgs/s. async: ack after a "
+          "majority has it (JetStream: default\nsync_interval; DLedger: after a majority appended it, flush "
+          "asynchronous); sync: after a majority fsynced it\n(JetStream: sync_interval: always; DLedger has no "
+          "such mode).")
     return 0
 
 
