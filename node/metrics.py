@@ -7,6 +7,7 @@ background thread and no stale copy.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 
@@ -82,6 +83,7 @@ class BrokerMetrics:
         )
         self.half_messages_pending: Callable[[], dict[str, int]] | None = None  # set by the transaction service
         self.registry.register(_HalfMessagesCollector(self._base, lambda: self.half_messages_pending))
+        self.registry.register(ThreadCpuCollector(self._base))
         self._in: dict[str, tuple] = {}
         self._out: dict[tuple[str, str], tuple] = {}
         self._rpc: dict[tuple[str, str], object] = {}
@@ -120,6 +122,40 @@ class BrokerMetrics:
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
+
+
+class ThreadCpuCollector(Collector):
+    """``raftmq_thread_cpu_seconds_total{thread}``: this process's CPU time by kernel thread name (``reput``,
+    ``raft-tick``, ``raft-commit``, ... see store.thread_name; ``main`` runs the gRPC event loop), read from
+    /proc at scrape time. Shows which part of a member is busy, and how close its Python threads are to the one
+    core a single interpreter can use. A thread that ends takes its seconds with it (a counter reset to rate())."""
+
+    def __init__(self, base: tuple[str, str], pid: int | None = None):
+        self._base = base
+        self._pid = pid
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        pid = self._pid or os.getpid()
+        tick = os.sysconf("SC_CLK_TCK")
+        by_name: dict[str, float] = {}
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # no /proc (not Linux): nothing to report
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    raw = f.read()
+            except OSError:  # the thread ended meanwhile
+                continue
+            name = "main" if int(tid) == pid else raw[raw.index("(") + 1 : raw.rindex(")")]
+            fields = raw.rsplit(")", 1)[1].split()
+            by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        family = CounterMetricFamily("raftmq_thread_cpu_seconds", "CPU seconds of this member's threads by kernel "
+                                     "thread name (main: the gRPC event loop)", labels=["cluster", "node_id", "thread"])
+        for name, seconds in sorted(by_name.items()):
+            family.add_metric([*self._base, name], seconds)
+        yield family
 
 
 class _HalfMessagesCollector(Collector):
