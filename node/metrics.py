@@ -130,12 +130,11 @@ class ThreadCpuCollector(Collector):
     /proc at scrape time. Shows which part of a member is busy, and how close its Python threads are to the one
     core a single interpreter can use. A thread that ends takes its seconds with it (a counter reset to rate())."""
 
-    def __init__(self, base: tuple[str, str], pid: int | None = None):
+    def __init__(self, base: tuple[str, str]):
         self._base = base
-        self._pid = pid
 
     def collect(self) -> Iterable[CounterMetricFamily]:
-        pid = self._pid or os.getpid()
+        pid = os.getpid()
         tick = os.sysconf("SC_CLK_TCK")
         by_name: dict[str, float] = {}
         try:
