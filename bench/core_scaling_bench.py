@@ -28,25 +28,8 @@ sys.path[:0] = [str(REPO), str(REPO / "proto"), str(REPO / "bench")]
 import peer_bench  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from raftmq.store.thread_name import cpu_seconds_by_thread  # noqa: E402
 from tests.support.processes import NodeProcess, node_specs, stop_all  # noqa: E402
-
-MAIN = "main (gRPC loop)"
-
-
-def _thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds per kernel thread name of process ``pid`` (threads of one name added up)."""
-    out: dict[str, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                raw = f.read()
-        except OSError:  # the thread ended meanwhile
-            continue
-        name = MAIN if int(tid) == pid else raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw.rsplit(")", 1)[1].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def _is_leader(node: NodeProcess) -> bool:
@@ -92,7 +75,7 @@ def run(base: Path, members: int, cpus: str, producers: int, batch: int, args) -
             if rest:
                 os.sched_setaffinity(0, rest)  # the producer processes inherit it
             r = peer_bench.drive_raftmq(nodes, producers, batch, args, pids,
-                                        probe=lambda: (time.perf_counter(), [_thread_cpu(p) for p in pids]))
+                                        probe=lambda: (time.perf_counter(), [cpu_seconds_by_thread(p) for p in pids]))
         finally:
             os.sched_setaffinity(0, mine)
     finally:
@@ -144,7 +127,7 @@ def main() -> int:
     for (members, cpus), r in results.items():
         print(f"{members:7d} {cpus:>5} {r['msgs_s']:8.0f} {r['p99_ms']:7.1f} {r['server_us']:6.0f}  "
               + " ".join(f"{c:.2f}" for c in r["cores"]))
-    print("\nwhere the CPU went (share of the member's CPU seconds, by kernel thread name):")
+    print("\nwhere the CPU went (share of the member's CPU seconds, by kernel thread name; main: the gRPC event loop):")
     for (members, cpus), r in results.items():
         print(f"  {members} member(s), CPUs {cpus}, leader: {_shares(r['leader'])}")
         if r["follower"]:

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from raftmq.store.thread_name import cpu_seconds_by_thread
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -134,22 +136,7 @@ class ThreadCpuCollector(Collector):
         self._base = base
 
     def collect(self) -> Iterable[CounterMetricFamily]:
-        pid = os.getpid()
-        tick = os.sysconf("SC_CLK_TCK")
-        by_name: dict[str, float] = {}
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:  # no /proc (not Linux): nothing to report
-            return
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    raw = f.read()
-            except OSError:  # the thread ended meanwhile
-                continue
-            name = "main" if int(tid) == pid else raw[raw.index("(") + 1 : raw.rindex(")")]
-            fields = raw.rsplit(")", 1)[1].split()
-            by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        by_name = cpu_seconds_by_thread(os.getpid())
         family = CounterMetricFamily("raftmq_thread_cpu_seconds", "CPU seconds of this member's threads by kernel "
                                      "thread name (main: the gRPC event loop)", labels=["cluster", "node_id", "thread"])
         for name, seconds in sorted(by_name.items()):

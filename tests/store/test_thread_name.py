@@ -4,7 +4,7 @@ import os
 import threading
 
 from raftmq.store import MessageStore, StoreConfig
-from raftmq.store.thread_name import name_native_thread
+from raftmq.store.thread_name import cpu_seconds_by_thread, name_native_thread
 
 
 def _kernel_names(pid: int) -> set[str]:
@@ -18,8 +18,10 @@ def _kernel_names(pid: int) -> set[str]:
 def test_an_open_store_shows_its_reput_and_flush_threads_by_name(tmp_path):
     with MessageStore(StoreConfig(root_dir=str(tmp_path))):
         names = _kernel_names(os.getpid())
+        by_thread = cpu_seconds_by_thread(os.getpid())
     assert "reput" in names
     assert "FlushRealTimeSe" in names  # FlushRealTimeService, cut to the kernel's 15 bytes
+    assert {"main", "reput", "FlushRealTimeSe"} <= set(by_thread) and all(v >= 0 for v in by_thread.values())
 
 
 def test_a_long_name_is_cut_and_the_main_thread_keeps_the_process_name():
