@@ -18,6 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from bench.grpc_bench import _cpu_seconds
+
 HERE = Path(__file__).resolve().parent
 VERSION = "4.9.7"
 MAIN_CLASS = "io.raftmq.bench.DledgerBench"
@@ -76,15 +78,6 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 90
                 return
         time.sleep(0.2)
     raise TimeoutError(f"{what} did not listen on {port} within {timeout:.0f} s")
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 class DledgerCluster:
@@ -164,9 +157,9 @@ class DledgerCluster:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.strip() == "measuring":
-                cpu0 = _cpu_seconds(pids)
+                cpu0 = sum(_cpu_seconds(pid) for pid in pids)
             elif line.startswith("result "):
-                cpu1 = _cpu_seconds(pids)
+                cpu1 = sum(_cpu_seconds(pid) for pid in pids)
                 result = line.split()[1:]
             else:
                 lines.append(line)

@@ -39,6 +39,7 @@ sys.path[:0] = [str(REPO), str(REPO / "proto"), str(REPO / "bench")]
 import dledger_peer  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from bench.grpc_bench import _cpu_seconds, _pct  # noqa: E402
 from raftmq.replication.raft_write_path import RaftSettings  # noqa: E402
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
@@ -56,22 +57,9 @@ QUEUES = 8
 TOPIC = "bench"
 
 
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+def _server_cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds of all ``pids`` together (NaN when one of them is gone)."""
+    return sum(_cpu_seconds(pid) for pid in pids)
 
 
 # ------------------------------------------------------------------ client processes
@@ -169,7 +157,7 @@ def _drive(target, servers: list[str], producers: int, batch: int, size: int, se
         workers.append(w)
     while time.time() < start_at:
         time.sleep(0.005)
-    cpu0 = _cpu_seconds(server_pids)
+    cpu0 = _server_cpu_seconds(server_pids)
     first = probe() if probe is not None else None
     try:
         got = [p.recv() for p in pipes]
@@ -179,7 +167,7 @@ def _drive(target, servers: list[str], producers: int, batch: int, size: int, se
             w.join(timeout=60)
             if w.is_alive():
                 w.kill()
-    server_cpu = _cpu_seconds(server_pids) - cpu0
+    server_cpu = _server_cpu_seconds(server_pids) - cpu0
     sent = sum(g[0] for g in got)
     lat = sorted(x for g in got for x in g[1])
     elapsed = max(g[2] for g in got)
