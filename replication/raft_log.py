@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 _FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
 PRE_VOTE = "raftmq_pre_vote"
+# how soon after an entry commits the followers hear of it when no new entry carries the news earlier
+COMMIT_NOTICE_S = 0.005
 PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
 
 
@@ -42,6 +44,9 @@ class ReplicatedLog(SyncObj):
       so a stall turned into a needless election or step-down. After a stall both deadlines get one short grace
       period, so the waiting messages are read first.
     * Counters for metrics: elections and pre-votes started, stalls seen.
+
+    And one to its message count (issue 17): one append_entries per tick for the entries it added, with the
+    commit index riding on the next one instead of a message of its own (see ``_checkCommandsToApply``).
     """
 
     def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any,
@@ -62,6 +67,15 @@ class ReplicatedLog(SyncObj):
         self._stall_s = max(0.5, conf.raftMinTimeout / 3)
         self._stall_grace_s = max(0.2, 4 * conf.appendEntriesPeriod)
         super().__init__(self_address, peer_addresses, conf, transportClass=RaftTransport)
+        poll = self._poller.poll
+
+        def poll_until_append_entries_due(timeout: float) -> None:
+            """A leader's tick sleeps no longer than its next append_entries is due (a commit notice, below)."""
+            if self._SyncObj__raftState == _LEADER:
+                timeout = min(timeout, max(0.0, self._SyncObj__newAppendEntriesTime - monotonic_time()))
+            poll(timeout)
+
+        self._poller.poll = poll_until_append_entries_due
 
     # ------------------------------------------------------------------ tick
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's names
@@ -76,6 +90,36 @@ class ReplicatedLog(SyncObj):
         if self.raftCurrentTerm > term_before and self._SyncObj__votedForNodeId == getattr(
                 self._SyncObj__selfNode, "id", None):
             self.elections_started += 1  # this member raised the term to campaign (not: learned a higher one)
+
+    # ------------------------------------------------------------------ append_entries per entry, not per event
+    # pysyncobj (appendEntriesUseBatch=False) sends every follower an append_entries for each command it adds and
+    # another each time its commit index advances, and every follower answers each one. So a Raft entry cost
+    # four messages per follower, half of them only to say "committed". These two overrides send one
+    # append_entries per tick for the commands added in it, and let the commit index ride on the next one (due
+    # within COMMIT_NOTICE_S, so an idle follower still applies at once): the leader's acknowledgement does not
+    # wait for followers to apply, only for a majority to hold the entry.
+    def _SyncObj__applyLogEntries(self) -> bool:  # noqa: N802 - pysyncobj's name
+        """pysyncobj's apply; on a leader that applied something, the commit notice is scheduled, not sent."""
+        if not SyncObj._SyncObj__applyLogEntries(self):
+            return False
+        if self._SyncObj__raftState != _LEADER:
+            return True
+        due = monotonic_time() + COMMIT_NOTICE_S
+        if due < self._SyncObj__newAppendEntriesTime:
+            self._SyncObj__newAppendEntriesTime = due
+        return False
+
+    def _checkCommandsToApply(self) -> None:  # noqa: N802 - pysyncobj's name
+        """pysyncobj's, with one append_entries for all the commands it adds instead of one per command."""
+        conf = self._SyncObj__conf
+        before = self._SyncObj__getCurrentLogIndex()
+        conf.appendEntriesUseBatch = True
+        try:
+            SyncObj._checkCommandsToApply(self)
+        finally:
+            conf.appendEntriesUseBatch = False
+        if self._SyncObj__raftState == _LEADER and self._SyncObj__getCurrentLogIndex() > before:
+            self._SyncObj__sendAppendEntries()
 
     def _grant_stall_grace(self, now: float) -> None:
         until = now + self._stall_grace_s
