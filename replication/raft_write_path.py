@@ -54,6 +54,7 @@ _LEADER = 2
 BIND_RETRIES = 5  # then start() fails with a clear error instead of running unbound
 PEER_STATUS_TIMEOUT_S = 1.0  # members_status asks all peers at once; a stopped one costs this, once
 SYNC_ROUND_TIMEOUT_S = 3.0  # one durability round; the write's own deadline cuts it shorter
+INLINE_RESOLVE_MAX_PUTS = 64  # async batches this small are resolved on the tick thread (bigger: completion thread)
 
 
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -513,8 +514,8 @@ class RaftWritePath:
         return rec
 
     def _on_batch_done(self, rid: int, res: Any, err: int) -> None:
-        """Tick thread: hand the outcome to the completion thread; never raise (an exception here would abort
-        pysyncobj's tick after the entry was applied)."""
+        """Tick thread: resolve a small ``async`` batch here, hand any other outcome to the completion thread;
+        never raise (an exception here would abort pysyncobj's tick after the entry was applied)."""
         try:
             # sync mode keeps the in-flight slot until the fsync round: the queue grows, batches get bigger
             hold = err == FAIL_REASON.SUCCESS and res is not None and self.settings.durability == "sync"
@@ -524,6 +525,10 @@ class RaftWritePath:
             if err == FAIL_REASON.SUCCESS and res is not None:
                 index, term, results = res
                 self.acked_batches += 1
+                if not hold and len(rec.puts) <= INLINE_RESOLVE_MAX_PUTS:
+                    # nothing left to wait for: a hop to the completion thread would only add a wake-up
+                    self._resolve(rec.puts, results)
+                    return
                 with self._done_cv:
                     self._done_q.append((index, term, rec.puts, results, rec.deadline))
                     self._done_cv.notify()
@@ -578,8 +583,9 @@ class RaftWritePath:
         return found and flushed, last
 
     def _completion_loop(self) -> None:
-        """Resolve committed batches off the tick thread. In ``sync`` mode, first one fsync round on a majority
-        covers every batch committed since the previous round (group commit for durability)."""
+        """Resolve committed batches off the tick thread: every ``sync`` batch and the ``async`` ones too big to
+        resolve there. In ``sync`` mode, first one fsync round on a majority covers every batch committed since the
+        previous round (group commit for durability)."""
         majority = len(self.members) // 2 + 1
         while self._running:
             with self._done_cv:
@@ -601,18 +607,21 @@ class RaftWritePath:
                     time.sleep(0.05)
             for it in items:
                 if ok:
-                    try:
-                        self.machine.applier.resolve(it[2], it[3])
-                    except Exception as e:
-                        log.exception("resolving a committed batch failed")
-                        for p in it[2]:
-                            p.fail(e)
+                    self._resolve(it[2], it[3])
                 else:
                     for p in it[2]:
                         p.fail(UnknownOutcomeError("could not make the write durable on a majority in time"))
             if self.settings.durability == "sync":
                 for _ in items:
                     self._inflight_slots.release()
+
+    def _resolve(self, puts: list[PendingPut], results: list[Any]) -> None:
+        try:
+            self.machine.applier.resolve(puts, results)
+        except Exception as e:
+            log.exception("resolving a committed batch failed")
+            for p in puts:
+                p.fail(e)
 
     def _sync_round(self, index: int, term: int, majority: int, deadline: float | None = None) -> bool:
         """Ask every member to make (index, term) durable; True as soon as a majority says it is.

@@ -194,3 +194,53 @@ def test_put_many_shares_one_raft_entry_and_isolates_a_bad_put(tmp_path):
     finally:
         wp.stop()
         st.shutdown()
+
+
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_small_async_batches_resolve_on_the_tick_thread_others_on_the_completion_thread(tmp_path, durability):
+    """An async batch of up to INLINE_RESOLVE_MAX_PUTS puts has nothing left to wait for once applied, so it is
+    resolved on the tick thread (a hop to the completion thread only added a wake-up); bigger ones, and every sync
+    batch (its fsync round), go to the completion thread."""
+    import threading
+
+    from raftmq.replication.raft_write_path import INLINE_RESOLVE_MAX_PUTS
+
+    members = one_member(tmp_path)
+    st, wp = make(tmp_path / "s", members, durability=durability)
+    wp.start()
+    try:
+        wait_writable(wp)
+        wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1))
+        resolved_on: dict[int, set[str]] = {}
+        for n in (1, INLINE_RESOLVE_MAX_PUTS, INLINE_RESOLVE_MAX_PUTS + 1):
+            # hold the tick thread so every callback is in place before the batch can commit
+            entered, release = threading.Event(), threading.Event()
+            held = [False]
+
+            def hold_once(entered=entered, release=release, held=held) -> None:
+                if not held[0]:
+                    held[0] = True
+                    entered.set()
+                    release.wait(30)
+
+            wp._log.addOnTickCallback(hold_once)
+            assert entered.wait(30)
+            futs = wp.put_many([[Message(topic="T", queue_id=0, body=b"m%d" % i)] for i in range(n)])
+            names: set[str] = set()
+            for f in futs:
+                f.add_done_callback(lambda _f, names=names: names.add(threading.current_thread().name))
+            release.set()
+            for f in futs:
+                f.result(10)
+            wp._log.removeOnTickCallback(hold_once)
+            resolved_on[n] = names
+        completion = {"raftmq-raft-completion"}
+        if durability == "sync":
+            assert all(names == completion for names in resolved_on.values()), resolved_on
+        else:
+            assert resolved_on[INLINE_RESOLVE_MAX_PUTS + 1] == completion, resolved_on
+            for n in (1, INLINE_RESOLVE_MAX_PUTS):
+                assert len(resolved_on[n]) == 1 and resolved_on[n] != completion, resolved_on
+    finally:
+        wp.stop()
+        st.shutdown()
