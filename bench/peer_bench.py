@@ -64,7 +64,7 @@ def _server_cpu_seconds(pids: list[int]) -> float:
 
 # ------------------------------------------------------------------ client processes
 def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seconds: float, start_at: float,
-                   out, linger_ms: float = 0.1) -> None:
+                   out, linger_ms: float = 0.1, stream_window: int | None = None) -> None:
     """``threads`` producer threads sharing one SDK Producer (as an application would)."""
     from raftmq.client import Producer
 
@@ -72,7 +72,8 @@ def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seco
     lat: list[float] = []
     sent = [0]
     lock = threading.Lock()
-    with Producer(servers, linger_ms=linger_ms) as p:
+    knobs = {"stream_window": stream_window} if stream_window else {}
+    with Producer(servers, linger_ms=linger_ms, **knobs) as p:
         p.send(TOPIC, body)  # connect, find the leader
         time.sleep(max(0.0, start_at - time.time()))
         stop_at = time.perf_counter() + seconds
@@ -217,7 +218,7 @@ def drive_raftmq(nodes, producers: int, batch: int, args, pids: list[int], probe
     """One case through gRPC + SDK, with the messages and requests per Raft entry (group commit)."""
     before = _group_commit_counters(nodes)
     r = _drive(_raftmq_client, [n.grpc_address for n in nodes], producers, batch, args.size, args.seconds,
-               args.client_procs, pids, args.linger_ms, probe=probe)
+               args.client_procs, pids, args.linger_ms, args.stream_window, probe=probe)
     after = _group_commit_counters(nodes)
     commits = max(after[0] - before[0], 1)
     r["msgs_per_entry"] = (after[1] - before[1]) / commits
@@ -341,6 +342,8 @@ def main() -> int:
     ap.add_argument("--skip-dledger", action="store_true", help="leave out RocketMQ 4.9.7 DLedger (async cases)")
     ap.add_argument("--raft", action="append", default=[], metavar="KEY=VALUE",
                     help="a cluster.raft setting for the raftmq members (repeatable), e.g. max_inflight_batches=2")
+    ap.add_argument("--stream-window", type=int, default=None,
+                    help="the SDK producer's stream_window (default: the SDK's own)")
     ap.add_argument("--linger-ms", type=float, default=0.1,
                     help="the SDK producer's linger (0: one unary RPC per send, the path before SendStream)")
     args = ap.parse_args()
