@@ -14,6 +14,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 
 from raftmq.replication.raft_log import ReplicatedLog
 from tests.support.processes import free_ports
+from tests.support.tick_hold import tick_thread_held
 from tests.support.waiting import wait_for
 
 
@@ -48,7 +49,8 @@ def test_commands_added_in_one_tick_reach_each_follower_in_one_message():
     addresses = [f"127.0.0.1:{p}" for p in ports]
     members = []
     for address in addresses:
-        conf = SyncObjConf(autoTick=True, raftMinTimeout=0.6, raftMaxTimeout=1.2, appendEntriesPeriod=0.05,
+        conf = SyncObjConf(autoTick=True, raftMinTimeout=2.0, raftMaxTimeout=4.0, connectionTimeout=5.0,
+                           appendEntriesPeriod=0.05,
                            appendEntriesUseBatch=False, logCompactionMinEntries=10**9, logCompactionMinTime=10**9)
         members.append(_CountingLog(address, [a for a in addresses if a != address], conf, machine=_Machine()))
     try:
@@ -57,20 +59,11 @@ def test_commands_added_in_one_tick_reach_each_follower_in_one_message():
         done = threading.Event()
         leader.apply_batch(b"warm-up", callback=lambda res, err: done.set())
         assert done.wait(30), "the warm-up command was not committed"
+        # a majority is the leader and one follower: wait until the other one has every entry too
+        wait_for(lambda: all(f.last_log_index() == leader.last_log_index() for f in followers),
+                 what="both followers hold the leader's log", timeout=30)
         before = [(f.entry_messages, f.entries_received) for f in followers]
 
-        # hold the leader's tick thread (on-tick callbacks run on it) while five commands queue up
-        entered, release = threading.Event(), threading.Event()
-        held = [False]
-
-        def hold_once() -> None:
-            if not held[0]:
-                held[0] = True
-                entered.set()
-                release.wait(30)
-
-        leader.addOnTickCallback(hold_once)
-        assert entered.wait(30), "the leader's tick thread never ran the hold"
         outcomes: list[int] = []
         all_done = threading.Event()
 
@@ -79,9 +72,9 @@ def test_commands_added_in_one_tick_reach_each_follower_in_one_message():
             if len(outcomes) == 5:
                 all_done.set()
 
-        for i in range(5):
-            leader.apply_batch(f"command {i}".encode(), callback=on_done)
-        release.set()
+        with tick_thread_held(leader):  # five commands queue up while the leader's tick thread waits
+            for i in range(5):
+                leader.apply_batch(f"command {i}".encode(), callback=on_done)
         assert all_done.wait(30), "the five commands were not committed"
         assert outcomes == [FAIL_REASON.SUCCESS] * 5
 

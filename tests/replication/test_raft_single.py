@@ -15,6 +15,7 @@ from raftmq.store import Message, MessageStore, StoreConfig
 from raftmq.store.errors import MessageIllegalError
 from raftmq.store.topic_config import TopicConfig
 from tests.support.processes import free_ports
+from tests.support.tick_hold import tick_thread_held
 
 FAST = dict(raft_min_timeout=0.4, raft_max_timeout=0.8, leader_fallback_timeout=0.3, append_entries_period=0.05,
             put_timeout_s=5.0)
@@ -213,26 +214,13 @@ def test_small_async_batches_resolve_on_the_tick_thread_others_on_the_completion
         wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1))
         resolved_on: dict[int, set[str]] = {}
         for n in (1, INLINE_RESOLVE_MAX_PUTS, INLINE_RESOLVE_MAX_PUTS + 1):
-            # hold the tick thread so every callback is in place before the batch can commit
-            entered, release = threading.Event(), threading.Event()
-            held = [False]
-
-            def hold_once(entered=entered, release=release, held=held) -> None:
-                if not held[0]:
-                    held[0] = True
-                    entered.set()
-                    release.wait(30)
-
-            wp._log.addOnTickCallback(hold_once)
-            assert entered.wait(30)
-            futs = wp.put_many([[Message(topic="T", queue_id=0, body=b"m%d" % i)] for i in range(n)])
             names: set[str] = set()
-            for f in futs:
-                f.add_done_callback(lambda _f, names=names: names.add(threading.current_thread().name))
-            release.set()
+            with tick_thread_held(wp._log):  # every callback is in place before the batch can commit
+                futs = wp.put_many([[Message(topic="T", queue_id=0, body=b"m%d" % i)] for i in range(n)])
+                for f in futs:
+                    f.add_done_callback(lambda _f, names=names: names.add(threading.current_thread().name))
             for f in futs:
                 f.result(10)
-            wp._log.removeOnTickCallback(hold_once)
             resolved_on[n] = names
         completion = {"raftmq-raft-completion"}
         if durability == "sync":
