@@ -25,9 +25,9 @@ log = logging.getLogger(__name__)
 
 _FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
 PRE_VOTE = "raftmq_pre_vote"
+PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
 # how soon after an entry commits the followers hear of it when no new entry carries the news earlier
 COMMIT_NOTICE_S = 0.005
-PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
 
 
 class ReplicatedLog(SyncObj):
