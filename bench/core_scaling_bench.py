@@ -106,6 +106,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes")
     ap.add_argument("--linger-ms", type=float, default=0.1)
+    ap.add_argument("--stream-window", type=int, default=None, help="the SDK producer's stream_window")
     args = ap.parse_args()
     if shutil.which("taskset") is None:
         print("taskset (util-linux) is needed to pin the members", file=sys.stderr)

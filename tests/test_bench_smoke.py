@@ -1,0 +1,35 @@
+"""The issue-17 benchmarks run end to end (raftmq only, one short case each): they share helpers, and a change to
+one once broke another without any test noticing. Only that they finish and print a result row is checked;
+benchmarks never assert timings."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROW = re.compile(r"^async\s+2 x 1\s+\d+", re.M)
+
+
+def _run(*argv: str) -> str:
+    done = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{argv[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_peer_bench_runs_raftmq_alone():
+    out = _run("bench/peer_bench.py", "--skip-nats", "--skip-dledger", "--modes", "async", "--producers", "2",
+               "--batch", "1", "--seconds", "1", "--client-procs", "1", "--stream-window", "2")
+    assert ROW.search(out), out
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) pins the members")
+def test_core_scaling_bench_runs_one_member():
+    out = _run("bench/core_scaling_bench.py", "--members", "1", "--cpus", "0", "--producers", "2", "--batch", "1",
+               "--seconds", "1", "--client-procs", "1")
+    assert re.search(r"^\s+1\s+0\s+\d+", out, re.M), out
