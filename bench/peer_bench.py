@@ -40,6 +40,7 @@ import dledger_peer  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench.grpc_bench import _cpu_seconds, _pct  # noqa: E402
+from raftmq.client.producer import DEFAULT_STREAM_WINDOW  # noqa: E402
 from raftmq.replication.raft_write_path import RaftSettings  # noqa: E402
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
@@ -57,6 +58,14 @@ QUEUES = 8
 TOPIC = "bench"
 
 
+def stream_window_arg(text: str) -> int:
+    """argparse type of ``--stream-window``: the SDK's window, at least 1."""
+    window = int(text)
+    if window < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (requests in flight), got {window}")
+    return window
+
+
 def _server_cpu_seconds(pids: list[int]) -> float:
     """CPU seconds of all ``pids`` together (NaN when one of them is gone)."""
     return sum(_cpu_seconds(pid) for pid in pids)
@@ -64,7 +73,7 @@ def _server_cpu_seconds(pids: list[int]) -> float:
 
 # ------------------------------------------------------------------ client processes
 def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seconds: float, start_at: float,
-                   out, linger_ms: float = 0.1, stream_window: int | None = None) -> None:
+                   out, linger_ms: float = 0.1, stream_window: int = DEFAULT_STREAM_WINDOW) -> None:
     """``threads`` producer threads sharing one SDK Producer (as an application would)."""
     from raftmq.client import Producer
 
@@ -72,8 +81,7 @@ def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seco
     lat: list[float] = []
     sent = [0]
     lock = threading.Lock()
-    knobs = {"stream_window": stream_window} if stream_window else {}
-    with Producer(servers, linger_ms=linger_ms, **knobs) as p:
+    with Producer(servers, linger_ms=linger_ms, stream_window=stream_window) as p:
         p.send(TOPIC, body)  # connect, find the leader
         time.sleep(max(0.0, start_at - time.time()))
         stop_at = time.perf_counter() + seconds
@@ -342,7 +350,7 @@ def main() -> int:
     ap.add_argument("--skip-dledger", action="store_true", help="leave out RocketMQ 4.9.7 DLedger (async cases)")
     ap.add_argument("--raft", action="append", default=[], metavar="KEY=VALUE",
                     help="a cluster.raft setting for the raftmq members (repeatable), e.g. max_inflight_batches=2")
-    ap.add_argument("--stream-window", type=int, default=None,
+    ap.add_argument("--stream-window", type=stream_window_arg, default=DEFAULT_STREAM_WINDOW,
                     help="the SDK producer's stream_window (default: the SDK's own)")
     ap.add_argument("--linger-ms", type=float, default=0.1,
                     help="the SDK producer's linger (0: one unary RPC per send, the path before SendStream)")

@@ -33,3 +33,11 @@ def test_core_scaling_bench_runs_one_member():
     out = _run("bench/core_scaling_bench.py", "--members", "1", "--cpus", "0", "--producers", "2", "--batch", "1",
                "--seconds", "1", "--client-procs", "1")
     assert re.search(r"^\s+1\s+0\s+\d+", out, re.M), out
+
+
+def test_a_stream_window_below_one_is_refused_before_anything_starts():
+    for bench in ("bench/peer_bench.py", "bench/core_scaling_bench.py"):
+        done = subprocess.run([sys.executable, bench, "--stream-window", "0"], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2, done
+        assert "--stream-window: must be at least 1" in done.stderr, done.stderr
