@@ -37,6 +37,7 @@ sys.path[:0] = [str(REPO), str(REPO / "proto")]
 
 import grpc  # noqa: E402
 
+from raftmq.store.thread_name import process_cpu_seconds as _cpu_seconds  # noqa: E402
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
 from tests.support.processes import GRPC_OPTIONS, node_specs, start_nodes, stop_all  # noqa: E402
@@ -164,16 +165,6 @@ def produce(address: str, topic: str, concurrency: int, batch: int, size: int, s
     return {"msgs_s": sent / elapsed, "mb_s": sent * size / elapsed / 1e6, "p50_ms": _pct(lat, 50) * 1e3,
             "p99_ms": _pct(lat, 99) * 1e3, "requests": len(lat), "node_us": node_cpu / sent * 1e6,
             "client_us": client_cpu / sent * 1e6, "procs": nprocs}
-
-
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of ``pid`` (Linux /proc; NaN elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def pull_all(address: str, topic: str, concurrency: int, node_pid: int, sec: dict | None = None) -> dict:

@@ -43,6 +43,21 @@ def cpu_seconds_by_thread(pid: int) -> dict[str, float]:
         except OSError:  # the thread ended meanwhile
             continue
         name = "main" if int(tid) == pid else raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw.rsplit(")", 1)[1].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[name] = out.get(name, 0.0) + _stat_cpu_ticks(raw) / tick
     return out
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of every thread of process ``pid``; NaN when it is gone or there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+    except OSError:
+        return float("nan")
+    return _stat_cpu_ticks(raw) / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_cpu_ticks(raw: str) -> int:
+    """utime + stime, in clock ticks, of a /proc ``stat`` line (fields after the parenthesised name)."""
+    fields = raw.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])

@@ -1,10 +1,12 @@
 """The store's busy threads carry kernel names (store.thread_name), so `top -H` tells reput from flushing."""
 
+import math
 import os
 import threading
+import time
 
 from raftmq.store import MessageStore, StoreConfig
-from raftmq.store.thread_name import cpu_seconds_by_thread, name_native_thread
+from raftmq.store.thread_name import cpu_seconds_by_thread, name_native_thread, process_cpu_seconds
 
 
 def _kernel_names(pid: int) -> set[str]:
@@ -38,3 +40,13 @@ def test_a_long_name_is_cut_and_the_main_thread_keeps_the_process_name():
     name_native_thread("main-renamed")
     assert seen == ["a-rather-long-t"]
     assert open("/proc/self/comm").read().strip() == process_name
+
+
+def test_process_cpu_counts_every_thread_and_is_nan_for_a_gone_process():
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # burn some CPU so both readings are well above zero
+        pass
+    by_thread = sum(cpu_seconds_by_thread(os.getpid()).values())
+    whole = process_cpu_seconds(os.getpid())
+    assert whole > 0 and whole >= by_thread - 0.05  # read a moment later; ticks are 10 ms
+    assert math.isnan(process_cpu_seconds(2**22 + 1))  # above Linux's pid_max limit: no such process
