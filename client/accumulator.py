@@ -164,8 +164,12 @@ class SendAccumulator:
         with self._cond:
             if self._closed:
                 raise errors.RaftmqError("producer is closed")
-            self._queue.append(s)
-            self._cond.notify_all()
+            q = self._queue
+            q.append(s)
+            # wake the sender only when this send gives it something to do: it was idle (empty queue), or its
+            # linger may end early (a full request). Waiting for a free window slot, it is woken by the receiver.
+            if len(q) == 1 or len(q) >= self.max_sends:
+                self._cond.notify_all()
         outcome = s.wait(timeout)
         if outcome is None:
             s.abandoned = True
@@ -275,7 +279,8 @@ class SendAccumulator:
             for response in stream.call:
                 with self._cond:
                     rid, sends = stream.inflight.popleft()
-                    self._cond.notify_all()
+                    if len(stream.inflight) + 1 >= self.window:  # the window was full: the sender may wait for it
+                        self._cond.notify_all()
                 if rid != response.id or len(response.outcomes) != len(sends):
                     raise errors.RaftmqError(f"the broker answered stream request {response.id} with "
                                              f"{len(response.outcomes)} outcomes, expected {rid} with {len(sends)}")
