@@ -150,9 +150,18 @@ current_principal: contextvars.ContextVar[Principal | None] = contextvars.Contex
                                                                                      default=None)
 
 
+REFUSALS = ("unauthenticated", "denied", "refused_network")  # the audit events that refuse a request
+# called as fn(event, port) for each refusal, whatever the log level (the node counts them on /metrics)
+refusal_listeners: list[Callable[[str, str], None]] = []
+
+
 def audit(event: str, **fields: Any) -> None:
-    """One structured (JSON) line on the ``raftmq.audit`` logger."""
+    """One structured (JSON) line on the ``raftmq.audit`` logger; a refusal also goes to ``refusal_listeners``."""
     audit_log.warning("%s", json.dumps({"audit": event, **fields}, sort_keys=True))
+    if event in REFUSALS:
+        port = fields.get("port") or ("http" if str(fields.get("method", "")).startswith("HTTP") else "grpc")
+        for fn in refusal_listeners:
+            fn(event, port)
 
 
 # ---------------------------------------------------------------------- signature

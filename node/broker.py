@@ -293,6 +293,9 @@ class Broker:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self.long_polls = LongPollRegistry(loop)
+        from raftmq.node.auth import refusal_listeners
+
+        refusal_listeners.append(self.metrics.record_refusal)  # refusals on /metrics, from the first request on
         http = cfg.http_listen
         self.console = Console(self)
         tls = cfg.tls_files()
@@ -710,6 +713,10 @@ class Broker:
             self.console.stop()
         if self._http is not None:
             self._http.stop()
+        from raftmq.node.auth import refusal_listeners
+
+        if self.metrics.record_refusal in refusal_listeners:
+            refusal_listeners.remove(self.metrics.record_refusal)
         self._pool.shutdown(wait=True)
         log.info("node %s stopped%s", self.node_id, "" if ok else " (with errors, see above)")
         return ok

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from raftmq.node.auth import REFUSALS
 from raftmq.store.thread_name import cpu_seconds_by_thread
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -83,6 +84,13 @@ class BrokerMetrics:
             "raftmq_transaction_discarded", "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC (checked too often, "
             "or older than file_reserved_time), by real topic", base + ["topic"], registry=self.registry,
         )
+        self.security_refusals = Counter(
+            "raftmq_security_refusals", "Requests refused by authentication, access rules or network allow-lists "
+            "(one audit line each), by reason and port", base + ["reason", "port"], registry=self.registry,
+        )
+        for reason in REFUSALS:  # every series exists at 0 from the start, so rate() sees the first refusal
+            for port in ("grpc", "http", "raft"):
+                self.security_refusals.labels(*self._base, reason, port)
         self.half_messages_pending: Callable[[], dict[str, int]] | None = None  # set by the transaction service
         self.registry.register(_HalfMessagesCollector(self._base, lambda: self.half_messages_pending))
         self.registry.register(ThreadCpuCollector(self._base))
@@ -121,6 +129,10 @@ class BrokerMetrics:
     def record_transaction(self, counter: Counter, *labels: str, count: int = 1) -> None:
         """Count ``count`` events on one of the transaction counters (once per batch, not per message)."""
         counter.labels(*self._base, *labels).inc(count)
+
+    def record_refusal(self, reason: str, port: str) -> None:
+        """One refused request (``node.auth.refusal_listeners``): reason is the audit event, port grpc/http/raft."""
+        self.security_refusals.labels(*self._base, reason, port).inc()
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)

@@ -69,7 +69,7 @@ def test_panels_are_well_formed():
             assert 'namespace="$namespace"' in selector and 'job="$job"' in selector, expr
     titles = " ".join(p["title"].lower() for p in panels)
     for topic in ("messages in", "latency", "disk", "role", "term", "commit lag", "leader changes", "consumers",
-                  "consumer lag"):
+                  "consumer lag", "refused requests"):
         assert topic in titles, topic
 
 

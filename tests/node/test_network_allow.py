@@ -16,6 +16,7 @@ import sys
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.client.acl import AclAdmin
 from raftmq.client.admin import Admin
@@ -109,6 +110,38 @@ def test_http_refuses_outside_the_list_but_keeps_the_open_paths_open(single):
     assert _http_get(port, "/ui", "::1", host="::1")[0] == 401  # IPv6 too
     assert any(a["audit"] == "refused_network" and a["port"] == "http" and a["peer"] == "127.0.0.9"
                for a in _audit(single))
+
+
+def _refusals(node: NodeProcess) -> dict[tuple[str, str], float]:
+    status, text = node.http_get("/metrics")
+    assert status == 200, text
+    return {(s.labels["reason"], s.labels["port"]): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "raftmq_security_refusals_total"}
+
+
+def test_every_kind_of_refusal_is_counted_on_metrics_by_reason_and_port(single):
+    """What the audit lines say one by one, /metrics counts for dashboards and alerts."""
+    before = _refusals(single)
+    with SourceRelay(_target(single.grpc_address), "127.0.0.9") as relay, \
+            grpc.insecure_channel(relay.address) as channel:  # outside the node-wide list
+        with pytest.raises(grpc.RpcError) as e:
+            pbg.AdminServiceStub(channel).ListTopics(pb.ListTopicsRequest(), timeout=10)
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with grpc.insecure_channel(single.grpc_address) as channel:  # inside it, but no signature
+        with pytest.raises(grpc.RpcError) as e:
+            pbg.AdminServiceStub(channel).ListTopics(pb.ListTopicsRequest(), timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with AclAdmin(single.grpc_address, security=ROOT) as acl:
+        acl.put_user("bob", "bob-secret-123456")
+    with AclAdmin(single.grpc_address, security=ClientSecurity(access_key="bob", secret_key="bob-secret-123456"),
+                  retry_timeout=1) as acl, pytest.raises(PermissionDeniedError):
+        acl.list_users()  # admin only: bob is signed in but denied
+    assert _http_get(single.spec.http_port, "/ui", "127.0.0.9")[0] == 403
+    assert _http_get(single.spec.http_port, "/ui", "127.0.0.2")[0] == 401
+    after = _refusals(single)
+    grew = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+    assert grew == {("refused_network", "grpc"): 1, ("unauthenticated", "grpc"): 1, ("denied", "grpc"): 1,
+                    ("refused_network", "http"): 1, ("unauthenticated", "http"): 1}
 
 
 def test_a_users_own_networks_are_set_with_the_cli_and_enforced(single):
