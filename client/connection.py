@@ -30,7 +30,7 @@ from raftmq.v1 import raftmq_pb2_grpc as pbg
 
 DEFAULT_SERVER = "127.0.0.1:8081"
 _MAX_MESSAGE_BYTES = 64 << 20
-_CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     # Fail fast on a dead address instead of backing off for minutes inside gRPC: we have others to try.
@@ -172,7 +172,7 @@ class ServerPool:
                 raise errors.RaftmqError("client is closed")
             s = self._stubs.get(address)
             if s is None:
-                s = self._stubs[address] = _Stubs(self.security.channel(address, _CHANNEL_OPTIONS))
+                s = self._stubs[address] = _Stubs(self.security.channel(address, CHANNEL_OPTIONS))
             if not redirect:
                 return s
             r = self._redirect_stubs.get(address)

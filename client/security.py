@@ -101,17 +101,28 @@ class ClientSecurity:
         chain = _read_file(self.cert_file, "certificate") if self.cert_file else None
         return grpc.ssl_channel_credentials(root_certificates=root, private_key=key, certificate_chain=chain)
 
+    def _tls_options(self, options: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        return list(options) + ([("grpc.ssl_target_name_override", self.server_name)] if self.server_name else [])
+
     def channel(self, address: str, options: list[tuple[str, Any]]) -> grpc.Channel:
         """A channel to ``address``: TLS when configured, every call signed when credentials are set."""
         if self.uses_tls:
-            opts = list(options) + ([("grpc.ssl_target_name_override", self.server_name)] if self.server_name
-                                    else [])
-            channel = grpc.secure_channel(address, self.channel_credentials(), options=opts)
+            channel = grpc.secure_channel(address, self.channel_credentials(), options=self._tls_options(options))
         else:
             channel = grpc.insecure_channel(address, options=options)
         if self.access_key:
             channel = grpc.intercept_channel(channel, _Signer(self.access_key, self.secret_key))
         return channel
+
+    def aio_channel(self, address: str, options: list[tuple[str, Any]]) -> grpc.aio.Channel:
+        """An asyncio channel to ``address`` (TLS when configured); sign its calls with ``call_metadata()``."""
+        if self.uses_tls:
+            return grpc.aio.secure_channel(address, self.channel_credentials(), options=self._tls_options(options))
+        return grpc.aio.insecure_channel(address, options=options)
+
+    def call_metadata(self) -> list[tuple[str, str]]:
+        """The signature headers for a call starting now (none without credentials)."""
+        return signed_headers(self.access_key, self.secret_key) if self.access_key else []
 
     def __repr__(self) -> str:  # never print the secret
         return (f"ClientSecurity(tls={self.uses_tls}, ca_file={self.ca_file!r}, cert_file={self.cert_file!r}, "

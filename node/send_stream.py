@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STREAM_METHOD = "/raftmq.v1.MessagingService/SendStream"
+ACCEPTED_METADATA_KEY = "x-raftmq-stream-accepted"  # initial metadata once the stream passed its opening checks
 WINDOW = 64              # requests read ahead of the oldest unanswered one
 MAX_SENDS_PER_REQUEST = 4096
 
@@ -113,6 +114,8 @@ async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStream
     service.node.check_serving()
     peer = service.node.forwarder.client_peer(context)
     born_host = _peer_host(peer)
+    # accepted: say so at once (headers), so a client can tell a refused stream from one that failed later
+    await context.send_initial_metadata(((ACCEPTED_METADATA_KEY, "1"),))
     answers: asyncio.Queue = asyncio.Queue(maxsize=WINDOW)
     done = object()
 

@@ -4,8 +4,10 @@ every send either was acknowledged and survives, or reports a failure (unknown o
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
+import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,6 +21,7 @@ from raftmq.client import (
     TopicNotFoundError,
     UnknownOutcomeError,
 )
+from raftmq.node.send_stream import ACCEPTED_METADATA_KEY, STREAM_METHOD
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
@@ -204,3 +207,16 @@ def test_close_lets_the_broker_answer_sends_in_flight(node):
     with Admin(addr) as admin:
         for body, r in acked[-20:]:
             assert admin.view_message(r.msg_id).body == body.encode()
+
+
+def test_the_broker_accepts_a_stream_with_headers_before_any_request(node):
+    """The SDK waits for them before its first write (client/accumulator.py ``_accepted``): with a write in
+    progress, a refusal would end the call INTERNAL and hide its own status."""
+    async def headers() -> tuple:
+        async with grpc.aio.insecure_channel(node.grpc_address) as channel:
+            call = channel.stream_stream(STREAM_METHOD)()
+            metadata = await asyncio.wait_for(call.initial_metadata(), 30)
+            call.cancel()
+            return tuple(metadata)
+
+    assert (ACCEPTED_METADATA_KEY, "1") in asyncio.run(headers())
