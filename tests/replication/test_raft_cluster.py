@@ -41,7 +41,7 @@ def check_acked(log, replicas: dict[str, dict[int, list]]) -> None:
     views = list(replicas.items())
     first_id, first = views[0]
     for rid, view in views[1:]:
-        assert view == first, f"replica {rid} differs from {first_id}"
+        assert view == first, f"replica {rid} differs from {first_id}: {_view_difference(first, view)}"
     where = {}
     for q, entries in first.items():
         offsets = [e[0] for e in entries]
@@ -56,6 +56,19 @@ def check_acked(log, replicas: dict[str, dict[int, list]]) -> None:
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
     wrong = [k for k, v in log.acked.items() if where[k] != v]
     assert not wrong, f"acked at one place, stored at another: {[(k, log.acked[k], where[k]) for k in wrong[:3]]}"
+
+
+def _view_difference(a: dict[int, list], b: dict[int, list]) -> str:
+    """Where two replicas' queues first differ: queue, lengths, and the first differing entries."""
+    out = []
+    for q in sorted(set(a) | set(b)):
+        qa, qb = a.get(q, []), b.get(q, [])
+        if qa != qb:
+            i = next((k for k, (x, y) in enumerate(zip(qa, qb, strict=False)) if x != y),
+                     min(len(qa), len(qb)))
+            out.append(f"queue {q}: {len(qa)} vs {len(qb)} entries, first difference at {i}: "
+                       f"{qa[i] if i < len(qa) else None} vs {qb[i] if i < len(qb) else None}")
+    return "; ".join(out)
 
 
 def replica_views(nodes) -> dict[str, dict[int, list]]:
