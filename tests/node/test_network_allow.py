@@ -286,10 +286,13 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
 
 
 def _ok(call):
-    """The call's answer, or None while the cluster cannot take it yet (an election)."""
+    """The call's answer, or None while the cluster cannot take it yet: an election, or a follower that has not
+    applied a user created a moment ago (each member authenticates from its own applied ACL, and a follower
+    learns of a commit a few ms after the leader; failed CI as UNAUTHENTICATED "unknown access key")."""
     try:
         return call()
     except grpc.RpcError as e:
-        if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN):
+        if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN) or (
+                e.code() == grpc.StatusCode.UNAUTHENTICATED and "unknown access key" in (e.details() or "")):
             return None
         raise
