@@ -151,6 +151,7 @@ current_principal: contextvars.ContextVar[Principal | None] = contextvars.Contex
 
 
 REFUSALS = ("unauthenticated", "denied", "refused_network")  # the audit events that refuse a request
+REFUSAL_PORTS = ("grpc", "http", "raft")  # where a refusal happens (its audit line's "port")
 # called as fn(event, port) for each refusal, whatever the log level (the node counts them on /metrics)
 refusal_listeners: list[Callable[[str, str], None]] = []
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from raftmq.node.auth import REFUSALS
+from raftmq.node.auth import REFUSAL_PORTS, REFUSALS
 from raftmq.store.thread_name import cpu_seconds_by_thread
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -89,7 +89,7 @@ class BrokerMetrics:
             "(one audit line each), by reason and port", base + ["reason", "port"], registry=self.registry,
         )
         for reason in REFUSALS:  # every series exists at 0 from the start, so rate() sees the first refusal
-            for port in ("grpc", "http", "raft"):
+            for port in REFUSAL_PORTS:
                 self.security_refusals.labels(*self._base, reason, port)
         self.half_messages_pending: Callable[[], dict[str, int]] | None = None  # set by the transaction service
         self.registry.register(_HalfMessagesCollector(self._base, lambda: self.half_messages_pending))
