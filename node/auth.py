@@ -16,6 +16,7 @@ name with the (action, resource kind, request field) it needs; an RPC missing fr
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextvars
 import datetime as dt
@@ -25,7 +26,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +128,14 @@ _ANYWHERE = NetworkList()
 
 
 class AuthError(Exception):
-    """UNAUTHENTICATED: the message says what is wrong with the credentials (never the secret)."""
+    """UNAUTHENTICATED: the message says what is wrong with the credentials (never the secret).
+
+    ``about_user``: the verdict rests on this member's copy of the users (an unknown key, a secret that does not
+    match), which may lag a change just acknowledged elsewhere; worth asking again after catching up."""
+
+    def __init__(self, message: str, about_user: bool = False):
+        super().__init__(message)
+        self.about_user = about_user
 
 
 class AccessDenied(Exception):
@@ -423,9 +431,16 @@ class Authenticator:
 
     ``acl_table()`` returns the applied replication.acl_table.AclTable (or None before the store is open)."""
 
-    def __init__(self, security: Any, acl_table: Callable[[], Any], clock: Callable[[], dt.datetime] | None = None):
+    def __init__(self, security: Any, acl_table: Callable[[], Any], clock: Callable[[], dt.datetime] | None = None,
+                 catch_up: Callable[[], Awaitable[bool]] | None = None):
+        """``catch_up()``: wait until this member has applied what the leader had committed (True when it did);
+        a refusal that rests on the replicated users or rules is decided again after it, so a user or rule just
+        added through another member is honoured here too (followers learn of commits a few ms late)."""
         self.settings = security
         self._acl_table = acl_table
+        self._catch_up = catch_up
+        self._catch_up_task: asyncio.Future | None = None
+        self._catch_up_runs = 0  # catch-ups started so far (which one a refusal may join)
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.box = SecretBox(security.auth_admin_secret_key, security.auth_admin_previous_secret_key)
         self._lock = threading.Lock()
@@ -479,6 +494,30 @@ class Authenticator:
                         "networks": rec.get("networks", []), "bootstrap": False})
         return out
 
+    async def caught_up(self) -> bool:
+        """Before refusing on this member's copy of the ACL: catch up with the leader once (True when it did).
+
+        Refusals at the same time share one catch-up (a flood of bad credentials asks the leader once per round),
+        but never one that was already running when this refusal was decided: it may have read the leader's
+        commit index before the change this caller saw acknowledged."""
+        if self._catch_up is None:
+            return False
+        running = self._catch_up_task is not None and not self._catch_up_task.done()
+        too_early = self._catch_up_runs if running else self._catch_up_runs - 1
+        while True:
+            task = self._catch_up_task
+            if task is None or task.done():
+                self._catch_up_runs += 1
+                task = self._catch_up_task = asyncio.ensure_future(self._catch_up())
+            run = self._catch_up_runs
+            try:
+                caught = await asyncio.shield(task)
+            except Exception:  # noqa: BLE001 - the leader could not be asked: refuse on what this member knows
+                log.debug("catching up with the leader before a refusal failed", exc_info=True)
+                caught = False
+            if run > too_early:
+                return caught
+
     # -- authentication
     def authenticate(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal:
         """The caller, from the signature headers; AuthError for anything wrong."""
@@ -511,10 +550,11 @@ class Authenticator:
                             "s): a replayed request, or the client's clock is off")
         user = self._user(auth.access_key)
         if user is None:
-            raise AuthError(f"unknown access key {auth.access_key!r}")
+            raise AuthError(f"unknown access key {auth.access_key!r}", about_user=True)
         secret, admin, _, _ = user
         if not self._signed_by(auth, secret, date_text):
-            raise AuthError(f"signature does not match for access key {auth.access_key!r} (wrong secret key?)")
+            raise AuthError(f"signature does not match for access key {auth.access_key!r} (wrong secret key?)",
+                            about_user=True)
         principal = Principal(auth.access_key, admin)
         with self._lock:
             if len(self._verified) > 10000:
@@ -619,17 +659,29 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         if handler is None or method.startswith(EXEMPT_PREFIXES):
             return handler
-        try:
-            _call_auth.set((self.auth.authenticate(handler_call_details.invocation_metadata), None))
-        except AuthError as e:
-            _call_auth.set((None, str(e)))
-        except Exception as e:  # noqa: BLE001 - a bug in parsing must still answer UNAUTHENTICATED
-            log.exception("authentication of %s failed unexpectedly", method)
-            _call_auth.set((None, f"malformed credentials ({type(e).__name__})"))
+        _call_auth.set(await self._authenticate(method, handler_call_details.invocation_metadata))
         cached = self._wrapped.get(method)
         if cached is None or cached[0] is not handler:
             cached = self._wrapped[method] = (handler, _wrap(handler, method, self.auth, self._client_address))
         return cached[1]
+
+
+    def _verdict(self, method: str, metadata: Any) -> tuple[Principal | None, AuthError | None]:
+        try:
+            return self.auth.authenticate(metadata), None
+        except AuthError as e:
+            return None, e
+        except Exception as e:  # noqa: BLE001 - a bug in parsing must still answer UNAUTHENTICATED
+            log.exception("authentication of %s failed unexpectedly", method)
+            return None, AuthError(f"malformed credentials ({type(e).__name__})")
+
+    async def _authenticate(self, method: str, metadata: Any) -> tuple[Principal | None, str | None]:
+        """(caller, None) or (None, why not). A verdict on this member's copy of the users is taken again after
+        catching up with the leader (a user just added through another member)."""
+        principal, error = self._verdict(method, metadata)
+        if error is not None and error.about_user and await self.auth.caught_up():
+            principal, error = self._verdict(method, metadata)
+        return principal, None if error is None else str(error)
 
 
 V2_SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
@@ -658,6 +710,22 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
           client_address: Callable[[Any], str]) -> grpc.RpcMethodHandler:
     v2_refusal = _v2_refusal(method)
 
+    def refusal(principal: Principal, request: Any, context: Any) -> tuple[str, dict, str] | None:
+        """(audit event, its fields, message) when the user's networks or rules refuse the call, else None."""
+        if auth.has_networks(principal):
+            address = client_address(context)
+            try:
+                auth.check_network(principal, address)
+            except NetworkRefused as e:
+                return "refused_network", {"user": principal.access_key, "method": method, "peer": address,
+                                           "port": "grpc", "reason": str(e)}, str(e)
+        try:
+            auth.authorize(principal, method, request)
+        except AccessDenied as e:
+            return "denied", {"user": e.user, "action": e.action, "resource": e.resource, "method": method,
+                              "peer": _peer(context)}, str(e)
+        return None
+
     async def check(request: Any, context: Any) -> Any:
         """None when the call may go on; else the refusal answer (RocketMQ 5 methods) or abort."""
         principal, failure = _call_auth.get()
@@ -666,25 +734,18 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, auth: Authenticator,
             if v2_refusal is not None:
                 return v2_refusal(False, f"unauthenticated: {failure}")
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"unauthenticated: {failure}")
-        if auth.has_networks(principal):
-            try:
-                address = client_address(context)
-                auth.check_network(principal, address)
-            except NetworkRefused as e:
-                audit("refused_network", user=principal.access_key, method=method, peer=address, port="grpc",
-                      reason=str(e))
-                if v2_refusal is not None:
-                    return v2_refusal(True, str(e))
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
-            except RpcError as e:  # a relay claim without the cluster secret
-                await context.abort(e.code, e.message)
         try:
-            auth.authorize(principal, method, request)
-        except AccessDenied as e:
-            audit("denied", user=e.user, action=e.action, resource=e.resource, method=method, peer=_peer(context))
+            refused = refusal(principal, request, context)
+            if refused is not None and await auth.caught_up():  # a rule or network just changed elsewhere?
+                refused = refusal(principal, request, context)
+        except RpcError as e:  # a relay claim without the cluster secret
+            await context.abort(e.code, e.message)
+        if refused is not None:
+            event, fields, message = refused
+            audit(event, **fields)
             if v2_refusal is not None:
-                return v2_refusal(True, str(e))
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
+                return v2_refusal(True, message)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
         current_principal.set(principal)
         return None
 

@@ -47,6 +47,7 @@ ROLE_POLL_SECONDS = 1.0
 AUTO_CREATE_QUEUE_NUMS = 4  # as CreateTopic's default
 DRAIN_QUIET_SECONDS = 0.2  # SIGTERM: no new call for this long before the gRPC server stops
 PEER_REPAIR_RETRY_S = 5.0  # a damaged member asks its peers again this often while none has the range
+ACL_CATCH_UP_S = 1.0  # a follower about to refuse on its ACL first catches up with the leader for at most this long
 
 
 class Broker:
@@ -363,6 +364,13 @@ class Broker:
         wp = self.write_path
         return wp.acl_table() if wp is not None and self._write_path_started else None
 
+    async def _catch_up_with_leader(self) -> bool:
+        """Before a refusal on this member's copy of the ACL: apply what the leader has committed (auth)."""
+        wp = self.write_path
+        if wp is None or not self._write_path_started:
+            return False
+        return await self.run_blocking(wp.catch_up_with_leader, ACL_CATCH_UP_S)
+
     def member_client_security(self):
         """client.ClientSecurity for this node's own SDK calls to the cluster (the console's replica check):
         its member TLS files and, with authentication on, the bootstrap admin's credentials."""
@@ -576,7 +584,7 @@ class Broker:
         if self.config.security.auth_enabled:
             from raftmq.node.auth import Authenticator, AuthInterceptor
 
-            self.auth = Authenticator(self.config.security, self._acl_table)
+            self.auth = Authenticator(self.config.security, self._acl_table, catch_up=self._catch_up_with_leader)
             interceptors.append(AuthInterceptor(self.auth, self.client_address))
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", 2 * max_message + (1 << 20)),

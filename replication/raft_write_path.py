@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 from pysyncobj import FAIL_REASON, SyncObjConf
 
 from raftmq.replication import catch_up, pysyncobj_patches
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 
 _LEADER = 2
 BIND_RETRIES = 5  # then start() fails with a clear error instead of running unbound
+CATCH_UP_POLL_S = 0.002  # catch_up_with_leader: how often a follower looks at its applied index
 PEER_STATUS_TIMEOUT_S = 1.0  # members_status asks all peers at once; a stopped one costs this, once
 SYNC_ROUND_TIMEOUT_S = 3.0  # one durability round; the write's own deadline cuts it shorter
 INLINE_RESOLVE_MAX_PUTS = 64  # async batches this small are resolved on the tick thread (bigger: completion thread)
@@ -375,6 +377,29 @@ class RaftWritePath:
         if self._log is None:
             return None
         return self.peers.by_raft_address(self._log.leader_address())
+
+    def catch_up_with_leader(self, timeout: float) -> bool:
+        """Wait until this member has applied what the leader had committed when asked (its commit index, read
+        over the replica service), so a change acknowledged before the call (a new ACL user or rule) is seen here
+        too: a follower learns of commits up to COMMIT_NOTICE_S late. True at once on the leader, which applies
+        before it acknowledges; False when the leader cannot be asked or this member does not get there in time."""
+        if self._log is None or self.is_leader():
+            return self._log is not None
+        leader = self.leader()
+        if leader is None or leader.id == self.node_id:
+            return False
+        deadline = time.monotonic() + timeout
+        try:
+            status = self.peers.stub(leader.id).GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(
+                skip_metadata=True), timeout=timeout, metadata=self.peers.metadata)
+        except grpc.RpcError as e:
+            log.info("could not read the leader's commit index from %s: %s", leader.id, e.code().name)
+            return False
+        while self.raft_applied_index() < status.commit_index:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(CATCH_UP_POLL_S)
+        return True
 
     def leader_contact(self) -> tuple[MemberInfo | None, float]:
         """(leader, seconds since this member last heard from it); 0 on the leader itself. A follower that has

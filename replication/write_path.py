@@ -72,6 +72,10 @@ class WritePath(Protocol):
     def acl_table(self) -> Any:
         """The applied replication.acl_table.AclTable (None before the write path started)."""
 
+    def catch_up_with_leader(self, timeout: float) -> bool:
+        """Wait until this member has applied everything the leader had committed when asked (a read barrier:
+        a change acknowledged anywhere before now is then seen here). True when caught up within ``timeout``."""
+
     def is_writable(self) -> bool:
         """True when a put submitted now can be accepted by this node."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
@@ -247,3 +248,38 @@ def test_acl_table_survives_a_restart_and_keeps_refusals_deterministic(tmp_path)
     assert t.apply({"op": "rule_remove", "user": "a", "index": 0}) == "user 'a' has 0 rule(s); there is no rule 0"
     t.persist()
     assert AclTable(path).snapshot() == {"a": {"secret": "tok", "admin": False, "rules": [], "networks": []}}
+
+
+def test_a_refusal_never_rides_on_a_catch_up_that_started_before_it(table):
+    """Refusals at once share one catch-up with the leader, but one already running may have read the leader's
+    commit index before the change the caller saw acknowledged: a later refusal waits for a fresh one."""
+    async def scenario() -> list[str]:
+        runs: list[str] = []
+        gates: list[asyncio.Event] = []
+
+        async def catch_up() -> bool:
+            gate = asyncio.Event()
+            gates.append(gate)
+            runs.append("started")
+            await gate.wait()
+            return True
+
+        auth = Authenticator(_security(), lambda: table, clock=lambda: NOW, catch_up=catch_up)
+        first = asyncio.ensure_future(auth.caught_up())
+        await asyncio.sleep(0)
+        later = [asyncio.ensure_future(auth.caught_up()) for _ in range(3)]  # decided while run 1 is going
+        await asyncio.sleep(0)
+        gates[0].set()
+        assert await first is True
+        await asyncio.sleep(0)
+        assert not any(t.done() for t in later), "a refusal decided during run 1 was answered by run 1"
+        assert len(gates) == 2  # the three later refusals share run 2
+        gates[1].set()
+        assert await asyncio.gather(*later) == [True] * 3
+        return runs
+
+    assert asyncio.run(scenario()) == ["started", "started"]
+
+
+def test_without_a_leader_to_catch_up_with_the_refusal_stands(auth, table):
+    assert asyncio.run(auth.caught_up()) is False
