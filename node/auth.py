@@ -612,18 +612,32 @@ class Authenticator:
             raise NetworkRefused(user_network_refusal(principal.access_key, user[3], address))
 
     # -- HTTP
-    def check_http(self, path: str, headers: Any, address: str = "") -> tuple[int, str] | None:
+    def check_http(self, path: str, headers: Any, address: str = "",
+                   catch_up: Callable[[], bool] | None = None) -> tuple[int, str] | None:
+        """None, or (HTTP status, reason) for a signed HTTP request; ``catch_up()`` (blocking, as ``caught_up``)
+        is tried once before refusing on this member's copy of the users."""
+        refused = self._http_refusal(path, headers, address)
+        if refused is not None and refused[4] and catch_up is not None and catch_up():
+            refused = self._http_refusal(path, headers, address)
+        if refused is None:
+            return None
+        status, reason, event, fields, _ = refused
+        audit(event, **fields)
+        return status, reason
+
+    def _http_refusal(self, path: str, headers: Any, address: str) -> tuple[int, str, str, dict, bool] | None:
+        """(status, reason, audit event, its fields, rests on the replicated users?) or None."""
         try:
             principal = self.authenticate([(k.lower(), v) for k, v in headers.items()])
         except AuthError as e:
-            audit("unauthenticated", method=f"HTTP GET {path}", peer=address, reason=str(e))
-            return 401, f"unauthenticated: {e}"
+            return 401, f"unauthenticated: {e}", "unauthenticated", {"method": f"HTTP GET {path}", "peer": address,
+                                                                    "reason": str(e)}, e.about_user
         try:
             self.check_network(principal, address)
         except NetworkRefused as e:
-            audit("refused_network", user=principal.access_key, method=f"HTTP GET {path}", peer=address,
-                  port="http", reason=str(e))
-            return 403, f"forbidden: {e}"
+            return 403, f"forbidden: {e}", "refused_network", {"user": principal.access_key,
+                                                               "method": f"HTTP GET {path}", "peer": address,
+                                                               "port": "http", "reason": str(e)}, True
         return None
 
 

@@ -340,7 +340,10 @@ class Broker:
             return 403, f"forbidden: {e}"
         if self.auth is None:
             return None
-        return self.auth.check_http(path, headers, address)
+        wp = self.write_path
+        catch_up = None if wp is None or not self._write_path_started else (
+            lambda: wp.catch_up_with_leader(ACL_CATCH_UP_S))  # this is an HTTP server thread: it may block
+        return self.auth.check_http(path, headers, address, catch_up)
 
     def raft_peer_allowed(self, address: str) -> bool:
         """The Raft port's accept check (security.allowed_member_networks); a refusal is one audit line."""

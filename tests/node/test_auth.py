@@ -283,3 +283,17 @@ def test_a_refusal_never_rides_on_a_catch_up_that_started_before_it(table):
 
 def test_without_a_leader_to_catch_up_with_the_refusal_stands(auth, table):
     assert asyncio.run(auth.caught_up()) is False
+
+
+def test_a_signed_http_request_is_decided_again_after_catching_up(auth, table):
+    headers = dict(signed_headers("alice", "alice-secret", NOW))
+    status, reason = auth.check_http("/ui", headers, "10.0.0.7")
+    assert (status, "unknown access key 'alice'" in reason) == (401, True)
+
+    def catch_up() -> bool:  # what applying the leader's committed entries brings to this member
+        _add_user(auth, table, "alice", "alice-secret")
+        return True
+
+    assert auth.check_http("/ui", headers, "10.0.0.7", catch_up) is None
+    assert auth.check_http("/ui", dict(signed_headers("alice", "wrong-secret", NOW)), "10.0.0.7",
+                           lambda: True)[0] == 401
