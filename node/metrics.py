@@ -314,6 +314,9 @@ class RaftCollector(Collector):
              "compacted log)", "snapshot_installs"),
             ("raftmq_raft_catch_up_bytes", "Commit-log bytes copied from peers (start-up rebuild and snapshot "
              "gaps)", "catch_up_bytes"),
+            ("raftmq_raft_durable_ack_rounds", "sync durability: committed batches made durable on a majority by "
+             "this leader's own fsync, the followers having fsynced before acknowledging (no SyncJournal round)",
+             "durable_ack_rounds"),
         ):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(getattr(wp, attr, 0)))

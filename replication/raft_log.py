@@ -28,6 +28,7 @@ PRE_VOTE = "raftmq_pre_vote"
 PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
 # how soon after an entry commits the followers hear of it when no new entry carries the news earlier
 COMMIT_NOTICE_S = 0.005
+DURABLE_KEY = "durable"  # in a follower's next_node_idx: the acknowledged entries are msynced to its journal
 
 
 class ReplicatedLog(SyncObj):
@@ -50,10 +51,14 @@ class ReplicatedLog(SyncObj):
     """
 
     def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any,
-                 accept_peer: Callable[[str], bool] | None = None, tls: RaftTls | None = None):
+                 accept_peer: Callable[[str], bool] | None = None, tls: RaftTls | None = None,
+                 durable_acks: bool = False):
         """``accept_peer(ip)``: whether an incoming Raft connection from that address is kept (None: all);
-        ``tls``: mutual TLS on the Raft connections (replication.raft_tls; None: pysyncobj's plain TCP)."""
+        ``tls``: mutual TLS on the Raft connections (replication.raft_tls; None: pysyncobj's plain TCP);
+        ``durable_acks``: as a follower, msync the journal before acknowledging entries (``sync`` durability)."""
         self._machine = machine  # set before SyncObj.__init__ so pysyncobj never treats it as replicated state
+        self.durable_acks = durable_acks
+        self._durable_ackers: set[Any] = set()  # peers whose last acknowledgement said its entries were on disk
         self.accept_peer = accept_peer
         self.raft_tls = tls
         self.leader_heard_at = 0.0  # time.monotonic() of the last append_entries from a current leader
@@ -192,7 +197,35 @@ class ReplicatedLog(SyncObj):
             self._pre_vote_term = -1  # a live leader: no election wanted
             if "prevLogIdx" in message and "transmission" not in message:
                 message = self._skip_applied_entries(message)
+        if kind == "next_node_idx" and message.get("success"):  # before pysyncobj counts it towards a commit
+            if message.get(DURABLE_KEY):
+                self._durable_ackers.add(node)
+            else:
+                self._durable_ackers.discard(node)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    # ------------------------------------------------------------------ durable acknowledgements (sync mode)
+    # Raft's own rule: a follower makes entries durable before it acknowledges them. Then an entry the leader
+    # counts as committed is on disk on the majority minus the leader, and the leader's own fsync completes the
+    # majority, with no separate fsync round trip to the followers. The acknowledgement says so (an extra key
+    # pysyncobj ignores), so a leader falls back to the SyncJournal round while any peer does not (an older
+    # member during a rolling upgrade, or one configured ``async``).
+    def _SyncObj__sendNextNodeIdx(self, node: Any, reset: bool = False, nextNodeIdx: int | None = None,  # noqa: N802,N803
+                                  success: bool = False) -> None:
+        """pysyncobj's acknowledgement; with ``durable_acks`` a positive one follows a journal msync."""
+        if not (success and self.durable_acks):
+            return SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
+        self.flush_journal()
+        if nextNodeIdx is None:
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        self._SyncObj__transport.send(node, {"type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset,
+                                             "success": True, DURABLE_KEY: True})
+
+    def peers_ack_durably(self) -> bool:
+        """Every other member's latest acknowledgement came after its journal msync (tick thread or not: a read
+        of a set that only the tick thread changes)."""
+        ackers = self._durable_ackers
+        return all(n in ackers for n in list(self._SyncObj__otherNodes))
 
     def _skip_applied_entries(self, message: dict) -> dict:
         """Drop the part of an append_entries that re-sends entries this member already applied, when they match.

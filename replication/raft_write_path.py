@@ -196,6 +196,7 @@ class RaftWritePath:
         self.term_changes = 0     # Raft term increments seen since start (metrics; a climbing term = flapping)
         self.leaderless_seconds = 0.0  # time this member knew no leader, since start (metrics)
         self.catch_up_bytes = 0   # commit-log bytes copied from peers (start-up rebuild + snapshot gaps; metrics)
+        self.durable_ack_rounds = 0  # sync batches made durable on a majority without a SyncJournal round (metrics)
         self.catch_up_throttle = CatchUpThrottle(self.settings.catch_up_bytes_per_s,  # copies served to peers
                                                  self.settings.catch_up_max_streams)
         self.acked_batches = 0
@@ -261,7 +262,8 @@ class RaftWritePath:
         )
         self._running = True
         self._log = ReplicatedLog(self.me.raft_address, [m.raft_address for m in self.peers.others], conf, machine,
-                                  accept_peer=self._accept_peer, tls=self._raft_tls)
+                                  accept_peer=self._accept_peer, tls=self._raft_tls,
+                                  durable_acks=s.durability == "sync")
         try:
             self._log.waitBinded()
         except Exception:
@@ -626,7 +628,7 @@ class RaftWritePath:
                 deadline = max(it[4] for it in items)
                 ok = False
                 while self._running and time.monotonic() < deadline and self.is_leader():
-                    if self._sync_round(index, term, majority, deadline):
+                    if self._durable_on_majority(index, term, majority, deadline):
                         ok = True
                         break
                     time.sleep(0.05)
@@ -647,6 +649,15 @@ class RaftWritePath:
             log.exception("resolving a committed batch failed")
             for p in puts:
                 p.fail(e)
+
+    def _durable_on_majority(self, index: int, term: int, majority: int, deadline: float) -> bool:
+        """After entry (index, term) committed: when every peer acknowledges only what its journal holds on disk
+        (raft_log: durable acks), the peers that made the commit already did, and this member's own fsync
+        completes the majority; otherwise one SyncJournal round."""
+        if self._log is not None and self._log.peers_ack_durably():
+            self.durable_ack_rounds += 1
+            return self.sync_local(index, term, max(0.05, deadline - time.monotonic()))[0]
+        return self._sync_round(index, term, majority, deadline)
 
     def _sync_round(self, index: int, term: int, majority: int, deadline: float | None = None) -> bool:
         """Ask every member to make (index, term) durable; True as soon as a majority says it is.

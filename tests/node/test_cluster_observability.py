@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 RAFT_GAUGES = ("raftmq_raft_term", "raftmq_raft_commit_index", "raftmq_raft_applied_index",
                "raftmq_raft_has_leader", "raftmq_raft_is_leader")
 RAFT_COUNTERS = ("raftmq_raft_leader_changes_total", "raftmq_raft_snapshot_installs_total",
-                 "raftmq_raft_catch_up_bytes_total")
+                 "raftmq_raft_catch_up_bytes_total", "raftmq_raft_durable_ack_rounds_total")
 
 
 def _scrape(node) -> dict[str, float]:

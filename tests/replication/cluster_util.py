@@ -252,3 +252,18 @@ def index_keys(store_dir: Path) -> set[tuple[int, int]]:
 
 def dir_size(path: str | os.PathLike) -> int:
     return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def lead_by(nodes: list[NodeProcess], node_id: str, timeout: float = 60.0) -> NodeProcess:
+    """Make member ``node_id`` the leader (a leadership transfer when another one leads) and return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        leader = wait_leader(nodes, timeout=max(1.0, deadline - time.monotonic()))
+        if leader.spec.id == node_id:
+            return leader
+        try:
+            admin(leader).TransferLeader(pb.TransferLeaderRequest(to_id=node_id), timeout=10)
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)

@@ -5,6 +5,9 @@ own deadline (3 s) before the second peer's answer was even looked at. The follo
 pausable proxies (their Raft ports stay direct, so Raft itself keeps committing); pausing the first peer must
 leave writes acknowledged by the leader + second peer, well inside a deadline shorter than that old per-peer
 wait. Pausing the second peer is the control case that always worked.
+
+The round is what a ``sync`` leader falls back to when its peers do not acknowledge durably (replication.raft_log:
+an older member, or one configured ``async``), so the followers here are configured ``async`` and n0 leads.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from raftmq.v1 import raftmq_pb2 as pb
-from tests.replication.cluster_util import create_topic, messaging, wait_leader
+from tests.replication.cluster_util import create_topic, lead_by, messaging
 from tests.replication.conftest import Cluster
 from tests.replication.tcp_proxy import PausableProxy
 from tests.support.processes import stop_all
@@ -30,10 +33,12 @@ def test_sync_round_completes_with_any_majority(tmp_path, silent):
     members = [{"id": s.id, "raft": s.raft_address, "grpc": f"127.0.0.1:{proxies[s.id].port}"} for s in c.specs]
     for s in c.specs:
         s.members = members
+        if s.id != "n0":
+            s.overrides["cluster"]["durability"] = "async"  # no durable acks: the leader runs fsync rounds
     try:
         c.start()
         create_topic(c.nodes, "SyncM", 1)
-        leader = wait_leader(c.nodes)
+        leader = lead_by(c.nodes, "n0")
         stub = messaging(leader)
         stub.SendMessage(pb.SendMessageRequest(message=pb.Message(topic="SyncM", body=b"warm-up")), timeout=20)
         peers = [m["id"] for m in members if m["id"] != leader.spec.id]  # the leader's list order

@@ -1,0 +1,91 @@
+"""``sync`` durability without a round trip per batch: a follower msyncs its Raft journal before it acknowledges
+entries, and says so in the acknowledgement, so the leader knows a commit is already durable on the followers
+that made it (replication.raft_log, durable acks; the cluster-level proof is tests/replication/
+test_sync_durability.py and the kill-all tests of test_raft_cluster.py).
+
+Three in-process ReplicatedLog members on loopback sockets, each with a journal file.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pysyncobj import FAIL_REASON, SyncObjConf
+
+from raftmq.replication.raft_log import DURABLE_KEY, ReplicatedLog
+from tests.support.processes import free_ports
+from tests.support.waiting import wait_for
+
+
+class _Machine:
+    def apply_batch(self, index: int, blob: bytes):
+        return index, None, []
+
+
+class _WatchedLog(ReplicatedLog):
+    """Records, for every acknowledgement it sends, how far its journal had been msynced at that moment."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.flushed_up_to = 0
+        self.acks: list[tuple[dict, int]] = []
+        super().__init__(*args, **kwargs)
+        transport = self._SyncObj__transport
+        send = transport.send
+
+        def watched_send(node, message):
+            if message.get("type") == "next_node_idx" and message.get("success"):
+                self.acks.append((dict(message), self.flushed_up_to))
+            return send(node, message)
+
+        transport.send = watched_send
+
+    def flush_journal(self) -> None:
+        index = self._SyncObj__getCurrentLogIndex()
+        super().flush_journal()
+        self.flushed_up_to = index
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["sync", "async"])
+def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path, durable):
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    members = []
+    for i, address in enumerate(addresses):
+        conf = SyncObjConf(autoTick=True, raftMinTimeout=2.0, raftMaxTimeout=4.0, connectionTimeout=5.0,
+                           appendEntriesPeriod=0.05, appendEntriesUseBatch=False,
+                           journalFile=str(tmp_path / f"m{i}.journal"),
+                           logCompactionMinEntries=10**9, logCompactionMinTime=10**9)
+        members.append(_WatchedLog(address, [a for a in addresses if a != address], conf, machine=_Machine(),
+                                   durable_acks=durable))
+    try:
+        leader = wait_for(lambda: next((m for m in members if m.is_leader()), None), what="a leader", timeout=60)
+        followers = [m for m in members if m is not leader]
+        outcomes: list[int] = []
+        done = threading.Event()
+
+        def on_done(res, err) -> None:
+            outcomes.append(err)
+            if len(outcomes) == 20:
+                done.set()
+
+        for i in range(20):
+            leader.apply_batch(f"command {i}".encode(), callback=on_done)
+        assert done.wait(30), "the commands were not committed"
+        assert outcomes == [FAIL_REASON.SUCCESS] * 20
+        last = leader.last_log_index()
+        wait_for(lambda: all(f.last_log_index() == last for f in followers), what="both followers hold the log",
+                 timeout=30)
+        wait_for(lambda: leader.peers_ack_durably() is durable, what=f"the leader seeing durable acks={durable}",
+                 timeout=30)
+        for f in followers:
+            acks = [(m, flushed) for m, flushed in f.acks if m["next_node_idx"] - 1 > 0]
+            assert acks, "no acknowledgement was sent"
+            if durable:
+                late = [(m["next_node_idx"] - 1, flushed) for m, flushed in acks if flushed < m["next_node_idx"] - 1]
+                assert not late, f"acknowledged entries beyond the msynced journal: (acked, msynced) {late[:3]}"
+                assert all(m.get(DURABLE_KEY) for m, _ in acks)
+            else:
+                assert not any(m.get(DURABLE_KEY) for m, _ in acks)
+    finally:
+        for m in members:
+            m.destroy()
