@@ -213,9 +213,15 @@ class ReplicatedLog(SyncObj):
     def _SyncObj__sendNextNodeIdx(self, node: Any, reset: bool = False, nextNodeIdx: int | None = None,  # noqa: N802,N803
                                   success: bool = False) -> None:
         """pysyncobj's acknowledgement; with ``durable_acks`` a positive one follows a journal msync."""
-        if not (success and self.durable_acks):
+        durable = success and self.durable_acks
+        if durable:
+            try:
+                self.flush_journal()
+            except OSError:  # a plain acknowledgement: the leader then asks for an explicit fsync round
+                log.exception("msync of the Raft journal failed; acknowledging without the durable flag")
+                durable = False
+        if not durable:
             return SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
-        self.flush_journal()
         if nextNodeIdx is None:
             nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
         self._SyncObj__transport.send(node, {"type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset,
