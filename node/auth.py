@@ -554,7 +554,7 @@ class Authenticator:
         secret, admin, _, _ = user
         if not self._signed_by(auth, secret, date_text):
             raise AuthError(f"signature does not match for access key {auth.access_key!r} (wrong secret key?)",
-                            about_user=True)
+                            about_user=auth.access_key != self.settings.auth_admin_access_key)  # not replicated
         principal = Principal(auth.access_key, admin)
         with self._lock:
             if len(self._verified) > 10000:
