@@ -340,10 +340,8 @@ class Broker:
             return 403, f"forbidden: {e}"
         if self.auth is None:
             return None
-        wp = self.write_path
-        catch_up = None if wp is None or not self._write_path_started else (
-            lambda: wp.catch_up_with_leader(ACL_CATCH_UP_S))  # this is an HTTP server thread: it may block
-        return self.auth.check_http(path, headers, address, catch_up)
+        # this is an HTTP server thread: it may block on the catch-up
+        return self.auth.check_http(path, headers, address, self._catch_up_with_leader_blocking)
 
     def raft_peer_allowed(self, address: str) -> bool:
         """The Raft port's accept check (security.allowed_member_networks); a refusal is one audit line."""
@@ -367,12 +365,14 @@ class Broker:
         wp = self.write_path
         return wp.acl_table() if wp is not None and self._write_path_started else None
 
-    async def _catch_up_with_leader(self) -> bool:
+    def _catch_up_with_leader_blocking(self) -> bool:
         """Before a refusal on this member's copy of the ACL: apply what the leader has committed (auth)."""
         wp = self.write_path
-        if wp is None or not self._write_path_started:
-            return False
-        return await self.run_blocking(wp.catch_up_with_leader, ACL_CATCH_UP_S)
+        return wp is not None and self._write_path_started and wp.catch_up_with_leader(ACL_CATCH_UP_S)
+
+    async def _catch_up_with_leader(self) -> bool:
+        """``_catch_up_with_leader_blocking`` for the gRPC interceptor, off the event loop."""
+        return await self.run_blocking(self._catch_up_with_leader_blocking)
 
     def member_client_security(self):
         """client.ClientSecurity for this node's own SDK calls to the cluster (the console's replica check):
