@@ -8,12 +8,11 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from raftmq.client import Admin, Producer, PullConsumer
 from tests.replication.cluster_util import wait_leader
+from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
@@ -21,9 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def _rpc_count(node, method: str) -> int:
-    _, text = node.http_get("/metrics")
-    pattern = re.compile(r'^raftmq_rpc_latency_seconds_count\{[^}]*method="' + method + r'"[^}]*\} (\S+)$', re.M)
-    return int(sum(float(v) for v in pattern.findall(text)))
+    return int(metric_sum(node, "raftmq_rpc_latency_seconds_count", method=method))
 
 
 def _drain(consumer: PullConsumer, want: int) -> list:

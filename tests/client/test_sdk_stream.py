@@ -9,7 +9,6 @@ import threading
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.client import (
     Admin,
@@ -22,6 +21,7 @@ from raftmq.client import (
     UnknownOutcomeError,
 )
 from raftmq.node.send_stream import ACCEPTED_METADATA_KEY, STREAM_METHOD
+from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
@@ -35,9 +35,7 @@ def node(tmp_path_factory):
 
 
 def _stream_requests(node) -> float:
-    _, text = node.http_get("/metrics")
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "raftmq_rpc_latency_seconds_count" and s.labels.get("method") == "SendStream.request")
+    return metric_sum(node, "raftmq_rpc_latency_seconds_count", method="SendStream.request")
 
 
 def _send_from_threads(producer: Producer, topic: str, threads: int, per_thread: int) -> list:

@@ -7,13 +7,13 @@ import os
 import signal
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.client.admin import Admin
 from raftmq.client.commands import cluster_table
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from raftmq.v1 import replica_pb2, replica_pb2_grpc
+from tests.support.metrics import samples
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
@@ -27,14 +27,11 @@ RAFT_COUNTERS = ("raftmq_raft_leader_changes_total", "raftmq_raft_snapshot_insta
 
 def _scrape(node) -> dict[str, float]:
     """Sample name -> value of this node's raftmq_raft_* series (each must carry cluster and node_id)."""
-    status, text = node.http_get("/metrics")
-    assert status == 200
     out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name.startswith("raftmq_raft_"):
-                assert s.labels.get("node_id") == node.spec.id and s.labels.get("cluster"), s
-                out[s.name] = s.value
+    for s in samples(node):
+        if s.name.startswith("raftmq_raft_"):
+            assert s.labels.get("node_id") == node.spec.id and s.labels.get("cluster"), s
+            out[s.name] = s.value
     return out
 
 

@@ -7,9 +7,9 @@ import time
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.v1 import raftmq_pb2 as pb
+from tests.support.metrics import metric_sum, samples
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_long_poll_woken_by_a_new_message(api):
     def pull():
         result["resp"] = api.pull(topic, 1, 0, long_poll_timeout_ms=20_000)
 
-    wakeups_before = _metric(api, "raftmq_long_poll_wakeups_total")
+    wakeups_before = metric_sum(api.node, "raftmq_long_poll_wakeups_total")
     t = threading.Thread(target=pull)
     t.start()
     time.sleep(0.5)  # let the pull park
@@ -92,13 +92,7 @@ def test_long_poll_woken_by_a_new_message(api):
     resp = result["resp"]
     assert resp.status == pb.FOUND and [m.body for m in resp.messages] == [b"wake up"]
     # Woken by the arrival, not found by a re-read at the end of the 20 s timeout.
-    assert _metric(api, "raftmq_long_poll_wakeups_total") == wakeups_before + 1
-
-
-def _metric(api, name: str, **labels) -> float:
-    text = api.node.http_get("/metrics")[1]
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    assert metric_sum(api.node, "raftmq_long_poll_wakeups_total") == wakeups_before + 1
 
 
 def test_filtered_long_poll_skips_other_tags_and_waits_for_its_own(api):
@@ -222,15 +216,12 @@ def test_health_ready_and_metrics(api):
     assert api.node.http_get("/health") == (200, "ok\n")
     assert api.node.http_get("/ready")[0] == 200
     assert api.node.http_get("/nope")[0] == 404
-    status, text = api.node.http_get("/metrics")
-    assert status == 200
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples.setdefault(s.name, []).append(s)
+    scraped = samples(api.node)
 
     def value(name, **labels):
-        return sum(s.value for s in samples[name] if all(s.labels.get(k) == v for k, v in labels.items()))
+        found = [s for s in scraped if s.name == name]
+        assert found, f"{name} is not exported"
+        return sum(s.value for s in found if all(s.labels.get(k) == v for k, v in labels.items()))
 
     assert value("rocketmq_messages_in_total", topic=topic) == 3
     assert value("rocketmq_throughput_in_total", topic=topic) == 30

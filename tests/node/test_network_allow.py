@@ -16,7 +16,6 @@ import sys
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.client.acl import AclAdmin
 from raftmq.client.admin import Admin
@@ -26,6 +25,7 @@ from raftmq.client.security import ClientSecurity, signed_headers
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pbg
 from raftmq.v1 import replica_pb2, replica_pb2_grpc
+from tests.support.metrics import samples
 from tests.support.processes import REPO_ROOT, NodeProcess, node_specs, stop_all
 from tests.support.relay import SourceRelay
 from tests.support.waiting import wait_for
@@ -113,10 +113,8 @@ def test_http_refuses_outside_the_list_but_keeps_the_open_paths_open(single):
 
 
 def _refusals(node: NodeProcess) -> dict[tuple[str, str], float]:
-    status, text = node.http_get("/metrics")
-    assert status == 200, text
-    return {(s.labels["reason"], s.labels["port"]): s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.name == "raftmq_security_refusals_total"}
+    return {(s.labels["reason"], s.labels["port"]): s.value for s in samples(node)
+            if s.name == "raftmq_security_refusals_total"}
 
 
 def test_every_kind_of_refusal_is_counted_on_metrics_by_reason_and_port(single):

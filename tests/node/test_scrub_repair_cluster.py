@@ -12,8 +12,8 @@ from raftmq.store.message import decode_record
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
-from tests.node.test_scrubber_e2e import _metric
 from tests.store.store_helpers import segment_files
+from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
@@ -44,8 +44,7 @@ def test_scrubber_damage_on_a_running_member_is_repaired_from_a_peer(tmp_path):
             f.write(bytes([raw[pos + 150] ^ 0x20]))
 
         def repaired() -> bool:
-            text = victim.http_get("/metrics")[1]
-            return (_metric(text, "rocketmq_storage_corruption_total", kind="commitlog") == 1
+            return (metric_sum(victim, "rocketmq_storage_corruption_total", kind="commitlog") == 1
                     and seg.read_bytes() == raw)
 
         wait_for(repaired, "the scrubber finds the rotten byte and the member repairs it from a peer", timeout=120)

@@ -17,19 +17,11 @@ from raftmq.store.message import decode_record
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.store.store_helpers import segment_files
+from tests.support.metrics import metric_sum
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def _metric(text: str, name: str, **labels: str) -> float | None:
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def test_scrubber_finds_damage_reports_it_and_rebuilds_the_consume_queue(tmp_path):
@@ -57,16 +49,14 @@ def test_scrubber_finds_damage_reports_it_and_rebuilds_the_consume_queue(tmp_pat
             f.seek(20 * 20)
             f.write(b"\x7f" * 20)
 
-        def found() -> str | None:
-            text = node.http_get("/metrics")[1]
-            cl = _metric(text, "rocketmq_storage_corruption_total", kind="commitlog")
-            cqn = _metric(text, "rocketmq_storage_corruption_total", kind="consumequeue")
-            done = _metric(text, "raftmq_scrub_last_full_timestamp_seconds") or 0
-            return text if cl == 1 and cqn is not None and cqn >= 1 and done > 0 else None
+        def found() -> bool:
+            return (metric_sum(node, "rocketmq_storage_corruption_total", kind="commitlog") == 1
+                    and metric_sum(node, "rocketmq_storage_corruption_total", kind="consumequeue") >= 1
+                    and metric_sum(node, "raftmq_scrub_last_full_timestamp_seconds") > 0)
 
-        text = wait_for(found, "the scrubber reports the flipped byte and the damaged unit", timeout=120)
-        assert _metric(text, "raftmq_scrub_bytes_total") > 0
-        assert _metric(text, "raftmq_store_disk_writable") == 1
+        wait_for(found, "the scrubber reports the flipped byte and the damaged unit", timeout=120)
+        assert metric_sum(node, "raftmq_scrub_bytes_total") > 0
+        assert metric_sum(node, "raftmq_store_disk_writable") == 1
 
         # the damaged unit was rebuilt from the commit log: every message after the damaged record (offset 5,
         # whose bytes the read path may refuse) is consumed at its offset

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.v1 import raftmq_pb2 as pb
+from tests.support.metrics import metric_sum, samples
 
 pytestmark = pytest.mark.slow
 
@@ -17,9 +17,7 @@ def _stream(api, requests: list[pb.SendStreamRequest]) -> list[pb.SendStreamResp
 
 
 def _messages_in(api, topic: str) -> float:
-    _, text = api.node.http_get("/metrics")
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "rocketmq_messages_in_total" and s.labels.get("topic") == topic)
+    return metric_sum(api.node, "rocketmq_messages_in_total", topic=topic)
 
 
 def test_acks_come_in_request_order_and_messages_are_stored(api):
@@ -94,9 +92,7 @@ def test_an_empty_request_ends_the_stream_with_invalid_argument_after_earlier_an
 
 def test_group_commit_metric_counts_messages_and_requests(api):
     def counters() -> dict[str, float]:
-        _, text = api.node.http_get("/metrics")
-        return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-                if s.name.startswith("raftmq_group_commit")}
+        return {s.name: s.value for s in samples(api.node) if s.name.startswith("raftmq_group_commit")}
 
     before = counters()
     topic = api.topic("ssm")

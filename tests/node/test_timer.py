@@ -12,6 +12,7 @@ import pytest
 from raftmq.client import Admin, Producer
 from raftmq.client.errors import InvalidArgumentError
 from tests.node.test_delay import collect, raftmq
+from tests.support.metrics import metric_sum
 from tests.support.processes import TINY_STORE, node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
@@ -145,21 +146,17 @@ def test_single_node_timers_bad_inputs_cli_metrics_and_restart(tmp_path):
         r = raftmq("produce", "--server", addr[0], "Late", "--body", "cli", "--delay-seconds", "1")
         assert r.returncode == 0, r.stderr
 
-        def metric(name: str) -> float:
-            text = node.http_get("/metrics")[1]
-            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
-
         got = collect(addr, "Late", {past.uniq_key}, timeout=30)
-        wait_for(lambda: metric("raftmq_timer_messages_delivered") >= 1, "the CLI's 1 s timer is delivered",
+        wait_for(lambda: metric_sum(node, "raftmq_timer_messages_delivered") >= 1, "the CLI's 1 s timer is delivered",
                  timeout=60)
-        assert metric("rocketmq_timing_messages") == 1  # "soon" is still waiting
+        assert metric_sum(node, "rocketmq_timing_messages") == 1  # "soon" is still waiting
         got = collect(addr, "Late", {past.uniq_key}, timeout=10)
         assert waiting.uniq_key not in {m.uniq_key for m in got}
 
         # a restart keeps the pending timer
         assert node.stop() == 0
         node.start().wait_ready()
-        wait_for(lambda: metric("rocketmq_timing_messages") == 1, "the pending timer is counted after restart",
+        wait_for(lambda: metric_sum(node, "rocketmq_timing_messages") == 1, "the pending timer is counted after restart",
                  timeout=30)
     finally:
         stop_all(nodes)

@@ -11,13 +11,13 @@ import sys
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.client import RaftmqError
 from raftmq.client.connection import _Stubs
 from raftmq.client.transaction_producer import TransactionProducer, TransactionState
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+from tests.support.metrics import samples
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 
@@ -50,15 +50,11 @@ def _pull_all(node, topic: str) -> list[pb.MessageView]:
 
 def _metrics(node) -> dict[tuple[str, frozenset], float]:
     """(sample name, labels without cluster/node_id) -> value, for the transaction series."""
-    status, text = node.http_get("/metrics")
-    assert status == 200
     out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if "transaction" in s.name or s.name.startswith(("rocketmq_commit", "rocketmq_rollback",
-                                                              "rocketmq_half")):
-                assert s.labels.pop("node_id") == node.spec.id and s.labels.pop("cluster"), s
-                out[(s.name, frozenset(s.labels.items()))] = s.value
+    for s in samples(node):
+        if "transaction" in s.name or s.name.startswith(("rocketmq_commit", "rocketmq_rollback", "rocketmq_half")):
+            assert s.labels.pop("node_id") == node.spec.id and s.labels.pop("cluster"), s
+            out[(s.name, frozenset(s.labels.items()))] = s.value
     return out
 
 

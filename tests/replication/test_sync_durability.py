@@ -17,12 +17,12 @@ import time
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import admin, create_topic, lead_by, messaging
 from tests.replication.conftest import Cluster
 from tests.replication.tcp_proxy import PausableProxy
+from tests.support.metrics import metric_sum
 from tests.support.processes import stop_all
 
 pytestmark = pytest.mark.slow
@@ -36,11 +36,6 @@ def own_applied(node) -> int:
 def send(node, body: bytes, timeout: float = 20.0):
     return messaging(node).SendMessage(pb.SendMessageRequest(message=pb.Message(topic="SyncT", queue_id=0,
                                                                                 body=body)), timeout=timeout)
-
-
-def leader_metric(node, name: str) -> float:
-    _, text = node.http_get("/metrics")
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
 @pytest.mark.parametrize("durability", ["sync", "sync-with-async-peers", "async"])
@@ -58,7 +53,7 @@ def test_ack_waits_for_follower_fsync_round_only_when_the_peers_do_not_ack_durab
         leader = lead_by(c.nodes, "n0")
         followers = [n for n in c.nodes if n is not leader]
         send(leader, b"before")
-        rounds_before = leader_metric(leader, "raftmq_raft_durable_ack_rounds_total")
+        rounds_before = metric_sum(leader, "raftmq_raft_durable_ack_rounds_total")
 
         for f in followers:
             proxies[f.spec.id].pause()
@@ -79,7 +74,7 @@ def test_ack_waits_for_follower_fsync_round_only_when_the_peers_do_not_ack_durab
             proxies[f.spec.id].resume()
         r = send(leader, b"after")
         assert r.result.physical_offset > 0
-        rounds = leader_metric(leader, "raftmq_raft_durable_ack_rounds_total") - rounds_before
+        rounds = metric_sum(leader, "raftmq_raft_durable_ack_rounds_total") - rounds_before
         assert (rounds >= 2) if durability == "sync" else (rounds == 0), rounds  # "during-pause", "after"
     finally:
         for p in proxies.values():

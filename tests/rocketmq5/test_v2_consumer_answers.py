@@ -4,7 +4,6 @@ QueryOffset) work over raftmq's queues, and bad input gets a v2 code with a mess
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import pytest
@@ -15,6 +14,7 @@ from raftmq.rocketmq.v2 import definition_pb2 as v2
 from raftmq.rocketmq.v2 import service_pb2 as v2s
 from raftmq.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from tests.rocketmq5.raftmq_side import create_topic
+from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
@@ -55,9 +55,7 @@ def _receive(stub, group: str, *, batch=16, invisible_s=None, auto_renew=False, 
 
 
 def _renewals(node) -> float:
-    _, text = node.http_get("/metrics")
-    found = re.findall(r"^raftmq_rocketmq5_receipt_renewals_total\{[^}]*\} (\S+)$", text, re.M)
-    return float(found[0]) if found else 0.0
+    return metric_sum(node, "raftmq_rocketmq5_receipt_renewals_total")
 
 
 def test_an_auto_renewed_receipt_stays_invisible_under_its_first_handle(node, stub):
