@@ -20,6 +20,7 @@ from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
 from raftmq.replication.raft_tls import RaftTls, TlsTcpConnection
+from raftmq.store.mapped_file import sync_fd
 
 log = logging.getLogger(__name__)
 
@@ -286,10 +287,14 @@ class ReplicatedLog(SyncObj):
         return self._SyncObj__getCurrentLogIndex()
 
     def flush_journal(self) -> None:
-        """msync the journal mmap (pysyncobj never does outside destroy)."""
-        journal = self._SyncObj__raftLog
-        if hasattr(journal, "flush"):
-            journal.flush()
+        """Make the journal durable (pysyncobj never does outside destroy). Tick thread only: the journal reopens
+        its file when it grows there.
+
+        An fdatasync of the journal's file, not its ``flush()`` (an msync holding the GIL for the disk's round
+        trip; see ``store.mapped_file.sync_mapped``)."""
+        resizable = getattr(self._SyncObj__raftLog, "_FileJournal__journalFile", None)
+        if resizable is not None:  # None: an in-memory journal
+            sync_fd(resizable._ResizableFile__f.fileno())
 
     def leader_address(self) -> str | None:
         node = self._getLeader()

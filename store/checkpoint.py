@@ -12,6 +12,7 @@ import struct
 import threading
 
 from raftmq.store.config import OS_PAGE_SIZE
+from raftmq.store.mapped_file import sync_mapped
 
 _THREE = struct.Struct(">qqq")
 _FLUSHED = struct.Struct(">q")
@@ -31,9 +32,11 @@ class StoreCheckpoint:
         exists = os.path.exists(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size != OS_PAGE_SIZE:
+            st = os.fstat(fd)
+            if st.st_size != OS_PAGE_SIZE:
                 os.ftruncate(fd, OS_PAGE_SIZE)
             self._mm = mmap.mmap(fd, OS_PAGE_SIZE)
+            self._inode = st.st_ino
         finally:
             os.close(fd)
         self._lock = threading.Lock()
@@ -47,7 +50,7 @@ class StoreCheckpoint:
             self.flushed_offset = 0
 
     def flush(self) -> None:
-        """Write the three timestamps and msync the page."""
+        """Write the three timestamps and make the page durable."""
         with self._lock:
             if self._mm.closed:
                 return
@@ -55,7 +58,7 @@ class StoreCheckpoint:
                 self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp
             )
             _FLUSHED.pack_into(self._mm, FLUSHED_OFFSET_POSITION, self.flushed_offset)
-            self._mm.flush()
+            sync_mapped(self.path, self._inode, self._mm)
 
     def min_timestamp(self) -> int:
         """``getMinTimestamp``: min(physic, logics) minus 3 s of slack, never negative."""

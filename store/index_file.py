@@ -473,7 +473,7 @@ class IndexFile:
         if self._mf.closed:
             return
         self._write_header()
-        self._mm.flush()
+        self._mf.sync_to_disk()
 
     def close(self) -> None:
         self._mf.close()

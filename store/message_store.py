@@ -869,7 +869,7 @@ class MessageStore:
             if end % fs and not cl.is_record_boundary(end):
                 raise StoreError(f"replacement for [{start}, {end}) refused: no record of this log starts at {end}")
             mf.write_at(start - mf.file_from_offset, data)
-            mf.buffer.flush()
+            mf.sync_to_disk()
 
     def queue_offset_table(self) -> dict[str, int]:
         """Next queue offset per ``topic-queueId`` (a copy): what the next record of each queue will get."""

@@ -8,11 +8,13 @@ Three in-process ReplicatedLog members on loopback sockets, each with a journal 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 from pysyncobj import FAIL_REASON, SyncObjConf
 
+from raftmq.replication import raft_log
 from raftmq.replication.raft_log import DURABLE_KEY, ReplicatedLog
 from tests.support.processes import free_ports
 from tests.support.waiting import wait_for
@@ -47,7 +49,15 @@ class _WatchedLog(ReplicatedLog):
 
 
 @pytest.mark.parametrize("durable", [True, False], ids=["sync", "async"])
-def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path, durable):
+def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path, monkeypatch, durable):
+    synced_files: set[int] = set()  # inodes fdatasynced by flush_journal
+    real_sync = raft_log.sync_fd
+
+    def recording_sync(fd: int) -> None:
+        synced_files.add(os.fstat(fd).st_ino)
+        real_sync(fd)
+
+    monkeypatch.setattr(raft_log, "sync_fd", recording_sync)
     addresses = [f"127.0.0.1:{p}" for p in free_ports(3)]
     members = []
     for i, address in enumerate(addresses):
@@ -84,6 +94,8 @@ def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path
                 late = [(m["next_node_idx"] - 1, flushed) for m, flushed in acks if flushed < m["next_node_idx"] - 1]
                 assert not late, f"acknowledged entries beyond the msynced journal: (acked, msynced) {late[:3]}"
                 assert all(m.get(DURABLE_KEY) for m, _ in acks)
+                journal = tmp_path / f"m{members.index(f)}.journal"
+                assert os.stat(journal).st_ino in synced_files, "the follower's own journal file was never synced"
             else:
                 assert not any(m.get(DURABLE_KEY) for m, _ in acks)
     finally:
