@@ -236,6 +236,6 @@ def test_health_ready_and_metrics(api):
     assert value("raftmq_raft_has_leader") == 1 and value("raftmq_raft_is_leader") == 1
     assert value("raftmq_raft_term") == 0 and value("raftmq_raft_leader_changes_total") == 0
     # CPU by kernel thread name: the event loop (main), reput and the single node's committer are told apart
-    threads = {s.labels["thread"] for s in samples["raftmq_thread_cpu_seconds_total"]}
+    threads = {s.labels["thread"] for s in scraped if s.name == "raftmq_thread_cpu_seconds_total"}
     assert {"main", "reput", "local-commit"} <= threads
     assert value("raftmq_thread_cpu_seconds_total", thread="main") > 0
