@@ -588,9 +588,12 @@ class RaftWritePath:
     def sync_local(self, index: int, term: int, timeout: float = 5.0) -> tuple[bool, int]:
         """Make this member's journal and commit log durable and say whether entry (index, term) is among them.
 
-        Only the journal msync and the reading of positions run on pysyncobj's tick thread (the journal may be
+        Only the journal sync and the reading of positions run on pysyncobj's tick thread (the journal may be
         rewritten by compaction there); the commit-log and applied-index fsyncs wait here, so a slow disk does
-        not hold up heartbeats (a delayed heartbeat is an election on a busy host)."""
+        not hold up heartbeats (a delayed heartbeat is an election on a busy host). A leader in ``sync`` mode
+        syncs its journal right after sending entries (``ReplicatedLog.journal_synced``): an entry of that term
+        at or below the synced index needs no turn of the tick thread (a leader never truncates its own log
+        within its term)."""
         def do() -> tuple[bool, int, int]:
             lg = self._log
             last = lg.last_log_index()
@@ -604,7 +607,11 @@ class RaftWritePath:
             return t == term, last, end
         if self._log is None:
             return False, 0
-        found, last, end = self._on_tick_thread(do, timeout)
+        synced_index, synced_term = self._log.journal_synced
+        if synced_term == term and synced_index >= index:
+            found, last, end = True, synced_index, self.store.commit_log_max_offset
+        else:
+            found, last, end = self._on_tick_thread(do, timeout)
         flushed = self.store.wait_flushed(end, timeout)
         self.machine.applied.fsync()
         return found and flushed, last

@@ -1,4 +1,4 @@
-"""``sync`` durability without a round trip per batch: a follower msyncs its Raft journal before it acknowledges
+"""``sync`` durability without a round trip per batch: a follower syncs its Raft journal before it acknowledges
 entries, and says so in the acknowledgement, so the leader knows a commit is already durable on the followers
 that made it (replication.raft_log, durable acks; the cluster-level proof is tests/replication/
 test_sync_durability.py and the kill-all tests of test_raft_cluster.py).
@@ -87,6 +87,12 @@ def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path
                  timeout=30)
         wait_for(lambda: leader.peers_ack_durably() is durable, what=f"the leader seeing durable acks={durable}",
                  timeout=30)
+        # the leader synced what it sent, in its term, right after sending it (RaftWritePath.sync_local's fast path)
+        if durable:
+            assert leader.journal_synced == (last, leader.raftCurrentTerm)
+            assert os.stat(tmp_path / f"m{members.index(leader)}.journal").st_ino in synced_files
+        else:
+            assert leader.journal_synced == (0, -1)
         for f in followers:
             acks = [(m, flushed) for m, flushed in f.acks if m["next_node_idx"] - 1 > 0]
             assert acks, "no acknowledgement was sent"
