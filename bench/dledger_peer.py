@@ -15,10 +15,9 @@ import random
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-from bench.grpc_bench import _cpu_seconds
+from bench.peer_processes import cpu_seconds, wait_port
 
 HERE = Path(__file__).resolve().parent
 VERSION = "4.9.7"
@@ -68,18 +67,6 @@ def _ports(count: int) -> list[int]:
     return out
 
 
-def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before listening on {port}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} did not listen on {port} within {timeout:.0f} s")
-
-
 class DledgerCluster:
     """A name server and a 3-broker DLedger group under ``base``; a context manager."""
 
@@ -108,7 +95,7 @@ class DledgerCluster:
             (self.base / "namesrv.properties").write_text(f"listenPort={ns_port}\n")
             ns = self._java("namesrv", "org.apache.rocketmq.namesrv.NamesrvStartup", "-c",
                             str(self.base / "namesrv.properties"))
-            _wait_port(ns_port, ns, "RocketMQ name server")
+            wait_port(ns_port, "RocketMQ name server", [ns])
             self.namesrv = f"127.0.0.1:{ns_port}"
             peers = ";".join(f"n{i}-127.0.0.1:{b + 7}" for i, b in enumerate(brokers))
             for i, port in enumerate(brokers):
@@ -123,7 +110,7 @@ class DledgerCluster:
                 path = self.base / f"broker{i}.properties"
                 path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
                 proc = self._java(f"broker{i}", "org.apache.rocketmq.broker.BrokerStartup", "-c", str(path))
-                _wait_port(port, proc, f"RocketMQ broker {i}")
+                wait_port(port, f"RocketMQ broker {i}", [proc])
             out = subprocess.run(["java", *JVM, "-cp", self.cp, MAIN_CLASS, "create-topic", self.namesrv,
                                   self.topic, str(self.queues), "90"], capture_output=True, text=True, timeout=150)
             if out.returncode != 0:
@@ -157,9 +144,9 @@ class DledgerCluster:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.strip() == "measuring":
-                cpu0 = sum(_cpu_seconds(pid) for pid in pids)
+                cpu0 = cpu_seconds(pids)
             elif line.startswith("result "):
-                cpu1 = sum(_cpu_seconds(pid) for pid in pids)
+                cpu1 = cpu_seconds(pids)
                 result = line.split()[1:]
             else:
                 lines.append(line)

@@ -25,7 +25,6 @@ import asyncio
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,8 @@ sys.path[:0] = [str(REPO), str(REPO / "proto"), str(REPO / "bench")]
 import dledger_peer  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from bench.grpc_bench import _cpu_seconds, _pct  # noqa: E402
+from bench.grpc_bench import _pct  # noqa: E402
+from bench.peer_processes import cpu_seconds, wait_port  # noqa: E402
 from raftmq.client.producer import DEFAULT_STREAM_WINDOW  # noqa: E402
 from raftmq.replication.raft_write_path import RaftSettings  # noqa: E402
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
@@ -64,11 +64,6 @@ def stream_window_arg(text: str) -> int:
     if window < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 (requests in flight), got {window}")
     return window
-
-
-def _server_cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds of all ``pids`` together (NaN when one of them is gone)."""
-    return sum(_cpu_seconds(pid) for pid in pids)
 
 
 # ------------------------------------------------------------------ client processes
@@ -166,7 +161,7 @@ def _drive(target, servers: list[str], producers: int, batch: int, size: int, se
         workers.append(w)
     while time.time() < start_at:
         time.sleep(0.005)
-    cpu0 = _server_cpu_seconds(server_pids)
+    cpu0 = cpu_seconds(server_pids)
     first = probe() if probe is not None else None
     try:
         got = [p.recv() for p in pipes]
@@ -176,7 +171,7 @@ def _drive(target, servers: list[str], producers: int, batch: int, size: int, se
             w.join(timeout=60)
             if w.is_alive():
                 w.kill()
-    server_cpu = _server_cpu_seconds(server_pids) - cpu0
+    server_cpu = cpu_seconds(server_pids) - cpu0
     sent = sum(g[0] for g in got)
     lat = sorted(x for g in got for x in g[1])
     elapsed = max(g[2] for g in got)
@@ -269,16 +264,6 @@ def nats_binary(explicit: str | None) -> str:
     return str(path)
 
 
-def _wait_port(port: int, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nats-server did not listen on {port}")
-
-
 def run_nats(base: Path, binary: str, mode: str, cases: list[tuple[int, int]], args) -> dict:
     ports = free_ports(6)
     client_ports, route_ports = ports[:3], ports[3:]
@@ -297,7 +282,7 @@ def run_nats(base: Path, binary: str, mode: str, cases: list[tuple[int, int]], a
             log = open(d / "nats.log", "w")  # noqa: SIM115 - closed with the process
             procs.append((subprocess.Popen([binary, "-c", str(d / "nats.conf")], stdout=log, stderr=log), log))
         for p in client_ports:
-            _wait_port(p)
+            wait_port(p, "nats-server", [proc for proc, _ in procs], timeout=30)
         servers = [f"127.0.0.1:{p}" for p in client_ports]
         asyncio.run(_nats_stream(servers))
         pids = [p.pid for p, _ in procs]

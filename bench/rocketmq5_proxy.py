@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from bench.peer_processes import wait_port
 from tests.support.processes import free_ports
 
 VERSION = "5.3.3"
@@ -96,17 +96,8 @@ class RocketMQ5:
         log = open(self.home / f"{name}.log", "ab")
         self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.home))
 
-    def _wait_port(self, port: int, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"RocketMQ exited; logs in {self.home}")
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                return
-            except OSError:
-                time.sleep(0.5)
-        raise TimeoutError(f"RocketMQ port {port} not listening after {timeout}s; logs in {self.home}")
+    def _wait_port(self, port: int) -> None:
+        wait_port(port, f"RocketMQ (logs in {self.home})", self.procs)
 
     def __exit__(self, *exc) -> None:
         for p in reversed(self.procs):
