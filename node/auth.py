@@ -679,7 +679,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             cached = self._wrapped[method] = (handler, _wrap(handler, method, self.auth, self._client_address))
         return cached[1]
 
-
     def _verdict(self, method: str, metadata: Any) -> tuple[Principal | None, AuthError | None]:
         try:
             return self.auth.authenticate(metadata), None
@@ -696,7 +695,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if error is not None and error.about_user and await self.auth.caught_up():
             principal, error = self._verdict(method, metadata)
         return principal, None if error is None else str(error)
-
 
 V2_SERVICE_PREFIX = "/apache.rocketmq.v2.MessagingService/"
 

@@ -29,7 +29,7 @@ PRE_VOTE = "raftmq_pre_vote"
 PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
 # how soon after an entry commits the followers hear of it when no new entry carries the news earlier
 COMMIT_NOTICE_S = 0.005
-DURABLE_KEY = "durable"  # in a follower's next_node_idx: the acknowledged entries are msynced to its journal
+DURABLE_KEY = "durable"  # in a follower's next_node_idx: the acknowledged entries are on disk in its journal
 
 
 class ReplicatedLog(SyncObj):
@@ -136,12 +136,9 @@ class ReplicatedLog(SyncObj):
         records how far, so the fsync that completes a commit's majority (RaftWritePath.sync_local) need not wait
         for a turn of this thread to do it (that wait was half of it under load)."""
         index, term = self._SyncObj__getCurrentLogIndex(), self.raftCurrentTerm
-        try:
-            self.flush_journal()
-        except OSError:  # sync_local syncs it on this thread again, and fails the write if that fails too
-            log.exception("sync of the Raft journal failed on the leader")
-            return
-        self.journal_synced = (index, term)
+        # on failure sync_local syncs it on this thread again, and fails the write if that fails too
+        if self._journal_synced_now("leaving sync_local to sync it"):
+            self.journal_synced = (index, term)
 
     def _grant_stall_grace(self, now: float) -> None:
         until = now + self._stall_grace_s
@@ -229,14 +226,9 @@ class ReplicatedLog(SyncObj):
     # member during a rolling upgrade, or one configured ``async``).
     def _SyncObj__sendNextNodeIdx(self, node: Any, reset: bool = False, nextNodeIdx: int | None = None,  # noqa: N802,N803
                                   success: bool = False) -> None:
-        """pysyncobj's acknowledgement; with ``durable_acks`` a positive one follows a journal msync."""
-        durable = success and self.durable_acks
-        if durable:
-            try:
-                self.flush_journal()
-            except OSError:  # a plain acknowledgement: the leader then asks for an explicit fsync round
-                log.exception("msync of the Raft journal failed; acknowledging without the durable flag")
-                durable = False
+        """pysyncobj's acknowledgement; with ``durable_acks`` a positive one follows a journal sync."""
+        # a plain acknowledgement when the sync fails: the leader then asks for an explicit fsync round
+        durable = success and self.durable_acks and self._journal_synced_now("acknowledging without the durable flag")
         if not durable:
             return SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
         if nextNodeIdx is None:
@@ -245,7 +237,7 @@ class ReplicatedLog(SyncObj):
                                              "success": True, DURABLE_KEY: True})
 
     def peers_ack_durably(self) -> bool:
-        """Every other member's latest acknowledgement came after its journal msync (tick thread or not: a read
+        """Every other member's latest acknowledgement came after its journal sync (tick thread or not: a read
         of a set that only the tick thread changes)."""
         ackers = self._durable_ackers
         return all(n in ackers for n in list(self._SyncObj__otherNodes))
@@ -311,6 +303,15 @@ class ReplicatedLog(SyncObj):
         resizable = getattr(self._SyncObj__raftLog, "_FileJournal__journalFile", None)
         if resizable is not None:  # None: an in-memory journal
             sync_fd(resizable._ResizableFile__f.fileno())
+
+    def _journal_synced_now(self, otherwise: str) -> bool:
+        """``flush_journal``, False (logged with what happens ``otherwise``) when the disk refused it."""
+        try:
+            self.flush_journal()
+        except OSError:
+            log.exception("sync of the Raft journal failed; %s", otherwise)
+            return False
+        return True
 
     def leader_address(self) -> str | None:
         node = self._getLeader()

@@ -1,6 +1,6 @@
 """``sync`` durability: the leader acknowledges only after a majority made the entry durable.
 
-Followers of a ``sync`` cluster msync their Raft journal before they acknowledge entries and say so in the
+Followers of a ``sync`` cluster sync their Raft journal before they acknowledge entries and say so in the
 acknowledgement (replication.raft_log, durable acks): a commit is then durable on the followers that made it,
 and the leader's own fsync completes the majority. A peer that does not say so (an older member during a rolling
 upgrade, or one configured ``async``) brings back the explicit fsync round over the replica service.
@@ -46,7 +46,7 @@ def test_ack_waits_for_follower_fsync_round_only_when_the_peers_do_not_ack_durab
     for s in c.specs:
         s.members = members
         if durability == "sync-with-async-peers" and s.id != "n0":
-            s.overrides["cluster"]["durability"] = "async"  # they acknowledge before any msync
+            s.overrides["cluster"]["durability"] = "async"  # they acknowledge before any journal sync
     try:
         c.start()
         create_topic(c.nodes, "SyncT", 1)
