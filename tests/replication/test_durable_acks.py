@@ -9,24 +9,18 @@ Three in-process ReplicatedLog members on loopback sockets, each with a journal 
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
-from pysyncobj import FAIL_REASON, SyncObjConf
+from pysyncobj import FAIL_REASON
 
 from raftmq.replication import raft_log
 from raftmq.replication.raft_log import DURABLE_KEY, ReplicatedLog
-from tests.support.processes import free_ports
+from tests.replication.in_process_members import Outcomes, leader_of, running_members
 from tests.support.waiting import wait_for
 
 
-class _Machine:
-    def apply_batch(self, index: int, blob: bytes):
-        return index, None, []
-
-
 class _WatchedLog(ReplicatedLog):
-    """Records, for every acknowledgement it sends, how far its journal had been msynced at that moment."""
+    """Records, for every acknowledgement it sends, how far its journal had been synced at that moment."""
 
     def __init__(self, *args, **kwargs) -> None:
         self.flushed_up_to = 0
@@ -58,30 +52,14 @@ def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path
         real_sync(fd)
 
     monkeypatch.setattr(raft_log, "sync_fd", recording_sync)
-    addresses = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    members = []
-    for i, address in enumerate(addresses):
-        conf = SyncObjConf(autoTick=True, raftMinTimeout=2.0, raftMaxTimeout=4.0, connectionTimeout=5.0,
-                           appendEntriesPeriod=0.05, appendEntriesUseBatch=False,
-                           journalFile=str(tmp_path / f"m{i}.journal"),
-                           logCompactionMinEntries=10**9, logCompactionMinTime=10**9)
-        members.append(_WatchedLog(address, [a for a in addresses if a != address], conf, machine=_Machine(),
-                                   durable_acks=durable))
-    try:
-        leader = wait_for(lambda: next((m for m in members if m.is_leader()), None), what="a leader", timeout=60)
+    with running_members(_WatchedLog, tmp_path, durable_acks=durable) as members:
+        leader = leader_of(members)
         followers = [m for m in members if m is not leader]
-        outcomes: list[int] = []
-        done = threading.Event()
-
-        def on_done(res, err) -> None:
-            outcomes.append(err)
-            if len(outcomes) == 20:
-                done.set()
-
+        outcomes = Outcomes(20)
         for i in range(20):
-            leader.apply_batch(f"command {i}".encode(), callback=on_done)
-        assert done.wait(30), "the commands were not committed"
-        assert outcomes == [FAIL_REASON.SUCCESS] * 20
+            leader.apply_batch(f"command {i}".encode(), callback=outcomes)
+        assert outcomes.wait(30), "the commands were not committed"
+        assert outcomes.errors == [FAIL_REASON.SUCCESS] * 20
         last = leader.last_log_index()
         wait_for(lambda: all(f.last_log_index() == last for f in followers), what="both followers hold the log",
                  timeout=30)
@@ -98,12 +76,34 @@ def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path
             assert acks, "no acknowledgement was sent"
             if durable:
                 late = [(m["next_node_idx"] - 1, flushed) for m, flushed in acks if flushed < m["next_node_idx"] - 1]
-                assert not late, f"acknowledged entries beyond the msynced journal: (acked, msynced) {late[:3]}"
+                assert not late, f"acknowledged entries beyond the synced journal: (acked, synced) {late[:3]}"
                 assert all(m.get(DURABLE_KEY) for m, _ in acks)
                 journal = tmp_path / f"m{members.index(f)}.journal"
                 assert os.stat(journal).st_ino in synced_files, "the follower's own journal file was never synced"
             else:
                 assert not any(m.get(DURABLE_KEY) for m, _ in acks)
-    finally:
-        for m in members:
-            m.destroy()
+
+
+def test_a_journal_the_disk_refuses_to_sync_is_never_claimed_durable(tmp_path, monkeypatch):
+    """A failed sync still lets Raft commit, but no acknowledgement says durable and the leader records nothing
+    synced, so sync_local and the SyncJournal round decide (and fail the write if the disk keeps refusing)."""
+    def failing_sync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(raft_log, "sync_fd", failing_sync)
+    with running_members(_WatchedLog, tmp_path, durable_acks=True) as members:
+        leader = leader_of(members)
+        followers = [m for m in members if m is not leader]
+        outcomes = Outcomes(5)
+        for i in range(5):
+            leader.apply_batch(f"command {i}".encode(), callback=outcomes)
+        assert outcomes.wait(30), "the commands were not committed"
+        assert outcomes.errors == [FAIL_REASON.SUCCESS] * 5
+        last = leader.last_log_index()
+        wait_for(lambda: all(f.last_log_index() == last for f in followers), what="both followers hold the log",
+                 timeout=30)
+        assert not leader.peers_ack_durably()
+        assert leader.journal_synced == (0, -1)
+        for f in followers:
+            acks = [m for m, _ in f.acks if m["next_node_idx"] - 1 > 0]
+            assert acks and not any(m.get(DURABLE_KEY) for m in acks)

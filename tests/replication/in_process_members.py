@@ -1,0 +1,69 @@
+"""Three in-process ReplicatedLog members on loopback sockets: tests of the Raft layer without node processes."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import SyncObjConf
+
+from raftmq.replication.raft_log import ReplicatedLog
+from tests.support.processes import free_ports
+from tests.support.waiting import wait_for
+
+
+class RecordingMachine:
+    """Records what was applied; what StateMachine would do with it does not matter here."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[int, bytes]] = []
+
+    def apply_batch(self, index: int, blob: bytes):
+        self.applied.append((index, blob))
+        return index, None, []
+
+
+@contextlib.contextmanager
+def running_members(log_class: type[ReplicatedLog] = ReplicatedLog, journal_dir: Path | None = None,
+                    **log_kwargs: Any) -> Iterator[list[Any]]:
+    """Three members of ``log_class`` (journals ``m<i>.journal`` in ``journal_dir``, else in memory), destroyed on
+    leaving. Elections take 2-4 s, compaction never runs."""
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    members: list[Any] = []
+    try:
+        for i, address in enumerate(addresses):
+            conf = SyncObjConf(autoTick=True, raftMinTimeout=2.0, raftMaxTimeout=4.0, connectionTimeout=5.0,
+                               appendEntriesPeriod=0.05, appendEntriesUseBatch=False,
+                               journalFile=None if journal_dir is None else str(journal_dir / f"m{i}.journal"),
+                               logCompactionMinEntries=10**9, logCompactionMinTime=10**9)
+            members.append(log_class(address, [a for a in addresses if a != address], conf,
+                                     machine=RecordingMachine(), **log_kwargs))
+        yield members
+    finally:
+        for m in members:
+            m.destroy()
+
+
+def leader_of(members: list[Any]) -> Any:
+    return wait_for(lambda: next((m for m in members if m.is_leader()), None), what="a leader", timeout=60)
+
+
+class Outcomes:
+    """The callback of ``count`` proposed commands: collects their outcomes (pysyncobj FAIL_REASON values)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.errors: list[int] = []
+        self._all = threading.Event()
+
+    def __call__(self, result: Any, error: int) -> None:
+        self.errors.append(error)
+        if len(self.errors) == self.count:
+            self._all.set()
+
+    def wait(self, timeout: float = 30.0) -> bool:
+        """True once every command's outcome arrived."""
+        return self._all.wait(timeout)
