@@ -36,7 +36,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "proto"), str(REPO / "bench")]
 
 import dledger_peer  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench.grpc_bench import _pct  # noqa: E402
 from bench.peer_processes import cpu_seconds, wait_port  # noqa: E402
@@ -44,6 +43,7 @@ from raftmq.client.producer import DEFAULT_STREAM_WINDOW  # noqa: E402
 from raftmq.replication.raft_write_path import RaftSettings  # noqa: E402
 from raftmq.v1 import raftmq_pb2 as pb  # noqa: E402
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc  # noqa: E402
+from tests.support.metrics import samples  # noqa: E402
 from tests.support.processes import free_ports, node_specs, start_nodes, stop_all  # noqa: E402
 
 NATS_VERSION = "v2.12.15"
@@ -184,15 +184,13 @@ def _drive(target, servers: list[str], producers: int, batch: int, size: int, se
 def _group_commit_counters(nodes) -> tuple[float, float, float]:
     commits = msgs = reqs = 0.0
     for n in nodes:
-        _, text = n.http_get("/metrics")
-        for f in text_string_to_metric_families(text):
-            for s in f.samples:
-                if s.name == "raftmq_group_commits_total":
-                    commits += s.value
-                elif s.name == "raftmq_group_commit_messages_total":
-                    msgs += s.value
-                elif s.name == "raftmq_group_commit_requests_total":
-                    reqs += s.value
+        for s in samples(n):
+            if s.name == "raftmq_group_commits_total":
+                commits += s.value
+            elif s.name == "raftmq_group_commit_messages_total":
+                msgs += s.value
+            elif s.name == "raftmq_group_commit_requests_total":
+                reqs += s.value
     return commits, msgs, reqs
 
 
