@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pysyncobj import SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObjConf
 
 from raftmq.replication.raft_log import ReplicatedLog
 from tests.support.processes import free_ports
@@ -67,3 +67,15 @@ class Outcomes:
     def wait(self, timeout: float = 30.0) -> bool:
         """True once every command's outcome arrived."""
         return self._all.wait(timeout)
+
+
+def commit_everywhere(members: list[Any], leader: Any, count: int) -> int:
+    """Propose ``count`` commands on ``leader``; once all committed and every member holds them, the last index."""
+    outcomes = Outcomes(count)
+    for i in range(count):
+        leader.apply_batch(f"command {i}".encode(), callback=outcomes)
+    assert outcomes.wait(30), "the commands were not committed"
+    assert outcomes.errors == [FAIL_REASON.SUCCESS] * count
+    last = leader.last_log_index()
+    wait_for(lambda: all(m.last_log_index() == last for m in members), what="every member holds the log", timeout=30)
+    return last

@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from pysyncobj import FAIL_REASON
 
 from raftmq.replication import raft_log
 from raftmq.replication.raft_log import DURABLE_KEY, ReplicatedLog
-from tests.replication.in_process_members import Outcomes, leader_of, running_members
+from tests.replication.in_process_members import commit_everywhere, leader_of, running_members
 from tests.support.waiting import wait_for
 
 
@@ -55,14 +54,7 @@ def test_followers_acknowledge_only_entries_their_journal_holds_on_disk(tmp_path
     with running_members(_WatchedLog, tmp_path, durable_acks=durable) as members:
         leader = leader_of(members)
         followers = [m for m in members if m is not leader]
-        outcomes = Outcomes(20)
-        for i in range(20):
-            leader.apply_batch(f"command {i}".encode(), callback=outcomes)
-        assert outcomes.wait(30), "the commands were not committed"
-        assert outcomes.errors == [FAIL_REASON.SUCCESS] * 20
-        last = leader.last_log_index()
-        wait_for(lambda: all(f.last_log_index() == last for f in followers), what="both followers hold the log",
-                 timeout=30)
+        last = commit_everywhere(members, leader, 20)
         wait_for(lambda: leader.peers_ack_durably() is durable, what=f"the leader seeing durable acks={durable}",
                  timeout=30)
         # the leader synced what it sent, in its term, right after sending it (RaftWritePath.sync_local's fast path)
@@ -94,14 +86,7 @@ def test_a_journal_the_disk_refuses_to_sync_is_never_claimed_durable(tmp_path, m
     with running_members(_WatchedLog, tmp_path, durable_acks=True) as members:
         leader = leader_of(members)
         followers = [m for m in members if m is not leader]
-        outcomes = Outcomes(5)
-        for i in range(5):
-            leader.apply_batch(f"command {i}".encode(), callback=outcomes)
-        assert outcomes.wait(30), "the commands were not committed"
-        assert outcomes.errors == [FAIL_REASON.SUCCESS] * 5
-        last = leader.last_log_index()
-        wait_for(lambda: all(f.last_log_index() == last for f in followers), what="both followers hold the log",
-                 timeout=30)
+        commit_everywhere(members, leader, 5)
         assert not leader.peers_ack_durably()
         assert leader.journal_synced == (0, -1)
         for f in followers:
