@@ -14,6 +14,9 @@ Why each one:
    pysyncobj re-stores the meta once a second on every follower that got a heartbeat, changed or not: an fsync
    per second on the tick thread, which on a busy disk delayed heartbeats into elections (issue 11). So an
    unchanged meta is not rewritten, and a commit-index-only change is written without fsync (as stock does).
+5. journal writes without an fstat: the journal's ResizableFile asks ``mmap.size()`` (an fstat, which releases
+   and retakes the GIL) on every write, two or three per entry on every member; the mapping's own length says
+   the same (the file only grows through that mapping) without a system call.
 
 Patches 1 and 2 change the bytes on the wire but stay readable by stock nodes; every member runs this module.
 """
@@ -75,7 +78,17 @@ def _store_meta_durably(self, meta) -> None:
     self._raftmq_last_meta = dict(meta)
 
 
+def _journal_write(self, offset: int, values: bytes) -> None:
+    mapping = self._ResizableFile__mm
+    end = offset + len(values)
+    if end > len(mapping):
+        _orig_journal_write(self, offset, values)  # grows the file (and mapping) first
+        return
+    mapping[offset:end] = values
+
+
 _orig_send = _tcp.TcpConnection.send
+_orig_journal_write = _journal.ResizableFile.write
 
 
 def apply() -> None:
@@ -87,4 +100,5 @@ def apply() -> None:
     _tcp.zlib = _FastZlib
     _tcp.TcpConnection.send = _send_and_subscribe_write
     _journal.MetaStorer.storeMeta = _store_meta_durably
+    _journal.ResizableFile.write = _journal_write
     _applied = True

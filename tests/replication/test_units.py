@@ -3,8 +3,10 @@ batch framing, settings, and the pysyncobj patches."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
+import types
 import zlib
 
 import pytest
@@ -80,6 +82,36 @@ def test_pysyncobj_patches_keep_binary_commands_small_and_wire_compatible():
     assert sopickle.loads(pickle.dumps((1, (payload,)), protocol=2)) == (1, (payload,))  # reads stock peers
     wire = tcp_connection.zlib.compress(patched, 3)
     assert zlib.decompress(wire) == patched  # stock zlib reads it
+
+
+def test_patched_journal_writes_ask_no_file_size_and_still_grow_and_reload(tmp_path, monkeypatch):
+    """Patch 5: a journal write inside the mapping asks no ``mmap.size()`` (an fstat that releases the GIL);
+    entries that outgrow the file still grow it, and a reopened journal reads every entry back."""
+    from pysyncobj import journal as pjournal
+
+    from raftmq.replication import pysyncobj_patches
+
+    sized = []
+
+    class CountingMmap(mmap.mmap):
+        def size(self) -> int:
+            sized.append(1)
+            return super().size()
+
+    pysyncobj_patches.apply()
+    monkeypatch.setattr(pjournal, "mmap", types.SimpleNamespace(mmap=CountingMmap))
+    path = str(tmp_path / "raft.journal")
+    j = pjournal.FileJournal(path)
+    sized.clear()  # opening asks once
+    j.add(b"small", 1, 1)  # fits the initial 1 KiB: written in place
+    assert sized == []
+    entries = [(b"small", 1, 1)] + [(os.urandom(3000 + i), i, 2) for i in range(2, 40)]  # outgrow it, repeatedly
+    for command, idx, term in entries[1:]:
+        j.add(command, idx, term)
+    j._destroy()
+    again = pjournal.FileJournal(path)
+    assert [again[i] for i in range(len(again))] == entries
+    again._destroy()
 
 
 def test_peer_host_names_are_re_resolved_after_the_cache_time(monkeypatch):
