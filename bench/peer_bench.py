@@ -361,9 +361,9 @@ def main() -> int:
     print(f"\nraftmq (3 members, gRPC + {sdk}) vs NATS JetStream {NATS_VERSION} R3 (nats-py) and RocketMQ "
           f"{dledger_peer.VERSION} DLedger (3 brokers, Java producer), {args.size} B bodies, {args.seconds:.0f} s per "
           f"case, {os.cpu_count()} CPUs shared by servers and clients (load average {load})\n")
-    hdr = (f"{'case':16} {'raftmq msgs/s':>13} {'p99 ms':>7} {'srv us':>6} {'msgs/entry':>10} {'reqs/entry':>10} "
-           f"{'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'ratio':>6} "
-           f"{'DLedger msgs/s':>14} {'p99 ms':>7} {'srv us':>6} {'ratio':>6}")
+    hdr = (f"{'case':16} {'raftmq msgs/s':>13} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'msgs/entry':>10} "
+           f"{'reqs/entry':>10} {'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6} "
+           f"{'DLedger msgs/s':>14} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6}")
     print(hdr)
     print("-" * len(hdr))
     for mode in modes:
@@ -371,18 +371,18 @@ def main() -> int:
             key = (mode, producers, batch)
             r = results["raftmq"][key]
             line = f"{mode + f' {producers} x {batch}':16} "
-            line += (f"{r['msgs_s']:13.0f} {r['p99_ms']:7.1f} {r['server_us']:6.0f} {r['msgs_per_entry']:10.1f} "
-                     f"{r['reqs_per_entry']:10.1f}")
+            line += (f"{r['msgs_s']:13.0f} {r['p99_ms']:7.1f} {r['server_us']:6.0f} {r['client_us']:6.0f} "
+                     f"{r['msgs_per_entry']:10.1f} {r['reqs_per_entry']:10.1f}")
             for name, width in (("nats", 16), ("dledger", 14)):
                 peer = results[name].get(key)
                 if peer:
                     line += (f" {peer['msgs_s']:{width}.0f} {peer['p99_ms']:7.1f} {peer['server_us']:6.0f} "
-                             f"{r['msgs_s'] / peer['msgs_s']:6.2f}")
+                             f"{peer['client_us']:6.0f} {r['msgs_s'] / peer['msgs_s']:6.2f}")
                 else:
-                    line += f" {'-':>{width}} {'-':>7} {'-':>6} {'-':>6}"
+                    line += f" {'-':>{width}} {'-':>7} {'-':>6} {'-':>6} {'-':>6}"
             print(line)
     print("\nproducers x messages per request; p99: per request (a send or a batch), client side; srv us: CPU "
-          "microseconds per\nmessage of all server processes; msgs/entry, reqs/entry: messages and send requests "
+          "microseconds per\nmessage of all server processes; cli us: of the producer processes; msgs/entry, reqs/entry: messages and send requests "
           "per Raft entry (group commit)\non the leader; ratio: raftmq / peer msgs/s. async: ack after a "
           "majority has it (JetStream: default\nsync_interval; DLedger: after a majority appended it, flush "
           "asynchronous); sync: after a majority fsynced it\n(JetStream: sync_interval: always; DLedger has no "
