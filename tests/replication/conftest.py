@@ -35,6 +35,15 @@ class Cluster:
                 n.wait_ready(90)
         return self
 
+    def restart(self, nodes: list[NodeProcess] | None = None) -> None:
+        """Start stopped or killed members again (all by default), all at once, and wait until each is ready
+        (recovery after a kill takes longer than a first start)."""
+        nodes = self.nodes if nodes is None else nodes
+        for n in nodes:
+            n.start(env=self.env)
+        for n in nodes:
+            n.wait_ready(120)
+
     def by_id(self, node_id: str) -> NodeProcess:
         return next(n for n in self.nodes if n.spec.id == node_id)
 

@@ -47,10 +47,7 @@ def test_member_killed_mid_copy_resumes_and_converges(cluster_factory):
     assert victim.proc.wait(120) != 0
     assert "start-up copy from its peers was interrupted and no peer is reachable" in victim.log_tail(60)
     assert marker.exists()
-    for n in others:
-        n.start(env=c.env)
-    for n in others:
-        n.wait_ready(120)
+    c.restart(others)
 
     victim.start(env=c.env).wait_ready(180)
     assert not marker.exists()

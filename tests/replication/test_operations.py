@@ -103,10 +103,7 @@ def test_compaction_bounds_the_journal_and_a_full_restart_loses_nothing(cluster_
         assert kept < applied_commands / 2, f"{n.spec.id}: journal keeps {kept} of {applied_commands} entries"
     for n in c.nodes:
         n.kill()
-    for n in c.nodes:
-        n.start(env=c.env)
-    for n in c.nodes:
-        n.wait_ready(120)
+    c.restart()
     wait_leader(c.nodes)
     wait_applied_equal(c.nodes)
     check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
@@ -139,10 +136,7 @@ def test_add_then_remove_a_member_with_the_documented_full_restart(tmp_path):
             assert n.stop() == 0
         for s in c.specs:
             s.members = all_members
-        for n in c.nodes:
-            n.start(env=c.env)
-        for n in c.nodes:
-            n.wait_ready(120)
+        c.restart()
         p = Producers(c.nodes, TOPIC, n=3, queues=QUEUES, prefix="Q").start()
         p.wait_acked(300)
         log2 = p.stop()
