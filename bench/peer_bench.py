@@ -382,11 +382,11 @@ def main() -> int:
                     line += f" {'-':>{width}} {'-':>7} {'-':>6} {'-':>6} {'-':>6}"
             print(line)
     print("\nproducers x messages per request; p99: per request (a send or a batch), client side; srv us: CPU "
-          "microseconds per\nmessage of all server processes; cli us: of the producer processes; msgs/entry, reqs/entry: messages and send requests "
-          "per Raft entry (group commit)\non the leader; ratio: raftmq / peer msgs/s. async: ack after a "
-          "majority has it (JetStream: default\nsync_interval; DLedger: after a majority appended it, flush "
-          "asynchronous); sync: after a majority fsynced it\n(JetStream: sync_interval: always; DLedger has no "
-          "such mode).")
+          "microseconds per\nmessage of all server processes; cli us: the same of the producer processes; "
+          "msgs/entry, reqs/entry:\nmessages and send requests per Raft entry (group commit) on the leader; "
+          "ratio: raftmq / peer msgs/s.\nasync: ack after a majority has it (JetStream: default sync_interval; "
+          "DLedger: after a majority appended it,\nflush asynchronous); sync: after a majority fsynced it "
+          "(JetStream: sync_interval: always; DLedger has no such mode).")
     return 0
 
 
