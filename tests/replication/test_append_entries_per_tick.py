@@ -11,7 +11,7 @@ from __future__ import annotations
 from pysyncobj import FAIL_REASON
 
 from raftmq.replication.raft_log import ReplicatedLog
-from tests.replication.in_process_members import Outcomes, leader_of, running_members
+from tests.replication.in_process_members import Outcomes, commit_everywhere, leader_of, running_members
 from tests.support.tick_hold import tick_thread_held
 from tests.support.waiting import wait_for
 
@@ -35,12 +35,8 @@ def test_commands_added_in_one_tick_reach_each_follower_in_one_message():
     with running_members(_CountingLog) as members:
         leader = leader_of(members)
         followers = [m for m in members if m is not leader]
-        warm_up = Outcomes(1)
-        leader.apply_batch(b"warm-up", callback=warm_up)
-        assert warm_up.wait(30), "the warm-up command was not committed"
-        # a majority is the leader and one follower: wait until the other one has every entry too
-        wait_for(lambda: all(f.last_log_index() == leader.last_log_index() for f in followers),
-                 what="both followers hold the leader's log", timeout=30)
+        # warm-up; a majority is the leader and one follower, so this also waits until the other has every entry
+        commit_everywhere(members, leader, 1)
         before = [(f.entry_messages, f.entries_received) for f in followers]
 
         outcomes = Outcomes(5)
