@@ -98,8 +98,8 @@ _SETTLING = threading.Lock()  # makes a send's first outcome its only one (a few
 
 
 class _Send:
-    """One caller's send and its outcome. The caller waits on ``_done``, a lock taken at birth and released
-    once when the outcome is set: one futex wake-up, where a Future's Condition makes a lock per wait."""
+    """One caller's send and its outcome. A blocking caller waits on ``_done``, a lock taken at birth and
+    released once when the outcome is set: one futex wake-up, where a Future's Condition makes a lock per wait."""
 
     __slots__ = ("item", "uniq_keys", "nbytes", "abandoned", "outcome", "_done")
 
@@ -110,8 +110,15 @@ class _Send:
         self.nbytes = len(self.item)
         self.abandoned = False
         self.outcome: tuple[str, Any] | None = None
-        self._done = threading.Lock()
-        self._done.acquire()
+        self._done = self._waiter()
+
+    def _waiter(self) -> Any:
+        done = threading.Lock()
+        done.acquire()
+        return done
+
+    def _wake(self) -> None:
+        self._done.release()
 
     def settle(self, kind: str, value: Any) -> None:
         """Set the outcome unless one is set already, and wake the caller."""
@@ -119,11 +126,35 @@ class _Send:
             if self.outcome is not None:
                 return
             self.outcome = (kind, value)
-        self._done.release()
+        self._wake()
 
     def wait(self, timeout: float) -> tuple[str, Any] | None:
         """The outcome, or None when there was none within ``timeout`` seconds."""
         return self.outcome if self._done.acquire(timeout=timeout) else None
+
+
+class _AsyncSend(_Send):
+    """A send whose caller awaits it on the accumulator's own loop (``AsyncProducer``): ``_done`` is a future of
+    that loop, and every settle runs on it (the reader, the writer, ``aclose``), so no thread is woken."""
+
+    __slots__ = ()
+
+    def _waiter(self) -> Any:
+        return asyncio.get_running_loop().create_future()
+
+    def _wake(self) -> None:
+        if not self._done.done():
+            self._done.set_result(None)
+
+    async def wait_async(self, timeout: float) -> tuple[str, Any] | None:
+        """The outcome, or None when there was none within ``timeout`` seconds (the timeout cancels the
+        future; an outcome that arrives later is recorded and nobody is woken)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._done
+        except TimeoutError:
+            return None
+        return self.outcome
 
 
 class _Stream:
@@ -140,13 +171,16 @@ class _Stream:
 
 
 class SendAccumulator:
-    """Coalesces sends into SendStream requests; ``send()`` blocks until that send's outcome is known.
+    """Coalesces sends into SendStream requests; ``send()`` blocks until that send's outcome is known,
+    ``await send_async()`` waits for it on the loop.
 
-    Shared state (the queue, the current stream, each stream's in-flight requests) is guarded by ``_cond``;
-    the stream I/O runs on ``_loop`` in the ``raftmq-producer-io`` thread."""
+    Shared state (the queue, the current stream, each stream's in-flight requests) is guarded by ``_cond``.
+    The stream I/O runs on ``_loop``: a private loop in the ``raftmq-producer-io`` thread for blocking callers,
+    or, given ``loop``, the caller's own running loop (``AsyncProducer``: no thread, no cross-thread wake-up;
+    only ``send_async`` and ``aclose`` may be used then, from that loop)."""
 
     def __init__(self, pool: ServerPool, *, linger_s: float, window: int, max_sends: int = 1024,
-                 max_bytes: int = 1 << 20):
+                 max_bytes: int = 1 << 20, loop: asyncio.AbstractEventLoop | None = None):
         self._pool = pool
         self.linger_s = linger_s
         self.window = window
@@ -160,16 +194,37 @@ class SendAccumulator:
         self._kicked = False  # the writer will look at the queue again (set by a caller that woke it)
         self.supported = True  # False once a broker answered UNIMPLEMENTED: the producer goes unary
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._loop = asyncio.new_event_loop()
         self._wake = asyncio.Event()   # the queue has sends (set by callers, through the loop)
         self._slot = asyncio.Event()   # a request was answered, or a stream ended
-        self._thread = threading.Thread(target=self._run_loop, name="raftmq-producer-io", daemon=True)
-        self._thread.start()
+        self._tasks: set[asyncio.Task] = set()  # this accumulator's own tasks (never the caller's)
+        self._thread: threading.Thread | None = None
+        if loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._run_loop, name="raftmq-producer-io", daemon=True)
+            self._thread.start()
+        else:
+            self._loop = loop
+            self._spawn(self._writer())
 
     # ------------------------------------------------------------------ caller side
     def send(self, messages: list[pb.Message], timeout: float) -> list[pb.SendResult]:
         """The results of one send; raises Resend, a typed SDK error, or UnknownOutcomeError."""
         s = _Send(messages)
+        self._enqueue(s)
+        return self._result(s, s.wait(timeout), timeout)
+
+    async def send_async(self, messages: list[pb.Message], timeout: float) -> list[pb.SendResult]:
+        """``send`` for a caller on the accumulator's own loop (made with ``loop``)."""
+        s = _AsyncSend(messages)
+        self._enqueue(s)
+        try:
+            outcome = await s.wait_async(timeout)
+        except asyncio.CancelledError:
+            s.abandoned = True  # the caller gave up on it: still queued, it is never sent
+            raise
+        return self._result(s, outcome, timeout)
+
+    def _enqueue(self, s: _Send) -> None:
         if s.nbytes > self.max_bytes:
             # alone bigger than a stream request may be: the unary call names a size limit it runs into, where a
             # refused stream request would break the stream and leave the other sends on it unknown
@@ -181,9 +236,14 @@ class SendAccumulator:
             kick = not self._kicked  # one wake-up per idle-to-busy turn of the writer, not one per send
             self._kicked = True
         if kick:
-            with contextlib.suppress(RuntimeError):  # closed meanwhile: close() settles this send
-                self._loop.call_soon_threadsafe(self._wake.set)
-        outcome = s.wait(timeout)
+            if self._thread is None:  # on the loop already
+                self._wake.set()
+            else:
+                with contextlib.suppress(RuntimeError):  # closed meanwhile: close() settles this send
+                    self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _result(self, s: _Send, outcome: tuple[str, Any] | None, timeout: float) -> list[pb.SendResult]:
+        """The results for a settled send; raises its error, or UnknownOutcomeError when it timed out (None)."""
         if outcome is None:
             s.abandoned = True
             with self._cond:
@@ -202,9 +262,33 @@ class SendAccumulator:
         raise value
 
     def close(self) -> None:
+        """Blocking callers: stop taking sends and let the broker answer those in flight."""
+        closing, stream = self._start_closing()
+        if not closing:
+            return
+        if stream is not None:
+            stream.ended.wait(self._pool.timeout)
+        with contextlib.suppress(RuntimeError):  # the loop already stopped
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    async def aclose(self) -> None:
+        """``close`` on the accumulator's own loop."""
+        closing, stream = self._start_closing()
+        if not closing:
+            return
+        if stream is not None:
+            self._start_reader(stream)  # (if none yet) it settles what is in flight, then the stream ends
+            assert stream.reader is not None
+            await asyncio.wait([stream.reader], timeout=self._pool.timeout)
+        await self._shutdown()
+
+    def _start_closing(self) -> tuple[bool, _Stream | None]:
+        """Refuse new sends, fail the queued ones, half-close the stream: (False, None) when closed already."""
         with self._cond:
             if self._closed:
-                return
+                return False, None
             self._closed = True
             left = list(self._queue)
             self._queue.clear()
@@ -213,29 +297,33 @@ class SendAccumulator:
             s.settle("error", errors.RaftmqError("producer closed before the message was sent"))
         if stream is not None:  # half-close, then let the broker answer what is in flight
             self._retire(stream)
-            stream.ended.wait(self._pool.timeout)
-        with contextlib.suppress(RuntimeError):  # the loop already stopped
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
-        self._thread.join(timeout=5)
+        return True, stream
 
     # ------------------------------------------------------------------ the event loop
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.create_task(self._writer())
+        self._spawn(self._writer())
         try:
             self._loop.run_forever()
         finally:
             self._loop.close()
 
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     async def _shutdown(self) -> None:
         for channel in self._channels.values():
             await channel.close(grace=None)  # any reader still waiting ends with CANCELLED: unknown outcome
         self._channels.clear()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._loop.call_soon(self._loop.stop)
+        if self._thread is not None:
+            self._loop.call_soon(self._loop.stop)
 
     async def _writer(self) -> None:
         while True:
@@ -345,7 +433,7 @@ class SendAccumulator:
         """Read ``stream``'s answers from now on: after its first request is written (the same race as in
         ``_accepted``, with a read pending instead of a write)."""
         if stream.reader is None:
-            stream.reader = self._loop.create_task(self._read(stream))
+            stream.reader = self._spawn(self._read(stream))
 
     # ------------------------------------------------------------------ reader task (one per stream)
     async def _read(self, stream: _Stream) -> None:
@@ -437,7 +525,7 @@ class SendAccumulator:
                 with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
                     await stream.call.done_writing()
 
-        self._loop.create_task(done_writing())
+        self._spawn(done_writing())
         self._start_reader(stream)  # retired before its first request: the reader still ends it
         self._slot.set()  # a writer waiting for this stream's window looks again (and opens a new one)
 

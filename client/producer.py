@@ -58,17 +58,23 @@ def _keys(keys: list[str] | str | None) -> list[str]:
     return [str(k) for k in keys]
 
 
+def check_stream_options(linger_ms: float, stream_window: int) -> None:
+    """The accumulator's settings: ValueError naming the one to fix."""
+    if linger_ms < 0:
+        raise ValueError(f"linger_ms must be >= 0 (0 turns the send accumulator off), got {linger_ms}")
+    if stream_window < 1:
+        raise ValueError(f"stream_window must be >= 1, got {stream_window}")
+
+
 class Producer:
-    """Sends messages. Thread-safe; use one per process and ``close()`` it (or use ``with``)."""
+    """Sends messages. Thread-safe; use one per process and ``close()`` it (or use ``with``).
+    asyncio applications use ``AsyncProducer`` (same sends, same outcomes, awaited)."""
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
                  retry_timeout: float = 15.0, unknown_outcome_retries: int = 0,
                  linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = DEFAULT_STREAM_WINDOW,
                  security: ClientSecurity | None = None):
-        if linger_ms < 0:
-            raise ValueError(f"linger_ms must be >= 0 (0 turns the send accumulator off), got {linger_ms}")
-        if stream_window < 1:
-            raise ValueError(f"stream_window must be >= 1, got {stream_window}")
+        check_stream_options(linger_ms, stream_window)
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
         self._ids = UniqKeyGenerator()
         self.unknown_outcome_retries = unknown_outcome_retries
@@ -124,44 +130,66 @@ class Producer:
         topic until then (at most the broker's ``store.timer_max_delay_seconds`` ahead; a past time delivers now).
         Raises a subclass of ``RaftmqError``.
         """
-        msg = Message(body, tags, keys, dict(properties or {}), delay_level, message_group,
-                      epoch_ms(deliver_at) if deliver_at is not None else 0)
-        m = self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000)
+        m = self._message(topic, body, tags, keys, properties, queue_id, delay_level, message_group, deliver_at)
         results, attempts = self._stream_send([m])
         if results is not None:
             return SendResult.from_pb(results[0])
+        return self._send_unary(m, attempts)
+
+    def _message(self, topic: str, body: bytes | str, tags: str | None, keys: list[str] | str | None,
+                 properties: Mapping[str, str] | None, queue_id: int | None, delay_level: int, message_group: str,
+                 deliver_at: datetime | int | float | None) -> pb.Message:
+        """``send``'s arguments as one message with its UNIQ_KEY (TypeError for a bad one)."""
+        msg = Message(body, tags, keys, dict(properties or {}), delay_level, message_group,
+                      epoch_ms(deliver_at) if deliver_at is not None else 0)
+        return self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000)
+
+    def _send_unary(self, m: pb.Message, attempts: int) -> SendResult:
         req = pb.SendMessageRequest(message=m)  # the unary way (protobuf copies m: built only when needed)
         resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [m.uniq_key], attempts)
         return SendResult.from_pb(resp.result)
+
+    def _stream_usable(self, acc: SendAccumulator | None) -> bool:
+        # while the leader is out of reach, followers forward unary calls to it (a stream is never forwarded)
+        return acc is not None and acc.supported and not self._pool.leader_unreachable
 
     def _stream_send(self, items: list[pb.Message]) -> tuple[list[pb.SendResult] | None, int]:
         """Through the accumulator when it is on: (results, 0), or (None, attempts used) to send the unary way
         (not stored yet, the broker has no SendStream, or an unknown outcome to resend). Raises what the unary
         call would have raised."""
         acc = self._accumulator
-        # while the leader is out of reach, followers forward unary calls to it (a stream is never forwarded)
-        if acc is None or not acc.supported or self._pool.leader_unreachable:
+        if not self._stream_usable(acc):
             return None, 0
+        assert acc is not None
         try:
             return acc.send(items, self._pool.timeout), 0
-        except Resend:
-            return None, 0  # definitely not stored: the unary path redirects / backs off / tries other addresses
-        except errors.UnknownOutcomeError:
-            if self.unknown_outcome_retries < 1:
-                raise
-            return None, 1  # the stream attempt counts as the first; resend the same UNIQ_KEYs
+        except (Resend, errors.UnknownOutcomeError) as e:
+            return None, self._attempts_after(e)
+
+    def _attempts_after(self, failure: Resend | errors.UnknownOutcomeError) -> int:
+        """A stream send failed: the attempts it used before the unary way takes over, or raise ``failure``."""
+        if isinstance(failure, Resend):
+            return 0  # definitely not stored: the unary path redirects / backs off / tries other addresses
+        if self.unknown_outcome_retries < 1:
+            raise failure
+        return 1  # the stream attempt counts as the first; resend the same UNIQ_KEYs
 
     def send_batch(self, topic: str, messages: Iterable[Message | bytes | str], *,
                    queue_id: int | None = None) -> list[SendResult]:
         """Send messages to one queue as one atomic, contiguous batch; results in input order."""
-        born = time.time_ns() // 1_000_000
-        items = [self._to_pb(topic, m if isinstance(m, Message) else Message(m), queue_id, born)
-                 for m in messages]
+        items = self._batch(topic, messages, queue_id)
         if not items:
             return []
         results, attempts = self._stream_send(items)
         if results is not None:
             return [SendResult.from_pb(r) for r in results]
+        return self._send_batch_unary(items, attempts)
+
+    def _batch(self, topic: str, messages: Iterable[Message | bytes | str], queue_id: int | None) -> list[pb.Message]:
+        born = time.time_ns() // 1_000_000
+        return [self._to_pb(topic, m if isinstance(m, Message) else Message(m), queue_id, born) for m in messages]
+
+    def _send_batch_unary(self, items: list[pb.Message], attempts: int) -> list[SendResult]:
         req = pb.SendBatchRequest(messages=items)
         resp = self._write(lambda s, t: s.messaging.SendBatch(req, timeout=t), [m.uniq_key for m in items],
                            attempts)

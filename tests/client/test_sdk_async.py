@@ -1,0 +1,282 @@
+"""AsyncProducer against real node processes: sends from many tasks share one SendStream on the caller's own
+event loop, outcomes and errors are Producer's, a follower's refusal is re-sent the unary way (in a worker
+thread), and a node killed mid-stream loses no acknowledged send and hangs no task."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from raftmq.client import (
+    Admin,
+    AsyncProducer,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    RaftmqError,
+    TopicNotFoundError,
+    UnknownOutcomeError,
+)
+from tests.client.test_sdk_stream import _stream_requests
+from tests.support.processes import running_nodes
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    with running_nodes(tmp_path_factory.mktemp("sdk-async"), 1) as [n0]:
+        yield n0
+
+
+async def _send_from_tasks(producer: AsyncProducer, topic: str, tasks: int, per_task: int) -> list:
+    async def work(t: int) -> list:
+        return [(f"a{t}-{i}", await producer.send(topic, f"a{t}-{i}", keys=[f"a{t}-{i}"])) for i in range(per_task)]
+
+    return [r for rs in await asyncio.gather(*(work(t) for t in range(tasks))) for r in rs]
+
+
+def test_sends_from_many_tasks_share_the_stream_and_are_stored(node):
+    addr = node.grpc_address
+    with Admin(addr) as admin:
+        admin.create_topic("AsyncMany", queues=4)
+    before = _stream_requests(node)
+
+    async def main() -> tuple[list, list]:
+        async with AsyncProducer(addr) as p:
+            singles = await _send_from_tasks(p, "AsyncMany", tasks=8, per_task=40)
+            batch = await p.send_batch("AsyncMany", [b"b0", b"b1", b"b2"], queue_id=3)
+            assert await p.send_batch("AsyncMany", []) == []
+            return singles, batch
+
+    results, batch = asyncio.run(main())
+    assert len(results) == 320 and len({r.msg_id for _, r in results}) == 320
+    assert len({r.uniq_key for _, r in results}) == 320
+    assert [r.queue_id for r in batch] == [3, 3, 3]
+    assert [r.queue_offset for r in batch] == [batch[0].queue_offset + i for i in range(3)]
+    requests = _stream_requests(node) - before
+    assert 0 < requests < 322, "sends went through SendStream, several per request"
+    with Admin(addr) as admin:
+        for body, r in results[::16] + [(f"b{i}", r) for i, r in enumerate(batch)]:
+            m = admin.view_message(r.msg_id)
+            assert m.body == body.encode() and m.uniq_key == r.uniq_key and m.queue_offset == r.queue_offset
+        assert sum(q.max_offset for q in admin.queue_offsets("AsyncMany")) == 323
+
+
+@pytest.mark.parametrize("linger_ms", [0.1, 0])
+def test_errors_are_producers(node, linger_ms):
+    """The same typed errors as Producer (tests/client/test_sdk_stream.py), streamed or unary (linger_ms=0)."""
+    addr = node.grpc_address
+    topic, read_only = f"AsyncErr{linger_ms}".replace(".", ""), f"AsyncRo{linger_ms}".replace(".", "")
+    with Admin(addr) as admin:
+        admin.create_topic(topic, queues=2)
+        admin.create_topic(read_only, queues=2, perm=4)
+
+    async def main() -> None:
+        async with AsyncProducer(addr, linger_ms=linger_ms) as p:
+            with pytest.raises(InvalidArgumentError, match="tag"):
+                await p.send(topic, b"x", tags="a||b")
+            with pytest.raises(TopicNotFoundError):
+                await p.send("NoSuchTopicAsync", b"x")
+            with pytest.raises(PermissionDeniedError):
+                await p.send(read_only, b"x")
+            with pytest.raises(NotFoundError, match="queue 7 does not exist"):
+                await p.send_batch(topic, [b"a", b"b"], queue_id=7)
+            with pytest.raises(InvalidArgumentError, match="delay_level"):
+                await p.send(topic, b"x", delay_level=-1)
+            with pytest.raises(TypeError, match="body must be bytes or str"):
+                await p.send(topic, 5)
+            assert (await p.send(topic, b"fine", queue_id=1)).queue_id == 1
+            assert [r.queue_offset for r in await p.send_batch(topic, [b"a", b"b", b"c"], queue_id=0)] == [0, 1, 2]
+        with pytest.raises(RaftmqError, match="producer is closed"):
+            await p.send(topic, b"late")
+
+    asyncio.run(main())
+
+
+def test_bad_arguments_and_a_second_event_loop_are_refused(node):
+    with pytest.raises(ValueError, match="linger_ms"):
+        AsyncProducer("127.0.0.1:1", linger_ms=-1)
+    with pytest.raises(ValueError, match="stream_window"):
+        AsyncProducer("127.0.0.1:1", stream_window=0)
+    with pytest.raises(ValueError, match=r"timeout must be a number of seconds > 0"):
+        AsyncProducer("127.0.0.1:1", timeout=0)
+    with Admin(node.grpc_address) as admin:
+        admin.create_topic("AsyncLoops", queues=1)
+    p = AsyncProducer(node.grpc_address)
+    first_loop = asyncio.new_event_loop()
+    try:
+        assert first_loop.run_until_complete(p.send("AsyncLoops", b"first loop")).queue_offset == 0
+        with pytest.raises(RaftmqError, match="one AsyncProducer per event loop"):
+            asyncio.run(p.send("AsyncLoops", b"second loop"))
+        first_loop.run_until_complete(p.aclose())
+    finally:
+        first_loop.close()
+    with Admin(node.grpc_address) as admin:
+        assert sum(q.max_offset for q in admin.queue_offsets("AsyncLoops")) == 1
+
+
+def test_a_cancelled_send_leaves_the_producer_working(node):
+    with Admin(node.grpc_address) as admin:
+        admin.create_topic("AsyncCancel", queues=2)
+
+    async def main() -> list:
+        async with AsyncProducer(node.grpc_address) as p:
+            tasks = [asyncio.create_task(p.send("AsyncCancel", f"c{i}")) for i in range(20)]
+            await asyncio.sleep(0)  # every task is waiting for its outcome now
+            tasks[5].cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            assert isinstance(done[5], asyncio.CancelledError)
+            after = await _send_from_tasks(p, "AsyncCancel", tasks=4, per_task=5)
+            return [r for r in done if not isinstance(r, BaseException)] + [r for _, r in after]
+
+    results = asyncio.run(main())
+    assert len(results) == 39
+    with Admin(node.grpc_address) as admin:
+        stored = sum(q.max_offset for q in admin.queue_offsets("AsyncCancel"))
+    assert stored in (39, 40), "the cancelled send was stored at most once, and every other one was"
+
+
+def test_an_unanswered_send_times_out_as_unknown_without_blocking_the_loop(tmp_path):
+    """A stopped (SIGSTOP) node answers nothing: the send ends as an unknown outcome after ``timeout`` with its
+    UNIQ_KEY, while the loop's other tasks keep running."""
+    with running_nodes(tmp_path, 1) as [n0]:
+        with Admin(n0.grpc_address) as admin:
+            admin.create_topic("AsyncStopped", queues=1)
+
+        async def main() -> tuple[BaseException, int]:
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            async with AsyncProducer(n0.grpc_address, timeout=2, retry_timeout=0) as p:
+                await p.send("AsyncStopped", b"before")
+                os.kill(n0.proc.pid, signal.SIGSTOP)
+                t = asyncio.create_task(ticker())
+                try:
+                    await p.send("AsyncStopped", b"unanswered")
+                except RaftmqError as e:
+                    error, seen = e, ticks
+                else:
+                    raise AssertionError("a stopped node acknowledged a send")
+                finally:
+                    t.cancel()
+                    os.kill(n0.proc.pid, signal.SIGCONT)
+            return error, seen
+
+        error, ticks = asyncio.run(main())
+        assert isinstance(error, UnknownOutcomeError) and len(error.uniq_keys) == 1, error
+        assert ticks > 0, "the event loop was blocked while the send waited"
+
+
+def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
+    """The first stream goes to a follower: its send comes back 'not the leader' and is re-sent the unary way
+    (in a worker thread, following the redirect); later sends stream to the leader."""
+    with running_nodes(tmp_path, 3) as nodes:
+        with Admin([n.grpc_address for n in nodes]) as admin:
+            admin.create_topic("AsyncMove", queues=2)
+            leader_id = admin.cluster_status().leader_id
+        leader = next(n for n in nodes if n.spec.id == leader_id)
+        follower = next(n for n in nodes if n is not leader)
+        before = _stream_requests(leader)
+
+        async def main() -> tuple:
+            async with AsyncProducer([follower.grpc_address]) as p:
+                first = await p.send("AsyncMove", b"first")
+                assert p.leader == leader.grpc_address
+                return first, await _send_from_tasks(p, "AsyncMove", tasks=4, per_task=10)
+
+        first, results = asyncio.run(main())
+        assert _stream_requests(follower) > 0, "the first stream went to the follower"
+        assert _stream_requests(leader) > before, "later sends streamed to the leader"
+        with Admin(leader.grpc_address) as admin:
+            for body, r in [("first", first)] + results:
+                assert admin.view_message(r.msg_id).body == body.encode()
+
+
+def test_node_killed_mid_stream_acknowledged_sends_survive(tmp_path):
+    """SIGKILL while 6 tasks stream sends: each send is acknowledged or fails (unknown outcome when it was in
+    flight), no task hangs, and after the restart every acknowledged message is there, byte for byte."""
+    with running_nodes(tmp_path, 1) as [n0]:
+        addr = n0.grpc_address
+        with Admin(addr) as admin:
+            admin.create_topic("AsyncKill", queues=4)
+        acked: list = []
+
+        async def main() -> list:
+            async with AsyncProducer(addr, timeout=5, retry_timeout=1) as p:
+                async def work(t: int) -> BaseException:
+                    i = 0
+                    while True:
+                        body = f"k{t}-{i}"
+                        try:
+                            acked.append((body, await p.send("AsyncKill", body)))
+                        except RaftmqError as e:
+                            return e
+                        i += 1
+
+                tasks = [asyncio.create_task(work(t)) for t in range(6)]
+                while len(acked) < 200:
+                    await asyncio.sleep(0.01)
+                n0.kill()
+                return await asyncio.wait_for(asyncio.gather(*tasks), 60)
+
+        failed = asyncio.run(main())
+        assert len(failed) == 6
+        for e in failed:
+            assert isinstance(e, RaftmqError) and e.address == addr, e
+            if isinstance(e, UnknownOutcomeError):
+                assert e.uniq_keys
+        n0.start().wait_ready()
+        with Admin(addr) as admin:
+            for body, r in acked:
+                m = admin.view_message(r.msg_id)
+                assert m.body == body.encode() and m.uniq_key == r.uniq_key
+
+
+def test_aclose_lets_the_broker_answer_sends_in_flight(node):
+    """aclose() half-closes the stream and waits for its answers: no send ends unknown because its producer
+    closed (queued ones fail as not sent), and the caller's other tasks are not cancelled."""
+    with Admin(node.grpc_address) as admin:
+        admin.create_topic("AsyncClose", queues=2)
+    acked: list = []
+
+    async def main() -> tuple[list, str]:
+        p = AsyncProducer(node.grpc_address)
+
+        async def work(t: int) -> BaseException:
+            i = 0
+            while True:
+                try:
+                    acked.append((f"c{t}-{i}", await p.send("AsyncClose", f"c{t}-{i}")))
+                except RaftmqError as e:
+                    return e
+                i += 1
+
+        async def bystander() -> str:
+            await asyncio.sleep(3600)
+            return "never"
+
+        other = asyncio.create_task(bystander())
+        tasks = [asyncio.create_task(work(t)) for t in range(8)]
+        while len(acked) < 100:
+            await asyncio.sleep(0.01)
+        await p.aclose()
+        seen = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        alive = "running" if not other.done() else "cancelled"
+        other.cancel()
+        return seen, alive
+
+    seen, alive = asyncio.run(main())
+    assert alive == "running", "aclose cancelled a task that was not the producer's"
+    assert len(seen) == 8 and not [e for e in seen if isinstance(e, UnknownOutcomeError)], seen
+    with Admin(node.grpc_address) as admin:
+        for body, r in acked[-20:]:
+            assert admin.view_message(r.msg_id).body == body.encode()
