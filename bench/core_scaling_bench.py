@@ -105,9 +105,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes")
-    ap.add_argument("--linger-ms", type=float, default=0.1)
-    ap.add_argument("--stream-window", type=peer_bench.stream_window_arg, default=peer_bench.DEFAULT_STREAM_WINDOW,
-                    help="the SDK producer's stream_window (default: the SDK's own)")
+    peer_bench.add_sdk_arguments(ap)
     args = ap.parse_args()
     if shutil.which("taskset") is None:
         print("taskset (util-linux) is needed to pin the members", file=sys.stderr)

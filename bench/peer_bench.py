@@ -1,8 +1,9 @@
 """raftmq vs NATS JetStream and RocketMQ DLedger, all 3 replicas on this box, through the clients users run
 (issue 17).
 
-raftmq: 3 member processes on loopback, producers use the SDK (``client.Producer``: its sends from many threads
-share one SendStream per process). JetStream: 3 ``nats-server`` processes (v2.12, clustered, file storage, a
+raftmq: 3 member processes on loopback, producers use the SDK: asyncio tasks awaiting one ``AsyncProducer`` per
+process, as the nats-py producers run (``--sdk threads``: threads sharing one ``Producer``); either way their sends
+share one SendStream per process. JetStream: 3 ``nats-server`` processes (v2.12, clustered, file storage, a
 stream with 3 replicas), producers use ``nats-py`` and wait for every publish ack. Durability: ``async``
 (raftmq: ack after a majority applied it; JetStream: default ``sync_interval``) and ``sync`` (raftmq: after a
 majority fsynced it; JetStream: ``sync_interval: always``). Every case runs for ``--seconds``, producers ×
@@ -66,13 +67,64 @@ def stream_window_arg(text: str) -> int:
     return window
 
 
+def add_sdk_arguments(ap: argparse.ArgumentParser) -> None:
+    """How the raftmq producers use the SDK (this bench and core_scaling_bench)."""
+    ap.add_argument("--sdk", choices=("asyncio", "threads"), default="asyncio",
+                    help="raftmq producers: tasks awaiting one AsyncProducer per process (like the nats-py "
+                         "producers), or threads sharing one Producer")
+    ap.add_argument("--stream-window", type=stream_window_arg, default=DEFAULT_STREAM_WINDOW,
+                    help="the SDK producer's stream_window (default: the SDK's own)")
+    ap.add_argument("--linger-ms", type=float, default=0.1,
+                    help="the SDK producer's linger (0: one unary RPC per send, the path before SendStream)")
+
+
 # ------------------------------------------------------------------ client processes
-def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seconds: float, start_at: float,
-                   out, linger_ms: float = 0.1, stream_window: int = DEFAULT_STREAM_WINDOW) -> None:
-    """``threads`` producer threads sharing one SDK Producer (as an application would)."""
+def _raftmq_client(servers: list[str], producers: int, batch: int, size: int, seconds: float, start_at: float,
+                   out, linger_ms: float = 0.1, stream_window: int = DEFAULT_STREAM_WINDOW,
+                   sdk: str = "asyncio") -> None:
+    """``producers`` closed-loop producers sharing one SDK producer (as an application would): tasks awaiting an
+    ``AsyncProducer`` (``sdk="asyncio"``, the way the nats-py producers run), or threads calling a ``Producer``."""
+    body = os.urandom(size)
+    if sdk == "asyncio":
+        result = asyncio.run(_raftmq_tasks(servers, producers, batch, body, seconds, start_at, linger_ms,
+                                           stream_window))
+    else:
+        result = _raftmq_threads(servers, producers, batch, body, seconds, start_at, linger_ms, stream_window)
+    out.send(result)
+    out.close()
+
+
+async def _raftmq_tasks(servers: list[str], tasks: int, batch: int, body: bytes, seconds: float, start_at: float,
+                        linger_ms: float, stream_window: int) -> tuple:
+    from raftmq.client import AsyncProducer
+
+    lat: list[float] = []
+    sent = 0
+    async with AsyncProducer(servers, linger_ms=linger_ms, stream_window=stream_window) as p:
+        await p.send(TOPIC, body)  # connect, find the leader
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        stop_at = time.perf_counter() + seconds
+
+        async def producer() -> None:
+            nonlocal sent
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                if batch == 1:
+                    await p.send(TOPIC, body)
+                else:
+                    await p.send_batch(TOPIC, [body] * batch)
+                lat.append(time.perf_counter() - t0)
+                sent += batch
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(producer() for _ in range(tasks)))
+        return sent, lat, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _raftmq_threads(servers: list[str], threads: int, batch: int, body: bytes, seconds: float, start_at: float,
+                    linger_ms: float, stream_window: int) -> tuple:
     from raftmq.client import Producer
 
-    body = os.urandom(size)
     lat: list[float] = []
     sent = [0]
     lock = threading.Lock()
@@ -102,9 +154,7 @@ def _raftmq_client(servers: list[str], threads: int, batch: int, size: int, seco
             t.start()
         for t in ts:
             t.join()
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-    out.send((sent[0], lat, elapsed, cpu))
-    out.close()
+        return sent[0], lat, time.perf_counter() - t0, time.process_time() - c0
 
 
 def _nats_client(servers: list[str], tasks: int, batch: int, size: int, seconds: float, start_at: float,
@@ -219,7 +269,7 @@ def drive_raftmq(nodes, producers: int, batch: int, args, pids: list[int], probe
     """One case through gRPC + SDK, with the messages and requests per Raft entry (group commit)."""
     before = _group_commit_counters(nodes)
     r = _drive(_raftmq_client, [n.grpc_address for n in nodes], producers, batch, args.size, args.seconds,
-               args.client_procs, pids, args.linger_ms, args.stream_window, probe=probe)
+               args.client_procs, pids, args.linger_ms, args.stream_window, args.sdk, probe=probe)
     after = _group_commit_counters(nodes)
     commits = max(after[0] - before[0], 1)
     r["msgs_per_entry"] = (after[1] - before[1]) / commits
@@ -333,10 +383,7 @@ def main() -> int:
     ap.add_argument("--skip-dledger", action="store_true", help="leave out RocketMQ 4.9.7 DLedger (async cases)")
     ap.add_argument("--raft", action="append", default=[], metavar="KEY=VALUE",
                     help="a cluster.raft setting for the raftmq members (repeatable), e.g. max_inflight_batches=2")
-    ap.add_argument("--stream-window", type=stream_window_arg, default=DEFAULT_STREAM_WINDOW,
-                    help="the SDK producer's stream_window (default: the SDK's own)")
-    ap.add_argument("--linger-ms", type=float, default=0.1,
-                    help="the SDK producer's linger (0: one unary RPC per send, the path before SendStream)")
+    add_sdk_arguments(ap)
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     cases = [(int(p), int(b)) for b in args.batch.split(",") for p in args.producers.split(",")]
@@ -357,7 +404,8 @@ def main() -> int:
                                                                    QUEUES))
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    sdk = f"SDK linger_ms={args.linger_ms:g}" + (" (unary)" if args.linger_ms == 0 else " (SendStream)")
+    sdk = (f"SDK {'AsyncProducer tasks' if args.sdk == 'asyncio' else 'Producer threads'} linger_ms={args.linger_ms:g}"
+           + (" (unary)" if args.linger_ms == 0 else " (SendStream)"))
     print(f"\nraftmq (3 members, gRPC + {sdk}) vs NATS JetStream {NATS_VERSION} R3 (nats-py) and RocketMQ "
           f"{dledger_peer.VERSION} DLedger (3 brokers, Java producer), {args.size} B bodies, {args.seconds:.0f} s per "
           f"case, {os.cpu_count()} CPUs shared by servers and clients (load average {load})\n")

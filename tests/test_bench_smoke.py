@@ -22,9 +22,10 @@ def _run(*argv: str) -> str:
     return done.stdout
 
 
-def test_peer_bench_runs_raftmq_alone():
+@pytest.mark.parametrize("sdk", ["asyncio", "threads"])
+def test_peer_bench_runs_raftmq_alone(sdk):
     out = _run("bench/peer_bench.py", "--skip-nats", "--skip-dledger", "--modes", "async", "--producers", "2",
-               "--batch", "1", "--seconds", "1", "--client-procs", "1", "--stream-window", "2")
+               "--batch", "1", "--seconds", "1", "--client-procs", "1", "--stream-window", "2", "--sdk", sdk)
     assert ROW.search(out), out
 
 
