@@ -20,7 +20,7 @@ from raftmq.client import (
     TopicNotFoundError,
     UnknownOutcomeError,
 )
-from tests.client.test_sdk_stream import _stream_requests
+from tests.client.test_sdk_stream import _stream_requests, check_stored, leader_and_follower
 from tests.support.processes import running_nodes
 
 pytestmark = pytest.mark.slow
@@ -180,11 +180,7 @@ def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
     """The first stream goes to a follower: its send comes back 'not the leader' and is re-sent the unary way
     (in a worker thread, following the redirect); later sends stream to the leader."""
     with running_nodes(tmp_path, 3) as nodes:
-        with Admin([n.grpc_address for n in nodes]) as admin:
-            admin.create_topic("AsyncMove", queues=2)
-            leader_id = admin.cluster_status().leader_id
-        leader = next(n for n in nodes if n.spec.id == leader_id)
-        follower = next(n for n in nodes if n is not leader)
+        leader, follower = leader_and_follower(nodes, "AsyncMove")
         before = _stream_requests(leader)
 
         async def main() -> tuple:
@@ -196,9 +192,7 @@ def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
         first, results = asyncio.run(main())
         assert _stream_requests(follower) > 0, "the first stream went to the follower"
         assert _stream_requests(leader) > before, "later sends streamed to the leader"
-        with Admin(leader.grpc_address) as admin:
-            for body, r in [("first", first)] + results:
-                assert admin.view_message(r.msg_id).body == body.encode()
+        check_stored(leader.grpc_address, [("first", first)] + results)
 
 
 def test_node_killed_mid_stream_acknowledged_sends_survive(tmp_path):
@@ -235,10 +229,7 @@ def test_node_killed_mid_stream_acknowledged_sends_survive(tmp_path):
             if isinstance(e, UnknownOutcomeError):
                 assert e.uniq_keys
         n0.start().wait_ready()
-        with Admin(addr) as admin:
-            for body, r in acked:
-                m = admin.view_message(r.msg_id)
-                assert m.body == body.encode() and m.uniq_key == r.uniq_key
+        check_stored(addr, acked)
 
 
 def test_aclose_lets_the_broker_answer_sends_in_flight(node):
@@ -277,6 +268,4 @@ def test_aclose_lets_the_broker_answer_sends_in_flight(node):
     seen, alive = asyncio.run(main())
     assert alive == "running", "aclose cancelled a task that was not the producer's"
     assert len(seen) == 8 and not [e for e in seen if isinstance(e, UnknownOutcomeError)], seen
-    with Admin(node.grpc_address) as admin:
-        for body, r in acked[-20:]:
-            assert admin.view_message(r.msg_id).body == body.encode()
+    check_stored(node.grpc_address, acked[-20:])

@@ -58,6 +58,23 @@ def _send_from_threads(producer: Producer, topic: str, threads: int, per_thread:
     return results
 
 
+def leader_and_follower(nodes, topic: str) -> tuple:
+    """Create ``topic`` on a running cluster: (leader, a follower)."""
+    with Admin([n.grpc_address for n in nodes]) as admin:
+        admin.create_topic(topic, queues=2)
+        leader_id = admin.cluster_status().leader_id
+    leader = next(n for n in nodes if n.spec.id == leader_id)
+    return leader, next(n for n in nodes if n is not leader)
+
+
+def check_stored(address: str, acked: list) -> None:
+    """Every (body, SendResult) in ``acked`` is readable at ``address``, byte for byte, under its UNIQ_KEY."""
+    with Admin(address) as admin:
+        for body, r in acked:
+            m = admin.view_message(r.msg_id)
+            assert m.body == body.encode() and m.uniq_key == r.uniq_key
+
+
 def test_sends_from_many_threads_share_the_stream_and_are_stored(node):
     addr = node.grpc_address
     with Admin(addr) as admin:
@@ -147,21 +164,14 @@ def test_node_killed_mid_stream_acknowledged_sends_survive(tmp_path):
             if isinstance(e, UnknownOutcomeError):
                 assert e.uniq_keys
         n0.start().wait_ready()
-        with Admin(addr) as admin:
-            for body, r in acked:
-                m = admin.view_message(r.msg_id)
-                assert m.body == body.encode() and m.uniq_key == r.uniq_key
+        check_stored(addr, acked)
 
 
 def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
     """The stream first goes to the only address the producer knows, a follower: its sends come back 'not the
     leader', are re-sent the unary way (redirect), and the next stream opens at the leader."""
     with running_nodes(tmp_path, 3) as nodes:
-        with Admin([n.grpc_address for n in nodes]) as admin:
-            admin.create_topic("StreamMove", queues=2)
-            leader_id = admin.cluster_status().leader_id
-        leader = next(n for n in nodes if n.spec.id == leader_id)
-        follower = next(n for n in nodes if n is not leader)
+        leader, follower = leader_and_follower(nodes, "StreamMove")
         before = _stream_requests(leader)
         with Producer([follower.grpc_address]) as p:
             first = p.send("StreamMove", b"first")
@@ -169,9 +179,7 @@ def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
             results = _send_from_threads(p, "StreamMove", threads=4, per_thread=10)
         assert _stream_requests(follower) > 0, "the first stream went to the follower"
         assert _stream_requests(leader) > before, "later sends streamed to the leader"
-        with Admin(leader.grpc_address) as admin:
-            for body, r in [("first", first)] + results:
-                assert admin.view_message(r.msg_id).body == body.encode()
+        check_stored(leader.grpc_address, [("first", first)] + results)
 
 
 def test_close_lets_the_broker_answer_sends_in_flight(node):
@@ -202,9 +210,7 @@ def test_close_lets_the_broker_answer_sends_in_flight(node):
     assert not any(t.is_alive() for t in ts)
     assert len(errors_seen) == 8
     assert not [e for e in errors_seen if isinstance(e, UnknownOutcomeError)], errors_seen
-    with Admin(addr) as admin:
-        for body, r in acked[-20:]:
-            assert admin.view_message(r.msg_id).body == body.encode()
+    check_stored(addr, acked[-20:])
 
 
 def test_the_broker_accepts_a_stream_with_headers_before_any_request(node):
