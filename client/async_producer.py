@@ -112,9 +112,14 @@ class AsyncProducer:
         """Stop taking sends, let the broker answer those in flight, close the connections."""
         if self._closed:
             return
-        self._closed = True
         if self._accumulator is not None:
-            await self._accumulator.aclose()
+            if asyncio.get_running_loop() is self._loop:
+                await self._accumulator.aclose()
+            elif self._loop is not None and not self._loop.is_closed():
+                raise errors.RaftmqError("this AsyncProducer belongs to another running event loop; aclose() it "
+                                         "there")
+            # else its loop is closed: its stream and tasks ended with it
+        self._closed = True
         self._producer.close()
 
     async def __aenter__(self) -> AsyncProducer:

@@ -112,11 +112,18 @@ def test_bad_arguments_and_a_second_event_loop_are_refused(node):
         assert first_loop.run_until_complete(p.send("AsyncLoops", b"first loop")).queue_offset == 0
         with pytest.raises(RaftmqError, match="one AsyncProducer per event loop"):
             asyncio.run(p.send("AsyncLoops", b"second loop"))
+        with pytest.raises(RaftmqError, match="aclose.. it there"):
+            asyncio.run(p.aclose())
         first_loop.run_until_complete(p.aclose())
     finally:
         first_loop.close()
+    gone = AsyncProducer(node.grpc_address)
+    asyncio.run(gone.send("AsyncLoops", b"loop since closed"))
+    asyncio.run(gone.aclose())  # its loop is gone: closing it elsewhere is fine
+    with pytest.raises(RaftmqError, match="producer is closed"):
+        asyncio.run(gone.send("AsyncLoops", b"after close"))
     with Admin(node.grpc_address) as admin:
-        assert sum(q.max_offset for q in admin.queue_offsets("AsyncLoops")) == 1
+        assert sum(q.max_offset for q in admin.queue_offsets("AsyncLoops")) == 2
 
 
 def test_a_cancelled_send_leaves_the_producer_working(node):
