@@ -263,6 +263,7 @@ class SendAccumulator:
 
     def close(self) -> None:
         """Blocking callers: stop taking sends and let the broker answer those in flight."""
+        assert self._thread is not None, "an accumulator on the caller's loop closes with aclose()"
         closing, stream = self._start_closing()
         if not closing:
             return
@@ -270,8 +271,7 @@ class SendAccumulator:
             stream.ended.wait(self._pool.timeout)
         with contextlib.suppress(RuntimeError):  # the loop already stopped
             asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)
 
     async def aclose(self) -> None:
         """``close`` on the accumulator's own loop."""
