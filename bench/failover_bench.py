@@ -253,7 +253,7 @@ def main() -> None:
                 if kind == "kill":
                     leader.kill()
                 elif kind == "stop":
-                    os.kill(leader.proc.pid, signal.SIGSTOP)
+                    leader.freeze()
                 else:
                     proxy.blocked.add(leader.grpc_address)
                 # time to the first write sent after the fault that was acknowledged
@@ -292,7 +292,7 @@ def main() -> None:
                 if kind == "kill":
                     leader.start().wait_ready(120)
                 elif kind == "stop":
-                    os.kill(leader.proc.pid, signal.SIGCONT)
+                    leader.thaw()
                 else:
                     proxy.blocked.discard(leader.grpc_address)
                 current_leader()

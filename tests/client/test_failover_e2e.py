@@ -9,9 +9,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
 from raftmq.client import Admin, Producer, errors
@@ -69,11 +66,11 @@ def test_writes_resume_after_a_stopped_leader_is_replaced(tmp_path):
             admin.create_topic("Stop", queues=2)
         with Producer(servers, timeout=WRITE_TIMEOUT_S, retry_timeout=30) as p:
             p.send("Stop", b"before")
-            os.kill(leader.proc.pid, signal.SIGSTOP)
+            leader.freeze()
             try:
                 _, failures = _send_until(p, "Stop", successes=10, max_attempts=15)
                 new_leader = wait_leader(nodes, exclude={leader.spec.id})
                 assert new_leader is not leader
                 assert len(failures) <= 3, failures
             finally:
-                os.kill(leader.proc.pid, signal.SIGCONT)
+                leader.thaw()

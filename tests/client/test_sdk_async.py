@@ -5,8 +5,6 @@ thread), and a node killed mid-stream loses no acknowledged send and hangs no ta
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 
 import pytest
 
@@ -165,7 +163,7 @@ def test_an_unanswered_send_times_out_as_unknown_without_blocking_the_loop(tmp_p
 
             async with AsyncProducer(n0.grpc_address, timeout=2, retry_timeout=0) as p:
                 await p.send("AsyncStopped", b"before")
-                os.kill(n0.proc.pid, signal.SIGSTOP)
+                n0.freeze()
                 t = asyncio.create_task(ticker())
                 try:
                     await p.send("AsyncStopped", b"unanswered")
@@ -175,7 +173,7 @@ def test_an_unanswered_send_times_out_as_unknown_without_blocking_the_loop(tmp_p
                     raise AssertionError("a stopped node acknowledged a send")
                 finally:
                     t.cancel()
-                    os.kill(n0.proc.pid, signal.SIGCONT)
+                    n0.thaw()
             return error, seen
 
         error, ticks = asyncio.run(main())

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import signal
 
 import pytest
 
@@ -95,7 +93,7 @@ def test_raft_metrics_and_cluster_status_with_a_stopped_follower(tmp_path):
 
         # ---- one follower frozen (SIGSTOP): reported unreachable with the reason, no made-up lag
         frozen, alive = followers
-        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        frozen.freeze()
         try:
             st = _status(leader)
             by_id = {m.id: m for m in st.members}
@@ -116,7 +114,7 @@ def test_raft_metrics_and_cluster_status_with_a_stopped_follower(tmp_path):
             # a write still commits with the remaining majority while status is being asked for
             send(pb.SendMessageRequest(message=pb.Message(topic="T", body=b"during")), timeout=20)
         finally:
-            os.kill(frozen.proc.pid, signal.SIGCONT)
+            frozen.thaw()
 
         # ---- a killed follower: refused connection, still unreachable with an error
         frozen.kill()

@@ -9,8 +9,6 @@ that hear from the leader refuse: the leader and its term must survive any numbe
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
@@ -42,9 +40,9 @@ def test_a_stalled_follower_does_not_depose_a_healthy_leader(cluster_factory):
         p.wait_acked(50)
         for i in range(3):
             follower = [n for n in c.nodes if n is not leader][i % 2]
-            os.kill(follower.proc.pid, signal.SIGSTOP)
+            follower.freeze()
             time.sleep(FROZEN_S)
-            os.kill(follower.proc.pid, signal.SIGCONT)
+            follower.thaw()
             p.wait_acked(len(p.log.acked) + 50)
     finally:
         p.stop()

@@ -11,8 +11,6 @@ steady load; afterwards no member may have logged the alarm, and the replicas ar
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
@@ -39,9 +37,9 @@ def test_resent_applied_entries_raise_no_critical(cluster_factory):
         for round_ in range(4):
             leader = wait_leader(c.nodes)
             follower = [n for n in c.nodes if n is not leader][round_ % 2]
-            os.kill(follower.proc.pid, signal.SIGSTOP)
+            follower.freeze()
             time.sleep(1.0)  # a stall, shorter than an election timeout: the leader keeps sending to it
-            os.kill(follower.proc.pid, signal.SIGCONT)
+            follower.thaw()
             p.wait_acked(len(p.log.acked) + 200)
     finally:
         p.stop()

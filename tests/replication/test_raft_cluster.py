@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import time
 from collections import Counter
 
@@ -171,13 +170,13 @@ def test_sigstop_leader_acknowledges_nothing_that_is_not_in_the_new_log(cluster_
     old = wait_leader(c.nodes)
     p = Producers(c.nodes, TOPIC, n=6, queues=QUEUES).start()
     p.wait_acked(300)
-    os.kill(old.proc.pid, signal.SIGSTOP)
+    old.freeze()
     try:
         wait_leader(c.nodes, timeout=30, exclude={old.spec.id})
         before = len(p.log.acked)
         p.wait_acked(before + 300)
     finally:
-        os.kill(old.proc.pid, signal.SIGCONT)
+        old.thaw()
     time.sleep(1.0)  # let the old leader notice, fail its pending puts and rejoin
     p.wait_acked(len(p.log.acked) + 100)
     log = p.stop()
@@ -276,7 +275,7 @@ def test_leader_cut_off_from_its_majority_acknowledges_nothing_and_steps_down(cl
     leader = wait_leader(c.nodes)
     followers = [n for n in c.nodes if n is not leader]
     for f in followers:
-        os.kill(f.proc.pid, signal.SIGSTOP)
+        f.freeze()
     try:
         outcomes = []
         for i in range(5):
@@ -292,7 +291,7 @@ def test_leader_cut_off_from_its_majority_acknowledges_nothing_and_steps_down(cl
         assert me.role != "leader", "a leader without a majority must step down"
     finally:
         for f in followers:
-            os.kill(f.proc.pid, signal.SIGCONT)
+            f.thaw()
     wait_leader(c.nodes, timeout=60)
     p = Producers(c.nodes, TOPIC, n=2, queues=QUEUES).start()
     p.wait_acked(50)

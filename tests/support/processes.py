@@ -238,11 +238,41 @@ class NodeProcess:
         finally:
             self._close()
 
+    def freeze(self, timeout: float = 30.0) -> None:
+        """SIGSTOP, and return only once every thread of the process is stopped.
+
+        ``kill()`` returns before the stop reaches all threads: one woken thread must run first and then stop
+        the others, and on a loaded box its threads keep answering Raft and gRPC for milliseconds meanwhile
+        (seen: a "cut-off" leader's first write acknowledged by a follower that was still running)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(self.proc.pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {self.spec.id} not stopped {timeout}s after SIGSTOP")
+            time.sleep(0.001)
+
+    def thaw(self) -> None:
+        """SIGCONT (after ``freeze``)."""
+        os.kill(self.proc.pid, signal.SIGCONT)
+
     def restart(self, timeout: float = 60.0) -> NodeProcess:
         """Stop cleanly (if running), start again on the same ports and data, wait for ready."""
         if self.alive:
             self.stop()
         return self.start().wait_ready(timeout)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread in state T (stopped) per /proc/PID/task/*/stat; a thread that exited meanwhile is skipped."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue
+        if stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"T":
+            return False
+    return True
 
 
 def start_nodes(specs: list[NodeSpec], *, wait: bool = True, timeout: float = 60.0) -> list[NodeProcess]:
