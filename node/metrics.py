@@ -336,6 +336,8 @@ class RaftCollector(Collector):
              "instead of a needless election", counters.get("tick_stalls", 0)),
             ("raftmq_raft_resent_applied_entries", "Already-applied entries a leader re-sent (matching; skipped)",
              counters.get("resent_applied_entries", 0)),
+            ("raftmq_raft_stale_acks_dropped", "Acknowledgements of an earlier term this member ignored as leader "
+             "(they say nothing of its own term's entries)", counters.get("stale_acks_dropped", 0)),
         ):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))

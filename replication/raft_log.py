@@ -30,6 +30,7 @@ PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
 # how soon after an entry commits the followers hear of it when no new entry carries the news earlier
 COMMIT_NOTICE_S = 0.005
 DURABLE_KEY = "durable"  # in a follower's next_node_idx: the acknowledged entries are on disk in its journal
+TERM_KEY = "term"  # in a follower's next_node_idx: the term of the append_entries it answers (pysyncobj sends none)
 
 
 class ReplicatedLog(SyncObj):
@@ -66,6 +67,7 @@ class ReplicatedLog(SyncObj):
         self.raft_tls = tls
         self.leader_heard_at = 0.0  # time.monotonic() of the last append_entries from a current leader
         self.resent_applied_entries = 0  # entries a leader re-sent that this member had applied (metrics)
+        self.stale_acks_dropped = 0  # acknowledgements of another term a leader ignored
         self.pre_votes_started = 0
         self.elections_started = 0
         self.tick_stalls = 0
@@ -209,14 +211,41 @@ class ReplicatedLog(SyncObj):
         if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:
             self.leader_heard_at = time.monotonic()
             self._pre_vote_term = -1  # a live leader: no election wanted
-            if "prevLogIdx" in message and "transmission" not in message:
+            if "prevLogIdx" not in message:
+                return self._on_snapshot_message(node, message)
+            if "transmission" not in message:
                 message = self._skip_applied_entries(message)
+        if kind == "next_node_idx" and message.get(TERM_KEY, self.raftCurrentTerm) != self.raftCurrentTerm:
+            self.stale_acks_dropped += 1
+            return  # answers an append_entries of another term: says nothing of this term's log (see _send...Idx)
         if kind == "next_node_idx" and message.get("success"):  # before pysyncobj counts it towards a commit
             if message.get(DURABLE_KEY):
                 self._durable_ackers.add(node)
             else:
                 self._durable_ackers.discard(node)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _on_snapshot_message(self, node: Any, message: dict) -> None:
+        """pysyncobj's handling of a snapshot-transfer append_entries, without its jump of the commit index.
+
+        Such a message has no ``prevLogIdx``: nothing checks that this member's log matches the leader's. Yet
+        pysyncobj raised the commit index on it to min(leader's commit, own last index), and so committed and
+        applied whatever its log held beyond the last entry it knew committed: entries of an old term that no
+        majority ever had. A deposed leader holds such entries (it keeps proposing until it hears of the new
+        term, e.g. right after resuming from a pause), and a follower may hold them from it. Seen: a leader
+        resumed after SIGSTOP, took a few puts into its log, applied them on the new leader's snapshot message,
+        then installed the snapshot on top; its commit log differed from the group's at those bytes. Raft
+        advances a follower's commit index only on entries that passed the log-matching check, or to the end of
+        a snapshot it installed, and so does this: the message is handled with the commit index it already had,
+        and raised to what a loaded snapshot covers."""
+        leader_commit = message.get("commit_index", 0)
+        SyncObj._SyncObj__onMessageReceived(
+            self, node, {**message, "commit_index": min(leader_commit, self._SyncObj__raftCommitIndex)})
+        self._SyncObj__leaderCommitIndex = leader_commit
+        installed = self._SyncObj__raftLastApplied  # a loaded snapshot sets it to the snapshot's last index
+        if installed > self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = installed
+            self._SyncObj__raftLog.setRaftCommitIndex(installed)
 
     # ------------------------------------------------------------------ durable acknowledgements (sync mode)
     # Raft's own rule: a follower makes entries durable before it acknowledges them. Then an entry the leader
@@ -226,15 +255,22 @@ class ReplicatedLog(SyncObj):
     # member during a rolling upgrade, or one configured ``async``).
     def _SyncObj__sendNextNodeIdx(self, node: Any, reset: bool = False, nextNodeIdx: int | None = None,  # noqa: N802,N803
                                   success: bool = False) -> None:
-        """pysyncobj's acknowledgement; with ``durable_acks`` a positive one follows a journal sync."""
+        """pysyncobj's acknowledgement, with the term it answers; with ``durable_acks`` a positive one follows a
+        journal sync.
+
+        The term: pysyncobj's acknowledgement has none, so a leader counted one that reached it late (the member
+        paused after answering, the leader deposed and elected again meanwhile) towards entries of its new term at
+        the same indexes, which the member may not hold. The leader drops an acknowledgement of another term;
+        one without the key (a member of an older version) counts as before."""
         # a plain acknowledgement when the sync fails: the leader then asks for an explicit fsync round
         durable = success and self.durable_acks and self._journal_synced_now("acknowledging without the durable flag")
-        if not durable:
-            return SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success)
         if nextNodeIdx is None:
             nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
-        self._SyncObj__transport.send(node, {"type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset,
-                                             "success": True, DURABLE_KEY: True})
+        message = {"type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset, "success": success,
+                   TERM_KEY: self.raftCurrentTerm}
+        if durable:
+            message[DURABLE_KEY] = True
+        self._SyncObj__transport.send(node, message)
 
     def peers_ack_durably(self) -> bool:
         """Every other member's latest acknowledgement came after its journal sync (tick thread or not: a read

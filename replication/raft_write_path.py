@@ -60,6 +60,7 @@ INLINE_RESOLVE_MAX_PUTS = 64  # async batches this small are resolved on the tic
 
 
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+LEADERSHIP_LOST = "this member lost the leadership before the entry was confirmed"  # UnknownOutcomeError detail
 
 
 def _now_ms() -> int:
@@ -369,7 +370,8 @@ class RaftWritePath:
         lg = self._log
         return {"elections": getattr(lg, "elections_started", 0), "pre_votes": getattr(lg, "pre_votes_started", 0),
                 "tick_stalls": getattr(lg, "tick_stalls", 0),
-                "resent_applied_entries": getattr(lg, "resent_applied_entries", 0)}
+                "resent_applied_entries": getattr(lg, "resent_applied_entries", 0),
+                "stale_acks_dropped": getattr(lg, "stale_acks_dropped", 0)}
 
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
@@ -544,12 +546,13 @@ class RaftWritePath:
         """Tick thread: resolve a small ``async`` batch here, hand any other outcome to the completion thread;
         never raise (an exception here would abort pysyncobj's tick after the entry was applied)."""
         try:
+            ok = err == FAIL_REASON.SUCCESS and res is not None and self._applied_as_leader(res[1])
             # sync mode keeps the in-flight slot until the fsync round: the queue grows, batches get bigger
-            hold = err == FAIL_REASON.SUCCESS and res is not None and self.settings.durability == "sync"
+            hold = ok and self.settings.durability == "sync"
             rec = self._take_inflight(rid, release=not hold)
             if rec is None:
                 return  # already timed out or failed on a role change
-            if err == FAIL_REASON.SUCCESS and res is not None:
+            if ok:
                 index, term, results = res
                 self.acked_batches += 1
                 if not hold and len(rec.puts) <= INLINE_RESOLVE_MAX_PUTS:
@@ -560,11 +563,19 @@ class RaftWritePath:
                     self._done_q.append((index, term, rec.puts, results, rec.deadline))
                     self._done_cv.notify()
                 return
-            exc = self._error_for(err)
+            exc = UnknownOutcomeError(LEADERSHIP_LOST) if err == FAIL_REASON.SUCCESS else self._error_for(err)
             for p in rec.puts:
                 p.fail(exc)
         except Exception:
             log.exception("completing Raft batch %d failed", rid)
+
+    def _applied_as_leader(self, term: int | None) -> bool:
+        """In an apply callback (tick thread): this member still leads the term its entry was proposed in.
+
+        Only then is an applied entry of its own known to be committed by the group: a deposed member may apply
+        an entry that only its log holds if a commit rule has a hole (pysyncobj had one: see
+        ``ReplicatedLog._on_snapshot_message``). Its outcome is then unknown, never acknowledged."""
+        return term is not None and self._log.is_leader() and self._log.raftCurrentTerm == term
 
     def _error_for(self, err: int) -> ReplicationError:
         if err in (FAIL_REASON.QUEUE_FULL,):
@@ -727,16 +738,16 @@ class RaftWritePath:
         done = threading.Event()
         box: list = []
 
-        def cb(res, err):
-            box.append((res, err))
+        def cb(res, err):  # tick thread
+            box.append((res, err, err == FAIL_REASON.SUCCESS and res is not None and self._applied_as_leader(res[1])))
             done.set()
 
         self._log.apply_meta(kind, json.dumps(arg).encode(), callback=cb)
         if not done.wait(self.settings.put_timeout_s):
             raise UnknownOutcomeError(f"{kind} not confirmed within {self.settings.put_timeout_s}s")
-        res, err = box[0]
-        if err != FAIL_REASON.SUCCESS or res is None:
-            raise self._error_for(err)
+        res, err, ok = box[0]
+        if not ok:
+            raise UnknownOutcomeError(LEADERSHIP_LOST) if err == FAIL_REASON.SUCCESS else self._error_for(err)
         return res[2]
 
     def _meta_or_raise(self, kind: str, arg: Any) -> None:
