@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import select
-import signal
 import socket
 import statistics
 import subprocess
@@ -326,7 +325,7 @@ def main() -> None:
         proxy.close()
         for n in nodes:
             if n.proc is not None and n.proc.poll() is None:
-                os.kill(n.proc.pid, signal.SIGCONT)
+                n.thaw()
         stop_all(nodes, kill=True)
 
 

@@ -546,7 +546,7 @@ class RaftWritePath:
         """Tick thread: resolve a small ``async`` batch here, hand any other outcome to the completion thread;
         never raise (an exception here would abort pysyncobj's tick after the entry was applied)."""
         try:
-            ok = err == FAIL_REASON.SUCCESS and res is not None and self._applied_as_leader(res[1])
+            ok = self._confirmed(res, err)
             # sync mode keeps the in-flight slot until the fsync round: the queue grows, batches get bigger
             hold = ok and self.settings.durability == "sync"
             rec = self._take_inflight(rid, release=not hold)
@@ -563,21 +563,26 @@ class RaftWritePath:
                     self._done_q.append((index, term, rec.puts, results, rec.deadline))
                     self._done_cv.notify()
                 return
-            exc = UnknownOutcomeError(LEADERSHIP_LOST) if err == FAIL_REASON.SUCCESS else self._error_for(err)
+            exc = self._error_for(err)
             for p in rec.puts:
                 p.fail(exc)
         except Exception:
             log.exception("completing Raft batch %d failed", rid)
 
-    def _applied_as_leader(self, term: int | None) -> bool:
-        """In an apply callback (tick thread): this member still leads the term its entry was proposed in.
+    def _confirmed(self, res: Any, err: int) -> bool:
+        """In an apply callback (tick thread): the entry was applied and this member still leads the term it was
+        proposed in (``res`` is StateMachine's (index, term, outcome)).
 
         Only then is an applied entry of its own known to be committed by the group: a deposed member may apply
         an entry that only its log holds if a commit rule has a hole (pysyncobj had one: see
         ``ReplicatedLog._on_snapshot_message``). Its outcome is then unknown, never acknowledged."""
-        return term is not None and self._log.is_leader() and self._log.raftCurrentTerm == term
+        return (err == FAIL_REASON.SUCCESS and res is not None and res[1] is not None and self._log.is_leader()
+                and self._log.raftCurrentTerm == res[1])
 
     def _error_for(self, err: int) -> ReplicationError:
+        """The error of an apply callback that was not ``_confirmed``."""
+        if err == FAIL_REASON.SUCCESS:
+            return UnknownOutcomeError(LEADERSHIP_LOST)
         if err in (FAIL_REASON.QUEUE_FULL,):
             return BusyError("Raft command queue full")
         if err in (FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED):
@@ -739,7 +744,7 @@ class RaftWritePath:
         box: list = []
 
         def cb(res, err):  # tick thread
-            box.append((res, err, err == FAIL_REASON.SUCCESS and res is not None and self._applied_as_leader(res[1])))
+            box.append((res, err, self._confirmed(res, err)))
             done.set()
 
         self._log.apply_meta(kind, json.dumps(arg).encode(), callback=cb)
@@ -747,7 +752,7 @@ class RaftWritePath:
             raise UnknownOutcomeError(f"{kind} not confirmed within {self.settings.put_timeout_s}s")
         res, err, ok = box[0]
         if not ok:
-            raise UnknownOutcomeError(LEADERSHIP_LOST) if err == FAIL_REASON.SUCCESS else self._error_for(err)
+            raise self._error_for(err)
         return res[2]
 
     def _meta_or_raise(self, kind: str, arg: Any) -> None:

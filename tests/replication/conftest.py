@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
@@ -65,10 +66,8 @@ def cluster_factory(tmp_path) -> Iterator:
     for c in made:
         for n in c.nodes:
             if n.proc is not None and n.proc.poll() is None:
-                try:
-                    n.proc.send_signal(18)  # SIGCONT, in case a test left it stopped
-                except ProcessLookupError:
-                    pass
+                with contextlib.suppress(ProcessLookupError):
+                    n.thaw()  # in case a test left it frozen
         stop_all(c.nodes, kill=True)
 
 

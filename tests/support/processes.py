@@ -27,6 +27,8 @@ from typing import Any
 import grpc
 import yaml
 
+from tests.support.waiting import wait_for
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 
@@ -245,11 +247,8 @@ class NodeProcess:
         the others, and on a loaded box its threads keep answering Raft and gRPC for milliseconds meanwhile
         (seen: a "cut-off" leader's first write acknowledged by a follower that was still running)."""
         os.kill(self.proc.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + timeout
-        while not _all_threads_stopped(self.proc.pid):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"node {self.spec.id} not stopped {timeout}s after SIGSTOP")
-            time.sleep(0.001)
+        wait_for(lambda: _all_threads_stopped(self.proc.pid), f"every thread of node {self.spec.id} to stop",
+                 timeout, interval=0.001)
 
     def thaw(self) -> None:
         """SIGCONT (after ``freeze``)."""
@@ -270,7 +269,8 @@ def _all_threads_stopped(pid: int) -> bool:
                 stat = f.read()
         except FileNotFoundError:
             continue
-        if stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"T":
+        state = stat[stat.rindex(b")") + 2]  # after "pid (comm) "; comm may hold ")" itself
+        if state != ord("T"):
             return False
     return True
 
