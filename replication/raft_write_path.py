@@ -196,6 +196,8 @@ class RaftWritePath:
         self.leader_changes = 0   # leaders this member has seen take over (metrics)
         self.term_changes = 0     # Raft term increments seen since start (metrics; a climbing term = flapping)
         self.leaderless_seconds = 0.0  # time this member knew no leader, since start (metrics)
+        self._observed_lock = threading.Lock()  # guards the three counters above and what they were counted from
+        self._observed: tuple[str | None, int, float] | None = None  # (leader address, term, when) last seen
         self.catch_up_bytes = 0   # commit-log bytes copied from peers (start-up rebuild + snapshot gaps; metrics)
         self.durable_ack_rounds = 0  # sync batches made durable on a majority without a SyncJournal round (metrics)
         self.catch_up_throttle = CatchUpThrottle(self.settings.catch_up_bytes_per_s,  # copies served to peers
@@ -380,7 +382,30 @@ class RaftWritePath:
     def leader(self) -> MemberInfo | None:
         if self._log is None:
             return None
-        return self.peers.by_raft_address(self._log.leader_address())
+        return self.peers.by_raft_address(self._observe_leadership())
+
+    def _observe_leadership(self) -> str | None:
+        """The leader's Raft address as pysyncobj knows it now, counting a new leader, term increments and time
+        without a leader (metrics). Housekeeping calls it every tick and every ``leader()`` read does, so whoever
+        has seen a leader (a scrape's has_leader gauge) also finds its taking over counted."""
+        current = self._log.leader_address() if self._log is not None else None
+        term = self.term()
+        with self._observed_lock:
+            now = time.monotonic()
+            if self._observed is None:
+                seen_leader, seen_term, last = None, term, now
+            else:
+                seen_leader, seen_term, last = self._observed
+            if current is not None and current != seen_leader:  # a leader other than the last one took over
+                self.leader_changes += 1
+                seen_leader = current
+            if term > seen_term:
+                self.term_changes += term - seen_term
+                seen_term = term
+            if current is None:
+                self.leaderless_seconds += now - last
+            self._observed = (seen_leader, seen_term, now)
+        return current
 
     def catch_up_with_leader(self, timeout: float) -> bool:
         """Wait until this member has applied what the leader had committed when asked (its commit index, read
@@ -831,21 +856,9 @@ class RaftWritePath:
 
     # ================================================================== housekeeping
     def _housekeeping(self) -> None:
-        last_offsets = last_check = time.monotonic()
-        seen_leader = None
-        seen_term = self.term()
+        last_offsets = time.monotonic()
         while self._running:
-            current = self._log.leader_address() if self._log is not None else None
-            if current is not None and current != seen_leader:  # a leader other than the last one took over
-                self.leader_changes += 1
-                seen_leader = current
-            term, now = self.term(), time.monotonic()
-            if term > seen_term:
-                self.term_changes += term - seen_term
-                seen_term = term
-            if current is None:
-                self.leaderless_seconds += now - last_check
-            last_check = now
+            self._observe_leadership()
             with self._wake:
                 self._wake.wait(self.settings.offsets_linger_s)
             now = time.monotonic()

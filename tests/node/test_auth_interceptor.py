@@ -81,9 +81,10 @@ async def _calls(metadata, writes: int = 2) -> dict[str, object]:
 
 
 async def _streamed(call, writes: int):
-    """Write ``writes`` requests (and close the stream after two), then read. A refused client writes no more
-    than the server reads before refusing (none when unauthenticated, one when a message is denied): a write
-    racing the server's status makes the aio client report its own failed write as INTERNAL instead."""
+    """Write ``writes`` requests (and close the stream after two), then read. A refused client writes nothing:
+    every refusal here (bad credentials, an admins-only method) is decided when the stream opens, before a
+    request is read, and a write racing the server's status makes the aio client report its own failed write as
+    INTERNAL instead (the SDK's streams map that race back to the server's status; this bare client does not)."""
     for chunk in (b"a", b"b")[:writes]:
         await call.write(chunk)
     if writes == 2:
@@ -119,11 +120,11 @@ def test_admin_passes_every_shape():
     assert got == {"UU": b"x", "US": [b"x", b"x"], "SU": b"ab", "SS": [b"a", b"b"]}
 
 
-@pytest.mark.parametrize("metadata,code,writes", [
-    (lambda: [], grpc.StatusCode.UNAUTHENTICATED, 0),
-    (lambda: signed_headers("root", "wrong-secret-1"), grpc.StatusCode.UNAUTHENTICATED, 0),
-    (lambda: signed_headers("alice", "alice-secret-1"), grpc.StatusCode.PERMISSION_DENIED, 1),  # unlisted: admins
+@pytest.mark.parametrize("metadata,code", [
+    (lambda: [], grpc.StatusCode.UNAUTHENTICATED),
+    (lambda: signed_headers("root", "wrong-secret-1"), grpc.StatusCode.UNAUTHENTICATED),
+    (lambda: signed_headers("alice", "alice-secret-1"), grpc.StatusCode.PERMISSION_DENIED),  # unlisted: admins
 ])
-def test_every_shape_is_refused(metadata, code, writes):
-    got = asyncio.run(_calls(metadata(), writes))
+def test_every_shape_is_refused(metadata, code):
+    got = asyncio.run(_calls(metadata(), writes=0))
     assert got == {"UU": code, "US": code, "SU": code, "SS": code}

@@ -122,3 +122,13 @@ def test_raft_metrics_and_cluster_status_with_a_stopped_follower(tmp_path):
                             else None)(_status(leader)), "a killed member is reported unreachable")
         f = {m.id: m for m in st.members}[frozen.spec.id]
         assert f.error and not f.ready and not f.healthy and f.lag_bytes == 0, f
+
+
+def test_a_scrape_that_shows_a_leader_counts_its_taking_over(tmp_path):
+    """The leader-change counter is taken from the same observation as the has_leader gauge, not by a background
+    loop that may not have run yet: with that loop asleep (offsets_linger_s paces it), a follower that already
+    knows the leader must not report zero leader changes."""
+    with running_nodes(tmp_path, 3, cluster={"raft": {"offsets_linger_s": 30}}) as nodes:
+        scrapes = _wait(lambda: (lambda s: s if all(x["raftmq_raft_has_leader"] == 1 for x in s) else None)(
+            [_scrape(n) for n in nodes]), "all members knowing a leader")
+        assert [s["raftmq_raft_leader_changes_total"] >= 1 for s in scrapes] == [True] * 3, scrapes
