@@ -165,6 +165,16 @@ class ConsumeResult(enum.Enum):
 Listener = Callable[[ReceivedMessage], ConsumeResult]
 
 
+class _Running:
+    """A message whose listener runs: its latest receipt handle (the renewer replaces it), and a lock that keeps
+    a renewal and the listener's ack or nack apart (each would otherwise invalidate the other's handle)."""
+
+    def __init__(self, handle: ReceivedMessage):
+        self.handle = handle
+        self.lock = threading.Lock()
+        self.finished = False
+
+
 class PushConsumer:
     """Runs ``listener`` on every message with ``concurrency`` threads: SUCCESS acks, FAILURE (or an exception)
     nacks, so the message comes back after the group's retry back-off and moves to the DLQ after max attempts.
@@ -190,7 +200,7 @@ class PushConsumer:
         self._slots = threading.Semaphore(concurrency)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._running: dict[int, ReceivedMessage] = {}  # messages whose listener runs, with their latest handle
+        self._running: dict[int, _Running] = {}  # messages whose listener runs, with their latest handle
         self._running_lock = threading.Lock()
         self._renew_stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -232,16 +242,18 @@ class PushConsumer:
 
     def _consume(self, m: ReceivedMessage) -> None:
         key = id(m)
+        running = _Running(m)
         with self._running_lock:
-            self._running[key] = m
+            self._running[key] = running
         try:
             try:
                 result = self.listener(m)
             except Exception:  # noqa: BLE001 - a listener exception is a FAILURE, as in RocketMQ
                 log.exception("listener failed on message %s", m.message.msg_id)
                 result = ConsumeResult.FAILURE
-            with self._running_lock:
-                m = self._running.pop(key)  # the latest handle, if the renewer extended it meanwhile
+            with running.lock:  # a renewal in progress finishes first; none starts after this
+                running.finished = True
+                m = running.handle  # the latest handle, if the renewer extended it meanwhile
             if result == ConsumeResult.SUCCESS:
                 try:
                     self._consumer.ack(m)
@@ -260,17 +272,16 @@ class PushConsumer:
         while not self._renew_stop.wait(min(1.0, self.invisible_duration / 6)):
             now_ms = time.time() * 1000
             with self._running_lock:
-                due = [(k, m) for k, m in self._running.items()
-                       if m.invisible_until - now_ms < self.invisible_duration * 1000 / 3]
-            for k, m in due:
-                try:
-                    renewed = self._consumer.change_invisible_duration(m, self.invisible_duration)
-                except errors.RaftmqError as e:
-                    self.errors.append(e)
-                    continue
-                with self._running_lock:
-                    if k in self._running:
-                        self._running[k] = renewed
+                due = [r for r in self._running.values()
+                       if r.handle.invisible_until - now_ms < self.invisible_duration * 1000 / 3]
+            for r in due:
+                with r.lock:  # never while its listener's ack or nack is under way: that would use a stale handle
+                    if r.finished:
+                        continue
+                    try:
+                        r.handle = self._consumer.change_invisible_duration(r.handle, self.invisible_duration)
+                    except errors.RaftmqError as e:
+                        self.errors.append(e)
 
     def _give_back(self, m: ReceivedMessage) -> None:
         try:

@@ -426,6 +426,38 @@ def test_push_consumer_renews_the_invisible_time_of_a_slow_listener(node):
     assert deliveries == [1], "no redelivery while the listener was still running"
 
 
+def test_a_listener_finishing_during_a_renewal_acks_with_the_renewed_handle(node):
+    """The renewer extends a running message while its listener returns: the ack must wait for that renewal and
+    use the handle it returned (acking with the superseded one, or renewing an acked message, is refused)."""
+    topic = make_topic(node, "PopRenewRace", queues=1)
+    with Producer(node.grpc_address) as p:
+        p.send(topic, "finishes mid-renewal")
+    renewing, deliveries = threading.Event(), []
+
+    def listener(m):
+        deliveries.append(m.delivery_attempt)
+        renewing.wait(30)  # return while the renewal is on its way to the node
+        return ConsumeResult.SUCCESS
+
+    # renewed a third of 12 s before the deadline: seconds to spare for the delayed renewal on a busy box
+    push = PushConsumer("renew-race", topic, listener, node.grpc_address, concurrency=1, invisible_duration=12)
+    real_renew = push._consumer.change_invisible_duration
+
+    def slow_renew(m, seconds):
+        renewing.set()
+        time.sleep(0.3)  # the listener has returned by now and would ack
+        return real_renew(m, seconds)
+
+    push._consumer.change_invisible_duration = slow_renew
+    push.start()
+    try:
+        wait_for(lambda: renewing.is_set() and not push._running, "the renewed message finished", 60)
+    finally:
+        push.shutdown()
+    assert push.errors == [], "the renewal and the ack each used a handle the node still honoured"
+    assert deliveries == [1]
+
+
 def test_pull_only_group_retries_through_its_retry_topic_until_the_dlq(node):
     topic = make_topic(node, "PopBackPull", queues=1)
     with Producer(node.grpc_address) as p:
