@@ -3,8 +3,9 @@
 How a put travels: the group committer (leader only) encodes concurrent puts into one store batch with the
 leader's clock and the group STOREHOST, proposes it as ONE Raft command, and the future resolves when pysyncobj's
 callback reports the entry committed by a majority and applied here (``sync`` mode additionally waits until a
-majority has fsynced its journal and commit log). Every replica applies the same bytes in log order, so commit
-logs, consume queues and index files are byte-identical.
+majority has fsynced the entry in its Raft journal, from which a power cut's losses of the commit log are
+rebuilt). Every replica applies the same bytes in log order, so commit logs, consume queues and index files are
+byte-identical.
 
 Safety: a put is acknowledged only on SUCCESS from the apply callback; pysyncobj commits only current-term
 entries by majority match, so a deposed or partitioned leader cannot acknowledge; when this node stops being
@@ -627,35 +628,33 @@ class RaftWritePath:
 
     # ================================================================== sync durability
     def sync_local(self, index: int, term: int, timeout: float = 5.0) -> tuple[bool, int]:
-        """Make this member's journal and commit log durable and say whether entry (index, term) is among them.
+        """Make this member's Raft journal durable and say whether entry (index, term) is in it.
 
-        Only the journal sync and the reading of positions run on pysyncobj's tick thread (the journal may be
-        rewritten by compaction there); the commit-log and applied-index fsyncs wait here, so a slow disk does
-        not hold up heartbeats (a delayed heartbeat is an election on a busy host). A leader in ``sync`` mode
-        syncs its journal right after sending entries (``ReplicatedLog.journal_synced``): an entry of that term
-        at or below the synced index needs no turn of the tick thread (a leader never truncates its own log
-        within its term)."""
-        def do() -> tuple[bool, int, int]:
+        The journal is what makes an entry durable, on the leader as on a follower: the commit log is derived from
+        it, reaches the disk by the store's flush service and before every Raft snapshot (pysyncobj drops journal
+        entries only then), and on restart whatever a power cut took of it is replayed from the journal. So no
+        commit-log or applied-index fsync here: they cost every ``sync`` group commit two more disk round trips
+        and did not make anything more durable. Only the journal sync and the reading of positions run on
+        pysyncobj's tick thread (the journal may be rewritten by compaction there). A leader in ``sync`` mode syncs
+        its journal right after sending entries (``ReplicatedLog.journal_synced``): an entry of that term at or
+        below the synced index needs no turn of the tick thread (a leader never truncates its own log within its
+        term)."""
+        def do() -> tuple[bool, int]:
             lg = self._log
             last = lg.last_log_index()
             lg.flush_journal()
-            end = self.store.commit_log_max_offset
             if index > last:
-                return False, last, end
+                return False, last
             t = lg.entry_term(index)
-            if t is None:  # compacted away: applied if the applied index covers it (made durable below)
-                return self.machine.applied.last[0] >= index or lg.raftLastApplied >= index, last, end
-            return t == term, last, end
+            if t is None:  # compacted away: in a snapshot, written only after the commit log was flushed up to it
+                return self.machine.applied.last[0] >= index or lg.raftLastApplied >= index, last
+            return t == term, last
         if self._log is None:
             return False, 0
         synced_index, synced_term = self._log.journal_synced
         if synced_term == term and synced_index >= index:
-            found, last, end = True, synced_index, self.store.commit_log_max_offset
-        else:
-            found, last, end = self._on_tick_thread(do, timeout)
-        flushed = self.store.wait_flushed(end, timeout)
-        self.machine.applied.fsync()
-        return found and flushed, last
+            return True, synced_index
+        return self._on_tick_thread(do, timeout)
 
     def _completion_loop(self) -> None:
         """Resolve committed batches off the tick thread: every ``sync`` batch and the ``async`` ones too big to
