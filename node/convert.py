@@ -44,67 +44,92 @@ class StoreMessageBuilder:
         prefix, counter = self._uniq.reserve(need, now_ms) if need else ("", 0)  # one clock read and lock per batch
         total = 0
         out: list[Message] = []
+        many = len(messages) > 1
+        limit = self.max_message_size
         for i, m in enumerate(messages):
-            where = f"message {i}: " if len(messages) > 1 else ""
-            if m.deliver_at_ms < 0:
-                raise invalid(f"{where}deliver_at_ms {m.deliver_at_ms} is negative; give a time in milliseconds "
-                              "since the epoch, or 0 to deliver now")
-            if m.deliver_at_ms and m.delay_level:
-                raise invalid(f"{where}both delay_level and deliver_at_ms are set; use one of them")
-            if m.delay_level < 0:
-                raise invalid(f"{where}delay_level {m.delay_level} is negative; use 0 to deliver now or a level "
-                              "from 1 (store.message_delay_level lists the delays; a higher level is clamped to the "
-                              "last one)")
-            body_len = len(m.body)
-            if body_len > self.max_message_size:
+            if m.deliver_at_ms or m.delay_level:
+                _check_timing(m, _where(i, many))
+            body = m.body
+            body_len = len(body)
+            if body_len > limit:
                 raise invalid(
-                    f"{where}body is {body_len} bytes; the limit is {self.max_message_size} "
+                    f"{_where(i, many)}body is {body_len} bytes; the limit is {limit} "
                     "(store.max_message_size) - split the payload or store it elsewhere and send a reference"
                 )
             total += body_len
             try:
                 props = self._properties(m)
             except ValueError as e:
-                raise invalid(f"{where}{e}") from None
-            if not m.uniq_key:
+                raise invalid(f"{_where(i, many)}{e}") from None
+            if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
                 props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{prefix}{counter & 0xFFFF:04X}"
                 counter += 1
-            born_host = _born_host(m.born_host, where) if m.born_host else peer
-            out.append(Message(topic=m.topic, body=m.body, queue_id=queue_id, properties=props, flag=m.flag,
+            born_host = _born_host(m.born_host, _where(i, many)) if m.born_host else peer
+            out.append(Message(topic=m.topic, body=body, queue_id=queue_id, properties=props, flag=m.flag,
                                born_timestamp=m.born_timestamp or now_ms, born_host=born_host))
-        if len(messages) > 1 and total > self.max_message_size:
+        if many and total > limit:
             raise invalid(
-                f"the batch's bodies add up to {total} bytes; a batch is limited to {self.max_message_size} "
+                f"the batch's bodies add up to {total} bytes; a batch is limited to {limit} "
                 "(store.max_message_size) - send smaller batches"
             )
         return out
 
-    def _properties(self, m: pb.Message) -> dict[str, str]:
+    @staticmethod
+    def _properties(m: pb.Message) -> dict[str, str]:
+        """The stored properties of one message (per message on the send path: each field read once)."""
         props: dict[str, str] = {}
-        if m.tags:
-            check_tags(m.tags)
-            props[PROPERTY_TAGS] = m.tags
-        if m.keys:
-            keys = list(m.keys)
+        tags = m.tags
+        if tags:
+            check_tags(tags)
+            props[PROPERTY_TAGS] = tags
+        keys = m.keys
+        if keys:
+            keys = list(keys)
             check_keys(keys)
             props[PROPERTY_KEYS] = " ".join(keys)
-        if m.properties:
-            user = dict(m.properties)
+        user = m.properties
+        if user:
+            user = dict(user)
             check_user_properties(user)
             props.update(user)
-        if m.message_group:  # FIFO message group, under RocketMQ 5's property name
-            if len(m.message_group) > 128 or any(c in m.message_group for c in "\x01\x02"):
+        group = m.message_group
+        if group:  # FIFO message group, under RocketMQ 5's property name
+            if len(group) > 128 or _has_separator(group):
                 raise ValueError("message_group must be at most 128 characters without \\x01 / \\x02 separators")
-            props["__SHARDINGKEY"] = m.message_group
+            props["__SHARDINGKEY"] = group
         if m.delay_level > 0:  # set after TAGS/KEYS/WAIT and before UNIQ_KEY, as a RocketMQ producer does
             props[PROPERTY_DELAY_TIME_LEVEL] = str(m.delay_level)
         if m.deliver_at_ms > 0:  # issue 13: RocketMQ 5's timer property (store.timer diverts it until then)
             props[PROPERTY_TIMER_DELIVER_MS] = str(m.deliver_at_ms)
-        if m.uniq_key:
-            if len(m.uniq_key) > 128 or any(c in m.uniq_key for c in " \x01\x02"):
+        uniq = m.uniq_key
+        if uniq:
+            if len(uniq) > 128 or " " in uniq or _has_separator(uniq):
                 raise ValueError("uniq_key must be at most 128 characters without spaces or control separators")
-            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = m.uniq_key
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         return props
+
+
+def _has_separator(text: str) -> bool:
+    """RocketMQ's property separators (\\x01 between name and value, \\x02 between properties)."""
+    return "\x01" in text or "\x02" in text
+
+
+def _where(i: int, many: bool) -> str:
+    """The prefix of an error about message ``i`` of a request (none for a single message)."""
+    return f"message {i}: " if many else ""
+
+
+def _check_timing(m: pb.Message, where: str) -> None:
+    """A delayed or timed message asks for one of the two, with a usable value."""
+    if m.deliver_at_ms < 0:
+        raise invalid(f"{where}deliver_at_ms {m.deliver_at_ms} is negative; give a time in milliseconds "
+                      "since the epoch, or 0 to deliver now")
+    if m.deliver_at_ms and m.delay_level:
+        raise invalid(f"{where}both delay_level and deliver_at_ms are set; use one of them")
+    if m.delay_level < 0:
+        raise invalid(f"{where}delay_level {m.delay_level} is negative; use 0 to deliver now or a level "
+                      "from 1 (store.message_delay_level lists the delays; a higher level is clamped to the "
+                      "last one)")
 
 
 def _born_host(text: str, where: str) -> tuple[str, int]:
@@ -165,6 +190,21 @@ def send_result(r, msg: Message) -> pb.SendResult:
     return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
                          queue_id=queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
                          store_timestamp=r.store_timestamp, note=note)
+
+
+def add_send_results(field, results: list, msgs: list[Message]) -> None:
+    """Append each stored message's SendResult to ``field`` (a repeated SendResult of a response being built).
+
+    Built in place: a SendResult made first and then put in a response is copied there, and the send stream
+    answers tens of thousands of messages a second; a delayed or timed message takes ``send_result``'s way."""
+    add = field.add
+    for r, m in zip(results, msgs, strict=True):
+        topic = m.topic
+        if r.topic != topic:
+            field.append(send_result(r, m))
+            continue
+        add(msg_id=r.msg_id, uniq_key=m.uniq_key or "", topic=topic, queue_id=r.queue_id,
+            queue_offset=r.queue_offset, physical_offset=r.physical_offset, store_timestamp=r.store_timestamp)
 
 
 def message_view(m) -> pb.MessageView:

@@ -72,7 +72,9 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         if not request.messages:
             raise invalid("the batch is empty; send at least one message")
         msgs, results = await self._send(list(request.messages), context)
-        return pb.SendBatchResponse(results=[convert.send_result(r, m) for r, m in zip(results, msgs, strict=True)])
+        response = pb.SendBatchResponse()
+        convert.add_send_results(response.results, results, msgs)
+        return response
 
     async def SendStream(self, request_iterator, context):  # noqa: N802
         """issue 17: streaming produce (see node.send_stream); errors of the stream itself end it with a status."""

@@ -85,7 +85,8 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
                 checked.append(exc)
         queued = iter(service.submit_prepared([c for c in checked if not isinstance(c, Exception)]))
         submitted = [c if isinstance(c, Exception) else next(queued) for c in checked]
-        outcomes = []
+        response = pb.SendStreamResponse(id=request.id)
+        outcomes = response.outcomes
         stored = []
         for s in submitted:
             if isinstance(s, Exception):
@@ -97,10 +98,9 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
                 outcomes.append(_outcome_for(exc))
                 continue
             stored.append(s)
-            outcomes.append(pb.SendOutcome(results=[convert.send_result(r, m)
-                                                    for r, m in zip(results, s.msgs, strict=True)]))
+            convert.add_send_results(outcomes.add().results, results, s.msgs)
         service.record_stored(stored)
-        return pb.SendStreamResponse(id=request.id, outcomes=outcomes)
+        return response
     finally:
         node.rpcs_in_flight -= 1
         node.metrics.record_rpc("SendStream.request", "OK", time.perf_counter() - t0)

@@ -29,9 +29,12 @@ _RECORD_OVERHEAD = 128
 
 def estimate_size(msg: Any) -> int:
     """Encoded size estimate of one message, cheap enough to compute per put."""
-    props = getattr(msg, "properties", None) or {}
-    return len(msg.body or b"") + len(msg.topic) + sum(len(k) + len(v) + 2 for k, v in props.items()) \
-        + _RECORD_OVERHEAD
+    n = len(msg.body or b"") + len(msg.topic) + _RECORD_OVERHEAD
+    props = getattr(msg, "properties", None)
+    if props:
+        for k, v in props.items():
+            n += len(k) + len(v) + 2
+    return n
 
 
 class PendingPut:
