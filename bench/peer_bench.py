@@ -170,7 +170,7 @@ def _nats_client(servers: list[str], tasks: int, batch: int, size: int, seconds:
         body = os.urandom(size)
         nc = await nats.connect(servers=[f"nats://{s}" for s in servers])
         js = nc.jetstream(timeout=30)
-        await js.publish(TOPIC, body)
+        await _published_once(js, body)
         if batch == 1:
             result = await _closed_loop_tasks(tasks, batch, seconds, start_at, lambda: js.publish(TOPIC, body))
         else:  # nats-py has no batch publish: 32 publishes in flight at once
@@ -357,7 +357,25 @@ async def _nats_stream(servers: list[str]) -> None:
             if time.time() > deadline:
                 raise
             await asyncio.sleep(0.5)
+    await _published_once(js, b"ready")
     await nc.close()
+
+
+async def _published_once(js, body: bytes, timeout: float = 60.0) -> None:
+    """Publish until the stream acknowledges: a new R3 stream answers "no responders" until its own Raft group
+    has a leader, which comes after ``add_stream`` returns (a run once failed on its very first publish)."""
+    import nats.errors
+    import nats.js.errors
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            await js.publish(TOPIC, body)
+            return
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+            if time.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 # ------------------------------------------------------------------ main
