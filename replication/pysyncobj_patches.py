@@ -17,14 +17,24 @@ Why each one:
 5. journal writes without an fstat: the journal's ResizableFile asks ``mmap.size()`` (an fstat, which releases
    and retakes the GIL) on every write, two or three per entry on every member; the mapping's own length says
    the same (the file only grows through that mapping) without a system call.
+6. a journal with a torn tail opens: pysyncobj trusts the header's end-of-records offset, so a crash or power
+   cut that kept the header's page but not the last record's (pages reach the disk in any order unless synced)
+   made the member fail to start on a ``struct.error``, although its peers hold every entry it lost. Before
+   pysyncobj reads the journal, records are walked (size at both ends, consecutive indexes, terms that never
+   fall) and the header is cut back to the last whole record; the member fetches the rest from the leader. No
+   acknowledged entry is lost by that: under ``sync`` a member acknowledges only what it synced, and under
+   ``async`` a power cut may lose the last moments anyway (README: Replication).
 
 Patches 1 and 2 change the bytes on the wire but stay readable by stock nodes; every member runs this module.
 """
 
 from __future__ import annotations
 
+import logging
+import mmap
 import os
 import shutil
+import struct
 import zlib
 
 import pysyncobj.journal as _journal
@@ -38,6 +48,9 @@ PICKLE_PROTOCOL = 4
 ZLIB_LEVEL = 0
 
 _applied = False
+_U32 = struct.Struct("<I")
+_RECORD_HEAD = struct.Struct("<IQQ")  # size of (index, term, command), index, term; the size again after it
+log = logging.getLogger(__name__)
 
 
 class _FastZlib:
@@ -87,8 +100,49 @@ def _journal_write(self, offset: int, values: bytes) -> None:
     mapping[offset:end] = values
 
 
+def drop_torn_tail(path: str) -> int:
+    """Cut the journal at ``path`` back to its last whole record (patch 6); the bytes dropped, 0 if none."""
+    try:
+        f = open(path, "r+b")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return 0
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < _journal.FIRST_RECORD_OFFSET:
+            return 0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            end = _U32.unpack_from(mm, _journal.LAST_RECORD_OFFSET_OFFSET)[0]
+            limit = min(end, size)
+            pos = _journal.FIRST_RECORD_OFFSET
+            last: tuple[int, int] | None = None
+            while pos + _RECORD_HEAD.size + 4 <= limit:
+                n, index, term = _RECORD_HEAD.unpack_from(mm, pos)
+                if n < 16 or pos + n + 8 > limit or _U32.unpack_from(mm, pos + 4 + n)[0] != n:
+                    break
+                if last is not None and (index != last[0] + 1 or term < last[1]):
+                    break
+                last = (index, term)
+                pos += n + 8
+        if pos >= end:
+            return 0
+        f.seek(_journal.LAST_RECORD_OFFSET_OFFSET)
+        f.write(_U32.pack(pos))
+        f.flush()
+        os.fsync(f.fileno())
+    after = f"entry {last[0]} (term {last[1]})" if last is not None else "the journal's start"
+    log.error("Raft journal %s: a torn tail of %d bytes after %s (a crash or power cut cut its last write short) "
+              "was dropped; this member fetches those entries from the leader again", path, end - pos, after)
+    return end - pos
+
+
+def _open_journal_without_torn_tail(self, journalFile) -> None:  # noqa: N803 - pysyncobj's name
+    drop_torn_tail(journalFile)
+    _orig_file_journal_init(self, journalFile)
+
+
 _orig_send = _tcp.TcpConnection.send
 _orig_journal_write = _journal.ResizableFile.write
+_orig_file_journal_init = _journal.FileJournal.__init__
 
 
 def apply() -> None:
@@ -101,4 +155,5 @@ def apply() -> None:
     _tcp.TcpConnection.send = _send_and_subscribe_write
     _journal.MetaStorer.storeMeta = _store_meta_durably
     _journal.ResizableFile.write = _journal_write
+    _journal.FileJournal.__init__ = _open_journal_without_torn_tail
     _applied = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import time
 from collections import Counter
 
@@ -247,6 +248,44 @@ def test_sync_mode_kill_all_members_mid_load_keeps_every_acknowledged_write(clus
     wait_applied_equal(c.nodes)
     check_acked(log, replica_views(c.nodes))
     assert_byte_identical(c.nodes, crashed=True)
+
+
+def tear_journal_tail(data_dir) -> int:
+    """What a power cut may do to a stopped member's Raft journal: the header (end of records) reached the disk,
+    the last record's page did not and reads back as zeros. Returns the index of the entry torn away."""
+    path = data_dir / "raft" / "raft.journal"
+    data = bytearray(path.read_bytes())
+    end = struct.unpack_from("<I", data, 36)[0]  # pysyncobj's LAST_RECORD_OFFSET_OFFSET
+    size = struct.unpack_from("<I", data, end - 4)[0]
+    start = end - size - 8
+    index = struct.unpack_from("<Q", data, start + 4)[0]
+    data[start:end] = bytes(end - start)
+    with open(path, "r+b") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    return index
+
+
+def test_a_member_whose_journal_lost_its_last_record_starts_and_catches_up(cluster_factory):
+    """A member killed mid-load comes back with a torn journal tail (header written, last record not): it used to
+    fail to start (pysyncobj read the zeros as a record); now it drops the tail, says so in its log, fetches the
+    entries from the leader and ends byte-identical with every acknowledged write."""
+    c = cluster_factory(durability="sync")
+    create_topic(c.nodes, TOPIC, QUEUES)
+    leader = wait_leader(c.nodes)
+    victim = next(n for n in c.nodes if n is not leader)
+    p = Producers(c.nodes, TOPIC, n=4, queues=QUEUES).start()
+    p.wait_acked(300)
+    victim.kill()
+    torn_index = tear_journal_tail(victim.spec.data_dir)
+    p.wait_acked(len(p.log.acked) + 100)
+    victim.start(env=c.env).wait_ready(120)
+    p.wait_acked(len(p.log.acked) + 100)
+    log = p.stop()
+    wait_applied_equal(c.nodes)
+    check_acked(log, replica_views(c.nodes))
+    assert_byte_identical(c.nodes, crashed=True)
+    assert f"after entry {torn_index - 1} " in victim.spec.log_path.read_text()
 
 
 def test_follower_behind_the_compacted_log_installs_a_snapshot_and_fetches_the_gap(cluster_factory):

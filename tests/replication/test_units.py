@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import struct
 import types
 import zlib
 
@@ -112,6 +113,69 @@ def test_patched_journal_writes_ask_no_file_size_and_still_grow_and_reload(tmp_p
     again = pjournal.FileJournal(path)
     assert [again[i] for i in range(len(again))] == entries
     again._destroy()
+
+
+def _torn(shape: str, data: bytearray, end: int, last_record: int) -> bytearray:
+    """``data``: a journal file whose records end at ``end``, the last one starting at ``last_record``."""
+    if shape == "last record never reached the disk":  # header page written, the record's page not
+        data[last_record:end] = bytes(end - last_record)
+    elif shape == "last record cut short":  # its trailing size is not there
+        data[end - 4:end] = b"\xff\xff\xff\xff"
+    elif shape == "file shorter than the header says":
+        del data[end - 10:]
+    elif shape == "stale record of an older journal":  # compaction rewrote the file from the start
+        struct.pack_into("<Q", data, last_record + 4, 3)
+    return data
+
+
+@pytest.mark.parametrize("shape", ["last record never reached the disk", "last record cut short",
+                                   "file shorter than the header says", "stale record of an older journal"])
+def test_a_journal_with_a_torn_tail_opens_without_it_and_takes_new_entries(tmp_path, caplog, shape):
+    """Patch 6: stock pysyncobj trusts the header's end offset and failed to open such a journal (struct.error),
+    so the member could not start; now the whole records before the tear load, the header is cut back to them
+    and new entries follow them."""
+    from pysyncobj import journal as pjournal
+
+    from raftmq.replication import pysyncobj_patches
+
+    pysyncobj_patches.apply()
+    path = str(tmp_path / "raft.journal")
+    j = pjournal.FileJournal(path)
+    entries = [(os.urandom(100 + 700 * i), i, 1 + i // 3) for i in range(1, 7)]
+    for command, idx, term in entries:
+        j.add(command, idx, term)
+    j._destroy()
+    data = bytearray(open(path, "rb").read())
+    end = struct.unpack_from("<I", data, pjournal.LAST_RECORD_OFFSET_OFFSET)[0]
+    last_record = end - (8 + 16 + len(entries[-1][0]))
+    with open(path, "wb") as f:
+        f.write(_torn(shape, data, end, last_record))
+    with caplog.at_level("ERROR", logger="raftmq.replication.pysyncobj_patches"):
+        again = pjournal.FileJournal(path)
+    assert [again[i] for i in range(len(again))] == entries[:-1]
+    assert "torn tail of" in caplog.text and "after entry 5 (term 2)" in caplog.text
+    again.add(b"new", 6, 3)
+    again._destroy()
+    reopened = pjournal.FileJournal(path)
+    assert [reopened[i] for i in range(len(reopened))] == entries[:-1] + [(b"new", 6, 3)]
+    reopened._destroy()
+
+
+def test_an_intact_journal_is_left_as_it_is(tmp_path):
+    from pysyncobj import journal as pjournal
+
+    from raftmq.replication import pysyncobj_patches
+
+    pysyncobj_patches.apply()
+    path = str(tmp_path / "raft.journal")
+    j = pjournal.FileJournal(path)
+    for i in range(1, 30):
+        j.add(os.urandom(i * 37), i, 1)
+    j._destroy()
+    before = open(path, "rb").read()
+    assert pysyncobj_patches.drop_torn_tail(path) == 0
+    assert open(path, "rb").read() == before
+    assert len(pjournal.FileJournal(path)) == 29
 
 
 def test_peer_host_names_are_re_resolved_after_the_cache_time(monkeypatch):
