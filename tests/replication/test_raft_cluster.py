@@ -250,6 +250,17 @@ def test_sync_mode_kill_all_members_mid_load_keeps_every_acknowledged_write(clus
     assert_byte_identical(c.nodes, crashed=True)
 
 
+def restart_while_writing_and_check(c, p, victim) -> None:
+    """Restart a killed ``victim`` while ``p`` keeps writing; then every acknowledged write is on every member,
+    where it was acknowledged, and the replicas are byte-identical."""
+    victim.start(env=c.env).wait_ready(120)
+    p.wait_acked(len(p.log.acked) + 100)
+    log = p.stop()
+    wait_applied_equal(c.nodes)
+    check_acked(log, replica_views(c.nodes))
+    assert_byte_identical(c.nodes, crashed=True)
+
+
 def tear_journal_tail(data_dir) -> int:
     """What a power cut may do to a stopped member's Raft journal: the header (end of records) reached the disk,
     the last record's page did not and reads back as zeros. Returns the index of the entry torn away."""
@@ -279,12 +290,7 @@ def test_a_member_whose_journal_lost_its_last_record_starts_and_catches_up(clust
     victim.kill()
     torn_index = tear_journal_tail(victim.spec.data_dir)
     p.wait_acked(len(p.log.acked) + 100)
-    victim.start(env=c.env).wait_ready(120)
-    p.wait_acked(len(p.log.acked) + 100)
-    log = p.stop()
-    wait_applied_equal(c.nodes)
-    check_acked(log, replica_views(c.nodes))
-    assert_byte_identical(c.nodes, crashed=True)
+    restart_while_writing_and_check(c, p, victim)
     assert f"after entry {torn_index - 1} " in victim.spec.log_path.read_text()
 
 
@@ -299,12 +305,7 @@ def test_follower_behind_the_compacted_log_installs_a_snapshot_and_fetches_the_g
     p.wait_acked(len(p.log.acked) + 600)
     time.sleep(9)  # two compaction windows of every member: the leader's log now starts after the victim's end
     p.wait_acked(len(p.log.acked) + 100)
-    victim.start(env=c.env).wait_ready(120)
-    p.wait_acked(len(p.log.acked) + 100)
-    log = p.stop()
-    wait_applied_equal(c.nodes)
-    check_acked(log, replica_views(c.nodes))
-    assert_byte_identical(c.nodes, crashed=True)
+    restart_while_writing_and_check(c, p, victim)
     assert "installed snapshot" in victim.spec.log_path.read_text()
 
 
