@@ -338,6 +338,9 @@ class RaftCollector(Collector):
              counters.get("resent_applied_entries", 0)),
             ("raftmq_raft_stale_acks_dropped", "Acknowledgements of an earlier term this member ignored as leader "
              "(they say nothing of its own term's entries)", counters.get("stale_acks_dropped", 0)),
+            ("raftmq_raft_journal_torn_tail_bytes", "Bytes of a torn Raft-journal tail this member dropped when it "
+             "started (a crash or power cut cut its last write short; fetched again from the leader)",
+             counters.get("journal_torn_tail_bytes", 0)),
         ):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))

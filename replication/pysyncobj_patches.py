@@ -136,7 +136,7 @@ def drop_torn_tail(path: str) -> int:
 
 
 def _open_journal_without_torn_tail(self, journalFile) -> None:  # noqa: N803 - pysyncobj's name
-    drop_torn_tail(journalFile)
+    self.torn_tail_bytes = drop_torn_tail(journalFile)  # for the metrics (ReplicatedLog.journal_torn_tail_bytes)
     _orig_file_journal_init(self, journalFile)
 
 

@@ -349,6 +349,11 @@ class ReplicatedLog(SyncObj):
             return False
         return True
 
+    @property
+    def journal_torn_tail_bytes(self) -> int:
+        """Bytes of a torn journal tail dropped when this member opened its journal (pysyncobj_patches, patch 6)."""
+        return getattr(self._SyncObj__raftLog, "torn_tail_bytes", 0)
+
     def leader_address(self) -> str | None:
         node = self._getLeader()
         return node.address if node is not None else None

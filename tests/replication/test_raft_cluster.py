@@ -31,6 +31,7 @@ from tests.replication.cluster_util import (
     wait_applied_equal,
     wait_leader,
 )
+from tests.support.metrics import metric_sum
 
 pytestmark = pytest.mark.slow
 TOPIC = "ReplT"
@@ -292,6 +293,8 @@ def test_a_member_whose_journal_lost_its_last_record_starts_and_catches_up(clust
     p.wait_acked(len(p.log.acked) + 100)
     restart_while_writing_and_check(c, p, victim)
     assert f"after entry {torn_index - 1} " in victim.spec.log_path.read_text()
+    torn = {n.spec.id: metric_sum(n, "raftmq_raft_journal_torn_tail_bytes_total") for n in c.nodes}
+    assert torn[victim.spec.id] > 0 and all(v == 0 for k, v in torn.items() if k != victim.spec.id), torn
 
 
 def test_follower_behind_the_compacted_log_installs_a_snapshot_and_fetches_the_gap(cluster_factory):
