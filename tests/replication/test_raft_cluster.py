@@ -15,6 +15,7 @@ from collections import Counter
 
 import grpc
 import pytest
+from pysyncobj import journal as pysyncobj_journal
 
 from raftmq.replication import snapshot
 from raftmq.v1 import raftmq_pb2 as pb
@@ -267,7 +268,7 @@ def tear_journal_tail(data_dir) -> int:
     the last record's page did not and reads back as zeros. Returns the index of the entry torn away."""
     path = data_dir / "raft" / "raft.journal"
     data = bytearray(path.read_bytes())
-    end = struct.unpack_from("<I", data, 36)[0]  # pysyncobj's LAST_RECORD_OFFSET_OFFSET
+    end = struct.unpack_from("<I", data, pysyncobj_journal.LAST_RECORD_OFFSET_OFFSET)[0]
     size = struct.unpack_from("<I", data, end - 4)[0]
     start = end - size - 8
     index = struct.unpack_from("<Q", data, start + 4)[0]
