@@ -562,6 +562,27 @@ class Authenticator:
             self._verified[(auth_value, date_value)] = (principal, when)
         return principal
 
+    def check_secret(self, access_key: str, secret_key: str) -> Principal:
+        """The user whose secret key is ``secret_key`` (a console login); AuthError otherwise."""
+        user = self._user(access_key)
+        if user is None:
+            raise AuthError(f"unknown access key {access_key!r}", about_user=True)
+        secrets = [user[0]]
+        if access_key == self.settings.auth_admin_access_key and self.settings.auth_admin_previous_secret_key:
+            secrets.append(self.settings.auth_admin_previous_secret_key)  # during a rotation, as for signatures
+        if not any(hmac.compare_digest(s.encode(), secret_key.encode()) for s in secrets):
+            raise AuthError(f"the secret key does not match access key {access_key!r}",
+                            about_user=access_key != self.settings.auth_admin_access_key)
+        return Principal(access_key, user[1])
+
+    def secret_fingerprint(self, access_key: str, key: bytes) -> tuple[bool, str] | None:
+        """(admin, HMAC of the user's current secret under ``key``), or None for an unknown user: a console
+        session names it, so changing the secret or deleting the user ends the user's sessions."""
+        user = self._user(access_key)
+        if user is None:
+            return None
+        return user[1], hmac.new(key, user[0].encode(), hashlib.sha256).hexdigest()[:32]
+
     def _signed_by(self, auth: Authorization, secret: str, date_text: str) -> bool:
         """The signature matches the user's secret (the bootstrap admin's previous one too, during a rotation)."""
         if hmac.compare_digest(expected_signature(secret, date_text), auth.signature):

@@ -95,6 +95,7 @@ class Broker:
         self.grpc_port = 0
         self.certificates: Any = None  # node.tls.CertificateFiles when TLS is on
         self.auth: Any = None  # node.auth.Authenticator when security.auth_enabled
+        self.console_sessions: Any = None  # node.console.session.ConsoleSessions when security.auth_enabled
         from raftmq.node.networks import NetworkPolicy
 
         # source-address allow-lists of the client and member ports (node/networks.py); validated with the config
@@ -297,6 +298,12 @@ class Broker:
         from raftmq.node.auth import refusal_listeners
 
         refusal_listeners.append(self.metrics.record_refusal)  # refusals on /metrics, from the first request on
+        if cfg.security.auth_enabled:  # before either port listens: no request is ever served unchecked
+            from raftmq.node.auth import Authenticator
+            from raftmq.node.console.session import ConsoleSessions
+
+            self.auth = Authenticator(cfg.security, self._acl_table, catch_up=self._catch_up_with_leader)
+            self.console_sessions = ConsoleSessions(cfg.security, self.auth)
         http = cfg.http_listen
         self.console = Console(self)
         tls = cfg.tls_files()
@@ -304,9 +311,11 @@ class Broker:
             from raftmq.node.tls import CertificateFiles
 
             self.certificates = CertificateFiles(tls)  # raises TlsConfigError naming a bad file
+        http_tls = self._http_tls()
+        self.console.secure_cookies = http_tls is not None  # session cookies then travel only over TLS
         try:
             self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness,
-                                      self.console.handle, tls=self._http_tls(), guard=self.http_guard,
+                                      self.console.handle, tls=http_tls, guard=self.http_guard,
                                       identity=f"node={cfg.node.id} pid={os.getpid()}")
         except OSError as e:
             raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
@@ -324,9 +333,10 @@ class Broker:
 
         return HttpServerTls(self.certificates, self.config.security.tls_http_client_auth)
 
-    def http_guard(self, path: str, headers, address: str = "") -> tuple[int, str] | None:
+    def http_guard(self, path: str, headers, address: str = "") -> tuple[int, str] | tuple[int, str, dict] | None:
         """HTTP requests outside ``security.open_http_paths`` must come from an allowed network and, when auth is
-        on, carry a valid signature (of a user allowed to sign from ``address``)."""
+        on, carry a valid signature (of a user allowed to sign from ``address``); console pages also take a login
+        session, and a browser without either is sent to the login page (303 with its Location)."""
         if path in self.config.security.open_http_paths:
             return None
         from raftmq.node.auth import audit
@@ -340,8 +350,21 @@ class Broker:
             return 403, f"forbidden: {e}"
         if self.auth is None:
             return None
+        if path == "/ui" or path.startswith("/ui/"):
+            from raftmq.node.console import session
+
+            if path in (session.LOGIN_PATH, session.LOGOUT_PATH) or path.startswith("/ui/static/"):
+                return None  # the login form and what it loads; logging out needs no rights
+            try:
+                if self.console_sessions.user(session.cookie_value(headers), address) is not None:
+                    return None
+            except NetworkRefused as e:
+                audit("refused_network", method=f"HTTP GET {path}", peer=address, port="http", reason=str(e))
+                return 403, f"forbidden: {e}"
+            if not any(k.lower() == "authorization" for k in headers.keys()):
+                return 303, "log in first: " + session.LOGIN_PATH, {"Location": session.login_url(path)}
         # this is an HTTP server thread: it may block on the catch-up
-        return self.auth.check_http(path, headers, address, self._catch_up_with_leader_blocking)
+        return self.auth.check_http(path, headers, address, self.catch_up_with_leader_blocking)
 
     def raft_peer_allowed(self, address: str) -> bool:
         """The Raft port's accept check (security.allowed_member_networks); a refusal is one audit line."""
@@ -365,14 +388,14 @@ class Broker:
         wp = self.write_path
         return wp.acl_table() if wp is not None and self._write_path_started else None
 
-    def _catch_up_with_leader_blocking(self) -> bool:
+    def catch_up_with_leader_blocking(self) -> bool:
         """Before a refusal on this member's copy of the ACL: apply what the leader has committed (auth)."""
         wp = self.write_path
         return wp is not None and self._write_path_started and wp.catch_up_with_leader(ACL_CATCH_UP_S)
 
     async def _catch_up_with_leader(self) -> bool:
-        """``_catch_up_with_leader_blocking`` for the gRPC interceptor, off the event loop."""
-        return await self.run_blocking(self._catch_up_with_leader_blocking)
+        """``catch_up_with_leader_blocking`` for the gRPC interceptor, off the event loop."""
+        return await self.run_blocking(self.catch_up_with_leader_blocking)
 
     def member_client_security(self):
         """client.ClientSecurity for this node's own SDK calls to the cluster (the console's replica check):
@@ -584,10 +607,9 @@ class Broker:
             from raftmq.node.networks import NetworkInterceptor
 
             interceptors.append(NetworkInterceptor(self.networks, self.forwarder.forwarded_for, audit))
-        if self.config.security.auth_enabled:
-            from raftmq.node.auth import Authenticator, AuthInterceptor
+        if self.auth is not None:
+            from raftmq.node.auth import AuthInterceptor
 
-            self.auth = Authenticator(self.config.security, self._acl_table, catch_up=self._catch_up_with_leader)
             interceptors.append(AuthInterceptor(self.auth, self.client_address))
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", 2 * max_message + (1 << 20)),

@@ -170,6 +170,7 @@ class SecuritySection:
     auth_max_clock_skew_seconds: float = 300.0  # a signature dated further from now is refused (replay window)
     acl_default: str = "deny"           # decision when no policy of the user matches: deny | allow
     open_http_paths: list = field(default_factory=lambda: ["/metrics", "/health", "/ready"])  # no auth needed
+    console_session_hours: float = 8.0  # a web-console login lasts this long (auth on; admins only)
     # source networks (CIDRs, IPv4 and IPv6; empty = any address): clients of the gRPC and HTTP ports (the
     # open HTTP paths stay open), and the members (Raft port, replica service; members may use the client API)
     allowed_client_networks: list = field(default_factory=list)
@@ -629,6 +630,9 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
         problems.append(f"security.acl_default: {s.acl_default!r} is not one of deny, allow")
     if s.auth_max_clock_skew_seconds <= 0:
         problems.append("security.auth_max_clock_skew_seconds: must be > 0")
+    if not 0 < s.console_session_hours <= 24 * 30:
+        problems.append(f"security.console_session_hours: must be > 0 and at most 720 (30 days), got "
+                        f"{s.console_session_hours!r}")
     if bool(s.auth_admin_access_key) != bool(s.auth_admin_secret_key):
         problems.append("security.auth_admin_access_key and auth_admin_secret_key: set both or neither")
     if s.auth_admin_previous_secret_key and not s.auth_admin_secret_key:
@@ -806,6 +810,7 @@ def sample_yaml() -> str:
             "auth_max_clock_skew_seconds": "older/newer signatures are refused (replay window)",
             "acl_default": "deny | allow when no policy matches",
             "open_http_paths": "HTTP paths served without auth",
+            "console_session_hours": "web console login lifetime (auth on: admins log in at /ui/login)",
             "allowed_client_networks": "[10.0.0.0/8, fd00::/8]: who may use gRPC/HTTP (empty: anyone)",
             "allowed_member_networks": "members' networks: Raft port + replica service (empty: anyone)",
         },

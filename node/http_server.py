@@ -21,6 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 log = logging.getLogger(__name__)
 
+MAX_BODY = 1 << 20  # a console form is a few hundred bytes
+
 
 class _Server(ThreadingHTTPServer):
     """Wraps each accepted connection in TLS (in its own thread, so a slow handshake blocks nobody) when a
@@ -51,12 +53,13 @@ class HealthServer:
     ``/ready`` (e.g. ``node=n0 pid=1234``)."""
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
-                 console: Callable[[str, str, dict[str, str]], Any] | None = None,
-                 *, tls: Any = None, guard: Callable[[str, Any, str], tuple[int, str] | None] | None = None,
+                 console: Callable[[str, str, dict[str, str], bytes, str], Any] | None = None,
+                 *, tls: Any = None, guard: Callable[[str, Any, str], tuple | None] | None = None,
                  identity: str = ""):
-        """``console(method, path_and_query, headers)`` answers ``/ui`` with a node.console Response; ``tls``: a
-        node.tls.HttpServerTls (None: plaintext); ``guard(path, headers, client_ip)`` returns (status, reason) to refuse a
-        request (authentication), None to serve it; ``identity`` is added to /ready's body ("node=ID pid=PID")."""
+        """``console(method, path_and_query, headers, body, client_ip)`` answers ``/ui`` with a node.console
+        Response; ``tls``: a node.tls.HttpServerTls (None: plaintext); ``guard(path, headers, client_ip)`` returns
+        (status, reason) or (status, reason, headers) to refuse a request (authentication; e.g. a redirect to a
+        login page), None to serve it; ``identity`` is added to /ready's body ("node=ID pid=PID")."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,7 +70,7 @@ class HealthServer:
                 refused = (outer._guard(path, self.headers, self.client_address[0]) if outer._guard is not None
                            else None)
                 if refused is not None:
-                    self._send(refused[0], (refused[1] + "\n").encode())
+                    self._refuse(refused)
                 elif path == "/metrics":
                     self._send(200, generate_latest(outer._registry), CONTENT_TYPE_LATEST)
                 elif path == "/health":
@@ -77,33 +80,42 @@ class HealthServer:
                     body = reason + "\n" + (outer._identity + "\n" if outer._identity else "")
                     self._send(200 if ok else 503, body.encode())
                 elif outer._console is not None and (path == "/ui" or path.startswith("/ui/")):
-                    self._console("GET")
+                    self._console("GET", b"")
                 else:
                     self._send(404, b"not found; try /metrics, /health, /ready or /ui\n")
 
             def _other(self) -> None:
-                """Anything but GET: only the console answers (read-only: it says so); the body is discarded."""
-                length = int(self.headers.get("Content-Length") or 0)
-                if 0 < length <= 1 << 20:
-                    self.rfile.read(length)
+                """Anything but GET: only the console answers (its login form; otherwise read-only, it says so)."""
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                body = b""
+                if 0 <= length <= MAX_BODY:
+                    body = self.rfile.read(length)
                 else:
                     self.close_connection = True
                 path = self.path.split("?", 1)[0]
                 refused = (outer._guard(path, self.headers, self.client_address[0]) if outer._guard is not None
                            else None)
                 if refused is not None:
-                    self._send(refused[0], (refused[1] + "\n").encode())
+                    self._refuse(refused)
+                elif length < 0 or length > MAX_BODY:
+                    self._send(413, f"a request body of at most {MAX_BODY} bytes, with its Content-Length\n".encode())
                 elif outer._console is not None and path.startswith("/ui"):
-                    self._console(self.command)
+                    self._console(self.command, body)
                 else:
                     self._send(405, f"{self.command} is not supported here; only GET\n".encode(),
                                extra={"Allow": "GET"})
 
             do_POST = do_PUT = do_DELETE = do_PATCH = _other  # noqa: N815
 
-            def _console(self, method: str) -> None:
-                resp = outer._console(method, self.path, dict(self.headers.items()))
+            def _console(self, method: str, body: bytes) -> None:
+                resp = outer._console(method, self.path, dict(self.headers.items()), body, self.client_address[0])
                 self._send(resp.code, resp.body, resp.content_type, resp.headers)
+
+            def _refuse(self, refused: tuple) -> None:
+                self._send(refused[0], (refused[1] + "\n").encode(), extra=refused[2] if len(refused) > 2 else None)
 
             def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8",
                       extra: dict[str, str] | None = None) -> None:

@@ -22,9 +22,10 @@ from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote
 
-from raftmq.node.console import cluster_pages, group_pages, message_pages, topic_pages
+from raftmq.node.console import cluster_pages, group_pages, login_pages, message_pages, session, topic_pages
 from raftmq.node.console.history import History, Sample
 from raftmq.node.console.layout import BadRequest, Frame, Response, notice, page
+from raftmq.node.networks import NetworkRefused, plain_ip
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker
@@ -41,6 +42,8 @@ class Console:
         self.node = node
         self.history = History(self._sample)
         self.check_lock = threading.Lock()  # one replica check at a time from this console
+        self._request = threading.local()  # per HTTP server thread: who is logged in on the request it serves
+        self.secure_cookies = False  # the HTTP port speaks TLS: session cookies are marked Secure
         # access-control hook: POST path -> handler(query) for admin actions, run only when authorize_admin(headers)
         # says the caller has the ADMIN right (nothing is registered yet: the console is read-only)
         self.admin_actions: dict[str, Callable[[dict[str, str]], Response]] = {}
@@ -58,11 +61,17 @@ class Console:
         self.history.stop()
 
     # ------------------------------------------------------------------ dispatch
-    def handle(self, method: str, raw_path: str, headers: dict[str, str]) -> Response:
-        """One request; never raises (an unexpected error becomes a 500 page and a log line)."""
+    def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes = b"",
+               address: str = "") -> Response:
+        """One request (the HTTP server checked who may send it); never raises (an unexpected error becomes a
+        500 page and a log line)."""
         path, _, query_string = raw_path.partition("?")
         query = {k: v[-1] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
+        address = plain_ip(address)  # as the HTTP guard saw it (an IPv4-mapped IPv6 address as IPv4)
+        self._request.user = self._session_user(headers, address)
         try:
+            if path in (session.LOGIN_PATH, session.LOGOUT_PATH):
+                return login_pages.handle(self, method, path, query, body, address)
             if method != "GET":
                 return self._admin(method, path, query, headers)
             if path in ("/ui", "/ui/"):
@@ -106,6 +115,20 @@ class Console:
         headers = {"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"}
         return Response(200, data.read_bytes(), STATIC_TYPES[suffix], headers)
 
+    def request_user(self) -> str:
+        """The admin logged in on the request this thread serves ("" when none)."""
+        return getattr(self._request, "user", "")
+
+    def _session_user(self, headers: dict[str, str], address: str) -> str:
+        """Who is logged in on this request ("" when nobody: auth off, or signed requests)."""
+        sessions = self.node.console_sessions
+        if sessions is None:
+            return ""
+        try:
+            return sessions.user(session.cookie_value(headers), address) or ""
+        except NetworkRefused:
+            return ""
+
     def frame(self) -> Frame:
         node = self.node
         wp = node.write_path
@@ -116,10 +139,12 @@ class Console:
             role = "standalone"
         else:
             role = "leader" if leader is not None and leader.id == node.node_id else "follower"
-        return Frame(node.config.cluster.name, node.node_id, role, leader.id if leader else "")
+        return Frame(node.config.cluster.name, node.node_id, role, leader.id if leader else "",
+                     self.request_user())
 
     def _error(self, code: int, message: str) -> Response:
-        titles = {400: "Bad request", 403: "Forbidden", 404: "Not found", 405: "Read-only", 503: "Not ready"}
+        titles = {400: "Bad request", 401: "Not logged in", 403: "Forbidden", 404: "Not found", 405: "Read-only",
+                  503: "Not ready"}
         return page(self.frame(), "", titles.get(code, "Error"), notice(message, "bad"), code)
 
     def store(self):

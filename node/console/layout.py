@@ -46,6 +46,7 @@ class Frame:
     node_id: str
     role: str
     leader: str
+    user: str = ""  # the admin logged in (auth on), shown with a log-out button
 
 
 def utc(ms: int) -> str:
@@ -59,6 +60,8 @@ def page(frame: Frame, active: str, title: str, body: Markup, code: int = 200) -
     nav = join(html('<a href="{}"{}>{}</a>', href, Markup(' class="active"') if key == active else Markup(""),
                     label) for key, href, label in NAV)
     leader = frame.leader or "none (election)"
+    account = (html('<form class="account" method="post" action="/ui/logout"><span>{}</span> '
+                    '<button type="submit">log out</button></form>', frame.user) if frame.user else Markup(""))
     doc = html(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -66,11 +69,11 @@ def page(frame: Frame, active: str, title: str, body: Markup, code: int = 200) -
         '<link rel="stylesheet" href="/ui/static/console.css"><script src="/ui/static/console.js" defer></script>'
         '</head><body><header><div class="bar"><span class="brand">raftmq</span>'
         '<span class="who">cluster <b>{cluster}</b> · this node <b>{node}</b> ({role}) · leader <b>{leader}</b>'
-        '</span><label class="live"><input type="checkbox" id="live-toggle" checked> live</label></div>'
+        '</span><label class="live"><input type="checkbox" id="live-toggle" checked> live</label>{account}</div>'
         '<nav>{nav}</nav></header><main><h1>{title}</h1>{body}</main>'
         '<footer>read-only console · rendered {now} UTC by {node}</footer></body></html>',
         title=title, cluster=frame.cluster, node=frame.node_id, role=frame.role, leader=leader, nav=nav,
-        body=body, now=utc(int(time.time() * 1000)))
+        body=body, now=utc(int(time.time() * 1000)), account=account)
     return Response(code, doc.encode("utf-8"), headers=dict(SECURITY_HEADERS))
 
 

@@ -27,6 +27,7 @@ def test_environment_sets_the_security_section_verbatim():
     ({"RAFTMQ_SECURITY_AUTH_ADMIN_ACCESS_KEY": "a"}, "set both or neither"),
     ({"RAFTMQ_SECURITY_ACL_DEFAULT": "maybe"}, "is not one of deny, allow"),
     ({"RAFTMQ_SECURITY_AUTH_MAX_CLOCK_SKEW_SECONDS": "0"}, "must be > 0"),
+    ({"RAFTMQ_SECURITY_CONSOLE_SESSION_HOURS": "0"}, "console_session_hours: must be > 0 and at most 720"),
     ({"RAFTMQ_SECURITY_OPEN_HTTP_PATHS": "[metrics]"}, "must be a list of paths"),
     ({"RAFTMQ_SECURITY_AUTH_ENABLED": "true", "RAFTMQ_SECURITY_AUTH_ADMIN_ACCESS_KEY": "a",
       "RAFTMQ_SECURITY_AUTH_ADMIN_SECRET_KEY": "s", "RAFTMQ_NODE_ID": "n0",

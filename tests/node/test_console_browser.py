@@ -369,3 +369,39 @@ def test_cluster_page_shows_an_election_after_the_leader_is_killed(cluster, page
     rows, events = wait_for(shown, "the election on the survivor's cluster page", timeout=60, interval=1.0)
     assert rows[new.leader_id][1] == "leader" and number(rows[new.leader_id][4]) > old_term
     assert rows[leader.spec.id][12] != "-"  # says why it could not be asked
+
+
+# ---------------------------------------------------------------------------------------------- login
+def test_an_admin_logs_in_once_in_the_browser_and_every_member_takes_the_session(browser, tmp_path):
+    """Authentication on: the browser is sent to the login form, a wrong secret is shown on it, the right one
+    leads back to the page first asked for, and the cookie (cookies ignore ports, so the same browser sends it to
+    every member here) opens the other members' consoles too, until the user logs out."""
+    security = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
+    nodes = start_nodes(node_specs(tmp_path, 3, security=security, cluster={"secret": "cluster-secret"}))
+    context = browser.new_context()
+    try:
+        p = context.new_page()
+        p.goto(nodes[0].http_url + "/ui/topics")
+        assert p.url == nodes[0].http_url + "/ui/login?next=%2Fui%2Ftopics"
+        p.fill("input[name=access_key]", "root")
+        p.fill("input[name=secret_key]", "not-the-secret")
+        p.click("form.login button")
+        assert "the secret key does not match access key 'root'" in p.inner_text("main")
+        p.fill("input[name=secret_key]", "root-secret-1")
+        p.click("form.login button")
+        assert p.url == nodes[0].http_url + "/ui/topics" and p.inner_text("h1") == "Topics"
+        cookie = next(c for c in context.cookies() if c["name"] == "raftmq_console")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+        assert p.evaluate("document.cookie") == ""  # no script of the page can read it
+        for n in nodes:
+            p.goto(n.http_url + "/ui/cluster")
+            assert p.url == n.http_url + "/ui/cluster", n.spec.id
+            wait_for(lambda: len(cells(p, "members")) == 3, f"{n.spec.id}'s cluster page lists the members")
+            assert "root" in p.inner_text("form.account")
+        p.click("form.account button")
+        assert p.url == nodes[2].http_url + "/ui/login"
+        p.goto(nodes[1].http_url + "/ui/cluster")
+        assert p.url.startswith(nodes[1].http_url + "/ui/login?")
+    finally:
+        context.close()
+        stop_all(nodes)

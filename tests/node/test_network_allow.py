@@ -106,8 +106,11 @@ def test_http_refuses_outside_the_list_but_keeps_the_open_paths_open(single):
     status, body = _http_get(port, "/ui", "127.0.0.9")
     assert status == 403 and "127.0.0.9" in body and "security.allowed_client_networks" in body
     assert _http_get(port, "/metrics", "127.0.0.9")[0] == 200   # open paths (probes, scrapes) stay open
-    assert _http_get(port, "/ui", "127.0.0.2")[0] == 401        # inside the list: now it is about credentials
-    assert _http_get(port, "/ui", "::1", host="::1")[0] == 401  # IPv6 too
+    # inside the list: now it is about credentials (a browser on the console is sent to its login page)
+    assert _http_get(port, "/ui", "127.0.0.2") == (303, "log in first: /ui/login\n")
+    assert _http_get(port, "/ui/login", "127.0.0.9")[0] == 403  # the login page is behind the list too
+    assert _http_get(port, "/nothing", "127.0.0.2")[0] == 401
+    assert _http_get(port, "/nothing", "::1", host="::1")[0] == 401  # IPv6 too
     assert any(a["audit"] == "refused_network" and a["port"] == "http" and a["peer"] == "127.0.0.9"
                for a in _audit(single))
 
@@ -135,7 +138,7 @@ def test_every_kind_of_refusal_is_counted_on_metrics_by_reason_and_port(single):
                   retry_timeout=1) as acl, pytest.raises(PermissionDeniedError):
         acl.list_users()  # admin only: bob is signed in but denied
     assert _http_get(single.spec.http_port, "/ui", "127.0.0.9")[0] == 403
-    assert _http_get(single.spec.http_port, "/ui", "127.0.0.2")[0] == 401
+    assert _http_get(single.spec.http_port, "/nothing", "127.0.0.2")[0] == 401  # (the console redirects to its login)
     after = _refusals(single)
     grew = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
     assert grew == {("refused_network", "grpc"): 1, ("unauthenticated", "grpc"): 1, ("denied", "grpc"): 1,

@@ -1,0 +1,76 @@
+"""``/ui/login`` and ``/ui/logout``: an admin logs in with access key and secret key (authentication on).
+
+The form posts to this node; a good login answers 303 to the page asked for with a session cookie
+(node.console.session), a bad one shows the form again with the reason (401/403) and one audit line.
+With authentication off there is nothing to log in to, and the page says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
+
+from raftmq.node.auth import audit
+from raftmq.node.console import session
+from raftmq.node.console.layout import Response, link, notice, page
+from raftmq.node.console.safe import Markup, html
+
+if TYPE_CHECKING:
+    from raftmq.node.console.app import Console
+
+
+def handle(console: Console, method: str, path: str, query: dict[str, str], body: bytes,
+           address: str) -> Response:
+    sessions = console.node.console_sessions
+    if path == session.LOGOUT_PATH:
+        if method != "POST":
+            return _allow_post(console, "log out with the button in the page header (POST /ui/logout)")
+        secure = console.secure_cookies
+        headers = {"Location": session.LOGIN_PATH,
+                   "Set-Cookie": session.ConsoleSessions.clear_cookie(secure)}
+        if console.request_user():
+            audit("console_logout", user=console.request_user(), peer=address)
+        return Response(303, b"", headers=headers)
+    if sessions is None:
+        return page(console.frame(), "", "Log in", notice(html(
+            "Authentication is off on this cluster: the console needs no login. {}",
+            link("/ui/cluster", "Open the cluster page")), "info"))
+    if method == "GET":
+        return _form(console, session.safe_next(query.get("next", "")), "", "", 200)
+    if method != "POST":
+        return _allow_post(console, "the login form posts here")
+    form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+    access_key, secret_key = form.get("access_key", "").strip(), form.get("secret_key", "")
+    target = session.safe_next(form.get("next", ""))
+    try:
+        value = sessions.login(access_key, secret_key, address, console.node.catch_up_with_leader_blocking)
+    except session.LoginRefused as e:
+        audit("unauthenticated" if e.code == 401 else "denied", method=f"HTTP POST {path}", peer=address,
+              port="http", user=access_key, reason=str(e))
+        return _form(console, target, access_key, str(e), e.code)
+    audit("console_login", user=access_key, peer=address)
+    return Response(303, b"", headers={"Location": target,
+                                       "Set-Cookie": sessions.set_cookie(value, console.secure_cookies)})
+
+
+def _form(console: Console, target: str, access_key: str, error: str, code: int) -> Response:
+    hours = console.node.config.security.console_session_hours
+    body = html(
+        '{error}<form class="login" method="post" action="/ui/login">'
+        '<input type="hidden" name="next" value="{target}">'
+        '<label>Access key <input name="access_key" value="{access_key}" autocomplete="username" required '
+        'autofocus></label>'
+        '<label>Secret key <input name="secret_key" type="password" autocomplete="current-password" required>'
+        '</label><button type="submit">Log in</button></form>'
+        '<p class="note">Authentication is on: an admin user logs in (the bootstrap admin of '
+        '<code>security.auth_admin_access_key</code>, or a user added with <code>raftmq acl user add NAME '
+        '--admin</code>). The login lasts {hours} h on every member of the cluster and ends when the user is '
+        'deleted, its secret changes or it stops being an admin. Scripts sign their requests instead.</p>',
+        error=notice(error, "bad") if error else Markup(""), target=target, access_key=access_key, hours=f"{hours:g}")
+    return page(console.frame(), "", "Log in", body, code)
+
+
+def _allow_post(console: Console, why: str) -> Response:
+    resp = page(console.frame(), "", "Read-only", notice(f"only POST here: {why}", "bad"), 405)
+    resp.headers["Allow"] = "POST"
+    return resp

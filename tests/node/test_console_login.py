@@ -1,0 +1,185 @@
+"""Web console login with authentication on: admins log in once (a session cookie) instead of signing every
+request, everybody else is sent to the login page or refused with the reason. One real node process over HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+from raftmq.client.security import signed_headers
+from raftmq.node.auth import Authenticator
+from raftmq.node.config import SecuritySection
+from raftmq.node.console import session
+from tests.support.processes import running_nodes
+
+SECURITY = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
+
+
+class Http:
+    """Requests that do not follow redirects, so each 303 and its cookie can be looked at."""
+
+    def __init__(self, url: str):
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname, parts.port
+
+    def request(self, method: str, path: str, *, cookie: str = "", form: dict | None = None,
+                headers: list[tuple[str, str]] = ()) -> tuple[int, dict[str, str], str]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            h = dict(headers)
+            body = None
+            if cookie:
+                h["Cookie"] = f"{session.COOKIE}={cookie}"
+            if form is not None:
+                body = urlencode(form)
+                h["Content-Type"] = "application/x-www-form-urlencoded"
+            conn.request(method, path, body=body, headers=h)
+            r = conn.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
+        finally:
+            conn.close()
+
+    def login(self, access_key: str, secret_key: str, next_page: str = "") -> tuple[int, dict[str, str], str]:
+        return self.request("POST", "/ui/login", form={"access_key": access_key, "secret_key": secret_key,
+                                                        "next": next_page})
+
+
+def cookie_of(headers: dict[str, str]) -> str:
+    name, _, rest = headers["set-cookie"].partition("=")
+    assert name == session.COOKIE
+    return rest.split(";", 1)[0]
+
+
+def test_an_admin_logs_in_once_and_everybody_else_is_sent_to_the_login_page_or_refused(tmp_path):
+    from raftmq.client.acl import AclAdmin
+    from raftmq.client.security import ClientSecurity
+
+    with running_nodes(tmp_path, 1, security=SECURITY) as [node]:
+        web = Http(node.http_url)
+        # a browser without a session is sent to the login page, which leads back to where it wanted to go
+        code, headers, _ = web.request("GET", "/ui/topics")
+        assert code == 303 and headers["location"] == "/ui/login?next=%2Fui%2Ftopics"
+        code, _, body = web.request("GET", "/ui/login?next=%2Fui%2Ftopics")
+        assert code == 200 and 'name="secret_key"' in body and 'value="/ui/topics"' in body
+        assert web.request("GET", "/ui/static/console.css")[0] == 200  # what the form loads
+        assert web.request("GET", "/metrics")[0] == 200  # open paths stay open
+
+        code, _, body = web.login("root", "wrong-secret")
+        assert code == 401 and "the secret key does not match access key &#x27;root&#x27;" in body
+        code, _, body = web.login("nobody", "x")
+        assert code == 401 and "unknown access key" in body
+        code, _, body = web.login("root", "")
+        assert code == 401 and "give both the access key and the secret key" in body
+
+        with AclAdmin(node.grpc_address, security=ClientSecurity(access_key="root",
+                                                                  secret_key="root-secret-1")) as acl:
+            acl.put_user("bob", "bob-secret-1")
+            acl.put_user("ops", "ops-secret-1", admin=True)
+            code, _, body = web.login("bob", "bob-secret-1")
+            assert code == 403 and "is not an admin" in body and "raftmq acl user add bob --admin" in body
+
+            # the bootstrap admin: a cookie no script can read and no other site can send, then every page
+            code, headers, _ = web.login("root", "root-secret-1", "/ui/topics")
+            assert code == 303 and headers["location"] == "/ui/topics"
+            attributes = {a.strip() for a in headers["set-cookie"].split(";")[1:]}
+            assert {"Path=/ui", "HttpOnly", "SameSite=Strict", "Max-Age=28800"} <= attributes
+            assert "Secure" not in attributes  # plaintext HTTP here; with TLS on the HTTP port it is set
+            root = cookie_of(headers)
+            for page in ("/ui/cluster", "/ui/topics", "/ui/groups", "/ui/messages"):
+                code, _, body = web.request("GET", page, cookie=root)
+                assert code == 200, (page, body[:300])
+            assert "<span>root</span>" in body and 'action="/ui/logout"' in body
+            assert web.request("GET", "/metrics", cookie=root)[0] == 200
+
+            # a damaged or forged cookie is no session
+            payload, _, mac = root.partition(".")
+            for bad in (payload + "." + "0" * len(mac), payload[:-2] + "." + mac, "garbage", "."):
+                assert web.request("GET", "/ui/cluster", cookie=bad)[0] == 303, bad
+            # signed requests (scripts) work as before, without a cookie
+            code, _, _ = web.request("GET", "/ui/cluster", headers=signed_headers("root", "root-secret-1"))
+            assert code == 200
+            code, _, body = web.request("GET", "/ui/cluster", headers=signed_headers("root", "wrong"))
+            assert code == 401 and "signature does not match" in body
+
+            # a replicated admin's session ends when its secret changes or it stops being an admin
+            code, headers, _ = web.login("ops", "ops-secret-1")
+            ops = cookie_of(headers)
+            assert web.request("GET", "/ui/cluster", cookie=ops)[0] == 200
+            acl.put_user("ops", "ops-secret-2", admin=True)
+            assert web.request("GET", "/ui/cluster", cookie=ops)[0] == 303
+            ops = cookie_of(web.login("ops", "ops-secret-2")[1])
+            assert web.request("GET", "/ui/cluster", cookie=ops)[0] == 200
+            acl.delete_user("ops")
+            assert web.request("GET", "/ui/cluster", cookie=ops)[0] == 303
+
+        # logging out clears the cookie in the browser
+        code, headers, _ = web.request("POST", "/ui/logout", cookie=root)
+        assert code == 303 and headers["location"] == "/ui/login"
+        assert "Max-Age=0" in headers["set-cookie"] and cookie_of(headers) == ""
+        assert web.request("GET", "/ui/logout")[0] == 405  # a link cannot log anybody out
+
+        # after logging in the browser goes to a console page of this node, never elsewhere
+        for target in ("//evil.example/ui", "https://evil.example/ui/cluster", "/ui/login", "/uix", "/\\evil"):
+            code, headers, _ = web.login("root", "root-secret-1", target)
+            assert code == 303 and headers["location"] == "/ui/cluster", target
+
+
+def test_login_without_authentication_says_there_is_nothing_to_log_in_to(tmp_path):
+    with running_nodes(tmp_path, 1) as [node]:
+        code, _, body = Http(node.http_url).request("GET", "/ui/login")
+        assert code == 200 and "Authentication is off on this cluster" in body
+
+
+# ------------------------------------------------------------------------------------------------ in process
+class _Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sessions(clock, **security) -> session.ConsoleSessions:
+    settings = SecuritySection(**{**SECURITY, **security})
+    return session.ConsoleSessions(settings, Authenticator(settings, lambda: None), clock)
+
+
+def test_a_session_ends_at_its_expiry_and_only_this_clusters_key_makes_one():
+    clock = _Clock()
+    sessions = _sessions(clock, console_session_hours=1)
+    value = sessions.login("root", "root-secret-1", "127.0.0.1")
+    assert sessions.user(value, "127.0.0.1") == "root"
+    clock.now += 3599
+    assert sessions.user(value, "127.0.0.1") == "root"
+    clock.now += 2
+    assert sessions.user(value, "127.0.0.1") is None
+    # another cluster (another admin secret) cannot make a session for this one
+    other = _sessions(clock, auth_admin_secret_key="other-secret-1").login("root", "other-secret-1", "127.0.0.1")
+    assert sessions.user(other, "127.0.0.1") is None
+
+
+def test_changing_the_bootstrap_admins_secret_ends_its_sessions():
+    """Like a replicated user's: a session names the secret it was opened with, and a rotated member's admin
+    secret is the new one (members not restarted yet keep theirs until they are)."""
+    clock = _Clock()
+    before = _sessions(clock)
+    during = _sessions(clock, auth_admin_secret_key="root-secret-2", auth_admin_previous_secret_key="root-secret-1")
+    old = before.login("root", "root-secret-1", "127.0.0.1")
+    assert before.user(old, "127.0.0.1") == "root"
+    assert during.user(old, "127.0.0.1") is None
+    new = during.login("root", "root-secret-1", "127.0.0.1")  # the previous secret still logs in, as it signs
+    assert during.user(new, "127.0.0.1") == "root"
+    assert before.user(new, "127.0.0.1") is None
+
+
+@pytest.mark.parametrize("hours", [0, -1, 721])
+def test_a_session_lifetime_out_of_range_is_refused_by_validation(hours, tmp_path):
+    from raftmq.node.config import ConfigError, load_config
+
+    path = tmp_path / "node.yaml"
+    path.write_text(f"security:\n  console_session_hours: {hours}\n")
+    with pytest.raises(ConfigError, match="security.console_session_hours: must be > 0 and at most 720"):
+        load_config(path, environ={})
