@@ -45,7 +45,7 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], body
     try:
         value = sessions.login(access_key, secret_key, address, console.node.catch_up_with_leader_blocking)
     except session.LoginRefused as e:
-        audit("unauthenticated" if e.code == 401 else "denied", method=f"HTTP POST {path}", peer=address,
+        audit("denied" if e.code == 403 else "unauthenticated", method=f"HTTP POST {path}", peer=address,
               port="http", user=access_key, reason=str(e))
         return _form(console, target, access_key, str(e), e.code)
     audit("console_login", user=access_key, peer=address)

@@ -15,9 +15,11 @@ can send it, so no cross-site request forgery), ``Path=/ui``, and ``Secure`` whe
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import hmac
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +31,9 @@ from raftmq.node.networks import NetworkRefused
 COOKIE = "raftmq_console"
 LOGIN_PATH = "/ui/login"
 LOGOUT_PATH = "/ui/logout"
+MAX_FAILED_LOGINS = 10  # per source address on one member, within FAILED_LOGIN_WINDOW_S
+FAILED_LOGIN_WINDOW_S = 300.0
+MAX_TRACKED_ADDRESSES = 10_000
 
 
 class LoginRefused(Exception):
@@ -78,6 +83,49 @@ def cookie_value(headers: Any) -> str:
     return ""
 
 
+class FailedLogins:
+    """Failed logins per source address over the last window: past the limit that address waits, so a secret
+    cannot be guessed at the speed of the HTTP port (each member counts its own)."""
+
+    def __init__(self, clock: Callable[[], float], limit: int = MAX_FAILED_LOGINS,
+                 window_s: float = FAILED_LOGIN_WINDOW_S):
+        self._clock = clock
+        self.limit = limit
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._failures: dict[str, collections.deque[float]] = {}
+
+    def check(self, address: str) -> None:
+        """LoginRefused (429) while ``address`` has used up its failures."""
+        with self._lock:
+            times = self._recent(address)
+            if len(times) < self.limit:
+                return
+            wait = times[0] + self.window_s - self._clock()
+        raise LoginRefused(f"too many failed logins from {address} ({self.limit} in {self.window_s / 60:g} min): "
+                           f"try again in {max(1, round(wait))} s", 429)
+
+    def record(self, address: str) -> None:
+        with self._lock:
+            if len(self._failures) >= MAX_TRACKED_ADDRESSES:  # bounded memory: expired ones first, then oldest
+                expired = [a for a in self._failures if not self._recent(a)]
+                for a in expired or list(self._failures)[:len(self._failures) // 2]:
+                    del self._failures[a]
+            self._failures.setdefault(address, collections.deque()).append(self._clock())
+
+    def forget(self, address: str) -> None:
+        with self._lock:
+            self._failures.pop(address, None)
+
+    def _recent(self, address: str) -> collections.deque[float]:
+        """Lock held: the address's failures within the window (older ones dropped)."""
+        times = self._failures.get(address) or collections.deque()
+        horizon = self._clock() - self.window_s
+        while times and times[0] <= horizon:
+            times.popleft()
+        return times
+
+
 class ConsoleSessions:
     """Issues and checks console session cookies; ``auth`` is the node's Authenticator."""
 
@@ -92,6 +140,7 @@ class ConsoleSessions:
         self._keys = keys
         self._auth = auth
         self._clock = clock
+        self.failed_logins = FailedLogins(clock)
 
     def login(self, access_key: str, secret_key: str, address: str,
               catch_up: Callable[[], bool] | None = None) -> str:
@@ -99,6 +148,7 @@ class ConsoleSessions:
         ``catch_up()`` (blocking) is tried once before refusing on this member's copy of the users."""
         if not access_key or not secret_key:
             raise LoginRefused("give both the access key and the secret key", 401)
+        self.failed_logins.check(address)
         try:
             try:
                 principal = self._auth.check_secret(access_key, secret_key)
@@ -107,7 +157,9 @@ class ConsoleSessions:
                     raise
                 principal = self._auth.check_secret(access_key, secret_key)  # a user added a moment ago elsewhere
         except AuthError as e:
+            self.failed_logins.record(address)
             raise LoginRefused(str(e), 401) from None
+        self.failed_logins.forget(address)
         try:
             self._auth.check_network(principal, address)
         except NetworkRefused as e:

@@ -183,3 +183,39 @@ def test_a_session_lifetime_out_of_range_is_refused_by_validation(hours, tmp_pat
     path.write_text(f"security:\n  console_session_hours: {hours}\n")
     with pytest.raises(ConfigError, match="security.console_session_hours: must be > 0 and at most 720"):
         load_config(path, environ={})
+
+
+def test_an_address_that_failed_too_often_waits_even_with_the_right_secret():
+    clock = _Clock()
+    sessions = _sessions(clock)
+    for _ in range(session.MAX_FAILED_LOGINS):
+        with pytest.raises(session.LoginRefused) as e:
+            sessions.login("root", "guess", "10.0.0.7")
+        assert e.value.code == 401
+    with pytest.raises(session.LoginRefused) as e:
+        sessions.login("root", "root-secret-1", "10.0.0.7")
+    assert e.value.code == 429
+    assert str(e.value) == ("too many failed logins from 10.0.0.7 (10 in 5 min): try again in 300 s")
+    assert sessions.user(sessions.login("root", "root-secret-1", "10.0.0.8"), "10.0.0.8") == "root"  # others not
+    clock.now += session.FAILED_LOGIN_WINDOW_S / 2
+    with pytest.raises(session.LoginRefused, match="try again in 150 s"):
+        sessions.login("root", "root-secret-1", "10.0.0.7")
+    clock.now += session.FAILED_LOGIN_WINDOW_S / 2  # the failures have aged out of the window
+    assert sessions.user(sessions.login("root", "root-secret-1", "10.0.0.7"), "10.0.0.7") == "root"
+    # a success starts the count again
+    for _ in range(session.MAX_FAILED_LOGINS - 1):
+        with pytest.raises(session.LoginRefused):
+            sessions.login("root", "guess", "10.0.0.7")
+    sessions.login("root", "root-secret-1", "10.0.0.7")
+    for _ in range(session.MAX_FAILED_LOGINS - 1):
+        with pytest.raises(session.LoginRefused):
+            sessions.login("root", "guess", "10.0.0.7")
+    sessions.login("root", "root-secret-1", "10.0.0.7")
+
+
+def test_the_failure_count_keeps_bounded_memory_under_many_addresses():
+    clock = _Clock()
+    failures = session.FailedLogins(clock)
+    for i in range(3 * session.MAX_TRACKED_ADDRESSES):
+        failures.record(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+    assert len(failures._failures) <= session.MAX_TRACKED_ADDRESSES
