@@ -96,10 +96,11 @@ class Broker:
         self.certificates: Any = None  # node.tls.CertificateFiles when TLS is on
         self.auth: Any = None  # node.auth.Authenticator when security.auth_enabled
         self.console_sessions: Any = None  # node.console.session.ConsoleSessions when security.auth_enabled
-        from raftmq.node.networks import NetworkPolicy
+        from raftmq.node.networks import NetworkList, NetworkPolicy
 
         # source-address allow-lists of the client and member ports (node/networks.py); validated with the config
         self.networks = NetworkPolicy(cfg.security.allowed_client_networks, cfg.security.allowed_member_networks)
+        self._http_proxies = NetworkList(cfg.security.trusted_http_proxies)
         self.metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
                                                   lambda: self.readiness()[0]))
         self.metrics.add_collector(RaftCollector(cfg.cluster.name, cfg.node.id, lambda: self.write_path))
@@ -316,6 +317,7 @@ class Broker:
         try:
             self._http = HealthServer(http.host, http.port, self.metrics.registry, self.readiness,
                                       self.console.handle, tls=http_tls, guard=self.http_guard,
+                                      client_address=self.http_client_address,
                                       identity=f"node={cfg.node.id} pid={os.getpid()}")
         except OSError as e:
             raise RuntimeError(f"cannot listen for HTTP on {http}: {e.strerror or e} (port in use?)") from None
@@ -365,6 +367,13 @@ class Broker:
                 return 303, "log in first: " + session.LOGIN_PATH, {"Location": session.login_url(path)}
         # this is an HTTP server thread: it may block on the catch-up
         return self.auth.check_http(path, headers, address, self.catch_up_with_leader_blocking)
+
+    def http_client_address(self, peer: str, headers) -> str:
+        """Who sent an HTTP request: the peer, or behind ``security.trusted_http_proxies`` the client their
+        X-Forwarded-For names (node.networks.forwarded_http_client)."""
+        from raftmq.node.networks import forwarded_http_client, plain_ip
+
+        return forwarded_http_client(plain_ip(peer), headers.get("X-Forwarded-For"), self._http_proxies)
 
     def raft_peer_allowed(self, address: str) -> bool:
         """The Raft port's accept check (security.allowed_member_networks); a refusal is one audit line."""

@@ -174,6 +174,9 @@ class SecuritySection:
     # source networks (CIDRs, IPv4 and IPv6; empty = any address): clients of the gRPC and HTTP ports (the
     # open HTTP paths stay open), and the members (Raft port, replica service; members may use the client API)
     allowed_client_networks: list = field(default_factory=list)
+    # HTTP proxies (an ingress) whose X-Forwarded-For names the real client, for the allow-lists, audit lines and
+    # the console's failed-login count (CIDRs; empty: the connection's address is the client)
+    trusted_http_proxies: list = field(default_factory=list)
     allowed_member_networks: list = field(default_factory=list)
 
 
@@ -653,6 +656,7 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
     from raftmq.node.networks import check_networks
 
     problems.extend(check_networks(s.allowed_client_networks, "security.allowed_client_networks"))
+    problems.extend(check_networks(s.trusted_http_proxies, "security.trusted_http_proxies"))
     problems.extend(check_networks(s.allowed_member_networks, "security.allowed_member_networks"))
 
 
@@ -812,6 +816,7 @@ def sample_yaml() -> str:
             "open_http_paths": "HTTP paths served without auth",
             "console_session_hours": "web console login lifetime (auth on: admins log in at /ui/login)",
             "allowed_client_networks": "[10.0.0.0/8, fd00::/8]: who may use gRPC/HTTP (empty: anyone)",
+            "trusted_http_proxies": "[10.0.0.0/8]: HTTP proxies (ingress) whose X-Forwarded-For names the client",
             "allowed_member_networks": "members' networks: Raft port + replica service (empty: anyone)",
         },
         "raft": {

@@ -55,11 +55,12 @@ class HealthServer:
     def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
                  console: Callable[[str, str, dict[str, str], bytes, str], Any] | None = None,
                  *, tls: Any = None, guard: Callable[[str, Any, str], tuple | None] | None = None,
-                 identity: str = ""):
+                 client_address: Callable[[str, Any], str] | None = None, identity: str = ""):
         """``console(method, path_and_query, headers, body, client_ip)`` answers ``/ui`` with a node.console
         Response; ``tls``: a node.tls.HttpServerTls (None: plaintext); ``guard(path, headers, client_ip)`` returns
         (status, reason) or (status, reason, headers) to refuse a request (authentication; e.g. a redirect to a
-        login page), None to serve it; ``identity`` is added to /ready's body ("node=ID pid=PID")."""
+        login page), None to serve it; ``client_address(peer_ip, headers)`` says who the client is (behind a trusted
+        proxy: its X-Forwarded-For; default the peer); ``identity`` is added to /ready's body ("node=ID pid=PID")."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,7 +68,7 @@ class HealthServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 path = self.path.split("?", 1)[0]
-                refused = (outer._guard(path, self.headers, self.client_address[0]) if outer._guard is not None
+                refused = (outer._guard(path, self.headers, self._client()) if outer._guard is not None
                            else None)
                 if refused is not None:
                     self._refuse(refused)
@@ -96,7 +97,7 @@ class HealthServer:
                 else:
                     self.close_connection = True
                 path = self.path.split("?", 1)[0]
-                refused = (outer._guard(path, self.headers, self.client_address[0]) if outer._guard is not None
+                refused = (outer._guard(path, self.headers, self._client()) if outer._guard is not None
                            else None)
                 if refused is not None:
                     self._refuse(refused)
@@ -111,8 +112,12 @@ class HealthServer:
             do_POST = do_PUT = do_DELETE = do_PATCH = _other  # noqa: N815
 
             def _console(self, method: str, body: bytes) -> None:
-                resp = outer._console(method, self.path, dict(self.headers.items()), body, self.client_address[0])
+                resp = outer._console(method, self.path, dict(self.headers.items()), body, self._client())
                 self._send(resp.code, resp.body, resp.content_type, resp.headers)
+
+            def _client(self) -> str:
+                peer = self.client_address[0]
+                return outer._client_address(peer, self.headers) if outer._client_address is not None else peer
 
             def _refuse(self, refused: tuple) -> None:
                 self._send(refused[0], (refused[1] + "\n").encode(), extra=refused[2] if len(refused) > 2 else None)
@@ -133,6 +138,7 @@ class HealthServer:
         self._registry = registry
         self._readiness = readiness
         self._guard = guard
+        self._client_address = client_address
         self._console = console
         self._identity = identity
         server_cls = _IPv6Server if ":" in host else _Server

@@ -10,7 +10,8 @@ Three lists, like RocketMQ 4 ACL's ``globalWhiteRemoteAddresses`` and per-accoun
 
 An empty list allows every address. Entries are CIDRs (``10.0.0.0/8``, ``fd00::/8``) or single addresses; an
 IPv4 client seen on an IPv6 socket (``::ffff:10.1.2.3``) is judged by its IPv4 address. A call forwarded by a
-member (node.forwarding, trusted only with the cluster secret) is judged by the original client's address.
+member (node.forwarding, trusted only with the cluster secret) is judged by the original client's address, and
+an HTTP request through a proxy listed in ``security.trusted_http_proxies`` by its ``X-Forwarded-For`` client.
 """
 
 from __future__ import annotations
@@ -158,6 +159,26 @@ class NetworkPolicy:
             f"member connection from {address or 'unknown'} to the {port} refused: it is not in "
             f"security.allowed_member_networks [{self.members.text()}]; if it is a member, add its network (e.g. "
             f"{host_network(address)}) to security.allowed_member_networks on every member")
+
+
+def forwarded_http_client(peer: str, forwarded_for: str | None, proxies: NetworkList) -> str:
+    """The HTTP client behind ``security.trusted_http_proxies`` (an ingress, a load balancer): each proxy appends
+    the address it got the request from to ``X-Forwarded-For``, so walking it from the right, the first address
+    that is not a trusted proxy is the client. ``peer`` itself when it is not a trusted proxy (then the header
+    is anybody's claim and ignored) or sent none; a malformed entry ends the walk at the proxy before it."""
+    if not proxies or not forwarded_for or not proxies.allows(peer):
+        return peer
+    client = peer
+    for hop in reversed(forwarded_for.split(",")):
+        hop = plain_ip(hop.strip().strip("[]"))
+        try:
+            ipaddress.ip_address(hop)
+        except ValueError:
+            return client
+        client = hop
+        if not proxies.allows(hop):
+            return client
+    return client
 
 
 def user_network_refusal(user: str, allowed: NetworkList, address: str) -> str:

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, unquote
 from raftmq.node.console import cluster_pages, group_pages, login_pages, message_pages, session, topic_pages
 from raftmq.node.console.history import History, Sample
 from raftmq.node.console.layout import BadRequest, Frame, Response, notice, page
-from raftmq.node.networks import NetworkRefused, plain_ip
+from raftmq.node.networks import NetworkRefused
 
 if TYPE_CHECKING:
     from raftmq.node.broker import Broker
@@ -63,11 +63,10 @@ class Console:
     # ------------------------------------------------------------------ dispatch
     def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes = b"",
                address: str = "") -> Response:
-        """One request (the HTTP server checked who may send it); never raises (an unexpected error becomes a
-        500 page and a log line)."""
+        """One request (the HTTP server checked who may send it; ``address`` is its client, behind a trusted proxy
+        the one the proxy names); never raises (an unexpected error becomes a 500 page and a log line)."""
         path, _, query_string = raw_path.partition("?")
         query = {k: v[-1] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
-        address = plain_ip(address)  # as the HTTP guard saw it (an IPv4-mapped IPv6 address as IPv4)
         self._request.user = self._session_user(headers, address)
         try:
             if path in (session.LOGIN_PATH, session.LOGOUT_PATH):

@@ -166,10 +166,12 @@ def test_helm_test_script_passes_with_mutual_tls_and_auth(tmp_path):
 
 
 def test_allowed_networks_reach_the_node_and_a_bad_one_stops_it(tmp_path):
-    """allowedNetworks.clients / members become security.allowed_*_networks; the node validates them."""
+    """allowedNetworks.clients / members / trustedHttpProxies become security.allowed_*_networks and
+    trusted_http_proxies; the node validates them."""
     from raftmq.node.config import ConfigError, load_config
 
-    values = {"allowedNetworks": {"clients": ["10.0.0.0/8", "fd00::/8"], "members": ["10.244.0.0/16"]}}
+    values = {"allowedNetworks": {"clients": ["10.0.0.0/8", "fd00::/8"], "members": ["10.244.0.0/16"],
+                                  "trustedHttpProxies": ["10.96.0.0/12"]}}
     objs = objects(values)
     for kube in (K8S_MIN_VERSION, K8S_VERSION):
         for obj in objs:
@@ -179,9 +181,13 @@ def test_allowed_networks_reach_the_node_and_a_bad_one_stops_it(tmp_path):
     cfg = load_config(path, environ=_pod_env(objs, f"{FULL}-0"))
     assert cfg.security.allowed_client_networks == ["10.0.0.0/8", "fd00::/8", "127.0.0.1/32", "::1/128"]
     assert cfg.security.allowed_member_networks == ["10.244.0.0/16"]
+    assert cfg.security.trusted_http_proxies == ["10.96.0.0/12"]
     assert "RAFTMQ_SECURITY_ALLOWED_CLIENT_NETWORKS" not in _pod_env(objects(), f"{FULL}-0")
     bad = objects({"allowedNetworks": {"clients": ["10.0.0.1/8"]}})
     with pytest.raises(ConfigError, match=r"allowed_client_networks\[0\]: '10.0.0.1/8' has bits set"):
+        load_config(path, environ=_pod_env(bad, f"{FULL}-0"))
+    bad = objects({"allowedNetworks": {"trustedHttpProxies": ["ingress"]}})
+    with pytest.raises(ConfigError, match=r"trusted_http_proxies\[0\]: 'ingress' is not a network"):
         load_config(path, environ=_pod_env(bad, f"{FULL}-0"))
     with pytest.raises(helm.HelmValuesError):
         render({"allowedNetworks": {"clients": "10.0.0.0/8"}})

@@ -219,3 +219,21 @@ def test_the_failure_count_keeps_bounded_memory_under_many_addresses():
     for i in range(3 * session.MAX_TRACKED_ADDRESSES):
         failures.record(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
     assert len(failures._failures) <= session.MAX_TRACKED_ADDRESSES
+
+
+@pytest.mark.parametrize(("peer", "forwarded_for", "client"), [
+    ("10.0.0.5", "", "10.0.0.5"),                                    # no header
+    ("192.0.2.1", "203.0.113.7", "192.0.2.1"),                       # not a trusted proxy: the header is a claim
+    ("10.0.0.5", "203.0.113.7", "203.0.113.7"),                      # an ingress forwarding for its client
+    ("10.0.0.5", "203.0.113.7, 10.0.0.6", "203.0.113.7"),            # two proxies in a row
+    ("10.0.0.5", "198.51.100.1, 203.0.113.7", "203.0.113.7"),        # a spoofed left-most entry is not believed
+    ("10.0.0.5", "[2001:db8::1]", "2001:db8::1"),
+    ("10.0.0.5", "::ffff:203.0.113.7", "203.0.113.7"),
+    ("10.0.0.5", "203.0.113.7, garbage", "10.0.0.5"),                # malformed: stop at the proxy before it
+    ("10.0.0.5", "10.0.0.7, 10.0.0.6", "10.0.0.7"),                  # only proxies: the first of them
+])
+def test_the_http_client_behind_trusted_proxies(peer, forwarded_for, client):
+    from raftmq.node.networks import NetworkList, forwarded_http_client
+
+    assert forwarded_http_client(peer, forwarded_for, NetworkList(["10.0.0.0/8"])) == client
+    assert forwarded_http_client(peer, forwarded_for, NetworkList()) == peer  # no proxies configured

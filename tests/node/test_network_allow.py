@@ -44,10 +44,11 @@ def _target(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _http_get(port: int, path: str, source_ip: str, host: str = "127.0.0.1") -> tuple[int, str]:
+def _http_get(port: int, path: str, source_ip: str, host: str = "127.0.0.1",
+              headers: dict[str, str] | None = None) -> tuple[int, str]:
     conn = http.client.HTTPConnection(host, port, timeout=10, source_address=(source_ip, 0))
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         r = conn.getresponse()
         return r.status, r.read().decode()
     finally:
@@ -66,11 +67,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    """One node on the dual-stack wildcard: clients from 127.0.0.0/29 and ::1 only."""
+    """One node on the dual-stack wildcard: clients from 127.0.0.0/29 and ::1 only; 127.0.0.1 is an HTTP proxy."""
     d = tmp_path_factory.mktemp("net-single")
     [spec] = node_specs(d, 1, security={
         "auth_enabled": True, "auth_admin_access_key": ROOT_AK, "auth_admin_secret_key": ROOT_SK,
-        "allowed_client_networks": ["127.0.0.0/29", "::1"]})
+        "allowed_client_networks": ["127.0.0.0/29", "::1"], "trusted_http_proxies": ["127.0.0.1"]})
     spec.overrides["node"] = {"grpc_listen": f"[::]:{spec.grpc_port}", "http_listen": f"[::]:{spec.http_port}"}
     node = NodeProcess(spec)
     try:
@@ -118,6 +119,27 @@ def test_http_refuses_outside_the_list_but_keeps_the_open_paths_open(single):
 def _refusals(node: NodeProcess) -> dict[tuple[str, str], float]:
     return {(s.labels["reason"], s.labels["port"]): s.value for s in samples(node)
             if s.name == "raftmq_security_refusals_total"}
+
+
+def test_behind_a_trusted_http_proxy_the_client_it_names_is_judged(single):
+    """An ingress at 127.0.0.1 (security.trusted_http_proxies) forwards for its clients: the allow-list, the audit
+    line and the console's login count see the client named in X-Forwarded-For; anybody else's header is a claim
+    and ignored."""
+    port = single.spec.http_port
+
+    def via(source: str, forwarded_for: str) -> tuple[int, str]:
+        return _http_get(port, "/ui/cluster", source, headers={"X-Forwarded-For": forwarded_for})
+
+    status, body = via("127.0.0.1", "127.0.0.9")
+    assert status == 403 and "client address 127.0.0.9 may not use" in body
+    assert via("127.0.0.1", "127.0.0.2")[0] == 303  # inside the list: on to the login page
+    assert via("127.0.0.2", "127.0.0.9")[0] == 303  # not a proxy: its header is ignored, 127.0.0.2 is the client
+    # each proxy appends the address it got the request from: the right-most one that is not a proxy counts,
+    # so a client cannot hide behind an address it wrote into the header itself
+    assert via("127.0.0.1", "127.0.0.2, 127.0.0.9")[0] == 403
+    assert via("127.0.0.1", "127.0.0.9, 127.0.0.2")[0] == 303
+    assert any(a["audit"] == "refused_network" and a["peer"] == "127.0.0.9" and a["port"] == "http"
+               for a in _audit(single))
 
 
 def test_every_kind_of_refusal_is_counted_on_metrics_by_reason_and_port(single):
