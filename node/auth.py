@@ -575,13 +575,13 @@ class Authenticator:
                             about_user=access_key != self.settings.auth_admin_access_key)
         return Principal(access_key, user[1])
 
-    def secret_fingerprint(self, access_key: str, key: bytes) -> tuple[bool, str] | None:
-        """(admin, HMAC of the user's current secret under ``key``), or None for an unknown user: a console
-        session names it, so changing the secret or deleting the user ends the user's sessions."""
+    def secret_fingerprint(self, access_key: str, key: bytes) -> str | None:
+        """An HMAC of the user's current secret under ``key``, or None for an unknown user: a console session
+        names it, so changing the secret or deleting the user ends the user's sessions."""
         user = self._user(access_key)
         if user is None:
             return None
-        return user[1], hmac.new(key, user[0].encode(), hashlib.sha256).hexdigest()[:32]
+        return hmac.new(key, user[0].encode(), hashlib.sha256).hexdigest()[:32]
 
     def _signed_by(self, auth: Authorization, secret: str, date_text: str) -> bool:
         """The signature matches the user's secret (the bootstrap admin's previous one too, during a rotation)."""
@@ -607,19 +607,28 @@ class Authenticator:
         user = self._user(principal.access_key)
         if user is None:  # deleted since the signature was verified
             raise AccessDenied(principal.access_key, needs[0][0] if needs else "call", method)
+        for action, kind, name in needs:
+            if not self._allows(principal.access_key, user, action, kind, name):
+                raise AccessDenied(principal.access_key, action, resource_text(kind, name))
+
+    def allows(self, access_key: str, action: str, kind: str, name: str) -> bool:
+        """Whether the user may ``action`` on the resource (False for an unknown user): the same decision as an
+        RPC's (the web console filters what it shows with it)."""
+        user = self._user(access_key)
+        return user is not None and self._allows(access_key, user, action, kind, name)
+
+    def _allows(self, access_key: str, user: tuple, action: str, kind: str, name: str) -> bool:
         _, admin, rules, _ = user
         if admin:
-            return
-        for action, kind, name in needs:
-            key = (principal.access_key, action, kind, name)
-            allowed = self._decisions.get(key)
-            if allowed is None:
-                allowed = decide(rules, action, kind, name, self.settings.acl_default)
-                if len(self._decisions) > 100_000:
-                    self._decisions = {}
-                self._decisions[key] = allowed
-            if not allowed:
-                raise AccessDenied(principal.access_key, action, resource_text(kind, name))
+            return True
+        key = (access_key, action, kind, name)
+        allowed = self._decisions.get(key)
+        if allowed is None:
+            allowed = decide(rules, action, kind, name, self.settings.acl_default)
+            if len(self._decisions) > 100_000:
+                self._decisions = {}
+            self._decisions[key] = allowed
+        return allowed
 
     def has_networks(self, principal: Principal) -> bool:
         """Whether the user's signatures are limited to some networks."""

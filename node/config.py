@@ -170,7 +170,7 @@ class SecuritySection:
     auth_max_clock_skew_seconds: float = 300.0  # a signature dated further from now is refused (replay window)
     acl_default: str = "deny"           # decision when no policy of the user matches: deny | allow
     open_http_paths: list = field(default_factory=lambda: ["/metrics", "/health", "/ready"])  # no auth needed
-    console_session_hours: float = 8.0  # a web-console login lasts this long (auth on; admins only)
+    console_session_hours: float = 8.0  # a web-console login lasts this long (auth on; pages follow its rules)
     # source networks (CIDRs, IPv4 and IPv6; empty = any address): clients of the gRPC and HTTP ports (the
     # open HTTP paths stay open), and the members (Raft port, replica service; members may use the client API)
     allowed_client_networks: list = field(default_factory=list)
@@ -814,7 +814,7 @@ def sample_yaml() -> str:
             "auth_max_clock_skew_seconds": "older/newer signatures are refused (replay window)",
             "acl_default": "deny | allow when no policy matches",
             "open_http_paths": "HTTP paths served without auth",
-            "console_session_hours": "web console login lifetime (auth on: admins log in at /ui/login)",
+            "console_session_hours": "web console login lifetime (auth on: users log in at /ui/login)",
             "allowed_client_networks": "[10.0.0.0/8, fd00::/8]: who may use gRPC/HTTP (empty: anyone)",
             "trusted_http_proxies": "[10.0.0.0/8]: HTTP proxies (ingress) whose X-Forwarded-For names the client",
             "allowed_member_networks": "members' networks: Raft port + replica service (empty: anyone)",

@@ -22,6 +22,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote
 
+from raftmq.node.auth import AccessDenied, AuthError, resource_text
 from raftmq.node.console import cluster_pages, group_pages, login_pages, message_pages, session, topic_pages
 from raftmq.node.console.history import History, Sample
 from raftmq.node.console.layout import BadRequest, Frame, Response, notice, page
@@ -68,6 +69,7 @@ class Console:
         path, _, query_string = raw_path.partition("?")
         query = {k: v[-1] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
         self._request.user = self._session_user(headers, address)
+        self._request.viewer = self._viewer(headers)
         try:
             if path in (session.LOGIN_PATH, session.LOGOUT_PATH):
                 return login_pages.handle(self, method, path, query, body, address)
@@ -113,6 +115,33 @@ class Console:
             return self._error(404, f"no static file {name}")
         headers = {"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"}
         return Response(200, data.read_bytes(), STATIC_TYPES[suffix], headers)
+
+    def may(self, action: str, kind: str, name: str) -> bool:
+        """Whether the viewer of this request may ``action`` (SUB, ADMIN) on the resource: as the gRPC API would
+        decide for the same user (everything with authentication off, nothing for nobody)."""
+        viewer = getattr(self._request, "viewer", "")
+        if viewer is None:
+            return True
+        return bool(viewer) and self.node.auth.allows(viewer, action, kind, name)
+
+    def require(self, action: str, kind: str, name: str) -> None:
+        """BadRequest(403) naming user, action and resource unless the viewer ``may``."""
+        if not self.may(action, kind, name):
+            viewer = getattr(self._request, "viewer", "") or "anonymous"
+            raise BadRequest(str(AccessDenied(viewer, action, resource_text(kind, name))), 403)
+
+    def _viewer(self, headers: dict[str, str]) -> str | None:
+        """Whose rules decide what this request may see: None with authentication off (everything), else the
+        logged-in user, or the user whose signature the request carries, or "" (nothing)."""
+        auth = self.node.auth
+        if auth is None:
+            return None
+        if self._request.user:
+            return self._request.user
+        try:
+            return auth.authenticate([(k.lower(), v) for k, v in headers.items()]).access_key
+        except AuthError:
+            return ""
 
     def request_user(self) -> str:
         """The admin logged in on the request this thread serves ("" when none)."""

@@ -79,6 +79,7 @@ def cluster_page(c: Console, query: dict[str, str]) -> Response:
 
 
 def check_page(c: Console, query: dict[str, str]) -> Response:
+    c.require("ADMIN", "cluster", "")  # reads every member's whole commit log: an operator's tool
     run = query.get("run") == "1"
     limit_mib = query.get("mib", "").strip()
     queues = query.get("queues", "1" if not run else "") == "1"

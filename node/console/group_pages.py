@@ -75,7 +75,7 @@ def groups_page(c: Console, query: dict[str, str], name: str | None = None) -> R
     st = c.store()
     rows = []
     notes = set()
-    for g in _known_groups(c)[:GROUPS_LISTED_MAX]:
+    for g in [g for g in _known_groups(c) if c.may("SUB", "group", g)][:GROUPS_LISTED_MAX]:
         try:
             view, note = _group_view(c, g)
         except (BadRequest, RpcError, ValidationError):
@@ -102,6 +102,7 @@ def _group_page(c: Console, group: str) -> Response:
         check_group_name(group)
     except ValidationError as e:
         raise BadRequest(str(e)) from None
+    c.require("SUB", "group", group)  # as DescribeConsumerGroup
     try:
         view, note = _group_view(c, group)
     except RpcError as e:

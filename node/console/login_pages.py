@@ -1,4 +1,4 @@
-"""``/ui/login`` and ``/ui/logout``: an admin logs in with access key and secret key (authentication on).
+"""``/ui/login`` and ``/ui/logout``: a user logs in with access key and secret key (authentication on).
 
 The form posts to this node; a good login answers 303 to the page asked for with a session cookie
 (node.console.session), a bad one shows the form again with the reason (401/403) and one audit line.
@@ -62,10 +62,11 @@ def _form(console: Console, target: str, access_key: str, error: str, code: int)
         'autofocus></label>'
         '<label>Secret key <input name="secret_key" type="password" autocomplete="current-password" required>'
         '</label><button type="submit">Log in</button></form>'
-        '<p class="note">Authentication is on: an admin user logs in (the bootstrap admin of '
-        '<code>security.auth_admin_access_key</code>, or a user added with <code>raftmq acl user add NAME '
-        '--admin</code>). The login lasts {hours} h on every member of the cluster and ends when the user is '
-        'deleted, its secret changes or it stops being an admin. Scripts sign their requests instead.</p>',
+        '<p class="note">Authentication is on: log in as a user of this cluster (<code>raftmq acl user add '
+        'NAME</code>). The pages show what the user\'s rules allow (topics and their messages with SUB on the '
+        'topic, consumer groups with SUB on the group, the replica check with ADMIN on the cluster), as the '
+        'API does. The login lasts {hours} h on every member of the cluster and ends when the user is deleted or '
+        'its secret changes. Scripts sign their requests instead.</p>',
         error=notice(error, "bad") if error else Markup(""), target=target, access_key=access_key, hours=f"{hours:g}")
     return page(console.frame(), "", "Log in", body, code)
 

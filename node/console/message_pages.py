@@ -59,7 +59,7 @@ def _browse(c: Console, by: str, q: dict[str, str]) -> tuple[list, str]:
             raise BadRequest("give a msgId (or a UNIQ_KEY together with a topic)")
         topic = q.get("topic", "").strip()
         return _find_by_id(c, msg_id, topic), f"message {msg_id}"
-    topic = _topic_arg(st, q)
+    topic = _topic_arg(c, st, q)
     if by == "key":
         key = q.get("key", "")
         if not key.strip():
@@ -98,7 +98,7 @@ def _find_by_id(c: Console, msg_id: str, topic: str) -> list:
     st = c.store()
     is_offset_id = len(msg_id) in (32, 56) and all(ch in "0123456789abcdefABCDEF" for ch in msg_id)
     if topic:
-        _topic_arg(st, {"topic": topic})
+        _topic_arg(c, st, {"topic": topic})
         found = [m for m in st.query_messages(topic, msg_id, BROWSE_MAX, 0, int(time.time() * 1000))
                  if m.uniq_key == msg_id]
         if found:
@@ -109,6 +109,7 @@ def _find_by_id(c: Console, msg_id: str, topic: str) -> list:
     if is_offset_id:
         m = st.view_message_by_id(msg_id.upper())
         if m is not None and (not topic or m.topic == topic):
+            c.require("SUB", "topic", m.topic)
             return [m]
     return []
 
@@ -120,6 +121,7 @@ def _message(c: Console, msg_id: str, part: str | None) -> Response:
         raise BadRequest(str(e)) from None
     if m is None:
         raise BadRequest(f"no message with msgId {msg_id!r} (removed by retention, or never stored)", 404)
+    c.require("SUB", "topic", m.topic)
     if part == "body":
         headers = dict(SECURITY_HEADERS)
         headers["Content-Disposition"] = f'attachment; filename="{m.msg_id}.bin"'
@@ -183,7 +185,8 @@ def _browse_forms(q: dict[str, str]) -> Markup:
         count=val("count", "offset"))
 
 
-def _topic_arg(st, q: dict[str, str]) -> str:
+def _topic_arg(c: Console, st, q: dict[str, str]) -> str:
+    """The request's topic: named, valid, readable by the viewer (SUB, as the gRPC reads) and existing."""
     topic = q.get("topic", "").strip()
     if not topic:
         raise BadRequest("give a topic")
@@ -191,6 +194,7 @@ def _topic_arg(st, q: dict[str, str]) -> str:
         check_topic_name(topic, allow_system=True)
     except ValidationError as e:
         raise BadRequest(str(e)) from None
+    c.require("SUB", "topic", topic)
     if st.topics.get(topic) is None:
         raise BadRequest(f"topic {topic!r} does not exist", 404)
     return topic

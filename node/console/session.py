@@ -6,9 +6,9 @@ access key and secret key once on ``/ui/login``; the node answers with a cookie 
 HMAC key is derived from ``security.auth_admin_secret_key``, which every member has from the same Secret).
 
 What the cookie holds: the access key, an expiry, and an HMAC of the user's current secret (never the secret).
-Each request re-checks the user against the replicated users, so deleting the user, changing its secret or
-taking its admin right ends its sessions at once, on every member. The console shows every topic's messages,
-so only admins may log in. The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site
+Each request re-checks the user against the replicated users, so deleting the user or changing its secret ends
+its sessions at once, on every member; what a page shows follows the user's rules as they are now (the
+console decides with the same ACL as the gRPC API). The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site
 can send it, so no cross-site request forgery), ``Path=/ui``, and ``Secure`` when the HTTP port speaks TLS.
 """
 
@@ -37,7 +37,8 @@ MAX_TRACKED_ADDRESSES = 10_000
 
 
 class LoginRefused(Exception):
-    """A login that cannot succeed as asked: ``code`` is the HTTP status (401 credentials, 403 not an admin)."""
+    """A login that cannot succeed as asked: ``code`` is the HTTP status (401 credentials, 403 a
+    network the user may not come from, 429 too many failures)."""
 
     def __init__(self, message: str, code: int):
         super().__init__(message)
@@ -144,7 +145,7 @@ class ConsoleSessions:
 
     def login(self, access_key: str, secret_key: str, address: str,
               catch_up: Callable[[], bool] | None = None) -> str:
-        """A new session cookie's value for an admin whose secret key is ``secret_key``; LoginRefused otherwise.
+        """A new session cookie's value for the user whose secret key is ``secret_key``; LoginRefused otherwise.
         ``catch_up()`` (blocking) is tried once before refusing on this member's copy of the users."""
         if not access_key or not secret_key:
             raise LoginRefused("give both the access key and the secret key", 401)
@@ -164,21 +165,17 @@ class ConsoleSessions:
             self._auth.check_network(principal, address)
         except NetworkRefused as e:
             raise LoginRefused(str(e), 403) from None
-        if not principal.admin:
-            raise LoginRefused(f"user {access_key!r} is not an admin: the console shows every topic's messages, so "
-                               f"only admins may log in (an admin can make it one: raftmq acl user add "
-                               f"{access_key} --admin)", 403)
         found = self._auth.secret_fingerprint(access_key, self._signing_key)
         if found is None:  # deleted since check_secret found it
             raise LoginRefused(f"unknown access key {access_key!r}", 401)
-        payload = _b64(json.dumps({"u": access_key, "exp": int(self._clock()) + self.lifetime_s, "f": found[1]},
+        payload = _b64(json.dumps({"u": access_key, "exp": int(self._clock()) + self.lifetime_s, "f": found},
                                   separators=(",", ":")).encode())
         return f"{payload}.{self._mac(self._signing_key, payload)}"
 
     def user(self, value: str, address: str) -> str | None:
-        """The access key of a valid session cookie's admin; None when it is absent, damaged, forged, expired,
-        or its user was deleted, changed its secret or is no longer an admin. NetworkRefused when the user may
-        not come from ``address`` (its replicated networks)."""
+        """The access key of a valid session cookie's user; None when it is absent, damaged, forged, expired,
+        or its user was deleted or changed its secret. NetworkRefused when the user may not come from
+        ``address`` (its replicated networks)."""
         payload, _, mac = value.partition(".")
         if not payload or not mac:
             return None
@@ -193,7 +190,7 @@ class ConsoleSessions:
         if expires <= self._clock():
             return None
         found = self._auth.secret_fingerprint(access_key, key)
-        if found is None or not found[0] or not hmac.compare_digest(found[1], fingerprint):
+        if found is None or not hmac.compare_digest(found, fingerprint):
             return None
         self._auth.check_network(Principal(access_key, True), address)
         return access_key

@@ -25,7 +25,7 @@ def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> R
     rows = []
     for cfg in sorted(st.topics.list(), key=lambda t: t.topic_name):
         t = cfg.topic_name
-        if is_system_topic(t) and not show_system:
+        if (is_system_topic(t) and not show_system) or not c.may("SUB", "topic", t):
             continue
         lo = sum(st.min_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
         hi = sum(st.max_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
@@ -51,6 +51,7 @@ def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> R
 
 def _topic_page(c: Console, name: str) -> Response:
     st = c.store()
+    c.require("SUB", "topic", name)  # as GetQueueOffsets (before saying whether it exists)
     cfg = st.topics.get(name)
     if cfg is None:
         raise BadRequest(f"topic {name!r} does not exist on {c.node.node_id}", 404)
@@ -64,6 +65,8 @@ def _topic_page(c: Console, name: str) -> Response:
                    table_id="queues", numeric=(0, 1, 2, 3))
     grows = []
     for g in st.consumer_offsets.groups(name):
+        if not c.may("SUB", "group", g):
+            continue
         committed = st.consumer_offsets.offsets(g, name)
         lag = sum(max(0, q.max_offset - max(committed.get(q.queue_id, 0), q.min_offset)) if q.queue_id in
                   committed else q.max_offset - q.min_offset for q in queues)
