@@ -1,14 +1,13 @@
 """The web console on the node's HTTP port (``/ui``): cluster, topics, consumer groups, messages, replica check.
 
-Read-only by design: every page is a GET that reads what the node already holds (the store, the write path's
-Raft state, the leader's consumer-group table) through the same functions the gRPC services use
-(node.cluster_views, the store's read API); nothing here writes. Cluster-wide facts come from the same status
-fan-out as ``AdminService.ClusterStatus``; consumer-group members, which only the leader knows, are asked of the
-leader over its AdminService when this node follows.
+Pages are GETs that read what the node already holds (the store, the write path's Raft state, the leader's
+consumer-group table) through the same functions the gRPC services use (node.cluster_views, the store's read
+API). Cluster-wide facts come from the same status fan-out as ``AdminService.ClusterStatus``; consumer-group
+members, which only the leader knows, are asked of the leader over its AdminService when this node follows.
 
-Admin actions (transfer leadership, reset offsets, ...) are not offered yet. When the access-control issue lands,
-add them to ``Console.admin_actions`` as POST handlers and set ``Console.authorize_admin`` to check the caller's
-ADMIN right: until then every non-GET request is refused with 405 and a reason.
+Actions (``ACTIONS``: a POST path -> handler) change the cluster through the gRPC API, as the CLI would. They
+exist only with authentication on (a viewer with the ADMIN right the action needs), and a request whose Origin is
+another site is refused; with authentication off the console stays read-only.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import time
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from raftmq.node.auth import AccessDenied, AuthError, resource_text
 from raftmq.node.console import cluster_pages, group_pages, login_pages, message_pages, session, topic_pages
@@ -45,10 +44,10 @@ class Console:
         self.check_lock = threading.Lock()  # one replica check at a time from this console
         self._request = threading.local()  # per HTTP server thread: who is logged in on the request it serves
         self.secure_cookies = False  # the HTTP port speaks TLS: session cookies are marked Secure
-        # access-control hook: POST path -> handler(query) for admin actions, run only when authorize_admin(headers)
-        # says the caller has the ADMIN right (nothing is registered yet: the console is read-only)
-        self.admin_actions: dict[str, Callable[[dict[str, str]], Response]] = {}
-        self.authorize_admin: Callable[[dict[str, str]], bool] = lambda headers: False
+        # POST path -> handler(console, form, client address): each checks the right it needs (Console.require)
+        self.actions: dict[str, Callable[[Console, dict[str, str], str], Response]] = {
+            "/ui/cluster/transfer-leader": cluster_pages.transfer_leader,
+        }
         self._routes: list[tuple[str, Callable[..., Response]]] = [  # page(console, query, *path segments)
             ("/ui/cluster", cluster_pages.cluster_page), ("/ui/topics", topic_pages.topics_page),
             ("/ui/groups", group_pages.groups_page), ("/ui/messages", message_pages.messages_page),
@@ -74,7 +73,7 @@ class Console:
             if path in (session.LOGIN_PATH, session.LOGOUT_PATH):
                 return login_pages.handle(self, method, path, query, body, address)
             if method != "GET":
-                return self._admin(method, path, query, headers)
+                return self._action(method, path, headers, body, address)
             if path in ("/ui", "/ui/"):
                 return Response(302, b"", headers={"Location": "/ui/cluster"})
             if path.startswith("/ui/static/"):
@@ -95,16 +94,27 @@ class Console:
             log.exception("console: %s %s failed", method, path)
             return self._error(500, f"internal error: {type(e).__name__}: {e} (see the node log)")
 
-    def _admin(self, method: str, path: str, query: dict[str, str], headers: dict[str, str]) -> Response:
-        action = self.admin_actions.get(path) if method == "POST" else None
+    def _action(self, method: str, path: str, headers: dict[str, str], body: bytes, address: str) -> Response:
+        action = self.actions.get(path) if method == "POST" else None
         if action is None:
-            resp = self._error(405, f"{method} {path}: the console is read-only (GET only); admin actions will "
-                               "require the ADMIN right once access control is enabled")
+            resp = self._error(405, f"{method} {path}: console pages only answer GET; its actions are POSTs to "
+                               f"{', '.join(sorted(self.actions))}")
             resp.headers["Allow"] = "GET"
             return resp
-        if not self.authorize_admin(headers):
-            return self._error(403, "this action needs the ADMIN right")
-        return action(query)
+        if self.node.auth is None:
+            return self._error(403, "authentication is off, so the console is read-only (anyone who reaches this "
+                               "port could act): turn on security.auth_enabled to use its actions, or use the CLI")
+        lowered = {k.lower(): v for k, v in headers.items()}
+        origin = lowered.get("origin")
+        if origin is not None and urlsplit(origin).netloc != lowered.get("host", ""):
+            return self._error(403, f"a request sent from another site ({origin}) is refused; use the console's "
+                               "own page")
+        form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+        return action(self, form, address)
+
+    def viewer(self) -> str:
+        """The user this request acts as ("" with authentication off or nobody)."""
+        return getattr(self._request, "viewer", "") or ""
 
     def _static(self, name: str) -> Response:
         suffix = name[name.rfind("."):] if "." in name else ""

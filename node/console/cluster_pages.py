@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from raftmq.node.auth import audit
 from raftmq.node.cluster_views import cluster_status
 from raftmq.node.console import safe
 from raftmq.node.console.charts import Series, line_chart
@@ -22,7 +23,7 @@ from raftmq.node.console.layout import (
     utc,
     yes_no,
 )
-from raftmq.node.console.safe import Markup, html, join
+from raftmq.node.console.safe import Markup, html, join, url
 
 if TYPE_CHECKING:
     from raftmq.node.console.app import Console
@@ -75,7 +76,42 @@ def cluster_page(c: Console, query: dict[str, str]) -> Response:
         section("Leader changes", events, "events-section", live=True,
                 note=f"seen by {c.node.node_id}; the Raft term counts every election in the cluster"),
     ])
+    done = query.get("transferred")
+    if done is not None:
+        now = "being elected" if done == "-" else done
+        body = join([notice(f"leadership moved: the leader is now {now}", "ok"), body])
+    if c.node.auth is not None and c.node.config.members and c.may("ADMIN", "cluster", ""):
+        body = join([body, section("Actions", _transfer_form(members, status.leader_id), "actions")])
     return page(c.frame(), "cluster", "Cluster", body)
+
+
+def _transfer_form(members: list, leader_id: str) -> Markup:
+    options = join([Markup('<option value="">any up-to-date follower</option>')]
+                   + [html('<option value="{}">{}</option>', m.id, m.id) for m in members if m.id != leader_id])
+    return html('<form method="post" action="/ui/cluster/transfer-leader" class="inline" id="transfer-form">'
+                '<label>transfer leadership to <select name="to">{}</select></label> '
+                '<button type="submit">Transfer</button></form><p class="note">as <code>raftmq cluster '
+                'transfer-leader</code>: the leader stops taking writes, waits until the target has its whole '
+                'log and hands over; writes in flight get "unknown outcome" and clients retry on the new '
+                'leader.</p>', options)
+
+
+def transfer_leader(c: Console, form: dict[str, str], address: str) -> Response:
+    """POST /ui/cluster/transfer-leader: AdminService.TransferLeader through the SDK, for a viewer with ADMIN on
+    the cluster; back to the cluster page, which says where leadership went."""
+    from raftmq.client.admin import Admin
+    from raftmq.client.errors import RaftmqError
+
+    c.require("ADMIN", "cluster", "")
+    to = form.get("to", "").strip()
+    try:
+        with Admin(c.node.config.advertised_address, security=c.node.member_client_security()) as admin:
+            leader = admin.transfer_leader(to or None)
+    except RaftmqError as e:
+        audit("console_action", user=c.viewer(), action="transfer_leader", to=to, error=str(e), peer=address)
+        raise BadRequest(f"leadership was not transferred: {e}", 409) from None
+    audit("console_action", user=c.viewer(), action="transfer_leader", to=to, leader=leader, peer=address)
+    return Response(303, b"", headers={"Location": url("/ui/cluster", transferred=leader or "-")})
 
 
 def check_page(c: Console, query: dict[str, str]) -> Response:

@@ -1,0 +1,84 @@
+"""Console actions (authentication on): an admin transfers leadership from the cluster page; others, other
+sites and a console without authentication cannot. Real member processes over HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftmq.client import Admin
+from raftmq.client.acl import AclAdmin
+from raftmq.client.security import ClientSecurity
+from tests.node.test_console_login import Http, cookie_of
+from tests.support.processes import node_specs, running_nodes, start_nodes, stop_all
+from tests.support.waiting import wait_for
+
+SECURITY = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
+ROOT = ClientSecurity(access_key="root", secret_key="root-secret-1")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    nodes = start_nodes(node_specs(tmp_path_factory.mktemp("console-actions"), 3, security=SECURITY,
+                                   cluster={"secret": "cluster-secret"}))
+    try:
+        yield nodes
+    finally:
+        stop_all(nodes)
+
+
+def _leader(nodes) -> str:
+    with Admin([n.grpc_address for n in nodes], security=ROOT) as admin:
+        return wait_for(lambda: admin.cluster_status().leader_id or None, "a leader", timeout=60)
+
+
+def test_an_admin_transfers_leadership_from_the_cluster_page(cluster):
+    web = Http(cluster[1].http_url)  # any member's console
+    root = cookie_of(web.login("root", "root-secret-1")[1])
+    before = _leader(cluster)
+    code, _, body = web.request("GET", "/ui/cluster", cookie=root)
+    assert code == 200 and 'action="/ui/cluster/transfer-leader"' in body
+    target = next(n.spec.id for n in cluster if n.spec.id != before)
+    code, headers, _ = web.request("POST", "/ui/cluster/transfer-leader", cookie=root, form={"to": target})
+    assert code == 303 and headers["location"] == f"/ui/cluster?transferred={target}"
+    assert _leader(cluster) == target
+    code, _, body = web.request("GET", headers["location"], cookie=root)
+    assert code == 200 and f"leadership moved: the leader is now {target}" in body
+    # a member that is not one is refused with the reason, and nothing moves
+    code, _, body = web.request("POST", "/ui/cluster/transfer-leader", cookie=root, form={"to": "n9"})
+    assert code == 409 and "&#x27;n9&#x27; (transfer-leader --to) is not a member" in body
+    assert _leader(cluster) == target
+
+
+def test_only_admins_from_the_console_itself_may_act(cluster):
+    web = Http(cluster[0].http_url)
+    with AclAdmin([n.grpc_address for n in cluster], security=ROOT) as acl:
+        acl.put_user("bob", "bob-secret-1")
+        acl.add_rule("bob", "allow", ["SUB"], ["topic:*", "group:*"])
+    bob = cookie_of(web.login("bob", "bob-secret-1")[1])
+    before = _leader(cluster)
+    code, _, body = web.request("GET", "/ui/cluster", cookie=bob)
+    assert code == 200 and "transfer-leader" not in body  # no form for a user who may not use it
+    code, _, body = web.request("POST", "/ui/cluster/transfer-leader", cookie=bob, form={"to": ""})
+    assert code == 403 and "user &#x27;bob&#x27; may not ADMIN on cluster" in body
+    # another site's page posting with the admin's cookie (a browser would not send a SameSite=Strict cookie
+    # there at all; the Origin check holds even for one that does)
+    root = cookie_of(web.login("root", "root-secret-1")[1])
+    code, _, body = web.request("POST", "/ui/cluster/transfer-leader", cookie=root, form={"to": ""},
+                                headers=[("Origin", "https://evil.example")])
+    assert code == 403 and "sent from another site (https://evil.example) is refused" in body
+    # no session, no signature: to the login page, never an action
+    code, headers, _ = web.request("POST", "/ui/cluster/transfer-leader", form={"to": ""})
+    assert code == 303 and headers["location"].startswith("/ui/login")
+    assert web.request("GET", "/ui/cluster/transfer-leader", cookie=root)[0] == 404
+    assert _leader(cluster) == before
+
+
+def test_without_authentication_the_console_stays_read_only(tmp_path):
+    with running_nodes(tmp_path, 1) as [node]:
+        web = Http(node.http_url)
+        code, _, body = web.request("GET", "/ui/cluster")
+        assert code == 200 and "transfer-leader" not in body
+        code, _, body = web.request("POST", "/ui/cluster/transfer-leader", form={"to": ""})
+        assert code == 403 and "authentication is off, so the console is read-only" in body
+        code, headers, _ = web.request("POST", "/ui/topics", form={})
+        assert code == 405 and headers["allow"] == "GET"
