@@ -47,6 +47,7 @@ class Console:
         # POST path -> handler(console, form, client address): each checks the right it needs (Console.require)
         self.actions: dict[str, Callable[[Console, dict[str, str], str], Response]] = {
             "/ui/cluster/transfer-leader": cluster_pages.transfer_leader,
+            "/ui/groups/reset-offsets": group_pages.reset_offsets,
         }
         self._routes: list[tuple[str, Callable[..., Response]]] = [  # page(console, query, *path segments)
             ("/ui/cluster", cluster_pages.cluster_page), ("/ui/topics", topic_pages.topics_page),
@@ -135,8 +136,11 @@ class Console:
         return bool(viewer) and self.node.auth.allows(viewer, action, kind, name)
 
     def require(self, action: str, kind: str, name: str) -> None:
-        """BadRequest(403) naming user, action and resource unless the viewer ``may``."""
-        if not self.may(action, kind, name):
+        """BadRequest(403) naming user, action and resource unless the viewer ``may``; as the gRPC API, a refusal
+        is decided again after this member applied what the leader has committed (a rule just added elsewhere)."""
+        if self.may(action, kind, name):
+            return
+        if not (self.node.catch_up_with_leader_blocking() and self.may(action, kind, name)):
             viewer = getattr(self._request, "viewer", "") or "anonymous"
             raise BadRequest(str(AccessDenied(viewer, action, resource_text(kind, name))), 403)
 

@@ -11,20 +11,23 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from raftmq.node.auth import audit
 from raftmq.node.cluster_views import describe_group
 from raftmq.node.console.layout import (
     BadRequest,
     Response,
     cards,
     esc_or_dash,
+    int_arg,
     link,
     notice,
     page,
     section,
     shorten,
     table,
+    time_arg,
 )
-from raftmq.node.console.safe import Markup, join, seg, url
+from raftmq.node.console.safe import Markup, html, join, seg, url
 from raftmq.node.errors import RpcError
 from raftmq.node.validation import ValidationError, check_group_name
 from raftmq.v1 import raftmq_pb2 as pb
@@ -71,7 +74,7 @@ def _known_groups(c: Console) -> list[str]:
 
 def groups_page(c: Console, query: dict[str, str], name: str | None = None) -> Response:
     if name is not None:
-        return _group_page(c, name)
+        return _group_page(c, name, query)
     st = c.store()
     rows = []
     notes = set()
@@ -96,7 +99,7 @@ def groups_page(c: Console, query: dict[str, str], name: str | None = None) -> R
                               "messages stored past the committed offset")])
     return page(c.frame(), "groups", "Consumer groups", body)
 
-def _group_page(c: Console, group: str) -> Response:
+def _group_page(c: Console, group: str, query: dict[str, str]) -> Response:
     st = c.store()
     try:
         check_group_name(group)
@@ -126,11 +129,67 @@ def _group_page(c: Console, group: str) -> Response:
                      ("live members", len({m.client_id for m in view.members}) if not note else "?"),
                      ("total lag", sum(q.lag for q in view.queues)),
                      ("DLQ messages", _dlq_cell(st, group))], card_id="summary")
-    body = join([notice(note, "warn") if note else Markup(""), summary,
-                 section("Members", mtable, "members-section", live=True),
-                 section("Queues", qtable, "queues-section", live=True,
-                         note=f"dead letters of this group go to topic {dlq}")])
-    return page(c.frame(), "groups", f"Consumer group {group}", body)
+    parts = [notice(note, "warn") if note else Markup(""), summary,
+             section("Members", mtable, "members-section", live=True),
+             section("Queues", qtable, "queues-section", live=True,
+                     note=f"dead letters of this group go to topic {dlq}")]
+    if query.get("reset"):
+        parts.insert(0, notice(f"offsets of {group} on {query['reset']} reset: {query.get('offsets', '')}", "ok"))
+    topics = sorted({q.topic for q in view.queues})
+    if c.node.auth is not None and topics and c.may("ADMIN", "group", group):
+        parts.append(section("Actions", _reset_form(group, topics), "actions"))
+    return page(c.frame(), "groups", f"Consumer group {group}", join(parts))
+
+
+def _reset_form(group: str, topics: list[str]) -> Markup:
+    options = join(html('<option value="{}">{}</option>', t, t) for t in topics)
+    return html(
+        '<form method="post" action="/ui/groups/reset-offsets" class="inline" id="reset-form">'
+        '<input type="hidden" name="group" value="{group}"><label>reset offsets on <select name="topic">'
+        '{options}</select></label> <label>to the first message at or after (UTC) <input name="to_time" '
+        'type="datetime-local" step="1"></label> <label>or to offset <input name="to_offset" size="8"></label> '
+        '<button type="submit">Reset</button></form><p class="note">as <code>raftmq group reset-offsets</code>: '
+        'moves the pull offsets and the receive position on every queue (clamped to what is stored); messages '
+        'in flight are forgotten. Stop the group\'s consumers first, or they commit their old positions '
+        'again.</p>', group=group, options=options)
+
+
+def reset_offsets(c: Console, form: dict[str, str], address: str) -> Response:
+    """POST /ui/groups/reset-offsets: MessagingService.ResetGroupOffsets (as the CLI) for a viewer with ADMIN on
+    the group; back to the group page with the new offsets."""
+    from raftmq.client.connection import ServerPool
+    from raftmq.client.errors import RaftmqError
+
+    group, topic = form.get("group", "").strip(), form.get("topic", "").strip()
+    try:
+        check_group_name(group)
+    except ValidationError as e:
+        raise BadRequest(str(e)) from None
+    c.require("ADMIN", "group", group)  # as ResetGroupOffsets
+    if not topic:
+        raise BadRequest("choose the topic whose offsets to reset")
+    req = pb.ResetGroupOffsetsRequest(group=group, topic=topic)
+    has_time, has_offset = bool(form.get("to_time", "").strip()), bool(form.get("to_offset", "").strip())
+    if has_time == has_offset:
+        raise BadRequest("give either a time or an offset to reset to (not both)")
+    if has_time:
+        req.timestamp = time_arg(form, "to_time", 0)
+    else:
+        req.offset = int_arg(form, "to_offset", 0, 0, None)
+    node = c.node
+    pool = ServerPool([node.config.advertised_address], security=node.member_client_security())
+    try:
+        resp, _ = pool.write(lambda s, t: s.messaging.ResetGroupOffsets(req, timeout=t), idempotent=True)
+    except RaftmqError as e:
+        audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
+              error=str(e), peer=address)
+        raise BadRequest(f"offsets were not reset: {e}", 409) from None
+    finally:
+        pool.close()
+    offsets = ", ".join(f"queue {q}: {o}" for q, o in sorted(resp.offsets.items()))
+    audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
+          offsets=dict(resp.offsets), peer=address)
+    return Response(303, b"", headers={"Location": url(f"/ui/groups/{seg(group)}", reset=topic, offsets=offsets)})
 
 
 def _dlq_cell(st, group: str) -> Markup | int:

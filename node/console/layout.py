@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from raftmq.node.console.safe import Markup, esc, html, join
 
@@ -137,3 +138,33 @@ def shorten(text: str, limit: int = 160) -> str:
     """One line of at most ``limit`` characters (long peer error texts become a readable reason)."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def int_arg(q: dict[str, str], name: str, default: int, lo: int, hi: int | None) -> int:
+    """A whole number from a query or form field, within [lo, hi]; BadRequest naming the field otherwise."""
+    text = q.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        v = int(text)
+    except ValueError:
+        raise BadRequest(f"{name} {text!r} is not a whole number") from None
+    if v < lo or (hi is not None and v > hi):
+        raise BadRequest(f"{name} {v} is out of range: give {lo}..{hi if hi is not None else 'any'}")
+    return v
+
+
+def time_arg(q: dict[str, str], name: str, default: int) -> int:
+    """A UTC time from a datetime-local input (``2026-11-23T20:16[:39]``) or epoch milliseconds."""
+    text = q.get(name, "").strip()
+    if not text:
+        return default
+    if text.isdigit():
+        return int(text)
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRequest(f"{name} {text!r} is not a time: give YYYY-MM-DDTHH:MM[:SS] (UTC) or epoch ms") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)

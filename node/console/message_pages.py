@@ -4,7 +4,6 @@ its properties and safely rendered body; the raw body as a download."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from raftmq.node.console import safe
@@ -13,10 +12,12 @@ from raftmq.node.console.layout import (
     BadRequest,
     Response,
     esc_or_dash,
+    int_arg,
     link,
     page,
     section,
     table,
+    time_arg,
     utc,
 )
 from raftmq.node.console.safe import Markup, html, join, seg
@@ -64,11 +65,11 @@ def _browse(c: Console, by: str, q: dict[str, str]) -> tuple[list, str]:
         key = q.get("key", "")
         if not key.strip():
             raise BadRequest("give the key to look up (a KEYS entry or a UNIQ_KEY)")
-        begin = _time_arg(q, "from", 0)
-        end = _time_arg(q, "to", int(time.time() * 1000))
+        begin = time_arg(q, "from", 0)
+        end = time_arg(q, "to", int(time.time() * 1000))
         if end < begin:
             raise BadRequest(f"the range ends ({utc(end)}) before it begins ({utc(begin)})")
-        limit = _int_arg(q, "count", BROWSE_DEFAULT, 1, BROWSE_MAX)
+        limit = int_arg(q, "count", BROWSE_DEFAULT, 1, BROWSE_MAX)
         try:
             found = st.query_messages(topic, key, limit, begin, end)
         except StoreError as e:
@@ -76,15 +77,15 @@ def _browse(c: Console, by: str, q: dict[str, str]) -> tuple[list, str]:
         return sorted(found, key=lambda m: (m.store_timestamp, m.physical_offset)), \
             f"key {key!r} in {topic}"
     cfg = st.topics.get(topic)  # by == "offset"
-    queue = _int_arg(q, "queue", 0, 0, cfg.read_queue_nums - 1)
+    queue = int_arg(q, "queue", 0, 0, cfg.read_queue_nums - 1)
     lo, hi = st.min_offset_in_queue(topic, queue), st.max_offset_in_queue(topic, queue)
-    count = _int_arg(q, "count", BROWSE_DEFAULT, 1, BROWSE_MAX)
+    count = int_arg(q, "count", BROWSE_DEFAULT, 1, BROWSE_MAX)
     if q.get("offset", "").strip() or not q.get("at", "").strip():
-        offset = _int_arg(q, "offset", max(lo, hi - count), 0, None)
+        offset = int_arg(q, "offset", max(lo, hi - count), 0, None)
     else:  # the first message stored at or after a time (as SearchOffset), when no offset is given
-        offset = st.get_offset_by_time(topic, queue, _time_arg(q, "at", 0))
+        offset = st.get_offset_by_time(topic, queue, time_arg(q, "at", 0))
         if offset >= hi:
-            return [], f"{topic} queue {queue} has nothing stored at or after {utc(_time_arg(q, 'at', 0))}"
+            return [], f"{topic} queue {queue} has nothing stored at or after {utc(time_arg(q, 'at', 0))}"
     if hi == lo:
         return [], f"{topic} queue {queue} is empty (offsets {lo}..{hi})"
     if not lo <= offset < hi:
@@ -198,35 +199,6 @@ def _topic_arg(c: Console, st, q: dict[str, str]) -> str:
     if st.topics.get(topic) is None:
         raise BadRequest(f"topic {topic!r} does not exist", 404)
     return topic
-
-
-def _int_arg(q: dict[str, str], name: str, default: int, lo: int, hi: int | None) -> int:
-    text = q.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        v = int(text)
-    except ValueError:
-        raise BadRequest(f"{name} {text!r} is not a whole number") from None
-    if v < lo or (hi is not None and v > hi):
-        raise BadRequest(f"{name} {v} is out of range: give {lo}..{hi if hi is not None else 'any'}")
-    return v
-
-
-def _time_arg(q: dict[str, str], name: str, default: int) -> int:
-    """A UTC time from a datetime-local input (``2026-11-23T20:16[:39]``) or epoch milliseconds."""
-    text = q.get(name, "").strip()
-    if not text:
-        return default
-    if text.isdigit():
-        return int(text)
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise BadRequest(f"{name} {text!r} is not a time: give YYYY-MM-DDTHH:MM[:SS] (UTC) or epoch ms") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
 
 
 def _host(addr: tuple[str, int]) -> str:

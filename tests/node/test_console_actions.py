@@ -82,3 +82,43 @@ def test_without_authentication_the_console_stays_read_only(tmp_path):
         assert code == 403 and "authentication is off, so the console is read-only" in body
         code, headers, _ = web.request("POST", "/ui/topics", form={})
         assert code == 405 and headers["allow"] == "GET"
+
+
+def test_an_admin_resets_a_groups_offsets_from_the_group_page(cluster):
+    from raftmq.client import Producer
+
+    servers = [n.grpc_address for n in cluster]
+    with Admin(servers, security=ROOT) as admin:
+        admin.create_topic("ledger", queues=1)
+        with Producer(servers, security=ROOT) as producer:
+            for i in range(5):
+                producer.send("ledger", f"entry {i}")
+        admin.commit_offsets("auditors", "ledger", {0: 5})  # the group has read all five
+    web = Http(cluster[2].http_url)
+    root = cookie_of(web.login("root", "root-secret-1")[1])
+    code, _, body = web.request("GET", "/ui/groups/auditors", cookie=root)
+    assert code == 200 and 'action="/ui/groups/reset-offsets"' in body
+
+    code, headers, _ = web.request("POST", "/ui/groups/reset-offsets", cookie=root,
+                                   form={"group": "auditors", "topic": "ledger", "to_offset": "2"})
+    assert code == 303 and headers["location"].startswith("/ui/groups/auditors?reset=ledger")
+    code, _, body = web.request("GET", headers["location"], cookie=root)
+    assert code == 200 and "offsets of auditors on ledger reset: queue 0: 2" in body
+    with Admin(servers, security=ROOT) as admin:
+        wait_for(lambda: admin.committed_offsets("auditors", "ledger") == {0: 2}, "the reset offsets replicated")
+
+    for form, message in (({"group": "auditors", "topic": "ledger"}, "give either a time or an offset"),
+                          ({"group": "auditors", "topic": "ledger", "to_offset": "-1"}, "out of range"),
+                          ({"group": "auditors", "topic": "ledger", "to_time": "yesterday"}, "is not a time"),
+                          ({"group": "bad group!", "topic": "ledger", "to_offset": "0"}, "group")):
+        code, _, body = web.request("POST", "/ui/groups/reset-offsets", cookie=root, form=form)
+        assert code == 400 and message in body, (form, body[:400])
+    with AclAdmin(servers, security=ROOT) as acl:
+        acl.put_user("carol", "carol-secret-1")
+        acl.add_rule("carol", "allow", ["SUB"], ["group:auditors", "topic:ledger"])
+    carol = cookie_of(web.login("carol", "carol-secret-1")[1])
+    code, _, body = web.request("GET", "/ui/groups/auditors", cookie=carol)
+    assert code == 200 and "reset-offsets" not in body
+    code, _, body = web.request("POST", "/ui/groups/reset-offsets", cookie=carol,
+                                form={"group": "auditors", "topic": "ledger", "to_offset": "0"})
+    assert code == 403 and "may not ADMIN on group:auditors" in body
