@@ -7,9 +7,10 @@ HMAC key is derived from ``security.auth_admin_secret_key``, which every member 
 
 What the cookie holds: the access key, an expiry, and an HMAC of the user's current secret (never the secret).
 Each request re-checks the user against the replicated users, so deleting the user or changing its secret ends
-its sessions at once, on every member; what a page shows follows the user's rules as they are now (the
-console decides with the same ACL as the gRPC API). The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site
-can send it, so no cross-site request forgery), ``Path=/ui``, and ``Secure`` when the HTTP port speaks TLS.
+its sessions at once, on every member; what a page shows follows the user's rules as they are now (the console
+decides with the same ACL as the gRPC API). The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict``
+(no other site can send it, so no cross-site request forgery), ``Path=/ui``, and ``Secure`` when the HTTP port
+speaks TLS. Failed logins are counted per client address (``FailedLogins``) so secrets cannot be guessed fast.
 """
 
 from __future__ import annotations
