@@ -335,10 +335,12 @@ class Broker:
 
         return HttpServerTls(self.certificates, self.config.security.tls_http_client_auth)
 
-    def http_guard(self, path: str, headers, address: str = "") -> tuple[int, str] | tuple[int, str, dict] | None:
+    def http_guard(self, path: str, headers, address: str = "",
+                   target: str = "") -> tuple[int, str] | tuple[int, str, dict] | None:
         """HTTP requests outside ``security.open_http_paths`` must come from an allowed network and, when auth is
         on, carry a valid signature (of a user allowed to sign from ``address``); console pages also take a login
-        session, and a browser without either is sent to the login page (303 with its Location)."""
+        session, and a browser without either is sent to the login page (303 with its Location), which leads back
+        to ``target`` (path and query) afterwards."""
         if path in self.config.security.open_http_paths:
             return None
         from raftmq.node.auth import audit
@@ -364,7 +366,7 @@ class Broker:
                 audit("refused_network", method=f"HTTP GET {path}", peer=address, port="http", reason=str(e))
                 return 403, f"forbidden: {e}"
             if not any(k.lower() == "authorization" for k in headers.keys()):
-                return 303, "log in first: " + session.LOGIN_PATH, {"Location": session.login_url(path)}
+                return 303, "log in first: " + session.LOGIN_PATH, {"Location": session.login_url(target or path)}
         # this is an HTTP server thread: it may block on the catch-up
         return self.auth.check_http(path, headers, address, self.catch_up_with_leader_blocking)
 

@@ -54,13 +54,14 @@ class HealthServer:
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
                  console: Callable[[str, str, dict[str, str], bytes, str], Any] | None = None,
-                 *, tls: Any = None, guard: Callable[[str, Any, str], tuple | None] | None = None,
+                 *, tls: Any = None, guard: Callable[[str, Any, str, str], tuple | None] | None = None,
                  client_address: Callable[[str, Any], str] | None = None, identity: str = ""):
         """``console(method, path_and_query, headers, body, client_ip)`` answers ``/ui`` with a node.console
-        Response; ``tls``: a node.tls.HttpServerTls (None: plaintext); ``guard(path, headers, client_ip)`` returns
-        (status, reason) or (status, reason, headers) to refuse a request (authentication; e.g. a redirect to a
-        login page), None to serve it; ``client_address(peer_ip, headers)`` says who the client is (behind a trusted
-        proxy: its X-Forwarded-For; default the peer); ``identity`` is added to /ready's body ("node=ID pid=PID")."""
+        Response; ``tls``: a node.tls.HttpServerTls (None: plaintext); ``guard(path, headers, client_ip,
+        path_and_query)`` returns (status, reason) or (status, reason, headers) to refuse a request
+        (authentication; e.g. a redirect to a login page), None to serve it; ``client_address(peer_ip, headers)``
+        says who the client is (behind a trusted proxy: its X-Forwarded-For; default the peer); ``identity`` is
+        added to /ready's body ("node=ID pid=PID")."""
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -68,7 +69,7 @@ class HealthServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 path = self.path.split("?", 1)[0]
-                refused = (outer._guard(path, self.headers, self._client()) if outer._guard is not None
+                refused = (outer._guard(path, self.headers, self._client(), self.path) if outer._guard is not None
                            else None)
                 if refused is not None:
                     self._refuse(refused)
@@ -97,7 +98,7 @@ class HealthServer:
                 else:
                     self.close_connection = True
                 path = self.path.split("?", 1)[0]
-                refused = (outer._guard(path, self.headers, self._client()) if outer._guard is not None
+                refused = (outer._guard(path, self.headers, self._client(), self.path) if outer._guard is not None
                            else None)
                 if refused is not None:
                     self._refuse(refused)

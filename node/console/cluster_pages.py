@@ -76,10 +76,9 @@ def cluster_page(c: Console, query: dict[str, str]) -> Response:
         section("Leader changes", events, "events-section", live=True,
                 note=f"seen by {c.node.node_id}; the Raft term counts every election in the cluster"),
     ])
-    done = query.get("transferred")
-    if done is not None:
-        now = "being elected" if done == "-" else done
-        body = join([notice(f"leadership moved: the leader is now {now}", "ok"), body])
+    if query.get("transferred") == "1":  # after the action: what this node sees now, not what the link says
+        body = join([notice(f"leadership transferred: the leader is now {status.leader_id or 'being elected'}",
+                            "ok"), body])
     if c.node.auth is not None and c.node.config.members and c.may("ADMIN", "cluster", ""):
         body = join([body, section("Actions", _transfer_form(members, status.leader_id), "actions")])
     return page(c.frame(), "cluster", "Cluster", body)
@@ -111,7 +110,7 @@ def transfer_leader(c: Console, form: dict[str, str], address: str) -> Response:
         audit("console_action", user=c.viewer(), action="transfer_leader", to=to, error=str(e), peer=address)
         raise BadRequest(f"leadership was not transferred: {e}", 409) from None
     audit("console_action", user=c.viewer(), action="transfer_leader", to=to, leader=leader, peer=address)
-    return Response(303, b"", headers={"Location": url("/ui/cluster", transferred=leader or "-")})
+    return Response(303, b"", headers={"Location": url("/ui/cluster", transferred="1")})
 
 
 def check_page(c: Console, query: dict[str, str]) -> Response:

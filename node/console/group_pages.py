@@ -133,9 +133,10 @@ def _group_page(c: Console, group: str, query: dict[str, str]) -> Response:
              section("Members", mtable, "members-section", live=True),
              section("Queues", qtable, "queues-section", live=True,
                      note=f"dead letters of this group go to topic {dlq}")]
-    if query.get("reset"):
-        parts.insert(0, notice(f"offsets of {group} on {query['reset']} reset: {query.get('offsets', '')}", "ok"))
     topics = sorted({q.topic for q in view.queues})
+    if query.get("reset") in topics:  # after the action; the offsets are the table's, read now
+        parts.insert(0, notice(f"offsets of {group} on {query['reset']} reset: the committed offsets below are "
+                               "the new ones", "ok"))
     if c.node.auth is not None and topics and c.may("ADMIN", "group", group):
         parts.append(section("Actions", _reset_form(group, topics), "actions"))
     return page(c.frame(), "groups", f"Consumer group {group}", join(parts))
@@ -186,10 +187,9 @@ def reset_offsets(c: Console, form: dict[str, str], address: str) -> Response:
         raise BadRequest(f"offsets were not reset: {e}", 409) from None
     finally:
         pool.close()
-    offsets = ", ".join(f"queue {q}: {o}" for q, o in sorted(resp.offsets.items()))
     audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
           offsets=dict(resp.offsets), peer=address)
-    return Response(303, b"", headers={"Location": url(f"/ui/groups/{seg(group)}", reset=topic, offsets=offsets)})
+    return Response(303, b"", headers={"Location": url(f"/ui/groups/{seg(group)}", reset=topic)})
 
 
 def _dlq_cell(st, group: str) -> Markup | int:

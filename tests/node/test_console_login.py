@@ -62,6 +62,8 @@ def test_an_admin_logs_in_once_and_everybody_else_is_sent_to_the_login_page_or_r
         # a browser without a session is sent to the login page, which leads back to where it wanted to go
         code, headers, _ = web.request("GET", "/ui/topics")
         assert code == 303 and headers["location"] == "/ui/login?next=%2Fui%2Ftopics"
+        code, headers, _ = web.request("GET", "/ui/messages?by=key&topic=t&key=k")
+        assert code == 303 and headers["location"] == "/ui/login?next=%2Fui%2Fmessages%3Fby%3Dkey%26topic%3Dt%26key%3Dk"
         code, _, body = web.request("GET", "/ui/login?next=%2Fui%2Ftopics")
         assert code == 200 and 'name="secret_key"' in body and 'value="/ui/topics"' in body
         assert web.request("GET", "/ui/static/console.css")[0] == 200  # what the form loads
