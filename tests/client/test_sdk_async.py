@@ -1,6 +1,7 @@
 """AsyncProducer against real node processes: sends from many tasks share one SendStream on the caller's own
 event loop, outcomes and errors are Producer's, a follower's refusal is re-sent the unary way (in a worker
-thread), and a node killed mid-stream loses no acknowledged send and hangs no task."""
+thread), and a node killed mid-stream loses no acknowledged send and hangs no task. AsyncSimpleConsumer: pop
+consumption from coroutines without blocking the loop, and a cancelled receive loses nothing."""
 
 from __future__ import annotations
 
@@ -28,6 +29,22 @@ pytestmark = pytest.mark.slow
 def node(tmp_path_factory):
     with running_nodes(tmp_path_factory.mktemp("sdk-async"), 1) as [n0]:
         yield n0
+
+
+class LoopTicks:
+    """Counts turns of the running event loop (a task sleeping 10 ms at a time): a blocked loop counts none."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            self.count += 1
+
+    def stop(self) -> None:
+        self._task.cancel()
 
 
 async def _send_from_tasks(producer: AsyncProducer, topic: str, tasks: int, per_task: int) -> list:
@@ -153,26 +170,18 @@ def test_an_unanswered_send_times_out_as_unknown_without_blocking_the_loop(tmp_p
             admin.create_topic("AsyncStopped", queues=1)
 
         async def main() -> tuple[BaseException, int]:
-            ticks = 0
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-
             async with AsyncProducer(n0.grpc_address, timeout=2, retry_timeout=0) as p:
                 await p.send("AsyncStopped", b"before")
                 n0.freeze()
-                t = asyncio.create_task(ticker())
+                ticks = LoopTicks()
                 try:
                     await p.send("AsyncStopped", b"unanswered")
                 except RaftmqError as e:
-                    error, seen = e, ticks
+                    error, seen = e, ticks.count
                 else:
                     raise AssertionError("a stopped node acknowledged a send")
                 finally:
-                    t.cancel()
+                    ticks.stop()
                     n0.thaw()
             return error, seen
 
@@ -274,3 +283,79 @@ def test_aclose_lets_the_broker_answer_sends_in_flight(node):
     assert alive == "running", "aclose cancelled a task that was not the producer's"
     assert len(seen) == 8 and not [e for e in seen if isinstance(e, UnknownOutcomeError)], seen
     check_stored(node.grpc_address, acked[-20:])
+
+
+# ---------------------------------------------------------------------------------------------- AsyncSimpleConsumer
+def test_async_simple_consumer_receives_acks_and_nacks_without_blocking_the_loop(node):
+    """Every call of AsyncSimpleConsumer is SimpleConsumer's in a worker thread of its own: while a receive
+    waits at the server, the loop's other tasks run; acked messages do not come back, a nacked one does."""
+    from raftmq.client import AsyncSimpleConsumer, Producer
+
+    addr = node.grpc_address
+    with Admin(addr) as admin:
+        admin.create_topic("AsyncPop", queues=2)
+
+    async def main() -> None:
+        ticks = LoopTicks()
+        async with AsyncSimpleConsumer("async-billing", "AsyncPop", addr, await_duration=1.0) as c:
+            assert await c.receive() == []  # nothing stored: waited out its long poll at the server
+            assert ticks.count >= 2, f"the loop ran {ticks.count} ticks during a 1 s long poll"  # blocked: 0
+            with Producer(addr) as p:
+                sent = {p.send("AsyncPop", f"m{i}").uniq_key for i in range(6)}
+            got: dict[str, object] = {}
+            while len(got) < 6:
+                for m in await c.receive(max_messages=4, invisible_duration=30):
+                    got[m.message.uniq_key] = m
+            assert set(got) == sent and all(m.delivery_attempt == 1 for m in got.values())
+            nacked = got.pop(next(iter(got)))
+            await c.ack(list(got.values()))
+            await c.nack(nacked)  # visible again after the group's first back-off (1 s)
+            again = []
+            while not again:
+                again = await c.receive(invisible_duration=30)
+            assert [m.message.uniq_key for m in again] == [nacked.message.uniq_key]
+            assert again[0].delivery_attempt == 2
+            longer = await c.change_invisible_duration(again[0], 60)
+            assert longer.receipt_handle != again[0].receipt_handle
+            await c.ack(longer)
+        ticks.stop()
+        with pytest.raises(RaftmqError, match="closed"):
+            await c.receive()
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_async_receive_loses_nothing(node):
+    """A task cancelled while its receive waits at the server: whatever the server hands to that receive comes
+    back after its invisible time, to the next receive."""
+    from raftmq.client import AsyncSimpleConsumer, Producer
+
+    addr = node.grpc_address
+    with Admin(addr) as admin:
+        admin.create_topic("AsyncPopCancel", queues=1)
+
+    async def main() -> None:
+        async with AsyncSimpleConsumer("async-cancel", "AsyncPopCancel", addr, await_duration=5.0) as c:
+            waiting = asyncio.ensure_future(c.receive(invisible_duration=1))
+            await asyncio.sleep(0.2)
+            waiting.cancel()
+            with Producer(addr) as p:
+                key = p.send("AsyncPopCancel", "only one").uniq_key
+            got = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while not got and loop.time() < deadline:
+                got = await c.receive(invisible_duration=30)
+            assert [m.message.uniq_key for m in got] == [key]
+            await c.ack(got)
+
+    asyncio.run(main())
+
+
+def test_async_simple_consumer_refuses_bad_arguments(node):
+    from raftmq.client import AsyncSimpleConsumer
+
+    with pytest.raises(InvalidArgumentError, match="concurrency must be at least 1"):
+        AsyncSimpleConsumer("g", "t", node.grpc_address, concurrency=0)
+    with pytest.raises(InvalidArgumentError, match="group and topic must not be empty"):
+        AsyncSimpleConsumer("", "t", node.grpc_address)
