@@ -158,7 +158,7 @@ class Console:
             return ""
 
     def request_user(self) -> str:
-        """The admin logged in on the request this thread serves ("" when none)."""
+        """The user logged in on the request this thread serves ("" when none)."""
         return getattr(self._request, "user", "")
 
     def _session_user(self, headers: dict[str, str], address: str) -> str:

@@ -47,7 +47,7 @@ class Frame:
     node_id: str
     role: str
     leader: str
-    user: str = ""  # the admin logged in (auth on), shown with a log-out button
+    user: str = ""  # the user logged in (auth on), shown with a log-out button
 
 
 def utc(ms: int) -> str:
