@@ -72,7 +72,7 @@ def page(frame: Frame, active: str, title: str, body: Markup, code: int = 200) -
         '<span class="who">cluster <b>{cluster}</b> · this node <b>{node}</b> ({role}) · leader <b>{leader}</b>'
         '</span><label class="live"><input type="checkbox" id="live-toggle" checked> live</label>{account}</div>'
         '<nav>{nav}</nav></header><main><h1>{title}</h1>{body}</main>'
-        '<footer>read-only console · rendered {now} UTC by {node}</footer></body></html>',
+        '<footer>raftmq console · rendered {now} UTC by {node}</footer></body></html>',
         title=title, cluster=frame.cluster, node=frame.node_id, role=frame.role, leader=leader, nav=nav,
         body=body, now=utc(int(time.time() * 1000)), account=account)
     return Response(code, doc.encode("utf-8"), headers=dict(SECURITY_HEADERS))
