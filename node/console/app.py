@@ -98,7 +98,7 @@ class Console:
     def _action(self, method: str, path: str, headers: dict[str, str], body: bytes, address: str) -> Response:
         action = self.actions.get(path) if method == "POST" else None
         if action is None:
-            resp = self._error(405, f"{method} {path}: console pages only answer GET; its actions are POSTs to "
+            resp = self._error(405, f"{method} {path}: console pages are read-only (GET); its actions are POSTs to "
                                f"{', '.join(sorted(self.actions))}")
             resp.headers["Allow"] = "GET"
             return resp
