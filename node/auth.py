@@ -567,10 +567,8 @@ class Authenticator:
         user = self._user(access_key)
         if user is None:
             raise AuthError(f"unknown access key {access_key!r}", about_user=True)
-        secrets = [user[0]]
-        if access_key == self.settings.auth_admin_access_key and self.settings.auth_admin_previous_secret_key:
-            secrets.append(self.settings.auth_admin_previous_secret_key)  # during a rotation, as for signatures
-        if not any(hmac.compare_digest(s.encode(), secret_key.encode()) for s in secrets):
+        if not any(hmac.compare_digest(s.encode(), secret_key.encode())
+                   for s in self._accepted_secrets(access_key, user[0])):
             raise AuthError(f"the secret key does not match access key {access_key!r}",
                             about_user=access_key != self.settings.auth_admin_access_key)
         return Principal(access_key, user[1])
@@ -584,13 +582,16 @@ class Authenticator:
         return hmac.new(key, user[0].encode(), hashlib.sha256).hexdigest()[:32]
 
     def _signed_by(self, auth: Authorization, secret: str, date_text: str) -> bool:
-        """The signature matches the user's secret (the bootstrap admin's previous one too, during a rotation)."""
-        if hmac.compare_digest(expected_signature(secret, date_text), auth.signature):
-            return True
+        """The signature matches a secret the user may sign with (``_accepted_secrets``)."""
+        return any(hmac.compare_digest(expected_signature(s, date_text), auth.signature)
+                   for s in self._accepted_secrets(auth.access_key, secret))
+
+    def _accepted_secrets(self, access_key: str, secret: str) -> tuple[str, ...]:
+        """The user's secret, and during a rotation the bootstrap admin's previous one too."""
         s = self.settings
-        previous = s.auth_admin_previous_secret_key
-        return bool(auth.access_key == s.auth_admin_access_key and previous
-                    and hmac.compare_digest(expected_signature(previous, date_text), auth.signature))
+        if access_key == s.auth_admin_access_key and s.auth_admin_previous_secret_key:
+            return secret, s.auth_admin_previous_secret_key
+        return (secret,)
 
     def forget(self, access_key: str) -> None:
         """Drop cached verifications of a user (deleted, or its secret changed)."""

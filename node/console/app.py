@@ -5,7 +5,7 @@ consumer-group table) through the same functions the gRPC services use (node.clu
 API). Cluster-wide facts come from the same status fan-out as ``AdminService.ClusterStatus``; consumer-group
 members, which only the leader knows, are asked of the leader over its AdminService when this node follows.
 
-Actions (``ACTIONS``: a POST path -> handler) change the cluster through the gRPC API, as the CLI would. They
+Actions (``Console.actions``: a POST path -> handler) change the cluster through the gRPC API, as the CLI would. They
 exist only with authentication on (a viewer with the ADMIN right the action needs), and a request whose Origin is
 another site is refused; with authentication off the console stays read-only.
 """
@@ -67,14 +67,15 @@ class Console:
         """One request (the HTTP server checked who may send it; ``address`` is its client, behind a trusted proxy
         the one the proxy names); never raises (an unexpected error becomes a 500 page and a log line)."""
         path, _, query_string = raw_path.partition("?")
-        query = {k: v[-1] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
+        query = _fields(query_string)
+        form = _fields(body.decode("utf-8", "replace")) if body else {}  # a POSTed form (url-encoded)
         self._request.user = self._session_user(headers, address)
         self._request.viewer = self._viewer(headers)
         try:
             if path in (session.LOGIN_PATH, session.LOGOUT_PATH):
-                return login_pages.handle(self, method, path, query, body, address)
+                return login_pages.handle(self, method, path, query, form, address)
             if method != "GET":
-                return self._action(method, path, headers, body, address)
+                return self._action(method, path, headers, form, address)
             if path in ("/ui", "/ui/"):
                 return Response(302, b"", headers={"Location": "/ui/cluster"})
             if path.startswith("/ui/static/"):
@@ -95,7 +96,8 @@ class Console:
             log.exception("console: %s %s failed", method, path)
             return self._error(500, f"internal error: {type(e).__name__}: {e} (see the node log)")
 
-    def _action(self, method: str, path: str, headers: dict[str, str], body: bytes, address: str) -> Response:
+    def _action(self, method: str, path: str, headers: dict[str, str], form: dict[str, str],
+                address: str) -> Response:
         action = self.actions.get(path) if method == "POST" else None
         if action is None:
             resp = self._error(405, f"{method} {path}: console pages are read-only (GET); its actions are POSTs to "
@@ -110,7 +112,6 @@ class Console:
         if origin is not None and urlsplit(origin).netloc != lowered.get("host", ""):
             return self._error(403, f"a request sent from another site ({origin}) is refused; use the console's "
                                "own page")
-        form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
         return action(self, form, address)
 
     def viewer(self) -> str:
@@ -141,8 +142,7 @@ class Console:
         if self.may(action, kind, name):
             return
         if not (self.node.catch_up_with_leader_blocking() and self.may(action, kind, name)):
-            viewer = getattr(self._request, "viewer", "") or "anonymous"
-            raise BadRequest(str(AccessDenied(viewer, action, resource_text(kind, name))), 403)
+            raise BadRequest(str(AccessDenied(self.viewer() or "anonymous", action, resource_text(kind, name))), 403)
 
     def _viewer(self, headers: dict[str, str]) -> str | None:
         """Whose rules decide what this request may see: None with authentication off (everything), else the
@@ -219,3 +219,8 @@ class Console:
 
         return Sample(time.time(), node.leader_term(), leader.id if leader else "", counter("commit_index"),
                       counter("raft_applied_index"), st.dispatch_behind_bytes(), stored, consumed)
+
+
+def _fields(text: str) -> dict[str, str]:
+    """A query string or url-encoded form as name -> value (the last one of a repeated name)."""
+    return {k: v[-1] for k, v in parse_qs(text, keep_blank_values=True).items()}

@@ -8,7 +8,6 @@ With authentication off there is nothing to log in to, and the page says so.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs
 
 from raftmq.node.auth import audit
 from raftmq.node.console import session
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
     from raftmq.node.console.app import Console
 
 
-def handle(console: Console, method: str, path: str, query: dict[str, str], body: bytes,
+def handle(console: Console, method: str, path: str, query: dict[str, str], form: dict[str, str],
            address: str) -> Response:
     sessions = console.node.console_sessions
     if path == session.LOGOUT_PATH:
@@ -39,7 +38,6 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], body
         return _form(console, session.safe_next(query.get("next", "")), "", "", 200)
     if method != "POST":
         return _allow_post(console, "the login form posts here")
-    form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
     access_key, secret_key = form.get("access_key", "").strip(), form.get("secret_key", "")
     target = session.safe_next(form.get("next", ""))
     try:
