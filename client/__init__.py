@@ -1,9 +1,10 @@
 """raftmq Python SDK: ``Producer`` (``AsyncProducer`` for asyncio), ``TransactionProducer``, ``PullConsumer``,
-``SimpleConsumer`` (``AsyncSimpleConsumer`` for asyncio), ``PushConsumer``, ``Admin``; typed results in ``client.types``
-and typed errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
+``SimpleConsumer`` and ``PushConsumer`` (``AsyncSimpleConsumer`` and ``AsyncPushConsumer`` for asyncio), ``Admin``;
+typed results in ``client.types`` and typed errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
 
 from raftmq.client.admin import Admin
 from raftmq.client.async_producer import AsyncProducer
+from raftmq.client.async_push_consumer import AsyncPushConsumer
 from raftmq.client.async_simple_consumer import AsyncSimpleConsumer
 from raftmq.client.consumer import PullConsumer
 from raftmq.client.errors import (
@@ -42,7 +43,7 @@ from raftmq.client.types import (
 )
 
 __all__ = [
-    "Admin", "AsyncProducer", "AsyncSimpleConsumer", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
+    "Admin", "AsyncProducer", "AsyncPushConsumer", "AsyncSimpleConsumer", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
     "StaleReceiptHandleError", "TransactionProducer", "TransactionResult", "TransactionState",
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",

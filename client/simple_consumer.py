@@ -9,6 +9,7 @@ invisible time ends is delivered again with ``delivery_attempt + 1``; after the 
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
 import threading
@@ -163,6 +164,8 @@ class ConsumeResult(enum.Enum):
 
 
 Listener = Callable[[ReceivedMessage], ConsumeResult]
+KEPT_ERRORS = 100  # a push consumer's ``errors`` keeps the last ones: a long outage must not grow its memory
+MAX_RECEIVE_BACKOFF_S = 5.0  # a push consumer retries a failed receive after 0.5 s, doubling up to this
 
 
 class _Running:
@@ -204,7 +207,8 @@ class PushConsumer:
         self._running_lock = threading.Lock()
         self._renew_stop = threading.Event()
         self._renewer: threading.Thread | None = None
-        self.errors: list[BaseException] = []  # receive/ack failures seen by the loop (it keeps going)
+        # the last receive / ack / renewal failures (the consumer keeps going)
+        self.errors: collections.deque[BaseException] = collections.deque(maxlen=KEPT_ERRORS)
 
     def start(self) -> PushConsumer:
         if self._thread is None:
@@ -215,6 +219,7 @@ class PushConsumer:
         return self
 
     def _loop(self) -> None:
+        backoff = 0.0  # after a failed receive: 0.5 s, doubling up to MAX_RECEIVE_BACKOFF_S
         while not self._stop.is_set():
             if not self._slots.acquire(timeout=0.5):
                 continue
@@ -227,10 +232,12 @@ class PushConsumer:
                 break
             try:
                 got = self._consumer.receive(free, self.invisible_duration)
+                backoff = 0.0
             except errors.RaftmqError as e:
-                self.errors.append(e)
+                self._note("receive", e)
                 got = []
-                self._stop.wait(0.5)
+                backoff = min(MAX_RECEIVE_BACKOFF_S, max(0.5, backoff * 2))
+                self._stop.wait(backoff)
             for _ in range(free - len(got)):
                 self._slots.release()
             for m in got:
@@ -258,7 +265,7 @@ class PushConsumer:
                 try:
                     self._consumer.ack(m)
                 except errors.RaftmqError as e:
-                    self.errors.append(e)
+                    self._note("ack", e)
             else:
                 self._give_back(m)
         finally:
@@ -281,13 +288,17 @@ class PushConsumer:
                     try:
                         r.handle = self._consumer.change_invisible_duration(r.handle, self.invisible_duration)
                     except errors.RaftmqError as e:
-                        self.errors.append(e)
+                        self._note("renewal", e)
 
     def _give_back(self, m: ReceivedMessage) -> None:
         try:
             self._consumer.nack(m)
         except errors.RaftmqError as e:
-            self.errors.append(e)
+            self._note("nack", e)
+
+    def _note(self, what: str, e: errors.RaftmqError) -> None:
+        self.errors.append(e)
+        log.warning("%s failed for group %s on topic %s: %s", what, self._consumer.group, self._consumer.topic, e)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop receiving, finish the messages in progress (acking or nacking them), then close."""

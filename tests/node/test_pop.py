@@ -81,7 +81,7 @@ def test_handler_failing_n_times_sees_exactly_n_plus_1_deliveries(node):
     with push:
         wait_for(lambda: all(len(deliveries.get(f"r{i}", ())) == i % 3 + 1 for i in range(4)),
                  "every message consumed after its failures", 60)
-    assert push.errors == []
+    assert not push.errors
     for i in range(4):
         assert deliveries[f"r{i}"] == list(range(1, i % 3 + 2)), "attempts count up by one per redelivery"
     # nothing is left in flight: a receive that waits past every back-off gets nothing back
@@ -395,7 +395,7 @@ def test_push_consumer_shutdown_finishes_running_listeners_and_acks_them(node):
     stopper.start()
     release.set()
     stopper.join(60)
-    assert not stopper.is_alive() and done == ["slow"] and push.errors == []
+    assert not stopper.is_alive() and done == ["slow"] and not push.errors
 
     def acked() -> bool:
         _, metrics = node.http_get("/metrics")
@@ -422,7 +422,7 @@ def test_push_consumer_renews_the_invisible_time_of_a_slow_listener(node):
         wait_for(lambda: push.errors or (deliveries and not push._running), "the slow message finished", 60)
     finally:
         push.shutdown()
-    assert push.errors == [], "the ack used the renewed handle"
+    assert not push.errors, "the ack used the renewed handle"
     assert deliveries == [1], "no redelivery while the listener was still running"
 
 
@@ -454,7 +454,7 @@ def test_a_listener_finishing_during_a_renewal_acks_with_the_renewed_handle(node
         wait_for(lambda: renewing.is_set() and not push._running, "the renewed message finished", 60)
     finally:
         push.shutdown()
-    assert push.errors == [], "the renewal and the ack each used a handle the node still honoured"
+    assert not push.errors, "the renewal and the ack each used a handle the node still honoured"
     assert deliveries == [1]
 
 
