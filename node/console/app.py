@@ -128,6 +128,11 @@ class Console:
         headers = {"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"}
         return Response(200, data.read_bytes(), STATIC_TYPES[suffix], headers)
 
+    @property
+    def sees_everything(self) -> bool:
+        """Authentication is off: every page shows everything (no user's rules to follow)."""
+        return getattr(self._request, "viewer", "") is None
+
     def may(self, action: str, kind: str, name: str) -> bool:
         """Whether the viewer of this request may ``action`` (SUB, ADMIN) on the resource: as the gRPC API would
         decide for the same user (everything with authentication off, nothing for nobody)."""

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,9 @@ class Snapshot:
     since: float = 0.0
 
 
-def rates(samples: list[Sample], key: str, topic: str | None = None) -> list[tuple[float, float]]:
-    """(time, per-second rate) between consecutive samples of ``stored`` or ``consumed`` (one topic or all).
+def rates(samples: list[Sample], key: str, topics: str | Collection[str] | None = None) -> list[tuple[float, float]]:
+    """(time, per-second rate) between consecutive samples of ``stored`` or ``consumed``: of one topic, summed
+    over a collection of topics (those a console user may read), or over all (None).
 
     A counter that went down (topic deleted and recreated, offsets reset) counts as 0 for that step."""
     out = []
@@ -65,10 +66,10 @@ def rates(samples: list[Sample], key: str, topic: str | None = None) -> list[tup
         if dt <= 0:
             continue
         va, vb = getattr(a, key), getattr(b, key)
-        if topic is None:
-            delta = sum(max(0, vb.get(t, 0) - va.get(t, 0)) for t in vb)
+        if isinstance(topics, str):
+            delta = max(0, vb.get(topics, 0) - va.get(topics, 0))
         else:
-            delta = max(0, vb.get(topic, 0) - va.get(topic, 0))
+            delta = sum(max(0, vb.get(t, 0) - va.get(t, 0)) for t in vb if topics is None or t in topics)
         out.append((b.at, delta / dt))
     return out
 

@@ -23,22 +23,25 @@ def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> R
     show_system = query.get("system") == "1"
     snap = c.history.snapshot()
     rows = []
+    readable = {cfg.topic_name for cfg in st.topics.list() if c.may("SUB", "topic", cfg.topic_name)}
     for cfg in sorted(st.topics.list(), key=lambda t: t.topic_name):
         t = cfg.topic_name
-        if (is_system_topic(t) and not show_system) or not c.may("SUB", "topic", t):
+        if (is_system_topic(t) and not show_system) or t not in readable:
             continue
         lo = sum(st.min_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
         hi = sum(st.max_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
         rin, rout = rates(snap.samples, "stored", t), rates(snap.samples, "consumed", t)
         rows.append([link(f"/ui/topics/{seg(t)}", t), f"{cfg.read_queue_nums} / {cfg.write_queue_nums}",
                      _perm(cfg.perm), "yes" if cfg.order else "", hi - lo, hi,
-                     _rate(rin), _rate(rout), len(st.consumer_offsets.groups(t))])
+                     _rate(rin), _rate(rout), sum(c.may("SUB", "group", g) for g in st.consumer_offsets.groups(t))])
     topics = table(["topic", "queues (read / write)", "perm", "ordered", "messages kept", "messages ever",
                     "in /s", "consumed /s", "groups"], rows, table_id="topics", numeric=(4, 5, 6, 7, 8),
                    empty="no topics yet: create one with `raftmq topic create NAME`")
-    chart = line_chart([Series("in (stored)", rates(snap.samples, "stored")),
-                        Series("consumed (committed)", rates(snap.samples, "consumed"))],
-                       title="all topics, messages/s", unit="/s", chart_id="chart-all", width=1180, height=170)
+    # with authentication on, the totals are of the topics this user may read: others' traffic is theirs
+    charted, title = (None, "all topics") if c.sees_everything else (readable, "the topics you may read")
+    chart = line_chart([Series("in (stored)", rates(snap.samples, "stored", charted)),
+                        Series("consumed (committed)", rates(snap.samples, "consumed", charted))],
+                       title=f"{title}, messages/s", unit="/s", chart_id="chart-all", width=1180, height=170)
     toggle = link(url("/ui/topics", system="" if show_system else "1"),
                   "hide system topics" if show_system else "show system topics")
     body = join([

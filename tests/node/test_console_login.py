@@ -4,6 +4,7 @@ request, everybody else is sent to the login page or refused with the reason. On
 from __future__ import annotations
 
 import http.client
+import re
 import time
 from urllib.parse import urlencode, urlsplit
 
@@ -14,6 +15,7 @@ from raftmq.node.auth import Authenticator
 from raftmq.node.config import SecuritySection
 from raftmq.node.console import session
 from tests.support.processes import running_nodes
+from tests.support.waiting import wait_for
 
 SECURITY = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
 
@@ -127,11 +129,18 @@ def test_an_admin_logs_in_once_and_everybody_else_is_sent_to_the_login_page_or_r
             assert code == 303 and headers["location"] == "/ui/cluster", target
 
 
+def groups_cell(body: str, topic: str) -> str:
+    """The topic list's last column (consuming groups) in the row of ``topic``."""
+    row = re.search(rf'<tr><td[^>]*><a href="/ui/topics/{topic}">.*?</tr>', body, re.S)
+    assert row, f"no row for {topic}"
+    return re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)[-1]
+
+
 def test_a_user_sees_what_its_rules_allow_logged_in_or_signing(tmp_path):
     """The console decides with the gRPC API's ACL: topics and their messages need SUB on the topic, a group SUB
     on the group, the replica check ADMIN on the cluster; the cluster page any user. Signed requests (scripts)
     are judged by the same rules as a login."""
-    from raftmq.client import Admin, Producer
+    from raftmq.client import Admin, Producer, PullConsumer
     from raftmq.client.acl import AclAdmin
     from raftmq.client.security import ClientSecurity
 
@@ -144,6 +153,11 @@ def test_a_user_sees_what_its_rules_allow_logged_in_or_signing(tmp_path):
         with Producer(node.grpc_address, security=root) as producer:
             mine = producer.send("orders", b"an order").msg_id
             hidden = producer.send("secret", b"a secret").msg_id
+        for group in ("billing", "payroll"):  # two groups with offsets on orders; bob may read only billing
+            with PullConsumer(group, "orders", node.grpc_address, start_from="first", auto_commit=False,
+                              security=root) as c:
+                wait_for(lambda c=c: c.poll(0.5), f"{group} got the order", 30)
+                c.commit()
         with AclAdmin(node.grpc_address, security=root) as acl:
             acl.put_user("bob", "bob-secret-1")
             code, headers, _ = web.login("bob", "bob-secret-1")
@@ -159,6 +173,11 @@ def test_a_user_sees_what_its_rules_allow_logged_in_or_signing(tmp_path):
             acl.add_rule("bob", "allow", ["SUB"], ["topic:orders", "group:billing"])
             code, _, body = web.request("GET", "/ui/topics", cookie=bob)
             assert code == 200 and "/ui/topics/orders" in body and "/ui/topics/secret" not in body
+            # the totals chart and the group counts are of what bob may read, not everybody's
+            assert "the topics you may read, messages/s" in body and "all topics" not in body
+            assert groups_cell(body, "orders") == "1"
+            code, _, body = web.request("GET", "/ui/topics", headers=signed_headers("root", "root-secret-1"))
+            assert groups_cell(body, "orders") == "2"
             assert web.request("GET", "/ui/topics/orders", cookie=bob)[0] == 200
             assert "an order" in web.request("GET", f"/ui/messages/{mine}", cookie=bob)[2]
             pages = {

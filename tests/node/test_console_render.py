@@ -120,6 +120,8 @@ def test_rates_per_topic_and_total_ignore_resets():
     s = [_sample(0, {"a": 0, "b": 0}, {}), _sample(2, {"a": 10, "b": 4}, {}), _sample(4, {"a": 0, "b": 8}, {})]
     assert rates(s, "stored", "a") == [(2, 5.0), (4, 0.0)]
     assert rates(s, "stored") == [(2, 7.0), (4, 2.0)]
+    assert rates(s, "stored", {"b", "gone"}) == [(2, 2.0), (4, 2.0)]  # the topics a console user may read
+    assert rates(s, "stored", set()) == [(2, 0.0), (4, 0.0)]
 
 
 def test_history_records_leader_changes():
