@@ -6,6 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+import grpc
+
+from raftmq.client import errors
 from raftmq.client.connection import ServerPool
 from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError
 from raftmq.client.security import ClientSecurity
@@ -136,6 +139,26 @@ class Admin:
         req = pb.TransferLeaderRequest(to_id=to_id or "")
         resp, _ = self._pool.write(lambda s, t: s.admin.TransferLeader(req, timeout=t))
         return resp.leader_id
+
+    def rebuild_member(self, member_id: str, *, discard: bool = False) -> tuple[str, str]:
+        """Ask member ``member_id`` (a follower; the others must keep a majority without it) to set its files aside
+        (``discard``: delete them) and start again empty, copying the group's data from a peer. It answers before
+        it restarts; returns (its gRPC address, the directory in its data directory that keeps its old files)."""
+        status = self.cluster_status()
+        member = next((m for m in status.members if m.id == member_id), None)
+        if member is None:
+            raise errors.InvalidArgumentError(f"{member_id!r} is not a member; members are "
+                                              f"{sorted(m.id for m in status.members)}")
+        if not member.grpc_address:
+            raise errors.UnavailableError(f"{member_id}'s gRPC address is unknown ({member.error or member.role}); "
+                                          "it must be running to rebuild itself")
+        req = pb.RebuildMemberRequest(member_id=member_id, discard=discard)
+        try:  # that member itself, never forwarded: it is the one that restarts
+            resp = self._pool.stubs(member.grpc_address, redirect=True).admin.RebuildMember(
+                req, timeout=self._pool.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e, member.grpc_address) from None
+        return member.grpc_address, resp.set_aside
 
     def close(self) -> None:
         self._pool.close()

@@ -844,6 +844,38 @@ def cmd_transfer_leader(args: argparse.Namespace) -> int:
     return 0
 
 
+REBUILD_POLL_S = 0.25
+
+
+def cmd_rebuild_member(args: argparse.Namespace) -> int:
+    """``cluster rebuild-member ID``: the member restarts empty and copies from a peer; wait until it is back."""
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        address, set_aside = admin.rebuild_member(args.member, discard=args.discard)
+        kept = "are deleted" if args.discard else f"stay in {set_aside} on that member"
+        print(f"{args.member} ({address}) is restarting empty; its old files {kept}", flush=True)
+        if args.no_wait:
+            return 0
+        print(f"waiting up to {args.wait_timeout:.0f}s for {args.member} to copy the group's data and catch up ...",
+              file=sys.stderr, flush=True)
+        deadline = time.monotonic() + args.wait_timeout
+        went_down = False  # it answered the request ready and caught up: only after it went away is "back" news
+        while time.monotonic() < deadline:
+            try:
+                m = next((m for m in admin.cluster_status().members if m.id == args.member), None)
+            except RaftmqError:  # the only address given may be the member's own
+                m = None
+            if m is None or not m.healthy or not m.ready:
+                went_down = True  # not merely lagging: a follower under load may lag for a moment
+            elif went_down and m.lag_bytes == 0:
+                then = "" if args.discard else f", then delete {set_aside} on {args.member}"
+                print(f"{args.member} is back: healthy, ready, lag 0 (commit log up to {m.applied_offset}). Confirm "
+                      f"with `raftmq cluster check`{then}")
+                return 0
+            time.sleep(REBUILD_POLL_S)
+    raise UnavailableError(f"{args.member} was not back (healthy, ready, lag 0) within {args.wait_timeout:.0f}s "
+                           f"(--wait-timeout); follow it with `raftmq cluster status -w` and its log")
+
+
 def cmd_group_describe(args: argparse.Namespace) -> int:
     """``group describe``: live members (from the leader), who owns which queue, committed offsets and lag."""
     d = describe_consumer_group(servers_of(args), args.group, security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout)
@@ -1109,7 +1141,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", metavar="TOPIC")
 
     c = sub.add_parser("cluster", help="cluster status, replica check and leadership")
-    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader}")
+    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,rebuild-member}")
     csub.required = True
     p = _add(csub, "status", cmd_cluster_status, "members, roles, terms, indexes and lag")
     p.add_argument("--watch", "-w", nargs="?", const=2.0, type=_positive_float, metavar="SECONDS",
@@ -1132,6 +1164,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--secret-file", metavar="PATH", help=f"file holding cluster.secret (default ${SECRET_ENV})")
     p = _add(csub, "transfer-leader", cmd_transfer_leader, "hand leadership to another member", json_flag=False)
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")
+    p = _add(csub, "rebuild-member", cmd_rebuild_member, "rebuild a diverged or damaged member from its peers",
+             json_flag=False,
+             description="The member (a follower: move leadership first) sets its files aside in a set-aside-<time> "
+                         "directory inside its data directory, restarts its process and starts empty, copying the "
+                         "group's committed data from a peer, as a new member would. Refused when the other members "
+                         "would not keep a majority without it. Waits until it is healthy, ready and caught up "
+                         "(exit 5 if not within --wait-timeout).")
+    p.add_argument("member", metavar="ID", help="the member to rebuild (as `cluster status` names it)")
+    p.add_argument("--discard", action="store_true",
+                   help="delete its files instead of setting them aside (a volume without room for a second copy)")
+    p.add_argument("--no-wait", action="store_true", help="return once the member has accepted the request")
+    p.add_argument("--wait-timeout", type=_positive_float, default=600.0, metavar="SECONDS",
+                   help="how long to wait for it to be back (default 600)")
 
     g = sub.add_parser("group", help="consumer groups: members, queue ownership, lag")
     gsub = g.add_subparsers(dest="group_command", metavar="{describe,reset-offsets}")

@@ -111,6 +111,48 @@ class AdminService(pb_grpc.AdminServiceServicer):
         leader = node.write_path.leader()
         return pb.TransferLeaderResponse(leader_id=leader.id if leader else "")
 
+    @rpc_handler("RebuildMember", needs_ready=False)
+    async def RebuildMember(self, request, context) -> pb.RebuildMemberResponse:  # noqa: N802
+        """Refused unless this member is the one named, follows a leader, and the others keep a majority while it
+        copies; then it marks its data directory, answers, and restarts (see node.rebuild)."""
+        node = self.node
+        cfg = node.config
+        if not cfg.members:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this is a single-node deployment (cluster.members is empty): there is no peer to "
+                           "rebuild it from")
+        if request.member_id != node.node_id:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"this is member {node.node_id}, not {request.member_id!r}: send the request to the "
+                           "member to rebuild (`raftmq cluster rebuild-member ID` finds it)")
+        status = await asyncio.to_thread(cluster_status, node)
+        if status.leader_id == node.node_id:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"{node.node_id} leads the group: move leadership first "
+                           f"(`raftmq cluster transfer-leader`), then rebuild it")
+        if not status.leader_id:
+            raise RpcError(grpc.StatusCode.UNAVAILABLE,
+                           "the group has no leader right now: a rebuild copies from a working group; try again "
+                           "once `raftmq cluster status` shows a leader")
+        others_up = sorted(m.id for m in status.members if m.id != node.node_id and m.healthy and m.ready)
+        majority = len(cfg.members) // 2 + 1
+        if len(others_up) < majority:
+            down = sorted(m.id for m in status.members if m.id != node.node_id and m.id not in others_up)
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"while {node.node_id} rebuilds, only {len(others_up)} of {len(cfg.members)} members "
+                           f"({', '.join(others_up) or 'none'}) would be up, not a majority ({majority}): the group "
+                           f"would stop taking writes. Bring {', '.join(down)} back first")
+        from raftmq.node import rebuild
+        from raftmq.node.auth import audit, current_principal
+
+        principal = current_principal.get()
+        by = principal.access_key if principal is not None else ""
+        into = await asyncio.to_thread(rebuild.request, cfg.node.data_dir, by, request.discard)
+        audit("rebuild_member", user=by, member=node.node_id, set_aside=into, discard=request.discard,
+              peer=context.peer())
+        asyncio.get_running_loop().call_later(0.2, node.restart_to_rebuild)  # after this answer has left
+        return pb.RebuildMemberResponse(set_aside=into)
+
     # ------------------------------------------------------------------ consumer groups
     @rpc_handler("DescribeConsumerGroup")
     async def DescribeConsumerGroup(self, request, context) -> pb.DescribeConsumerGroupResponse:  # noqa: N802

@@ -81,6 +81,7 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AdminService/ListTopics": (),
     "/raftmq.v1.AdminService/ClusterStatus": (),
     "/raftmq.v1.AdminService/TransferLeader": (("ADMIN", CLUSTER, ""),),
+    "/raftmq.v1.AdminService/RebuildMember": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AdminService/DescribeConsumerGroup": (("SUB", "group", "group"),),
     "/raftmq.v1.TransactionService/SendHalfMessage": (("PUB", "topic", "message.topic"),),
     "/raftmq.v1.TransactionService/EndTransaction": (("PUB", "group", "producer_group"),),

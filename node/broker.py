@@ -17,6 +17,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,6 +57,8 @@ class Broker:
     def __init__(self, cfg: NodeConfig):
         self.config = cfg
         self.node_id = cfg.node.id
+        self.stop_process: Callable[[], None] = self.request_stop  # serve() points it at its graceful stop
+        self.restart_requested = False  # RebuildMember: run_broker starts the process again after the stop
         self.metrics = BrokerMetrics(cfg.cluster.name, cfg.node.id)
         self.store_config = cfg.store_config()
         self.converter = StoreMessageBuilder(
@@ -709,6 +712,13 @@ class Broker:
         """Make a running start() give up at its next step (SIGTERM during recovery)."""
         self._stopping = True
 
+    def restart_to_rebuild(self) -> None:
+        """``RebuildMember`` marked the data directory: stop as on SIGTERM; run_broker then starts the process
+        again, which sets the files aside and copies from a peer (node.rebuild)."""
+        log.warning("node %s: stopping to rebuild from its peers (requested through RebuildMember)", self.node_id)
+        self.restart_requested = True
+        self.stop_process()
+
     async def _drain(self, grace: float) -> None:
         """Answer UNAVAILABLE until in-flight calls are done and callers have noticed (no call for a moment).
 
@@ -766,13 +776,17 @@ class Broker:
         return ok
 
 
+RESTART = -1  # serve(): start this process again (a rebuild was requested) instead of exiting
+
+
 async def serve(cfg: NodeConfig) -> int:
-    """Run until SIGTERM/SIGINT; the exit code of the process."""
+    """Run until SIGTERM/SIGINT; the exit code of the process, or RESTART."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     broker = Broker(cfg)
+    broker.stop_process = stop.set
     starting = asyncio.ensure_future(broker.start())
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -799,11 +813,20 @@ async def serve(cfg: NodeConfig) -> int:
     stopped.cancel()
     if not await broker.stop():
         code = 1
-    return code
+    return RESTART if broker.restart_requested else code
 
 
 def run_broker(cfg: NodeConfig) -> int:
+    from raftmq.node import rebuild
     from raftmq.node.log_format import configure
 
     configure(cfg.node.log_level, cfg.node.id, cfg.node.log_format)
-    return asyncio.run(serve(cfg))
+    try:
+        rebuild.set_aside(cfg.node.data_dir, replicated=bool(cfg.members))
+    except (rebuild.RebuildError, OSError) as e:
+        log.error("cannot start: %s", e)
+        return 1
+    code = asyncio.run(serve(cfg))
+    if code == RESTART:
+        rebuild.restart_process()  # does not return
+    return code

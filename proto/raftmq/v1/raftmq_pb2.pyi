@@ -532,6 +532,20 @@ class TransferLeaderResponse(_message.Message):
     leader_id: str
     def __init__(self, leader_id: _Optional[str] = ...) -> None: ...
 
+class RebuildMemberRequest(_message.Message):
+    __slots__ = ("member_id", "discard")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    discard: bool
+    def __init__(self, member_id: _Optional[str] = ..., discard: _Optional[bool] = ...) -> None: ...
+
+class RebuildMemberResponse(_message.Message):
+    __slots__ = ("set_aside",)
+    SET_ASIDE_FIELD_NUMBER: _ClassVar[int]
+    set_aside: str
+    def __init__(self, set_aside: _Optional[str] = ...) -> None: ...
+
 class SendHalfMessageRequest(_message.Message):
     __slots__ = ("message", "producer_group")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]

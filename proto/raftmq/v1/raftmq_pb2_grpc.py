@@ -915,6 +915,11 @@ class AdminServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderResponse.FromString,
                 _registered_method=True)
+        self.RebuildMember = channel.unary_unary(
+                '/raftmq.v1.AdminService/RebuildMember',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.RebuildMemberRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RebuildMemberResponse.FromString,
+                _registered_method=True)
         self.DescribeConsumerGroup = channel.unary_unary(
                 '/raftmq.v1.AdminService/DescribeConsumerGroup',
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupRequest.SerializeToString,
@@ -961,6 +966,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RebuildMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeConsumerGroup(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -999,6 +1010,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.TransferLeader,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderResponse.SerializeToString,
+            ),
+            'RebuildMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RebuildMember,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RebuildMemberRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.RebuildMemberResponse.SerializeToString,
             ),
             'DescribeConsumerGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeConsumerGroup,
@@ -1168,6 +1184,33 @@ class AdminService:
             '/raftmq.v1.AdminService/TransferLeader',
             raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.TransferLeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RebuildMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/RebuildMember',
+            raftmq_dot_v1_dot_raftmq__pb2.RebuildMemberRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.RebuildMemberResponse.FromString,
             options,
             channel_credentials,
             insecure,
