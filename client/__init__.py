@@ -1,11 +1,12 @@
-"""raftmq Python SDK: ``Producer`` (``AsyncProducer`` for asyncio), ``TransactionProducer``, ``PullConsumer``,
-``SimpleConsumer`` and ``PushConsumer`` (``AsyncSimpleConsumer`` and ``AsyncPushConsumer`` for asyncio), ``Admin``;
-typed results in ``client.types`` and typed errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
+"""raftmq Python SDK: ``Producer``, ``TransactionProducer``, ``SimpleConsumer`` and ``PushConsumer`` (each with an
+``Async...`` twin for asyncio), ``PullConsumer``, ``Admin``; typed results in ``client.types`` and typed errors
+in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
 
 from raftmq.client.admin import Admin
 from raftmq.client.async_producer import AsyncProducer
 from raftmq.client.async_push_consumer import AsyncPushConsumer
 from raftmq.client.async_simple_consumer import AsyncSimpleConsumer
+from raftmq.client.async_transaction_producer import AsyncTransactionProducer
 from raftmq.client.consumer import PullConsumer
 from raftmq.client.errors import (
     AlreadyExistsError,
@@ -43,7 +44,7 @@ from raftmq.client.types import (
 )
 
 __all__ = [
-    "Admin", "AsyncProducer", "AsyncPushConsumer", "AsyncSimpleConsumer", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
+    "Admin", "AsyncProducer", "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransactionProducer", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
     "StaleReceiptHandleError", "TransactionProducer", "TransactionResult", "TransactionState",
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",

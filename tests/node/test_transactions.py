@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -389,4 +390,77 @@ def test_half_message_older_than_file_reserved_time_is_discarded(node):
 
     [m] = wait_for(discarded, f"the old half message in {CHECK_MAX}")
     assert m.body == b"ancient" and "TRANSACTION_CHECK_TIMES" not in m.properties  # never checked
+    assert _pull_all(node, topic) == []
+
+
+# ---------------------------------------------------------------------------------------- AsyncTransactionProducer
+def test_async_local_transaction_and_checker_run_on_the_event_loop(node):
+    """local_tx and the checker are coroutines awaited on the application's loop (the check arrives on the SDK's
+    stream thread and is handed over); the loop keeps turning meanwhile; a commit is delivered once."""
+    from raftmq.client import AsyncTransactionProducer
+    from tests.client.test_sdk_async import LoopTicks
+
+    topic = _topic(node)
+    asked: list = []
+
+    async def main() -> tuple:
+        loop_thread = threading.get_ident()
+        ticks = LoopTicks()
+        ran_on: set[int] = set()
+
+        async def save(half):
+            ran_on.add(threading.get_ident())
+            await asyncio.sleep(0.05)  # the database round trip
+            return TransactionState.COMMIT
+
+        async def undecided(half):
+            return TransactionState.UNKNOWN
+
+        async def check(view):
+            ran_on.add(threading.get_ident())
+            asked.append(view.uniq_key)
+            await asyncio.sleep(0.05)
+            return TransactionState.COMMIT
+
+        async with AsyncTransactionProducer(node.grpc_address, group="pg-async", checker=check) as p:
+            done = await p.send_in_transaction(topic, b"async-1", local_tx=save)
+            open_one = await p.send_in_transaction(topic, b"async-2", local_tx=undecided)
+            # the checker's answer must reach the broker before the producer closes its stream
+            await asyncio.to_thread(wait_for, lambda: len(_pull_all(node, topic)) == 2, "both messages delivered")
+        ticks.stop()
+        assert ran_on == {loop_thread}, "local_tx and checker ran on the loop's own thread"
+        assert ticks.count >= 3
+        return done, open_one
+
+    done, open_one = asyncio.run(main())
+    assert done.state == TransactionState.COMMIT and done.committed is not None and done.end_error == ""
+    assert open_one.state == TransactionState.UNKNOWN and asked[0] == open_one.half.transaction_id
+    assert sorted(m.body for m in _pull_all(node, topic)) == [b"async-1", b"async-2"]
+
+
+def test_async_transaction_producer_refuses_plain_functions_and_a_missing_loop(node):
+    from raftmq.client import AsyncTransactionProducer, InvalidArgumentError
+
+    topic = _topic(node)
+    with pytest.raises(InvalidArgumentError, match="inside the event loop"):
+        AsyncTransactionProducer(node.grpc_address, group="pg-async-bad")
+
+    async def main() -> None:
+        with pytest.raises(InvalidArgumentError, match="checker must be an async function"):
+            AsyncTransactionProducer(node.grpc_address, group="pg-async-bad",
+                                     checker=lambda v: TransactionState.COMMIT)
+        async with AsyncTransactionProducer(node.grpc_address, group="pg-async-bad") as p:
+            with pytest.raises(InvalidArgumentError, match="local_tx must be an async function"):
+                await p.send_in_transaction(topic, b"x", local_tx=lambda half: TransactionState.COMMIT)
+
+            async def fails(half):
+                raise RuntimeError("the database is down")
+
+            r = await p.send_in_transaction(topic, b"y", local_tx=fails)
+            assert r.state == TransactionState.UNKNOWN and r.committed is None
+            assert (await p.end(r.half, TransactionState.ROLLBACK)) is None
+        with pytest.raises(RaftmqError, match="closed"):
+            await p.send_half(topic, b"z")
+
+    asyncio.run(main())
     assert _pull_all(node, topic) == []
