@@ -1,9 +1,10 @@
-"""raftmq Python SDK: ``Producer``, ``TransactionProducer``, ``SimpleConsumer`` and ``PushConsumer`` (each with an
-``Async...`` twin for asyncio), ``PullConsumer``, ``Admin``; typed results in ``client.types`` and typed errors
-in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
+"""raftmq Python SDK: ``Producer``, ``TransactionProducer``, ``PullConsumer``, ``SimpleConsumer`` and
+``PushConsumer`` (each with an ``Async...`` twin for asyncio), ``Admin``; typed results in ``client.types`` and
+typed errors in ``client.errors``. Talks only the v1 gRPC API (``raftmq.v1``)."""
 
 from raftmq.client.admin import Admin
 from raftmq.client.async_producer import AsyncProducer
+from raftmq.client.async_pull_consumer import AsyncPullConsumer
 from raftmq.client.async_push_consumer import AsyncPushConsumer
 from raftmq.client.async_simple_consumer import AsyncSimpleConsumer
 from raftmq.client.async_transaction_producer import AsyncTransactionProducer
@@ -44,7 +45,7 @@ from raftmq.client.types import (
 )
 
 __all__ = [
-    "Admin", "AsyncProducer", "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransactionProducer", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
+    "Admin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransactionProducer", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
     "StaleReceiptHandleError", "TransactionProducer", "TransactionResult", "TransactionState",
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",

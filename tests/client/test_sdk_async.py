@@ -359,3 +359,50 @@ def test_async_simple_consumer_refuses_bad_arguments(node):
         AsyncSimpleConsumer("g", "t", node.grpc_address, concurrency=0)
     with pytest.raises(InvalidArgumentError, match="group and topic must not be empty"):
         AsyncSimpleConsumer("", "t", node.grpc_address)
+
+
+# ---------------------------------------------------------------------------------------------- AsyncPullConsumer
+def test_async_pull_consumer_reads_commits_and_loses_nothing_to_a_cancelled_poll(node):
+    """``async for`` over a topic without blocking the loop; a poll cancelled while it waits at the server keeps
+    what it took for the next call; commit stores the group's offsets; aclose leaves the group."""
+    from raftmq.client import AsyncPullConsumer, Producer
+
+    addr = node.grpc_address
+    with Admin(addr) as admin:
+        admin.create_topic("AsyncPull", queues=2)
+    with Producer(addr) as p:
+        first = [p.send("AsyncPull", f"m{i}", queue_id=i % 2).uniq_key for i in range(6)]
+
+    async def main() -> list[str]:
+        ticks = LoopTicks()
+        seen: list[str] = []
+        async with AsyncPullConsumer("async-pull", "AsyncPull", addr, start_from="first", auto_commit=False,
+                                     long_poll=1.0) as c:
+            async for m in c:
+                seen.append(m.uniq_key)
+                if len(seen) == 6:
+                    break
+            assert await c.poll(0.5) == []  # nothing more stored: waited at the server
+            waiting = asyncio.ensure_future(c.poll(5.0))
+            await asyncio.sleep(0.3)
+            waiting.cancel()  # the poll goes on in the consumer's thread
+            with Producer(addr) as p:
+                late = p.send("AsyncPull", "late", queue_id=0).uniq_key
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            got: list = []
+            while not got and loop.time() < deadline:
+                got = await c.poll(1.0)
+            assert [m.uniq_key for m in got] == [late], "the cancelled poll's message came with the next poll"
+            await c.commit()
+            assert c.positions() == {0: 4, 1: 3}
+        ticks.stop()
+        assert ticks.count >= 20, f"the loop ran {ticks.count} ticks during the polls"
+        with pytest.raises(RaftmqError, match="closed"):
+            await c.poll()
+        return seen
+
+    seen = asyncio.run(main())
+    assert sorted(seen) == sorted(first)
+    with Admin(addr) as admin:
+        assert admin.committed_offsets("async-pull", "AsyncPull") == {0: 4, 1: 3}
