@@ -41,7 +41,8 @@ def unframe_batch(blob: bytes, index: int) -> memoryview:
     body = memoryview(blob)[_BATCH_HEADER.size:]
     if magic != BATCH_MAGIC or zlib.crc32(body) != crc:
         raise CorruptCommandError(f"Raft entry {index}: batch command fails its checksum; this replica stops "
-                                  "applying. Wipe its data directory and let it rebuild from the leader.")
+                                  "applying. Rebuild it from its peers: `raftmq cluster rebuild-member` with "
+                                  "this member's id.")
     return body
 
 

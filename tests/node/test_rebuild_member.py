@@ -72,6 +72,31 @@ def test_a_diverged_follower_is_rebuilt_from_its_peers_and_ends_identical(tmp_pa
 
 
 @pytest.mark.slow
+def test_a_member_killed_right_after_accepting_a_rebuild_still_rebuilds_at_its_next_start(tmp_path):
+    """The mark is on disk before the answer: a crash before the member restarts itself changes nothing."""
+    with running_nodes(tmp_path, 3) as nodes:
+        servers = [n.grpc_address for n in nodes]
+        with Admin(servers) as admin:
+            admin.create_topic("RebuildKill", queues=1)
+        with Producer(servers) as p:
+            acked = p.send_batch("RebuildKill", [BODY] * 40)
+        end = converged(servers)
+        with Admin(servers) as admin:
+            leader_id = admin.cluster_status().leader_id
+            victim = next(n for n in nodes if n.spec.id != leader_id)
+            admin.rebuild_member(victim.spec.id)
+        victim.kill()  # at once: before (or while) it stops and starts itself again
+        victim.start().wait_ready(120)
+        [kept] = list(victim.spec.data_dir.glob("set-aside-*"))
+        assert (kept / "commitlog").is_dir() and not (victim.spec.data_dir / rebuild.MARKER).exists()
+        assert converged(servers) == end
+        r = raftmq("cluster", "check", "-s", servers[0], secret=None)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        with Admin(victim.grpc_address) as admin:
+            assert admin.queue_offsets("RebuildKill")[0].max_offset == len(acked)
+
+
+@pytest.mark.slow
 def test_a_single_node_has_nothing_to_rebuild_from(tmp_path):
     with running_nodes(tmp_path, 1) as [node]:
         r = raftmq("cluster", "rebuild-member", node.spec.id, "-s", node.grpc_address, secret=None)
