@@ -49,11 +49,8 @@ def _group_view(c: Console, group: str) -> tuple[pb.DescribeConsumerGroupRespons
     if leader is not None and leader.id == node.node_id:
         return describe_group(node, group), ""
     if leader is not None and leader.grpc_address:
-        try:
-            creds = node.member_channel_credentials()
-            channel = (grpc.secure_channel(leader.grpc_address, creds) if creds is not None
-                       else grpc.insecure_channel(leader.grpc_address))
-            with channel as ch:
+        try:  # as the node itself (member TLS; signed with authentication on): the viewer's right was checked here
+            with node.member_client_security().channel(leader.grpc_address, []) as ch:
                 return pb_grpc.AdminServiceStub(ch).DescribeConsumerGroup(
                     pb.DescribeConsumerGroupRequest(group=group), timeout=LEADER_CALL_TIMEOUT_S), ""
         except grpc.RpcError as e:
