@@ -5,7 +5,8 @@
 Needs Debian's chromium at /usr/bin/chromium (``make browser-deps``) and the ``playwright`` Python package (the
 ``dev`` extra); it never downloads a browser. The cluster runs on free loopback ports in a temp directory and is
 stopped at the end. For ``--seconds`` it produces and consumes a trickle of messages and moves leadership once,
-so the charts and the leader-change list have something to show.
+so the charts and the leader-change list have something to show. Then a second cluster with authentication on,
+for the login page and the pages with actions as an admin sees them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,41 @@ def traffic(servers: list[str], scenario, stop: threading.Event) -> None:
                 print(f"traffic: {e}", file=sys.stderr)
             i += 20
             stop.wait(0.1)
+
+
+AUTH = {"auth_enabled": True, "auth_admin_access_key": "admin", "auth_admin_secret_key": "admin-secret-1"}
+
+
+def auth_shots(out: Path, tmp: Path) -> None:
+    """With authentication on: the login page, and the pages with actions as the admin sees them."""
+    from raftmq.client.security import ClientSecurity
+
+    nodes = start_nodes(node_specs(tmp / "auth", 3, security=AUTH, cluster={"secret": "screenshot-secret"}))
+    try:
+        servers = [n.grpc_address for n in nodes]
+        scenario = populate(servers, security=ClientSecurity(access_key="admin", secret_key="admin-secret-1"))
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 760})
+            page.goto(nodes[0].http_url + "/ui/cluster")  # no session: the login page, leading back here
+            page.fill('input[name="access_key"]', "admin")
+            for name, path in (("login", None), ("cluster-actions", "/ui/cluster"),
+                               ("group-actions", f"/ui/groups/{GROUP}")):
+                if path is None:
+                    shot = out / f"{name}.png"
+                    page.screenshot(path=str(shot))
+                    page.fill('input[name="secret_key"]', "admin-secret-1")
+                    page.click('button[type="submit"]')
+                    page.wait_for_url("**/ui/cluster")
+                else:
+                    page.goto(nodes[0].http_url + path)
+                    shot = out / f"{name}.png"
+                    page.screenshot(path=str(shot), full_page=True)
+                print(f"{shot.relative_to(ROOT)}: {shot.stat().st_size // 1024} KiB")
+            browser.close()
+        scenario.close()
+    finally:
+        stop_all(nodes)
 
 
 def main() -> int:
@@ -91,6 +127,7 @@ def main() -> int:
             scenario.close()
         finally:
             stop_all(nodes)
+        auth_shots(args.out, Path(tmp))
     return 0
 
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from raftmq.client import Admin, Producer, PullConsumer
+from raftmq.client.security import ClientSecurity
 from raftmq.client.types import SendResult
 
 TOPIC = "orders"
@@ -36,14 +37,14 @@ class Scenario:
             self.consumer.close()
 
 
-def populate(servers: list[str], *, keyed: int = 30) -> Scenario:
+def populate(servers: list[str], *, keyed: int = 30, security: ClientSecurity | None = None) -> Scenario:
     """Create the topics, send the messages, consume part of them with a live group member; returns what was
-    sent (the consumer keeps heartbeating until ``Scenario.close``)."""
-    with Admin(servers) as admin:
+    sent (the consumer keeps heartbeating until ``Scenario.close``). ``security``: a user allowed all of it."""
+    with Admin(servers, security=security) as admin:
         admin.create_topic(TOPIC, queues=4)
         admin.create_topic(OTHER_TOPIC, queues=2)
         admin.create_topic(DLQ_TOPIC, queues=1)
-    with Producer(servers) as p:
+    with Producer(servers, security=security) as p:
         hostile = p.send(TOPIC, HOSTILE_TEXT.encode(), tags="<img src=x onerror=alert(1)>",
                          keys=["hostile-key"], properties={"note": "<i>not italic</i>"}, queue_id=0)
         binary = p.send(TOPIC, BINARY_BODY, keys=["binary-key"], queue_id=1)
@@ -55,7 +56,7 @@ def populate(servers: list[str], *, keyed: int = 30) -> Scenario:
         p.send(DLQ_TOPIC, "poison order that failed 16 times", keys=["order-poison"])
         p.send(DLQ_TOPIC, "another poison order", keys=["order-poison-2"])
     consumer = PullConsumer(GROUP, TOPIC, servers, start_from="first", auto_commit=False,
-                            heartbeat_interval=5.0, client_id="billing-worker-1")
+                            heartbeat_interval=5.0, client_id="billing-worker-1", security=security)
     consumer.start()
     got = 0
     deadline = time.monotonic() + 60
