@@ -13,25 +13,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
-from raftmq.client import errors
 from raftmq.client.consumer import PullConsumer
+from raftmq.client.threaded_async import ThreadedAsyncClient
 from raftmq.client.types import MessageView, SendResult
 
-T = TypeVar("T")
 
-
-class AsyncPullConsumer:
+class AsyncPullConsumer(ThreadedAsyncClient):
     """``PullConsumer`` for coroutines: ``async with AsyncPullConsumer(group, topic, servers) as c: async for m in
     c: ...``, or ``await c.poll()`` and ``await c.commit()``. Takes ``PullConsumer``'s arguments."""
 
     def __init__(self, group: str, topic: str, servers: Any = None, **options: Any):
         self._consumer = PullConsumer(group, topic, servers, **options)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftmq-async-pull")
+        super().__init__(1, "raftmq-async-pull")
         self._unclaimed: list[MessageView] = []  # taken by a cancelled poll or receive: handed out next
-        self._closed = False
 
     @property
     def group(self) -> str:
@@ -85,31 +81,14 @@ class AsyncPullConsumer:
 
     async def aclose(self) -> None:
         """Commit (with auto-commit), leave the group and close, after the call in progress."""
-        if self._closed:
-            return
-        self._closed = True
-        await asyncio.get_running_loop().run_in_executor(None, self._close_blocking)
+        await super().aclose()
 
-    def _close_blocking(self) -> None:
-        self._thread.shutdown(wait=True)
+    def _close_client(self) -> None:
         self._consumer.close()
-
-    async def __aenter__(self) -> AsyncPullConsumer:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise errors.RaftmqError("this AsyncPullConsumer is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def _call_keeping(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``_call`` for poll and receive: if the caller is cancelled, what the call took is kept for the next."""
-        if self._closed:
-            raise errors.RaftmqError("this AsyncPullConsumer is closed")
-        future = asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        future = self._submit(fn, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -26,6 +25,7 @@ from raftmq.client import errors
 from raftmq.client.async_simple_consumer import AsyncSimpleConsumer
 from raftmq.client.security import ClientSecurity
 from raftmq.client.simple_consumer import KEPT_ERRORS, MAX_RECEIVE_BACKOFF_S, ConsumeResult, ReceivedMessage
+from raftmq.client.threaded_async import is_async_callable
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,6 @@ class _Running:
         self.finished = False
 
 
-def _is_async_callable(fn: Any) -> bool:
-    """An ``async def`` function (or a partial of one), or an object whose ``__call__`` is one."""
-    return callable(fn) and (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__))
-
 
 class AsyncPushConsumer:
     """``async with AsyncPushConsumer(group, topic, listener, servers) as c:`` runs ``await listener(message)`` on
@@ -59,7 +55,7 @@ class AsyncPushConsumer:
                  fifo: bool = False, invisible_duration: float = 30.0, batch_size: int = 16,
                  await_duration: float = 2.0, timeout: float = 10.0, retry_timeout: float = 15.0,
                  security: ClientSecurity | None = None):
-        if not _is_async_callable(listener):
+        if not is_async_callable(listener):
             raise errors.InvalidArgumentError(
                 "listener must be an async function (async def) returning ConsumeResult; "
                 "for a plain function use PushConsumer")

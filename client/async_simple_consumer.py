@@ -13,20 +13,16 @@ not acked in time. Nothing is lost.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Iterable
 
 from raftmq.client import errors
 from raftmq.client.security import ClientSecurity
 from raftmq.client.simple_consumer import ReceivedMessage, SimpleConsumer
+from raftmq.client.threaded_async import ThreadedAsyncClient
 from raftmq.client.types import SendResult
 
-T = TypeVar("T")
 
-
-class AsyncSimpleConsumer:
+class AsyncSimpleConsumer(ThreadedAsyncClient):
     """``SimpleConsumer`` for coroutines: ``async with AsyncSimpleConsumer(group, topic, servers) as c:``, then
     ``for m in await c.receive(): ... await c.ack(m)``. Same arguments as ``SimpleConsumer``, plus
     ``concurrency``: how many of its calls may run at once (receives and acks from many tasks)."""
@@ -40,8 +36,7 @@ class AsyncSimpleConsumer:
         self._consumer = SimpleConsumer(group, topic, servers, tags=tags, sql=sql, fifo=fifo,
                                         await_duration=await_duration, timeout=timeout,
                                         retry_timeout=retry_timeout, security=security)
-        self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="raftmq-async-consumer")
-        self._closed = False
+        super().__init__(concurrency, "raftmq-async-consumer")
 
     @property
     def group(self) -> str:
@@ -75,19 +70,7 @@ class AsyncSimpleConsumer:
 
     async def aclose(self) -> None:
         """Wait for calls in flight (a receive up to ``await_duration``), then close the connections."""
-        if self._closed:
-            return
-        self._closed = True
-        await asyncio.get_running_loop().run_in_executor(None, self._threads.shutdown, True)
+        await super().aclose()
+
+    def _close_client(self) -> None:
         self._consumer.close()
-
-    async def __aenter__(self) -> AsyncSimpleConsumer:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise errors.RaftmqError("this AsyncSimpleConsumer is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)

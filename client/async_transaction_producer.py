@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
 
 from raftmq.client import errors
 from raftmq.client.security import ClientSecurity
+from raftmq.client.threaded_async import ThreadedAsyncClient, is_async_callable
 from raftmq.client.transaction_producer import (
     HalfResult,
     TransactionProducer,
@@ -30,18 +28,14 @@ from raftmq.client.transaction_producer import (
 from raftmq.client.types import MessageView, SendResult
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 AsyncChecker = Callable[[MessageView], Awaitable[TransactionState]]
 AsyncLocalTx = Callable[[HalfResult], Awaitable[TransactionState]]
 CHECK_ANSWER_TIMEOUT_S = 30.0  # a check the loop has not answered by then is answered UNKNOWN (asked again later)
 
 
-def _is_async_callable(fn: Any) -> bool:
-    return callable(fn) and (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__))
 
-
-class AsyncTransactionProducer:
+class AsyncTransactionProducer(ThreadedAsyncClient):
     """``async with AsyncTransactionProducer(servers, group=G, checker=check) as p:`` then ``r = await
     p.send_in_transaction(topic, body, local_tx=save)``, where ``save(half)`` and ``check(view)`` are ``async
     def`` functions returning a ``TransactionState``. Create it inside the event loop that runs them."""
@@ -49,7 +43,7 @@ class AsyncTransactionProducer:
     def __init__(self, servers: str | Iterable[str] | None = None, *, group: str,
                  checker: AsyncChecker | None = None, timeout: float = 10.0, retry_timeout: float = 15.0,
                  security: ClientSecurity | None = None, concurrency: int = 4):
-        if checker is not None and not _is_async_callable(checker):
+        if checker is not None and not is_async_callable(checker):
             raise errors.InvalidArgumentError("checker must be an async function (async def) returning "
                                               "TransactionState; for a plain function use TransactionProducer")
         if concurrency < 1:
@@ -63,8 +57,7 @@ class AsyncTransactionProducer:
         self._producer = TransactionProducer(servers, group=group, timeout=timeout, retry_timeout=retry_timeout,
                                              security=security,
                                              checker=self._answer_check if checker is not None else None)
-        self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="raftmq-async-tx")
-        self._closed = False
+        super().__init__(concurrency, "raftmq-async-tx")
 
     @property
     def group(self) -> str:
@@ -87,7 +80,7 @@ class AsyncTransactionProducer:
                                   queue_id: int | None = None) -> TransactionResult:
         """Half message, then ``await local_tx(half)``, then its outcome; UNKNOWN or an exception in ``local_tx``
         leaves it to the check-back (as does cancelling this call once the half message is stored)."""
-        if not _is_async_callable(local_tx):
+        if not is_async_callable(local_tx):
             raise errors.InvalidArgumentError("local_tx must be an async function (async def) returning "
                                               "TransactionState")
         half = await self.send_half(topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id)
@@ -125,22 +118,7 @@ class AsyncTransactionProducer:
 
     async def aclose(self) -> None:
         """Close the check stream and the connections (waits for calls in flight)."""
-        if self._closed:
-            return
-        self._closed = True
-        await asyncio.get_running_loop().run_in_executor(None, self._close_blocking)
+        await super().aclose()
 
-    def _close_blocking(self) -> None:
-        self._threads.shutdown(wait=True)
+    def _close_client(self) -> None:
         self._producer.close()
-
-    async def __aenter__(self) -> AsyncTransactionProducer:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    async def _call(self, fn: Callable[[], T]) -> T:
-        if self._closed:
-            raise errors.RaftmqError("this AsyncTransactionProducer is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._threads, fn)
