@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 DEFAULT_QUEUE_NUMS = 4
 DEFAULT_PERM = 6
+REBUILD_CHECK_S = 5.0  # RebuildMember: how long the group may take to show a leader and a majority without us
 
 
 def topic_message(cfg) -> pb.TopicConfig:
@@ -125,23 +126,28 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                            f"this is member {node.node_id}, not {request.member_id!r}: send the request to the "
                            "member to rebuild (`raftmq cluster rebuild-member ID` finds it)")
-        status = await asyncio.to_thread(cluster_status, node)
-        if status.leader_id == node.node_id:
-            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"{node.node_id} leads the group: move leadership first "
-                           f"(`raftmq cluster transfer-leader`), then rebuild it")
-        if not status.leader_id:
-            raise RpcError(grpc.StatusCode.UNAVAILABLE,
-                           "the group has no leader right now: a rebuild copies from a working group; try again "
-                           "once `raftmq cluster status` shows a leader")
-        others_up = sorted(m.id for m in status.members if m.id != node.node_id and m.healthy and m.ready)
         majority = len(cfg.members) // 2 + 1
-        if len(others_up) < majority:
-            down = sorted(m.id for m in status.members if m.id != node.node_id and m.id not in others_up)
-            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"while {node.node_id} rebuilds, only {len(others_up)} of {len(cfg.members)} members "
-                           f"({', '.join(others_up) or 'none'}) would be up, not a majority ({majority}): the group "
-                           f"would stop taking writes. Bring {', '.join(down)} back first")
+        deadline = asyncio.get_running_loop().time() + REBUILD_CHECK_S
+        while True:  # a moment after a transfer or a restart the others may not be ready yet: look again briefly
+            status = await asyncio.to_thread(cluster_status, node)
+            if status.leader_id == node.node_id:
+                raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"{node.node_id} leads the group: move leadership first "
+                               f"(`raftmq cluster transfer-leader`), then rebuild it")
+            others_up = sorted(m.id for m in status.members if m.id != node.node_id and m.healthy and m.ready)
+            if status.leader_id and len(others_up) >= majority:
+                break
+            if asyncio.get_running_loop().time() >= deadline:
+                if not status.leader_id:
+                    raise RpcError(grpc.StatusCode.UNAVAILABLE,
+                                   "the group has no leader right now: a rebuild copies from a working group; try "
+                                   "again once `raftmq cluster status` shows a leader")
+                down = sorted(m.id for m in status.members if m.id != node.node_id and m.id not in others_up)
+                raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"while {node.node_id} rebuilds, only {len(others_up)} of {len(cfg.members)} members "
+                               f"({', '.join(others_up) or 'none'}) would be up, not a majority ({majority}): the "
+                               f"group would stop taking writes. Bring {', '.join(down)} back first")
+            await asyncio.sleep(0.5)
         from raftmq.node import rebuild
         from raftmq.node.auth import audit, current_principal
 
