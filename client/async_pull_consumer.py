@@ -12,7 +12,7 @@ positions have moved past it) is handed out first by the next one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from raftmq.client.consumer import PullConsumer
@@ -24,7 +24,7 @@ class AsyncPullConsumer(ThreadedAsyncClient):
     """``PullConsumer`` for coroutines: ``async with AsyncPullConsumer(group, topic, servers) as c: async for m in
     c: ...``, or ``await c.poll()`` and ``await c.commit()``. Takes ``PullConsumer``'s arguments."""
 
-    def __init__(self, group: str, topic: str, servers: Any = None, **options: Any):
+    def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, **options: Any):
         self._consumer = PullConsumer(group, topic, servers, **options)
         super().__init__(1, "raftmq-async-pull")
         self._unclaimed: list[MessageView] = []  # taken by a cancelled poll or receive: handed out next
