@@ -149,9 +149,10 @@ class Admin:
         if member is None:
             raise errors.InvalidArgumentError(f"{member_id!r} is not a member; members are "
                                               f"{sorted(m.id for m in status.members)}")
-        if not member.grpc_address:
-            raise errors.UnavailableError(f"{member_id}'s gRPC address is unknown ({member.error or member.role}); "
-                                          "it must be running to rebuild itself")
+        if member.role == "unreachable" or not member.grpc_address:
+            raise errors.UnavailableError(
+                f"{member_id} cannot be reached ({member.error or 'no gRPC address'}): it must be running to rebuild "
+                "itself. A member that cannot start is rebuilt by moving its data directory away and starting it")
         req = pb.RebuildMemberRequest(member_id=member_id, discard=discard)
         try:  # that member itself, never forwarded: it is the one that restarts
             resp = self._pool.stubs(member.grpc_address, redirect=True).admin.RebuildMember(

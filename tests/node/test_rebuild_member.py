@@ -48,6 +48,9 @@ def test_a_diverged_follower_is_rebuilt_from_its_peers_and_ends_identical(tmp_pa
         r = raftmq("cluster", "rebuild-member", victim.spec.id, "-s", leader.grpc_address)
         assert r.returncode == 1 and "not a majority" in r.stderr and f"Bring {other.spec.id} back" in r.stderr, \
             r.stderr
+        r = raftmq("cluster", "rebuild-member", other.spec.id, "-s", leader.grpc_address)
+        assert r.returncode == 5 and "cannot be reached" in r.stderr and "moving its data directory away" in r.stderr, \
+            r.stderr
         assert not list(victim.spec.data_dir.glob("set-aside-*")), "a refused request marks nothing"
         other.start().wait_ready(90)
         r = raftmq("cluster", "rebuild-member", "--help")
