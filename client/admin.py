@@ -8,9 +8,8 @@ from collections.abc import Iterable
 
 import grpc
 
-from raftmq.client import errors
 from raftmq.client.connection import ServerPool
-from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError
+from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError, UnavailableError, from_rpc_error
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import (
     PERM_READ,
@@ -147,10 +146,10 @@ class Admin:
         status = self.cluster_status()
         member = next((m for m in status.members if m.id == member_id), None)
         if member is None:
-            raise errors.InvalidArgumentError(f"{member_id!r} is not a member; members are "
-                                              f"{sorted(m.id for m in status.members)}")
+            raise InvalidArgumentError(f"{member_id!r} is not a member; members are "
+                                       f"{sorted(m.id for m in status.members)}")
         if member.role == "unreachable" or not member.grpc_address:
-            raise errors.UnavailableError(
+            raise UnavailableError(
                 f"{member_id} cannot be reached ({member.error or 'no gRPC address'}): it must be running to rebuild "
                 "itself. A member that cannot start is rebuilt by moving its data directory away and starting it")
         req = pb.RebuildMemberRequest(member_id=member_id, discard=discard)
@@ -158,7 +157,7 @@ class Admin:
             resp = self._pool.stubs(member.grpc_address, redirect=True).admin.RebuildMember(
                 req, timeout=self._pool.timeout)
         except grpc.RpcError as e:
-            raise errors.from_rpc_error(e, member.grpc_address) from None
+            raise from_rpc_error(e, member.grpc_address) from None
         return member.grpc_address, resp.set_aside
 
     def close(self) -> None:

@@ -23,8 +23,9 @@ def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> R
     show_system = query.get("system") == "1"
     snap = c.history.snapshot()
     rows = []
-    readable = {cfg.topic_name for cfg in st.topics.list() if c.may("SUB", "topic", cfg.topic_name)}
-    for cfg in sorted(st.topics.list(), key=lambda t: t.topic_name):
+    configs = sorted(st.topics.list(), key=lambda t: t.topic_name)
+    readable = {cfg.topic_name for cfg in configs if c.may("SUB", "topic", cfg.topic_name)}
+    for cfg in configs:
         t = cfg.topic_name
         if (is_system_topic(t) and not show_system) or t not in readable:
             continue
