@@ -366,3 +366,33 @@ def test_restart_right_after_truncate_below_a_queues_files_keeps_its_offsets(tmp
         assert st.put_message(msg()).queue_offset == 20
     finally:
         st.shutdown()
+
+
+def test_an_apply_behind_the_confirm_offset_does_not_wake_reput(tmp_path: Path, batches: list[bytes]) -> None:
+    """A replica's apply is followed by the confirm offset moving (which wakes reput); the apply itself wakes
+    reput only while reput has confirmed records left to dispatch, so each entry costs one wake-up, not two."""
+    st = MessageStore(StoreConfig(root_dir=str(tmp_path / "r"), **GEOMETRY))
+    st.open()
+    wakes: list[int] = []
+    try:
+        notify = st.reput.notify
+        st.reput.notify = lambda: (wakes.append(1), notify())[1]  # type: ignore[method-assign]
+        st.confirm_offset = 0
+        wait_dispatched(st)
+        wakes.clear()
+        for b in batches[:5]:  # as StateMachine.apply_batch does: apply, then confirm what it produced
+            st.apply_batch(b)
+            wait_dispatched(st)  # reput is at the confirm offset before the next entry arrives
+            st.confirm_offset = st.commit_log_max_offset
+            wait_dispatched(st)
+        assert len(wakes) == 5  # the confirm offset's wake-ups only
+        assert st.dispatch_behind_bytes() == 0
+        st.confirm_offset = None  # single node: every append is dispatchable at once
+        wait_dispatched(st)
+        wakes.clear()
+        st.apply_batch(batches[5])
+        assert wakes == [1]
+        wait_dispatched(st)
+        assert st.dispatch_behind_bytes() == 0
+    finally:
+        st.shutdown()
