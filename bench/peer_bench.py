@@ -8,9 +8,13 @@ stream with 3 replicas), producers use ``nats-py`` and wait for every publish ac
 (raftmq: ack after a majority applied it; JetStream: default ``sync_interval``) and ``sync`` (raftmq: after a
 majority fsynced it; JetStream: ``sync_interval: always``). Every case runs for ``--seconds``, producers ×
 messages per request, 1 KiB bodies. Prints msgs/s, p99 per request, server CPU per message and, for raftmq, the
-messages and requests that shared one Raft entry. Never fails on time.
+messages and requests that shared one Raft entry, and beside raftmq's figure the same case on raftmq's write path
+alone (``bench/replication_bench.py``'s members: store + Raft in 3 processes, producers as threads inside the
+leader calling ``put``, no gRPC and no SDK) with the share of it the gRPC path reaches: what the request path
+still costs. Never fails on time.
 
     .venv/bin/python bench/peer_bench.py [--seconds 3] [--producers 8,64] [--batch 1,32] [--modes async,sync]
+                                         [--skip-nats] [--skip-dledger] [--skip-engine]
 
 nats-server: ``--nats-server PATH``, else ``nats-server`` 2.12 in ``$RAFTMQ_BENCH_GOBIN``
 (default ``~/.cache/raftmq-bench/bin``), built there with ``go install`` when missing (Debian's 2.9 lacks
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -37,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "proto"), str(REPO / "bench")]
 
 import dledger_peer  # noqa: E402
+import replication_bench  # noqa: E402
 
 from bench.grpc_bench import _pct  # noqa: E402
 from bench.peer_processes import cpu_seconds, wait_port  # noqa: E402
@@ -286,6 +292,22 @@ def run_raftmq(base: Path, mode: str, cases: list[tuple[int, int]], args) -> dic
     return out
 
 
+def run_engine(base: Path, mode: str, cases: list[tuple[int, int]], seconds: float) -> dict:
+    """raftmq's write path without the request path: 3 members (store + Raft), producers as threads inside the
+    leader calling ``put`` with ``batch`` messages (replication_bench's cluster)."""
+    cluster = replication_bench.Cluster(base / f"engine-{mode}", mode)
+    out = {}
+    try:
+        leader = cluster.leader()
+        cluster.ask(leader, "topic")
+        for producers, batch in cases:
+            r = json.loads(cluster.ask(leader, f"run {producers} {seconds} {batch}"))
+            out[(mode, producers, batch)] = {"msgs_s": r["msgs_per_s"], "p99_ms": r["p99_ms"]}
+    finally:
+        cluster.close()
+    return out
+
+
 # ------------------------------------------------------------------ NATS JetStream
 def nats_binary(explicit: str | None) -> str:
     if explicit:
@@ -390,13 +412,15 @@ def main() -> int:
     ap.add_argument("--nats-server", help="path of a nats-server 2.12 binary")
     ap.add_argument("--skip-nats", action="store_true")
     ap.add_argument("--skip-dledger", action="store_true", help="leave out RocketMQ 4.9.7 DLedger (async cases)")
+    ap.add_argument("--skip-engine", action="store_true",
+                    help="leave out raftmq's write path measured without gRPC (the engine column)")
     ap.add_argument("--raft", action="append", default=[], metavar="KEY=VALUE",
                     help="a cluster.raft setting for the raftmq members (repeatable), e.g. max_inflight_batches=2")
     add_sdk_arguments(ap)
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     cases = [(int(p), int(b)) for b in args.batch.split(",") for p in args.producers.split(",")]
-    results: dict[str, dict] = {"raftmq": {}, "nats": {}, "dledger": {}}
+    results: dict[str, dict] = {"raftmq": {}, "engine": {}, "nats": {}, "dledger": {}}
     binary = None if args.skip_nats else nats_binary(args.nats_server)
     dledger = not args.skip_dledger and "async" in modes
     if dledger and (why := dledger_peer.available()) is not None:
@@ -406,6 +430,8 @@ def main() -> int:
         base = Path(d)
         for mode in modes:
             results["raftmq"].update(run_raftmq(base, mode, cases, args))
+            if not args.skip_engine:
+                results["engine"].update(run_engine(base, mode, cases, args.seconds))
             if binary:
                 results["nats"].update(run_nats(base, binary, mode, cases, args))
             if dledger and mode == "async":
@@ -419,7 +445,7 @@ def main() -> int:
           f"{dledger_peer.VERSION} DLedger (3 brokers, Java producer), {args.size} B bodies, {args.seconds:.0f} s per "
           f"case, {os.cpu_count()} CPUs shared by servers and clients (load average {load})\n")
     hdr = (f"{'case':16} {'raftmq msgs/s':>13} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'msgs/entry':>10} "
-           f"{'reqs/entry':>10} {'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6} "
+           f"{'reqs/entry':>10} {'engine msgs/s':>13} {'p99 ms':>7} {'share':>5} {'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6} "
            f"{'DLedger msgs/s':>14} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6}")
     print(hdr)
     print("-" * len(hdr))
@@ -430,6 +456,11 @@ def main() -> int:
             line = f"{mode + f' {producers} x {batch}':16} "
             line += (f"{r['msgs_s']:13.0f} {r['p99_ms']:7.1f} {r['server_us']:6.0f} {r['client_us']:6.0f} "
                      f"{r['msgs_per_entry']:10.1f} {r['reqs_per_entry']:10.1f}")
+            engine = results["engine"].get(key)
+            if engine:
+                line += f" {engine['msgs_s']:13.0f} {engine['p99_ms']:7.1f} {r['msgs_s'] / engine['msgs_s']:5.2f}"
+            else:
+                line += f" {'-':>13} {'-':>7} {'-':>5}"
             for name, width in (("nats", 16), ("dledger", 14)):
                 peer = results[name].get(key)
                 if peer:
@@ -441,9 +472,10 @@ def main() -> int:
     print("\nproducers x messages per request; p99: per request (a send or a batch), client side; srv us: CPU "
           "microseconds per\nmessage of all server processes; cli us: the same of the producer processes; "
           "msgs/entry, reqs/entry:\nmessages and send requests per Raft entry (group commit) on the leader; "
-          "ratio: raftmq / peer msgs/s.\nasync: ack after a majority has it (JetStream: default sync_interval; "
-          "DLedger: after a majority appended it,\nflush asynchronous); sync: after a majority fsynced it "
-          "(JetStream: sync_interval: always; DLedger has no such mode).")
+          "engine: raftmq's write path alone\n(3 members, producers as threads in the leader calling put: no gRPC, "
+          "no SDK); share: raftmq through gRPC / engine;\nratio: raftmq / peer msgs/s. async: ack after a majority "
+          "has it (JetStream: default sync_interval; DLedger: after\na majority appended it, flush asynchronous); "
+          "sync: after a majority fsynced it (JetStream: sync_interval: always;\nDLedger has no such mode).")
     return 0
 
 
