@@ -445,7 +445,8 @@ def main() -> int:
           f"{dledger_peer.VERSION} DLedger (3 brokers, Java producer), {args.size} B bodies, {args.seconds:.0f} s per "
           f"case, {os.cpu_count()} CPUs shared by servers and clients (load average {load})\n")
     hdr = (f"{'case':16} {'raftmq msgs/s':>13} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'msgs/entry':>10} "
-           f"{'reqs/entry':>10} {'engine msgs/s':>13} {'p99 ms':>7} {'share':>5} {'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6} "
+           f"{'reqs/entry':>10} {'engine msgs/s':>13} {'p99 ms':>7} {'share':>5} "
+           f"{'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6} "
            f"{'DLedger msgs/s':>14} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6}")
     print(hdr)
     print("-" * len(hdr))
