@@ -14,7 +14,7 @@ leader calling ``put``, no gRPC and no SDK) with the share of it the gRPC path r
 still costs. Never fails on time.
 
     .venv/bin/python bench/peer_bench.py [--seconds 3] [--producers 8,64] [--batch 1,32] [--modes async,sync]
-                                         [--skip-nats] [--skip-dledger] [--skip-engine]
+                                         [--rounds 1] [--skip-nats] [--skip-dledger] [--skip-engine]
 
 nats-server: ``--nats-server PATH``, else ``nats-server`` 2.12 in ``$RAFTMQ_BENCH_GOBIN``
 (default ``~/.cache/raftmq-bench/bin``), built there with ``go install`` when missing (Debian's 2.9 lacks
@@ -71,6 +71,14 @@ def stream_window_arg(text: str) -> int:
     if window < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 (requests in flight), got {window}")
     return window
+
+
+def rounds_arg(text: str) -> int:
+    """argparse type of ``--rounds``: at least 1."""
+    rounds = int(text)
+    if rounds < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {rounds}")
+    return rounds
 
 
 def add_sdk_arguments(ap: argparse.ArgumentParser) -> None:
@@ -401,6 +409,33 @@ async def _published_once(js, body: bytes, timeout: float = 60.0) -> None:
 
 
 # ------------------------------------------------------------------ main
+def median_round(figures: list[dict]) -> dict:
+    """The round with the median msgs/s (the upper one of an even count): every column of a row comes from the
+    same round."""
+    return sorted(figures, key=lambda r: r["msgs_s"])[len(figures) // 2]
+
+
+def print_spread(runs: dict[str, dict[tuple, list[dict]]], modes: list[str], cases: list[tuple[int, int]]) -> None:
+    """msgs/s lowest-highest over the rounds, and raftmq / peer within each round (same moment of the box)."""
+    print("\nover the rounds (lowest-highest msgs/s; ratios taken within each round):")
+    print(f"{'case':16} {'raftmq':>15} {'engine':>15} {'share':>11} {'JetStream':>15} {'ratio':>11} "
+          f"{'DLedger':>15} {'ratio':>11}")
+
+    def span(values: list[float], fmt: str) -> str:
+        return f"{min(values):{fmt}}-{max(values):{fmt}}" if values else "-"
+
+    for mode in modes:
+        for producers, batch in cases:
+            key = (mode, producers, batch)
+            own = [r["msgs_s"] for r in runs["raftmq"].get(key, [])]
+            line = f"{mode + f' {producers} x {batch}':16} {span(own, '.0f'):>15}"
+            for name in ("engine", "nats", "dledger"):
+                peer = [r["msgs_s"] for r in runs[name].get(key, [])]
+                ratios = [a / b for a, b in zip(own, peer, strict=True)] if peer else []
+                line += f" {span(peer, '.0f'):>15} {span(ratios, '.2f'):>11}"
+            print(line)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0)
@@ -409,6 +444,9 @@ def main() -> int:
     ap.add_argument("--batch", default="1,32")
     ap.add_argument("--modes", default="async,sync")
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes per case")
+    ap.add_argument("--rounds", type=rounds_arg, default=1,
+                    help="run everything this many times, the systems in turn, and print each case's median round "
+                         "and the spread (this box's figures move by +-30%% between runs)")
     ap.add_argument("--nats-server", help="path of a nats-server 2.12 binary")
     ap.add_argument("--skip-nats", action="store_true")
     ap.add_argument("--skip-dledger", action="store_true", help="leave out RocketMQ 4.9.7 DLedger (async cases)")
@@ -426,24 +464,32 @@ def main() -> int:
     if dledger and (why := dledger_peer.available()) is not None:
         print(f"RocketMQ DLedger left out: {why}", flush=True)
         dledger = False
+    runs: dict[str, dict[tuple, list[dict]]] = {name: {} for name in results}  # every round's figures per case
     with tempfile.TemporaryDirectory(prefix="raftmq-peer-bench-") as d:
-        base = Path(d)
-        for mode in modes:
-            results["raftmq"].update(run_raftmq(base, mode, cases, args))
-            if not args.skip_engine:
-                results["engine"].update(run_engine(base, mode, cases, args.seconds))
-            if binary:
-                results["nats"].update(run_nats(base, binary, mode, cases, args))
-            if dledger and mode == "async":
-                results["dledger"].update(dledger_peer.run_dledger(base, cases, args.size, args.seconds, TOPIC,
-                                                                   QUEUES))
+        for round_no in range(args.rounds):  # the systems take turns, so a busier moment of the box hits all
+            base = Path(d) / f"round-{round_no}"
+            for mode in modes:
+                measured = {"raftmq": run_raftmq(base, mode, cases, args)}
+                if not args.skip_engine:
+                    measured["engine"] = run_engine(base, mode, cases, args.seconds)
+                if binary:
+                    measured["nats"] = run_nats(base, binary, mode, cases, args)
+                if dledger and mode == "async":
+                    measured["dledger"] = dledger_peer.run_dledger(base, cases, args.size, args.seconds, TOPIC,
+                                                                   QUEUES)
+                for name, figures in measured.items():
+                    for key, r in figures.items():
+                        runs[name].setdefault(key, []).append(r)
+    for name, per_case in runs.items():
+        results[name] = {key: median_round(rs) for key, rs in per_case.items()}
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     sdk = (f"SDK {'AsyncProducer tasks' if args.sdk == 'asyncio' else 'Producer threads'} linger_ms={args.linger_ms:g}"
            + (" (unary)" if args.linger_ms == 0 else " (SendStream)"))
+    rounds = f", the median of {args.rounds} rounds" if args.rounds > 1 else ""
     print(f"\nraftmq (3 members, gRPC + {sdk}) vs NATS JetStream {NATS_VERSION} R3 (nats-py) and RocketMQ "
           f"{dledger_peer.VERSION} DLedger (3 brokers, Java producer), {args.size} B bodies, {args.seconds:.0f} s per "
-          f"case, {os.cpu_count()} CPUs shared by servers and clients (load average {load})\n")
+          f"case{rounds}, {os.cpu_count()} CPUs shared by servers and clients (load average {load})\n")
     hdr = (f"{'case':16} {'raftmq msgs/s':>13} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'msgs/entry':>10} "
            f"{'reqs/entry':>10} {'engine msgs/s':>13} {'p99 ms':>7} {'share':>5} "
            f"{'JetStream msgs/s':>16} {'p99 ms':>7} {'srv us':>6} {'cli us':>6} {'ratio':>6} "
@@ -470,6 +516,8 @@ def main() -> int:
                 else:
                     line += f" {'-':>{width}} {'-':>7} {'-':>6} {'-':>6} {'-':>6}"
             print(line)
+    if args.rounds > 1:
+        print_spread(runs, modes, cases)
     print("\nproducers x messages per request; p99: per request (a send or a batch), client side; srv us: CPU "
           "microseconds per\nmessage of all server processes; cli us: the same of the producer processes; "
           "msgs/entry, reqs/entry:\nmessages and send requests per Raft entry (group commit) on the leader; "

@@ -26,11 +26,14 @@ def _run(*argv: str) -> str:
 
 @pytest.mark.parametrize("sdk", ["asyncio", "threads"])
 def test_peer_bench_runs_raftmq_alone(sdk):
-    engine = () if sdk == "asyncio" else ("--skip-engine",)  # the write path alone once is enough
+    # the write path alone once is enough; two rounds once (their medians and the spread table)
+    extra = () if sdk == "asyncio" else ("--skip-engine", "--rounds", "2")
     out = _run("bench/peer_bench.py", "--skip-nats", "--skip-dledger", "--modes", "async", "--producers", "2",
                "--batch", "1", "--seconds", "1", "--client-procs", "1", "--stream-window", "2", "--sdk", sdk,
-               *engine)
+               *extra)
     assert (ROW_WITH_ENGINE if sdk == "asyncio" else ROW).search(out), out
+    if sdk == "threads":
+        assert "the median of 2 rounds" in out and re.search(r"^async 2 x 1\s+\d+-\d+\s", out, re.M), out
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) pins the members")
@@ -46,3 +49,7 @@ def test_a_stream_window_below_one_is_refused_before_anything_starts():
                               text=True, timeout=60)
         assert done.returncode == 2, done
         assert "--stream-window: must be at least 1" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "bench/peer_bench.py", "--rounds", "0"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert "--rounds: must be at least 1, got 0" in done.stderr, done.stderr
