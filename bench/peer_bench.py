@@ -65,20 +65,14 @@ QUEUES = 8
 TOPIC = "bench"
 
 
-def stream_window_arg(text: str) -> int:
-    """argparse type of ``--stream-window``: the SDK's window, at least 1."""
-    window = int(text)
-    if window < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (requests in flight), got {window}")
-    return window
-
-
-def rounds_arg(text: str) -> int:
-    """argparse type of ``--rounds``: at least 1."""
-    rounds = int(text)
-    if rounds < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {rounds}")
-    return rounds
+def at_least_one(unit: str = ""):
+    """argparse type of a count that must be at least 1 (``unit`` is named in the refusal)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be at least 1{f' ({unit})' if unit else ''}, got {value}")
+        return value
+    return parse
 
 
 def add_sdk_arguments(ap: argparse.ArgumentParser) -> None:
@@ -86,7 +80,7 @@ def add_sdk_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sdk", choices=("asyncio", "threads"), default="asyncio",
                     help="raftmq producers: tasks awaiting one AsyncProducer per process (like the nats-py "
                          "producers), or threads sharing one Producer")
-    ap.add_argument("--stream-window", type=stream_window_arg, default=DEFAULT_STREAM_WINDOW,
+    ap.add_argument("--stream-window", type=at_least_one("requests in flight"), default=DEFAULT_STREAM_WINDOW,
                     help="the SDK producer's stream_window (default: the SDK's own)")
     ap.add_argument("--linger-ms", type=float, default=0.1,
                     help="the SDK producer's linger (0: one unary RPC per send, the path before SendStream)")
@@ -444,7 +438,7 @@ def main() -> int:
     ap.add_argument("--batch", default="1,32")
     ap.add_argument("--modes", default="async,sync")
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes per case")
-    ap.add_argument("--rounds", type=rounds_arg, default=1,
+    ap.add_argument("--rounds", type=at_least_one(), default=1,
                     help="run everything this many times, the systems in turn, and print each case's median round "
                          "and the spread (this box's figures move by +-30%% between runs)")
     ap.add_argument("--nats-server", help="path of a nats-server 2.12 binary")
@@ -458,13 +452,13 @@ def main() -> int:
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     cases = [(int(p), int(b)) for b in args.batch.split(",") for p in args.producers.split(",")]
-    results: dict[str, dict] = {"raftmq": {}, "engine": {}, "nats": {}, "dledger": {}}
     binary = None if args.skip_nats else nats_binary(args.nats_server)
     dledger = not args.skip_dledger and "async" in modes
     if dledger and (why := dledger_peer.available()) is not None:
         print(f"RocketMQ DLedger left out: {why}", flush=True)
         dledger = False
-    runs: dict[str, dict[tuple, list[dict]]] = {name: {} for name in results}  # every round's figures per case
+    # every round's figures per case, per system
+    runs: dict[str, dict[tuple, list[dict]]] = {name: {} for name in ("raftmq", "engine", "nats", "dledger")}
     with tempfile.TemporaryDirectory(prefix="raftmq-peer-bench-") as d:
         for round_no in range(args.rounds):  # the systems take turns, so a busier moment of the box hits all
             base = Path(d) / f"round-{round_no}"
@@ -480,8 +474,7 @@ def main() -> int:
                 for name, figures in measured.items():
                     for key, r in figures.items():
                         runs[name].setdefault(key, []).append(r)
-    for name, per_case in runs.items():
-        results[name] = {key: median_round(rs) for key, rs in per_case.items()}
+    results = {name: {key: median_round(rs) for key, rs in per_case.items()} for name, per_case in runs.items()}
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     sdk = (f"SDK {'AsyncProducer tasks' if args.sdk == 'asyncio' else 'Producer threads'} linger_ms={args.linger_ms:g}"
