@@ -10,10 +10,11 @@ Why each one:
    next heartbeat) to flush the rest; subscribe for WRITE so large batches drain at socket speed.
 4. durable Raft metadata: the journal's meta file (currentTerm, votedFor, commit index) is replaced by rename
    without fsync; fsync the file and its directory so a vote survives power loss. Only a change of term or vote
-   needs that (Raft's safety rests on them; a stale commit index is simply learned again from the leader), and
-   pysyncobj re-stores the meta once a second on every follower that got a heartbeat, changed or not: an fsync
-   per second on the tick thread, which on a busy disk delayed heartbeats into elections (issue 11). So an
-   unchanged meta is not rewritten, and a commit-index-only change is written without fsync (as stock does).
+   writes the file (Raft's safety rests on them); pysyncobj also re-stores it once a second on every follower
+   whose commit index moved, and stock did that by renaming an unsynced file over the durable one, so a power cut
+   could leave an empty meta file and the member forgot its vote (two votes in one term). The commit index is
+   therefore a hint, written only together with a term or vote: a stale one merely delays applying entries
+   until the leader says again that they are committed (docs/design/durability.md).
 5. journal writes without an fstat: the journal's ResizableFile asks ``mmap.size()`` (an fstat, which releases
    and retakes the GIL) on every write, two or three per entry on every member; the mapping's own length says
    the same (the file only grows through that mapping) without a system call.
@@ -25,6 +26,15 @@ Why each one:
    acknowledged entry is lost by that: under ``sync`` a member acknowledges only what it synced, and under
    ``async`` a power cut may lose the last moments anyway (README: Replication).
 
+7. a snapshot is durable before the journal is compacted: pysyncobj renames the dump (ours, or one received
+   from the leader) into place without syncing the incoming file or the directory, then drops the journal
+   entries the dump covers. After a power cut a member had a compacted journal and no dump, could apply nothing
+   and never caught up. The file is synced, renamed, and the directory synced before pysyncobj goes on.
+8. crash-safe compaction: stock compaction rewrites the journal file in place (header first, then the kept
+   records), so a power cut in the middle (any subset of its pages on disk) could leave records of the old and
+   new layout mixed and lose entries this member had acknowledged as durable. The kept entries are written to a
+   new file, synced, renamed over the journal and the directory synced.
+
 Patches 1 and 2 change the bytes on the wire but stay readable by stock nodes; every member runs this module.
 """
 
@@ -33,12 +43,13 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import shutil
 import struct
 import zlib
+from dataclasses import dataclass
 
 import pysyncobj.journal as _journal
 import pysyncobj.pickle as _pickle
+import pysyncobj.serializer as _serializer
 import pysyncobj.tcp_connection as _tcp
 from pysyncobj.poller import POLL_EVENT_TYPE
 
@@ -75,20 +86,24 @@ def _send_and_subscribe_write(self, message) -> None:
 
 def _store_meta_durably(self, meta) -> None:
     last = getattr(self, "_raftmq_last_meta", None)
-    if last == meta:
-        return  # pysyncobj asks once a second whether anything changed or not
-    durable = last is None or any(last.get(k) != meta.get(k) for k in ("currentTerm", "votedForNodeId"))
+    if last is not None and all(last.get(k) == meta.get(k) for k in _DURABLE_META_KEYS):
+        return  # only the commit index moved: a hint, never renamed over the durable term and vote (patch 4)
     path = self.getPath()
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(_pickle.dumps(meta))
         f.flush()
-        if durable:
-            os.fsync(f.fileno())
-    shutil.move(tmp, path)
-    if durable:
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
     self._raftmq_last_meta = dict(meta)
+
+
+def _get_meta_remembering_it(self):
+    """pysyncobj's read of the meta file at start, remembered so an unchanged term and vote are not rewritten."""
+    meta = _orig_get_meta(self)
+    self._raftmq_last_meta = dict(meta) if meta else None
+    return meta
 
 
 def _journal_write(self, offset: int, values: bytes) -> None:
@@ -100,20 +115,32 @@ def _journal_write(self, offset: int, values: bytes) -> None:
     mapping[offset:end] = values
 
 
-def drop_torn_tail(path: str) -> int:
-    """Cut the journal at ``path`` back to its last whole record (patch 6); the bytes dropped, 0 if none."""
+@dataclass(frozen=True)
+class JournalSpan:
+    """What a journal file holds in whole records: first and last (index, term), and where its records end."""
+
+    first: tuple[int, int] | None
+    last: tuple[int, int] | None
+    records_end: int     # file offset after the last whole record
+    header_end: int      # file offset after the last record according to the header
+
+
+def journal_span(path: str) -> JournalSpan | None:
+    """Walk the journal at ``path`` record by record (sizes at both ends, consecutive indexes, terms that never
+    fall), stopping at the first record that is not whole; None when there is no journal file."""
     try:
-        f = open(path, "r+b")  # noqa: SIM115 - closed below
+        f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
-        return 0
+        return None
     with f:
         size = os.fstat(f.fileno()).st_size
         if size < _journal.FIRST_RECORD_OFFSET:
-            return 0
+            return JournalSpan(None, None, _journal.FIRST_RECORD_OFFSET, _journal.FIRST_RECORD_OFFSET)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             end = _U32.unpack_from(mm, _journal.LAST_RECORD_OFFSET_OFFSET)[0]
             limit = min(end, size)
             pos = _journal.FIRST_RECORD_OFFSET
+            first: tuple[int, int] | None = None
             last: tuple[int, int] | None = None
             while pos + _RECORD_HEAD.size + 4 <= limit:
                 n, index, term = _RECORD_HEAD.unpack_from(mm, pos)
@@ -122,17 +149,27 @@ def drop_torn_tail(path: str) -> int:
                 if last is not None and (index != last[0] + 1 or term < last[1]):
                     break
                 last = (index, term)
+                first = first or last
                 pos += n + 8
-        if pos >= end:
-            return 0
+    return JournalSpan(first, last, pos, end)
+
+
+def drop_torn_tail(path: str) -> int:
+    """Cut the journal at ``path`` back to its last whole record (patch 6); the bytes dropped, 0 if none."""
+    span = journal_span(path)
+    if span is None or span.records_end >= span.header_end:
+        return 0
+    with open(path, "r+b") as f:
         f.seek(_journal.LAST_RECORD_OFFSET_OFFSET)
-        f.write(_U32.pack(pos))
+        f.write(_U32.pack(span.records_end))
         f.flush()
         os.fsync(f.fileno())
+    last = span.last
     after = f"entry {last[0]} (term {last[1]})" if last is not None else "the journal's start"
+    dropped = span.header_end - span.records_end
     log.error("Raft journal %s: a torn tail of %d bytes after %s (a crash or power cut cut its last write short) "
-              "was dropped; this member fetches those entries from the leader again", path, end - pos, after)
-    return end - pos
+              "was dropped; this member fetches those entries from the leader again", path, dropped, after)
+    return dropped
 
 
 def _open_journal_without_torn_tail(self, journalFile) -> None:  # noqa: N803 - pysyncobj's name
@@ -140,9 +177,52 @@ def _open_journal_without_torn_tail(self, journalFile) -> None:  # noqa: N803 - 
     _orig_file_journal_init(self, journalFile)
 
 
+def _replace_durably(src: str, dst: str) -> None:
+    """Patch 7: a snapshot file is on disk, under its final name, before pysyncobj compacts the journal."""
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(src, dst)
+    fsync_dir(os.path.dirname(os.path.abspath(dst)))
+
+
+def _journal_header(records_end: int) -> bytes:
+    name = _journal.APP_NAME.ljust(_journal.NAME_SIZE, b"\0")
+    version = _journal.APP_VERSION.ljust(_journal.VERSION_SIZE, b"\0")
+    return name + version + struct.pack("<II", _journal.JOURNAL_FORMAT_VERSION, records_end)
+
+
+def _delete_entries_to_atomically(self, entry_to: int) -> None:
+    """Patch 8: keep the entries from position ``entry_to`` on, written to a new synced file renamed into place."""
+    kept = self._FileJournal__journal[entry_to:]
+    resizable = self._FileJournal__journalFile
+    path = resizable._ResizableFile__fileName
+    records = bytearray()
+    for command, idx, term in kept:
+        body = struct.pack("<QQ", idx, term) + _pickle.to_bytes(command)
+        size = _U32.pack(len(body))
+        records += size + body + size
+    tmp = path + ".compacting"
+    with open(tmp, "wb") as f:
+        f.write(_journal_header(_journal.FIRST_RECORD_OFFSET + len(records)) + records)
+        f.flush()
+        os.fsync(f.fileno())
+    resizable._ResizableFile__mm.close()  # the old file's pages no longer matter: not flushed first
+    resizable._ResizableFile__f.close()
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    self._FileJournal__journalFile = _journal.ResizableFile(path)
+    self._FileJournal__journal = list(kept)
+    self._FileJournal__currentOffset = _journal.FIRST_RECORD_OFFSET + len(records)
+
+
 _orig_send = _tcp.TcpConnection.send
 _orig_journal_write = _journal.ResizableFile.write
 _orig_file_journal_init = _journal.FileJournal.__init__
+_orig_get_meta = _journal.MetaStorer.getMeta
+_DURABLE_META_KEYS = ("currentTerm", "votedForNodeId")
 
 
 def apply() -> None:
@@ -156,4 +236,7 @@ def apply() -> None:
     _journal.MetaStorer.storeMeta = _store_meta_durably
     _journal.ResizableFile.write = _journal_write
     _journal.FileJournal.__init__ = _open_journal_without_torn_tail
+    _journal.MetaStorer.getMeta = _get_meta_remembering_it
+    _serializer.atomicReplace = _replace_durably
+    _journal.FileJournal.deleteEntriesTo = _delete_entries_to_atomically
     _applied = True

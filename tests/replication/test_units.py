@@ -197,3 +197,80 @@ def test_peer_host_names_are_re_resolved_after_the_cache_time(monkeypatch):
     assert resolver.resolve("raftmq-1.raftmq-headless") == "10.0.0.1"  # cached
     time.sleep(0.1)
     assert resolver.resolve("raftmq-1.raftmq-headless") == "10.0.0.2"
+
+
+def test_the_raft_meta_file_is_rewritten_only_for_term_and_vote_and_always_synced(tmp_path, monkeypatch):
+    """Patch 4: a commit-index-only change used to rename an unsynced file over the durable term and vote (a
+    power cut could leave it empty: the vote forgotten, two votes in one term). Now only a term or vote change
+    writes the file, synced with its directory, and the commit index is a hint carried along."""
+    from pysyncobj import journal as pjournal
+
+    from raftmq.replication import pysyncobj_patches
+
+    pysyncobj_patches.apply()
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    path = str(tmp_path / "raft.journal")
+    j = pjournal.FileJournal(path)
+    j.setCurrentTerm(3, "n1")
+    inode = os.stat(path + ".meta").st_ino
+    assert len(synced) == 2  # the file, then its directory
+    for i in range(5):  # the commit index moves every second on a busy follower
+        j.setRaftCommitIndex(100 + i)
+        j.onOneSecondTimer()
+    assert os.stat(path + ".meta").st_ino == inode and len(synced) == 2  # not rewritten
+    j.setCurrentTerm(4, None)
+    assert len(synced) == 4
+    j._destroy()
+    again = pjournal.FileJournal(path)
+    assert (again.getCurrentTerm(), again.getVotedForNodeId()) == (4, None)
+    assert again.getRaftCommitIndex() == 104  # carried along with the last term change
+    again.setRaftCommitIndex(200)
+    again.onOneSecondTimer()  # a commit index alone after a restart: still not written
+    assert pjournal.FileJournal(path).getRaftCommitIndex() == 104
+
+
+def test_compaction_writes_a_new_synced_journal_file_instead_of_rewriting_in_place(tmp_path):
+    """Patch 8: stock compaction rewrote the journal from its start in place, so a power cut in the middle could
+    mix records of both layouts; now the kept entries go to a new file renamed over the old one."""
+    from pysyncobj import journal as pjournal
+
+    from raftmq.replication import pysyncobj_patches
+
+    pysyncobj_patches.apply()
+    path = str(tmp_path / "raft.journal")
+    j = pjournal.FileJournal(path)
+    entries = [(os.urandom(50 + 10 * i), i, 1 + i // 10) for i in range(1, 41)]
+    for e in entries:
+        j.add(*e)
+    inode = os.stat(path).st_ino
+    j.deleteEntriesTo(30)  # keep entries 31..40
+    assert os.stat(path).st_ino != inode and not os.path.exists(path + ".compacting")
+    assert [j[i] for i in range(len(j))] == entries[30:]
+    j.add(b"next", 41, 5)  # appends go on in the new file
+    j._destroy()
+    span = pysyncobj_patches.journal_span(path)
+    assert span.first == (31, 4) and span.last == (41, 5) and span.records_end == span.header_end
+    again = pjournal.FileJournal(path)
+    assert [again[i] for i in range(len(again))] == entries[30:] + [(b"next", 41, 5)]
+    again._destroy()
+
+
+def test_a_snapshot_is_synced_and_its_rename_made_durable_before_pysyncobj_compacts(tmp_path, monkeypatch):
+    """Patch 7: pysyncobj renames the dump into place and compacts right after; the file and its directory
+    entry are synced first (stock synced neither: a member came back with a compacted journal and no dump)."""
+    from pysyncobj import serializer
+
+    from raftmq.replication import pysyncobj_patches
+
+    pysyncobj_patches.apply()
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")),
+                                                 real_fsync(fd)))
+    src, dst = tmp_path / "raft.dump.tmp", tmp_path / "raft.dump"
+    src.write_bytes(b"snapshot")
+    serializer.atomicReplace(str(src), str(dst))
+    assert dst.read_bytes() == b"snapshot" and not src.exists()
+    assert synced == [str(src), str(tmp_path)]  # the file before the rename, the directory after it
