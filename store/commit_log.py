@@ -29,7 +29,7 @@ import logging
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import concat, itemgetter
@@ -205,6 +205,99 @@ class _RecoveryPlan:
 def roll_next_file(offset: int, file_size: int) -> int:
     """Start of the segment after the one holding ``offset``."""
     return offset + file_size - offset % file_size
+
+
+def _layout(pos: int, rel: Sequence[int], file_size: int) -> Iterator[tuple[int, int, int]]:
+    """Where apply puts a batch whose records start at ``rel`` (``rel[-1]`` = payload length) from log offset
+    ``pos``: (offset, i, j) for records [i, j) written there, or (offset, i, i) for an end-of-file blank record.
+
+    RocketMQ's rolling rule: a batch that does not fit the rest of a segment (keeping room for the blank record)
+    moves whole to the next one; one larger than a whole segment fills each segment with what fits."""
+    n = len(rel) - 1
+    i = 0
+    while i < n:
+        room = file_size - pos % file_size
+        rest = rel[n] - rel[i]
+        if rest + END_FILE_MIN_BLANK_LENGTH <= room:
+            j = n
+        elif rest + END_FILE_MIN_BLANK_LENGTH <= file_size:
+            yield pos, i, i
+            pos += room
+            continue
+        else:
+            j = i
+            while j < n and rel[j + 1] - rel[i] + END_FILE_MIN_BLANK_LENGTH <= room:
+                j += 1
+            if j == i:
+                yield pos, i, i
+                pos += room
+                continue
+        yield pos, i, j
+        pos += rel[j] - rel[i]
+        i = j
+
+
+def _raw_records(offset: int, mv: memoryview) -> tuple[list[DispatchRequest], int, bool]:
+    """Check raw bytes from another replica: whole records with valid CRCs, each carrying its own physical offset,
+    at most one end-of-file blank record last. Returns (records, bytes of records, ends with a blank)."""
+    p = 0
+    n = len(mv)
+    reqs: list[DispatchRequest] = []
+    blank = False
+    while p < n:
+        dr = decode_dispatch(mv, p, check_crc=True, limit=n)
+        if dr.success and dr.msg_size > 0:
+            if dr.commit_log_offset != offset + p:
+                raise BatchFormatError(f"raw record at {offset + p} says it belongs at {dr.commit_log_offset}")
+            reqs.append(dr)
+            p += dr.msg_size
+        elif dr.success:
+            blank = True
+            if p + 8 != n:
+                raise BatchFormatError("raw data continues after an end-of-file blank record")
+            break
+        else:
+            raise BatchFormatError(f"raw data at {offset + p} is not a whole record: {dr.reason}")
+    return reqs, p, blank
+
+
+class _QueueOffsets:
+    """The queue offsets a batch's records get, counted from the ``topic-queueId`` table (one counter per key)."""
+
+    __slots__ = ("b", "names", "counters")
+
+    def __init__(self, b: DecodedBatch, table: dict[str, int]) -> None:
+        self.b = b
+        self.names = [f"{t}-{q}" for t, q in b.keys]
+        self.counters = [table.get(name, 0) for name in self.names]
+
+    def patch(self, buf, shift: int, base: int, rel: Sequence[int], i: int, j: int, host: str,
+              append: Callable[[AppendResult], None]) -> None:
+        """Patch QUEUEOFFSET and PHYSICALOFFSET of records [i, j) in ``buf`` (record k at ``shift + rel[k]``,
+        physical offset ``base + rel[k]``) and hand out their results."""
+        b, counters = self.b, self.counters
+        sizes, refs, keys, ts = b.sizes, b.key_refs, b.keys, b.store_timestamp
+        pack_into = _QQ.pack_into
+        delta = shift + QUEUE_OFFSET_POSITION
+        for k in range(i, j):
+            ref = refs[k]
+            if ref & NO_ADVANCE:
+                ki = ref & ~NO_ADVANCE
+                qo = 0
+            else:
+                ki = ref
+                qo = counters[ki]
+                counters[ki] = qo + 1
+            r = rel[k]
+            phy = base + r
+            pack_into(buf, delta + r, qo, phy)
+            topic, qid = keys[ki]
+            append(AppendResult(phy, qo, sizes[k], ts, topic, qid, host))
+
+    def save(self, table: dict[str, int]) -> None:
+        for name, c in zip(self.names, self.counters, strict=True):
+            if c:
+                table[name] = c
 
 
 class CommitLog:
@@ -541,67 +634,71 @@ class CommitLog:
             return self._apply(b)
 
     def _apply(self, b: DecodedBatch) -> list[AppendResult]:
-        sizes, refs, payload = b.sizes, b.key_refs, b.payload
+        sizes, payload = b.sizes, b.payload
         rel = [0, *accumulate(sizes)]  # start of record k inside the payload, rel[n] = payload length
-        n = len(sizes)
         table = self.topic_queue_table
-        key_names = [f"{t}-{q}" for t, q in b.keys]
-        ts = b.store_timestamp
-        host = self._host_hex.get(b.host)
-        if host is None:
-            host = b.host.hex().upper()
-            if len(self._host_hex) < 64:
-                self._host_hex[b.host] = host
-        keys = b.keys
+        offsets = _QueueOffsets(b, table)
+        host = self._host_of(b.host)
         results: list[AppendResult] = []
-        append = results.append
-        pack_into = _QQ.pack_into
-        i = 0
-        while i < n:
+        mf = self._writable_segment()
+        for _pos, i, j in _layout(mf.file_from_offset + mf.wrote_position, rel, self.file_size):
             mf = self._writable_segment()
-            wrote = mf.wrote_position
-            room = mf.file_size - wrote
-            rest = rel[n] - rel[i]
-            if rest + END_FILE_MIN_BLANK_LENGTH <= room:
-                j = n
-            elif rest + END_FILE_MIN_BLANK_LENGTH <= mf.file_size:
+            if i == j:
                 self._write_blank(mf)  # does not fit here but fits a segment: the batch moves there whole
                 continue
-            else:  # larger than a whole segment: this segment takes as many records as fit, then rolls
-                j = i
-                while j < n and rel[j + 1] - rel[i] + END_FILE_MIN_BLANK_LENGTH <= room:
-                    j += 1
-                if j == i:
-                    self._write_blank(mf)
-                    continue
-            chunk = payload[rel[i] : rel[j]]
-            buf = mf.buffer
-            mf.write_at(wrote, chunk)
-            base = mf.file_from_offset + wrote - rel[i]
-            delta = wrote - rel[i] + QUEUE_OFFSET_POSITION
-            counters = [table.get(name, 0) for name in key_names]
-            for k in range(i, j):
-                ref = refs[k]
-                if ref & NO_ADVANCE:
-                    ki = ref & ~NO_ADVANCE
-                    qo = 0
-                else:
-                    ki = ref
-                    qo = counters[ki]
-                    counters[ki] = qo + 1
-                r = rel[k]
-                phy = base + r
-                pack_into(buf, delta + r, qo, phy)
-                topic, qid = keys[ki]
-                append(AppendResult(phy, qo, sizes[k], ts, topic, qid, host))
-            for name, c in zip(key_names, counters, strict=True):
-                if c:
-                    table[name] = c
-            mf.store_timestamp = ts
-            mf.wrote_position = wrote + len(chunk)  # publish only after the offsets are patched
-            i = j
-        self.last_store_timestamp = ts
+            wrote = mf.wrote_position
+            mf.write_at(wrote, payload[rel[i] : rel[j]])
+            offsets.patch(mf.buffer, wrote - rel[i], mf.file_from_offset + wrote - rel[i], rel, i, j, host,
+                          results.append)
+            mf.store_timestamp = b.store_timestamp
+            mf.wrote_position = wrote + rel[j] - rel[i]  # publish only after the offsets are patched
+        offsets.save(table)
+        self.last_store_timestamp = b.store_timestamp
         return results
+
+    def match_batch(self, b: DecodedBatch, at: int) -> list[AppendResult] | None:
+        """The results of ``b`` applied at ``at``, when every byte that apply would write is there already.
+
+        After a power cut the commit log may hold records beyond the last Raft entry the member knows it applied
+        (pages reach the disk in any order). Replaying the entry must then neither write them twice nor destroy
+        them: this compares, byte for byte (queue and physical offsets included, computed as apply would), what
+        apply would write at ``at`` with what the log holds. None when anything differs or the log ends first;
+        on a match the queue-offset table moves on as apply would have moved it."""
+        sizes, payload = b.sizes, b.payload
+        rel = [0, *accumulate(sizes)]
+        offsets = _QueueOffsets(b, self.topic_queue_table)
+        host = self._host_of(b.host)
+        results: list[AppendResult] = []
+        with self.put_lock:
+            end = self.max_offset
+            for pos, i, j in _layout(at, rel, self.file_size):
+                if i == j:
+                    room = self.file_size - pos % self.file_size
+                    if self.get_message(pos, 8) != _BLANK.pack(room, BLANK_MAGIC_CODE):
+                        return None
+                    continue
+                n = rel[j] - rel[i]
+                if pos + n > end:
+                    return None
+                have = self.get_message(pos, n)
+                if have is None:
+                    return None
+                expected = bytearray(payload[rel[i] : rel[j]])
+                offsets.patch(expected, -rel[i], pos - rel[i], rel, i, j, host, results.append)
+                if have != expected:
+                    return None
+            offsets.save(self.topic_queue_table)
+        self.last_store_timestamp = max(self.last_store_timestamp, b.store_timestamp)
+        return results
+
+    def _host_of(self, host_bytes: bytes) -> str:
+        """Upper-case hex of a store host (the msgId prefix), cached for the few hosts a log sees."""
+        host = self._host_hex.get(host_bytes)
+        if host is None:
+            host = host_bytes.hex().upper()
+            if len(self._host_hex) < 64:
+                self._host_hex[host_bytes] = host
+        return host
 
     def _writable_segment(self) -> MappedFile:
         """The segment to append to, creating the next one when needed (DiskFullError when that fails).
@@ -663,26 +760,7 @@ class CommitLog:
             if offset != end:
                 raise OffsetMismatchError(f"raw append at {offset} but the commit log ends at {end}")
             mv = memoryview(data)
-            p = 0
-            n = len(mv)
-            reqs: list[DispatchRequest] = []
-            blank = False
-            while p < n:
-                dr = decode_dispatch(mv, p, check_crc=True, limit=n)
-                if dr.success and dr.msg_size > 0:
-                    if dr.commit_log_offset != offset + p:
-                        raise BatchFormatError(
-                            f"raw record at {offset + p} says it belongs at {dr.commit_log_offset}"
-                        )
-                    reqs.append(dr)
-                    p += dr.msg_size
-                elif dr.success:
-                    blank = True
-                    if p + 8 != n:
-                        raise BatchFormatError("raw data continues after an end-of-file blank record")
-                    break
-                else:
-                    raise BatchFormatError(f"raw data at {offset + p} is not a whole record: {dr.reason}")
+            reqs, p, blank = _raw_records(offset, mv)
             mf = self._writable_segment()
             wrote = mf.wrote_position
             if blank:
@@ -692,16 +770,35 @@ class CommitLog:
             elif wrote + p + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
                 raise BatchFormatError(f"raw data of {p} bytes does not fit the segment at {offset}")
             mf.write_at(wrote, mv[:p])
-            table = self.topic_queue_table
-            for dr in reqs:
-                if dr.goes_to_consume_queue:
-                    name = f"{dr.topic}-{dr.queue_id}"
-                    table[name] = max(table.get(name, 0), dr.consume_queue_offset + 1)
+            self._count_raw(reqs)
             if reqs:
                 mf.store_timestamp = self.last_store_timestamp = reqs[-1].store_timestamp
             mf.wrote_position = wrote + p
             if blank:
                 self._write_blank(mf)
+
+    def adopt_raw(self, offset: int, data: bytes | bytearray | memoryview) -> bool:
+        """True when the log already holds exactly ``data`` (verified raw records from another replica) at
+        ``offset``: its records then count for the next queue offsets as if appended; nothing is written.
+
+        A member whose commit log has bytes beyond what it knows it applied (``MessageStore.withhold_tail``)
+        keeps those that a peer's copy proves, instead of cutting and writing them again."""
+        mv = memoryview(data)
+        reqs, _p, _blank = _raw_records(offset, mv)
+        with self.put_lock:
+            if offset + len(mv) > self.max_offset or self.get_message(offset, len(mv)) != mv:
+                return False
+            self._count_raw(reqs)
+            if reqs:
+                self.last_store_timestamp = max(self.last_store_timestamp, reqs[-1].store_timestamp)
+            return True
+
+    def _count_raw(self, reqs: list[DispatchRequest]) -> None:
+        table = self.topic_queue_table
+        for dr in reqs:
+            if dr.goes_to_consume_queue:
+                name = f"{dr.topic}-{dr.queue_id}"
+                table[name] = max(table.get(name, 0), dr.consume_queue_offset + 1)
 
     # ================================================================== reads
     def get_data(self, offset: int, max_offset: int | None = None) -> memoryview | None:
@@ -985,6 +1082,12 @@ class CommitLog:
             ts, end = self.last_store_timestamp, self.max_offset
             self.mapped_file_queue.flush(least_pages)
             return self._after_flush(ts, end)
+
+    def has_unflushed(self, least_pages: int = 0) -> bool:
+        """Whether ``flush(least_pages)`` (``flush_all`` for 0) would make something new durable."""
+        if least_pages == 0:
+            return self.mapped_file_queue.flushed_where < self.max_offset
+        return self.mapped_file_queue.wants_flush(least_pages)
 
     def flush_all(self) -> int:
         """Flush everything written so far, across segment boundaries."""

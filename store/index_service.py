@@ -20,6 +20,7 @@ from raftmq.store.dispatch import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MA
 from raftmq.store.errors import StoreError, StoreLoadError
 from raftmq.store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
 from raftmq.store.java import time_millis_to_human_string
+from raftmq.store.json_file import makedirs_durably
 
 log = logging.getLogger("raftmq.store.index_service")
 
@@ -205,7 +206,7 @@ class IndexService:
             prev = files[-1] if files else None
             if prev is not None and not prev.is_write_full():
                 return prev
-            os.makedirs(self.store_path, exist_ok=True)
+            makedirs_durably(self.store_path)
             path = os.path.join(self.store_path, self._new_file_name(prev))
             end_phy = prev.end_phy_offset if prev is not None else 0
             end_ts = prev.end_timestamp if prev is not None else 0

@@ -62,7 +62,7 @@ def loads(text: str) -> Any:
 def write_safely(path: str, text: str) -> None:
     """tmp + fsync, old content to .bak, atomic rename, fsync of the directory."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    makedirs_durably(directory)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -81,6 +81,25 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def makedirs_durably(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)`` whose new directories survive a power loss: each created one's
+    parent is synced (a file fsynced inside a directory whose own name was never synced is lost with it)."""
+    directory = os.path.abspath(directory)
+    if os.path.isdir(directory):
+        return
+    missing = []
+    while not os.path.isdir(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+        fsync_dir(os.path.dirname(d))
 
 
 def read_leniently(path: str) -> Any | None:

@@ -15,6 +15,7 @@ import time
 
 from raftmq.store.errors import StoreLoadError
 from raftmq.store.java import offset_to_file_name
+from raftmq.store.json_file import makedirs_durably
 from raftmq.store.mapped_file import MappedFile, remove_unfinished_segments
 
 log = logging.getLogger("raftmq.store.mapped_file_queue")
@@ -95,7 +96,7 @@ class MappedFileQueue:
                 create_offset = start_offset - start_offset % self.mapped_file_size
             else:
                 create_offset = last.file_from_offset + self.mapped_file_size
-            os.makedirs(self.store_path, exist_ok=True)
+            makedirs_durably(self.store_path)
             path = os.path.join(self.store_path, offset_to_file_name(create_offset))
             mf = MappedFile(path, self.mapped_file_size, preallocate=self.preallocate)
             mf.wrote_position = 0
@@ -152,6 +153,12 @@ class MappedFileQueue:
         result = where == self.flushed_where
         self.flushed_where = where
         return result
+
+    def wants_flush(self, least_pages: int) -> bool:
+        """Whether ``flush(least_pages)`` would flush something now."""
+        where = max(self.flushed_where, self.mapped_files[0].file_from_offset) if self.mapped_files else 0
+        mf = self.find_mapped_file_by_offset(where, where == 0)
+        return mf is not None and mf.is_able_to_flush(least_pages)
 
     def flush_all(self) -> None:
         """Flush until everything written is durable (thorough flush across segment boundaries)."""

@@ -73,7 +73,7 @@ from raftmq.store.integrity import (
     chunk_problem,
     verify_records,
 )
-from raftmq.store.json_file import fsync_dir
+from raftmq.store.json_file import fsync_dir, makedirs_durably
 from raftmq.store.mapped_file import remove_unfinished_segments
 from raftmq.store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -178,6 +178,9 @@ class MessageStore:
         self.corrupt_reads = 0  # reads refused because the record was damaged (metrics)
         # set by a repair (from peers) before open(): re-dispatch consume queues and index from here at least
         self.redispatch_from_hint: int | None = None
+        # replication sets this: called on the flush thread before commit-log bytes are flushed, to make durable
+        # first what describes them (the Raft journal, the applied index; docs/design/durability.md)
+        self.before_commit_log_flush: Callable[[], None] | None = None
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -185,7 +188,7 @@ class MessageStore:
         with self._opening:
             if self._open:
                 raise StoreError(f"store {self.config.root_dir} is already open")
-            os.makedirs(self.config.root_dir, exist_ok=True)
+            makedirs_durably(self.config.root_dir)
             self._lock.acquire()
             if self.commit_log is not None:  # re-opened after a shutdown: start from fresh objects
                 self.consume_queues = ConsumeQueueTable.from_config(self.config)
@@ -395,13 +398,14 @@ class MessageStore:
                 stop = min(old_end - mf.file_from_offset, mf.file_size)
                 mf.write_at(pos, bytes(stop - pos))
 
-    def _rebuild_queue_offset_table(self) -> None:
-        """``recoverTopicQueueTable``: next queue offsets from the consume queues plus undispatched records."""
+    def _rebuild_queue_offset_table(self, upto: int | None = None) -> None:
+        """``recoverTopicQueueTable``: next queue offsets from the consume queues plus undispatched records (those
+        below ``upto`` only, when given)."""
         cl = self.commit_log
         assert cl is not None and self.reput is not None
         table = self.consume_queues.queue_offset_table()
         offset = self.reput.reput_from_offset
-        end = cl.max_offset
+        end = cl.max_offset if upto is None else min(upto, cl.max_offset)
         while offset < end:
             view = cl.get_data(offset)
             if view is None:
@@ -587,6 +591,9 @@ class MessageStore:
         assert cl is not None
         if self.disk.io_error_reason():
             raise StorageIOError(self.disk.io_error_reason())
+        before = self.before_commit_log_flush
+        if before is not None and cl.has_unflushed(least_pages):
+            before()
         try:
             return cl.flush(least_pages) if least_pages else cl.flush_all()
         except OSError as e:  # any errno, ENOSPC included: written pages were lost, not merely refused
@@ -852,6 +859,12 @@ class MessageStore:
         assert self.reput is not None
         self.reput.notify()
 
+    def adopt_commit_log_raw(self, offset: int, data: bytes | bytearray | memoryview) -> bool:
+        """Catch-up over a withheld tail: True when the log already holds exactly these verified raw records at
+        ``offset`` (``CommitLog.adopt_raw``); False when it does not (the caller cuts and appends)."""
+        cl = self._check_open()
+        return cl.adopt_raw(offset, data)
+
     def replace_commit_log_range(self, start: int, data: bytes) -> None:
         """Overwrite the damaged commit-log bytes ``[start, start + len(data))`` in place with a replica's copy.
 
@@ -918,6 +931,35 @@ class MessageStore:
                 self.reput.confirm_offset = offset
             self._rebuild_queue_offset_table()
             log.warning("store %s truncated to commit-log offset %d", self.config.root_dir, offset)
+
+    def withhold_tail(self, offset: int) -> None:
+        """Keep the commit-log bytes beyond ``offset`` on disk, but as not confirmed: consume queues and index are
+        cut back to ``offset``, reput waits there, and next queue offsets are counted up to it.
+
+        Replication calls it at start-up when the Raft entries it knows it applied account for the log only up to
+        ``offset`` (after a power cut the commit log and the applied index reach the disk in any order). Those
+        bytes are then proven by replaying the entries (``adopt_batch``), or cut (``truncate_to``) once an entry
+        shows they are not the group's: never dropped unproven."""
+        cl = self._check_open()
+        assert self.reput is not None
+        with cl.put_lock, self.reput.paused():
+            if not cl.min_offset <= offset <= cl.max_offset or not cl.is_record_boundary(offset):
+                raise StoreError(f"cannot withhold the commit log beyond {offset}: it must be a record boundary in "
+                                 f"[{cl.min_offset}, {cl.max_offset}]")
+            self._truncate_consume_queues(offset)
+            if self.index_service is not None:
+                self.index_service.truncate(offset)
+            self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
+            self.reput.confirm_offset = offset
+            self._rebuild_queue_offset_table(upto=offset)
+        log.warning("store %s: commit log [%d, %d) kept but withheld until the Raft log confirms it",
+                    self.config.root_dir, offset, cl.max_offset)
+
+    def adopt_batch(self, batch: bytes | bytearray | memoryview, at: int) -> list[AppendResult] | None:
+        """Results of applying ``batch`` at ``at`` when the withheld commit log already holds exactly the bytes the
+        apply would write (``CommitLog.match_batch``); None when it does not. Nothing is written either way."""
+        cl = self._check_open()
+        return cl.match_batch(cl.parse_batch(batch), at)
 
     # ================================================================== reads
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
@@ -1028,8 +1070,11 @@ class MessageStore:
         return out
 
     def view_message(self, physical_offset: int) -> MessageExt | None:
-        """The message whose record starts at ``physical_offset``, or None."""
+        """The message whose record starts at ``physical_offset``, or None (also beyond the confirm offset: bytes
+        not confirmed yet are not served)."""
         cl = self._check_open()
+        if physical_offset >= self.confirm_offset:
+            return None
         size = cl.get_record_size(physical_offset)
         if size <= 0:
             return None
