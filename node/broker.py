@@ -129,6 +129,9 @@ class Broker:
         """
         if not self.serving:
             return False, f"not ready: {self._phase}"
+        behind = self.write_path.not_ready_reason()
+        if behind:  # it cannot apply, or it is behind the group: it would serve an old store
+            return False, f"not ready: {behind}"
         disk = self.store.disk.reason() if self.store is not None else ""
         if disk:  # reads still work; writes are refused with this reason (RESOURCE_EXHAUSTED / UNAVAILABLE)
             return False, f"not ready: {disk}"
@@ -596,15 +599,17 @@ class Broker:
                 self._repairing = False
 
     async def _wait_caught_up(self) -> None:
-        """Ready = reput has dispatched everything recovered, and a leader is known."""
+        """Ready = reput has dispatched everything recovered, a leader is known, and the write path has caught up
+        with the group (``not_ready_reason``)."""
         last_log = 0.0
         while not self._stopping:
             behind = self.store.dispatch_behind_bytes()
             leader = self.write_path.leader()
-            if behind == 0 and leader is not None:
+            catching_up = self.write_path.not_ready_reason()
+            if behind == 0 and leader is not None and not catching_up:
                 return
             self._phase = (f"dispatching recovered messages ({behind} bytes behind)" if behind
-                           else "waiting for a leader")
+                           else "waiting for a leader" if leader is None else catching_up)
             if time.monotonic() - last_log > 5:
                 log.info("node %s not ready yet: %s", self.node_id, self._phase)
                 last_log = time.monotonic()

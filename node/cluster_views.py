@@ -50,6 +50,8 @@ def cluster_status(node: Broker) -> pb.ClusterStatusResponse:
         else:  # the peer's own /ready verdict; an older peer that does not send one: answering and healthy
             ready = s.get("ready")
             ready = healthy if ready is None else bool(ready) and healthy
+            if not ready and not error and s.get("not_ready_reason"):
+                error = str(s["not_ready_reason"])  # e.g. it cannot apply, or is still catching up
         resp.members.append(pb.MemberStatus(
             id=str(s.get("id", "")), grpc_address=str(s.get("address") or s.get("grpc_address") or ""),
             raft_address=str(s.get("raft_address", "")), role=role, term=num(s, "term"),

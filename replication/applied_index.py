@@ -8,6 +8,11 @@ applied Raft index" and "the commit-log end it produced" are always known togeth
 
 Only the recent tail is kept (rewritten when it grows past ``keep * 2`` frames), which is all that restart,
 replay and catch-up need.
+
+Durability (docs/design/durability.md): frames are appended without a sync; the store's commit-log flush syncs
+this file first (``RaftWritePath._before_commit_log_flush``), and a snapshot syncs it before the dump is written.
+At start-up recovery drops frames whose bytes did not reach the disk or whose entries the Raft log no longer
+holds; commit-log bytes no frame accounts for are withheld, never cut unproven.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
+
+from raftmq.store.json_file import fsync_dir
 
 _FRAME = struct.Struct(">QQQ")
 
@@ -38,8 +45,10 @@ class AppliedIndex:
         os.lseek(self._fd, 0, os.SEEK_END)
 
     def close(self) -> None:
+        """Sync and close (a clean stop leaves the frames on disk with the commit log they describe)."""
         with self._lock:
             if self._fd >= 0:
+                os.fsync(self._fd)
                 os.close(self._fd)
                 self._fd = -1
 
@@ -72,6 +81,14 @@ class AppliedIndex:
                 self._rewrite(keep)
         return self.last
 
+    def drop_beyond_index(self, index: int) -> tuple[int, int]:
+        """Forget frames of Raft entries after ``index`` (the Raft log no longer holds them)."""
+        with self._lock:
+            keep = [f for f in self._frames if f[0] <= index]
+            if len(keep) != len(self._frames):
+                self._rewrite(keep)
+        return self.last
+
     def end_at_or_before(self, index: int) -> tuple[int, int] | None:
         """(index, end) of the last frame with raft index <= ``index``; None if that is older than the tail."""
         with self._lock:
@@ -94,6 +111,7 @@ class AppliedIndex:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)

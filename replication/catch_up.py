@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import random
+import struct
 import time
 from typing import Any
 
 import grpc
 
 from raftmq.replication.peers import Peers
+from raftmq.store.errors import StoreError
 from raftmq.v1 import replica_pb2
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,24 @@ FETCH_TIMEOUT_S = 600.0   # bulk catch-up before joining Raft
 INLINE_FETCH_TIMEOUT_S = 20.0  # a gap fetched on pysyncobj's tick thread (snapshot install): fail, let it retry
 MAX_FRUITLESS_RECONNECTS = 3  # cut streams in a row that copied nothing before giving up on a peer
 BUSY_BACKOFF_S = (0.5, 8.0)    # first and longest wait after a peer's RESOURCE_EXHAUSTED (catch_up_max_streams)
+
+
+BLANK_MAGIC_CODE = 0xCBD43194
+_BLANK = struct.Struct(">iI")
+
+
+def next_chunk_offset(pos: int, data: bytes, file_size: int) -> int:
+    """Where the commit-log chunk after ``data`` (read at ``pos``) starts: after an end-of-file blank record, at
+    the next segment.
+
+    A record always ends with its topic or UTF-8 properties, which cannot contain the blank magic's bytes, so a
+    chunk ending in (remaining size, BLANK magic) is a blank record."""
+    end = pos + len(data)
+    if len(data) >= 8:
+        size, magic = _BLANK.unpack_from(data, len(data) - 8)
+        if magic == BLANK_MAGIC_CODE and size == file_size - (end - 8) % file_size:
+            return end - 8 + size
+    return end
 
 
 class CatchUpError(Exception):
@@ -46,12 +66,12 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
     """
     busy_deadline = time.monotonic() + timeout
     backoff = BUSY_BACKOFF_S[0]
-    pos = from_offset
+    progress = [from_offset]  # where the next chunk starts: everything before it is copied (or proven) here
     fruitless = 0  # consecutive cut streams that appended nothing
     while True:
-        before = store.commit_log_max_offset
+        before = progress[0]
         try:
-            return _fetch_once(peers, member_id, store, pos, up_to_index, timeout)
+            return _fetch_once(peers, member_id, store, progress, up_to_index, timeout)
         except _PeerBusy as busy:  # refused before sending anything: ask again from the same offset
             if not retry or busy_deadline - time.monotonic() <= backoff:
                 raise CatchUpError(f"fetching the commit log from {member_id} failed: {busy}") from None
@@ -59,13 +79,12 @@ def fetch_range(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
             time.sleep(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, BUSY_BACKOFF_S[1])
         except _StreamCut as cut:
-            progressed = store.commit_log_max_offset > before
+            progressed = progress[0] > before
             fruitless = 0 if progressed else fruitless + 1
             if not retry or (not progressed and (fruitless > MAX_FRUITLESS_RECONNECTS
                                                  or busy_deadline - time.monotonic() <= backoff)):
                 raise CatchUpError(f"fetching the commit log from {member_id} failed: {cut}") from None
-            pos = max(pos, store.commit_log_max_offset)
-            log.info("commit-log stream from %s cut (%s) at %d; resuming", member_id, cut, pos)
+            log.info("commit-log stream from %s cut (%s) at %d; resuming", member_id, cut, progress[0])
             if not progressed:  # a reconnect that failed at once: give the network a moment
                 time.sleep(backoff * random.uniform(0.8, 1.2))
 
@@ -78,19 +97,36 @@ class _StreamCut(Exception):
     """The stream ended early (deadline, connection lost); what was appended before is verified and kept."""
 
 
-def _fetch_once(peers: Peers, member_id: str, store: Any, from_offset: int, up_to_index: int,
+def _fetch_once(peers: Peers, member_id: str, store: Any, progress: list[int], up_to_index: int,
                 timeout: float) -> tuple[int, int]:
+    """One FetchCommitLog stream from ``progress[0]``, which moves past every chunk copied or proven."""
+    from_offset = progress[0]
+    file_size = store.config.mapped_file_size_commit_log
     req = replica_pb2.FetchCommitLogRequest(from_offset=from_offset, up_to_index=up_to_index,
                                             max_chunk_bytes=1 << 20)
     end_offset, end_index = from_offset, -1
     try:
         for chunk in peers.stub(member_id).FetchCommitLog(req, timeout=timeout, metadata=peers.metadata):
             if chunk.data:
+                offset, data = chunk.offset, chunk.data
                 local_end = store.commit_log_max_offset
-                if chunk.offset != local_end and not (local_end == 0 and chunk.offset == from_offset):
-                    raise CatchUpError(f"peer {member_id} sent a chunk at {chunk.offset}, local end is "
+                if from_offset <= offset < local_end:  # over bytes withheld after a power cut
+                    proven = _adopt_withheld(store, offset, data, local_end)
+                    if proven == len(data):
+                        progress[0] = next_chunk_offset(offset, data, file_size)
+                        continue  # the peer's committed copy proves ours
+                    if proven == 0:
+                        log.warning("the commit log from %d differs from %s's committed copy: cutting the %d "
+                                    "withheld bytes there and copying the peer's", offset, member_id,
+                                    local_end - offset)
+                        store.truncate_to(offset)
+                    offset, data = offset + proven, data[proven:]
+                    local_end = store.commit_log_max_offset
+                if offset != local_end and not (local_end == 0 and offset == from_offset):
+                    raise CatchUpError(f"peer {member_id} sent a chunk at {offset}, local end is "
                                        f"{store.commit_log_max_offset}")
-                store.append_commit_log_raw(chunk.offset, chunk.data)
+                store.append_commit_log_raw(offset, data)
+                progress[0] = next_chunk_offset(offset, data, file_size)
             if chunk.last:
                 end_offset, end_index = chunk.end_offset, chunk.end_index
     except grpc.RpcError as e:
@@ -102,6 +138,18 @@ def _fetch_once(peers: Peers, member_id: str, store: Any, from_offset: int, up_t
     if end_index < 0:
         raise CatchUpError(f"peer {member_id} ended the commit-log stream without its final chunk")
     return end_offset, end_index
+
+
+def _adopt_withheld(store: Any, offset: int, data: bytes, local_end: int) -> int:
+    """How many bytes of a peer's chunk at ``offset`` the local commit log, which ends at ``local_end`` with
+    withheld bytes, already holds exactly: all of it, the part up to ``local_end`` (the rest is appended), or 0."""
+    n = min(len(data), local_end - offset)
+    try:
+        if store.adopt_commit_log_raw(offset, data[:n]):
+            return n
+    except StoreError:  # local_end falls inside one of the peer's records: the bytes cannot be the same
+        pass
+    return 0
 
 
 def peer_statuses(peers: Peers, timeout: float = 2.0, errors: dict[str, str] | None = None,

@@ -215,6 +215,9 @@ class LocalWritePath:
     def is_writable(self) -> bool:
         return self._started
 
+    def not_ready_reason(self) -> str:
+        return "" if self._started else "the write path is not started"
+
     def leader(self) -> MemberInfo | None:
         return self._me
 

@@ -71,6 +71,7 @@ class ReplicatedLog(SyncObj):
         self.pre_votes_started = 0
         self.elections_started = 0
         self.tick_stalls = 0
+        self.apply_stuck = ""  # why this member cannot apply the next committed entry ("" when it can)
         self._last_tick_start = 0.0
         self._pre_vote_term = -1  # the term this member is asking pre-votes for (-1: none in progress)
         self._pre_vote_grants: set = set()
@@ -100,6 +101,36 @@ class ReplicatedLog(SyncObj):
         if self.raftCurrentTerm > term_before and self._SyncObj__votedForNodeId == getattr(
                 self._SyncObj__selfNode, "id", None):
             self.elections_started += 1  # this member raised the term to campaign (not: learned a higher one)
+        if self._SyncObj__raftLog[0][1] > self._SyncObj__raftLastApplied + 1:
+            self._resume_past_compaction()
+        elif self.apply_stuck:
+            self.apply_stuck = ""  # a snapshot from the leader brought what was missing
+
+    # ------------------------------------------------------------------ applying after a compaction without a dump
+    def _resume_past_compaction(self) -> None:
+        """The journal starts after the next entry pysyncobj would apply, so it can apply nothing.
+
+        That is the state a compacted journal without its snapshot leaves (a dump lost after the compaction
+        reached the disk; patch 7 of pysyncobj_patches prevents it from now on). pysyncobj's applied index is only
+        a cursor over the journal: the state is the store, and its applied index (AppliedIndex) says how far it
+        got. When that reaches the journal's start, the cursor moves there and applying resumes from the
+        journal; otherwise entries are missing here and only a snapshot from the leader can bring them:
+        ``apply_stuck`` says so (the member is not ready)."""
+        first = self._SyncObj__raftLog[0][1]
+        last = self._SyncObj__getCurrentLogIndex()
+        ours = min(self._machine.applied.last[0], last)
+        if ours >= first - 1:
+            log.warning("Raft journal starts at entry %d but pysyncobj's applied index was %d (no snapshot): "
+                        "resuming from the store's applied index %d", first, self._SyncObj__raftLastApplied, ours)
+            self._SyncObj__raftLastApplied = ours
+            if self._SyncObj__raftCommitIndex < ours:
+                self._SyncObj__raftCommitIndex = ours
+            self.apply_stuck = ""
+        elif not self.apply_stuck:
+            self.apply_stuck = (f"cannot apply: the Raft journal starts at entry {first}, this member applied up to "
+                                f"{self._machine.applied.last[0]}, and no snapshot covers the entries between; "
+                                "rebuild it from its peers with `raftmq cluster rebuild-member`")
+            log.error("member cannot catch up: %s", self.apply_stuck)
 
     # ------------------------------------------------------------------ append_entries per entry, not per event
     # pysyncobj (appendEntriesUseBatch=False) sends every follower an append_entries for each command it adds and

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from pysyncobj import FAIL_REASON, SyncObjConf
 
-from raftmq.replication import catch_up, pysyncobj_patches
+from raftmq.replication import catch_up, pysyncobj_patches, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
 from raftmq.replication.errors import (
@@ -46,7 +46,8 @@ from raftmq.replication.peers import Peers
 from raftmq.replication.raft_log import ReplicatedLog
 from raftmq.replication.state_machine import StateMachine, frame_batch
 from raftmq.replication.write_path import MemberInfo
-from raftmq.store.json_file import fsync_dir
+from raftmq.store.json_file import fsync_dir, makedirs_durably
+from raftmq.store.mapped_file import sync_fd
 from raftmq.store.thread_name import name_native_thread
 from raftmq.v1 import replica_pb2
 
@@ -204,11 +205,12 @@ class RaftWritePath:
         self.catch_up_throttle = CatchUpThrottle(self.settings.catch_up_bytes_per_s,  # copies served to peers
                                                  self.settings.catch_up_max_streams)
         self.acked_batches = 0
+        self._flushed_applied_index = -1  # applied index the last commit-log flush made durable (see below)
 
     # ================================================================== lifecycle
     def start(self) -> None:
         pysyncobj_patches.apply()
-        os.makedirs(self.raft_dir, exist_ok=True)
+        makedirs_durably(self.raft_dir)
         applied = AppliedIndex(os.path.join(self.raft_dir, "applied.idx"))
         try:
             self._reconcile_store(applied)
@@ -276,6 +278,7 @@ class RaftWritePath:
             raise ReplicationError(f"cannot listen for Raft peers on {self.raft_listen} (port in use, or the address "
                                    "is not on this host); fix cluster.raft_listen / the member's raft address") from None
         machine.entry_term = self._log.entry_term
+        self.store.before_commit_log_flush = self._before_commit_log_flush
         self._tick_tasks.append((lambda: name_native_thread("raft-tick"), Future()))  # pysyncobj's thread
         self._log.addOnTickCallback(self._on_tick)
         self._committer.start()
@@ -288,26 +291,73 @@ class RaftWritePath:
                  self.me.raft_address, len(self.members), s.durability)
 
     def _reconcile_store(self, applied: AppliedIndex) -> None:
-        """Restart rule: the store recovered its commit log to V; forget frames beyond V and cut the commit log
-        back to the end of the last whole applied entry, so journal replay rewrites the same bytes."""
+        """Restart rule (docs/design/durability.md): the store recovered its commit log to V. Frames whose bytes did
+        not reach the disk (beyond V), or whose entries this member's Raft log no longer holds, are forgotten.
+        Commit-log bytes beyond the last remaining frame are withheld, not cut: replaying the entries adopts them
+        when they are exactly what those entries wrote, and a committed entry that differs cuts them."""
         v = self.store.commit_log_max_offset
         idx, end = applied.drop_beyond(v)
+        reach = self._raft_log_reach()
+        if reach is not None and idx > reach:
+            log.warning("the applied index says Raft entry %d was applied but this member's Raft log ends at entry "
+                        "%d (a power cut kept one and not the other): forgetting the entries after %d; their "
+                        "commit-log bytes wait for the log to confirm them", idx, reach, reach)
+            idx, end = applied.drop_beyond_index(reach)
         if end < v:
             if idx == 0 and end == 0 and os.path.exists(self._copy_marker()):
                 log.info("resuming the interrupted copy from peers at commit-log offset %d", v)
                 self.store.confirm_offset = v  # copied records are committed ones
                 return
-            if idx == 0 and end == 0 and not os.path.exists(os.path.join(self.raft_dir, "raft.journal")):
+            if idx == 0 and end == 0 and reach is None:
                 raise ReplicationError(
                     f"the store at {self.store.config.root_dir} holds {v} bytes of commit log written outside Raft "
                     "(e.g. by a single-node run); a replicated member must start from an empty data directory "
                     "(it then copies the group's data) or from a copy of another member's data directory. Move "
                     "this data directory away and start again.")
-            else:
-                log.warning("cutting the commit log back from %d to %d (end of Raft entry %d) before replay", v, end,
-                            idx)
-                self.store.truncate_to(end)
+            log.warning("commit log [%d, %d) lies beyond the last Raft entry this member knows it applied (entry %d)"
+                        ": withheld until replayed entries confirm it", end, v, idx)
+            self.store.withhold_tail(end)
         self.store.confirm_offset = end
+
+    def _raft_log_reach(self) -> int | None:
+        """The last Raft index this member's own log still holds or covers with its snapshot; None when it has
+        neither a journal file nor a snapshot (a new or wiped member)."""
+        span = pysyncobj_patches.journal_span(os.path.join(self.raft_dir, "raft.journal"))
+        try:
+            dumped = snapshot.read_file(os.path.join(self.raft_dir, "raft.dump"))[0].raft_index
+        except FileNotFoundError:
+            dumped = None
+        except snapshot.SnapshotError as e:
+            log.error("%s; it is ignored", e)
+            dumped = None
+        if span is None and dumped is None:
+            return None
+        return max(span.last[0] if span is not None and span.last is not None else 0, dumped or 0)
+
+    def _before_commit_log_flush(self) -> None:
+        """The store's flush thread, before commit-log bytes go to disk: the Raft journal holding the entries that
+        wrote them, then the applied index mapping them, are synced first (docs/design/durability.md). Under
+        ``async`` this is also what bounds a power cut's loss to what arrived since the last flush: the journal is
+        synced nowhere else. The journal is opened by name (the tick thread owns pysyncobj's descriptor; a
+        compaction replaces the file only after syncing it)."""
+        machine = self.machine
+        if machine is None or not self._running:
+            return
+        applied = machine.applied.last[0]
+        if applied == self._flushed_applied_index:
+            return  # nothing applied since the last flush: both files are already synced that far
+        if self.settings.durability == "async":
+            try:
+                fd = os.open(os.path.join(self.raft_dir, "raft.journal"), os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    sync_fd(fd)
+                finally:
+                    os.close(fd)
+        machine.applied.fsync()
+        self._flushed_applied_index = applied
 
     def _copy_marker(self) -> str:
         """Present while the start-up copy from peers runs (see ``start``)."""
@@ -331,6 +381,7 @@ class RaftWritePath:
         redirect = NotLeaderError(leader.grpc_address) if leader and leader.id != self.node_id \
             else WritePathStoppedError()
         self._running = False
+        self.store.before_commit_log_flush = None
         self._writable_term = -1
         self._committer.stop(redirect)
         self._fail_inflight(UnknownOutcomeError("node shutting down"))
@@ -431,6 +482,20 @@ class RaftWritePath:
                 return False
             time.sleep(CATCH_UP_POLL_S)
         return True
+
+    def not_ready_reason(self) -> str:
+        """Why this member must not take traffic yet ("" when it may): it cannot apply the next committed entry,
+        or it has not yet applied what the leader had committed when it first heard from it (pysyncobj's
+        readiness), so it would serve a store that is behind the group's."""
+        lg = self._log
+        if lg is None:
+            return "the Raft write path is not started"
+        if lg.apply_stuck:
+            return lg.apply_stuck
+        if not lg.isReady():
+            return (f"catching up with the group's log (applied Raft index {lg.raftLastApplied}, commit index "
+                    f"{lg.raftCommitIndex})")
+        return ""
 
     def leader_contact(self) -> tuple[MemberInfo | None, float]:
         """(leader, seconds since this member last heard from it); 0 on the leader itself. A follower that has
@@ -945,7 +1010,8 @@ class RaftWritePath:
         def read() -> tuple[dict, int]:  # on the tick thread: the journal may be rewritten by compaction
             return self._log.getStatus(), self._log.last_log_index()
 
-        health = ("fenced: " + self.machine.fenced) if self.machine.fenced else "ok"
+        stuck = self._log.apply_stuck if self._log is not None else ""
+        health = ("fenced: " + self.machine.fenced) if self.machine.fenced else ("stuck: " + stuck) if stuck else "ok"
         try:
             st, last_index = self._on_tick_thread(read, 2.0) if self._log is not None else ({}, 0)
         except TimeoutError:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import struct
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
+from raftmq.replication.catch_up import next_chunk_offset
 from raftmq.replication.commit_log_digest import digest_commit_log
 from raftmq.replication.consume_queue_digest import digest_consume_queue
 from raftmq.replication.peers import SECRET_METADATA_KEY
@@ -28,23 +28,6 @@ MAX_CHECKSUM_CHUNK = 16 << 20
 MAX_CHECKSUM_BYTES_PER_CALL = 64 << 20  # one call digests at most this much; the caller pages on
 MAX_CHECKSUM_CHUNKS_PER_CALL = 4096     # and answers at most this many digests (tiny chunks stay small answers)
 MAX_CHECKSUM_QUEUE_UNITS_PER_CALL = 1 << 20  # consume-queue units (20 bytes each) one call digests in all
-BLANK_MAGIC_CODE = 0xCBD43194
-_BLANK = struct.Struct(">iI")
-
-
-def _next_offset(pos: int, data: bytes, file_size: int) -> int:
-    """Where the next chunk starts: after an end-of-file blank record, at the next segment.
-
-    A record always ends with its topic or UTF-8 properties, which cannot contain the blank magic's bytes, so a
-    chunk ending in (remaining size, BLANK magic) is a blank record."""
-    end = pos + len(data)
-    if len(data) >= 8:
-        size, magic = _BLANK.unpack_from(data, len(data) - 8)
-        if magic == BLANK_MAGIC_CODE and size == file_size - (end - 8) % file_size:
-            return end - 8 + size
-    return end
-
-
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     def __init__(self, get_write_path: Callable[[], Any], secret: str = "",
                  readiness: Callable[[], tuple[bool, str]] | None = None,
@@ -129,7 +112,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                     throttle.bucket.refund(-extra)
                 yield replica_pb2.CommitLogChunk(offset=pos, data=bytes(data))
                 throttle.served(len(data))
-                pos = _next_offset(pos, data, store.config.mapped_file_size_commit_log)
+                pos = next_chunk_offset(pos, data, store.config.mapped_file_size_commit_log)
             yield replica_pb2.CommitLogChunk(offset=pos, last=True, end_offset=end, end_index=end_index)
         finally:
             throttle.close()

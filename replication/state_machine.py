@@ -5,7 +5,10 @@ Rules it keeps (REPLICATION.md 4.4, 4.6):
 * idempotent on journal replay: an entry at or below the last applied index (AppliedIndex) is skipped;
 * never half-applied: on an I/O error the commit log is cut back to the batch start, the node is fenced
   (unhealthy, refuses writes) and the error propagates, so pysyncobj retries the same entry instead of skipping it;
-* only committed entries reach the store, so ``confirm_offset`` (what reput may dispatch) is the applied end.
+* only committed entries reach the store, so ``confirm_offset`` (what reput may dispatch) is the applied end;
+* never destroys unproven bytes: commit-log bytes beyond the last applied entry after a power cut are adopted when
+  a replayed entry wrote exactly them, and cut only when a committed entry shows they are not the group's
+  (docs/design/durability.md).
 """
 
 from __future__ import annotations
@@ -57,15 +60,21 @@ class StateMachine:
         self.gap_fetcher: Callable[[int, int], tuple[int, int]] | None = None
         self.snapshot_installs = 0
         self.applied_raft_index = 0        # pysyncobj's index of the last entry handed to us
+        self.tail_bytes_adopted = 0        # withheld commit-log bytes proven by replayed entries (metrics)
+        self.tail_bytes_cut = 0            # withheld bytes an entry showed were not the group's (metrics)
 
     # ------------------------------------------------------------------ apply (tick thread)
     def apply_batch(self, index: int, blob: bytes) -> Any:
         with self.lock:
             self.applied_raft_index = index
-            last_index, _ = self.applied.last
+            last_index, end = self.applied.last
             if index <= last_index:
                 return None  # journal replay or already copied from a peer
             body = unframe_batch(blob, index)
+            if self.store.commit_log_max_offset > end:  # a withheld tail (after a power cut): prove or cut it
+                adopted = self._adopt(index, body, end)
+                if adopted is not None:
+                    return adopted
             start = self.store.commit_log_max_offset
             try:
                 results = self.store.apply_batch(bytes(body))
@@ -79,6 +88,27 @@ class StateMachine:
                 log.warning("apply recovered at Raft index %d; fence lifted", index)
                 self.fenced = None
             return index, self.entry_term(index), results
+
+    def _adopt(self, index: int, body: memoryview, end: int) -> Any:
+        """Entry ``index`` is applied at ``end``, below which every byte is accounted for; beyond it the commit log
+        holds bytes no applied entry accounts for (``MessageStore.withhold_tail``). When they are exactly what
+        this entry writes, they are adopted as its result. Otherwise they are cut: this committed entry says
+        something else belongs at ``end`` (entries lost by the group in a power cut of a majority under
+        ``async``), or the tail ends inside it and the apply writes it whole again."""
+        results = self.store.adopt_batch(body, end)
+        if results is not None:
+            last = results[-1]
+            new_end = last.physical_offset + last.wrote_bytes
+            self.applied.append(index, end, new_end)
+            self.store.confirm_offset = new_end
+            self.tail_bytes_adopted += new_end - end
+            return index, self.entry_term(index), results
+        tail = self.store.commit_log_max_offset - end
+        log.warning("Raft entry %d does not match the %d withheld commit-log bytes at offset %d (they differ, or "
+                    "end inside the entry): cutting them and applying the entry", index, tail, end)
+        self.store.truncate_to(end)
+        self.tail_bytes_cut += tail
+        return None
 
     def apply_meta(self, index: int, kind: str, payload: bytes) -> Any:
         with self.lock:
@@ -183,6 +213,10 @@ class StateMachine:
                     if end_offset < meta.commit_log_end:
                         raise snapshot.SnapshotError(f"fetched the commit log only up to {end_offset}, snapshot "
                                                      f"needs {meta.commit_log_end}")
+                    # the frame written below says these bytes are applied: they reach the disk first
+                    if not self.store.wait_flushed(meta.commit_log_end, 30.0):
+                        raise snapshot.SnapshotError(f"the commit log copied up to {meta.commit_log_end} did not "
+                                                     "reach the disk; the leader sends the snapshot again")
                 elif local_end > meta.commit_log_end:
                     # bytes beyond the snapshot that no applied entry accounts for: cut them, the log rewrites them
                     self.store.truncate_to(meta.commit_log_end)

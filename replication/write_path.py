@@ -76,6 +76,10 @@ class WritePath(Protocol):
         """Wait until this member has applied everything the leader had committed when asked (a read barrier:
         a change acknowledged anywhere before now is then seen here). True when caught up within ``timeout``."""
 
+    def not_ready_reason(self) -> str:
+        """Why this member must not take traffic yet (it cannot apply, or it is still catching up with the group
+        after a start); "" when it may."""
+
     def is_writable(self) -> bool:
         """True when a put submitted now can be accepted by this node."""
 
