@@ -25,6 +25,7 @@ from raftmq.client.consumer_group import describe_consumer_group
 from raftmq.client.errors import (
     InvalidArgumentError,
     RaftmqError,
+    ReplicaLagsError,
     ReplicasDifferError,
     UnavailableError,
     UnknownOutcomeError,
@@ -33,6 +34,7 @@ from raftmq.client.producer import Producer
 from raftmq.client.render import LINE_LIMIT, body_text, escape, short_reason
 from raftmq.client.replica_check import (
     DEFAULT_CHUNK,
+    DEFAULT_LAG_WAIT_S,
     MAX_CHUNK,
     MIN_CHUNK,
     SECRET_ENV,
@@ -127,6 +129,16 @@ def _positive_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not x > 0 or x == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
+    return x
+
+
+def _non_negative_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 <= x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {value!r}")
     return x
 
 
@@ -911,7 +923,9 @@ def check_table(report: CheckReport) -> str:
             continue
         verdict = m.verdict
         d = report.difference
-        if d is not None and m.id in d.differing:
+        if m.lag:
+            verdict = f"LAGS ({m.lag_bytes} bytes behind)"
+        elif d is not None and m.id in d.differing:
             verdict = f"DIFFERS in {_range_text(d.offset, d.end)}"
         cells = [m.id, m.address, _range_text(m.checked_from, m.checked_to), m.bytes_checked, verdict]
         if queues:
@@ -972,7 +986,7 @@ def cmd_cluster_check(args: argparse.Namespace) -> int:
     with ReplicaChecker(servers_of(args), secret=_read_secret(args), timeout=args.timeout,
                          security=security_of(args)) as checker:
         report = checker.check(from_offset=args.from_offset, max_bytes=args.bytes, chunk_bytes=args.chunk,
-                               progress=show, queues=not args.no_queues)
+                               progress=show, queues=not args.no_queues, lag_wait_s=args.lag_wait)
     progress.finish()
     queues = any(m.queue_verdict for m in report.members)
     if args.json:
@@ -986,6 +1000,10 @@ def cmd_cluster_check(args: argparse.Namespace) -> int:
         print(f"raftmq: warning: consume queue {name}: not compared (still dispatching, or lost there)",
               file=sys.stderr)
     lost = ", ".join(f"{m.id} ({m.address}): {m.error}" for m in report.unreachable)
+    if report.lagging and report.difference is None and report.queue_difference is None:
+        raise ReplicaLagsError("; ".join(f"{m.id} lags: {m.lag}" for m in report.lagging)
+                               + " (rebuild a stuck member with `raftmq cluster rebuild-member`)"
+                               + (f"; also unreachable: {lost}" if lost else ""))
     if report.difference is not None or report.queue_difference is not None:
         found = [_check_summary(report)] if report.difference is not None else []
         found += [_queue_summary(report)] if report.queue_difference is not None else []
@@ -1153,7 +1171,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "the queue offsets all members have dispatched, down to the first differing unit. Progress "
                          "on stderr. Exit 0 "
                          "when all agree, 9 when they differ, 5 when a member cannot be reached (the others are "
-                         f"still compared). The cluster secret, when set, comes from ${SECRET_ENV} or --secret-file.")
+                         "still compared), 11 when a member stays behind what the others had applied when the check "
+                         "began for all of --lag-wait (stuck or far behind: the common range cannot vouch for it). "
+                         f"The cluster secret, when set, comes from ${SECRET_ENV} or --secret-file.")
     p.add_argument("--from", dest="from_offset", type=_non_negative_int, default=0, metavar="OFFSET",
                    help="start at this commit-log offset (default: the first one every member holds)")
     p.add_argument("--bytes", type=_size, metavar="N", help="check at most N bytes (e.g. 64M; default: all)")
@@ -1161,6 +1181,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="digest chunk size, 4K..16M (default 1M)")
     p.add_argument("--no-queues", action="store_true",
                    help="compare only the commit logs, not the consume queues")
+    p.add_argument("--lag-wait", type=_non_negative_float, default=DEFAULT_LAG_WAIT_S, metavar="SECONDS",
+                   help="how long a member behind the others may take to catch up before it LAGS (default 10)")
     p.add_argument("--secret-file", metavar="PATH", help=f"file holding cluster.secret (default ${SECRET_ENV})")
     p = _add(csub, "transfer-leader", cmd_transfer_leader, "hand leadership to another member", json_flag=False)
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")

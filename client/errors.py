@@ -141,6 +141,13 @@ class ReplicasDifferError(RaftmqError):
     exit_code = 9
 
 
+class ReplicaLagsError(RaftmqError):
+    """``raftmq cluster check``: a member stayed behind what the others had applied for the whole wait (stuck, or
+    far behind), so the range compared does not prove it holds the group's data."""
+
+    exit_code = 11
+
+
 class UnknownOutcomeError(RaftmqError):
     """A write whose outcome is unknown: it may or may not have been stored.
 

@@ -12,6 +12,7 @@ differing unit.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent import futures
@@ -45,6 +46,9 @@ MATCHES_MAJORITY = "matches majority"
 DIFFERS = "DIFFERS"
 UNREACHABLE = "unreachable"
 NOT_COMPARED = "not compared"  # fewer than two members reachable, or no byte all of them hold
+LAGS = "LAGS"  # still behind what the others had applied when the check began, after the whole lag wait
+DEFAULT_LAG_WAIT_S = 10.0
+LAG_POLL_S = 0.2
 
 
 @dataclass
@@ -55,6 +59,9 @@ class MemberCheck:
     address: str
     min_offset: int | None = None
     applied_offset: int | None = None
+    applied_index: int | None = None
+    lag: str = ""  # why it lags (the LAGS verdict), "" when it reached the others in time
+    lag_bytes: int = 0  # commit-log bytes it was still behind then
     checked_from: int = 0
     checked_to: int = 0
     verdict: str = ""
@@ -108,9 +115,13 @@ class CheckReport:
     def unreachable(self) -> list[MemberCheck]:
         return [m for m in self.members if m.verdict == UNREACHABLE]
 
+    @property
+    def lagging(self) -> list[MemberCheck]:
+        return [m for m in self.members if m.lag]
+
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        d["identical"] = (self.difference is None and self.queue_difference is None
+        d["identical"] = (self.difference is None and self.queue_difference is None and not self.lagging
                           and any(m.verdict == IDENTICAL for m in self.members))
         for m, member in zip(d["members"], self.members, strict=True):
             m["bytes_checked"] = member.bytes_checked
@@ -133,9 +144,14 @@ class ReplicaChecker:
         self._channels: dict[str, grpc.Channel] = {}
 
     def check(self, *, from_offset: int = 0, max_bytes: int | None = None, chunk_bytes: int = DEFAULT_CHUNK,
-              progress: Callable[[int, int], None] | None = None, queues: bool = True) -> CheckReport:
+              progress: Callable[[int, int], None] | None = None, queues: bool = True,
+              lag_wait_s: float = DEFAULT_LAG_WAIT_S) -> CheckReport:
         """Digest and compare [max(from_offset, common start), common end), at most ``max_bytes`` of it; with
         ``queues`` also every consume queue over the range all members have dispatched.
+
+        The common range says nothing of a member stuck far behind, so afterwards every member must also reach
+        what the most advanced one had applied when the check began (Raft index and commit-log end); one that
+        has not within ``lag_wait_s`` gets the LAGS verdict and a ``lag`` reason.
 
         Raises ``InvalidArgumentError`` for bad bounds, ``PermissionDeniedError`` for a wrong or missing secret,
         ``RaftmqError`` when there is nothing to compare (a single member)."""
@@ -145,6 +161,9 @@ class ReplicaChecker:
             raise InvalidArgumentError(f"chunk size {chunk_bytes} must be {MIN_CHUNK}..{MAX_CHUNK} bytes")
         if max_bytes is not None and max_bytes <= 0:
             raise InvalidArgumentError(f"bytes to check {max_bytes} must be > 0 (omit it to check everything)")
+        if lag_wait_s < 0:
+            raise InvalidArgumentError(f"lag wait {lag_wait_s} must be >= 0 seconds")
+        self._lag_wait_s = lag_wait_s
         with Admin(self._servers, timeout=self._timeout, retry_timeout=self._timeout,
                    security=self._security) as admin:
             status = admin.cluster_status()
@@ -180,7 +199,9 @@ class ReplicaChecker:
             if m.id in statuses:
                 m.min_offset = statuses[m.id].commit_log_min_offset
                 m.applied_offset = statuses[m.id].commit_log_max_offset
+                m.applied_index = statuses[m.id].applied_index
         live = [m for m in members if m.verdict != UNREACHABLE]
+        target = max(((m.applied_index, m.applied_offset) for m in live), default=None)
         lo = hi = from_offset
         if live:
             lo = max(from_offset, *(m.min_offset for m in live))
@@ -201,7 +222,35 @@ class ReplicaChecker:
             if queues:
                 m.queue_verdict = _verdict(m.id, report.queue_difference,
                                            len(live) >= 2 and report.queues_compared > 0)
+        if target is not None:
+            self._wait_for_laggards(live, target)
         return report
+
+    def _wait_for_laggards(self, live: list[MemberCheck], target: tuple[int, int]) -> None:
+        """Give every member ``lag_wait_s`` to reach ``target`` (Raft index, commit-log end): what the most
+        advanced member had applied when the check began. One that does not LAGS, with the reason."""
+        behind = [m for m in live if (m.applied_index, m.applied_offset) < target]
+        deadline = time.monotonic() + self._lag_wait_s
+        says: dict[str, str] = {}  # what a lagging member's own readiness says
+        while behind:
+            statuses = self._ask(behind, lambda stub: stub.GetReplicaStatus(
+                rpb.GetReplicaStatusRequest(skip_metadata=True), timeout=self._timeout, metadata=self._metadata))
+            for m in behind:
+                st = statuses.get(m.id)
+                if st is not None:
+                    m.applied_index, m.applied_offset = st.applied_index, st.commit_log_max_offset
+                    says[m.id] = st.not_ready_reason
+            behind = [m for m in behind if m.verdict != UNREACHABLE and (m.applied_index, m.applied_offset) < target]
+            if not behind or time.monotonic() >= deadline:
+                break
+            time.sleep(LAG_POLL_S)
+        for m in behind:
+            why = f"; it says: {says[m.id]}" if says.get(m.id) else ""
+            m.lag = (f"applied Raft index {m.applied_index} and commit log to {m.applied_offset}, behind index "
+                     f"{target[0]} / offset {target[1]} ({target[1] - m.applied_offset} bytes) after "
+                     f"{self._lag_wait_s:g}s{why}")
+            m.lag_bytes = target[1] - m.applied_offset
+            m.verdict = LAGS
 
     def _compare_commit_logs(self, report: CheckReport, live: list[MemberCheck],
                              progress: Callable[[int, int], None] | None) -> None:
