@@ -112,12 +112,19 @@ class LossyFs:
             return None
         report = None
         try:
-            self._send("freeze")
-            frozen = self._answer(ANSWER_TIMEOUT_S, "to freeze")
-            report = CutReport(frozen["unsynced_bytes"], frozen["files"], frozen["dirs"])
+            report = self.freeze()
         finally:
             self._stop(force=report is None)
         return report
+
+    def freeze(self) -> CutReport:
+        """The instant of the power cut, without unmounting yet: from now on no fsync makes anything durable (it
+        fails with EIO). Freeze several mounts first to cut them at one instant. Returns what is unsynced."""
+        if self._proc is None:
+            raise RuntimeError(f"{self} is not mounted")
+        self._send("freeze")
+        frozen = self._answer(ANSWER_TIMEOUT_S, "to freeze")
+        return CutReport(frozen["unsynced_bytes"], frozen["files"], frozen["dirs"])
 
     def _stop(self, force: bool) -> None:
         """Unmount and reap the process; after BUSY_TIMEOUT_S of "busy" (or with ``force``), detach the mount
