@@ -150,7 +150,7 @@ def test_a_killed_process_dirty_mapping_never_reaches_the_disk(lossy_mount):
     after = content(path)
     assert after[:PAGE] == b"A" * PAGE
     assert after[PAGE:] == bytes(size - PAGE)
-    assert report.files.get("/segment", {}).get("unsynced_bytes", 0) in (0, 2 * PAGE)  # 0: not written back yet
+    assert report.files.get("/segment", {}).get("unsynced_bytes", 0) <= 2 * PAGE  # the rest came at the unmount
 
 
 def test_a_frozen_filesystem_makes_nothing_durable(lossy_mount):
