@@ -42,7 +42,9 @@ class CutReport:
 
     unsynced_bytes: int  # bytes written and never fsynced, over all files
     files: dict[str, dict[str, int]] = field(default_factory=dict)  # path -> size, durable_size, unsynced_bytes
-    dirs: list[str] = field(default_factory=list)  # directories whose entry changes were not durable
+    # directory -> its entry changes that were not durable: "+name" vanished, "-name" came back, "~name" came back
+    # as the file it named before (a rename over it undone)
+    dirs: dict[str, list[str]] = field(default_factory=dict)
 
 
 class LossyFs:

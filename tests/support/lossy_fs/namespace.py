@@ -461,8 +461,19 @@ class Namespace:
                 files[paths.get(node.ino, f"(unlinked inode {node.ino})")] = {
                     "size": node.data.size, "durable_size": node.data.durable_size,
                     "unsynced_bytes": node.data.unsynced_bytes}
-        return {"files": files, "dirs": sorted(paths.get(i, f"(removed inode {i})") for i in self._pending_dirs),
-                "unsynced_bytes": sum(f["unsynced_bytes"] for f in files.values())}
+        dirs = {paths.get(ino, f"(removed inode {ino})"): self._unsynced_entries(self.nodes[ino])
+                for ino in self._pending_dirs}
+        return {"files": files, "dirs": dirs, "unsynced_bytes": sum(f["unsynced_bytes"] for f in files.values())}
+
+    def _unsynced_entries(self, directory: Node) -> list[str]:
+        """The names a cut changes in ``directory``: ``+name`` goes away, ``-name`` comes back, ``~name`` comes
+        back as the file it named before."""
+        rec = self._durable.get(directory.ino)
+        durable = rec["entries"] if rec is not None else {}
+        changes = [f"+{n}" for n in directory.entries if n not in durable]
+        changes += [f"-{n}" for n in durable if n not in directory.entries]
+        changes += [f"~{n}" for n, ino in directory.entries.items() if durable.get(n, ino) != ino]
+        return sorted(changes, key=lambda c: c[1:])
 
     def _paths(self) -> dict[int, str]:
         """One current path per reachable inode."""
