@@ -26,13 +26,15 @@ def require_fuse() -> None:
 
 @pytest.fixture
 def lossy_mount(tmp_path: Path) -> Iterator[Callable[..., LossyFs]]:
-    """``lossy_mount(name="disk", mode=STRICT)``: a mounted ``LossyFs`` at ``tmp_path/name`` (durable state in
-    ``tmp_path/name.backing``). Every mount made is unmounted at teardown, even when the test failed."""
+    """``lossy_mount(at="disk", mode=STRICT)``: a mounted ``LossyFs`` at ``tmp_path / at`` (``at`` may be an
+    absolute path, e.g. a node's data directory), its durable state beside it in ``<mountpoint>.backing``. Every
+    mount made is unmounted at teardown, even when the test failed."""
     require_fuse()
     made: list[LossyFs] = []
 
-    def mount(name: str = "disk", mode: str = STRICT) -> LossyFs:
-        fs = LossyFs(tmp_path / f"{name}.backing", tmp_path / name, mode)
+    def mount(at: str | Path = "disk", mode: str = STRICT) -> LossyFs:
+        mountpoint = tmp_path / at
+        fs = LossyFs(mountpoint.with_name(mountpoint.name + ".backing"), mountpoint, mode)
         made.append(fs)
         return fs.mount()
 
