@@ -7,6 +7,7 @@ its entries durable; ``any-fsync``: any fsync does).
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import mmap
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.lossy_fs import ANY_FSYNC, STRICT
+from tests.support.lossy_fs import ANY_FSYNC, STRICT, cut_together
 from tests.support.lossy_fs.file_data import CHUNK
 
 pytestmark = pytest.mark.slow
@@ -50,6 +51,16 @@ def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_back(mountpoint: Path) -> None:
+    """syncfs(2) of the mount alone: the kernel writes its dirty pages back (what its flusher does within ~30 s)."""
+    fd = os.open(mountpoint, os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), "syncfs")
     finally:
         os.close(fd)
 
@@ -107,7 +118,7 @@ def test_mmap_msync_is_kept_and_pages_never_msynced_are_gone(lossy_mount):
         m[0:PAGE] = b"A" * PAGE
         m.flush(0, PAGE)  # msync(MS_SYNC): reaches the filesystem as an fsync
         m[size // 2 : size // 2 + PAGE] = b"B" * PAGE  # dirty, never msynced
-    os.sync()  # the kernel writes the dirty page back now: into the volatile layer, not onto the disk
+    write_back(fs.mountpoint)  # the kernel writes the dirty page back now: into the volatile layer, not the disk
     assert fs.counters()["unsynced_bytes"] >= PAGE
 
     fs.cut()
@@ -170,6 +181,17 @@ def test_a_frozen_filesystem_makes_nothing_durable(lossy_mount):
     fs.unmount()
     fs.remount()
     assert content(path) == b"old"
+
+
+def test_cut_together_cuts_every_mount(lossy_mount):
+    mounts = [lossy_mount("a"), lossy_mount("b", ANY_FSYNC)]
+    for fs in mounts:
+        put(fs.mountpoint / "f", b"synced")
+        (fs.mountpoint / "f").write_bytes(b"unsynced")
+    reports = cut_together(mounts)
+    assert [content(fs.mountpoint / "f") for fs in mounts] == [b"synced", b"synced"]
+    assert [r.unsynced_bytes for r in reports] == [len(b"unsynced")] * 2
+    assert all(fs.mounted for fs in mounts)
 
 
 # ---------------------------------------------------------------------- sizes

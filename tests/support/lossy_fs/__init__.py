@@ -10,11 +10,12 @@ drops the volatile layer. Modules:
 * ``operations``: the FUSE calls (libfuse 3 through mfusepy) mapped onto the namespace.
 * ``daemon``: the filesystem process (``python -m tests.support.lossy_fs --backing DIR MOUNTPOINT``).
 * ``kernel_mount``: is FUSE there, is a path mounted, unmount.
-* ``mount``: ``LossyFs``, what tests call: ``mount()``, ``cut()``, ``unmount()``, ``remount()``, ``counters()``.
+* ``mount``: ``LossyFs``, what tests call: ``mount()``, ``cut()``, ``freeze()``, ``unmount()``, ``remount()``,
+  ``counters()``; ``cut_together(mounts)`` for a whole cluster.
 """
 
 from tests.support.lossy_fs.kernel_mount import fuse_missing
-from tests.support.lossy_fs.mount import CutReport, LossyFs
+from tests.support.lossy_fs.mount import CutReport, LossyFs, cut_together
 from tests.support.lossy_fs.namespace import ANY_FSYNC, STRICT
 
-__all__ = ["ANY_FSYNC", "STRICT", "CutReport", "LossyFs", "fuse_missing"]
+__all__ = ["ANY_FSYNC", "STRICT", "CutReport", "LossyFs", "cut_together", "fuse_missing"]

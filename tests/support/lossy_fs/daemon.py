@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import threading
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                              "makes every pending name change durable (ext4-like)")
     parser.add_argument("--control", action="store_true", help="take commands on stdin (see the module doc)")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not os.path.isdir(args.mountpoint):
         parser.error(f"mount point {args.mountpoint} is not a directory")
     os.makedirs(args.backing, exist_ok=True)
