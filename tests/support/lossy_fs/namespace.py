@@ -122,20 +122,17 @@ class Namespace:
                 os.unlink(os.path.join(self._data_dir, name))
         for ino, rec in reachable.items():
             node = self.nodes[ino] = Node(ino, rec["mode"], rec["uid"], rec["gid"])
-            if rec["kind"] == "file":
+            if rec["kind"] == "dir":
+                node.entries = dict(rec["entries"])
+            elif rec["kind"] == "file":
                 node.data = FileData(self._data_path(ino))
                 node.mtime = node.ctime = os.stat(self._data_path(ino)).st_mtime_ns
-            elif rec["kind"] == "symlink":
+            else:
                 node.target = rec["target"]
         for rec in reachable.values():
-            if rec["kind"] == "dir":
-                for ino in rec["entries"].values():
-                    self._durable_refs[ino] += 1
-                    self.nodes[ino].nlink += 1
-        dirs = [(ino, rec) for ino, rec in reachable.items() if rec["kind"] == "dir"]
-        for ino, rec in dirs:
-            self.nodes[ino].entries = dict(rec["entries"])
-        self.nodes[ROOT].nlink = 1
+            for ino in rec.get("entries", {}).values():
+                self._durable_refs[ino] += 1
+                self.nodes[ino].nlink += 1
         self._next_ino = max(self._next_ino, max(reachable) + 1)
         self._persist()
 
