@@ -3,8 +3,9 @@
 Why mfusepy: it is pure Python (ctypes) over Debian's own ``libfuse3-3``, so nothing is compiled and libfuse 3
 gives 1 MiB requests (libfuse 2, which fusepy binds, never asks the kernel for more than 128 KiB). pyfuse3 ships
 no wheel: it would be compiled at install time (a C compiler, the libfuse3 headers, pkg-config), and its
-low-level, trio-based API pays off only for workloads far bigger than a test's. ``mfusepy.FUSE`` drops two arguments this filesystem needs (the file handle of an ftruncate, the flags of
-renameat2): ``_FUSE`` passes them on.
+low-level, trio-based API pays off only for workloads far bigger than a test's. ``mfusepy.FUSE`` drops two
+arguments this filesystem needs (the file handle of an ftruncate, the flags of renameat2): ``_FUSE`` passes them
+on.
 
 libfuse runs the calls on several threads; one lock serialises them (the GIL would anyway).
 """
