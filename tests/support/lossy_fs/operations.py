@@ -209,4 +209,5 @@ class LossyOperations(mfusepy.Operations):
 
 def serve(operations: LossyOperations, mountpoint: str) -> None:
     """Mount and serve until unmounted (or SIGINT/SIGTERM, on which libfuse unmounts)."""
-    _FUSE(operations, mountpoint, foreground=True, fsname="lossy_fs", subtype="lossy_fs")
+    # max_idle_threads: without it Debian's libfuse 3.14.0 warns at every mount about its own unset default
+    _FUSE(operations, mountpoint, foreground=True, fsname="lossy_fs", subtype="lossy_fs", max_idle_threads=8)
