@@ -8,8 +8,8 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
-.PHONY: install install-run run stop test lint proto bench clean browser-deps k8s-tools k8s-e2e rmq5-java \
-	k8s-node-deps k8s-local k8s-e2e-local
+.PHONY: install install-run run stop test lint proto bench clean browser-deps powerloss-deps k8s-tools k8s-e2e \
+	rmq5-java k8s-node-deps k8s-local k8s-e2e-local
 
 install: $(DEV_STAMP)
 install-run: $(RUN_STAMP)
@@ -67,6 +67,12 @@ browser-deps:
 	@test -x $(CHROMIUM) || { apt-get update -qq && apt-get install -y -qq chromium; }
 	@test -x $(CHROMIUM) && echo "chromium: $(CHROMIUM)"
 
+# The power-loss tier (tests/powerloss) mounts tests/support/lossy_fs, a FUSE filesystem in Python on Debian's
+# libfuse 3 and its fusermount3: install them once, as root (the kernel's /dev/fuse must be there too).
+POWERLOSS_PACKAGES := fuse3 libfuse3-3
+powerloss-deps:
+	@dpkg -s $(POWERLOSS_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(POWERLOSS_PACKAGES); }
+
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built from the Go module proxy into a
 # versioned cache outside the work tree, only when missing (cold: ~15 min on an idle 2-core box, up to 40 loaded;
 # needs Go). tests/k8s starts them as a throw-away control plane.
@@ -80,7 +86,7 @@ rmq5-java:
 
 # The whole suite. The Kubernetes tier (tests/k8s) needs `make k8s-tools` and `make k8s-local`; SKIP_K8S_TIER=1
 # leaves those builds out (the tier then skips, except in CI where a missing build is an error).
-test: $(DEV_STAMP) browser-deps rmq5-java $(if $(SKIP_K8S_TIER),,k8s-tools k8s-local)
+test: $(DEV_STAMP) browser-deps powerloss-deps rmq5-java $(if $(SKIP_K8S_TIER),,k8s-tools k8s-local)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
