@@ -81,6 +81,11 @@ class AppliedIndex:
                 self._rewrite(keep)
         return self.last
 
+    def frames_after(self, index: int) -> list[tuple[int, int, int]]:
+        """The frames of Raft entries after ``index`` (a copy)."""
+        with self._lock:
+            return [f for f in self._frames if f[0] > index]
+
     def drop_beyond_index(self, index: int) -> tuple[int, int]:
         """Forget frames of Raft entries after ``index`` (the Raft log no longer holds them)."""
         with self._lock:

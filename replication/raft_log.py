@@ -72,6 +72,8 @@ class ReplicatedLog(SyncObj):
         self.elections_started = 0
         self.tick_stalls = 0
         self.apply_stuck = ""  # why this member cannot apply the next committed entry ("" when it can)
+        self.rewound_entries = 0  # applied entries the leader's log replaced (async + a majority's power cut)
+        self.caught_up = False  # applied what the leader had committed in its term, once since start
         self._last_tick_start = 0.0
         self._pre_vote_term = -1  # the term this member is asking pre-votes for (-1: none in progress)
         self._pre_vote_grants: set = set()
@@ -105,6 +107,21 @@ class ReplicatedLog(SyncObj):
             self._resume_past_compaction()
         elif self.apply_stuck:
             self.apply_stuck = ""  # a snapshot from the leader brought what was missing
+        if not self.caught_up:
+            self._check_caught_up()
+
+    def _check_caught_up(self) -> None:
+        """``caught_up`` once this member has applied everything its leader had committed *in the leader's term*.
+
+        pysyncobj's own readiness compares with the leader's commit index as it is; right after an election that
+        is the new leader's old (possibly stale) one until an entry of its term commits, so a member behind the
+        group's log counted as caught up (issue 32: members came up ready with a regressed store). An entry of the
+        current term at the commit index means everything before it is committed and counted."""
+        commit = self._SyncObj__leaderCommitIndex
+        if commit is None or self._SyncObj__raftLastApplied < commit or self._SyncObj__raftLeader is None:
+            return
+        if self.entry_term(commit) == self.raftCurrentTerm:
+            self.caught_up = True
 
     # ------------------------------------------------------------------ applying after a compaction without a dump
     def _resume_past_compaction(self) -> None:
@@ -118,7 +135,7 @@ class ReplicatedLog(SyncObj):
         ``apply_stuck`` says so (the member is not ready)."""
         first = self._SyncObj__raftLog[0][1]
         last = self._SyncObj__getCurrentLogIndex()
-        ours = min(self._machine.applied.last[0], last)
+        ours = min(self._machine.applied_index(), last)
         if ours >= first - 1:
             log.warning("Raft journal starts at entry %d but pysyncobj's applied index was %d (no snapshot): "
                         "resuming from the store's applied index %d", first, self._SyncObj__raftLastApplied, ours)
@@ -128,7 +145,7 @@ class ReplicatedLog(SyncObj):
             self.apply_stuck = ""
         elif not self.apply_stuck:
             self.apply_stuck = (f"cannot apply: the Raft journal starts at entry {first}, this member applied up to "
-                                f"{self._machine.applied.last[0]}, and no snapshot covers the entries between; "
+                                f"{self._machine.applied_index()}, and no snapshot covers the entries between; "
                                 "rebuild it from its peers with `raftmq cluster rebuild-member`")
             log.error("member cannot catch up: %s", self.apply_stuck)
 
@@ -270,8 +287,12 @@ class ReplicatedLog(SyncObj):
         a snapshot it installed, and so does this: the message is handled with the commit index it already had,
         and raised to what a loaded snapshot covers."""
         leader_commit = message.get("commit_index", 0)
-        SyncObj._SyncObj__onMessageReceived(
-            self, node, {**message, "commit_index": min(leader_commit, self._SyncObj__raftCommitIndex)})
+        self._machine.from_leader = True  # a snapshot loaded now is the leader's, not this member's own
+        try:
+            SyncObj._SyncObj__onMessageReceived(
+                self, node, {**message, "commit_index": min(leader_commit, self._SyncObj__raftCommitIndex)})
+        finally:
+            self._machine.from_leader = False
         self._SyncObj__leaderCommitIndex = leader_commit
         installed = self._SyncObj__raftLastApplied  # a loaded snapshot sets it to the snapshot's last index
         if installed > self._SyncObj__raftCommitIndex:
@@ -310,7 +331,8 @@ class ReplicatedLog(SyncObj):
         return all(n in ackers for n in list(self._SyncObj__otherNodes))
 
     def _skip_applied_entries(self, message: dict) -> dict:
-        """Drop the part of an append_entries that re-sends entries this member already applied, when they match.
+        """Drop the part of an append_entries that re-sends entries this member already applied, when they match;
+        roll back the applied ones that do not.
 
         Why: pysyncobj truncates the follower's log after ``prevLogIdx`` whenever the follower has more entries,
         even matching ones (Raft truncates only on a conflict), and then logs CRITICAL "truncating already-applied
@@ -321,10 +343,18 @@ class ReplicatedLog(SyncObj):
         properties the leader holds the very same entries up to our last applied index. If every re-sent entry at
         or below ``lastApplied`` has the term ours has at that index (same index and term = same entry), the
         message is equivalent to one with ``prevLogIdx = lastApplied`` carrying only the entries after it; that is
-        what pysyncobj gets, so it never truncates an applied entry. A re-sent entry whose term differs from
-        the applied one is a real divergence: the message is left alone and pysyncobj's CRITICAL stands.
+        what pysyncobj gets, so it never truncates an applied entry.
+
+        A re-sent entry whose term differs from the applied one breaks that property, and only one thing does:
+        under ``async`` a power cut of a majority lost entries that this member had applied (they were in memory on
+        a majority, on disk only here), and the leader's log has others at those indexes. Those are the group's
+        entries now: this member rewinds its state machine to before the first differing one (``rewind``: their
+        commit-log bytes are withheld, then adopted or cut as the leader's entries apply) and pysyncobj its
+        applied and commit indexes, so the leader's entries are applied when the leader says they are committed.
         """
-        applied = self.raftLastApplied
+        # what this member applied: pysyncobj's cursor, or the store's applied index, which after a restart is ahead
+        # of it until the leader says again what is committed
+        applied = max(self.raftLastApplied, min(self._machine.applied_index(), self._SyncObj__getCurrentLogIndex()))
         prev = message["prevLogIdx"]
         if prev >= applied:
             return message  # nothing applied is touched
@@ -333,14 +363,36 @@ class ReplicatedLog(SyncObj):
             return message  # compacted away, or a conflict at prevLogIdx: pysyncobj's own handling applies
         term_at = {e[1]: e[2] for e in ours}
         entries = message.get("entries") or []
+        upto = applied  # entries up to here are ours already
         for entry in entries:
             if entry[1] > applied:
                 break
             if term_at.get(entry[1]) != entry[2]:
-                return message  # differs from an applied entry: a real conflict, keep pysyncobj's alarm
-        kept = [e for e in entries if e[1] > applied]
+                upto = entry[1] - 1
+                self._rewind_applied(upto, applied)
+                break
+        kept = [e for e in entries if e[1] > upto]
         self.resent_applied_entries += len(entries) - len(kept)
-        return {**message, "prevLogIdx": applied, "prevLogTerm": term_at[applied], "entries": kept}
+        return {**message, "prevLogIdx": upto, "prevLogTerm": term_at[upto], "entries": kept}
+
+    def _SyncObj__deleteEntriesFrom(self, fromIDx: int) -> None:  # noqa: N802,N803 - pysyncobj's names
+        """pysyncobj drops its log from ``fromIDx`` to take the leader's entries. Entries the state machine applied
+        there are not the group's any more: rewind first (``_skip_applied_entries`` keeps matching ones from ever
+        getting here; this covers what it cannot see, e.g. a log compacted past the re-sent range)."""
+        applied = self._machine.applied_index()
+        if fromIDx <= applied:
+            self._rewind_applied(fromIDx - 1, applied)
+        SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
+
+    def _rewind_applied(self, index: int, applied: int) -> None:
+        log.error("the leader's entries %d..%d differ from the ones this member applied (the group lost them in a "
+                  "power cut of a majority under async durability): rewinding to entry %d", index + 1, applied,
+                  index)
+        self._machine.rewind(index)
+        self._SyncObj__raftLastApplied = index
+        if self._SyncObj__raftCommitIndex > index:
+            self._SyncObj__raftCommitIndex = index
+        self.rewound_entries += applied - index
 
     @replicated
     def apply_batch(self, blob: bytes) -> Any:

@@ -485,14 +485,14 @@ class RaftWritePath:
 
     def not_ready_reason(self) -> str:
         """Why this member must not take traffic yet ("" when it may): it cannot apply the next committed entry,
-        or it has not yet applied what the leader had committed when it first heard from it (pysyncobj's
-        readiness), so it would serve a store that is behind the group's."""
+        or it has not yet applied what its leader had committed in the leader's term since it started
+        (``ReplicatedLog.caught_up``), so it would serve a store that is behind the group's."""
         lg = self._log
         if lg is None:
             return "the Raft write path is not started"
         if lg.apply_stuck:
             return lg.apply_stuck
-        if not lg.isReady():
+        if not lg.caught_up:
             return (f"catching up with the group's log (applied Raft index {lg.raftLastApplied}, commit index "
                     f"{lg.raftCommitIndex})")
         return ""
@@ -940,6 +940,31 @@ class RaftWritePath:
             if self._proposed_bytes > self.settings.compaction_max_bytes and self._log is not None:
                 self._proposed_bytes = 0
                 self._log.forceLogCompaction()
+            if self.machine is not None and self.machine.metadata_stale:
+                self._take_leaders_metadata()
+
+    def _take_leaders_metadata(self) -> None:
+        """After a rewind dropped applied metadata entries (StateMachine.rewind), replace topics, offsets, pop,
+        timer, delay and access-control state with the leader's; the leader's entries applied from then on are
+        idempotent over it (later ones win, pop ops are guarded by index), so every member ends with the same.
+        Queue offsets are not taken: they must stay those of this member's own commit log."""
+        leader = self.leader()
+        if leader is None or leader.id == self.node_id:
+            return
+        try:
+            status = self.peers.stub(leader.id).GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(),
+                                                                 timeout=PEER_STATUS_TIMEOUT_S,
+                                                                 metadata=self.peers.metadata)
+        except grpc.RpcError as e:
+            log.info("could not read the leader's metadata from %s (%s); trying again", leader.id, e.code().name)
+            return
+        metadata = json.loads(status.metadata)
+        metadata.pop("queue_offsets", None)
+        with self.machine.lock:
+            self.machine.applier.import_metadata(metadata)
+            self.machine.metadata_stale = False
+        log.warning("took the leader's metadata (%s, applied index %d) after rewinding entries that changed it",
+                    leader.id, status.applied_index)
 
     def _fetch_gap(self, from_offset: int, up_to_index: int) -> tuple[int, int]:
         """Snapshot install (tick thread): copy the commit-log gap from the leader, else any peer. On failure the

@@ -62,6 +62,8 @@ class StateMachine:
         self.applied_raft_index = 0        # pysyncobj's index of the last entry handed to us
         self.tail_bytes_adopted = 0        # withheld commit-log bytes proven by replayed entries (metrics)
         self.tail_bytes_cut = 0            # withheld bytes an entry showed were not the group's (metrics)
+        self.metadata_stale = False        # rewound metadata entries: take the leader's metadata (``rewind``)
+        self.from_leader = False           # deserialize is installing a snapshot the leader sent (not our own)
 
     # ------------------------------------------------------------------ apply (tick thread)
     def apply_batch(self, index: int, blob: bytes) -> Any:
@@ -171,12 +173,36 @@ class StateMachine:
                          "entry until the cause (disk full? I/O error?) is fixed", index, exc)
         self.fenced = f"apply of Raft entry {index} failed: {exc}"
 
+    def rewind(self, index: int) -> None:
+        """Forget the entries applied after ``index``: the leader's log holds others there (raft_log's
+        ``_rewind_applied``). Their commit-log bytes are withheld, not cut: the leader's entries adopt or cut them as
+        they apply. Metadata changes among them cannot be undone one by one, so ``metadata_stale`` asks the write
+        path to take the leader's metadata (the leader's entries then apply on top, in log order)."""
+        with self.lock:
+            self._rewind(index)
+
+    def _rewind(self, index: int) -> None:
+        dropped = self.applied.frames_after(index)
+        idx, end = self.applied.drop_beyond_index(index)
+        if self.store.commit_log_max_offset > end:
+            self.store.withhold_tail(end)
+        self.store.confirm_offset = end
+        if any(start == stop for _i, start, stop in dropped):
+            self.metadata_stale = True
+        log.warning("rewound to Raft entry %d (commit-log end %d): %d applied entries are not the group's", idx,
+                    end, len(dropped))
+
     # ------------------------------------------------------------------ consistent views (any thread)
     def status_view(self) -> tuple[int, int, dict]:
         """(applied index, commit-log end, metadata) as of one point in the log."""
         with self.lock:
             idx, end = self.applied.last
             return idx, end, self.applier.export_metadata()
+
+    def applied_index(self) -> int:
+        """The last Raft index whose entry changed the store (AppliedIndex); pysyncobj's own applied index is only a
+        cursor over its journal and lags this one after a restart."""
+        return self.applied.last[0]
 
     def applied_position(self) -> tuple[int, int]:
         """(applied index, commit-log end) without exporting metadata: status polls must not hold up apply."""
@@ -199,11 +225,18 @@ class StateMachine:
         snapshot.write_file(path, meta, internal)
 
     def deserialize(self, path: str) -> tuple:
-        """pysyncobj deserializer: at startup (our own dump) or when the leader sent its dump."""
+        """pysyncobj deserializer: at startup (our own dump) or when the leader sent its dump
+        (``from_leader``, set by raft_log around the snapshot message)."""
         meta, internal = snapshot.read_file(path)
         with self.lock:
             local_index, local_end = self.applied.last
-            if local_index < meta.applied_index:
+            if self.from_leader and local_index > meta.applied_index:
+                # A leader sends its snapshot only when this member's log does not match its own past it: the
+                # entries applied here after the snapshot's are not the group's (see rewind). Its metadata, exact
+                # at that point, replaces ours below.
+                self._rewind(meta.applied_index)
+                local_index, local_end = self.applied.last
+            if local_index < meta.applied_index or (self.from_leader and local_end != meta.commit_log_end):
                 self.snapshot_installs += 1
                 if local_end < meta.commit_log_end:
                     if self.gap_fetcher is None:
@@ -218,9 +251,11 @@ class StateMachine:
                         raise snapshot.SnapshotError(f"the commit log copied up to {meta.commit_log_end} did not "
                                                      "reach the disk; the leader sends the snapshot again")
                 elif local_end > meta.commit_log_end:
-                    # bytes beyond the snapshot that no applied entry accounts for: cut them, the log rewrites them
+                    # an applied entry below the snapshot's index ended past the group's log at that index: these
+                    # bytes are provably not the group's
                     self.store.truncate_to(meta.commit_log_end)
                 self.applier.import_metadata(meta.metadata)
+                self.metadata_stale = False
                 self.applied.reset([(meta.applied_index, meta.commit_log_end, meta.commit_log_end)])
                 self.store.confirm_offset = meta.commit_log_end
                 log.info("installed snapshot: Raft index %d, commit log end %d", meta.applied_index,

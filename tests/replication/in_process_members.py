@@ -25,6 +25,12 @@ class RecordingMachine:
         self.applied.append((index, blob))
         return index, None, []
 
+    def applied_index(self) -> int:
+        return self.applied[-1][0] if self.applied else 0
+
+    def rewind(self, index: int) -> None:
+        self.applied = [a for a in self.applied if a[0] <= index]
+
 
 @contextlib.contextmanager
 def running_members(log_class: type[ReplicatedLog] = ReplicatedLog, journal_dir: Path | None = None,
