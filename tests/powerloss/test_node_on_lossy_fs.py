@@ -2,8 +2,8 @@
 
 One member (no Raft), its data directory a lossy_fs mount, ``flush_disk_type: SYNC`` (an acknowledged put was
 fsynced) and 1 MiB commit-log segments, four producer threads. Then SIGKILL, a power cut, a restart: every
-acknowledged message must be back at the queue offset it was acknowledged with. ``any-fsync`` mode (ext4-like):
-under ``strict`` the store loses its directories today (see issue 32).
+acknowledged message must be back at the queue offset it was acknowledged with, in both metadata models
+(``strict``: only a directory's own fsync keeps its new names; ``any-fsync``: ext4-like).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import Producers, admin, read_topic
-from tests.support.lossy_fs import ANY_FSYNC
+from tests.support.lossy_fs import ANY_FSYNC, STRICT
 from tests.support.processes import NodeProcess, node_specs
 
 pytestmark = pytest.mark.slow
@@ -24,9 +24,10 @@ def positions(node: NodeProcess) -> dict[str, tuple[int, int]]:
     return {key: (q, offset) for q, msgs in read_topic(node, TOPIC, QUEUES).items() for offset, key, _ in msgs}
 
 
-def test_acknowledged_sync_puts_survive_a_power_cut(tmp_path, lossy_mount):
+@pytest.mark.parametrize("mode", [STRICT, ANY_FSYNC])
+def test_acknowledged_sync_puts_survive_a_power_cut(tmp_path, lossy_mount, mode):
     [spec] = node_specs(tmp_path, 1, store={"flush_disk_type": "SYNC", "mapped_file_size_commit_log": 1 << 20})
-    fs = lossy_mount(spec.data_dir, ANY_FSYNC)
+    fs = lossy_mount(spec.data_dir, mode)
     node = NodeProcess(spec)
     try:
         node.start().wait_ready(120)

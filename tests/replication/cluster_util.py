@@ -79,6 +79,7 @@ class ProduceLog:
     """What producers were told: acked uniq key -> (queue id, queue offset, physical offset); unknown outcomes."""
 
     acked: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    acked_at: dict[str, float] = field(default_factory=dict)  # key -> time.monotonic() of its acknowledgement
     unknown: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -140,6 +141,7 @@ class Producers:
                     r = messaging(target).SendMessage(pb.SendMessageRequest(message=msg), timeout=10)
                     with self.log.lock:
                         self.log.acked[key] = (r.result.queue_id, r.result.queue_offset, r.result.physical_offset)
+                        self.log.acked_at[key] = time.monotonic()
                     break
                 except ValueError:  # the test killed this node and closed its channel before the call: not sent
                     time.sleep(0.05)
