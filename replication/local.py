@@ -61,6 +61,9 @@ class LocalWritePath:
         self._committer.start()
         self._started = True
 
+    def hand_off_leadership(self) -> None:
+        """A single node has no member to hand leadership to."""
+
     def stop(self) -> None:
         self._started = False
         self._committer.stop()

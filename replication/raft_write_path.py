@@ -313,20 +313,29 @@ class RaftWritePath:
         """Present while the start-up copy from peers runs (see ``start``)."""
         return os.path.join(self.raft_dir, "catch-up.partial")
 
+    def hand_off_leadership(self, timeout: float = 3.0) -> None:
+        """Graceful stop, first step: a leader hands leadership to a caught-up member and logs to whom. Never
+        raises (a stop goes on without a hand-off); nothing to do on a follower or a single member.
+
+        The node calls it before it drains its calls: a leader that drained first refused every write until its
+        calls stopped, and under load (clients retrying, members forwarding to it) they never stopped."""
+        if not (self._running and self.is_leader() and self.peers.others):
+            return
+        try:
+            self.transfer_leadership(None, timeout=timeout)
+            new = self.leader()
+            if new is not None and new.id != self.node_id:
+                log.info("graceful stop: handed leadership to %s", new.id)
+            else:  # e.g. `make stop` stops every member at once: nobody is left to be elected
+                log.info("graceful stop: stepped down as leader; no new leader elected yet (the other members "
+                         "may be stopping too)")
+        except ReplicationError as e:
+            log.warning("graceful stop could not hand off leadership: %s", e)
+
     def stop(self) -> None:
         if not self._running:
             return
-        if self.is_leader() and self.peers.others:
-            try:
-                self.transfer_leadership(None, timeout=3.0)
-                new = self.leader()
-                if new is not None and new.id != self.node_id:
-                    log.info("graceful stop: handed leadership to %s", new.id)
-                else:  # e.g. `make stop` stops every member at once: nobody is left to be elected
-                    log.info("graceful stop: stepped down as leader; no new leader elected yet (the other members "
-                             "may be stopping too)")
-            except ReplicationError as e:
-                log.warning("graceful stop could not hand off leadership: %s", e)
+        self.hand_off_leadership()  # the node did it already, unless this member became leader again meanwhile
         leader = self.leader()
         redirect = NotLeaderError(leader.grpc_address) if leader and leader.id != self.node_id \
             else WritePathStoppedError()

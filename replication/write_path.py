@@ -27,6 +27,10 @@ class WritePath(Protocol):
     def start(self) -> None:
         """Open for writes (single node: at once; Raft: once elected and caught up)."""
 
+    def hand_off_leadership(self) -> None:
+        """A graceful stop's first step: a replicated leader hands leadership to a caught-up member (logged,
+        never raises); nothing to do on a follower or a single node."""
+
     def stop(self) -> None:
         """Stop accepting writes, finish or fail in-flight ones, hand off leadership when replicated."""
 

@@ -3,6 +3,7 @@ restart of every member after compaction."""
 
 from __future__ import annotations
 
+import signal
 import struct
 import time
 
@@ -72,6 +73,41 @@ def test_status_transfer_and_graceful_stop(cluster_factory):
     target.start(env=c.env).wait_ready(90)
     wait_applied_equal(c.nodes)
     check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+
+
+def test_sigterm_of_a_busy_leader_hands_off_before_it_drains(tmp_path):
+    """Issue 34: on SIGTERM the leader first waited for a moment without incoming calls (up to the shutdown grace)
+    and only then handed leadership away; under load, with clients retrying it and members forwarding to it, that
+    moment never came and every write was refused for the whole grace. Now it hands off first: writes go on at
+    the new leader long before the grace is over, nothing acknowledged is lost, and the old leader exits cleanly.
+    """
+    from tests.replication.conftest import Cluster
+    from tests.support.processes import stop_all
+
+    grace = 120.0  # far longer than any hand-off: writes must resume well within it
+    c = Cluster(tmp_path)
+    for s in c.specs:
+        s.overrides.setdefault("node", {})["shutdown_grace_seconds"] = grace
+    try:
+        c.start()
+        create_topic(c.nodes, TOPIC, QUEUES)
+        leader = wait_leader(c.nodes)
+        p = Producers(c.nodes, TOPIC, n=4, queues=QUEUES).start()  # they retry at once, or via a forwarding member
+        p.wait_acked(200)
+        leader.proc.send_signal(signal.SIGTERM)
+        acked_at_sigterm = len(p.log.acked)
+        p.wait_acked(acked_at_sigterm + 200, timeout=grace / 2)
+        leader.proc.wait(timeout=grace + 30)
+        assert leader.stop() == 0, leader.log_tail()
+        assert "graceful stop: handed leadership to" in leader.spec.log_path.read_text()
+        new_leader = wait_leader([n for n in c.nodes if n is not leader], timeout=30)
+        assert new_leader is not leader
+        log = p.stop()
+        c.restart([leader])
+        wait_applied_equal(c.nodes)
+        check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+    finally:
+        stop_all(c.nodes, kill=True)
 
 
 def test_compaction_bounds_the_journal_and_a_full_restart_loses_nothing(cluster_factory):
