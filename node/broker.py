@@ -209,7 +209,9 @@ class Broker:
                             "(SDK: Admin.create_topic)")
         return cfg
 
-    async def writable_topic(self, name: str):
+    async def writable_topic(self, name: str, message_type: str = "NORMAL"):
+        """The config of a topic a send may go to; ``node.auto_create_topics`` creates a missing one, taking
+        the kind of message (``message_type``) of the send that needs it."""
         cfg = self.topic_config(name)
         if cfg is None and self.config.node.auto_create_topics and not is_system_topic(name):
             from raftmq.store.topic_config import TopicConfig
@@ -217,7 +219,8 @@ class Broker:
             try:
                 await self.run_blocking(self.write_path.create_topic,
                                         TopicConfig(topic_name=name, read_queue_nums=AUTO_CREATE_QUEUE_NUMS,
-                                                    write_queue_nums=AUTO_CREATE_QUEUE_NUMS))
+                                                    write_queue_nums=AUTO_CREATE_QUEUE_NUMS
+                                                    ).with_message_type(message_type))
             except StoreError:
                 pass  # created concurrently by another request
             cfg = self.topic_config(name)
@@ -314,7 +317,7 @@ class Broker:
             from raftmq.node.console.session import ConsoleSessions
 
             self.auth = Authenticator(cfg.security, self._acl_table, catch_up=self._catch_up_with_leader)
-            self.console_sessions = ConsoleSessions(cfg.security, self.auth)
+            self.console_sessions = ConsoleSessions(cfg.security, self.auth, ended=self._console_session_ended)
         http = cfg.http_listen
         self.console = Console(self)
         tls = cfg.tls_files()
@@ -404,6 +407,10 @@ class Broker:
         from raftmq.node.networks import peer_ip
 
         return peer_ip(self.forwarder.client_peer(context))
+
+    def _console_session_ended(self, session: str) -> bool:
+        table = self._acl_table()
+        return table is not None and table.session_ended(session)
 
     def _acl_table(self):
         wp = self.write_path

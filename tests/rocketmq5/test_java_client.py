@@ -104,7 +104,7 @@ def _endpoints(nodes) -> str:
 def test_java_producer_kinds_are_stored_and_the_simple_consumer_reads_both_apis(tmp_path, java):
     with running_nodes(tmp_path) as nodes:
         e = _endpoints(nodes)
-        create_topic(nodes[0], "jt")
+        create_topic(nodes[0], "jt", message_type="MIXED")  # every kind of send
         sent: dict[str, dict] = {}
         for kind, extra in [("normal", {"tag": "A", "count": 3}), ("fifo", {"group": "order-1", "count": 3}),
                             ("delay", {"delay_s": 3}), ("tx-commit", {}), ("tx-rollback", {})]:
@@ -134,7 +134,7 @@ def test_java_orphan_transaction_is_checked_and_redelivery_counts_attempts(tmp_p
     store = {"transaction_timeout_ms": 1000, "transaction_check_interval_ms": 300}
     with running_nodes(tmp_path, store=store) as nodes:
         e = _endpoints(nodes)
-        create_topic(nodes[0], "orph")
+        create_topic(nodes[0], "orph", message_type="TRANSACTION")
         lines = java("produce", endpoints=e, topic="orph", kind="tx-orphan", prefix="o-", wait_s=8).all()
         send = next(x for x in lines if x["op"] == "send")
         assert any(x["op"] == "check" and x["body"] == "o-0" for x in lines), lines  # asked over Telemetry
