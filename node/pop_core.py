@@ -143,6 +143,11 @@ class PopCore:
         self._sync_thread: threading.Thread | None = None
 
     def policy(self, group: str) -> GroupPolicy:
+        """The group's own replicated settings (``raftmq group update``, store.subscription_groups) when it has
+        them, else the node configuration's (node.group_policies, then the node's defaults)."""
+        own = self.store.subscription_groups.get(group)
+        if own is not None:
+            return GroupPolicy(own.max_delivery_attempts, own.retry_backoff_ms, own.fifo)
         return self.group_policies.get(group, self.default_policy)
 
     # ================================================================== receipt handles

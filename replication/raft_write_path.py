@@ -806,6 +806,19 @@ class RaftWritePath:
     def delete_topic(self, name: str) -> None:
         self._meta_or_raise("topic_delete", {"name": name, "ts": _now_ms()})
 
+    def update_group_config(self, group: str, cfg: Any) -> None:
+        """Replicate a consumer group's settings (store.subscription_groups.SubscriptionGroup), or drop them
+        (``cfg`` None); StoreError when refused."""
+        if cfg is None:
+            self._meta_or_raise("group_config", {"op": "delete", "group": group, "ts": _now_ms()})
+            return
+        cfg.validate()
+        self._meta_or_raise("group_config", {"op": "put", "cfg": cfg.to_json(), "ts": _now_ms()})
+
+    def end_console_session(self, session: str, until_s: int) -> None:
+        """Replicate the end of a web-console session (refused on every member from then on)."""
+        self._meta_or_raise("console_logout", {"session": session, "until": int(until_s), "now": _now_ms() // 1000})
+
     def update_acl(self, cmd: dict) -> None:
         """Replicate a user / access-rule change (replication.acl_table); StoreError when refused."""
         self._meta_or_raise("acl", cmd)

@@ -69,6 +69,13 @@ class WritePath(Protocol):
         """Pop-consumption state changes (store.pop_state.PopStateTable.apply); replicated when clustered;
         returns once applied here, one refusal or None per op."""
 
+    def update_group_config(self, group: str, cfg: Any) -> None:
+        """Set a consumer group's own settings (store.subscription_groups.SubscriptionGroup) or drop them (``cfg``
+        None: the node configuration applies again); replicated when clustered; StoreError when invalid."""
+
+    def end_console_session(self, session: str, until_s: int) -> None:
+        """End a web-console session on every member (its id, and when it would have expired, epoch s)."""
+
     def update_acl(self, cmd: dict) -> None:
         """Change users / access rules (replication.acl_table); replicated when clustered; StoreError when
         refused (unknown user, bad rule index)."""

@@ -190,3 +190,21 @@ def test_consumer_settings_carry_the_groups_policy(stub, group, fifo, attempts, 
     policy = reply.settings.backoff_policy
     assert policy.max_attempts == attempts
     assert [d.seconds for d in policy.customized_backoff.next] == backoff_s
+
+
+def test_group_settings_changed_at_runtime_reach_the_clients_next_settings(node, stub):
+    """issue 34: `raftmq group update` (AdminService.UpdateConsumerGroup) changes what a RocketMQ 5 consumer is
+    told in its settings from then on, without restarting any member."""
+    from raftmq.v1 import raftmq_pb2 as pb
+    from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+    pb_grpc.AdminServiceStub(node.channel()).UpdateConsumerGroup(pb.UpdateConsumerGroupRequest(
+        group="changed", fifo=True, max_delivery_attempts=4, retry_backoff="2s 1m"), timeout=10)
+    settings = v2.Settings(client_type=v2.PUSH_CONSUMER,
+                           subscription=v2.Subscription(group=v2.Resource(name="changed")))
+    call = stub.Telemetry(iter([v2s.TelemetryCommand(settings=settings)]), metadata=CLIENT, timeout=10)
+    reply = next(call)
+    call.cancel()
+    assert reply.settings.subscription.fifo is True
+    assert reply.settings.backoff_policy.max_attempts == 4
+    assert [d.seconds for d in reply.settings.backoff_policy.customized_backoff.next] == [2, 60]
