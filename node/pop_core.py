@@ -31,7 +31,7 @@ from raftmq.store.message_store import GetStatus
 from raftmq.store.pop_state import QueueState, queue_key
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
-from raftmq.store.topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from raftmq.store.topic_config import MIXED, PERM_READ, PERM_WRITE, TopicConfig
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -390,8 +390,9 @@ class PopCore:
             from raftmq.store.errors import StoreError
 
             try:
+                # a group's retry and dead-letter topics hold whatever kind of message it consumes
                 self.write_path.create_topic(TopicConfig(topic_name=name, read_queue_nums=1, write_queue_nums=1,
-                                                         perm=PERM_READ | PERM_WRITE))
+                                                         perm=PERM_READ | PERM_WRITE).with_message_type(MIXED))
             except StoreError:
                 if self.store.topics.get(name) is None:
                     raise

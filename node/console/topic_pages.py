@@ -93,8 +93,8 @@ def _topic_page(c: Console, name: str) -> Response:
 
 
 def _message_type(cfg) -> str:
-    """What the topic takes (issue 34); a topic from before message types takes every kind."""
-    return cfg.message_type or "MIXED (not set)"
+    """What the topic takes (issue 34); a topic from before message types takes every kind (as the API says)."""
+    return cfg.message_type or "MIXED"
 
 
 def _rate(points: list[tuple[float, float]]) -> str:
