@@ -139,22 +139,31 @@ def _property(value: str) -> tuple[str, str]:
     return key.strip(), val
 
 
-_RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhd])$")
+_RELATIVE = re.compile(r"^(?:now)?([+-])(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _relative_ms(text: str, now_ms: int) -> int | None:
+    """"now+10m", "now-2h", "-30s" as epoch ms; None when ``text`` is not such a time."""
+    m = _RELATIVE.match(text)
+    if m is None:
+        return None
+    delta = int(float(m.group(2)) * _UNIT_SECONDS[m.group(3)] * 1000)
+    return now_ms + delta if m.group(1) == "+" else now_ms - delta
 
 
 def parse_time(value: str, *, now_ms: int | None = None) -> int:
     """Epoch milliseconds from: an integer (ms), ISO-8601 (local time unless it has an offset), "now", or a
-    time relative to now: "now-30s", "now-10m", "now-2h", "now-1d" (or "-2h" written as --begin=-2h)."""
+    time relative to now: "now-30s", "now-10m", "now+2h", "now-1d" (or "-2h" written as --begin=-2h)."""
     text = value.strip()
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     if text == "now":
         return now
     if text.isdigit():
         return int(text)
-    m = _RELATIVE.match(text)
-    if m:
-        return now - int(float(m.group(1)) * _UNIT_SECONDS[m.group(2)] * 1000)
+    relative = _relative_ms(text, now)
+    if relative is not None:
+        return relative
     try:
         return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
@@ -321,8 +330,8 @@ def _generated_body(size: int) -> bytes:
 
 
 def _deliver_at_ms(args: argparse.Namespace) -> int:
-    """``--deliver-at`` (ISO 8601 with a time zone, or ms since the epoch) or ``--delay-seconds`` as epoch ms
-    (0: deliver now)."""
+    """``--deliver-at`` (ISO 8601 with a time zone, ms since the epoch, or relative: now+10m) or
+    ``--delay-seconds`` as epoch ms (0: deliver now)."""
     at, delay = getattr(args, "deliver_at", None), getattr(args, "delay_seconds", None)
     if at is None and delay is None:
         return 0
@@ -336,11 +345,15 @@ def _deliver_at_ms(args: argparse.Namespace) -> int:
         return time.time_ns() // 1_000_000 + int(delay * 1000)
     if at.isdigit():
         return int(at)
+    now = time.time_ns() // 1_000_000
+    relative = now if at.strip() == "now" else _relative_ms(at.strip(), now)
+    if relative is not None:  # as --begin takes them (issue 34)
+        return relative
     try:
         when = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"--deliver-at {at!r} is not a time; use ISO 8601 with a zone (2030-01-02T03:04:05Z) "
-                         "or milliseconds since the epoch") from None
+        raise UsageError(f"--deliver-at {at!r} is not a time; use ISO 8601 with a zone (2030-01-02T03:04:05Z), "
+                         "milliseconds since the epoch, or a time from now (now+10m, now+2h, now+1d)") from None
     if when.tzinfo is None:
         raise UsageError(f"--deliver-at {at!r} has no time zone; add Z or +HH:MM")
     return int(when.timestamp() * 1000)
@@ -1161,8 +1174,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="deliver after delay level N of the broker's store.message_delay_level (default levels: "
                         "1=1s 2=5s 3=10s 4=30s 5=1m ... 18=2h; a higher level is clamped to the last, 0 = now)")
     p.add_argument("--deliver-at", metavar="TIME",
-                   help="timer message: deliver at TIME (ISO 8601 with a zone, e.g. 2030-01-02T03:04:05Z, or ms "
-                        "since the epoch); at most the broker's store.timer_max_delay_seconds ahead")
+                   help="timer message: deliver at TIME (ISO 8601 with a zone, e.g. 2030-01-02T03:04:05Z, ms "
+                        "since the epoch, or from now: now+90s, now+10m, now+2h); at most the broker's "
+                        "store.timer_max_delay_seconds ahead")
     p.add_argument("--delay-seconds", type=float, metavar="S",
                    help="timer message: deliver S seconds from now (like --deliver-at)")
     p.add_argument("--count", "-n", type=_positive_int, metavar="N", help="load: send N messages")
