@@ -26,7 +26,7 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], form
             return _allow_post(console, "log out with the button in the page header (POST /ui/logout)")
         clear = session.ConsoleSessions.clear_cookie(console.secure_cookies)
         user = console.request_user()
-        problem = _end_on_server(console, headers_cookie=console.request_cookie()) if user else ""
+        problem = _end_on_server(console, console.request_cookie()) if user else ""
         if user:
             audit("console_logout", user=user, peer=address, **({"error": problem} if problem else {}))
         if problem:  # out of this browser anyway; say that a copy of the cookie may still work
@@ -58,9 +58,9 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], form
                                        "Set-Cookie": sessions.set_cookie(value, console.secure_cookies)})
 
 
-def _end_on_server(console: Console, headers_cookie: str) -> str:
-    """End the request's session on every member (AclService.EndConsoleSession, as this member, so a follower
-    reaches the leader); "" when done, else why not."""
+def _end_on_server(console: Console, cookie: str) -> str:
+    """End the session of ``cookie`` (its value) on every member (AclService.EndConsoleSession, called as this
+    member, so a follower reaches the leader); "" when done, else why not."""
     from raftmq.client.acl import AclAdmin
     from raftmq.client.errors import RaftmqError
 
@@ -68,7 +68,7 @@ def _end_on_server(console: Console, headers_cookie: str) -> str:
     try:
         with AclAdmin(node.config.advertised_address, security=node.member_client_security(), timeout=5,
                       retry_timeout=10) as acl:
-            acl.end_console_session(headers_cookie)
+            acl.end_console_session(cookie)
     except RaftmqError as e:
         return str(e)
     return ""

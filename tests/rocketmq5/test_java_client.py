@@ -173,7 +173,7 @@ def test_java_client_over_tls_and_a_plaintext_client_refused(tmp_path, java):
     node = NodeProcess(spec)
     node.http_context = ssl.create_default_context(cafile=str(ca.cert_file))
     try:
-        node.start().wait_ready(90)
+        node.start(env={"GRPC_VERBOSITY": "INFO"}).wait_ready(90)  # gRPC's own lines are off by default
         e = node.grpc_address
         create_topic_tls(node, ca, "secure")
         # the Java client's default (enableSsl true); it does not check the server's certificate chain
@@ -186,7 +186,7 @@ def test_java_client_over_tls_and_a_plaintext_client_refused(tmp_path, java):
         # a plaintext client cannot talk to a TLS port: its start fails (no route), naming the transport
         assert plain[0]["op"] == "start" and plain[0]["ok"] is False, plain
         assert "UNAVAILABLE" in plain[0]["error"], plain
-        # the node's log names it: gRPC's "Handshake failed ... WRONG_VERSION_NUMBER" (not a TLS record)
+        # with GRPC_VERBOSITY=INFO the node's log names it: gRPC's "Handshake failed ... WRONG_VERSION_NUMBER"
         wait_for(lambda: "WRONG_VERSION_NUMBER" in node.log_tail(200), "the handshake failure in the node log",
                  timeout=30)
     finally:
