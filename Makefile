@@ -14,12 +14,14 @@ DEV_STAMP := $(VENV)/.dev-stamp
 install: $(DEV_STAMP)
 install-run: $(RUN_STAMP)
 
+# One progress line (pip's own lines only when it fails, on stderr): the first thing a new user sees.
 $(RUN_STAMP): pyproject.toml
-	@test -x $(PY) || { echo "raftmq: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	@echo "raftmq: installing the broker and CLI into $(VENV) (first time: about a minute)"
-	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check --progress-bar off -e .
+	@printf 'raftmq: installing the broker and CLI into $(VENV) (first time: about a minute) ...'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --disable-pip-version-check --progress-bar off -q --upgrade pip
+	@$(PY) -m pip install --disable-pip-version-check --progress-bar off -q -e .
 	@touch $(RUN_STAMP)
+	@echo ' done'
 
 $(DEV_STAMP): $(RUN_STAMP)
 	@echo "raftmq: installing the test, Spark and Kubernetes extras into $(VENV) (first time: a few minutes)"

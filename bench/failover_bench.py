@@ -10,12 +10,18 @@ faults of the current leader:
   still reach each other. The load generator runs with ``grpc_proxy`` pointing at a small HTTP CONNECT proxy in
   this process, so every gRPC connection of the SDK (also to leader addresses it learns from hints) goes through
   it and the proxy can stall the ones to the leader; the members' own traffic does not use it.
+* ``roll``: a rolling restart, as a StatefulSet update does it: every member in turn (highest id first, whoever
+  leads) gets SIGTERM, exits, is started again and is ready before the next one. Not a failure: a graceful stop.
 
 Per fault kind it prints the time from the fault to the first acknowledged write that was *sent after* the
 fault (median and max over the faults), and the ops ok / unknown outcome / failed during that kind's run.
+For ``roll`` (one fault = one whole rolling restart) it prints the write outage per member restarted: the
+longest time without any acknowledged write from its SIGTERM until it is ready again, for the leaders and the
+followers separately, and how long the members took to exit after SIGTERM.
 
     .venv/bin/python bench/failover_bench.py                      # 5 faults of each kind, ~4 minutes
     .venv/bin/python bench/failover_bench.py --faults 2 --kinds stop,cut --hold 4
+    .venv/bin/python bench/failover_bench.py --faults 3 --kinds roll
 """
 
 from __future__ import annotations
@@ -153,7 +159,7 @@ def main() -> None:
     ap.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--servers", default="", help=argparse.SUPPRESS)
     ap.add_argument("--faults", type=int, default=5, help="faults per kind (default 5)")
-    ap.add_argument("--kinds", default="kill,stop,cut", help="comma-separated: kill, stop, cut")
+    ap.add_argument("--kinds", default="kill,stop,cut", help="comma-separated: kill, stop, cut, roll")
     ap.add_argument("--hold", type=float, default=6.0, help="seconds a SIGSTOP or a cut lasts (default 6)")
     ap.add_argument("--producers", type=int, default=4, help="producer threads (default 4)")
     ap.add_argument("--timeout", type=float, default=2.0, help="SDK per-call timeout, seconds (default 2)")
@@ -173,8 +179,8 @@ def main() -> None:
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     for k in kinds:
-        if k not in ("kill", "stop", "cut"):
-            sys.exit(f"unknown fault kind {k!r}: choose from kill, stop, cut")
+        if k not in ("kill", "stop", "cut", "roll"):
+            sys.exit(f"unknown fault kind {k!r}: choose from kill, stop, cut, roll")
     base = Path(tempfile.mkdtemp(prefix="raftmq-failover-"))
     specs = node_specs(base, 3, cluster={"durability": args.durability, "raft": json.loads(args.raft)},
                        store={"mapped_file_size_commit_log": 16 << 20})
@@ -240,9 +246,65 @@ def main() -> None:
                     raise RuntimeError(f"writes did not resume within {timeout} s")
                 time.sleep(0.05)
 
+        def longest_outage(start: float, end: float) -> float:
+            """The longest stretch of [start, end] in which no write was acknowledged."""
+            with reader_lock:
+                acks = sorted(e[1] for e in events if e[2] == "ok" and start <= e[1] <= end)
+            edges = [start, *acks, end]
+            return max(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+        def rolling_restart() -> list[tuple[str, bool, float, float]]:
+            """Restart every member in turn; per member (id, was leader, write outage, seconds to exit)."""
+            out = []
+            for n in sorted(nodes, key=lambda n: n.spec.id, reverse=True):
+                was_leader = current_leader() is n
+                t_term = time.monotonic()
+                n.stop(timeout=60)
+                exited = time.monotonic() - t_term
+                n.start().wait_ready(120)
+                current_leader()
+                wait_flowing(time.monotonic(), 20)
+                out.append((n.spec.id, was_leader, longest_outage(t_term, time.monotonic()), exited))
+            return out
+
         wait_flowing(time.monotonic(), 50)
         results: dict[str, dict] = {}
         for kind in kinds:
+            if kind == "roll":
+                phase_start = time.monotonic()
+                restarts = []
+                for _ in range(args.faults):
+                    restarts += rolling_restart()
+                    if args.verbose:
+                        print("  roll: " + ", ".join(f"{i}{' (leader)' if lead else ''} outage {gap:.2f}s "
+                                                     f"exit {ex:.2f}s" for i, lead, gap, ex in restarts[-3:]),
+                              flush=True)
+                with reader_lock:
+                    phase = [e for e in events if e[0] >= phase_start]
+                lead = [gap for _, was, gap, _ in restarts if was]
+                follow = [gap for _, was, gap, _ in restarts if not was]
+                exits = [ex for *_, ex in restarts]
+                results[kind] = {
+                    "rolling_restarts": args.faults, "members_restarted": len(restarts),
+                    "leader_outage_median_s": statistics.median(lead) if lead else None,
+                    "leader_outage_max_s": max(lead) if lead else None,
+                    "follower_outage_median_s": statistics.median(follow) if follow else None,
+                    "follower_outage_max_s": max(follow) if follow else None,
+                    "exit_median_s": statistics.median(exits), "exit_max_s": max(exits),
+                    "ok": sum(e[2] == "ok" for e in phase), "unknown": sum(e[2] == "unknown" for e in phase),
+                    "failed": sum(e[2] == "failed" for e in phase),
+                }
+                r = results[kind]
+
+                def pair(a, b):
+                    return "-" if a is None else f"{a:.2f} s / {b:.2f} s"
+
+                print(f"roll  rolling restarts={args.faults} ({len(restarts)} member restarts)  write outage per "
+                      f"member, median / max: leader {pair(r['leader_outage_median_s'], r['leader_outage_max_s'])}"
+                      f", follower {pair(r['follower_outage_median_s'], r['follower_outage_max_s'])}; SIGTERM -> "
+                      f"exit {pair(r['exit_median_s'], r['exit_max_s'])}   ops ok={r['ok']} "
+                      f"unknown={r['unknown']} failed={r['failed']}", flush=True)
+                continue
             recoveries: list[float] = []
             all_back: list[float] = []
             phase_start = time.monotonic()

@@ -76,6 +76,13 @@ class AclAdmin:
         resp, _ = self._pool.write(lambda s, t: s.acl.RemoveAclRule(req, timeout=t))
         return AclUser.from_pb(resp.user)
 
+    def end_console_session(self, session: str) -> str:
+        """End a web-console session (its cookie value) on every member; returns its user. The console's log-out
+        button calls it; refused (InvalidArgumentError) for a value that is not a valid session."""
+        resp, _ = self._pool.write(lambda s, t: s.acl.EndConsoleSession(
+            pb.EndConsoleSessionRequest(session=session), timeout=t), idempotent=True)
+        return resp.user
+
     def close(self) -> None:
         self._pool.close()
 

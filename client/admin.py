@@ -12,6 +12,7 @@ from raftmq.client.connection import ServerPool
 from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError, UnavailableError, from_rpc_error
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import (
+    MESSAGE_TYPES,
     PERM_READ,
     PERM_WRITE,
     ClusterStatus,
@@ -22,6 +23,13 @@ from raftmq.client.types import (
 from raftmq.v1 import raftmq_pb2 as pb
 
 MAX_QUERY_PER_CALL = 64
+
+
+def _message_type(value: str) -> str:
+    name = str(value).strip().upper()
+    if name not in MESSAGE_TYPES:
+        raise InvalidArgumentError(f"message type {value!r} is not one of {', '.join(MESSAGE_TYPES)}")
+    return name
 
 
 class Admin:
@@ -40,11 +48,13 @@ class Admin:
 
     def create_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
                      write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE,
-                     order: bool = False) -> TopicConfig:
-        """Create a topic (``queues`` sets both read and write queue counts; default 4). Raises
-        ``AlreadyExistsError`` if it exists."""
+                     order: bool = False, message_type: str = "NORMAL") -> TopicConfig:
+        """Create a topic (``queues`` sets both read and write queue counts; default 4) that takes messages of
+        ``message_type`` (types.MESSAGE_TYPES; MIXED takes every kind). Raises ``AlreadyExistsError`` if it
+        exists."""
         cfg = pb.TopicConfig(name=name, read_queue_nums=read_queues or queues or 0,
-                             write_queue_nums=write_queues or queues or 0, perm=perm, order=order)
+                             write_queue_nums=write_queues or queues or 0, perm=perm, order=order,
+                             message_type=_message_type(message_type))
         resp, _ = self._pool.write(lambda s, t: s.admin.CreateTopic(pb.CreateTopicRequest(topic=cfg), timeout=t))
         return TopicConfig.from_pb(resp.topic)
 
@@ -56,7 +66,7 @@ class Admin:
 
     def update_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
                      write_queues: int | None = None, perm: int | None = None,
-                     order: bool | None = None) -> TopicConfig:
+                     order: bool | None = None, message_type: str | None = None) -> TopicConfig:
         """Change the given fields of an existing topic, keeping the others (raises ``TopicNotFoundError``)."""
         if perm == 0:
             raise InvalidArgumentError("perm 0 cannot be set on an existing topic; use 1 (inherit only) to close it")
@@ -68,7 +78,8 @@ class Admin:
             read_queue_nums=read_queues or queues or cur.read_queue_nums,
             write_queue_nums=write_queues or queues or cur.write_queue_nums,
             perm=cur.perm if perm is None else perm,
-            order=cur.order if order is None else order)
+            order=cur.order if order is None else order,
+            message_type="" if message_type is None else _message_type(message_type))
         resp, _ = self._pool.write(lambda s, t: s.admin.UpdateTopic(pb.UpdateTopicRequest(topic=cfg), timeout=t),
                                    idempotent=True)
         return TopicConfig.from_pb(resp.topic)

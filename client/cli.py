@@ -56,7 +56,14 @@ def _one_line(message: str) -> str:
 class _Parser(argparse.ArgumentParser):
     """Usage errors in one line too (argparse prints the whole usage first); ``--help`` has the details."""
 
+    argv: list[str] = []  # what run() parses: an option before the command is named when it is unknown
+
     def error(self, message: str):
+        if "required: COMMAND" in message:  # argparse checks for the command before unknown options (issue 34)
+            unknown = [a for a in self.argv if a.startswith("-") and a.split("=", 1)[0] not in
+                       self._option_string_actions]
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)} (options of a command go after it)"
         self.exit(EXIT_USAGE, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
 
 
@@ -132,6 +139,7 @@ def run(argv: list[str] | None = None,
         entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> int:
     """Parse and run one command; returns the exit status."""
     parser = build_parser(entry_points)
+    parser.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors 2

@@ -21,12 +21,13 @@ from concurrent import futures
 from raftmq.client.admin import Admin
 from raftmq.client.connection import DEFAULT_SERVER, parse_servers
 from raftmq.client.consumer import START_FIRST, START_LAST, PullConsumer
-from raftmq.client.consumer_group import describe_consumer_group
+from raftmq.client.consumer_group import describe_consumer_group, update_consumer_group
 from raftmq.client.errors import (
     InvalidArgumentError,
     RaftmqError,
     ReplicaLagsError,
     ReplicasDifferError,
+    TopicNotFoundError,
     UnavailableError,
     UnknownOutcomeError,
 )
@@ -53,6 +54,7 @@ from raftmq.client.security import (
 )
 from raftmq.client.table import render_table
 from raftmq.client.types import (
+    MESSAGE_TYPES,
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
@@ -149,22 +151,31 @@ def _property(value: str) -> tuple[str, str]:
     return key.strip(), val
 
 
-_RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhd])$")
+_RELATIVE = re.compile(r"^(?:now)?([+-])(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _relative_ms(text: str, now_ms: int) -> int | None:
+    """"now+10m", "now-2h", "-30s" as epoch ms; None when ``text`` is not such a time."""
+    m = _RELATIVE.match(text)
+    if m is None:
+        return None
+    delta = int(float(m.group(2)) * _UNIT_SECONDS[m.group(3)] * 1000)
+    return now_ms + delta if m.group(1) == "+" else now_ms - delta
 
 
 def parse_time(value: str, *, now_ms: int | None = None) -> int:
     """Epoch milliseconds from: an integer (ms), ISO-8601 (local time unless it has an offset), "now", or a
-    time relative to now: "now-30s", "now-10m", "now-2h", "now-1d" (or "-2h" written as --begin=-2h)."""
+    time relative to now: "now-30s", "now-10m", "now+2h", "now-1d" (or "-2h" written as --begin=-2h)."""
     text = value.strip()
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     if text == "now":
         return now
     if text.isdigit():
         return int(text)
-    m = _RELATIVE.match(text)
-    if m:
-        return now - int(float(m.group(1)) * _UNIT_SECONDS[m.group(2)] * 1000)
+    relative = _relative_ms(text, now)
+    if relative is not None:
+        return relative
     try:
         return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
@@ -188,6 +199,14 @@ def parse_perm(value: str) -> int:
     if bits is None or extra not in ("", "inherit"):
         raise argparse.ArgumentTypeError(f"bad permission {value!r}: use rw, r, w or none (or a number 0-7)")
     return bits | (PERM_INHERIT if extra else 0)
+
+
+def message_type_arg(value: str) -> str:
+    """A topic message type, any case (README: Topics and message types)."""
+    name = value.strip().upper()
+    if name not in MESSAGE_TYPES:
+        raise argparse.ArgumentTypeError(f"bad message type {value!r}: use {', '.join(MESSAGE_TYPES)}")
+    return name
 
 
 def format_perm(perm: int) -> str:
@@ -323,8 +342,8 @@ def _generated_body(size: int) -> bytes:
 
 
 def _deliver_at_ms(args: argparse.Namespace) -> int:
-    """``--deliver-at`` (ISO 8601 with a time zone, or ms since the epoch) or ``--delay-seconds`` as epoch ms
-    (0: deliver now)."""
+    """``--deliver-at`` (ISO 8601 with a time zone, ms since the epoch, or relative: now+10m) or
+    ``--delay-seconds`` as epoch ms (0: deliver now)."""
     at, delay = getattr(args, "deliver_at", None), getattr(args, "delay_seconds", None)
     if at is None and delay is None:
         return 0
@@ -338,11 +357,15 @@ def _deliver_at_ms(args: argparse.Namespace) -> int:
         return time.time_ns() // 1_000_000 + int(delay * 1000)
     if at.isdigit():
         return int(at)
+    now = time.time_ns() // 1_000_000
+    relative = now if at.strip() == "now" else _relative_ms(at.strip(), now)
+    if relative is not None:  # as --begin takes them (issue 34)
+        return relative
     try:
         when = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"--deliver-at {at!r} is not a time; use ISO 8601 with a zone (2030-01-02T03:04:05Z) "
-                         "or milliseconds since the epoch") from None
+        raise UsageError(f"--deliver-at {at!r} is not a time; use ISO 8601 with a zone (2030-01-02T03:04:05Z), "
+                         "milliseconds since the epoch, or a time from now (now+10m, now+2h, now+1d)") from None
     if when.tzinfo is None:
         raise UsageError(f"--deliver-at {at!r} has no time zone; add Z or +HH:MM")
     return int(when.timestamp() * 1000)
@@ -739,25 +762,49 @@ def _topic_json(t) -> dict:
 
 def _topic_line(verb: str, t) -> str:
     return (f"{verb} topic {t.name}: read queues {t.read_queue_nums}, write queues {t.write_queue_nums}, "
-            f"perm {format_perm(t.perm)}, order {'yes' if t.order else 'no'}")
+            f"perm {format_perm(t.perm)}, order {'yes' if t.order else 'no'}, message type {t.message_type}")
 
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         t = admin.create_topic(args.name, queues=args.queues, read_queues=args.read_queues,
-                               write_queues=args.write_queues, perm=args.perm, order=args.order)
+                               write_queues=args.write_queues, perm=args.perm, order=args.order,
+                               message_type=args.message_type)
     _print_json(_topic_json(t)) if args.json else print(_topic_line("created", t))
     return 0
 
 
+def _removed_queues_check(admin: Admin, args: argparse.Namespace) -> None:
+    """Fewer read queues make the messages of the queues beyond them unreadable (RocketMQ reads only queues
+    below the read count): refused without --force, said on stderr with it."""
+    new_read = args.read_queues or args.queues
+    if new_read is None:
+        return
+    # a system topic is not listed: the server refuses to change it, which says more than this would
+    current = next((t for t in admin.list_topics() if t.name == args.name), None)
+    if current is None or new_read >= current.read_queue_nums:
+        return
+    removed = [q for q in admin.queue_offsets(args.name) if q.queue_id >= new_read]
+    stored = sum(q.max_offset - q.min_offset for q in removed)
+    text = (f"lowering topic {args.name}'s read queues from {current.read_queue_nums} to {new_read} makes queues "
+            f"{new_read}..{current.read_queue_nums - 1} unreadable: their {stored} stored message(s) can no longer "
+            f"be consumed (raising the count again makes them readable). To shrink without that, lower "
+            f"--write-queues first and let consumers drain the queues")
+    if not args.force:
+        raise UsageError(f"{text}; add --force to do it anyway")
+    print(f"raftmq: warning: {text}", file=sys.stderr)
+
+
 def cmd_topic_update(args: argparse.Namespace) -> int:
-    changes = [args.queues, args.read_queues, args.write_queues, args.perm, args.order]
+    changes = [args.queues, args.read_queues, args.write_queues, args.perm, args.order, args.message_type]
     if all(c is None for c in changes):
-        raise UsageError("nothing to update: give --queues, --read-queues, --write-queues, --perm or "
-                         "--order/--no-order")
+        raise UsageError("nothing to update: give --queues, --read-queues, --write-queues, --perm, "
+                         "--order/--no-order or --message-type")
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        _removed_queues_check(admin, args)
         t = admin.update_topic(args.name, queues=args.queues, read_queues=args.read_queues,
-                               write_queues=args.write_queues, perm=args.perm, order=args.order)
+                               write_queues=args.write_queues, perm=args.perm, order=args.order,
+                               message_type=args.message_type)
     _print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t))
     return 0
 
@@ -768,9 +815,30 @@ def cmd_topic_list(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([_topic_json(t) for t in topics])
         return 0
-    rows = [[t.name, t.read_queue_nums, t.write_queue_nums, format_perm(t.perm), "yes" if t.order else "no"]
-            for t in topics]
-    print(render_table(["Topic", "Read queues", "Write queues", "Perm", "Order"], rows))
+    rows = [[t.name, t.read_queue_nums, t.write_queue_nums, format_perm(t.perm), "yes" if t.order else "no",
+             t.message_type] for t in topics]
+    print(render_table(["Topic", "Read queues", "Write queues", "Perm", "Order", "Message type"], rows))
+    return 0
+
+
+def cmd_topic_describe(args: argparse.Namespace) -> int:
+    """``topic describe``: the topic's configuration (message type included) and its queues' offsets."""
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        t = admin.get_topic(args.name)
+        if t is None:
+            raise TopicNotFoundError(f"topic {args.name!r} does not exist; create it with `raftmq topic create "
+                                     f"{args.name}`")
+        queues = admin.queue_offsets(args.name)
+    if args.json:
+        _print_json({**_topic_json(t), "queues": [dataclasses.asdict(q) for q in queues]})
+        return 0
+    stored = sum(q.max_offset - q.min_offset for q in queues)
+    print(f"Topic: {t.name}\n  message type:  {t.message_type}\n  read queues:   {t.read_queue_nums}\n"
+          f"  write queues:  {t.write_queue_nums}\n  perm:          {format_perm(t.perm)}\n"
+          f"  order:         {'yes' if t.order else 'no'}\n  messages kept: {stored}")
+    rows = [[q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset, _ms_to_text(q.last_store_timestamp)]
+            for q in queues]
+    print(render_table(["Queue", "Min offset", "Max offset", "Messages", "Last stored"], rows, title="Queues"))
     return 0
 
 
@@ -897,6 +965,8 @@ def cmd_group_describe(args: argparse.Namespace) -> int:
     total_lag = sum(q.lag for q in d.queues)
     print(f"Group: {d.group} ({len({m.client_id for m in d.members})} live members, total lag {total_lag}, "
           f"answered by {d.answered_by})")
+    if d.settings is not None:
+        print(_settings_line(d.settings))
     rows = [[m.topic, m.client_id, ",".join(map(str, m.queue_ids)) or "-", _ms_to_text(m.last_heartbeat_ms),
              f"{m.expires_in_ms / 1000:.1f}s"] for m in d.members]
     if rows:
@@ -905,6 +975,34 @@ def cmd_group_describe(args: argparse.Namespace) -> int:
              q.lag] for q in d.queues]
     if rows:
         print(render_table(["Topic", "Queue", "Owner", "Committed", "Max offset", "Lag"], rows, title="Queues"))
+    return 0
+
+
+def _duration_text(ms: int) -> str:
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def _settings_line(s) -> str:
+    return (f"Settings ({s.source}): fifo {'yes' if s.fifo else 'no'}, max delivery attempts "
+            f"{s.max_delivery_attempts}, retry back-off {' '.join(_duration_text(ms) for ms in s.retry_backoff_ms)}")
+
+
+def cmd_group_update(args: argparse.Namespace) -> int:
+    """``group update``: a group's FIFO, delivery attempts and retry back-off, changed on every member now."""
+    if not args.reset and args.fifo is None and args.max_attempts is None and args.retry_backoff is None:
+        raise UsageError("nothing to update: give --fifo/--no-fifo, --max-attempts, --retry-backoff or --reset")
+    if args.reset and (args.fifo is not None or args.max_attempts is not None or args.retry_backoff is not None):
+        raise UsageError("--reset drops the group's settings (the node configuration applies again); give it alone")
+    s = update_consumer_group(servers_of(args), args.group, fifo=args.fifo, max_delivery_attempts=args.max_attempts,
+                              retry_backoff=args.retry_backoff, reset=args.reset, security=security_of(args),
+                              timeout=args.timeout, retry_timeout=args.timeout)
+    if args.json:
+        _print_json({"group": args.group, **dataclasses.asdict(s)})
+    else:
+        print(f"group {args.group}: {_settings_line(s)}")
     return 0
 
 
@@ -1063,8 +1161,16 @@ def _topic_options(p: argparse.ArgumentParser, *, update: bool) -> None:
                    help="rw, r, w or none (+inherit), or RocketMQ bits 0-7" + ("" if update else " (default rw)"))
     if update:
         p.add_argument("--order", action=argparse.BooleanOptionalAction, default=None, help="ordered topic")
+        p.add_argument("--message-type", type=message_type_arg, metavar="TYPE",
+                       help=f"what the topic takes from now on: {', '.join(MESSAGE_TYPES)}")
+        p.add_argument("--force", action="store_true",
+                       help="lower the read queue count even though the removed queues' messages become unreadable")
     else:
         p.add_argument("--order", action="store_true", help="ordered topic")
+        p.add_argument("--message-type", type=message_type_arg, default="NORMAL", metavar="TYPE",
+                       help="what the topic takes: NORMAL (default: no message group, delay or delivery time), "
+                            "FIFO (a message group), DELAY (a delay level or delivery time), TRANSACTION "
+                            "(transactional messages) or MIXED (every kind); a send of another kind is refused")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -1086,8 +1192,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="deliver after delay level N of the broker's store.message_delay_level (default levels: "
                         "1=1s 2=5s 3=10s 4=30s 5=1m ... 18=2h; a higher level is clamped to the last, 0 = now)")
     p.add_argument("--deliver-at", metavar="TIME",
-                   help="timer message: deliver at TIME (ISO 8601 with a zone, e.g. 2030-01-02T03:04:05Z, or ms "
-                        "since the epoch); at most the broker's store.timer_max_delay_seconds ahead")
+                   help="timer message: deliver at TIME (ISO 8601 with a zone, e.g. 2030-01-02T03:04:05Z, ms "
+                        "since the epoch, or from now: now+90s, now+10m, now+2h); at most the broker's "
+                        "store.timer_max_delay_seconds ahead")
     p.add_argument("--delay-seconds", type=float, metavar="S",
                    help="timer message: deliver S seconds from now (like --deliver-at)")
     p.add_argument("--count", "-n", type=_positive_int, metavar="N", help="load: send N messages")
@@ -1148,11 +1255,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group", "-g", help="also show this group's committed offsets and lag")
 
     t = sub.add_parser("topic", help="create, update, list, delete topics")
-    tsub = t.add_subparsers(dest="topic_command", metavar="{create,update,list,delete}")
+    tsub = t.add_subparsers(dest="topic_command", metavar="{create,update,describe,list,delete}")
     tsub.required = True
     _topic_options(_add(tsub, "create", cmd_topic_create, "create a topic"), update=False)
-    _topic_options(_add(tsub, "update", cmd_topic_update, "change a topic's queues, permission or order"),
-                   update=True)
+    _topic_options(_add(tsub, "update", cmd_topic_update,
+                        "change a topic's queues, permission, order or message type"), update=True)
+    p = _add(tsub, "describe", cmd_topic_describe, "a topic's configuration and its queues")
+    p.add_argument("name", metavar="TOPIC")
     p = _add(tsub, "list", cmd_topic_list, "list topics")
     p.add_argument("--system", action="store_true", help="include system topics")
     p = _add(tsub, "delete", cmd_topic_delete, "delete a topic and its consume queues", json_flag=False)
@@ -1200,14 +1309,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait-timeout", type=_positive_float, default=600.0, metavar="SECONDS",
                    help="how long to wait for it to be back (default 600)")
 
-    g = sub.add_parser("group", help="consumer groups: members, queue ownership, lag")
-    gsub = g.add_subparsers(dest="group_command", metavar="{describe,reset-offsets}")
+    g = sub.add_parser("group", help="consumer groups: members, queue ownership, lag, settings")
+    gsub = g.add_subparsers(dest="group_command", metavar="{describe,update,reset-offsets}")
     gsub.required = True
     p = _add(gsub, "describe", cmd_group_describe, "a group's live members, their queues, offsets and lag",
              description="Ask the leader (which holds the membership) for GROUP's live consumers, the queues each "
                          "reads (AllocateMessageQueueAveragely over the sorted member ids), and per queue the "
                          "committed offset and lag.")
     p.add_argument("group", metavar="GROUP")
+    p = _add(gsub, "update", cmd_group_update, "change how a group consumes, on every member, now",
+             description="Set GROUP's own settings, replicated to every member and used at once (as RocketMQ's "
+                         "updateSubGroup): FIFO consumption, deliveries before the dead-letter topic %%DLQ%%GROUP, "
+                         "the back-off after a nack. Options left out keep their value; a group without settings "
+                         "of its own follows the node configuration (node.max_delivery_attempts, "
+                         "node.retry_backoff, node.group_policies) until its first update. RocketMQ 5 clients pick "
+                         "the change up when they next send their settings.")
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("--fifo", action=argparse.BooleanOptionalAction, default=None,
+                   help="consume in order per message group (one message of a group in flight at a time)")
+    p.add_argument("--max-attempts", type=_positive_int, metavar="N",
+                   help="deliveries before a message goes to the dead-letter topic (1..1000)")
+    p.add_argument("--retry-backoff", metavar="DELAYS",
+                   help="delays after a nack, by attempt, e.g. '1s 5s 30s 2m' (s, m, h, d; the last repeats)")
+    p.add_argument("--reset", action="store_true",
+                   help="drop the group's own settings: the node configuration applies again")
 
     from raftmq.client.pop_commands import (
         register as register_pop,  # dlq list|view|resend, group reset-offsets

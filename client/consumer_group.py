@@ -56,12 +56,28 @@ class GroupQueue:
 
 
 @dataclass(frozen=True)
+class GroupSettings:
+    """How a group consumes (issue 34): its own replicated settings (``source`` "group settings", changed with
+    ``update_consumer_group``) or the node configuration's (``source`` "node config")."""
+
+    fifo: bool
+    max_delivery_attempts: int
+    retry_backoff_ms: list[int]
+    source: str
+
+    @classmethod
+    def from_pb(cls, s: pb.ConsumerGroupSettings) -> GroupSettings:
+        return cls(s.fifo, s.max_delivery_attempts, list(s.retry_backoff_ms), s.source)
+
+
+@dataclass(frozen=True)
 class ConsumerGroupDescription:
     group: str
     members: list[GroupMember]
     queues: list[GroupQueue]
     generations: dict[str, int]
     answered_by: str
+    settings: GroupSettings | None = None  # None from a node older than group settings
 
 
 def describe_consumer_group(servers: str | Iterable[str] | None, group: str, *, timeout: float = 10.0,
@@ -82,4 +98,28 @@ def describe_consumer_group(servers: str | Iterable[str] | None, group: str, *, 
                  for m in resp.members],
         queues=[GroupQueue(q.topic, q.queue_id, q.client_id, q.committed, q.committed_offset, q.max_offset, q.lag)
                 for q in resp.queues],
-        generations=dict(resp.generations), answered_by=address)
+        generations=dict(resp.generations), answered_by=address,
+        settings=GroupSettings.from_pb(resp.settings) if resp.HasField("settings") else None)
+
+
+def update_consumer_group(servers: str | Iterable[str] | None, group: str, *, fifo: bool | None = None,
+                          max_delivery_attempts: int | None = None, retry_backoff: str | None = None,
+                          reset: bool = False, timeout: float = 10.0, retry_timeout: float = 15.0,
+                          security: ClientSecurity | None = None) -> GroupSettings:
+    """Change a group's settings at runtime, on every member (issue 34; RocketMQ's ``updateSubGroup``): FIFO
+    consumption, deliveries before the dead-letter topic, the back-off after a nack (``"1s 5s 1m"``: the N-th
+    delay after attempt N). Unset ones keep their value; ``reset`` drops the group's own settings so the node
+    configuration applies again. Returns the settings now in force."""
+    if not group.strip():
+        raise errors.InvalidArgumentError("consumer group must not be empty")
+    req = pb.UpdateConsumerGroupRequest(group=group, retry_backoff=retry_backoff or "", reset=reset)
+    if fifo is not None:
+        req.fifo = fifo
+    if max_delivery_attempts is not None:
+        req.max_delivery_attempts = max_delivery_attempts
+    pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
+    try:  # the same request twice leaves the same settings
+        resp, _ = pool.write(lambda s, t: s.admin.UpdateConsumerGroup(req, timeout=t), idempotent=True)
+    finally:
+        pool.close()
+    return GroupSettings.from_pb(resp.settings)

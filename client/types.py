@@ -106,23 +106,32 @@ class QueueOffsets:
     last_store_timestamp: int = 0
 
 
+# What a topic takes (issue 34, RocketMQ 5's topic message type): a send of another kind is refused. NORMAL
+# (no message group, delay or delivery time), FIFO (a message group), DELAY (a delay level or delivery time),
+# TRANSACTION (transactional half messages), MIXED (every kind).
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
 @dataclass(frozen=True)
 class TopicConfig:
-    """A topic's configuration. ``perm`` uses RocketMQ's bits: read 4, write 2, inherit 1."""
+    """A topic's configuration. ``perm`` uses RocketMQ's bits: read 4, write 2, inherit 1; ``message_type`` one
+    of ``MESSAGE_TYPES``."""
 
     name: str
     read_queue_nums: int = 4
     write_queue_nums: int = 4
     perm: int = PERM_READ | PERM_WRITE
     order: bool = False
+    message_type: str = "NORMAL"
 
     @classmethod
     def from_pb(cls, t: pb.TopicConfig) -> TopicConfig:
-        return cls(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order)
+        return cls(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order, t.message_type or "NORMAL")
 
     def to_pb(self) -> pb.TopicConfig:
         return pb.TopicConfig(name=self.name, read_queue_nums=self.read_queue_nums,
-                              write_queue_nums=self.write_queue_nums, perm=self.perm, order=self.order)
+                              write_queue_nums=self.write_queue_nums, perm=self.perm, order=self.order,
+                              message_type=self.message_type)
 
 
 @dataclass(frozen=True)

@@ -128,3 +128,18 @@ class AclService(pb_grpc.AclServiceServicer):
         self._check_user(request.access_key)
         await self._apply({"op": "rule_remove", "user": request.access_key, "index": request.index}, context)
         return pb.RemoveAclRuleResponse(user=self._one(request.access_key))
+
+    @rpc_handler("EndConsoleSession")
+    async def EndConsoleSession(self, request: pb.EndConsoleSessionRequest,  # noqa: N802
+                                context) -> pb.EndConsoleSessionResponse:
+        """issue 34: a console log-out, on every member: the session's id is replicated as ended (until it would
+        have expired), so the cookie stops working everywhere, also where it was copied to."""
+        self._auth()
+        sessions = self.node.console_sessions
+        # a session ended already is ended again (a retried request after a lost answer succeeds)
+        found = sessions.session(request.session, even_ended=True) if sessions is not None else None
+        if found is None:
+            raise invalid("not a valid console session (expired, or not issued by this cluster)")
+        user, session, expires = found
+        await self.node.run_blocking(self.node.write_path.end_console_session, session, expires)
+        return pb.EndConsoleSessionResponse(user=user)

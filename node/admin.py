@@ -12,10 +12,18 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from raftmq.node.cluster_views import cluster_status, describe_group
+from raftmq.node.cluster_views import cluster_status, describe_group, group_settings
 from raftmq.node.errors import RpcError, invalid
 from raftmq.node.rpc import rpc_handler
-from raftmq.node.validation import check_perm, check_queue_nums, check_topic_name, is_system_topic
+from raftmq.node.validation import (
+    check_group_name,
+    check_message_type_name,
+    check_perm,
+    check_queue_nums,
+    check_topic_name,
+    is_system_topic,
+)
+from raftmq.store.topic_config import MIXED, NORMAL
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
@@ -28,8 +36,10 @@ REBUILD_CHECK_S = 5.0  # RebuildMember: how long the group may take to show a le
 
 
 def topic_message(cfg) -> pb.TopicConfig:
+    # a topic from before message types takes every kind: MIXED is what it does
     return pb.TopicConfig(name=cfg.topic_name, read_queue_nums=cfg.read_queue_nums,
-                          write_queue_nums=cfg.write_queue_nums, perm=cfg.perm, order=cfg.order)
+                          write_queue_nums=cfg.write_queue_nums, perm=cfg.perm, order=cfg.order,
+                          message_type=cfg.message_type or MIXED)
 
 
 class AdminService(pb_grpc.AdminServiceServicer):
@@ -53,7 +63,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
                            f"topic {t.name!r} already exists; change it with `raftmq topic update {t.name}` "
                            "(SDK: Admin.update_topic)")
-        cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm, order=t.order)
+        message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
+        cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
+                          order=t.order).with_message_type(message_type)
         await self.node.run_blocking(self.node.write_path.create_topic, cfg)
         return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
 
@@ -75,6 +87,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         if t.order != current.order:
             changes["order"] = t.order
         cfg = dataclasses.replace(current, **changes)
+        if t.message_type:
+            cfg = cfg.with_message_type(check_message_type_name(t.message_type))
         await self.node.run_blocking(self.node.write_path.update_topic, cfg)
         return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
 
@@ -164,3 +178,38 @@ class AdminService(pb_grpc.AdminServiceServicer):
     async def DescribeConsumerGroup(self, request, context) -> pb.DescribeConsumerGroupResponse:  # noqa: N802
         """Live members (the leader's table), who owns which queue, committed offsets and lag per queue."""
         return await self.node.run_blocking(describe_group, self.node, request.group)
+
+    @rpc_handler("UpdateConsumerGroup")
+    async def UpdateConsumerGroup(self, request, context) -> pb.UpdateConsumerGroupResponse:  # noqa: N802
+        """A group's own settings (issue 34), replicated: given fields change, the others keep what the group
+        consumes with now (its settings, else the leader's node configuration); ``reset`` drops them."""
+        from raftmq.node.pop_core import parse_policy
+        from raftmq.store.subscription_groups import SubscriptionGroup
+
+        node = self.node
+        group = request.group
+        check_group_name(group)
+        node.check_leader()  # a group without settings starts from the leader's configuration, on every member
+        given = request.HasField("fifo") or request.HasField("max_delivery_attempts") or bool(request.retry_backoff)
+        if request.reset:
+            if given:
+                raise invalid("reset drops the group's settings (the node configuration applies again); give no "
+                              "other setting with it")
+            await node.run_blocking(node.write_path.update_group_config, group, None)
+        else:
+            if not given:
+                raise invalid("nothing to change: give fifo, max_delivery_attempts, retry_backoff or reset")
+            now = node.pop.policy(group)
+            try:  # the node configuration's checks, so both ways of setting a policy refuse the same values
+                policy = parse_policy(
+                    request.max_delivery_attempts if request.HasField("max_delivery_attempts")
+                    else now.max_delivery_attempts, request.retry_backoff or "1s", "",
+                    request.fifo if request.HasField("fifo") else now.fifo)
+            except ValueError as e:  # ".max_delivery_attempts: must be ...": the field and what to fix
+                raise invalid(f"consumer group {group!r}: {str(e).lstrip('.')}") from None
+            backoff = policy.retry_backoff_ms if request.retry_backoff else now.retry_backoff_ms
+            existing = node.store.subscription_groups.get(group)
+            cfg = SubscriptionGroup(group, policy.fifo, policy.max_delivery_attempts, backoff,
+                                    **({"other": existing.other} if existing is not None else {}))
+            await node.run_blocking(node.write_path.update_group_config, group, cfg)
+        return pb.UpdateConsumerGroupResponse(group=group, settings=group_settings(node, group))

@@ -83,6 +83,7 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AdminService/TransferLeader": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AdminService/RebuildMember": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AdminService/DescribeConsumerGroup": (("SUB", "group", "group"),),
+    "/raftmq.v1.AdminService/UpdateConsumerGroup": (("ADMIN", "group", "group"),),
     "/raftmq.v1.TransactionService/SendHalfMessage": (("PUB", "topic", "message.topic"),),
     "/raftmq.v1.TransactionService/EndTransaction": (("PUB", "group", "producer_group"),),
     "/raftmq.v1.TransactionService/CheckTransactions": (("PUB", "group", "register_group"),
@@ -93,6 +94,7 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AclService/AddAclRule": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/RemoveAclRule": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AclService/SetAclUserNetworks": (("ADMIN", CLUSTER, ""),),
+    "/raftmq.v1.AclService/EndConsoleSession": (("ADMIN", CLUSTER, ""),),  # the console calls it as a member
     # issue 13: RocketMQ 5 clients (apache.rocketmq.v2). Sends and transactions publish to the topic; consumers
     # subscribe with their group; route, telemetry, heartbeat and goodbye only identify the client (any signed
     # user: they reveal no messages); a DLQ forward or offset change is the group's own consumption state.
@@ -140,12 +142,23 @@ class AuthError(Exception):
 
 
 class AccessDenied(Exception):
-    """PERMISSION_DENIED naming user, action and resource."""
+    """PERMISSION_DENIED naming user, action and resource, and what would change the answer: the deny rule that
+    matched (an allow cannot beat it), or a narrower request, or an allow rule to add."""
 
-    def __init__(self, user: str, action: str, resource: str):
-        super().__init__(f"user {user!r} may not {action} on {resource} (no rule allows it, or a deny rule "
-                         f"matches; an admin can grant it: raftmq acl policy add {user} --allow {action} "
-                         f"--resource {resource})")
+    def __init__(self, user: str, action: str, resource: str, *, deny: tuple[int, dict] | None = None):
+        if deny is not None:
+            index, rule = deny
+            why = (f"its rule {index} denies it ({rule.get('effect')} {','.join(rule.get('actions', ()))} on "
+                   f"{', '.join(rule.get('resources', ()))}), and a deny wins over any allow; an admin can remove "
+                   f"it: raftmq acl policy remove {user} {index}")
+        elif resource == "topic:*":
+            why = ("the request names no topic, so it needs the right on every topic; name the topic (`raftmq view "
+                   "MSGID --topic TOPIC`, SDK: view_message(msg_id, topic=...)), or an admin can grant every topic: "
+                   f"raftmq acl policy add {user} --allow {action} --resource 'topic:*'")
+        else:
+            why = (f"no rule allows it; an admin can grant it: raftmq acl policy add {user} --allow {action} "
+                   f"--resource {resource}")
+        super().__init__(f"user {user!r} may not {action} on {resource} ({why})")
         self.user, self.action, self.resource = user, action, resource
 
 
@@ -351,6 +364,15 @@ def _matches(pattern: str, kind: str, name: str) -> bool:
     if pname.endswith("*"):
         return name.startswith(pname[:-1])
     return pname == name
+
+
+def matching_deny(rules: Sequence[dict], action: str, kind: str, name: str) -> tuple[int, dict] | None:
+    """(index, rule) of the first deny rule that matches (the one ``decide`` refused on), else None."""
+    for i, rule in enumerate(rules):
+        if rule.get("effect") == "deny" and action in rule.get("actions", ()) and \
+                any(_matches(p, kind, name) for p in rule.get("resources", ())):
+            return i, rule
+    return None
 
 
 def decide(rules: Sequence[dict], action: str, kind: str, name: str, default: str) -> bool:
@@ -611,7 +633,14 @@ class Authenticator:
             raise AccessDenied(principal.access_key, needs[0][0] if needs else "call", method)
         for action, kind, name in needs:
             if not self._allows(principal.access_key, user, action, kind, name):
-                raise AccessDenied(principal.access_key, action, resource_text(kind, name))
+                raise AccessDenied(principal.access_key, action, resource_text(kind, name),
+                                   deny=matching_deny(user[2], action, kind, name))
+
+    def denial(self, access_key: str, action: str, kind: str, name: str) -> AccessDenied:
+        """The refusal ``authorize`` gives this user for the action (naming a deny rule that matched)."""
+        user = self._user(access_key)
+        deny = matching_deny(user[2], action, kind, name) if user is not None else None
+        return AccessDenied(access_key or "anonymous", action, resource_text(kind, name), deny=deny)
 
     def allows(self, access_key: str, action: str, kind: str, name: str) -> bool:
         """Whether the user may ``action`` on the resource (False for an unknown user): the same decision as an

@@ -3,9 +3,9 @@
 Start order: HTTP (so probes answer at once), gRPC (answers UNAVAILABLE "starting" instead of refusing
 connections), then the store is opened (recovery may take a while) off the event loop, the write path starts, and
 the node turns ready once the reput thread has caught up with the commit log (and, when replicated, a leader is
-known). SIGTERM: stop taking requests, release parked long polls, let in-flight requests finish (bounded by
-``node.shutdown_grace_seconds``), stop the write path (flushing pending group commits), shut the store down
-(flush, remove the abort file), exit 0.
+known). SIGTERM: a leader hands leadership to a caught-up member first, then the node stops taking requests,
+releases parked long polls, lets in-flight requests finish (bounded by ``node.shutdown_grace_seconds``), stops the
+write path (flushing pending group commits), shuts the store down (flush, remove the abort file), exits 0.
 """
 
 from __future__ import annotations
@@ -155,8 +155,15 @@ class Broker:
         return leader is not None and leader.id == self.node_id
 
     def check_serving(self) -> None:
-        if not self.serving:
-            raise unavailable(f"node {self.node_id} is not ready ({self._phase}); retry shortly or use another member")
+        if self.serving:
+            return
+        leader = self.write_path.leader() if self._stopping and self.write_path is not None else None
+        if leader is not None and leader.id != self.node_id and leader.grpc_address:
+            # a stopping member names the leader, as a follower does: a client (or a SendStream) moves there at
+            # once instead of coming back here until this member stops listening
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, f"node {self.node_id} is shutting down; send to "
+                           f"the leader {leader.id} at {leader.grpc_address}", leader=leader.grpc_address)
+        raise unavailable(f"node {self.node_id} is not ready ({self._phase}); retry shortly or use another member")
 
     def _leader_contact(self) -> tuple[str | None, float]:
         """(leader's gRPC address, seconds since this member heard from it) for the forwarder."""
@@ -205,7 +212,9 @@ class Broker:
                             "(SDK: Admin.create_topic)")
         return cfg
 
-    async def writable_topic(self, name: str):
+    async def writable_topic(self, name: str, message_type: str = "NORMAL"):
+        """The config of a topic a send may go to; ``node.auto_create_topics`` creates a missing one, taking
+        the kind of message (``message_type``) of the send that needs it."""
         cfg = self.topic_config(name)
         if cfg is None and self.config.node.auto_create_topics and not is_system_topic(name):
             from raftmq.store.topic_config import TopicConfig
@@ -213,7 +222,8 @@ class Broker:
             try:
                 await self.run_blocking(self.write_path.create_topic,
                                         TopicConfig(topic_name=name, read_queue_nums=AUTO_CREATE_QUEUE_NUMS,
-                                                    write_queue_nums=AUTO_CREATE_QUEUE_NUMS))
+                                                    write_queue_nums=AUTO_CREATE_QUEUE_NUMS
+                                                    ).with_message_type(message_type))
             except StoreError:
                 pass  # created concurrently by another request
             cfg = self.topic_config(name)
@@ -310,7 +320,7 @@ class Broker:
             from raftmq.node.console.session import ConsoleSessions
 
             self.auth = Authenticator(cfg.security, self._acl_table, catch_up=self._catch_up_with_leader)
-            self.console_sessions = ConsoleSessions(cfg.security, self.auth)
+            self.console_sessions = ConsoleSessions(cfg.security, self.auth, ended=self._console_session_ended)
         http = cfg.http_listen
         self.console = Console(self)
         tls = cfg.tls_files()
@@ -400,6 +410,10 @@ class Broker:
         from raftmq.node.networks import peer_ip
 
         return peer_ip(self.forwarder.client_peer(context))
+
+    def _console_session_ended(self, session: str) -> bool:
+        table = self._acl_table()
+        return table is not None and table.session_ended(session)
 
     def _acl_table(self):
         wp = self.write_path
@@ -742,9 +756,16 @@ class Broker:
         if self._stopped:
             return True
         self._stopped = self._stopping = True
+        self.forwarder.stopping = True
+        log.info("node %s shutting down", self.node_id)
+        if self._write_path_started and self.serving:
+            # Hand leadership away first, still answering: writes are refused only while the transfer runs, then
+            # redirected (or forwarded) to the new leader. Draining first kept this member leader, refusing every
+            # write, until its calls stopped coming, and under load they never did (issue 34).
+            self._phase = "shutting down: handing leadership to another member"
+            await self.run_blocking(self.write_path.hand_off_leadership)
         self.serving = False
         self._phase = "shutting down"
-        log.info("node %s shutting down", self.node_id)
         if self.long_polls is not None:
             self.long_polls.close()
         if self._grpc is not None:

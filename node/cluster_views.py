@@ -63,6 +63,15 @@ def cluster_status(node: Broker) -> pb.ClusterStatusResponse:
     return resp
 
 
+def group_settings(node: Broker, group: str) -> pb.ConsumerGroupSettings:
+    """The settings a group consumes with (issue 34): its own replicated ones, else the node configuration's."""
+    policy = node.pop.policy(group)
+    own = node.store.subscription_groups.get(group) is not None
+    return pb.ConsumerGroupSettings(fifo=policy.fifo, max_delivery_attempts=policy.max_delivery_attempts,
+                                    retry_backoff_ms=list(policy.retry_backoff_ms),
+                                    source="group settings" if own else "node config")
+
+
 def describe_group(node: Broker, group: str, *, with_members: bool = True) -> pb.DescribeConsumerGroupResponse:
     """Live members (the leader's table), who owns which queue, committed offsets and lag per queue.
 
@@ -76,10 +85,11 @@ def describe_group(node: Broker, group: str, *, with_members: bool = True) -> pb
         members = node.consumer_groups.members(group)
     committed_topics = node.store.consumer_offsets.topics(group)
     topics = sorted(set(members) | set(committed_topics))
-    if not topics:
-        raise not_found(f"consumer group {group!r} has no live members and no committed offsets (check the "
-                        "name; a group appears once a consumer of it heartbeats or commits)")
-    resp = pb.DescribeConsumerGroupResponse(group=group)
+    if not topics and node.store.subscription_groups.get(group) is None:
+        raise not_found(f"consumer group {group!r} has no live members, no committed offsets and no settings of its "
+                        "own (check the name; a group appears once a consumer of it heartbeats or commits, or once "
+                        "`raftmq group update` gives it settings)")
+    resp = pb.DescribeConsumerGroupResponse(group=group, settings=group_settings(node, group))
     for topic in topics:
         cfg = node.topic_config(topic)
         live = members.get(topic, [])

@@ -467,8 +467,26 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]], problems: list[str]) -> N
                 value = "true" if value else "false"  # YAML reads an unquoted true/false as a boolean
             setattr(obj, key, _coerce(f"{origin}: {where}", value, getattr(obj, key), problems))
     _build_store(cfg, raw.get("store", {}), problems)
+    checked = len(problems)
     _check(cfg, problems)
+    problems[checked:] = [_with_origin(p, raw) for p in problems[checked:]]
     return cfg
+
+
+_CHECKED_KEY = re.compile(r"^(node|cluster|store|security|kubernetes)\.(\w+)")
+
+
+def _with_origin(problem: str, raw: dict[str, dict[str, tuple[Any, str]]]) -> str:
+    """A problem found across keys (``cluster.durability: ...``) prefixed with where the key was set (the file,
+    the environment or --set), as the per-key problems are (issue 34: config errors must name the file)."""
+    m = _CHECKED_KEY.match(problem)
+    if m is None:
+        return problem
+    section, key = m.groups()
+    entries = raw.get(section, {})
+    origins = [entries[key][1]] if key in entries else sorted({o for k, (_, o) in entries.items()
+                                                                if k.startswith(key + ".")})
+    return f"{', '.join(origins)}: {problem}" if origins else problem
 
 
 def _build_raft(cfg: NodeConfig, key: str, value: Any, origin: str, problems: list[str]) -> None:

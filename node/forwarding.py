@@ -104,6 +104,9 @@ class Forwarder:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._calls: dict[tuple[str, str], Any] = {}
         self.forwarded = 0  # calls relayed (metrics)
+        # set when this member shuts down: it relays nothing more, so its callers learn to go elsewhere (the
+        # refusal names the leader) before it stops listening, instead of keeping its drain busy
+        self.stopping = False
 
     # ------------------------------------------------------------------ the leader's side
     def is_trusted_forward(self, context: grpc.aio.ServicerContext) -> bool:
@@ -131,7 +134,7 @@ class Forwarder:
     # ------------------------------------------------------------------ the relaying member's side
     def should_forward(self, method: str, err: RpcError, context: grpc.aio.ServicerContext) -> bool:
         """Forward a not-the-leader refusal when it names the leader and neither the client nor a relay said no."""
-        if not self.enabled or not err.leader or err.code != grpc.StatusCode.FAILED_PRECONDITION:
+        if self.stopping or not self.enabled or not err.leader or err.code != grpc.StatusCode.FAILED_PRECONDITION:
             return False
         if method not in self._methods:
             return False

@@ -8,11 +8,17 @@ Member i listens on 127.0.0.1 with HTTP BASE+100*i, gRPC BASE+1+100*i, Raft BASE
 
 Readiness is only believed from the process we started: ``/ready`` names the node id and pid that answered,
 so another raftmq holding the same ports is reported as such instead of being mistaken for ours.
+
+Settings stay those the run was started with (issue 34): a member's config file is written once (edits to it
+are kept), and the ``RAFTMQ_*`` environment of the first start is kept in ``DIR/environment`` and given to every
+member started later, whatever the environment of that later ``make run`` says (a difference is named). A member
+restarted alone therefore never runs with other settings than its peers.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +31,7 @@ from pathlib import Path
 import yaml
 
 HOST = "127.0.0.1"
+ENV_PREFIX = "RAFTMQ_"  # the node's settings from the environment (node.config)
 PORT_STRIDE = 100
 DEFAULT_PORT_BASE = 8080
 MAX_NODES = 9
@@ -36,6 +43,7 @@ def member(i: int, port_base: int = DEFAULT_PORT_BASE) -> dict[str, str | int]:
 
 
 def write_configs(base: Path, n: int, port_base: int = DEFAULT_PORT_BASE) -> list[Path]:
+    """Each member's config file: written when missing, kept (with the user's edits) when it exists."""
     members = [member(i, port_base) for i in range(n)]
     peers = [{"id": m["id"], "raft": f"{HOST}:{m['raft']}", "grpc": f"{HOST}:{m['grpc']}"} for m in members]
     paths = []
@@ -48,10 +56,33 @@ def write_configs(base: Path, n: int, port_base: int = DEFAULT_PORT_BASE) -> lis
             "kubernetes": {"role_label": "false"},
         }
         path = base / f"{m['id']}.yaml"
-        path.write_text("# written by `make run`; edit and `make stop run` to apply\n"
-                        + yaml.safe_dump(cfg, sort_keys=False))
+        if not path.exists():
+            path.write_text("# written by `make run`; edit and `make stop run` to apply\n"
+                            + yaml.safe_dump(cfg, sort_keys=False))
         paths.append(path)
     return paths
+
+
+def run_environment(base: Path, environ: dict[str, str]) -> dict[str, str]:
+    """The environment to start members with: ``environ`` without its RAFTMQ_* settings plus those of the run's
+    first start (recorded in ``base/environment`` then, owner-only: they may hold secrets). A difference from
+    ``environ``'s own RAFTMQ_* settings is said on stderr: the recorded ones win."""
+    path = base / "environment"
+    current = {k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)}
+    if path.exists():
+        recorded = json.loads(path.read_text())
+    else:
+        recorded = current
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(recorded, f, indent=1, sort_keys=True)
+    if current != recorded:
+        changed = sorted(k for k in set(current) | set(recorded) if current.get(k) != recorded.get(k))
+        print(f"make run: the environment differs from the one this cluster was started with in {', '.join(changed)};"
+              f" members start with the recorded settings ({path}) so that they all run alike. To change a "
+              f"setting, edit {base}/n<i>.yaml and `make stop run`, or `make stop` and remove {base}/ to start "
+              "fresh with the new environment.", file=sys.stderr)
+    return {**{k: v for k, v in environ.items() if not k.startswith(ENV_PREFIX)}, **recorded}
 
 
 def _running_pid(pid_file: Path) -> int | None:
@@ -134,6 +165,7 @@ def start(base: Path, n: int, timeout: float, port_base: int = DEFAULT_PORT_BASE
         return 1
     layout.write_text(want + "\n")
     configs = write_configs(base, n, port_base)
+    env = run_environment(base, dict(os.environ))
     started: dict[str, tuple[int, subprocess.Popen | None]] = {}
     for i, cfg_path in enumerate(configs):
         m = member(i, port_base)
@@ -146,7 +178,7 @@ def start(base: Path, n: int, timeout: float, port_base: int = DEFAULT_PORT_BASE
         log = open(base / f"{m['id']}.log", "ab")
         proc = subprocess.Popen([sys.executable, "-m", "raftmq.node", "node", "--config", str(cfg_path)],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         log.close()
         pid_file.write_text(f"{proc.pid}\n")
         started[str(m["id"])] = (proc.pid, proc)

@@ -24,7 +24,13 @@ from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found
 from raftmq.node.loop_bridge import LoopBridge
 from raftmq.node.pop_service import PopRpcs, queue_for_message_group
 from raftmq.node.rpc import rpc_handler
-from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
+from raftmq.node.validation import (
+    check_consumable_topic,
+    check_group_name,
+    check_message_type,
+    check_topic_name,
+    message_type_of,
+)
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
 from raftmq.v1 import raftmq_pb2 as pb
@@ -133,14 +139,17 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         puts = self.node.write_path.put_many(prepared)
         return [PendingSend(msgs, put, now) for msgs, put in zip(prepared, puts, strict=True)]
 
-    async def prepare(self, messages: list[pb.Message], born_host: tuple[str, int]) -> list:
+    async def prepare(self, messages: list[pb.Message], born_host: tuple[str, int],
+                      message_type: str | None = None) -> list:
         """The store messages of one send, checked and converted; raises for what cannot be stored.
 
         The one write path of every produce RPC (SendMessage, SendBatch, SendStream - which runs the same three
-        steps, the topic's checks once per request): it suspends only to auto-create a topic."""
+        steps, the topic's checks once per request): it suspends only to auto-create a topic. ``message_type``:
+        the kind of every message of the send as the caller's protocol declared it (RocketMQ 5), else each
+        message's kind follows from its fields."""
         topic = self.send_topic(messages)
-        cfg = await self.writable_topic_for_send(topic)
-        return self.convert_send(cfg, messages, born_host)
+        cfg = await self.writable_topic_for_send(topic, message_type or message_type_of(messages[0])[0])
+        return self.convert_send(cfg, messages, born_host, message_type)
 
     @staticmethod
     def send_topic(messages: list[pb.Message]) -> str:
@@ -151,17 +160,25 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
                 raise invalid(f"a batch goes to one topic; found {topic!r} and {m.topic!r} - send separate batches")
         return topic
 
-    async def writable_topic_for_send(self, topic: str):
-        """The topic's config when this node may take a send to it now; raises otherwise."""
+    async def writable_topic_for_send(self, topic: str, message_type: str):
+        """The topic's config when this node may take a send to it now; raises otherwise. ``message_type``: the
+        kind of the send's messages (a topic auto-created for it takes that kind)."""
         check_topic_name(topic)
         # only the leader writes, and only its topic table is current: a follower may not have applied a topic
         # created a moment ago, so it redirects rather than answering NOT_FOUND from a stale table
         self.node.check_leader()
-        return await self.node.writable_topic(topic)
+        return await self.node.writable_topic(topic, message_type)
 
-    def convert_send(self, cfg, messages: list[pb.Message], born_host: tuple[str, int]) -> list:
-        """The store messages of one send to the topic of ``cfg``: its queue chosen, fields checked."""
-        return self.node.converter.to_store_messages(messages, self._queue_for(cfg, messages), born_host)
+    def convert_send(self, cfg, messages: list[pb.Message], born_host: tuple[str, int],
+                     message_type: str | None = None) -> list:
+        """The store messages of one send to the topic of ``cfg``: its queue chosen, fields checked, each
+        message's kind taken by the topic (``message_type``: as in ``prepare``). A malformed message is named
+        before a kind the topic does not take."""
+        out = self.node.converter.to_store_messages(messages, self._queue_for(cfg, messages), born_host)
+        for m in messages:
+            kind, why = (message_type, "") if message_type else message_type_of(m)
+            check_message_type(cfg, kind, why)
+        return out
 
     async def complete(self, pending: PendingSend, *, record: bool = True) -> list:
         """Wait for a submitted send; its store results, or raises for anything that was not stored.

@@ -16,6 +16,7 @@ an HTTP request through a proxy listed in ``security.trusted_http_proxies`` by i
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import urllib.parse
 from collections.abc import Iterable, Sequence
@@ -248,6 +249,15 @@ def guard_handler(handler: grpc.RpcMethodHandler, check: Any) -> grpc.RpcMethodH
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, handler.request_deserializer,
                                                    handler.response_serializer)
+    if handler.unary_stream and inspect.iscoroutinefunction(handler.unary_stream):
+        inner_uw = handler.unary_stream  # writes its responses with context.write: wrapped as a coroutine too
+
+        async def unary_write(request, context):
+            await check(context)
+            await inner_uw(request, context)
+
+        return grpc.unary_stream_rpc_method_handler(unary_write, handler.request_deserializer,
+                                                    handler.response_serializer)
     if handler.unary_stream:
         inner_us = handler.unary_stream
 

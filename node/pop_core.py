@@ -31,7 +31,7 @@ from raftmq.store.message_store import GetStatus
 from raftmq.store.pop_state import QueueState, queue_key
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
-from raftmq.store.topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from raftmq.store.topic_config import MIXED, PERM_READ, PERM_WRITE, TopicConfig
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -143,6 +143,11 @@ class PopCore:
         self._sync_thread: threading.Thread | None = None
 
     def policy(self, group: str) -> GroupPolicy:
+        """The group's own replicated settings (``raftmq group update``, store.subscription_groups) when it has
+        them, else the node configuration's (node.group_policies, then the node's defaults)."""
+        own = self.store.subscription_groups.get(group)
+        if own is not None:
+            return GroupPolicy(own.max_delivery_attempts, own.retry_backoff_ms, own.fifo)
         return self.group_policies.get(group, self.default_policy)
 
     # ================================================================== receipt handles
@@ -385,8 +390,9 @@ class PopCore:
             from raftmq.store.errors import StoreError
 
             try:
+                # a group's retry and dead-letter topics hold whatever kind of message it consumes
                 self.write_path.create_topic(TopicConfig(topic_name=name, read_queue_nums=1, write_queue_nums=1,
-                                                         perm=PERM_READ | PERM_WRITE))
+                                                         perm=PERM_READ | PERM_WRITE).with_message_type(MIXED))
             except StoreError:
                 if self.store.topics.get(name) is None:
                     raise

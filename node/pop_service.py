@@ -90,7 +90,7 @@ class PopRpcs:
             got = await self._run(pop.receive, request.group, request.topic,
                                   max_messages=request.max_messages or 32, invisible_ms=invisible,
                                   tag_filter=None if tag_filter.is_all else tag_filter, sql_filter=sql_filter,
-                                  fifo=request.fifo)
+                                  fifo=request.fifo or pop.policy(request.group).fifo)
             if got or loop.time() >= deadline or not self.node.serving:
                 break
             await asyncio.sleep(min(RECEIVE_POLL_S, max(0.0, deadline - loop.time())))

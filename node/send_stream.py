@@ -24,6 +24,7 @@ import grpc
 from raftmq.node import convert
 from raftmq.node.auth import authorize_item
 from raftmq.node.errors import RpcError, invalid, to_rpc_error
+from raftmq.node.validation import message_type_of
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
                 cfg = topics.get(topic)
                 if cfg is None:
                     try:
-                        cfg = await service.writable_topic_for_send(topic)
+                        cfg = await service.writable_topic_for_send(topic, message_type_of(messages[0])[0])
                     except Exception as exc:
                         cfg = exc
                     topics[topic] = cfg

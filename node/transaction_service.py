@@ -23,10 +23,10 @@ from raftmq.node import convert
 from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
 from raftmq.node.messaging import _peer_host
 from raftmq.node.rpc import rpc_handler
-from raftmq.node.validation import check_group_name, check_topic_name
+from raftmq.node.validation import check_group_name, check_message_type, check_topic_name
 from raftmq.store import StoreError
 from raftmq.store.message import decode_message_id
-from raftmq.store.topic_config import TopicConfig
+from raftmq.store.topic_config import TRANSACTION, TopicConfig
 from raftmq.store.transaction import (
     CHECK_MAX_TOPIC,
     COMMITTED,
@@ -118,7 +118,8 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         The one half-message path of both APIs (raftmq's SendHalfMessage and RocketMQ 5's TRANSACTION sends);
         ``extra_properties`` are system properties the caller's protocol carries (e.g. a trace context)."""
         node = self.node
-        cfg = await node.writable_topic(m.topic)
+        cfg = await node.writable_topic(m.topic, TRANSACTION)
+        check_message_type(cfg, TRANSACTION, "a half message of a transaction")
         await self._ensure_system_topic(HALF_TOPIC)
         await self._ensure_system_topic(OP_TOPIC)
         qid = self._queue_for(cfg, m)

@@ -130,3 +130,42 @@ def check_queue_nums(what: str, n: int) -> None:
 def check_perm(perm: int) -> None:
     if not 0 <= perm <= 7:
         raise ValidationError(f"perm {perm} is not a combination of READ 4, WRITE 2, INHERIT 1 (0..7, usually 6)")
+
+
+class MessageTypeError(ValidationError):
+    """A send of a kind of message its topic does not take (issue 34): INVALID_ARGUMENT on raftmq's API,
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE on RocketMQ 5's, as Apache RocketMQ 5's proxy refuses it."""
+
+
+def check_message_type_name(value: str, *, allow_empty: bool = False) -> str:
+    """``value`` as one of the topic message types (upper case); ValidationError naming them otherwise."""
+    from raftmq.store.topic_config import MESSAGE_TYPES
+
+    name = value.strip().upper()
+    if (allow_empty and not name) or name in MESSAGE_TYPES:
+        return name
+    raise ValidationError(f"message type {value!r} is not one of {', '.join(MESSAGE_TYPES)}")
+
+
+def message_type_of(m) -> tuple[str, str]:
+    """(kind, why) of a raftmq ``Message`` as RocketMQ 5 tells it from its properties: a delay level or a
+    delivery time makes it DELAY, else a message group FIFO, else NORMAL (a half message is TRANSACTION: the
+    transaction service says so itself)."""
+    if m.delay_level > 0:
+        return "DELAY", f"it has delay level {m.delay_level}"
+    if m.deliver_at_ms > 0:
+        return "DELAY", "it has a delivery time"
+    if m.message_group:
+        return "FIFO", "it has a message group"
+    return "NORMAL", "it has no message group, delay or delivery time"
+
+
+def check_message_type(cfg, kind: str, why: str = "") -> None:
+    """MessageTypeError unless topic ``cfg`` (store.topic_config.TopicConfig) takes messages of ``kind``."""
+    if cfg.accepts(kind):
+        return
+    topic = cfg.topic_name
+    raise MessageTypeError(
+        f"topic {topic!r} takes {cfg.message_type} messages, and this is a {kind} message"
+        f"{f' ({why})' if why else ''}: send it to a {kind} or MIXED topic, or change this one with `raftmq topic "
+        f"update {topic} --message-type {kind}` (MIXED takes every kind)")

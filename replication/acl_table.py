@@ -12,6 +12,9 @@ new token, "old": token}`` (after a key rotation; refused when the user changed 
 "user_delete", "user": ak}``, ``{"op": "rule_add", "user": ak, "rule": {"effect", "actions", "resources"}}``,
 ``{"op": "rule_remove", "user": ak, "index": i}``. A refused command (unknown user, bad index) returns the reason,
 the same on every member.
+
+Ended web-console sessions (issue 34: a log-out is server-side) travel as their own command kind
+(``console_logout``, see ``end_session``): session id -> the end of its lifetime (epoch s), kept until then.
 """
 
 from __future__ import annotations
@@ -32,11 +35,37 @@ class AclTable:
         self.path = path
         self._lock = threading.Lock()
         self._users: dict[str, dict[str, Any]] = {}
+        self._ended_sessions: dict[str, int] = {}  # console session id -> when it would have expired (epoch s)
         self._dirty = False
         self.version = 0  # bumped on every change: readers cache their decisions per version
         if path is not None and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
-                self._users = json.load(f).get("users", {})
+                data = json.load(f)
+            self._users = data.get("users", {})
+            self._ended_sessions = {str(k): int(v) for k, v in data.get("ended_sessions", {}).items()}
+
+    def end_session(self, cmd: dict[str, Any]) -> None:
+        """``{"session": id, "until": s, "now": s}`` (``now``: the leader's clock): the console session ``id`` is
+        refused from now on; ended sessions whose lifetime is over are forgotten (deterministically, by ``now``)."""
+        now = int(cmd["now"])
+        with self._lock:
+            self._ended_sessions = {sid: until for sid, until in self._ended_sessions.items() if until > now}
+            if int(cmd["until"]) > now:
+                self._ended_sessions[str(cmd["session"])] = int(cmd["until"])
+            self._dirty = True
+
+    def session_ended(self, session: str) -> bool:
+        return session in self._ended_sessions
+
+    def snapshot_ended_sessions(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._ended_sessions)
+
+    def restore_ended_sessions(self, ended: dict[str, int]) -> None:
+        with self._lock:
+            self._ended_sessions = {str(k): int(v) for k, v in ended.items()}
+            self._dirty = True
+        self.persist()
 
     def apply(self, cmd: dict[str, Any]) -> str | None:
         """Apply one command; the reason when it is refused (nothing changed), else None."""
@@ -80,7 +109,8 @@ class AclTable:
         with self._lock:
             if (only_if_dirty and not self._dirty) or self.path is None:
                 return
-            text = json.dumps({"users": self._users}, indent=1, sort_keys=True)
+            text = json.dumps({"users": self._users, "ended_sessions": self._ended_sessions}, indent=1,
+                              sort_keys=True)
             self._dirty = False
         write_safely(self.path, text)
         os.chmod(self.path, 0o600)

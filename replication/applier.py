@@ -133,6 +133,23 @@ class StoreApplier:
             self.store.pop_state.persist()  # handles signed with it must stay valid across any restart
         return out
 
+    def apply_group_config(self, cmd: dict) -> None:
+        """A consumer group's settings set (``op`` "put", ``cfg`` in subscriptionGroup.json's shape) or dropped
+        ("delete"); ``ts`` (the leader's clock) stamps the file's data version. StoreError when invalid."""
+        from raftmq.store.subscription_groups import SubscriptionGroup
+
+        table = self.store.subscription_groups
+        if cmd["op"] == "put":
+            table.put(SubscriptionGroup.from_json(cmd["cfg"]), cmd["ts"])
+        elif cmd["op"] == "delete":
+            table.delete(str(cmd["group"]), cmd["ts"])
+        else:
+            raise ValueError(f"unknown consumer group operation {cmd['op']!r}")
+
+    def apply_console_logout(self, cmd: dict) -> None:
+        """A web-console session ended (replication.acl_table.AclTable.end_session)."""
+        self.acl.end_session(cmd)
+
     def apply_acl(self, cmd: dict) -> str | None:
         """A user / access-rule change (replication.acl_table); the refusal reason, or None."""
         return self.acl.apply(cmd)
@@ -156,9 +173,11 @@ class StoreApplier:
 
     def export_metadata(self) -> dict:
         return {"topics": self.store.topics.snapshot(), "offsets": self.store.consumer_offsets.snapshot(),
+                "subscription_groups": self.store.subscription_groups.snapshot(),
                 "delay_offsets": self.store.delay_offsets.snapshot(),
                 "timer_progress": self.store.timer_progress.snapshot(), "pop_state": self.store.pop_state.snapshot(),
-                "queue_offsets": self.store.queue_offset_table(), "acl": self.acl.snapshot()}
+                "queue_offsets": self.store.queue_offset_table(), "acl": self.acl.snapshot(),
+                "ended_console_sessions": self.acl.snapshot_ended_sessions()}
 
     def import_metadata(self, d: dict) -> None:
         """Replace topics and offsets with a peer's (catch-up, snapshot install); drops consume queues of topics
@@ -173,8 +192,12 @@ class StoreApplier:
             store.timer_progress.restore(d["timer_progress"])
         if "pop_state" in d:  # absent in snapshots of members from before pop consumption
             store.pop_state.restore(d["pop_state"])
+        if "subscription_groups" in d:  # absent in snapshots of members from before group settings (issue 34)
+            store.subscription_groups.restore(d["subscription_groups"])
         if "acl" in d:  # absent in snapshots of members from before access control
             self.acl.restore(d["acl"])
+        if "ended_console_sessions" in d:  # absent in snapshots of members from before server-side log-outs
+            self.acl.restore_ended_sessions(d["ended_console_sessions"])
         if "queue_offsets" in d:  # absent before catch-up from a retained-away start; see merge_queue_offsets
             store.merge_queue_offsets(d["queue_offsets"])
         for gone in before - set(store.topics.names()):

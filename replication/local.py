@@ -61,6 +61,9 @@ class LocalWritePath:
         self._committer.start()
         self._started = True
 
+    def hand_off_leadership(self) -> None:
+        """A single node has no member to hand leadership to."""
+
     def stop(self) -> None:
         self._started = False
         self._committer.stop()
@@ -195,6 +198,16 @@ class LocalWritePath:
         """Timer progress: applied and persisted at once (a restart must not deliver again)."""
         with self._meta_lock:
             self._applier.apply_timer_progress({"low": low, "scanned": scanned, "deliveredUpTo": delivered_up_to})
+            self._applier.persist_metadata()
+
+    def update_group_config(self, group: str, cfg: Any) -> None:
+        with self._meta_lock:
+            op = {"op": "delete", "group": group} if cfg is None else {"op": "put", "cfg": cfg.to_json()}
+            self._applier.apply_group_config({**op, "ts": int(time.time() * 1000)})
+
+    def end_console_session(self, session: str, until_s: int) -> None:
+        with self._meta_lock:
+            self._applier.apply_console_logout({"session": session, "until": int(until_s), "now": int(time.time())})
             self._applier.persist_metadata()
 
     def update_acl(self, cmd: dict) -> None:

@@ -363,20 +363,29 @@ class RaftWritePath:
         """Present while the start-up copy from peers runs (see ``start``)."""
         return os.path.join(self.raft_dir, "catch-up.partial")
 
+    def hand_off_leadership(self, timeout: float = 3.0) -> None:
+        """Graceful stop, first step: a leader hands leadership to a caught-up member and logs to whom. Never
+        raises (a stop goes on without a hand-off); nothing to do on a follower or a single member.
+
+        The node calls it before it drains its calls: a leader that drained first refused every write until its
+        calls stopped, and under load (clients retrying, members forwarding to it) they never stopped."""
+        if not (self._running and self.is_leader() and self.peers.others):
+            return
+        try:
+            self.transfer_leadership(None, timeout=timeout)
+            new = self.leader()
+            if new is not None and new.id != self.node_id:
+                log.info("graceful stop: handed leadership to %s", new.id)
+            else:  # e.g. `make stop` stops every member at once: nobody is left to be elected
+                log.info("graceful stop: stepped down as leader; no new leader elected yet (the other members "
+                         "may be stopping too)")
+        except ReplicationError as e:
+            log.warning("graceful stop could not hand off leadership: %s", e)
+
     def stop(self) -> None:
         if not self._running:
             return
-        if self.is_leader() and self.peers.others:
-            try:
-                self.transfer_leadership(None, timeout=3.0)
-                new = self.leader()
-                if new is not None and new.id != self.node_id:
-                    log.info("graceful stop: handed leadership to %s", new.id)
-                else:  # e.g. `make stop` stops every member at once: nobody is left to be elected
-                    log.info("graceful stop: stepped down as leader; no new leader elected yet (the other members "
-                             "may be stopping too)")
-            except ReplicationError as e:
-                log.warning("graceful stop could not hand off leadership: %s", e)
+        self.hand_off_leadership()  # the node did it already, unless this member became leader again meanwhile
         leader = self.leader()
         redirect = NotLeaderError(leader.grpc_address) if leader and leader.id != self.node_id \
             else WritePathStoppedError()
@@ -861,6 +870,19 @@ class RaftWritePath:
 
     def delete_topic(self, name: str) -> None:
         self._meta_or_raise("topic_delete", {"name": name, "ts": _now_ms()})
+
+    def update_group_config(self, group: str, cfg: Any) -> None:
+        """Replicate a consumer group's settings (store.subscription_groups.SubscriptionGroup), or drop them
+        (``cfg`` None); StoreError when refused."""
+        if cfg is None:
+            self._meta_or_raise("group_config", {"op": "delete", "group": group, "ts": _now_ms()})
+            return
+        cfg.validate()
+        self._meta_or_raise("group_config", {"op": "put", "cfg": cfg.to_json(), "ts": _now_ms()})
+
+    def end_console_session(self, session: str, until_s: int) -> None:
+        """Replicate the end of a web-console session (refused on every member from then on)."""
+        self._meta_or_raise("console_logout", {"session": session, "until": int(until_s), "now": _now_ms() // 1000})
 
     def update_acl(self, cmd: dict) -> None:
         """Replicate a user / access-rule change (replication.acl_table); StoreError when refused."""

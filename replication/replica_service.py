@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,20 @@ from raftmq.replication.consume_queue_digest import digest_consume_queue
 from raftmq.replication.peers import SECRET_METADATA_KEY
 from raftmq.store.errors import StoreError
 from raftmq.v1 import replica_pb2, replica_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+async def _write(context: grpc.aio.ServicerContext, chunk: Any, offset: int, peer: str) -> bool:
+    """Send one chunk of a copy to ``peer``; False when it has gone (closed the stream, or its connection
+    dropped)."""
+    try:
+        await context.write(chunk)
+    except grpc.aio.InternalError as e:  # ExecuteBatchError: the send failed, the stream is gone
+        log.info("peer %s closed the commit-log copy at offset %d before its end (%s)", peer, offset,
+                 type(e).__name__)
+        return False
+    return True
 
 MAX_CHUNK = 4 << 20
 DEFAULT_CHECKSUM_CHUNK = 1 << 20
@@ -70,8 +85,15 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             storage_integrity=store.integrity_summary(),
             acl_key_ids=self._acl_key_ids() if self._acl_key_ids is not None else [])
 
-    async def FetchCommitLog(self, request, context):
+    async def FetchCommitLog(self, request, context) -> None:
+        """Stream the committed commit log from ``from_offset`` in whole records, paced by the catch-up throttle.
+
+        Written with ``context.write`` rather than yielded: a peer that closes the copy early (a repair needs only
+        its damaged range; a peer that stopped) can make a write fail before gRPC knows the peer went away, and
+        gRPC logged that as an ERROR with a traceback when the failure happened in its own write of a yielded
+        chunk. Here it is caught, and is the INFO line it is (issue 34)."""
         wp = await self._write_path(context)
+        peer = context.peer()  # (empty once its connection is gone)
         found = wp.machine.applied.end_at_or_before(request.up_to_index)
         if found is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
@@ -110,10 +132,12 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
                         await asyncio.sleep(wait)
                 else:  # stopped short at a record or segment end
                     throttle.bucket.refund(-extra)
-                yield replica_pb2.CommitLogChunk(offset=pos, data=bytes(data))
+                if not await _write(context, replica_pb2.CommitLogChunk(offset=pos, data=bytes(data)), pos, peer):
+                    return
                 throttle.served(len(data))
                 pos = next_chunk_offset(pos, data, store.config.mapped_file_size_commit_log)
-            yield replica_pb2.CommitLogChunk(offset=pos, last=True, end_offset=end, end_index=end_index)
+            await _write(context, replica_pb2.CommitLogChunk(offset=pos, last=True, end_offset=end,
+                                                             end_index=end_index), pos, peer)
         finally:
             throttle.close()
 

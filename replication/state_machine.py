@@ -147,6 +147,10 @@ class StateMachine:
                 self.applier.apply_timer_progress(arg)
             elif kind == "pop":  # persisted periodically and before a dump; replayed from the journal (see above)
                 return self.applier.apply_pop(arg, index)
+            elif kind == "group_config":
+                self.applier.apply_group_config(arg)
+            elif kind == "console_logout":
+                self.applier.apply_console_logout(arg)
             elif kind == "acl":
                 refusal = self.applier.apply_acl(arg)
                 if refusal:

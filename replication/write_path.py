@@ -27,6 +27,10 @@ class WritePath(Protocol):
     def start(self) -> None:
         """Open for writes (single node: at once; Raft: once elected and caught up)."""
 
+    def hand_off_leadership(self) -> None:
+        """A graceful stop's first step: a replicated leader hands leadership to a caught-up member (logged,
+        never raises); nothing to do on a follower or a single node."""
+
     def stop(self) -> None:
         """Stop accepting writes, finish or fail in-flight ones, hand off leadership when replicated."""
 
@@ -64,6 +68,13 @@ class WritePath(Protocol):
     def apply_pop(self, ops: list[list]) -> list[str | None]:
         """Pop-consumption state changes (store.pop_state.PopStateTable.apply); replicated when clustered;
         returns once applied here, one refusal or None per op."""
+
+    def update_group_config(self, group: str, cfg: Any) -> None:
+        """Set a consumer group's own settings (store.subscription_groups.SubscriptionGroup) or drop them (``cfg``
+        None: the node configuration applies again); replicated when clustered; StoreError when invalid."""
+
+    def end_console_session(self, session: str, until_s: int) -> None:
+        """End a web-console session on every member (its id, and when it would have expired, epoch s)."""
 
     def update_acl(self, cmd: dict) -> None:
         """Change users / access rules (replication.acl_table); replicated when clustered; StoreError when

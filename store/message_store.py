@@ -27,7 +27,8 @@ Reads (any replica):
     ``view_message_by_id(msg_id)``, ``view_message(physical_offset)``, ``get_offset_by_time``,
     ``min_offset_in_queue`` / ``max_offset_in_queue``, ``queue_ids(topic)``, ``dispatch_behind_bytes()``.
 
-Metadata: ``topics`` (TopicConfigTable, ``config/topics.json``), ``consumer_offsets`` (ConsumerOffsetTable,
+Metadata: ``topics`` (TopicConfigTable, ``config/topics.json``), ``subscription_groups`` (SubscriptionGroupTable,
+``config/subscriptionGroup.json``), ``consumer_offsets`` (ConsumerOffsetTable,
 ``config/consumerOffset.json``), ``delete_topic_files(topic)``. Misc: ``add_arrival_listener(fn)``,
 ``flush()``, ``stats()``, ``retention`` (RetentionService: expiry of old segments; writes are refused with
 DiskFullError while its disk-full flag is up), ``retain_from`` (optional callable: the lowest commit-log
@@ -89,6 +90,7 @@ from raftmq.store.retention import RetentionService
 from raftmq.store.schedule import DelayLevels, to_schedule_messages
 from raftmq.store.scrubber import Scrubber
 from raftmq.store.sql_filter import SqlFilter
+from raftmq.store.subscription_groups import SubscriptionGroupTable
 from raftmq.store.tag_filter import TagFilter
 from raftmq.store.timer import to_timer_messages
 from raftmq.store.timer_progress import TimerProgressTable
@@ -147,6 +149,7 @@ class MessageStore:
         self.index_service: IndexService | None = None
         self.reput: ReputMessageService | None = None
         self.topics = TopicConfigTable(config.config_dir)
+        self.subscription_groups = SubscriptionGroupTable(config.config_dir)  # groups' own settings (replicated)
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
         self.delay_offsets = DelayOffsetTable(config.config_dir)  # schedule progress (replicated metadata)
         self.timer_progress = TimerProgressTable(config.config_dir)  # timer delivery progress (replicated metadata)
@@ -193,6 +196,7 @@ class MessageStore:
             if self.commit_log is not None:  # re-opened after a shutdown: start from fresh objects
                 self.consume_queues = ConsumeQueueTable.from_config(self.config)
                 self.topics = TopicConfigTable(self.config.config_dir)
+                self.subscription_groups = SubscriptionGroupTable(self.config.config_dir)
                 self.consumer_offsets = ConsumerOffsetTable(self.config.config_dir)
                 self.delay_offsets = DelayOffsetTable(self.config.config_dir)
                 self.timer_progress = TimerProgressTable(self.config.config_dir)
@@ -245,6 +249,7 @@ class MessageStore:
             if not self.last_exit_ok:
                 self.index_service.repair_after_crash()
         self.topics.load()
+        self.subscription_groups.load()
         self.consumer_offsets.load()
         self.delay_offsets.load()
         self.timer_progress.load()

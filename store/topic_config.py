@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from raftmq.store import json_file
@@ -26,6 +27,13 @@ PERM_WRITE = 2
 PERM_READ = 4
 MAX_QUEUE_NUMS = 1024
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+# The kind of message a topic takes (issue 34). Stored as RocketMQ 5 stores it: the topic attribute
+# ``message.type`` in ``attributes`` (RocketMQ's TopicAttributes; its admin tools write "+message.type=FIFO", the
+# "+" marking an added attribute, and keep the key without it). MIXED takes every kind.
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+NORMAL, FIFO, DELAY, TRANSACTION, MIXED = "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"
+MESSAGE_TYPES = (NORMAL, FIFO, DELAY, TRANSACTION, MIXED)
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,24 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ 5's topic attributes as (name, value) pairs, sorted; kept as read, so a file written by RocketMQ 5
+    # keeps what raftmq does not use. Absent ``message.type``: a topic from before message types (RocketMQ 4.9's
+    # files, raftmq before issue 34), which takes every kind as it always did.
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    @cached_property  # checked on every send
+    def message_type(self) -> str:
+        """NORMAL, FIFO, DELAY, TRANSACTION or MIXED ("" when never set: every kind is taken)."""
+        return dict(self.attributes).get(MESSAGE_TYPE_ATTRIBUTE, "")
+
+    def with_message_type(self, message_type: str) -> TopicConfig:
+        attrs = dict(self.attributes)
+        attrs[MESSAGE_TYPE_ATTRIBUTE] = message_type
+        return replace(self, attributes=tuple(sorted(attrs.items())))
+
+    def accepts(self, message_type: str) -> bool:
+        """Whether a message of ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION) may be sent to this topic."""
+        return self.message_type in ("", MIXED, message_type)
 
     def validate(self) -> None:
         try:
@@ -53,6 +79,9 @@ class TopicConfig:
             raise StoreError(f"topic {self.topic_name}: perm must combine READ=4, WRITE=2, INHERIT=1, got {self.perm}")
         if self.topic_filter_type not in FILTER_TYPES:
             raise StoreError(f"topic {self.topic_name}: topic_filter_type must be one of {FILTER_TYPES}")
+        if self.message_type and self.message_type not in MESSAGE_TYPES:
+            raise StoreError(f"topic {self.topic_name}: message type must be one of {', '.join(MESSAGE_TYPES)}, got "
+                             f"{self.message_type!r}")
 
     @property
     def readable(self) -> bool:
@@ -63,8 +92,11 @@ class TopicConfig:
         return bool(self.perm & PERM_WRITE)
 
     def to_json(self) -> dict[str, Any]:
-        # fastjson writes bean properties in alphabetical order
+        # fastjson writes bean properties in alphabetical order; RocketMQ 4.9's TopicConfig has no attributes (it
+        # ignores the field), so a topic without any is written as 4.9 writes it
+        attributes = {"attributes": dict(self.attributes)} if self.attributes else {}
         return {
+            **attributes,
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -84,6 +116,7 @@ class TopicConfig:
             topic_filter_type=d.get("topicFilterType", "SINGLE_TAG"),
             topic_sys_flag=int(d.get("topicSysFlag", 0)),
             order=bool(d.get("order", False)),
+            attributes=tuple(sorted((str(k), str(v)) for k, v in (d.get("attributes") or {}).items())),
         )
 
 

@@ -68,3 +68,21 @@ def test_every_runnable_readme_block_runs(tmp_path):
             if r.returncode != 0:
                 failures.append(f"README.md:{line_no} (python)\n  exit {r.returncode}: {r.stderr.strip()[-800:]}")
         assert failures == [], "\n".join(failures)
+
+
+def test_the_quick_start_metrics_line_answers_on_every_member(tmp_path):
+    """issue 34: the Quick start's metrics line grepped a counter only the leader has, so on 127.0.0.1:8080 it
+    printed nothing whenever n0 did not lead. Run against each member's HTTP port, it must print something."""
+    from raftmq.client import Admin, Producer
+
+    [quick_start] = [b for _, b in blocks("sh") if "raftmq topic create demo" in b]
+    [line] = [ln for ln in quick_start.splitlines() if ln.startswith("curl ") and "/metrics" in ln]
+    with running_nodes(tmp_path, 3) as nodes:
+        addresses = [n.grpc_address for n in nodes]
+        with Admin(addresses) as admin, Producer(addresses) as p:
+            admin.create_topic("demo")
+            p.send("demo", "hello raftmq")
+        for n in nodes:
+            mine = line.replace("127.0.0.1:8080", n.http_url.removeprefix("http://"))
+            r = subprocess.run(["bash", "-o", "pipefail", "-c", mine], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0 and r.stdout.strip(), (n.spec.id, mine, r.stderr)

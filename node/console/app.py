@@ -21,10 +21,10 @@ from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from raftmq.node.auth import AccessDenied, AuthError, resource_text
+from raftmq.node.auth import AuthError
 from raftmq.node.console import cluster_pages, group_pages, login_pages, message_pages, session, topic_pages
 from raftmq.node.console.history import History, Sample
-from raftmq.node.console.layout import BadRequest, Frame, Response, notice, page
+from raftmq.node.console.layout import NAV, BadRequest, Frame, Response, notice, page
 from raftmq.node.networks import NetworkRefused
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ class Console:
         path, _, query_string = raw_path.partition("?")
         query = _fields(query_string)
         form = _fields(body.decode("utf-8", "replace")) if body else {}  # a POSTed form (url-encoded)
+        self._request.cookie = session.cookie_value(headers)
         self._request.user = self._session_user(headers, address)
         self._request.viewer = self._viewer(headers)
         try:
@@ -147,7 +148,7 @@ class Console:
         if self.may(action, kind, name):
             return
         if not (self.node.catch_up_with_leader_blocking() and self.may(action, kind, name)):
-            raise BadRequest(str(AccessDenied(self.viewer() or "anonymous", action, resource_text(kind, name))), 403)
+            raise BadRequest(str(self.node.auth.denial(self.viewer(), action, kind, name)), 403)
 
     def _viewer(self, headers: dict[str, str]) -> str | None:
         """Whose rules decide what this request may see: None with authentication off (everything), else the
@@ -162,6 +163,10 @@ class Console:
         except AuthError:
             return ""
 
+    def request_cookie(self) -> str:
+        """The session cookie's value on the request this thread serves ("" when none)."""
+        return getattr(self._request, "cookie", "")
+
     def request_user(self) -> str:
         """The user logged in on the request this thread serves ("" when none)."""
         return getattr(self._request, "user", "")
@@ -172,12 +177,15 @@ class Console:
         if sessions is None:
             return ""
         try:
-            return sessions.user(session.cookie_value(headers), address) or ""
+            return sessions.user(self.request_cookie(), address) or ""
         except NetworkRefused:
             return ""
 
     def frame(self) -> Frame:
         node = self.node
+        if self.viewer() == "" and not self.sees_everything:  # authentication on, nobody logged in or signing
+            return Frame("", "", "", "", anonymous=True)
+        tabs = tuple(key for key, _, _ in NAV if key != "check" or self.may("ADMIN", "cluster", ""))
         wp = node.write_path
         leader = wp.leader() if wp is not None else None
         if wp is None:
@@ -187,7 +195,7 @@ class Console:
         else:
             role = "leader" if leader is not None and leader.id == node.node_id else "follower"
         return Frame(node.config.cluster.name, node.node_id, role, leader.id if leader else "",
-                     self.request_user())
+                     self.request_user(), tabs=tabs)
 
     def _error(self, code: int, message: str) -> Response:
         titles = {400: "Bad request", 401: "Not logged in", 403: "Forbidden", 404: "Not found", 405: "Read-only",

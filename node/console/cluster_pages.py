@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from raftmq.client.render import short_reason
 from raftmq.node.auth import audit
 from raftmq.node.cluster_views import cluster_status
 from raftmq.node.console import safe
@@ -36,24 +37,29 @@ def cluster_page(c: Console, query: dict[str, str]) -> Response:
     rows = []
     for m in members:
         role = m.role or "unknown"
+        if role == "unreachable":  # nobody knows its numbers (the status says 0): "-", as the CLI shows them
+            numbers = ["-"] * 7
+            error = html('<span title="{}">{}</span>', shorten(m.error), short_reason(m.error)) if m.error else "-"
+        else:
+            numbers = [m.term, m.commit_index, m.applied_index, max(0, m.commit_index - m.applied_index),
+                       m.applied_offset, safe.human_bytes(m.lag_bytes), safe.human_bytes(m.dispatch_behind_bytes)]
+            error = esc_or_dash(shorten(m.error))
         rows.append([
             html('<b title="Raft {}">{}</b>{}', m.raft_address or "-", m.id,
                  Markup(" (this node)") if m.id == c.node.node_id else Markup("")),
-            badge(role), yes_no(m.ready), yes_no(m.healthy), m.term, m.commit_index, m.applied_index,
-            max(0, m.commit_index - m.applied_index), m.applied_offset, safe.human_bytes(m.lag_bytes),
-            safe.human_bytes(m.dispatch_behind_bytes), m.grpc_address, esc_or_dash(shorten(m.error)),
+            badge(role), yes_no(m.ready), yes_no(m.healthy), *numbers, m.grpc_address, error,
         ])
     members_table = table(
         ["member", "role", "ready", "healthy", "term", "commit index", "applied index", "apply lag",
          "applied offset", "behind leader", "undispatched", "gRPC address", "error"],
         rows, table_id="members", numeric=(4, 5, 6, 7, 8, 9, 10), wrap=(12,))
-    leader_changes = getattr(c.node.write_path, "leader_changes", 0) if c.node.write_path else 0
-    terms = [m.term for m in members if m.term]
+    terms = [m.term for m in members if m.term and m.role != "unreachable"]
     summary = cards([
         ("cluster", status.cluster_name), ("leader", status.leader_id or "none (election)"),
         ("term", max(terms) if terms else 0), ("durability", status.durability or "-"),
         ("members ready", f"{sum(m.ready for m in members)} / {len(members)}"),
-        ("leader changes seen here", leader_changes),
+        # the same record as the list below, so the two always agree (issue 34)
+        (f"leader changes seen here since {utc(int(snap.since * 1000))[11:19]} UTC", snap.takeovers),
     ], card_id="summary")
     samples = snap.samples
     term_chart = line_chart([Series("term", [(s.at, s.term) for s in samples], step=True)],
@@ -66,6 +72,9 @@ def cluster_page(c: Console, query: dict[str, str]) -> Response:
                    [[utc(int(e.at * 1000)), e.describe()] for e in reversed(snap.events)],
                    table_id="events", empty="no leader change since this node's console started sampling "
                    f"at {utc(int(snap.since * 1000))} UTC")
+    if snap.takeovers > sum(1 for e in snap.events if e.new):
+        events = join([html('<p class="note">the last {} events of {} leader changes</p>', len(snap.events),
+                            snap.takeovers), events])
     body = join([
         summary,
         section("Members", members_table, "members-section", live=True,

@@ -125,7 +125,9 @@ def _group_page(c: Console, group: str, query: dict[str, str]) -> Response:
     summary = cards([("topics", len({q.topic for q in view.queues})),
                      ("live members", len({m.client_id for m in view.members}) if not note else "?"),
                      ("total lag", sum(q.lag for q in view.queues)),
-                     ("DLQ messages", _dlq_cell(st, group))], card_id="summary")
+                     ("DLQ messages", _dlq_cell(st, group)),
+                     *([("settings", _settings_text(view.settings))] if view.HasField("settings") else [])],
+                    card_id="summary")
     parts = [notice(note, "warn") if note else Markup(""), summary,
              section("Members", mtable, "members-section", live=True),
              section("Queues", qtable, "queues-section", live=True,
@@ -137,6 +139,13 @@ def _group_page(c: Console, group: str, query: dict[str, str]) -> Response:
     if c.node.auth is not None and topics and c.may("ADMIN", "group", group):
         parts.append(section("Actions", _reset_form(group, topics), "actions"))
     return page(c.frame(), "groups", f"Consumer group {group}", join(parts))
+
+
+def _settings_text(s) -> str:
+    """How the group consumes (issue 34), and whether that is its own replicated setting or the node's."""
+    steps = " ".join(f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms" for ms in s.retry_backoff_ms)
+    return (f"{'FIFO' if s.fifo else 'not FIFO'}, {s.max_delivery_attempts} deliveries before the DLQ, "
+            f"back-off {steps} ({s.source})")
 
 
 def _reset_form(group: str, topics: list[str]) -> Markup:

@@ -51,8 +51,9 @@ class LeaderEvent:
 @dataclass
 class Snapshot:
     samples: list[Sample] = field(default_factory=list)
-    events: list[LeaderEvent] = field(default_factory=list)
+    events: list[LeaderEvent] = field(default_factory=list)  # the last EVENTS_KEPT
     since: float = 0.0
+    takeovers: int = 0  # events in which a leader took over, since ``since`` (also those no longer kept)
 
 
 def rates(samples: list[Sample], key: str, topics: str | Collection[str] | None = None) -> list[tuple[float, float]]:
@@ -87,6 +88,7 @@ class History:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="console-history", daemon=True)
         self._since = time.time()
+        self._takeovers = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -108,11 +110,12 @@ class History:
             last = self._samples[-1] if self._samples else None
             if last is not None and last.leader != s.leader:
                 self._events.append(LeaderEvent(s.at, last.leader, s.leader, s.term))
+                self._takeovers += bool(s.leader)
             self._samples.append(s)
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            return Snapshot(list(self._samples), list(self._events), self._since)
+            return Snapshot(list(self._samples), list(self._events), self._since, self._takeovers)
 
     def _run(self) -> None:
         while not self._stop.is_set():

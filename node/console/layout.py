@@ -41,13 +41,16 @@ class Response:
 
 @dataclass(frozen=True)
 class Frame:
-    """Who serves the page: shown in the header of every page."""
+    """Who serves the page: shown in the header of every page. A visitor who is not logged in (authentication
+    on) gets an ``anonymous`` frame: no cluster, node or leader names, no tabs (issue 34)."""
 
     cluster: str
     node_id: str
     role: str
     leader: str
     user: str = ""  # the user logged in (auth on), shown with a log-out button
+    anonymous: bool = False
+    tabs: tuple[str, ...] = tuple(key for key, _, _ in NAV)  # NAV keys this viewer may open
 
 
 def utc(ms: int) -> str:
@@ -58,23 +61,33 @@ def utc(ms: int) -> str:
 
 
 def page(frame: Frame, active: str, title: str, body: Markup, code: int = 200) -> Response:
+    if frame.anonymous:  # before login nothing about the cluster: who runs what is for its users
+        return _page(title, body, code, who=Markup(""), nav=Markup(""), account=Markup(""), tail=Markup(""),
+                     cluster="")
     nav = join(html('<a href="{}"{}>{}</a>', href, Markup(' class="active"') if key == active else Markup(""),
-                    label) for key, href, label in NAV)
+                    label) for key, href, label in NAV if key in frame.tabs)
     leader = frame.leader or "none (election)"
     account = (html('<form class="account" method="post" action="/ui/logout"><span>{}</span> '
                     '<button type="submit">log out</button></form>', frame.user) if frame.user else Markup(""))
+    who = html('<span class="who">cluster <b>{}</b> · this node <b>{}</b> ({}) · leader <b>{}</b></span>',
+               frame.cluster, frame.node_id, frame.role, leader)
+    return _page(title, body, code, who=who, nav=nav, account=account, tail=html(" by {}", frame.node_id),
+                 cluster=f" {frame.cluster}")
+
+
+def _page(title: str, body: Markup, code: int, *, who: Markup, nav: Markup, account: Markup, tail: Markup,
+          cluster: str) -> Response:
     doc = html(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<title>{title} · raftmq {cluster}</title>'
+        '<title>{title} · raftmq{cluster}</title>'
         '<link rel="stylesheet" href="/ui/static/console.css"><script src="/ui/static/console.js" defer></script>'
-        '</head><body><header><div class="bar"><span class="brand">raftmq</span>'
-        '<span class="who">cluster <b>{cluster}</b> · this node <b>{node}</b> ({role}) · leader <b>{leader}</b>'
-        '</span><label class="live"><input type="checkbox" id="live-toggle" checked> live</label>{account}</div>'
+        '</head><body><header><div class="bar"><span class="brand">raftmq</span>{who}'
+        '<label class="live"><input type="checkbox" id="live-toggle" checked> live</label>{account}</div>'
         '<nav>{nav}</nav></header><main><h1>{title}</h1>{body}</main>'
-        '<footer>raftmq console · rendered {now} UTC by {node}</footer></body></html>',
-        title=title, cluster=frame.cluster, node=frame.node_id, role=frame.role, leader=leader, nav=nav,
-        body=body, now=utc(int(time.time() * 1000)), account=account)
+        '<footer>raftmq console · rendered {now} UTC{tail}</footer></body></html>',
+        title=title, cluster=cluster, who=who, nav=nav, body=body, now=utc(int(time.time() * 1000)),
+        account=account, tail=tail)
     return Response(code, doc.encode("utf-8"), headers=dict(SECURITY_HEADERS))
 
 
@@ -121,7 +134,9 @@ def cards(items: Iterable[tuple[str, object]], card_id: str = "") -> Markup:
 def section(title: str, content: Markup, section_id: str = "", live: bool = False, note: str = "") -> Markup:
     attrs = Markup("")
     if section_id:
-        attrs = html(' id="{}"', section_id) + (Markup(' data-live="1"') if live else Markup(""))
+        # (str + str is a plain str, which html() would escape: the id and data-live were lost, so sections
+        # never refreshed live)
+        attrs = Markup(html(' id="{}"', section_id) + (Markup(' data-live="1"') if live else Markup("")))
     note_html = html('<p class="note">{}</p>', note) if note else Markup("")
     return html("<section{}><h2>{}</h2>{}{}</section>", attrs, title, note_html, content)
 

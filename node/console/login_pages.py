@@ -24,12 +24,19 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], form
     if path == session.LOGOUT_PATH:
         if method != "POST":
             return _allow_post(console, "log out with the button in the page header (POST /ui/logout)")
-        secure = console.secure_cookies
-        headers = {"Location": session.LOGIN_PATH,
-                   "Set-Cookie": session.ConsoleSessions.clear_cookie(secure)}
-        if console.request_user():
-            audit("console_logout", user=console.request_user(), peer=address)
-        return Response(303, b"", headers=headers)
+        clear = session.ConsoleSessions.clear_cookie(console.secure_cookies)
+        user = console.request_user()
+        problem = _end_on_server(console, console.request_cookie()) if user else ""
+        if user:
+            audit("console_logout", user=user, peer=address, **({"error": problem} if problem else {}))
+        if problem:  # out of this browser anyway; say that a copy of the cookie may still work
+            resp = page(console.frame(), "", "Logged out here only", notice(
+                f"logged out in this browser, but the session could not be ended on the server ({problem}): a "
+                "copy of its cookie keeps working until it expires. Log in and out again once the cluster has a "
+                "leader.", "bad"), 503)
+            resp.headers["Set-Cookie"] = clear
+            return resp
+        return Response(303, b"", headers={"Location": session.LOGIN_PATH, "Set-Cookie": clear})
     if sessions is None:
         return page(console.frame(), "", "Log in", notice(html(
             "Authentication is off on this cluster: the console needs no login. {}",
@@ -49,6 +56,22 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], form
     audit("console_login", user=access_key, peer=address)
     return Response(303, b"", headers={"Location": target,
                                        "Set-Cookie": sessions.set_cookie(value, console.secure_cookies)})
+
+
+def _end_on_server(console: Console, cookie: str) -> str:
+    """End the session of ``cookie`` (its value) on every member (AclService.EndConsoleSession, called as this
+    member, so a follower reaches the leader); "" when done, else why not."""
+    from raftmq.client.acl import AclAdmin
+    from raftmq.client.errors import RaftmqError
+
+    node = console.node
+    try:
+        with AclAdmin(node.config.advertised_address, security=node.member_client_security(), timeout=5,
+                      retry_timeout=10) as acl:
+            acl.end_console_session(cookie)
+    except RaftmqError as e:
+        return str(e)
+    return ""
 
 
 def _form(console: Console, target: str, access_key: str, error: str, code: int) -> Response:

@@ -18,7 +18,9 @@ from urllib.parse import quote, urlencode
 # C0 controls except tab and newline, DEL, C1 controls, and the Unicode format characters that reorder or hide
 # text (bidi embeddings/overrides/isolates, zero-width characters, the BOM): shown as visible escapes.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
-_TEXT_CONTROL_LIMIT = 0.10  # more control characters than this share of a UTF-8 body: treat it as binary
+# "mostly control characters" (README, Web console): a UTF-8 body with more than this share of them is binary. A
+# short log line with a colour escape or two (issue 34: "\x1b[31mred\x1b[0m") is text, shown with them visible.
+_TEXT_CONTROL_LIMIT = 0.5
 
 PREVIEW_BYTES = 160        # body preview in result lists
 DETAIL_TEXT_BYTES = 16 << 10  # text shown on a message's page
@@ -104,7 +106,7 @@ def _decode_prefix(data: bytes) -> str | None:
 
 
 def is_text(body: bytes, sample: int = 4096) -> bool:
-    """UTF-8 without NULs and with few control characters (escape sequences in a log line are fine)."""
+    """UTF-8 without NULs and not mostly control characters (escape sequences in a log line are fine)."""
     text = _decode_prefix(body[:sample])
     if text is None or "\x00" in text:
         return False

@@ -5,9 +5,11 @@ Why a cookie: a browser cannot sign each request with MQv2-HMAC-SHA1 headers as 
 access key and secret key once on ``/ui/login``; the node answers with a cookie that every member accepts (its
 HMAC key is derived from ``security.auth_admin_secret_key``, which every member has from the same Secret).
 
-What the cookie holds: the access key, an expiry, and an HMAC of the user's current secret (never the secret).
-Each request re-checks the user against the replicated users, so deleting the user or changing its secret ends
-its sessions at once, on every member; what a page shows follows the user's rules as they are now (the console
+What the cookie holds: the access key, an expiry, a random session id and an HMAC of the user's current secret
+(never the secret). Each request re-checks the user against the replicated users, so deleting the user or changing
+its secret ends its sessions at once, on every member. Logging out ends the session on the server too (issue 34):
+its id is replicated as ended (``AclService.EndConsoleSession``) and refused by every member until it would have
+expired, so a copied cookie stops working. What a page shows follows the user's rules as they are now (the console
 decides with the same ACL as the gRPC API). The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict``
 (no other site can send it, so no cross-site request forgery), ``Path=/ui``, and ``Secure`` when the HTTP port
 speaks TLS. Failed logins are counted per client address (``FailedLogins``) so secrets cannot be guessed fast.
@@ -20,6 +22,7 @@ import collections
 import hashlib
 import hmac
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -131,7 +134,9 @@ class FailedLogins:
 class ConsoleSessions:
     """Issues and checks console session cookies; ``auth`` is the node's Authenticator."""
 
-    def __init__(self, security: Any, auth: Authenticator, clock: Callable[[], float] = time.time):
+    def __init__(self, security: Any, auth: Authenticator, clock: Callable[[], float] = time.time,
+                 ended: Callable[[str], bool] = lambda session: False):
+        """``ended(session id)``: whether that session was logged out (the replicated ACL table knows)."""
         self.lifetime_s = int(security.console_session_hours * 3600)
         keys = [_session_key(security.auth_admin_secret_key)]
         previous = security.auth_admin_previous_secret_key
@@ -142,6 +147,7 @@ class ConsoleSessions:
         self._keys = keys
         self._auth = auth
         self._clock = clock
+        self._ended = ended
         self.failed_logins = FailedLogins(clock)
 
     def login(self, access_key: str, secret_key: str, address: str,
@@ -169,14 +175,24 @@ class ConsoleSessions:
         found = self._auth.secret_fingerprint(access_key, self._signing_key)
         if found is None:  # deleted since check_secret found it
             raise LoginRefused(f"unknown access key {access_key!r}", 401)
-        payload = _b64(json.dumps({"u": access_key, "exp": int(self._clock()) + self.lifetime_s, "f": found},
-                                  separators=(",", ":")).encode())
+        payload = _b64(json.dumps({"u": access_key, "exp": int(self._clock()) + self.lifetime_s, "f": found,
+                                   "s": secrets.token_hex(16)}, separators=(",", ":")).encode())
         return f"{payload}.{self._mac(self._signing_key, payload)}"
 
     def user(self, value: str, address: str) -> str | None:
         """The access key of a valid session cookie's user; None when it is absent, damaged, forged, expired,
-        or its user was deleted or changed its secret. NetworkRefused when the user may not come from
+        logged out, or its user was deleted or changed its secret. NetworkRefused when the user may not come from
         ``address`` (its replicated networks)."""
+        session = self.session(value)
+        if session is None:
+            return None
+        access_key = session[0]
+        self._auth.check_network(Principal(access_key, True), address)
+        return access_key
+
+    def session(self, value: str, *, even_ended: bool = False) -> tuple[str, str, int] | None:
+        """(access key, session id, expiry in epoch s) of a valid session cookie value, else None (as ``user``,
+        without the network check; ``even_ended``: also when it was logged out)."""
         payload, _, mac = value.partition(".")
         if not payload or not mac:
             return None
@@ -186,15 +202,15 @@ class ConsoleSessions:
         try:
             session = json.loads(_unb64(payload))
             access_key, expires, fingerprint = str(session["u"]), int(session["exp"]), str(session["f"])
+            sid = str(session["s"])  # a cookie from before server-side log-outs has none: log in again
         except (ValueError, KeyError, TypeError):
             return None
-        if expires <= self._clock():
+        if expires <= self._clock() or (self._ended(sid) and not even_ended):
             return None
         found = self._auth.secret_fingerprint(access_key, key)
         if found is None or not hmac.compare_digest(found, fingerprint):
             return None
-        self._auth.check_network(Principal(access_key, True), address)
-        return access_key
+        return access_key, sid, expires
 
     def set_cookie(self, value: str, secure: bool) -> str:
         """The ``Set-Cookie`` header of a new session."""

@@ -33,10 +33,11 @@ def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> R
         hi = sum(st.max_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
         rin, rout = rates(snap.samples, "stored", t), rates(snap.samples, "consumed", t)
         rows.append([link(f"/ui/topics/{seg(t)}", t), f"{cfg.read_queue_nums} / {cfg.write_queue_nums}",
-                     _perm(cfg.perm), "yes" if cfg.order else "", hi - lo, hi,
+                     _perm(cfg.perm), "yes" if cfg.order else "", _message_type(cfg), hi - lo, hi,
                      _rate(rin), _rate(rout), sum(c.may("SUB", "group", g) for g in st.consumer_offsets.groups(t))])
-    topics = table(["topic", "queues (read / write)", "perm", "ordered", "messages kept", "messages ever",
-                    "in /s", "consumed /s", "groups"], rows, table_id="topics", numeric=(4, 5, 6, 7, 8),
+    topics = table(["topic", "queues (read / write)", "perm", "ordered", "message type", "messages kept",
+                    "messages ever", "in /s", "consumed /s", "groups"], rows, table_id="topics",
+                   numeric=(5, 6, 7, 8, 9),
                    empty="no topics yet: create one with `raftmq topic create NAME`")
     # with authentication on, the totals are of the topics this user may read: others' traffic is theirs
     charted, title = (None, "all topics") if c.sees_everything else (readable, "the topics you may read")
@@ -83,11 +84,17 @@ def _topic_page(c: Console, name: str) -> Response:
                        height=170)
     summary = cards([("read / write queues", f"{cfg.read_queue_nums} / {cfg.write_queue_nums}"),
                      ("perm", _perm(cfg.perm)), ("ordered", "yes" if cfg.order else "no"),
+                     ("message type", _message_type(cfg)),
                      ("messages kept", sum(q.max_offset - q.min_offset for q in queues))], card_id="summary")
     body = join([summary, section("Throughput", chart, "throughput", live=True),
                  section("Queues", qtable, "queues-section", live=True),
                  section("Consumer groups", gtable, "groups-section", live=True)])
     return page(c.frame(), "topics", f"Topic {name}", body)
+
+
+def _message_type(cfg) -> str:
+    """What the topic takes (issue 34); a topic from before message types takes every kind (as the API says)."""
+    return cfg.message_type or "MIXED"
 
 
 def _rate(points: list[tuple[float, float]]) -> str:

@@ -120,7 +120,7 @@ class ConsumerRpcs:
         # out messages of every queue; FIFO order is kept by message group on the server, not by queue ownership
         queue = v2.MessageQueue(topic=request.topic, id=-1, permission=route.permission(cfg.perm, True, True),
                                 broker=route.broker(self.node.config.cluster.name, endpoints),
-                                accept_message_types=route.ACCEPT_MESSAGE_TYPES)
+                                accept_message_types=route.accept_message_types(cfg))
         return v2s.QueryAssignmentResponse(status=ok(), assignments=[v2.Assignment(message_queue=queue)])
 
     # ------------------------------------------------------------------ receive

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import ipaddress
+import time
 import zlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -36,6 +37,8 @@ PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # FIFO message group
 MAX_MESSAGE_ID_LENGTH = 128
 MAX_MESSAGE_GROUP_LENGTH = 128
 MAX_TRACE_CONTEXT_LENGTH = 4096
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z
+TIMESTAMP_MIN_SECONDS, TIMESTAMP_MAX_SECONDS = -62135596800, 253402300799
 # stored properties that are system ones, never shown to a v2 client as user properties
 _SYSTEM_NAMES = RESERVED_PROPERTIES | {PROPERTY_TRACE_CONTEXT}
 
@@ -94,6 +97,28 @@ def _born_host(text: str) -> str:
     except ValueError:
         return ""  # not an address (a host name): the call's peer is used instead
     return f"[{host.strip('[]')}]:0" if ":" in host else f"{host}:0"
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def _delivery_ms(ts: Timestamp, now_ms: int, max_delay_ms: int) -> int:
+    """A DELAY message's delivery time in epoch ms; ILLEGAL_DELIVERY_TIME (with the allowed range) for one that
+    is not a valid timestamp or lies beyond the allowed delay. A time already past means "deliver now"."""
+    latest = now_ms + max_delay_ms
+    allowed = (f"give a time between now and {_utc(latest)} (at most {max_delay_ms // 1000} s ahead, "
+               "node.rocketmq5_max_delay_seconds) as seconds and nanos since the epoch")
+    if not (TIMESTAMP_MIN_SECONDS <= ts.seconds <= TIMESTAMP_MAX_SECONDS and 0 <= ts.nanos < 1_000_000_000):
+        hint = " (milliseconds where seconds are expected?)" if ts.seconds > TIMESTAMP_MAX_SECONDS else ""
+        raise V2Error(v2.ILLEGAL_DELIVERY_TIME, f"the delivery timestamp (seconds {ts.seconds}, nanos {ts.nanos}) is "
+                      f"not a valid time{hint}: {allowed}")
+    deliver_at = ts.ToMilliseconds()
+    if deliver_at > latest:
+        raise V2Error(v2.ILLEGAL_DELIVERY_TIME, f"the delivery time {_utc(deliver_at)} is "
+                      f"{(deliver_at - now_ms) / 1000:.0f} s from now; a message is delayed at most "
+                      f"{max_delay_ms // 1000} s: {allowed}")
+    return deliver_at
 
 
 def to_outgoing(m: v2.Message, *, max_body_size: int, max_delay_ms: int, now_ms: int) -> Outgoing:
@@ -162,13 +187,7 @@ def to_outgoing(m: v2.Message, *, max_body_size: int, max_delay_ms: int, now_ms:
             out.born_timestamp = born
     if sp.born_host:
         out.born_host = _born_host(sp.born_host)
-    deliver_at = None
-    if mtype == v2.DELAY:
-        deliver_at = sp.delivery_timestamp.ToMilliseconds()
-        if deliver_at - now_ms > max_delay_ms:
-            raise V2Error(v2.ILLEGAL_DELIVERY_TIME, f"the delivery time is {(deliver_at - now_ms) / 1000:.0f} s "
-                          f"from now; messages can be delayed at most {max_delay_ms // 1000} s "
-                          "(node.rocketmq5_max_delay_seconds)")
+    deliver_at = _delivery_ms(sp.delivery_timestamp, now_ms, max_delay_ms) if mtype == v2.DELAY else None
     system: dict[str, str] = {}
     if sp.HasField("trace_context") and sp.trace_context:
         if len(sp.trace_context) > MAX_TRACE_CONTEXT_LENGTH or any(c in sp.trace_context for c in "\x01\x02"):

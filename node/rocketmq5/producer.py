@@ -24,7 +24,7 @@ from raftmq.node.rocketmq5 import convert
 from raftmq.node.rocketmq5.calls import v2_rpc
 from raftmq.node.rocketmq5.status import V2Error, ok
 from raftmq.node.rocketmq5.telemetry import TelemetryStream
-from raftmq.node.validation import ValidationError, check_topic_name
+from raftmq.node.validation import MessageTypeError, ValidationError, check_topic_name
 from raftmq.rocketmq.v2 import definition_pb2 as v2
 from raftmq.rocketmq.v2 import service_pb2 as v2s
 from raftmq.v1 import raftmq_pb2 as pb
@@ -91,10 +91,16 @@ class ProducerRpcs:
             return await self._send_half(outgoing[0], born_host)
         if len({o.message.topic for o in outgoing}) > 1:
             raise V2Error(v2.BAD_REQUEST, "the messages of one send go to one topic; send separate batches")
+        if len({o.message_type for o in outgoing}) > 1:
+            raise V2Error(v2.BAD_REQUEST, "the messages of one send are of one type (NORMAL, FIFO or DELAY); send "
+                          "separate batches")
         try:
-            msgs = await self.messaging.prepare([o.message for o in outgoing], born_host)
+            msgs = await self.messaging.prepare([o.message for o in outgoing], born_host,
+                                                v2.MessageType.Name(outgoing[0].message_type))
         except RpcError as e:
             raise as_topic_not_found(e, topic, node) from None
+        except MessageTypeError as e:
+            raise V2Error(v2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, str(e)) from None
         for o, m in zip(outgoing, msgs, strict=True):
             m.properties.update(o.system_properties)
             if o.deliver_at_ms is not None and o.deliver_at_ms > now_ms:
@@ -113,6 +119,8 @@ class ProducerRpcs:
                                                                o.system_properties)
         except RpcError as e:
             raise as_topic_not_found(e, o.message.topic, node) from None
+        except MessageTypeError as e:
+            raise V2Error(v2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, str(e)) from None
         return v2s.SendMessageResponse(status=ok(), entries=[v2s.SendResultEntry(
             status=ok(), message_id=o.message_id, transaction_id=result.msg_id, offset=result.queue_offset)])
 

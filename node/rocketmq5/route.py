@@ -17,6 +17,14 @@ from raftmq.rocketmq.v2 import definition_pb2 as v2
 ACCEPT_MESSAGE_TYPES = (v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION)
 
 
+def accept_message_types(cfg) -> tuple[int, ...]:
+    """The message types a topic's queues take (issue 34), as the Java proxy lists them: the topic's own type,
+    or every type for MIXED (and for a topic from before message types, which takes them all). A client that
+    validates message types (its settings say so) refuses a send of another type itself."""
+    kind = cfg.message_type
+    return ACCEPT_MESSAGE_TYPES if kind in ("", "MIXED") else (v2.MessageType.Value(kind),)
+
+
 def _scheme(host: str) -> int:
     try:
         return v2.IPv6 if ipaddress.ip_address(host.strip("[]")).version == 6 else v2.IPv4
@@ -70,5 +78,5 @@ def message_queues(topic: v2.Resource, cfg, broker_name: str, endpoints: v2.Endp
         out.append(v2.MessageQueue(topic=topic, id=qid, broker=b,
                                    permission=permission(cfg.perm, qid < cfg.read_queue_nums,
                                                          qid < cfg.write_queue_nums),
-                                   accept_message_types=ACCEPT_MESSAGE_TYPES))
+                                   accept_message_types=accept_message_types(cfg)))
     return out

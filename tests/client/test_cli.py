@@ -51,6 +51,10 @@ def one_error_line(err: str) -> str:
     (["offsets"], "the following arguments are required: TOPIC"),
     (["nosuchcommand"], "invalid choice"),
     ([], "the following arguments are required: COMMAND"),
+    # issue 34: an unknown option before the command was reported as a missing COMMAND
+    (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+    (["--bogus=1", "--server", "127.0.0.1:1"], "unrecognized arguments: --bogus=1"),
+    (["produce", "T", "--deliver-at", "tomorrow"], "or a time from now (now+10m"),
 ])
 def test_usage_errors_exit_2(capsys, argv, fragment):
     code, out, err = cli(argv, capsys)
@@ -180,6 +184,23 @@ def test_parse_time():
     assert parse_time("-1.5h", now_ms=now) == now - 5_400_000
     assert parse_time("now-1d", now_ms=now) == now - 86_400_000
     assert parse_time("2023-11-14T22:13:20+00:00") == now
+
+
+def test_deliver_at_takes_relative_times_as_begin_does(monkeypatch):
+    """issue 34: --deliver-at now+10m (as --begin takes now-10m), besides ISO 8601 and epoch ms."""
+    import argparse
+
+    from raftmq.client import commands
+
+    monkeypatch.setattr(commands.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
+
+    def at(value):
+        return commands._deliver_at_ms(argparse.Namespace(deliver_at=value, delay_seconds=None, delay_level=0))
+
+    assert at("now+10m") == 1_700_000_600_000 and at("+90s") == 1_700_000_090_000
+    assert at("now") == 1_700_000_000_000 and at("now-1h") == 1_700_000_000_000 - 3_600_000
+    assert at("2023-11-14T22:13:20Z") == 1_700_000_000_000 and at("123") == 123
+    assert parse_time("now+2h", now_ms=1_000) == 1_000 + 7_200_000
 
 
 def test_parse_perm():

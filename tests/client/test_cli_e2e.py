@@ -272,3 +272,47 @@ def test_stopping_a_follower_commits_what_it_printed(cli, sig):
     assert "consumed 3 message(s)" in err and "offsets committed" in err
     offsets = cli.json("offsets", topic, "--group", "gs")
     assert offsets["queues"][0]["committed_offset"] == 3 and offsets["total_lag"] == 0
+
+
+def test_grpc_core_log_lines_reach_neither_the_cli_nor_the_node(cli, node, tmp_path):
+    """issue 34: gRPC's C core wrote its own lines (`I1129 ... Handshake failed`, `E1129 ... add_port.cc`) to
+    the CLI's and the node's stderr, next to raftmq's one-line reason."""
+    import re
+    import socket
+
+    from tests.support.processes import NodeProcess, node_specs
+
+    core_line = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d", re.MULTILINE)
+    r = cli("topic", "list", "--tls", "--timeout", "3")  # TLS against a plaintext node: a failed handshake
+    assert r.returncode == 5 and "TLS handshake failed" in r.stderr
+    assert not core_line.search(r.stderr) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    with socket.socket() as busy:  # a node whose gRPC port is taken: the C core's add_port error line
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        [spec] = node_specs(tmp_path, 1)
+        spec.grpc_port = busy.getsockname()[1]
+        other = NodeProcess(spec).start()
+        try:
+            assert other.proc.wait(60) == 1
+        finally:
+            other.kill()
+    log = spec.log_path.read_text()
+    assert "cannot listen for gRPC" in log and not core_line.search(log), log
+
+
+def test_lowering_the_read_queues_warns_and_needs_force(cli):
+    """issue 34: `topic update --queues` lower made the removed queues' messages unreadable without a word."""
+    cli.ok("topic", "create", "Shrink", "--queues", "4")
+    for q in range(4):
+        cli.ok("produce", "Shrink", "--body", f"m{q}", "--queue", str(q))
+    r = cli("topic", "update", "Shrink", "--queues", "2")
+    assert r.returncode == 2, r.stderr
+    reason = r.stderr.strip().splitlines()[-1]
+    assert "makes queues 2..3 unreadable: their 2 stored message(s) can no longer be consumed" in reason
+    assert "--force" in reason
+    assert cli.json("topic", "describe", "Shrink")["read_queue_nums"] == 4  # nothing changed
+    r = cli.ok("topic", "update", "Shrink", "--write-queues", "2")  # the way to drain first: no --force
+    assert "warning" not in r.stderr
+    r = cli.ok("topic", "update", "Shrink", "--queues", "2", "--force")
+    assert "warning: lowering topic Shrink's read queues from 4 to 2" in r.stderr
+    assert "read queues 2, write queues 2" in r.stdout

@@ -98,7 +98,7 @@ def test_two_consumers_split_the_queues_and_get_every_message_once(server):
     finally:
         a.close()
         b.close()
-    with pytest.raises(Exception, match="no live members and no committed offsets"):
+    with pytest.raises(Exception, match="no live members, no committed offsets and no settings of its own"):
         describe_consumer_group(server, "never-used")
 
 
@@ -284,7 +284,7 @@ def raftmq(*args: str) -> subprocess.CompletedProcess:
 def test_cli_group_describe(server):
     r = raftmq("group", "describe", "no-such-group", "-s", server)
     assert r.returncode == 3, r.stderr  # NotFoundError: the CLI's "not found" exit code
-    assert "no live members and no committed offsets" in one_error_line(r)
+    assert "no live members, no committed offsets and no settings of its own" in one_error_line(r)
     r = raftmq("group", "describe", " ", "-s", server)
     assert r.returncode == 4 and "consumer group must not be empty" in one_error_line(r)
 

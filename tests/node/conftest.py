@@ -32,10 +32,12 @@ class Api:
         self.msg = pb_grpc.MessagingServiceStub(channel)
         self.admin = pb_grpc.AdminServiceStub(channel)
 
-    def topic(self, prefix: str = "t", queues: int = 4, perm: int = 0) -> str:
+    def topic(self, prefix: str = "t", queues: int = 4, perm: int = 0, message_type: str = "") -> str:
+        """A new topic; ``message_type`` "" is the server's default (NORMAL)."""
         name = f"{prefix}-{next(_names)}"
         self.admin.CreateTopic(pb.CreateTopicRequest(
-            topic=pb.TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm)), timeout=10)
+            topic=pb.TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm,
+                                 message_type=message_type)), timeout=10)
         return name
 
     def send(self, topic: str, body: bytes, queue_id: int | None = 0, **fields) -> pb.SendResult:

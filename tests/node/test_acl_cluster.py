@@ -191,7 +191,7 @@ def test_transactions_and_the_check_stream_under_access_rules(secured_cluster):
     nodes, tls = secured_cluster
     addresses = [n.grpc_address for n in nodes]
     with Admin(addresses, security=_sec(tls)) as admin:
-        admin.create_topic("payments")
+        admin.create_topic("payments", message_type="TRANSACTION")
     with AclAdmin(addresses, security=_sec(tls)) as acl:
         acl.put_user("erin", "erin-secret-1")
         acl.add_rule("erin", "allow", ["PUB"], ["topic:payments"])

@@ -234,6 +234,32 @@ def test_each_action_allowed_with_a_rule_and_denied_without(auth, table, method,
         auth.authorize(alice, method, request_)
 
 
+def test_a_refusal_names_the_deny_rule_that_matched_not_an_allow_that_cannot_work(auth, table):
+    """issue 34: with a deny rule matching, the hint suggested adding an allow, which a deny always beats."""
+    _add_user(auth, table, "bob", "bob-secret-1",
+              {"effect": "allow", "actions": ["SUB"], "resources": ["topic:*"]},
+              {"effect": "deny", "actions": ["SUB", "PUB"], "resources": ["topic:payroll*"]})
+    with pytest.raises(AccessDenied) as denied:
+        auth.authorize(Principal("bob", False), "/raftmq.v1.MessagingService/PullMessage",
+                       pb.PullMessageRequest(topic="payroll-2026"))
+    text = str(denied.value)
+    assert "its rule 1 denies it (deny SUB,PUB on topic:payroll*)" in text, text
+    assert "raftmq acl policy remove bob 1" in text and "--allow" not in text, text
+
+
+def test_a_lookup_without_a_topic_suggests_naming_it(auth, table):
+    """issue 34: `raftmq view MSGID` for a user allowed a prefix of topics asked for SUB on topic:*; the hint
+    must suggest --topic (a lookup that names the topic needs only that topic)."""
+    _add_user(auth, table, "ann", "ann-secret-1", {"effect": "allow", "actions": ["SUB"], "resources": ["topic:o-*"]})
+    ann = Principal("ann", False)
+    with pytest.raises(AccessDenied) as denied:
+        auth.authorize(ann, "/raftmq.v1.MessagingService/ViewMessage", pb.ViewMessageRequest(msg_id="AB" * 16))
+    text = str(denied.value)
+    assert "may not SUB on topic:*" in text and "`raftmq view MSGID --topic TOPIC`" in text, text
+    auth.authorize(ann, "/raftmq.v1.MessagingService/ViewMessage", pb.ViewMessageRequest(msg_id="AB" * 16,
+                                                                                        topic="o-1"))
+
+
 def test_admin_user_may_do_everything(auth, table):
     _add_user(auth, table, "ops", "ops-secret-1", admin=True)
     for method, request_, *_ in _CASES:

@@ -79,6 +79,35 @@ def test_unquoted_booleans_for_role_label():
         load_config(None, environ={}, assignments=["kubernetes.role_label=sometimes"])
 
 
+def test_problems_found_across_keys_name_where_the_key_was_set(tmp_path):
+    """issue 34: checks of cluster.* values (and the others made after reading every source) did not say which
+    file (or the environment, or --set) the bad value came from; the per-key ones did."""
+    path = _write(tmp_path, """
+node:
+  id: n0
+cluster:
+  durability: maybe
+  members:
+    - {id: n0, raft: "127.0.0.1:1", grpc: "127.0.0.1:2"}
+    - {id: n1, raft: "127.0.0.1:3"}
+  raft:
+    raft_min_timeout: 3.5
+""")
+    with pytest.raises(ConfigError) as e:
+        load_config(path, environ={})
+    assert f"{path}: cluster.durability: 'maybe' is not one of async, sync" in e.value.problems
+    assert any(p.startswith(f"{path}: cluster.members[1]: must be a mapping") for p in e.value.problems), \
+        e.value.problems
+    with pytest.raises(ConfigError) as e:
+        load_config(path, environ={"RAFTMQ_CLUSTER_DURABILITY": "async"},
+                    assignments=["cluster.members=[]", "cluster.raft.raft_max_timeout=3"])
+    assert e.value.problems == [f"--set, {path}: cluster.raft: need leader_fallback_timeout < raft_min_timeout < "
+                                "raft_max_timeout"], e.value.problems
+    with pytest.raises(ConfigError) as e:
+        load_config(None, environ={"RAFTMQ_CLUSTER_NAME": "bad name"})
+    assert e.value.problems[0].startswith("environment: cluster.name: 'bad name' must be")
+
+
 def test_members_must_include_this_node():
     with pytest.raises(ConfigError) as e:
         load_config(None, environ={}, assignments=['cluster.members=[{id: a, raft: "h:1", grpc: "h:2"}]'])
@@ -128,7 +157,8 @@ def test_make_run_configs_are_valid_for_one_and_three_nodes(tmp_path):
     from raftmq.node.local_cluster import write_configs
 
     for n in (1, 3):
-        paths = write_configs(tmp_path, n)
+        (tmp_path / str(n)).mkdir()
+        paths = write_configs(tmp_path / str(n), n)
         cfgs = [load_config(p, environ={}) for p in paths]
         assert [c.node.id for c in cfgs] == [f"n{i}" for i in range(n)]
         ports = [c.grpc_listen.port for c in cfgs] + [c.http_listen.port for c in cfgs]

@@ -136,13 +136,15 @@ def test_topics_and_queues_match_the_api(cluster, page):
     page.goto(follower.http_url + "/ui/cluster")
     page.click("nav >> text=Topics")
     with Admin(servers) as admin:
-        names = sorted(t.name for t in admin.list_topics())
+        types = {t.name: t.message_type for t in admin.list_topics()}
+        names = sorted(types)
         offsets = {t: admin.queue_offsets(t) for t in names}
     rows = {r[0]: r for r in cells(page, "topics")}
     assert sorted(rows) == names == sorted([TOPIC, OTHER_TOPIC, DLQ_TOPIC])
     for t in names:
-        assert number(rows[t][4]) == sum(q.max_offset - q.min_offset for q in offsets[t])
-        assert number(rows[t][5]) == sum(q.max_offset for q in offsets[t])
+        assert rows[t][4] == types[t]  # issue 34: the message type, as `topic describe` shows it
+        assert number(rows[t][5]) == sum(q.max_offset - q.min_offset for q in offsets[t])
+        assert number(rows[t][6]) == sum(q.max_offset for q in offsets[t])
     assert page.locator("svg#chart-all").count() == 1
     page.click(f"#topics >> text={TOPIC}")
     page.wait_for_url(f"**/ui/topics/{TOPIC}")
@@ -293,7 +295,7 @@ def test_bad_input_gets_a_clear_page(cluster, page):
     resp = page.goto(n.http_url + "/ui/messages/not-an-id")
     assert resp.status == 400 and "not an offset message id" in page.inner_text("main")
     resp = page.goto(n.http_url + "/ui/groups/no-such-group")
-    assert resp.status == 404 and "no live members and no committed offsets" in page.inner_text("main")
+    assert resp.status == 404 and "no live members, no committed offsets and no settings of its own" in page.inner_text("main")
     req = urllib.request.Request(n.http_url + "/ui/cluster", data=b"x=1", method="POST")
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=10)

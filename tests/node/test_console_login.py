@@ -313,3 +313,68 @@ def test_the_http_client_behind_trusted_proxies(peer, forwarded_for, client):
 
     assert forwarded_http_client(peer, forwarded_for, NetworkList(["10.0.0.0/8"])) == client
     assert forwarded_http_client(peer, forwarded_for, NetworkList()) == peer  # no proxies configured
+
+
+def _tile(body: str, label_start: str) -> str:
+    m = re.search(rf'{re.escape(label_start)}[^<]*</[^>]+>\s*<[^>]+>([^<]*)<', body)
+    assert m, f"no tile {label_start!r}"
+    return m.group(1).strip()
+
+
+def test_console_issue_34_log_out_on_every_member_unknown_numbers_and_what_a_visitor_sees(tmp_path):
+    """Issue 34 on a 3-member cluster with authentication on:
+    * logging out ends the session on the server: a copy of the cookie is refused by every member;
+    * the login page says nothing about the cluster (name, members, leader) before a login;
+    * the replica-check tab is offered only to users who may run it;
+    * an unreachable member's numbers are "-" with the short cause, not 0 and the raw gRPC text;
+    * the "leader changes seen here" tile agrees with the list below it (a restarted member counted the leader
+      it found at start, which the list never showed)."""
+    from raftmq.client.acl import AclAdmin
+    from raftmq.client.security import ClientSecurity
+
+    root = ClientSecurity(access_key="root", secret_key="root-secret-1")
+    with running_nodes(tmp_path, 3, security=SECURITY, cluster={"secret": "cluster-secret-34"}) as nodes:
+        webs = [Http(n.http_url) for n in nodes]
+        code, _, body = webs[0].request("GET", "/ui/login")
+        assert code == 200 and 'name="secret_key"' in body
+        for secret in ("DefaultCluster", "n0", "n1", "n2", "this node", "leader", 'href="/ui/check"'):
+            assert secret not in body, secret
+        code, _, body = webs[1].request("GET", "/ui/nowhere")  # an error page for a visitor: the same
+        assert "DefaultCluster" not in body and "this node" not in body
+
+        # log out on n0; the cookie, copied before, works nowhere any more
+        cookie = cookie_of(webs[0].login("root", "root-secret-1")[1])
+        assert all(w.request("GET", "/ui/cluster", cookie=cookie)[0] == 200 for w in webs)
+        code, headers, _ = webs[0].request("POST", "/ui/logout", cookie=cookie)
+        assert code == 303 and headers["location"] == "/ui/login" and cookie_of(headers) == ""
+        for w in webs:
+            wait_for(lambda w=w: w.request("GET", "/ui/cluster", cookie=cookie)[0] == 303,
+                     "the logged-out cookie refused", timeout=10)
+
+        # the replica check is for users who may run it
+        with AclAdmin(nodes[0].grpc_address, security=root) as acl:
+            acl.put_user("bob", "bob-secret-1")
+        bob = cookie_of(webs[0].login("bob", "bob-secret-1")[1])
+        code, _, body = webs[0].request("GET", "/ui/cluster", cookie=bob)
+        assert code == 200 and 'href="/ui/check"' not in body and 'href="/ui/topics"' in body
+        admin = cookie_of(webs[1].login("root", "root-secret-1")[1])
+        assert 'href="/ui/check"' in webs[1].request("GET", "/ui/cluster", cookie=admin)[2]
+
+        # a member started after the leader was elected: no change seen, and the tile says so too
+        restarted = nodes[2]
+        restarted.restart()
+        web = Http(restarted.http_url)
+        mine = cookie_of(web.login("root", "root-secret-1")[1])
+        _, _, body = web.request("GET", "/ui/cluster", cookie=mine)
+        assert "no leader change since this node&#x27;s console started sampling" in body
+        assert _tile(body, "leader changes seen here") == "0", body
+
+        # an unreachable member: "-" for what nobody knows, and why in a few words
+        nodes[1].kill()
+        _, _, body = webs[0].request("GET", "/ui/cluster", cookie=admin)  # a session n1 issued, read on n0
+        row = re.search(r'<tr><td[^>]*><b title="Raft [^"]*">n1</b>.*?</tr>', body, re.S)
+        assert row, body
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)
+        assert "unreachable" in cells[1]
+        assert cells[4:11] == ["-"] * 7, cells  # term .. undispatched
+        assert "connection refused" in cells[-1] and "failed to connect" not in cells[-1].split(">", 1)[-1], cells

@@ -134,9 +134,46 @@ def test_history_records_leader_changes():
     assert events[1].describe() == "leader (none) → n1 (term 2)"
 
 
+def test_history_counts_every_takeover_even_beyond_the_events_it_keeps():
+    """issue 34: the cluster page's "leader changes seen here" tile counts the same record its list shows (the
+    write path's own counter also counted the leader a member found when it started, which the list never
+    showed); beyond the events kept, the count still holds every takeover."""
+    from raftmq.node.console.history import EVENTS_KEPT
+
+    leaders = ["n0", "n1"] * EVENTS_KEPT + [""]
+    seq = iter([_sample(i, {}, {}, leader, i) for i, leader in enumerate(leaders)])
+    h = History(lambda: next(seq))
+    h.sample_now()  # the leader found at start: not a change seen here
+    assert h.snapshot().takeovers == 0 and not h.snapshot().events
+    for _ in leaders[1:]:
+        h.sample_now()
+    snap = h.snapshot()
+    assert snap.takeovers == 2 * EVENTS_KEPT - 1  # the loss at the end is an event, not a takeover
+    assert len(snap.events) == EVENTS_KEPT
+
+
+def test_a_short_utf8_body_with_colour_escapes_is_text_not_binary():
+    """issue 34: a UTF-8 body with two ANSI escapes was labelled binary (more than 10% control characters);
+    the README's rule is "mostly control characters"."""
+    body = b"\x1b[31mok\x1b[0m"
+    view = safe.render_body(body)
+    assert view.kind == "text" and '<span class="ctl">\\x1b</span>[31mok' in view.html
+    assert "binary" not in safe.preview(body)
+    assert safe.render_body(b"\x1b\x1b\x1bab").kind == "binary"  # mostly control characters
+
+
 def test_chart_escapes_labels_and_draws_points():
     svg = line_chart([Series("<in>", [(100.0, 1.0), (110.0, 3.0)])], title="t <x>", now=120.0, chart_id="c")
     assert "<in>" not in svg and "&lt;in&gt;" in svg and "t &lt;x&gt;" in svg
     assert len(re.findall(r"<polyline", svg)) == 1
     empty = line_chart([Series("a", [])], title="t", now=120.0)
     assert "collecting samples" in empty
+
+
+def test_a_live_section_keeps_its_id_so_the_script_can_refresh_it():
+    """The section's id and data-live were escaped into text (str + str is no Markup), so the live refresh never
+    found the cluster page's member table and the other live sections (found while fixing issue 34)."""
+    from raftmq.node.console.layout import section
+
+    out = section("Members", safe.Markup("<table></table>"), "members-section", live=True)
+    assert out.startswith('<section id="members-section" data-live="1"><h2>Members</h2>'), out

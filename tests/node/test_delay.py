@@ -159,7 +159,7 @@ def test_single_node_delays_clamps_rejects_and_survives_restart(tmp_path):
         [n0] = nodes
         server = [n0.grpc_address]
         with Admin(server) as admin, Producer(server) as p:
-            admin.create_topic("Delayed", queues=2)
+            admin.create_topic("Delayed", queues=2, message_type="MIXED")  # delayed and immediate sends
             sent = {}
             for i, level in enumerate([1, 2, 3, 1, 2, 3]):
                 r = p.send("Delayed", f"m{i}", queue_id=i % 2, delay_level=level)
@@ -219,7 +219,7 @@ def test_single_node_sigkill_while_messages_wait_loses_none(tmp_path):
         server = [n0.grpc_address]
         sent = {}
         with Admin(server) as admin, Producer(server) as p:
-            admin.create_topic("Crash", queues=1)
+            admin.create_topic("Crash", queues=1, message_type="DELAY")
             for i in range(12):
                 r = p.send("Crash", f"c{i}", delay_level=1 + i % 3)
                 sent[r.uniq_key] = r
@@ -248,7 +248,7 @@ def test_leader_failover_while_messages_wait_loses_none(tmp_path):
     try:
         everyone = [n.grpc_address for n in nodes]
         with Admin(everyone) as admin:
-            admin.create_topic("Fail", queues=2)
+            admin.create_topic("Fail", queues=2, message_type="DELAY")
             leader_id = admin.cluster_status().leader_id
         leader = next(n for n in nodes if n.spec.id == leader_id)
         sent = {}
@@ -303,7 +303,7 @@ def test_restored_progress_past_the_queue_end_is_corrected_and_later_messages_ar
         [n0] = nodes
         server = [n0.grpc_address]
         with Admin(server) as admin, Producer(server) as p:
-            admin.create_topic("Restored", queues=1)
+            admin.create_topic("Restored", queues=1, message_type="DELAY")
             first = {p.send("Restored", f"m{i}", queue_id=0, delay_level=1).uniq_key for i in range(2)}
         assert {m.uniq_key for m in collect(server, "Restored", first)} == first
         assert n0.stop() == 0

@@ -40,13 +40,14 @@ def _free_port_base(n: int) -> int:
     raise RuntimeError("no free port base")
 
 
-def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _run(*args: str, timeout: float = 120, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
     # the started nodes read RAFTMQ_<SECTION>_<KEY> too: small files instead of 1.5 GB preallocated per member
     env.update(RAFTMQ_STORE_PREALLOCATE="false", RAFTMQ_STORE_MAPPED_FILE_SIZE_COMMIT_LOG=str(256 * 1024),
                RAFTMQ_STORE_MAX_HASH_SLOT_NUM="1024", RAFTMQ_STORE_MAX_INDEX_NUM="4096",
                RAFTMQ_STORE_MAX_MESSAGE_SIZE=str(64 * 1024))
+    env.update(extra_env or {})
     return subprocess.run([sys.executable, "-m", "raftmq.node.local_cluster", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -119,3 +120,28 @@ def test_three_nodes_start_on_a_port_base_and_stop_without_unknown_leader_lines(
     logs = "".join((tmp_path / f"n{i}.log").read_text() for i in range(3))
     assert "graceful stop" in logs  # the leader handed off or stepped down ...
     assert "handed leadership to ?" not in logs  # ... and says which
+
+
+def test_a_member_started_again_keeps_the_settings_of_the_run_it_belongs_to(tmp_path: Path) -> None:
+    """issue 34: settings given only in the environment of the first `make run` silently differed when one member
+    was started again from another shell; and `make run` rewrote the config files it tells users to edit."""
+    base = _free_port_base(1)
+    first = _run("start", "--dir", str(tmp_path), "--nodes", "1", "--port-base", str(base),
+                 extra_env={"RAFTMQ_CLUSTER_NAME": "FromTheEnv"})
+    try:
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert (tmp_path / "environment").stat().st_mode & 0o077 == 0  # it may hold secrets: owner-only
+        with urllib.request.urlopen(f"http://{HOST}:{base}/metrics", timeout=5) as r:
+            assert 'cluster="FromTheEnv"' in r.read().decode()
+        assert _run("stop", "--dir", str(tmp_path)).returncode == 0
+        config = tmp_path / "n0.yaml"
+        config.write_text(config.read_text().replace("node:\n", "node:\n  log_level: WARNING\n", 1))  # an edit
+        again = _run("start", "--dir", str(tmp_path), "--nodes", "1", "--port-base", str(base))  # no such env now
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "the environment differs from the one this cluster was started with in RAFTMQ_CLUSTER_NAME" in \
+            again.stderr
+        with urllib.request.urlopen(f"http://{HOST}:{base}/metrics", timeout=5) as r:
+            assert 'cluster="FromTheEnv"' in r.read().decode()  # the run's settings, not this shell's
+        assert "log_level: WARNING" in config.read_text()  # the edit was kept, not rewritten
+    finally:
+        _run("stop", "--dir", str(tmp_path))

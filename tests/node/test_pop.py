@@ -36,9 +36,9 @@ def node(tmp_path_factory):
     stop_all(nodes)
 
 
-def make_topic(node, name: str, queues: int = 2) -> str:
+def make_topic(node, name: str, queues: int = 2, message_type: str = "NORMAL") -> str:
     with Admin(node.grpc_address) as admin:
-        admin.create_topic(name, queues=queues)
+        admin.create_topic(name, queues=queues, message_type=message_type)
     return name
 
 
@@ -187,7 +187,7 @@ def test_sql92_selects_on_properties_in_pull_and_receive(node):
 
 
 def test_fifo_message_groups_in_order_one_at_a_time_under_two_consumers(node):
-    topic = make_topic(node, "PopFifo", queues=4)
+    topic = make_topic(node, "PopFifo", queues=4, message_type="FIFO")
     groups, per_group = 4, 6
     with Producer(node.grpc_address) as p:
         for i in range(per_group):
@@ -275,7 +275,7 @@ def test_leader_sigkill_unacked_come_back_on_the_new_leader_acked_never_fifo_ord
         everyone = [n.grpc_address for n in nodes]
         with Admin(everyone) as admin:
             admin.create_topic("Ha", queues=2)
-            admin.create_topic("HaFifo", queues=2)
+            admin.create_topic("HaFifo", queues=2, message_type="FIFO")
             leader_id = admin.cluster_status().leader_id
         with Producer(everyone) as p:
             for i in range(20):

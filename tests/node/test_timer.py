@@ -47,7 +47,7 @@ def test_leader_killed_before_timers_fire_delivers_all_once_and_never_early(tmp_
     try:
         everyone = [n.grpc_address for n in nodes]
         with Admin(everyone) as admin:
-            admin.create_topic("Tick", queues=2)
+            admin.create_topic("Tick", queues=2, message_type="DELAY")
             leader_id = admin.cluster_status().leader_id
         leader = next(n for n in nodes if n.spec.id == leader_id)
         sent: dict[str, tuple[int, int]] = {}
@@ -117,7 +117,7 @@ def test_single_node_timers_bad_inputs_cli_metrics_and_restart(tmp_path):
     try:
         addr = [node.grpc_address]
         with Admin(addr) as admin:
-            admin.create_topic("Late", queues=1)
+            admin.create_topic("Late", queues=1, message_type="DELAY")
         with Producer(addr) as p:
             with pytest.raises(InvalidArgumentError, match=r"maximum timer delay of 60 s.*timer_max_delay_seconds"):
                 p.send("Late", "x", deliver_at=_now_ms() + 3_600_000)

@@ -91,7 +91,9 @@ def test_tls_on_sdk_http_and_cli(tmp_path, pki):
         assert "the server requires TLS; connect with --tls" in plain.stderr.splitlines()[-1]
         with pytest.raises(TlsError, match="requires TLS"):
             _list(node.grpc_address, ClientSecurity())
-        wait_for(lambda: "Handshake failed" in node.spec.log_path.read_text(), "the node's handshake log line")
+        # gRPC's own C-core line about it stays off (issue 34; GRPC_VERBOSITY=INFO in the node's environment
+        # brings such lines back for debugging)
+        assert "Handshake failed" not in node.spec.log_path.read_text()
 
         # wrong CA
         with pytest.raises(TlsError, match="server certificate is not trusted: unable to get local issuer"):

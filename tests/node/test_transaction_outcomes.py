@@ -38,7 +38,8 @@ def node(tmp_path_factory):
 def _topic(node) -> str:
     name = f"txo-{next(_names)}"
     pb_grpc.AdminServiceStub(node.channel()).CreateTopic(pb.CreateTopicRequest(
-        topic=pb.TopicConfig(name=name, read_queue_nums=1, write_queue_nums=1)), timeout=10)
+        topic=pb.TopicConfig(name=name, read_queue_nums=1, write_queue_nums=1,
+                             message_type="TRANSACTION")), timeout=10)
     return name
 
 

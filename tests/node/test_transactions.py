@@ -44,7 +44,8 @@ def node(tmp_path_factory):
 def _topic(node, queues: int = 1) -> str:
     name = f"tx-{next(_names)}"
     pb_grpc.AdminServiceStub(node.channel()).CreateTopic(pb.CreateTopicRequest(
-        topic=pb.TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues)), timeout=10)
+        topic=pb.TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues,
+                             message_type="TRANSACTION")), timeout=10)
     return name
 
 

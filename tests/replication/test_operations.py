@@ -3,6 +3,7 @@ restart of every member after compaction."""
 
 from __future__ import annotations
 
+import signal
 import struct
 import time
 
@@ -16,11 +17,13 @@ from tests.replication.cluster_util import (
     Producers,
     admin,
     create_topic,
+    messaging,
     read_topic,
     wait_applied_equal,
     wait_leader,
 )
 from tests.replication.test_raft_cluster import QUEUES, TOPIC, assert_byte_identical, check_acked
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +75,41 @@ def test_status_transfer_and_graceful_stop(cluster_factory):
     target.start(env=c.env).wait_ready(90)
     wait_applied_equal(c.nodes)
     check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+
+
+def test_sigterm_of_a_busy_leader_hands_off_before_it_drains(tmp_path):
+    """Issue 34: on SIGTERM the leader first waited for a moment without incoming calls (up to the shutdown grace)
+    and only then handed leadership away; under load, with clients retrying it and members forwarding to it, that
+    moment never came and every write was refused for the whole grace. Now it hands off first: writes go on at
+    the new leader long before the grace is over, nothing acknowledged is lost, and the old leader exits cleanly.
+    """
+    from tests.replication.conftest import Cluster
+    from tests.support.processes import stop_all
+
+    grace = 120.0  # far longer than any hand-off: writes must resume well within it
+    c = Cluster(tmp_path)
+    for s in c.specs:
+        s.overrides.setdefault("node", {})["shutdown_grace_seconds"] = grace
+    try:
+        c.start()
+        create_topic(c.nodes, TOPIC, QUEUES)
+        leader = wait_leader(c.nodes)
+        p = Producers(c.nodes, TOPIC, n=4, queues=QUEUES).start()  # they retry at once, or via a forwarding member
+        p.wait_acked(200)
+        leader.proc.send_signal(signal.SIGTERM)
+        acked_at_sigterm = len(p.log.acked)
+        p.wait_acked(acked_at_sigterm + 200, timeout=grace / 2)
+        leader.proc.wait(timeout=grace + 30)
+        assert leader.stop() == 0, leader.log_tail()
+        assert "graceful stop: handed leadership to" in leader.spec.log_path.read_text()
+        new_leader = wait_leader([n for n in c.nodes if n is not leader], timeout=30)
+        assert new_leader is not leader
+        log = p.stop()
+        c.restart([leader])
+        wait_applied_equal(c.nodes)
+        check_acked(log, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+    finally:
+        stop_all(c.nodes, kill=True)
 
 
 def test_compaction_bounds_the_journal_and_a_full_restart_loses_nothing(cluster_factory):
@@ -183,3 +221,52 @@ def test_cluster_secret_encrypts_raft_and_guards_the_replica_service(cluster_fac
     ok = stub.GetReplicaStatus(replica_pb2.GetReplicaStatusRequest(), timeout=10,
                                metadata=(("x-raftmq-secret", "s3cret-for-tests"),))
     assert ok.applied_index > 0
+
+
+KILLED_CLIENT = """
+import os, signal, sys
+import grpc
+from raftmq.v1 import replica_pb2, replica_pb2_grpc
+channel = grpc.insecure_channel(sys.argv[1])
+stream = replica_pb2_grpc.ReplicaServiceStub(channel).FetchCommitLog(replica_pb2.FetchCommitLogRequest(
+    from_offset=0, up_to_index=int(sys.argv[2]), max_chunk_bytes=1 << 20), timeout=60)
+next(stream)
+os.kill(os.getpid(), signal.SIGKILL)  # unread chunks in its socket: the kernel resets the connection
+"""
+
+
+def test_a_peer_dropping_a_commit_log_copy_midway_is_an_info_line_not_an_error_traceback(tmp_path):
+    """Issue 34: when a peer went away in the middle of FetchCommitLog (a repair that had its range, a member that
+    stopped), gRPC could fail the next write before it knew, and logged `ExecuteBatchError raised in core by
+    servicer method [.../FetchCommitLog]` at ERROR with a traceback. An expected event: one INFO line."""
+    import subprocess
+    import sys
+
+    from tests.replication.conftest import Cluster
+    from tests.support.processes import REPO_ROOT, stop_all
+
+    c = Cluster(tmp_path, store={"mapped_file_size_commit_log": 16 << 20, "max_message_size": 1 << 20})
+    try:
+        c.start()
+        create_topic(c.nodes, TOPIC, QUEUES)
+        leader = wait_leader(c.nodes)
+        body = pb.Message(topic=TOPIC, body=b"x" * 60_000)
+        for i in range(120):  # several MiB, so the copy is still being written when the peer dies
+            body.queue_id = i % QUEUES
+            messaging(leader).SendMessage(pb.SendMessageRequest(message=body), timeout=30)
+        source = next(n for n in c.nodes if n is not leader)
+        wait_applied_equal(c.nodes)
+        st = admin(source).ClusterStatus(pb.ClusterStatusRequest(), timeout=10)
+        applied = next(m.applied_index for m in st.members if m.id == source.spec.id)
+        env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
+        for _ in range(30):
+            subprocess.run([sys.executable, "-c", KILLED_CLIENT, source.grpc_address, str(applied)], env=env,
+                           cwd=REPO_ROOT, timeout=60)
+        from tests.support.metrics import metric_sum
+
+        wait_for(lambda: metric_sum(source, "raftmq_raft_catch_up_streams") == 0,
+                 "every copy to have ended on the serving member", timeout=60)
+        log = source.spec.log_path.read_text()
+        assert "ExecuteBatchError raised in core" not in log and " ERROR " not in log, log[-3000:]
+    finally:
+        stop_all(c.nodes, kill=True)

@@ -32,11 +32,13 @@ def _md(credentials: tuple[str, str] | None):
     return signed_headers(*credentials) if credentials else None
 
 
-def create_topic(node: NodeProcess, name: str, queues: int = 4, credentials: tuple[str, str] | None = None) -> None:
+def create_topic(node: NodeProcess, name: str, queues: int = 4, credentials: tuple[str, str] | None = None,
+                 message_type: str = "") -> None:
+    """``message_type`` "" is the server's default (NORMAL); the official clients refuse other kinds themselves."""
     stub = pb_grpc.AdminServiceStub(node.channel())
     stub.CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(name=name, read_queue_nums=queues,
-                                                                write_queue_nums=queues)), timeout=30,
-                     metadata=_md(credentials))
+                                                                write_queue_nums=queues, message_type=message_type)),
+                     timeout=30, metadata=_md(credentials))
 
 
 def read_all(node: NodeProcess, topic: str, credentials: tuple[str, str] | None = None) -> list[pb.MessageView]:

@@ -104,7 +104,7 @@ def _endpoints(nodes) -> str:
 def test_java_producer_kinds_are_stored_and_the_simple_consumer_reads_both_apis(tmp_path, java):
     with running_nodes(tmp_path) as nodes:
         e = _endpoints(nodes)
-        create_topic(nodes[0], "jt")
+        create_topic(nodes[0], "jt", message_type="MIXED")  # every kind of send
         sent: dict[str, dict] = {}
         for kind, extra in [("normal", {"tag": "A", "count": 3}), ("fifo", {"group": "order-1", "count": 3}),
                             ("delay", {"delay_s": 3}), ("tx-commit", {}), ("tx-rollback", {})]:
@@ -134,7 +134,7 @@ def test_java_orphan_transaction_is_checked_and_redelivery_counts_attempts(tmp_p
     store = {"transaction_timeout_ms": 1000, "transaction_check_interval_ms": 300}
     with running_nodes(tmp_path, store=store) as nodes:
         e = _endpoints(nodes)
-        create_topic(nodes[0], "orph")
+        create_topic(nodes[0], "orph", message_type="TRANSACTION")
         lines = java("produce", endpoints=e, topic="orph", kind="tx-orphan", prefix="o-", wait_s=8).all()
         send = next(x for x in lines if x["op"] == "send")
         assert any(x["op"] == "check" and x["body"] == "o-0" for x in lines), lines  # asked over Telemetry
@@ -173,7 +173,7 @@ def test_java_client_over_tls_and_a_plaintext_client_refused(tmp_path, java):
     node = NodeProcess(spec)
     node.http_context = ssl.create_default_context(cafile=str(ca.cert_file))
     try:
-        node.start().wait_ready(90)
+        node.start(env={"GRPC_VERBOSITY": "INFO"}).wait_ready(90)  # gRPC's own lines are off by default
         e = node.grpc_address
         create_topic_tls(node, ca, "secure")
         # the Java client's default (enableSsl true); it does not check the server's certificate chain
@@ -186,7 +186,7 @@ def test_java_client_over_tls_and_a_plaintext_client_refused(tmp_path, java):
         # a plaintext client cannot talk to a TLS port: its start fails (no route), naming the transport
         assert plain[0]["op"] == "start" and plain[0]["ok"] is False, plain
         assert "UNAVAILABLE" in plain[0]["error"], plain
-        # the node's log names it: gRPC's "Handshake failed ... WRONG_VERSION_NUMBER" (not a TLS record)
+        # with GRPC_VERBOSITY=INFO the node's log names it: gRPC's "Handshake failed ... WRONG_VERSION_NUMBER"
         wait_for(lambda: "WRONG_VERSION_NUMBER" in node.log_tail(200), "the handshake failure in the node log",
                  timeout=30)
     finally:

@@ -127,7 +127,7 @@ def test_push_consumer_retries_failures_with_backoff_then_dead_letters_them(tmp_
 def test_fifo_push_consumer_keeps_group_order_and_forwards_its_poison_to_the_dlq(tmp_path, run_driver):
     policies = {"g-fifo": {"max_delivery_attempts": 2, "retry_backoff": "1s", "fifo": True}}
     with running_nodes(tmp_path, node={"group_policies": policies}) as nodes:
-        create_topic(nodes[0], "orders")
+        create_topic(nodes[0], "orders", message_type="FIFO")
         _produce(nodes, "orders", [(f"o-{i}", "", {}) for i in range(6)], group="order-7")
         stop = tmp_path / "stop-fifo"
         driver = run_driver("consumer.py", {"endpoints": _endpoints(nodes), "group": "g-fifo", "topic": "orders",

@@ -41,7 +41,7 @@ def test_fifo_messages_of_a_group_share_the_queue_our_own_api_picks(tmp_path, ru
     from raftmq.node.pop_service import queue_for_message_group
 
     with running_nodes(tmp_path) as nodes:
-        create_topic(nodes[0], "orders")
+        create_topic(nodes[0], "orders", message_type="FIFO")
         steps = [{"op": "send", "topic": "orders", "body": f"{g}-{i}", "group": g}
                  for i in range(4) for g in ("order-1", "order-22")]
         lines = run_driver("producer.py", _plan(nodes, ["orders"], steps)).all()
@@ -56,7 +56,7 @@ def test_fifo_messages_of_a_group_share_the_queue_our_own_api_picks(tmp_path, ru
 
 def test_delay_messages_carry_their_delivery_time(tmp_path, run_driver):
     with running_nodes(tmp_path) as nodes:
-        create_topic(nodes[0], "later")
+        create_topic(nodes[0], "later", message_type="DELAY")
         before = int(time.time())
         steps = [{"op": "send", "topic": "later", "body": "in-a-while", "delay_s": 3600},
                  {"op": "send", "topic": "later", "body": "too-late", "delay_s": 3 * 86400}]
@@ -85,7 +85,7 @@ def _stored_or_held(node, topic, uniq_key):
 
 def test_a_delay_message_is_delivered_at_its_time_never_before(tmp_path, run_driver):
     with running_nodes(tmp_path) as nodes:
-        create_topic(nodes[0], "soon")
+        create_topic(nodes[0], "soon", message_type="DELAY")
         lines = run_driver("producer.py", _plan(nodes, ["soon"], [
             {"op": "send", "topic": "soon", "body": "wait-for-it", "delay_s": 4}])).all()
         sent = next(x for x in lines if x["op"] == "send")
@@ -102,7 +102,7 @@ def test_a_delay_message_is_delivered_at_its_time_never_before(tmp_path, run_dri
 def test_transactions_commit_rollback_and_an_orphan_answered_by_the_checker(tmp_path, run_driver):
     store = {"transaction_timeout_ms": 1000, "transaction_check_interval_ms": 300}
     with running_nodes(tmp_path, store=store) as nodes:
-        create_topic(nodes[0], "tx")
+        create_topic(nodes[0], "tx", message_type="TRANSACTION")
         steps = [{"op": "tx", "topic": "tx", "body": "committed", "end": "commit"},
                  {"op": "tx", "topic": "tx", "body": "rolled-back", "end": "rollback"},
                  {"op": "tx", "topic": "tx", "body": "orphan", "end": "none"},

@@ -45,7 +45,7 @@ def test_sends_and_transactions_through_any_member_are_readable_by_raftmqs_cli(t
     extra = {"security": {"auth_enabled": True, "auth_admin_access_key": AUTH[0], "auth_admin_secret_key": AUTH[1]},
              "cluster": {"secret": "cluster-secret"}} if auth else {}
     with running_nodes(tmp_path, 3, store=STORE, **extra) as nodes:
-        create_topic(leader_of(nodes, creds), "orders", credentials=creds)
+        create_topic(leader_of(nodes, creds), "orders", credentials=creds, message_type="MIXED")  # every kind
         # the client's channel goes to the first address that answers: put a follower first, so every call
         # (sends, telemetry, transaction ends, checker answers) goes through a member that relays to the leader
         leader = leader_of(nodes, creds)

@@ -26,7 +26,9 @@ CLIENT = (("x-mq-client-id", "test@1@0@abc"), ("x-mq-protocol", "GRPC_V2"))
 def node(tmp_path_factory):
     policies = {"ordered": {"fifo": True, "max_delivery_attempts": 3, "retry_backoff": "1s 2s"}}
     with running_nodes(tmp_path_factory.mktemp("v2"), node={"group_policies": policies}) as nodes:
-        create_topic(nodes[0], "t")
+        create_topic(nodes[0], "t", message_type="MIXED")  # takes every kind: the checks below come first
+        for kind in ("NORMAL", "FIFO", "DELAY", "TRANSACTION"):
+            create_topic(nodes[0], kind.lower(), message_type=kind)
         yield nodes[0]
 
 
@@ -59,6 +61,11 @@ def _in(seconds: float) -> Timestamp:
     (_msg(message_group="g"), v2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "only FIFO"),
     (_msg(mtype=v2.DELAY), v2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "delivery timestamp"),
     (_msg(mtype=v2.DELAY, delivery_timestamp=_in(2 * 86400)), v2.ILLEGAL_DELIVERY_TIME, "at most 86400 s"),
+    # issue 34: milliseconds where seconds belong (beyond a Timestamp's range) was INTERNAL_ERROR with a traceback
+    (_msg(mtype=v2.DELAY, delivery_timestamp=Timestamp(seconds=int(time.time() * 1000))), v2.ILLEGAL_DELIVERY_TIME,
+     "milliseconds where seconds are expected?): give a time between now and"),
+    (_msg(mtype=v2.DELAY, delivery_timestamp=Timestamp(seconds=int(time.time()), nanos=-1)),
+     v2.ILLEGAL_DELIVERY_TIME, "not a valid time"),
     (_msg(tag="a|b"), v2.ILLEGAL_MESSAGE_TAG, "without '|'"),
     (_msg(keys=["ok", " "]), v2.ILLEGAL_MESSAGE_KEY, "blank"),
     (_msg(body_encoding=v2.GZIP), v2.MESSAGE_CORRUPTED, "not valid gzip"),
@@ -69,6 +76,30 @@ def test_bad_sends_are_refused_with_the_v2_code_and_what_to_fix(stub, message, c
     assert r.status.code == code, r
     assert says in r.status.message
     assert not r.entries
+
+
+def _typed(kind: str, topic: str) -> v2.Message:
+    """A message of ``kind`` as an official client builds it."""
+    extra = {"FIFO": {"message_group": "g"}, "DELAY": {"delivery_timestamp": _in(60)}}.get(kind, {})
+    return _msg(b"typed", mtype=v2.MessageType.Value(kind), topic=topic, **extra)
+
+
+@pytest.mark.parametrize("topic", ["normal", "fifo", "delay", "transaction"])
+def test_a_topic_takes_only_its_message_type_as_apache_rocketmq_5_refuses_the_others(stub, topic):
+    """issue 34: FIFO, DELAY and TRANSACTION messages were accepted on a NORMAL topic and NORMAL ones on an ordered
+    one. Apache's proxy answers MESSAGE_PROPERTY_CONFLICT_WITH_TYPE naming the expected and the actual type."""
+    expected = topic.upper()
+    for kind in ("NORMAL", "FIFO", "DELAY", "TRANSACTION"):
+        r = _send(stub, _typed(kind, topic))
+        if kind == expected:
+            assert r.status.code == v2.OK, (kind, r)
+            continue
+        assert r.status.code == v2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, (kind, r)
+        assert f"takes {expected} messages, and this is a {kind} message" in r.status.message, r.status.message
+        assert not r.entries
+    route = stub.QueryRoute(v2s.QueryRouteRequest(topic=v2.Resource(name=topic)), metadata=CLIENT, timeout=10)
+    assert route.status.code == v2.OK
+    assert {tuple(q.accept_message_types) for q in route.message_queues} == {(v2.MessageType.Value(expected),)}
 
 
 def test_reserved_property_names_and_empty_ids_are_refused(stub):
@@ -159,3 +190,21 @@ def test_consumer_settings_carry_the_groups_policy(stub, group, fifo, attempts, 
     policy = reply.settings.backoff_policy
     assert policy.max_attempts == attempts
     assert [d.seconds for d in policy.customized_backoff.next] == backoff_s
+
+
+def test_group_settings_changed_at_runtime_reach_the_clients_next_settings(node, stub):
+    """issue 34: `raftmq group update` (AdminService.UpdateConsumerGroup) changes what a RocketMQ 5 consumer is
+    told in its settings from then on, without restarting any member."""
+    from raftmq.v1 import raftmq_pb2 as pb
+    from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+    pb_grpc.AdminServiceStub(node.channel()).UpdateConsumerGroup(pb.UpdateConsumerGroupRequest(
+        group="changed", fifo=True, max_delivery_attempts=4, retry_backoff="2s 1m"), timeout=10)
+    settings = v2.Settings(client_type=v2.PUSH_CONSUMER,
+                           subscription=v2.Subscription(group=v2.Resource(name="changed")))
+    call = stub.Telemetry(iter([v2s.TelemetryCommand(settings=settings)]), metadata=CLIENT, timeout=10)
+    reply = next(call)
+    call.cancel()
+    assert reply.settings.subscription.fifo is True
+    assert reply.settings.backoff_policy.max_attempts == 4
+    assert [d.seconds for d in reply.settings.backoff_policy.customized_backoff.next] == [2, 60]

@@ -104,3 +104,50 @@ def test_schedule_topic_is_built_in_like_rocketmqs_topic_config_manager(tmp_path
         with pytest.raises(StoreError, match="SCHEDULE_TOPIC_XXXX is a system topic the broker registers itself"):
             change()
     assert t.get(SCHEDULE_TOPIC) == builtin and t.data_version["counter"] == 1
+
+
+def test_topic_message_type_is_rocketmq_5s_attribute_and_other_attributes_are_kept(tmp_path):
+    """issue 34: stored as RocketMQ 5 stores it ("attributes": {"message.type": ...}); a file RocketMQ 5 wrote
+    keeps the attributes raftmq does not use; a topic without any is written as RocketMQ 4.9 writes it."""
+    t = TopicConfigTable(str(tmp_path))
+    t.put(TopicConfig("Plain"), 1)
+    t.put(TopicConfig("Fifo").with_message_type("FIFO"), 2)
+    text = (tmp_path / "topics.json").read_text()
+    assert '"attributes":{\n\t\t\t\t"message.type":"FIFO"\n\t\t\t},\n\t\t\t"order":false' in text, text
+    assert text.count('"attributes"') == 1  # not on Plain: 4.9's shape
+    from_rocketmq = TopicConfig.from_json({"topicName": "R", "attributes": {"message.type": "DELAY",
+                                                                            "queue.type": "SimpleCQ"}})
+    assert from_rocketmq.message_type == "DELAY" and from_rocketmq.to_json()["attributes"] == \
+        {"message.type": "DELAY", "queue.type": "SimpleCQ"}
+    assert TopicConfig("Old").message_type == "" and TopicConfig("Old").accepts("TRANSACTION")
+    assert not t.get("Fifo").accepts("NORMAL") and TopicConfig("M").with_message_type("MIXED").accepts("DELAY")
+    with pytest.raises(StoreError, match="message type must be one of"):
+        t.put(TopicConfig("Bad").with_message_type("URGENT"), 3)
+
+
+def test_subscription_groups_json_is_rocketmq_shaped_and_reads_rocketmq_files(tmp_path):
+    """issue 34: consumer-group settings in config/subscriptionGroup.json as RocketMQ writes it."""
+    from raftmq.store.subscription_groups import SubscriptionGroup, SubscriptionGroupTable
+
+    t = SubscriptionGroupTable(str(tmp_path))
+    t.put(SubscriptionGroup("billing", True, 5, (1000, 60000)), 1700000000000)
+    data = json_file.loads((tmp_path / "subscriptionGroup.json").read_text())
+    g = data["subscriptionGroupTable"]["billing"]
+    assert (g["groupName"], g["consumeMessageOrderly"], g["retryMaxTimes"]) == ("billing", True, 4)
+    assert g["groupRetryPolicy"] == {"customizedRetryPolicy": {"next": [1000, 60000]}, "type": "CUSTOMIZED"}
+    assert g["consumeEnable"] is True and g["retryQueueNums"] == 1  # RocketMQ's defaults for the rest
+    assert data["dataVersion"] == {"counter": 1, "timestamp": 1700000000000}
+    again = SubscriptionGroupTable(str(tmp_path))
+    again.load()
+    assert again.get("billing") == t.get("billing") and again.snapshot() == t.snapshot()
+    exp = SubscriptionGroup.from_json({"groupName": "x", "retryMaxTimes": 3, "consumeEnable": False,
+                                       "groupRetryPolicy": {"type": "EXPONENTIAL", "exponentialRetryPolicy": {
+                                           "initial": 1000, "max": 3000, "multiplier": 2}}})
+    assert (exp.max_delivery_attempts, exp.retry_backoff_ms) == (4, (1000, 2000, 3000))
+    assert exp.to_json()["consumeEnable"] is False  # kept as read
+    for bad, says in [(SubscriptionGroup("g", True, 0, (1000,)), "max delivery attempts"),
+                      (SubscriptionGroup("g", True, 3, ()), "retry back-off"),
+                      (SubscriptionGroup("a@b", True, 3, (1000,)), "no '@'")]:
+        with pytest.raises(StoreError, match=says):
+            t.put(bad, 1)
+    assert t.delete("billing", 2) and not t.delete("billing", 3) and t.get("billing") is None

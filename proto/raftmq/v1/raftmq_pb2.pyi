@@ -399,8 +399,20 @@ class ConsumerGroupQueue(_message.Message):
     lag: int
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., client_id: _Optional[str] = ..., committed: _Optional[bool] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
 
+class ConsumerGroupSettings(_message.Message):
+    __slots__ = ("fifo", "max_delivery_attempts", "retry_backoff_ms", "source")
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    fifo: bool
+    max_delivery_attempts: int
+    retry_backoff_ms: _containers.RepeatedScalarFieldContainer[int]
+    source: str
+    def __init__(self, fifo: _Optional[bool] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff_ms: _Optional[_Iterable[int]] = ..., source: _Optional[str] = ...) -> None: ...
+
 class DescribeConsumerGroupResponse(_message.Message):
-    __slots__ = ("group", "members", "queues", "generations")
+    __slots__ = ("group", "members", "queues", "generations", "settings")
     class GenerationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -412,25 +424,51 @@ class DescribeConsumerGroupResponse(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
     group: str
     members: _containers.RepeatedCompositeFieldContainer[ConsumerGroupMember]
     queues: _containers.RepeatedCompositeFieldContainer[ConsumerGroupQueue]
     generations: _containers.ScalarMap[str, int]
-    def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ConsumerGroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[ConsumerGroupQueue, _Mapping]]] = ..., generations: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    settings: ConsumerGroupSettings
+    def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ConsumerGroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[ConsumerGroupQueue, _Mapping]]] = ..., generations: _Optional[_Mapping[str, int]] = ..., settings: _Optional[_Union[ConsumerGroupSettings, _Mapping]] = ...) -> None: ...
+
+class UpdateConsumerGroupRequest(_message.Message):
+    __slots__ = ("group", "fifo", "max_delivery_attempts", "retry_backoff", "reset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    fifo: bool
+    max_delivery_attempts: int
+    retry_backoff: str
+    reset: bool
+    def __init__(self, group: _Optional[str] = ..., fifo: _Optional[bool] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[str] = ..., reset: _Optional[bool] = ...) -> None: ...
+
+class UpdateConsumerGroupResponse(_message.Message):
+    __slots__ = ("group", "settings")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    settings: ConsumerGroupSettings
+    def __init__(self, group: _Optional[str] = ..., settings: _Optional[_Union[ConsumerGroupSettings, _Mapping]] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order")
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     order: bool
-    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ...) -> None: ...
+    message_type: str
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("topic",)
@@ -874,6 +912,18 @@ class RemoveAclRuleResponse(_message.Message):
     USER_FIELD_NUMBER: _ClassVar[int]
     user: AclUser
     def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...
+
+class EndConsoleSessionRequest(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    def __init__(self, session: _Optional[str] = ...) -> None: ...
+
+class EndConsoleSessionResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
 
 class PullStreamRequest(_message.Message):
     __slots__ = ("topic", "offsets", "max_count", "max_bytes", "tag_expression", "consumer_group", "from_leader", "sql_expression")

@@ -925,6 +925,11 @@ class AdminServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupResponse.FromString,
                 _registered_method=True)
+        self.UpdateConsumerGroup = channel.unary_unary(
+                '/raftmq.v1.AdminService/UpdateConsumerGroup',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -978,6 +983,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateConsumerGroup(self, request, context):
+        """issue 34
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1020,6 +1032,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DescribeConsumerGroup,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.DescribeConsumerGroupResponse.SerializeToString,
+            ),
+            'UpdateConsumerGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateConsumerGroup,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1248,6 +1265,33 @@ class AdminService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def UpdateConsumerGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/UpdateConsumerGroup',
+            raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class TransactionServiceStub:
     """Missing associated documentation comment in .proto file."""
@@ -1446,6 +1490,11 @@ class AclServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksResponse.FromString,
                 _registered_method=True)
+        self.EndConsoleSession = channel.unary_unary(
+                '/raftmq.v1.AclService/EndConsoleSession',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.EndConsoleSessionRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.EndConsoleSessionResponse.FromString,
+                _registered_method=True)
 
 
 class AclServiceServicer:
@@ -1488,6 +1537,13 @@ class AclServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndConsoleSession(self, request, context):
+        """issue 34: end one web-console session on every member (its log-out button); the console calls it
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AclServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1520,6 +1576,11 @@ def add_AclServiceServicer_to_server(servicer, server):
                     servicer.SetAclUserNetworks,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksResponse.SerializeToString,
+            ),
+            'EndConsoleSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndConsoleSession,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.EndConsoleSessionRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.EndConsoleSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1684,6 +1745,33 @@ class AclService:
             '/raftmq.v1.AclService/SetAclUserNetworks',
             raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.SetAclUserNetworksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndConsoleSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AclService/EndConsoleSession',
+            raftmq_dot_v1_dot_raftmq__pb2.EndConsoleSessionRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.EndConsoleSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
