@@ -341,6 +341,14 @@ class RaftCollector(Collector):
             ("raftmq_raft_journal_torn_tail_bytes", "Bytes of a torn Raft-journal tail this member dropped when it "
              "started (a crash or power cut cut its last write short; fetched again from the leader)",
              counters.get("journal_torn_tail_bytes", 0)),
+            ("raftmq_raft_withheld_bytes_adopted", "Commit-log bytes found beyond the last applied entry after a "
+             "restart (power cut) that replayed entries or a peer's copy proved and kept",
+             counters.get("withheld_bytes_adopted", 0)),
+            ("raftmq_raft_withheld_bytes_cut", "Commit-log bytes found beyond the last applied entry after a restart "
+             "that a committed entry showed were not the group's (lost by a majority's power cut under async)",
+             counters.get("withheld_bytes_cut", 0)),
+            ("raftmq_raft_rewound_entries", "Applied entries this member rewound because the leader's log held "
+             "others at their indexes (async, after a power cut of a majority)", counters.get("rewound_entries", 0)),
         ):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))

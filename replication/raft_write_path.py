@@ -435,7 +435,10 @@ class RaftWritePath:
                 "tick_stalls": getattr(lg, "tick_stalls", 0),
                 "resent_applied_entries": getattr(lg, "resent_applied_entries", 0),
                 "stale_acks_dropped": getattr(lg, "stale_acks_dropped", 0),
-                "journal_torn_tail_bytes": getattr(lg, "journal_torn_tail_bytes", 0)}
+                "journal_torn_tail_bytes": getattr(lg, "journal_torn_tail_bytes", 0),
+                "rewound_entries": getattr(lg, "rewound_entries", 0),
+                "withheld_bytes_adopted": self.machine.tail_bytes_adopted if self.machine is not None else 0,
+                "withheld_bytes_cut": self.machine.tail_bytes_cut if self.machine is not None else 0}
 
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
