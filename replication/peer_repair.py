@@ -1,6 +1,6 @@
 """Repair a member's damaged commit log from a healthy peer before it serves (issue 10, must-have 2).
 
-Why it works: every member's commit log is byte-identical (ARCHITECTURE contract 1), so the bytes a peer holds
+Why it works: every member's commit log is byte-identical (docs/architecture.md#contracts, 1), so the bytes a peer holds
 at ``[start, end)`` are exactly what this member wrote there. When the store refuses to open with
 ``CorruptionError`` (damaged records, a missing or mis-sized segment), each damaged range is streamed from a
 peer with the catch-up RPC (``FetchCommitLog``, whole records, the peer's throttle applies), every record is

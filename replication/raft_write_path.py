@@ -1,4 +1,4 @@
-"""RaftWritePath: leader-only writes replicated through pysyncobj (REPLICATION.md section 4, design A).
+"""RaftWritePath: leader-only writes replicated through pysyncobj (docs/design/replication.md#a-put-from-the-leaders-point-of-view).
 
 How a put travels: the group committer (leader only) encodes concurrent puts into one store batch with the
 leader's clock and the group STOREHOST, proposes it as ONE Raft command, and the future resolves when pysyncobj's
@@ -253,7 +253,7 @@ class RaftWritePath:
             os.remove(journal)  # created but never written (crash at first start): pysyncobj cannot map it
         if not os.path.exists(journal) and self.peers.others:
             # Fresh or wiped member: copy what the group already has before joining Raft. A wiped member also lost
-            # its term and vote, so it waits one election timeout before voting again (REPLICATION.md 4.7).
+            # its term and vote, so it waits one election timeout before voting again (docs/design/replication.md#catching-up-rebuilding-repairing).
             # The marker says the commit log holds only copied, committed records while the copy runs, so a
             # restart after an interrupted copy resumes it instead of refusing an "unexplained" commit log.
             before = self.store.commit_log_max_offset

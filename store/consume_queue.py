@@ -1,4 +1,4 @@
-"""ConsumeQueue: the per (topic, queue) logical queue of 20-byte units (FORMATS.md §5), and the table of all.
+"""ConsumeQueue: the per (topic, queue) logical queue of 20-byte units (docs/design/store-formats.md#consume-queues), and the table of all.
 
 A unit is ``(commit-log offset int64, size int32, tagsCode int64)``; unit ``i`` lives at logical byte
 ``i*20`` of ``consumequeue/{topic}/{queueId}/``, split into files named by their first logical byte. Files

@@ -1,4 +1,4 @@
-"""IndexFile: one hash index file of RocketMQ's key index (FORMATS.md §6), byte for byte.
+"""IndexFile: one hash index file of RocketMQ's key index (docs/design/store-formats.md#index-files), byte for byte.
 
 Layout: a 40-byte header, ``hash_slot_num`` int32 slots, then ``index_num`` 20-byte entries. Each entry
 is ``(keyHash int32, phyOffset int64, timeDiff int32 seconds, prev int32)``; a slot holds the number of the
@@ -173,7 +173,7 @@ class IndexFile:
     walks a chain newest first.
 
     ``end_phy_offset``/``end_timestamp`` seed a new file with the previous file's end values (RocketMQ does
-    this, so the first entry's timeDiff is measured from the previous file's end: FORMATS.md §6.6).
+    this, so the first entry's timeDiff is measured from the previous file's end: docs/design/store-formats.md#index-files).
     """
 
     def __init__(
@@ -314,7 +314,7 @@ class IndexFile:
                         slot_count += 1
                     pack_entry(mm, entries_at + index_count * INDEX_ENTRY_SIZE, h, phy, time_diff, slot_value)
                     pack_slot(mm, abs_slot_pos, index_count)
-                    if index_count <= 1:  # the file's first entry: its record becomes the begin (§6.6)
+                    if index_count <= 1:  # the file's first entry: its record becomes the begin (docs/design/store-formats.md#index-files)
                         begin, begin_phy, time_diff = ts, phy, 0
                         self.begin_timestamp, self.begin_phy_offset = ts, phy
                     index_count += 1

@@ -228,7 +228,7 @@ class MessageStore:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
         self.derived_damage = []
-        # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (FORMATS.md §8.3)
+        # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (docs/design/store-formats.md#checkpoint-abort-and-lock)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
         cl = self.commit_log = CommitLog(cfg, self.checkpoint)
         # After a crash of only this process every write is still in the page cache, so index files are

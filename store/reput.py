@@ -1,8 +1,8 @@
-"""ReputMessageService: tails the commit log and builds consume queues and the index (FORMATS.md §9).
+"""ReputMessageService: tails the commit log and builds consume queues and the index (docs/design/store-formats.md#dispatch-reput).
 
 One thread per store. It reads records (without their bodies) from ``reput_from_offset`` up to the
 *confirm offset* — the whole log on a single node, the Raft-committed end once replication drives it
-(contract 2: nothing uncommitted reaches a consumer) — and dispatches each one: NOT and COMMIT records to
+(docs/architecture.md#contracts, 2: nothing uncommitted reaches a consumer) — and dispatches each one: NOT and COMMIT records to
 their consume queue, every record except ROLLBACK to the index. Arrival listeners (long polling) hear
 once per (topic, queue) per batch, with the queue's new max offset. The writer calls ``notify()`` after
 it appends; the thread sleeps on a condition otherwise, so idle costs nothing and new data is picked up

@@ -87,7 +87,7 @@ app.kubernetes.io/component: broker
 {{- end }}
 {{- end -}}
 
-{{/* Refuse a membership change that Raft has not been told about (see README "Changing the number of members").
+{{/* Refuse a membership change that Raft has not been told about (see the chart README, "Changing the number of members").
      Changing the member list by restarting pods with a new config is unsafe: members with the old and the new
      list could elect two leaders at once. So removedMembers may only name pods the new replica count really
      removes, addedMembers only pods it keeps, and when the live StatefulSet differs from .Values.replicas, every
