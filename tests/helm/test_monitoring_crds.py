@@ -220,7 +220,8 @@ def test_the_alerts_use_the_metrics_we_expect():
     assert names - EXTERNAL == {
         "raftmq_raft_has_leader", "raftmq_raft_leader_changes_total", "raftmq_raft_term", "raftmq_node_ready",
         "rocketmq_storage_dispatch_behind_bytes", "raftmq_store_disk_used_ratio",
-        "rocketmq_storage_corruption_total", "raftmq_store_disk_writable",
+        "rocketmq_storage_corruption_total", "raftmq_store_disk_writable", "raftmq_raft_rewound_entries_total",
+        "raftmq_raft_withheld_bytes_cut_total",
     }
     assert names & EXTERNAL == EXTERNAL
 
