@@ -39,6 +39,7 @@ from raftmq.store.checkpoint import StoreCheckpoint, read_flushed_offset
 from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from raftmq.store.consume_queue import BLANK_UNIT_SIZE
 from raftmq.store.dispatch import TRANSACTION_ROLLBACK_TYPE
+from raftmq.store.index_file import index_geometry_of
 from raftmq.store.integrity import (
     QUARANTINE_TOPIC,
     CommitLogScan,
@@ -291,20 +292,47 @@ def plan_repair(report: CheckReport, quarantine: str) -> list[RepairAction]:
     return [RepairAction(r, os.path.join(quarantine, f"{r.start:020d}-{r.end:020d}.bin")) for r in ranges]
 
 
+def rebuild_config(root: str, segment_size: int, explicit: dict[str, object] | None = None) -> StoreConfig:
+    """The store settings the derived files are rebuilt with: ``explicit`` ones (the node's config file,
+    environment and ``--set``) win; segment sizes and the index geometry not given there are read from the
+    files, never taken from defaults (an index rebuilt with another geometry is one RocketMQ, and the node,
+    read wrongly or refuse). Raises ``RepairRefused`` when the index geometry can be neither read nor is given."""
+    given = dict(explicit or {})
+    values: dict[str, object] = {"mapped_file_size_commit_log": segment_size,
+                                 "mapped_file_size_consume_queue": _infer_cq_size(root)}
+    index_dir = os.path.join(root, "index")
+    wants_index = given.get("message_index_enable", True)
+    if wants_index and not {"max_hash_slot_num", "max_index_num"} <= given.keys():
+        geometry = index_geometry_of(index_dir)
+        if geometry is None:
+            raise RepairRefused(
+                f"cannot read the index geometry from {index_dir} (no index file with entries there, or files that "
+                "disagree): give the node's configuration with --config, or --set store.max_hash_slot_num=N "
+                "--set store.max_index_num=M with the values the store was written with")
+        values["max_hash_slot_num"], values["max_index_num"] = geometry
+    values.update(given)
+    values["root_dir"] = root
+    return StoreConfig(**values)
+
+
 def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None = None,
-                 config: StoreConfig | None = None) -> tuple[list[RepairAction], CheckReport]:
-    """Quarantine every damaged commit-log range, then rebuild derived files (see the module docstring)."""
+                 explicit: dict[str, object] | None = None) -> tuple[list[RepairAction], CheckReport, StoreConfig | None]:
+    """Quarantine every damaged commit-log range, then rebuild derived files (see the module docstring).
+
+    Returns the actions, the check report and the settings the derived files are (or would be) rebuilt with
+    (None when there is nothing to do)."""
     report = check_store(root, segment_size)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     qdir = os.path.join(root, QUARANTINE_DIR, stamp)
     actions = plan_repair(report, qdir)
     derived = any(p.kind == "consumequeue" for p in report.problems)
-    if dry_run or (not actions and not derived):
-        return actions, report
+    if not actions and not derived:
+        return actions, report, None
+    cfg = rebuild_config(root, report.segment_size, explicit)
+    if dry_run:
+        return actions, report, cfg
     from raftmq.store.file_lock import StoreLock
 
-    cfg = config or StoreConfig(root_dir=root, mapped_file_size_commit_log=report.segment_size,
-                                mapped_file_size_consume_queue=_infer_cq_size(root))
     fillers = [_filler_bytes(a, report.segment_size, stamp, cfg.store_host_addr) for a in actions]
     lock = StoreLock(cfg.lock_path)
     lock.acquire()  # refuses while a node has the store open
@@ -342,7 +370,7 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
     finally:
         lock.release()
     _rebuild_derived(cfg, old_max)
-    return actions, report
+    return actions, report, cfg
 
 
 def _filler_bytes(a: RepairAction, segment_size: int, stamp: str, host: tuple[str, int]) -> bytes:
