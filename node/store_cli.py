@@ -7,7 +7,6 @@ refused, 2 bad usage (not a store directory, store in use).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 

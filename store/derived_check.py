@@ -112,7 +112,7 @@ def check_consume_queues(
     damage = result.damage
     next_offsets = result.next_queue_offsets
     check = commit_log.check_message_and_return_size
-    fields = _fields_of(check)
+    fields = dispatch_fields(check)
     checked_topics: dict[str, bool] = {}  # topic_exists per topic, asked once per walk
     gaps = index_gaps or []
     gap = 0
@@ -200,7 +200,7 @@ class _Fields:
         self.indexed = indexed
 
 
-def _fields_of(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
+def dispatch_fields(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
     """A reader of the dispatch fields of the record at ``pos``: the common record through ``check_frame`` and
     ``dispatch_properties`` (the property search reput itself uses for the tags code), without building the full
     property map; blank, bad and schedule-topic records through the store's own ``check`` (decode_dispatch)."""

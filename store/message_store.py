@@ -60,7 +60,13 @@ from raftmq.store.derived_check import (
     check_index_files,
 )
 from raftmq.store.disk_health import DiskHealth
-from raftmq.store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
+from raftmq.store.errors import (
+    ConsumeQueueUnitError,
+    DiskFullError,
+    StorageIOError,
+    StoreClosedError,
+    StoreError,
+)
 from raftmq.store.file_lock import StoreLock
 from raftmq.store.flush import GroupCommitService, PeriodicFlushService
 from raftmq.store.index_service import IndexService
@@ -77,6 +83,7 @@ from raftmq.store.json_file import fsync_dir
 from raftmq.store.mapped_file import remove_unfinished_segments
 from raftmq.store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TIMED_TOPICS,
     Message,
     MessageExt,
     UniqKeyGenerator,
@@ -84,6 +91,16 @@ from raftmq.store.message import (
     decode_record,
 )
 from raftmq.store.pop_state import PopStateTable
+from raftmq.store.queue_units import (
+    MAX_HEAL_SCAN_UNITS,
+    MAX_HEAL_WALK_BYTES,
+    RESERVED,
+    fields_problem,
+    message_problem,
+    read_fields,
+    unit_problem,
+    units_from_log,
+)
 from raftmq.store.reput import ReputMessageService
 from raftmq.store.retention import RetentionService
 from raftmq.store.schedule import DelayLevels, to_schedule_messages
@@ -100,6 +117,7 @@ POP_STATE_PERSIST_INTERVAL_MS = 1000
 _INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_wheel_timer"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
+HEAL_ROUNDS = 4  # runs of wrong consume-queue units one pull rebuilds before it answers
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
 
 
@@ -178,6 +196,9 @@ class MessageStore:
         self.corrupt_reads = 0  # reads refused because the record was damaged (metrics)
         # set by a repair (from peers) before open(): re-dispatch consume queues and index from here at least
         self.redispatch_from_hint: int | None = None
+        self._heal_lock = threading.Lock()  # one rebuild of wrong consume-queue units at a time (reads find them)
+        self._healing: set[tuple[str, int, int]] = set()  # rebuilds running in the background
+        self._unhealed_units: set[tuple[str, int, int]] = set()  # counted once as damage that stays
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -924,7 +945,11 @@ class MessageStore:
                      max_bytes: int = 4 << 20, tag_filter: TagFilter | None = None,
                      message_filter: SqlFilter | None = None) -> GetResult:
         """Pull up to ``max_count`` messages from queue offset ``offset`` (RocketMQ ``getMessage``);
-        ``message_filter`` (SQL92 on properties) is compiled once by the caller and run on each decoded message."""
+        ``message_filter`` (SQL92 on properties) is compiled once by the caller and run on each decoded message.
+
+        Every unit used is compared with the record it points at (``store.queue_units``); a wrong one is rebuilt
+        from the commit log before the answer. When that is impossible the pull returns the messages before it
+        and the next pull (starting at it) fails with ``ConsumeQueueUnitError``: a unit is never skipped."""
         cl = self._check_open()
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -938,53 +963,187 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, min_o, max_o)
         if offset > max_o:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], min_o if min_o == 0 else max_o, min_o, max_o)
+        for _round in range(HEAL_ROUNDS):
+            got, bad = self._read_queue(cl, cq, offset, max_count, max_bytes, tag_filter, message_filter)
+            if bad is None:
+                return got
+            qo, problem = bad
+            why = self.heal_queue_units(topic, queue_id, qo)
+            if why:
+                if got.messages:  # the good ones before it; the next pull starts at the wrong unit and fails
+                    return got
+                raise ConsumeQueueUnitError(
+                    f"consume queue {topic}-{queue_id}: the unit at queue offset {qo} {problem}, and it could not be "
+                    f"rebuilt from the commit log ({why}); the read stops there rather than skip a message. Run "
+                    f"`raftmq store check {self.config.root_dir}` (a replicated member repairs the commit log from "
+                    "its peers)")
+        return got
+
+    def _read_queue(self, cl: CommitLog, cq, offset: int, max_count: int, max_bytes: int,
+                    tag_filter: TagFilter | None, message_filter: SqlFilter | None
+                    ) -> tuple[GetResult, tuple[int, str] | None]:
+        """One pass of ``get_messages`` from ``offset``: the result up to the first wrong unit, and that unit's
+        queue offset and problem (None when every unit used was right)."""
+        topic, queue_id = cq.topic, cq.queue_id
+        min_o, max_o = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
         units = cq.read_units(offset, max(MAX_FILTER_UNITS, max_count))
         if not units:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_o, max_o)
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_o, max_o), None
         status = GetStatus.NO_MATCHED_MESSAGE
         messages: list[MessageExt] = []
         size_total = 0
         cl_min = cl.min_offset
         consumed = 0
         check_crc = self.config.check_crc_on_read
-        for phy, size, tags_code in units:
+        seen_live = False  # a unit above the log's first offset was met: later ones cannot be below it
+
+        def result() -> GetResult:
+            return GetResult(status, messages, offset + consumed, min_o, max_o)
+
+        for unit in units:
+            phy, size, tags_code = unit
             if len(messages) >= max_count or (messages and size_total + size > max_bytes):
                 break
+            qo = offset + consumed
             consumed += 1
             if size == BLANK_UNIT_SIZE:
+                if (phy, tags_code) != (0, 0):
+                    consumed -= 1
+                    return result(), (qo, f"is a blank unit with offset {phy} and tags {tags_code}")
                 continue
-            if phy < cl_min:
+            if phy < cl_min and not seen_live and phy >= 0 and size > 0:
                 if not messages:
                     status = GetStatus.MESSAGE_WAS_REMOVING
                 continue
-            if tag_filter is not None and not tag_filter.matches_code(tags_code):
-                continue
-            if message_filter is not None and not message_filter.matches_code(tags_code):
-                continue
-            raw = cl.get_message(phy, size)
+            seen_live = True
+            raw = cl.get_message(phy, size) if phy >= 0 and size > 0 else None
             if raw is None:
-                if not messages:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
+                if 0 <= phy < cl.min_offset:  # retention deleted its segment meanwhile
+                    if not messages:
+                        status = GetStatus.MESSAGE_WAS_REMOVING
+                    continue
+                consumed -= 1
+                return result(), (qo, f"points at [{phy}, {phy + size}), not inside the commit log "
+                                      f"[{cl.min_offset}, {cl.max_offset})")
+            filtered = (tag_filter is not None and not tag_filter.matches_code(tags_code)) or (
+                message_filter is not None and not message_filter.matches_code(tags_code))
+            if filtered:  # skipped by its tags code: that code must be the record's, or a message is skipped
+                problem = fields_problem(read_fields(cl, raw), topic, queue_id, qo, unit)
+                if problem and problem != RESERVED:
+                    consumed -= 1
+                    return result(), (qo, problem)
                 continue
             r = decode_record(raw, 0, check_crc=check_crc)
             if r.message is None or r.message.physical_offset != phy:
+                problem = fields_problem(read_fields(cl, raw), topic, queue_id, qo, unit)
+                consumed -= 1
+                if problem:  # the unit points at the wrong place, not at its damaged record
+                    return result(), (qo, problem)
                 bad = self._corrupt_read(raw, phy)
-                if bad is None:  # a unit that does not point at a record start (derived-file damage)
-                    log.error("consume queue %s-%d points at an unreadable record at %d (%s)",
-                              topic, queue_id, phy, r.reason)
-                    continue
-                if messages:  # return what precedes it; the next pull starts at the damaged one and fails
-                    consumed -= 1
-                    break
+                if messages or bad is None:  # what precedes it; the next pull starts at the damaged one and fails
+                    return result(), None
                 raise bad
-            if tag_filter is not None and not tag_filter.matches_tags(r.message.tags):
+            m = r.message
+            problem = message_problem(m, r.size, topic, queue_id, qo, unit,
+                                      read_fields(cl, raw).tags_code if m.topic in TIMED_TOPICS else None)
+            if problem == RESERVED:
                 continue
-            if message_filter is not None and not message_filter.matches_message(r.message):
+            if problem:
+                consumed -= 1
+                return result(), (qo, problem)
+            if tag_filter is not None and not tag_filter.matches_tags(m.tags):
                 continue
-            messages.append(r.message)
+            if message_filter is not None and not message_filter.matches_message(m):
+                continue
+            messages.append(m)
             size_total += size
             status = GetStatus.FOUND
-        return GetResult(status, messages, offset + consumed, min_o, max_o)
+        return result(), None
+
+    def heal_queue_units(self, topic: str, queue_id: int, queue_offset: int,
+                         max_walk: int | None = MAX_HEAL_WALK_BYTES) -> str:
+        """Rebuild the wrong units around ``queue_offset`` from the commit log (``store.queue_units``); returns ""
+        when the unit there is right afterwards, else why it is not. The commit log walked is bounded by the
+        nearest right units on both sides; beyond ``max_walk`` bytes the rebuild continues in the background."""
+        cl = self._check_open()
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return "the queue no longer exists"
+        with self._heal_lock:
+            if unit_problem(cl, topic, queue_id, queue_offset, cq.unit_at(queue_offset)) in ("", RESERVED):
+                return ""
+            lo_q, lo_phy = self._right_neighbour(cl, cq, queue_offset, -1)
+            hi_q, hi_phy = self._right_neighbour(cl, cq, queue_offset, 1)
+            if max_walk is not None and hi_phy - lo_phy > max_walk:
+                self._heal_in_background(topic, queue_id, queue_offset)
+                return (f"its record lies in [{lo_phy}, {hi_phy}) of the commit log, more than {max_walk} bytes to "
+                        "walk during a read; it is being rebuilt in the background: retry in a while")
+            right, stopped = units_from_log(cl, topic, queue_id, lo_phy, hi_phy, range(lo_q + 1, hi_q))
+            wrong = [((topic, queue_id), q, u) for q, u in sorted(right.items()) if cq.unit_at(q) != u]
+            if wrong:
+                assert self.reput is not None
+                with self.reput.paused():
+                    self._rewrite_units(wrong, "read")
+            if queue_offset in right:
+                return ""
+            key = (topic, queue_id, queue_offset)
+            if key not in self._unhealed_units:
+                self._unhealed_units.add(key)
+                self.corruption_found["consumequeue"] += 1
+            where = f"no record of queue offset {queue_offset} in [{lo_phy}, {hi_phy})"
+            if stopped < hi_phy:  # the commit log is damaged where its record lies: that is found damage too
+                where = f"an unreadable record at commit-log offset {stopped} stopped the walk"
+                self._report_damage_at(stopped, hi_phy)
+            log.error("store %s: consume queue %s-%d: the unit at queue offset %d cannot be rebuilt: %s",
+                      self.config.root_dir, topic, queue_id, queue_offset, where)
+            return where
+
+    def _report_damage_at(self, start: int, end: int) -> None:
+        """Verify the records of ``start``'s segment from there (to ``end`` at most) and report what is damaged."""
+        assert self.commit_log is not None
+        mf = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(start)
+        if mf is None:
+            return
+        base = mf.file_from_offset
+        damage = verify_records(mf.buffer, base, start - base, min(end - base, mf.wrote_position), mf.path)
+        if damage:
+            self.report_commit_log_damage(damage)
+
+    def _right_neighbour(self, cl: CommitLog, cq, queue_offset: int, step: int) -> tuple[int, int]:
+        """The nearest unit before (``step`` -1) or after (+1) ``queue_offset`` that points at its record, and
+        the commit-log bound it gives (the end of its record / its start); the queue's end (or the log's first
+        offset, or the dispatched end) when none is found within ``MAX_HEAL_SCAN_UNITS`` units."""
+        lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+        q = queue_offset + step
+        for _ in range(MAX_HEAL_SCAN_UNITS):
+            if not lo <= q < hi:
+                break
+            unit = cq.unit_at(q)
+            if unit is not None and unit[1] != BLANK_UNIT_SIZE and unit[0] >= cl.min_offset and \
+                    unit_problem(cl, cq.topic, cq.queue_id, q, unit) == "":
+                return q, (unit[0] + unit[1] if step < 0 else unit[0])
+            q += step
+        if step < 0:
+            return q, cl.min_offset
+        assert self.reput is not None
+        return max(q, queue_offset + 1), self.reput.reput_from_offset
+
+    def _heal_in_background(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        key = (topic, queue_id, queue_offset)
+        if key in self._healing:
+            return
+        self._healing.add(key)
+
+        def run() -> None:
+            try:
+                self.heal_queue_units(topic, queue_id, queue_offset, max_walk=None)
+            except StoreError as e:
+                log.error("store %s: rebuilding consume queue %s-%d failed: %s", self.config.root_dir, topic,
+                          queue_id, e)
+            finally:
+                self._healing.discard(key)
+
+        threading.Thread(target=run, name="queue-unit-heal", daemon=True).start()
 
     def reserve_queue_offsets(self, topic: str, queue_id: int, upto: int) -> None:
         """Pad the queue with blank units up to queue offset ``upto`` (``store repair``): offsets of messages
