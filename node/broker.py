@@ -78,13 +78,12 @@ class Broker:
                                    channel_options=self.member_channel_options)
         self.serving = False
         self.rpcs_in_flight = 0
-        self._live_repairs: set[tuple[int, int]] = set()  # damaged ranges a read found, being fetched from peers
         self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
         self._leader_seen_at: float | None = None  # monotonic time readiness last saw a leader
         self._stopping = False  # asked to stop: start() and background loops give up
         self._repair_lock = threading.Lock()
-        self._repairing = False  # a repair of scrubber-found commit-log damage from peers is running
+        self._repairing = False  # a repair of found commit-log damage from peers is running
         self._stopped = False
         self._store_open = False
         self._write_path_started = False
@@ -470,7 +469,7 @@ class Broker:
                 return
         self._store_open = True
         self.store.add_arrival_listener(self.long_polls.on_arrival)
-        if cfg.members:  # the scrubber's commit-log findings are repaired from a healthy peer while serving
+        if cfg.members:  # commit-log damage the scrubber or a read finds is repaired from a peer while serving
             self.store.add_commit_log_damage_listener(self._on_commit_log_damage)
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
@@ -531,36 +530,17 @@ class Broker:
             peers.close()
 
     def on_corrupt_read(self, record) -> str:
-        """A read met a damaged record (its bytes were not returned). Replicated: fetch the range from a peer in
-        the background; the caller's error says to retry. Returns that hint ("" on a single node)."""
+        """A read met a damaged record (its bytes were not returned; the store reported it, which started the
+        repair from a peer on a replicated member). Returns the hint for the caller's error ("" on a single
+        node, whose error already says what to run)."""
         if not self.config.members or self.write_path is None or not hasattr(self.write_path, "peers"):
             return ""
-        key = (record.start, record.end)
-        if key not in self._live_repairs:
-            self._live_repairs.add(key)
-            asyncio.get_running_loop().create_task(self._live_repair(record))
         return f"member {self.node_id} is repairing it from a peer: retry in a moment"
 
-    async def _live_repair(self, record) -> None:
-        from raftmq.replication.peer_repair import PeerRepairError, repair_range_live
-
-        try:
-            mid = await self.run_blocking(repair_range_live, self.write_path.peers, self.store, record)
-            log.warning("node %s: damaged commit-log range [%d, %d) replaced with %s's copy", self.node_id,
-                        record.start, record.end, mid)
-        except PeerRepairError as e:
-            log.error("node %s: damaged commit-log range [%d, %d) of %s (%s) could not be repaired: %s", self.node_id,
-                      record.start, record.end, record.path, record.reason, e)
-        except Exception:
-            log.exception("node %s: repairing commit-log range [%d, %d) failed", self.node_id, record.start,
-                          record.end)
-        finally:
-            self._live_repairs.discard((record.start, record.end))
-
     def _on_commit_log_damage(self, records: list) -> None:
-        """Scrubber thread: damaged ranges of sealed segments; replace them with a peer's verified copy in the
-        background, as a damaged read does (one repair at a time; a range still damaged is reported again by the
-        next pass and retried then)."""
+        """Damaged commit-log ranges found by the scrubber or by a read (any thread): replace them with a peer's
+        verified copy in the background (one repair at a time; a range still damaged is reported again by the
+        next pass or read and retried then)."""
         with self._repair_lock:
             if self._repairing:
                 return
@@ -577,12 +557,12 @@ class Broker:
         try:
             peers = getattr(self.write_path, "peers", None)
             for r in records:
-                if peers is None or (r.start, r.end) in self._live_repairs:
+                if peers is None:
                     continue
                 try:
                     mid = repair_range_live(peers, self.store, r)
                     repaired.append(r)
-                    log.warning("node %s: scrubber-found damage [%d, %d) replaced with %s's copy", self.node_id,
+                    log.warning("node %s: damaged commit-log range [%d, %d) replaced with %s's copy", self.node_id,
                                 r.start, r.end, mid)
                 except PeerRepairError as e:
                     log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start,

@@ -755,7 +755,8 @@ _STORE_NOTES = {
     "disk_min_free_bytes": "refuse writes (RESOURCE_EXHAUSTED, /ready 503) below this many free bytes",
     "check_derived_files_on_start": "compare consume queues and index with the commit log at start; rebuild",
     "scrub_rate_bytes_per_s": "background scrubber's read rate of sealed segments (0 = off)",
-    "scrub_interval_s": "seconds between the starts of two scrub passes",
+    "scrub_interval_s": "seconds between the end of a scrub pass and the start of the next",
+    "scrub_first_delay_s": "seconds after the start before the first scrub pass (at most scrub_interval_s)",
     "check_crc_on_read": "pull / view / query verify each record's CRC and refuse damaged ones (DATA_LOSS)",
 }
 

@@ -253,7 +253,7 @@ class StoreCollector(Collector):
         found = stats.get("corruption_found")
         if isinstance(found, dict):
             c = CounterMetricFamily("rocketmq_storage_corruption", "Damaged records / units / files found in the "
-                                    "store (commit log, consume queue, index), at start or by the scrubber",
+                                    "store (commit log, consume queue, index), at start, by the scrubber or by a read",
                                     labels=[*labels, "kind"])
             for kind, n in sorted(found.items()):
                 c.add_metric([*values, kind], float(n))

@@ -62,10 +62,11 @@ class StoreConfig:
     # read of the log (README "Damaged disks"); off: only the scrubber finds derived-file damage.
     check_derived_files_on_start: bool = True
     # background scrubber: re-reads sealed commit-log segments at most this fast, checking record CRCs and the
-    # consume queues / index built from them (0: off); a pass starts scrub_interval_s after the store opened
-    # and after the previous pass ended
+    # consume queues / index built from them (0: off); the first pass starts scrub_first_delay_s after the store
+    # opened (at most scrub_interval_s), the next ones scrub_interval_s after the previous pass ended
     scrub_rate_bytes_per_s: int = 4 * 1024 * 1024
     scrub_interval_s: int = 3600
+    scrub_first_delay_s: int = 60
     # pull / view / query verify each returned record (header + body CRC, own position) and refuse a damaged
     # one (CorruptReadError -> gRPC DATA_LOSS) instead of returning its bytes; cost: bench/read_crc_bench.py
     check_crc_on_read: bool = True

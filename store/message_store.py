@@ -117,6 +117,7 @@ POP_STATE_PERSIST_INTERVAL_MS = 1000
 _INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_wheel_timer"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
+NO_DAMAGE = "no damage found"  # how integrity_summary starts when nothing was found (cluster status, console)
 HEAL_ROUNDS = 4  # runs of wrong consume-queue units one pull rebuilds before it answers
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
 
@@ -184,6 +185,7 @@ class MessageStore:
         self.corruption_found = {"commitlog": 0, "consumequeue": 0, "index": 0}
         self.commit_log_damage: list[CorruptRecord] = []  # reported and not (yet) repaired
         self._damage_listeners: list[Callable[[list[CorruptRecord]], None]] = []
+        self._damage_lock = threading.Lock()  # reads and the scrubber report damage from their own threads
         self.scrubber: Scrubber | None = None
         self._put_messages = 0
         self._put_bytes = 0
@@ -479,25 +481,28 @@ class MessageStore:
         self.retention.start()
         self.reput.start()
         if cfg.scrub_rate_bytes_per_s > 0:
-            self.scrubber = Scrubber(self, cfg.scrub_rate_bytes_per_s, cfg.scrub_interval_s)
+            self.scrubber = Scrubber(self, cfg.scrub_rate_bytes_per_s, cfg.scrub_interval_s,
+                                     first_delay_s=min(cfg.scrub_first_delay_s, cfg.scrub_interval_s))
             self.scrubber.start()
 
     # ================================================================== damage found while running
     def add_commit_log_damage_listener(self, fn: Callable[[list[CorruptRecord]], None]) -> None:
-        """``fn(records)`` hears of every damaged commit-log range the scrubber finds (from its thread; must not
-        block long). The replicated repair path registers here to fetch the range from a healthy peer."""
+        """``fn(records)`` hears of every damaged commit-log range the scrubber or a read finds (from their thread;
+        must not block long). The replicated repair path registers here to fetch the range from a healthy peer."""
         self._damage_listeners = [*self._damage_listeners, fn]
 
     def report_commit_log_damage(self, records: list[CorruptRecord]) -> None:
-        """Damaged commit-log ranges found while running: counted, logged, kept for ``stats``, handed to the
-        listeners. Nothing is cut or overwritten here."""
-        known = {(r.start, r.end) for r in self.commit_log_damage}
-        new = [r for r in records if (r.start, r.end) not in known]
-        self.corruption_found["commitlog"] += len(new)  # a range seen again by the next pass counts once
-        self.commit_log_damage.extend(new)
+        """Damaged commit-log ranges found while running (scrubber, reads): counted, logged, kept for ``stats``
+        and ``cluster status``, handed to the listeners. Nothing is cut or overwritten here."""
+        with self._damage_lock:
+            known = self.commit_log_damage
+            # a range seen again (next pass, next read; the scrubber and a read may bound it differently) counts once
+            new = [r for r in records if not any(k.start < r.end and r.start < k.end for k in known)]
+            self.corruption_found["commitlog"] += len(new)
+            self.commit_log_damage = [*self.commit_log_damage, *new]
         for r in new:
             log.critical("store %s: commit-log damage: %s", self.config.root_dir, r.describe())
-        if not self._damage_listeners:
+        if new and not self._damage_listeners:
             log.critical("store %s: no repair path is registered for commit-log damage: run `raftmq store check` "
                          "and `raftmq store repair` on a stopped node (single node), or restart it to repair "
                          "from peers", self.config.root_dir)
@@ -533,8 +538,9 @@ class MessageStore:
         """``[start, end)`` of the commit log was just verified and ``damaged`` is what is still wrong in it:
         earlier reports inside the range that are gone now (repaired) are forgotten."""
         still = {(r.start, r.end) for r in damaged}
-        self.commit_log_damage = [r for r in self.commit_log_damage
-                                  if not start <= r.start < end or (r.start, r.end) in still]
+        with self._damage_lock:
+            self.commit_log_damage = [r for r in self.commit_log_damage
+                                      if not start <= r.start < end or (r.start, r.end) in still]
 
     def _rewrite_units(self, wrong: Sequence[tuple[tuple[str, int], int, tuple[int, int, int]]],
                        found_by: str) -> None:
@@ -1215,6 +1221,7 @@ class MessageStore:
             return None
         self.corrupt_reads += 1
         log.error("read refused: %s", bad.describe())
+        self.report_commit_log_damage([bad])  # counted and shown like the scrubber's findings; repair listeners
         return CorruptReadError(bad)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
@@ -1299,7 +1306,7 @@ class MessageStore:
         """One line for ``cluster status``: scrub progress and damage found (by file kind)."""
         sc = self.scrubber
         found = self.corruption_found
-        damage = ", ".join(f"{n} {k}" for k, n in found.items() if n) or "no damage found"
+        damage = ", ".join(f"{n} {k}" for k, n in found.items() if n) or NO_DAMAGE
         if sc is None:
             scrub = "scrubber off"
         else:

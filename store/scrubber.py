@@ -11,8 +11,8 @@ oldest first, ``scrub_rate_bytes_per_s`` at most, and for each:
 * compares the consume-queue units of its records with them (``store.derived_check``); a wrong or missing unit
   is rebuilt at once by re-dispatching the commit log (``MessageStore.rebuild_derived``).
 
-After the segments of a pass it checks the sealed index files the same way. Passes start ``scrub_interval_s``
-after the store opened and after the previous pass ended. Progress and findings are in
+After the segments of a pass it checks the sealed index files the same way. The first pass starts
+``scrub_first_delay_s`` after the store opened, the next ones ``scrub_interval_s`` after the previous one ended. Progress and findings are in
 ``stats()`` (metrics, ``cluster status``).
 """
 
@@ -38,10 +38,12 @@ CHUNK_BYTES = 1 << 20  # verified between two pacing points
 class Scrubber:
     """Background integrity checker of one store; see the module docstring."""
 
-    def __init__(self, store: Any, rate_bytes_per_s: int, interval_s: float) -> None:
+    def __init__(self, store: Any, rate_bytes_per_s: int, interval_s: float, first_delay_s: float | None = None
+                 ) -> None:
         self.store = store
         self.rate = max(1, rate_bytes_per_s)
         self.interval_s = interval_s
+        self.first_delay_s = interval_s if first_delay_s is None else first_delay_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_free = 0.0
@@ -163,8 +165,11 @@ class Scrubber:
 
     def _run(self) -> None:
         name_native_thread("scrubber")
-        # the first pass waits too: a start is busy enough (recovery, catch-up, the start-up derived-file check)
-        while not self._stop.wait(self.interval_s):
+        # the first pass comes soon after the start, not an interval later: the start-up check only looks at what
+        # is new since the last clean stop, and damage older than that must not wait an hour to be found
+        wait = self.first_delay_s
+        while not self._stop.wait(wait):
+            wait = self.interval_s
             try:
                 self.run_pass()
             except Exception:
