@@ -89,6 +89,7 @@ class Broker:
         self._write_path_started = False
         self.schedule: Any = None  # store.schedule.ScheduleMessageService: delivers delayed messages while leading
         self.timer: Any = None  # store.timer.TimerMessageService: delivers timer messages while leading
+        self.anti_entropy: Any = None  # replication.anti_entropy.AntiEntropy on a replicated member
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="raftmq-read")
         self._grpc: grpc.aio.Server | None = None
         self._http: HealthServer | None = None
@@ -182,6 +183,8 @@ class Broker:
         if self.timer is not None:
             stats["timer_messages_pending"] = self.timer.pending()
             stats["timer_messages_delivered"] = self.timer.delivered
+        if self.anti_entropy is not None:
+            stats.update(self.anti_entropy.stats())
         return stats
 
     # ------------------------------------------------------------------ topics
@@ -474,6 +477,7 @@ class Broker:
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
+        self._start_anti_entropy()
         self.pop = self._make_pop_core()
         self.pop.start(self.write_path.is_writable)
         self._start_schedule()
@@ -485,6 +489,18 @@ class Broker:
         self.console.start()  # samples for its charts from now on
         log.info("node %s ready: commit log [%d, %d), gRPC clients use %s", cfg.node.id,
                  self.store.commit_log_min_offset, self.store.commit_log_max_offset, cfg.advertised_address)
+
+    def _start_anti_entropy(self) -> None:
+        """Replicated member: compare the commit log with the peers' in the background and replace blocks that
+        differ from the majority (replication/anti_entropy.py; cluster.raft.anti_entropy_*)."""
+        settings = self.config.raft_settings() if self.config.members else None
+        if settings is None or not settings.anti_entropy_bytes_per_s or not hasattr(self.write_path, "peers"):
+            return
+        from raftmq.replication.anti_entropy import AntiEntropy
+
+        self.anti_entropy = AntiEntropy(self.store, self.write_path.peers, len(self.config.members),
+                                        settings.anti_entropy_bytes_per_s, settings.anti_entropy_interval_s)
+        self.anti_entropy.start()
 
     async def _repair_from_peers(self, exc: CorruptionError) -> bool:
         """Replicated member whose commit log is damaged: fetch the ranges from peers, verify, write them back,
@@ -730,7 +746,8 @@ class Broker:
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.
-        for what, step in (("pop offsets", self.pop.stop if self.pop is not None else None),
+        for what, step in (("anti-entropy", self.anti_entropy.stop if self.anti_entropy is not None else None),
+                           ("pop offsets", self.pop.stop if self.pop is not None else None),
                            ("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
                            ("timer delivery", self.timer.shutdown if self.timer is not None else None),
                            ("write path", self.write_path.stop if self._write_path_started else None),

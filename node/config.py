@@ -490,7 +490,7 @@ def _build_raft(cfg: NodeConfig, key: str, value: Any, origin: str, problems: li
 
 
 # Raft settings that may be 0 (no linger, unlimited rate); every other period, timeout, size and count is > 0.
-_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s"}
+_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s", "anti_entropy_bytes_per_s"}
 
 
 # Ranges of store settings beyond their type. Periodic work needs a period > 0 (a zero or negative interval is a
@@ -839,6 +839,9 @@ def sample_yaml() -> str:
             "dns_cache_time": "peer host names are re-resolved this often (s)",
             "catch_up_bytes_per_s": "commit-log copy served to a catching-up member, bytes/s (0 = unlimited)",
             "catch_up_max_streams": "copies served at once; more are told to retry",
+            "anti_entropy_bytes_per_s": "commit log compared with the peers per second; differing blocks are "
+                                        "replaced with the majority's copy (0 = off)",
+            "anti_entropy_interval_s": "pause between the end of an anti-entropy pass and the next (s)",
         },
     }
     lines = [

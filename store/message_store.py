@@ -534,6 +534,16 @@ class MessageStore:
             log.error("store %s: still damaged after the repair: %s", self.config.root_dir,
                       "; ".join(r.describe() for r in still))
 
+    def damaged_records_in(self, start: int, end: int) -> list[CorruptRecord]:
+        """Damaged records in ``[start, end)`` (``start`` a record boundary) as the checks find them now (repair
+        paths: is the damage gone?)."""
+        cl = self._check_open()
+        mf = cl.mapped_file_queue.find_mapped_file_by_offset(start)
+        if mf is None:
+            return []
+        base = mf.file_from_offset
+        return verify_records(mf.buffer, base, start - base, min(end - base, mf.file_size), mf.path)
+
     def commit_log_checked(self, start: int, end: int, damaged: Sequence[CorruptRecord]) -> None:
         """``[start, end)`` of the commit log was just verified and ``damaged`` is what is still wrong in it:
         earlier reports inside the range that are gone now (repaired) are forgotten."""
@@ -904,6 +914,36 @@ class MessageStore:
                 raise StoreError(f"replacement for [{start}, {end}) refused: no record of this log starts at {end}")
             mf.write_at(start - mf.file_from_offset, data)
             mf.sync_to_disk()
+
+    def overwrite_commit_log_block(self, offset: int, data: bytes) -> None:
+        """Write the majority's copy of committed bytes ``[offset, offset + len(data))`` in place (anti-entropy:
+        this member held them differently). Record boundaries do not matter: the caller checked the bytes against
+        the SHA-256 a majority of the group holds. Inside one segment, below the log end; synced under the put
+        lock."""
+        cl = self._check_open()
+        end = offset + len(data)
+        fs = cl.file_size
+        if not data or offset < cl.min_offset or end > cl.max_offset or offset // fs != (end - 1) // fs:
+            raise StoreError(f"cannot overwrite [{offset}, {end}): it must be non-empty, inside one segment and "
+                             f"inside the commit log [{cl.min_offset}, {cl.max_offset})")
+        with cl.put_lock:
+            mf = cl.mapped_file_queue.find_mapped_file_by_offset(offset)
+            if mf is None:
+                raise StoreError(f"commit-log segment of offset {offset} is gone (retention)")
+            mf.write_at(offset - mf.file_from_offset, data)
+            mf.sync_to_disk()
+
+    def commit_log_blocks_replaced(self, runs: Sequence[tuple[int, int]]) -> None:
+        """Byte ranges ``runs`` were rewritten with the majority's copy (anti-entropy, or the repair of found
+        damage): ranges not yet known as damage are counted as commit-log damage; known damaged records they
+        touch are verified again (and forgotten when intact, their consume-queue units re-checked)."""
+        with self._damage_lock:
+            known = self.commit_log_damage
+            new = [r for r in runs if not any(k.start < r[1] and r[0] < k.end for k in known)]
+            self.corruption_found["commitlog"] += len(new)
+            touched = [k for k in known if any(k.start < b and a < k.end for a, b in runs)]
+        if touched:
+            self.commit_log_repaired(touched)
 
     def queue_offset_table(self) -> dict[str, int]:
         """Next queue offset per ``topic-queueId`` (a copy): what the next record of each queue will get."""
