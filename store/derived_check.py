@@ -38,8 +38,9 @@ from raftmq.store.index_file import (
     IndexFile,
     index_key_hashes,
 )
+from raftmq.store.integrity import is_quarantine_record
 from raftmq.store.java import java_string_hash
-from raftmq.store.message import TIMED_TOPICS, check_frame
+from raftmq.store.message import TIMED_TOPICS, check_frame, decode_record
 
 log = logging.getLogger("raftmq.store.derived_check")
 
@@ -273,9 +274,9 @@ def _check_queue_tails(commit_log: Any, table: ConsumeQueueTable, result: Consum
         expected = result.next_queue_offsets.get(f"{cq.topic}-{cq.queue_id}")
         have = cq.get_max_offset_in_queue()
         if expected is not None:
-            for index in range(expected, have):  # blank units reserve offsets (store repair); others are garbage
+            for index in range(expected, have):  # units that reserve offsets (store repair); others are garbage
                 unit = cq.unit_at(index)
-                if unit is not None and unit[1] != BLANK_UNIT_SIZE:
+                if unit is not None and not _reserving(commit_log, unit):
                     result.damage[key] = QueueDamage(cq.topic, cq.queue_id, index, commit_log.max_offset,
                                                      f"and the {have - index - 1} after it point at no record")
                     break
@@ -286,6 +287,17 @@ def _check_queue_tails(commit_log: Any, table: ConsumeQueueTable, result: Consum
                 result.damage[key] = QueueDamage(cq.topic, cq.queue_id, index, commit_log.max_offset,
                                                  "points at no record of its queue")
                 break
+
+
+def _reserving(commit_log: Any, unit: tuple[int, int, int]) -> bool:
+    """A unit that keeps a lost message's queue offset (``store repair``): a blank unit, or one pointing at a
+    quarantine record of its size."""
+    phy, size, _tags = unit
+    if size == BLANK_UNIT_SIZE:
+        return True
+    raw = commit_log.get_message(phy, size) if phy >= 0 and size > 0 else None
+    m = decode_record(raw, 0, check_crc=False, read_body=False).message if raw is not None else None
+    return m is not None and m.store_size == size and is_quarantine_record(m.topic, m.properties)
 
 
 def check_index_file(f: IndexFile, log_max: int) -> str:

@@ -71,12 +71,12 @@ from raftmq.store.file_lock import StoreLock
 from raftmq.store.flush import GroupCommitService, PeriodicFlushService
 from raftmq.store.index_service import IndexService
 from raftmq.store.integrity import (
-    QUARANTINE_TOPIC,
     CorruptionError,
     CorruptReadError,
     CorruptRecord,
     check_read,
     chunk_problem,
+    is_quarantine_record,
     verify_records,
 )
 from raftmq.store.json_file import fsync_dir
@@ -95,8 +95,8 @@ from raftmq.store.queue_units import (
     MAX_HEAL_SCAN_UNITS,
     MAX_HEAL_WALK_BYTES,
     RESERVED,
-    fields_problem,
     message_problem,
+    raw_unit_problem,
     read_fields,
     unit_problem,
     units_from_log,
@@ -1074,14 +1074,14 @@ class MessageStore:
             filtered = (tag_filter is not None and not tag_filter.matches_code(tags_code)) or (
                 message_filter is not None and not message_filter.matches_code(tags_code))
             if filtered:  # skipped by its tags code: that code must be the record's, or a message is skipped
-                problem = fields_problem(read_fields(cl, raw), topic, queue_id, qo, unit)
+                problem = raw_unit_problem(cl, raw, topic, queue_id, qo, unit)
                 if problem and problem != RESERVED:
                     consumed -= 1
                     return result(), (qo, problem)
                 continue
             r = decode_record(raw, 0, check_crc=check_crc)
             if r.message is None or r.message.physical_offset != phy:
-                problem = fields_problem(read_fields(cl, raw), topic, queue_id, qo, unit)
+                problem = raw_unit_problem(cl, raw, topic, queue_id, qo, unit)
                 consumed -= 1
                 if problem:  # the unit points at the wrong place, not at its damaged record
                     return result(), (qo, problem)
@@ -1246,8 +1246,8 @@ class MessageStore:
             bad = self._corrupt_read(raw, physical_offset)
             if bad is not None:
                 raise bad
-        if m is not None and m.topic == QUARANTINE_TOPIC:
-            return None  # a filler over damaged bytes (store repair): the message that was here is gone
+        if m is not None and is_quarantine_record(m.topic, m.properties):
+            return None  # a filler or tombstone over damaged bytes (store repair): the message that was here is gone
         return m
 
     def _corrupt_read(self, raw: bytes, offset: int) -> CorruptReadError | None:

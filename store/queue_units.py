@@ -9,7 +9,7 @@ in place (readers never see the queue shrink). What the log cannot tell (its rec
 with DATA_LOSS, never skipped.
 
 Units that reserve a queue offset without a message: RocketMQ's fillPreBlank unit ``(0, 0x7FFFFFFF, 0)``, and a
-unit pointing at a quarantine record of ``store repair`` (``integrity.is_quarantine_record``).
+unit pointing at a record ``store repair`` wrote over damage (``store.quarantine``: a tombstone or filler).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 from raftmq.store.consume_queue import BLANK_UNIT_SIZE
 from raftmq.store.derived_check import dispatch_fields
-from raftmq.store.integrity import QUARANTINE_TOPIC
-from raftmq.store.message import TIMED_TOPICS
+from raftmq.store.integrity import QUARANTINE_TOPIC, is_quarantine_record
+from raftmq.store.message import TIMED_TOPICS, decode_record
 
 RESERVED = "reserved"  # the unit holds a queue offset whose message was quarantined: skipped, not an error
 MAX_HEAL_SCAN_UNITS = 1024  # units looked at on each side of a wrong one for a right neighbour
@@ -51,7 +51,7 @@ def message_problem(m: Any, record_size: int, topic: str, queue_id: int, queue_o
     phy, size, tags_code = unit
     if m.physical_offset != phy:
         return f"points at {phy}, but the record there says PHYSICALOFFSET {m.physical_offset}"
-    if m.topic == QUARANTINE_TOPIC and record_size == size:
+    if is_quarantine_record(m.topic, m.properties) and record_size == size:
         return RESERVED
     if record_size != size:
         return f"says size {size}, the record at {phy} has {record_size} bytes"
@@ -80,7 +80,20 @@ def unit_problem(commit_log: Any, topic: str, queue_id: int, queue_offset: int,
     if raw is None:
         return f"points at [{phy}, {phy + size}), not inside the commit log [{commit_log.min_offset}, " \
                f"{commit_log.max_offset})"
-    return fields_problem(read_fields(commit_log, raw), topic, queue_id, queue_offset, unit)
+    return raw_unit_problem(commit_log, raw, topic, queue_id, queue_offset, unit)
+
+
+def raw_unit_problem(commit_log: Any, raw: bytes, topic: str, queue_id: int, queue_offset: int,
+                     unit: tuple[int, int, int]) -> str:
+    """``fields_problem`` for the record bytes ``raw`` a unit points at; a tombstone of ``store repair`` (any queue
+    offset: padding may point at another one) is ``RESERVED``."""
+    problem = fields_problem(read_fields(commit_log, raw), topic, queue_id, queue_offset, unit)
+    if problem and problem != RESERVED:
+        m = decode_record(raw, 0, check_crc=False, read_body=False).message
+        if m is not None and m.physical_offset == unit[0] and m.store_size == unit[1] and \
+                is_quarantine_record(m.topic, m.properties):
+            return RESERVED
+    return problem
 
 
 def read_fields(commit_log: Any, raw: bytes) -> Any:
