@@ -461,6 +461,10 @@ class Broker:
         self._phase = "recovering the store"
         from raftmq.store.message_store import MessageStore
 
+        small = cfg.volume_problem()
+        if small:  # it still starts: what is stored stays readable; writes fail with "disk full" and this reason
+            log.error("node %s: %s", cfg.node.id, small)
+
         self.store = MessageStore(self.store_config)
         self.store.disk.member = cfg.node.id  # errors say "disk full on <member>"
         try:

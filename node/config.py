@@ -230,6 +230,15 @@ class NodeConfig:
             root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
         )
 
+    def volume_problem(self) -> str:
+        """Is the volume of node.data_dir too small for the store sizes (and what to set)? "" when it is not, or
+        when its size cannot be known here (``raftmq config validate`` refuses it; a starting node logs it)."""
+        from raftmq.store.config import volume_problem
+        from raftmq.store.disk_health import volume_bytes
+
+        size = volume_bytes(self.node.data_dir)
+        return volume_problem(self.store_config(), size, self.node.data_dir) if size > 0 else ""
+
     def tls_files(self):
         """``node.tls.TlsFiles`` when TLS is on (security.tls_cert_file + tls_key_file), else None."""
         s = self.security

@@ -318,7 +318,7 @@ class MessageStore:
             reput_from = max(min(reput_from, rebuild_from), cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
                                          reput_from_offset=reput_from, checkpoint=self.checkpoint,
-                                         on_write_error=self.disk.record_error)
+                                         on_write_error=self._dispatch_write_error)
         while self.reput.dispatch_behind_bytes() > 0:
             before = self.reput.reput_from_offset
             self.reput.do_reput()
@@ -331,6 +331,15 @@ class MessageStore:
         for key, nxt in log_queue_offsets.items():
             if nxt > own.get(key, 0):
                 own[key] = nxt
+
+    def _dispatch_write_error(self, error: OSError, path: str) -> None:
+        """Reput could not write a consume-queue or index file: the disk refuses writes (full: until it has room
+        again, for the next index file too, so the index can catch up before more needs it)."""
+        index = self.index_service
+        needs = 0
+        if index is not None and path == index.store_path and self.config.preallocate:
+            needs = 40 + 4 * index.hash_slot_num + 20 * index.index_num
+        self.disk.record_error(error, path, needs)
 
     def _missing_index_files(self, found: ConsumeQueueCheck, dispatch_from: int) -> list[IndexDamage]:
         """Index files that must exist but do not: the log has keyed records past the end of the last file
@@ -669,7 +678,7 @@ class MessageStore:
                     self.retention.shutdown()
                 if self.reput is not None:
                     self.reput.shutdown()
-                    caught_up = self.reput.dispatch_behind_bytes() == 0
+                    caught_up = self.reput.dispatch_behind_bytes() == 0 and self.reput.index_behind_bytes() == 0
                 for s in reversed(self._services):
                     s.shutdown()
                 self._services = []
@@ -1322,6 +1331,7 @@ class MessageStore:
             "commit_log_flushed_offset": self.flushed_offset,
             "confirm_offset": self.confirm_offset if reput is not None and cl is not None else 0,
             "dispatch_behind_bytes": self.dispatch_behind_bytes(),
+            "index_behind_bytes": reput.index_behind_bytes() if reput is not None else 0,
             "dispatched_messages": reput.dispatched_messages if reput is not None else 0,
             "dispatch_last_error": reput.last_error if reput is not None else "",
             "put_messages_total": self._put_messages,
