@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from raftmq.store import dispatch_marker
 from raftmq.store.checkpoint import StoreCheckpoint
 from raftmq.store.commit_log import AppendResult, CommitLog, PutStatus
 from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
@@ -181,6 +182,7 @@ class MessageStore:
         self.last_exit_ok = True
         self.process_crash_only = False
         self.derived_damage: list[str] = []  # derived-file damage found (and rebuilt) at the last open
+        self.start_check_records = 0  # commit-log records the last open compared its derived files with
         # damage found so far, by file kind (metric rocketmq_storage_corruption_total)
         self.corruption_found = {"commitlog": 0, "consumequeue": 0, "index": 0}
         self.commit_log_damage: list[CorruptRecord] = []  # reported and not (yet) repaired
@@ -272,6 +274,7 @@ class MessageStore:
         # 5. recover. From here on files change and the index is rebuilt: mark the store in use now, not only
         # once open() is done as RocketMQ does, so a kill during recovery or the catch-up dispatch below is
         # recovered as the crash it is (an existing marker keeps its time: it tells whether the machine rebooted)
+        marker = dispatch_marker.take(cfg.root_dir) if self.last_exit_ok else None
         if self.last_exit_ok:
             self._touch_abort()
         max_phy_of_cq = self.consume_queues.recover()
@@ -308,12 +311,20 @@ class MessageStore:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
             reput_from = max(reput_from, cl.min_offset)
+        # consume queues and index are derived data: check what is new against the log (after a clean stop, what
+        # follows the end the stop recorded; after a crash, what recovery re-dispatches), cut what is wrong (units
+        # simply not written yet past reput_from are not damage: reput writes them now anyway)
+        if marker is not None and marker.end <= end:
+            check_from = max(marker.end, cl.min_offset)
+        else:
+            check_from = reput_from if not self.last_exit_ok else cl.min_offset
         if self.redispatch_from_hint is not None:  # repaired bytes: rebuild what was derived from them
             reput_from = max(min(reput_from, self.redispatch_from_hint), cl.min_offset)
+            check_from = min(check_from, reput_from)
             self.redispatch_from_hint = None
-        # consume queues and index are derived data: check them against the log, cut what is wrong (units
-        # simply not written yet past reput_from are not damage: reput writes them now anyway)
-        rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from)
+        rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from, check_from)
+        if marker is not None and marker.end <= end:
+            rebuild_from = self._compare_with_marker(marker, rebuild_from, log_queue_offsets)
         if rebuild_from is not None:
             reput_from = max(min(reput_from, rebuild_from), cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
@@ -371,11 +382,13 @@ class MessageStore:
         return (self.topics.get(topic) is not None or topic.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_"))
                 or topic in _INTERNAL_TOPICS or os.path.isdir(os.path.join(self.config.consume_queue_dir, topic)))
 
-    def _check_derived_files(self, end: int, dispatch_from: int) -> tuple[int | None, dict[str, int]]:
-        """Compare consume queues and index files with the commit log (``store.derived_check``) and cut the
-        damaged ones; returns the commit-log offset reput must re-dispatch from (None: nothing to rebuild) and
-        the next queue offsets the log holds. Missing units of records at or after ``dispatch_from`` are the
-        ordinary lag of a crash (reput dispatches from there anyway), not damage."""
+    def _check_derived_files(self, end: int, dispatch_from: int, check_from: int
+                             ) -> tuple[int | None, dict[str, int]]:
+        """Compare consume queues and index files with the commit log in ``[check_from, end)``
+        (``store.derived_check``) and cut the damaged ones; returns the commit-log offset reput must re-dispatch
+        from (None: nothing to rebuild) and the next queue offsets the log holds there. Missing units of records
+        at or after ``dispatch_from`` are the ordinary lag of a crash (reput dispatches from there anyway), not
+        damage. What lies before ``check_from`` is the scrubber's (and every read checks the units it uses)."""
         cl = self.commit_log
         assert cl is not None
         if not self.config.check_derived_files_on_start or not cl.mapped_file_queue.mapped_files:
@@ -384,8 +397,10 @@ class MessageStore:
         rebuild_from: int | None = None
         index_files = self.index_service.index_files if self.index_service is not None else []
         gaps = [(a.end_phy_offset, b.begin_phy_offset) for a, b in zip(index_files, index_files[1:], strict=False)]
-        found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True,
+        whole = check_from <= cl.min_offset
+        found = check_consume_queues(cl, self.consume_queues, max(check_from, cl.min_offset), end, whole_log=whole,
                                      topic_exists=self._topic_has_queues, index_gaps=gaps)
+        self.start_check_records = found.records
         self._rewrite_units(found.wrong_units, "start-up check")
         for damage in found.damage.values():
             if damage.commit_log_offset >= dispatch_from and damage.reason.startswith("is missing"):
@@ -399,7 +414,9 @@ class MessageStore:
             rebuild_from = damage.commit_log_offset if rebuild_from is None else min(
                 rebuild_from, damage.commit_log_offset)
         if self.index_service is not None:
-            bad = check_index_files(self.index_service.index_files, end)
+            files = self.index_service.index_files
+            newer = next((i for i, f in enumerate(files) if f.end_phy_offset >= check_from), len(files))
+            bad = check_index_files(files, end, headers_only_before=newer)  # whole: the files covering what is new
             bad += self._missing_index_files(found, dispatch_from)
             if bad:
                 for damage in bad:
@@ -409,10 +426,74 @@ class MessageStore:
                     self.corruption_found["index"] += 1
                 restart = self.index_service.drop_from(bad[0].position)
                 rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
-        log.info("store %s: checked consume queues and index against %d records of the commit log in %.2fs%s",
-                 self.config.root_dir, found.records, time.monotonic() - started,
-                 "" if rebuild_from is None else f"; re-dispatching from offset {rebuild_from}")
+        log.info("store %s: checked consume queues and index against %d records of the commit log (%s) in %.2fs%s",
+                 self.config.root_dir, found.records, "all of it" if whole else f"from offset {check_from}",
+                 time.monotonic() - started, "" if rebuild_from is None else f"; re-dispatching from offset "
+                 f"{rebuild_from}")
         return rebuild_from, found.next_queue_offsets
+
+    def _compare_with_marker(self, marker: dispatch_marker.DispatchMarker, rebuild_from: int | None,
+                             next_offsets: dict[str, int]) -> int | None:
+        """After a clean stop, every queue must come back as the stop left it (``store.dispatch_marker``), and
+        every index file: what lost units (a deleted or rotten queue file that recovery cut, a hole between its
+        files, a lost head) is re-dispatched from the end of the last unit kept, units past its end are cut,
+        missing index files are rebuilt from the end of the file before; no queue's next offset goes below the
+        marker's. Returns the new re-dispatch point."""
+        cl = self.commit_log
+        assert cl is not None
+
+        def damaged(desc: str, kind: str, restart: int | None) -> None:
+            nonlocal rebuild_from
+            log.error("store %s: %s", self.config.root_dir, desc)
+            self.derived_damage.append(desc)
+            self.corruption_found[kind] += 1
+            if restart is not None:
+                rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
+
+        for key, (first_qo, next_qo) in marker.queues.items():
+            topic, _, qid = key.rpartition("/")
+            name = f"{topic}-{qid}"
+            next_offsets[name] = max(next_offsets.get(name, 0), next_qo)
+            cq = self.consume_queues.get(topic, int(qid))
+            if cq is None or not cq.mapped_file_queue.mapped_files:
+                damaged(f"consume queue {name} is missing (the last clean stop left units {first_qo}..{next_qo - 1}): "
+                        "rebuilding it from the commit log", "consumequeue", cl.min_offset)
+                continue
+            low, have, hole = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue(), cq.first_missing_unit()
+            if low > first_qo:
+                cq.cut_at(0)
+                damaged(f"consume queue {name} starts at queue offset {low}, the last clean stop left it at {first_qo}: "
+                        "rebuilding it from the commit log", "consumequeue", cl.min_offset)
+            elif hole is not None and hole < have:
+                restart = self._end_of_unit(cq, hole - 1)
+                cq.cut_at(hole)
+                damaged(f"consume queue {name}: the file of queue offset {hole} is missing: rebuilding from there",
+                        "consumequeue", restart)
+            elif have < next_qo:
+                damaged(f"consume queue {name} ends at queue offset {have}, the last clean stop left it at {next_qo}: "
+                        "rebuilding it from the commit log", "consumequeue", self._end_of_unit(cq, have - 1))
+            elif have > next_qo:
+                cq.cut_at(next_qo)
+                damaged(f"consume queue {name}: units {next_qo}..{have - 1} lie past where the last clean stop left "
+                        "it; cut", "consumequeue", None)
+        index = self.index_service
+        if index is not None:
+            names = [f.file_name for f in index.index_files]
+            lost = next((i for i, n in enumerate(marker.index_files) if i >= len(names) or names[i] != n), None)
+            if lost is not None:
+                desc = (f"index file {os.path.join(index.store_path, marker.index_files[lost])} is missing: rebuilding "
+                        "the index from the end of the file before")
+                damaged(desc, "index", index.drop_from(lost))
+        return rebuild_from
+
+    def _end_of_unit(self, cq, queue_offset: int) -> int:
+        """Where re-dispatch must start to rebuild a queue after ``queue_offset``: the end of that unit's record (the
+        log's first offset when there is no such unit)."""
+        assert self.commit_log is not None
+        unit = cq.unit_at(queue_offset) if queue_offset >= 0 else None
+        if unit is None or unit[1] == BLANK_UNIT_SIZE or unit[0] < 0:
+            return self.commit_log.min_offset
+        return max(self.commit_log.min_offset, unit[0] + unit[1])
 
     def _truncate_consume_queues(self, offset: int) -> None:
         """Drop units at or beyond ``offset`` and zero the dropped bytes, so a restart cannot recover them."""
@@ -683,6 +764,8 @@ class MessageStore:
                     s.shutdown()
                 self._services = []
                 self._flush_everything()
+                if caught_up:  # before the abort marker goes: the next start checks only what is new
+                    self._write_dispatch_marker()
                 if self.checkpoint is not None:
                     self.checkpoint.shutdown()
                 self.consumer_offsets.persist()
@@ -701,6 +784,17 @@ class MessageStore:
                     log.warning("store %s: dispatch not caught up at shutdown; next open recovers abnormally",
                                 self.config.root_dir)
                 self._lock.release()
+
+    def _write_dispatch_marker(self) -> None:
+        assert self.reput is not None
+        queues = {f"{cq.topic}/{cq.queue_id}": (cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue())
+                  for cq in self.consume_queues.queues() if cq.mapped_file_queue.mapped_files}
+        index = [f.file_name for f in self.index_service.index_files] if self.index_service is not None else []
+        try:
+            dispatch_marker.write(self.config.root_dir, dispatch_marker.DispatchMarker(self.reput.reput_from_offset,
+                                                                                       queues, index))
+        except OSError as e:  # the next start checks the whole log instead
+            log.warning("store %s: cannot write %s: %s", self.config.root_dir, dispatch_marker.FILE_NAME, e)
 
     def _close_files(self) -> None:
         if self.index_service is not None:

@@ -139,6 +139,10 @@ def test_a_unit_pointing_at_another_record_is_rebuilt(written):
 
 @pytest.mark.parametrize("region", ["slots", "entries", "header"])
 def test_a_corrupted_index_file_is_rebuilt(written, region):
+    """Every index file's header is checked at start; damage inside a file older than the last clean stop is the
+    scrubber's (issue 33: the start reads only what is new)."""
+    from raftmq.store.scrubber import Scrubber
+
     root, sent, reference = written
     index_files = segment_files(root / "index")
     assert len(index_files) >= 3
@@ -147,8 +151,18 @@ def test_a_corrupted_index_file_is_rebuilt(written, region):
     with open(target, "r+b") as f:
         f.seek(at)
         f.write(random.Random(region).randbytes(120) if region != "header" else (1 << 62).to_bytes(8, "big"))
+    if region != "header":
+        st = MessageStore(_cfg(root))
+        st.open()
+        try:
+            assert st.derived_damage == []  # the start did not read the old file
+            Scrubber(st, 1 << 30, 3600).run_pass()
+            assert st.corruption_found["index"] == 1
+        finally:
+            st.shutdown()
     st = _reopen_and_check(root, sent, reference)
-    assert any("index file" in d for d in st.derived_damage)
+    if region == "header":
+        assert any("index file" in d for d in st.derived_damage)
     st.shutdown()
 
 
@@ -281,8 +295,14 @@ def test_delayed_messages_are_checked_with_their_delivery_time_and_rebuilt(tmp_p
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x07")
     st = MessageStore(_cfg(root))
     st.open()
-    st.shutdown()
-    assert st.derived_damage and "SCHEDULE_TOPIC_XXXX" in st.derived_damage[0]
+    try:  # older than the last clean stop: the scrubber's (it scrubs the segment being written up to dispatch)
+        from raftmq.store.scrubber import Scrubber
+
+        assert st.derived_damage == []
+        Scrubber(st, 1 << 30, 3600).run_pass()
+        assert st.corruption_found["consumequeue"] == 1
+    finally:
+        st.shutdown()
     assert tree_bytes(root / "consumequeue") == reference
 
 
@@ -371,3 +391,23 @@ def test_a_unit_that_cannot_be_rebuilt_stops_the_read_with_data_loss(written):
         assert st.corruption_found["commitlog"] == 1 and st.commit_log_damage[0].start == phy
     finally:
         st.shutdown()
+
+
+def test_after_a_clean_stop_the_start_checks_only_what_is_new(written):
+    """Issue 33 item 7: the start compared every record of the log with the derived files (3.4 s of a 5.2 s start
+    with 600k records). After a clean stop nothing is new: the stop recorded how far dispatch had reached."""
+    root, sent, _reference = written
+    (root / "dispatched.json").unlink()  # a store from before the marker existed: checked whole, once
+    st = MessageStore(_cfg(root))
+    st.open()
+    assert st.start_check_records == len(sent)
+    st.put_messages([_msg(9999, 1)])
+    st.shutdown()
+    st = MessageStore(_cfg(root))
+    st.open()
+    try:
+        assert st.start_check_records == 0 and st.derived_damage == []
+        assert not (root / "dispatched.json").exists()  # it describes the files only until they change
+    finally:
+        st.shutdown()
+    assert (root / "dispatched.json").exists()
