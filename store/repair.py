@@ -35,6 +35,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
+from raftmq.store import dispatch_marker
 from raftmq.store.checkpoint import StoreCheckpoint, read_flushed_offset
 from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from raftmq.store.consume_queue import BLANK_UNIT_SIZE
@@ -340,6 +341,7 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
             src = os.path.join(root, name)
             if os.path.isdir(src):
                 shutil.move(src, os.path.join(qdir, f"{name}.before-repair"))
+        dispatch_marker.take(root)  # it described the files just moved away
         ckpt = StoreCheckpoint(cfg.checkpoint_path)
         ckpt.logics_msg_timestamp = ckpt.index_msg_timestamp = 0
         ckpt.shutdown()
