@@ -201,10 +201,12 @@ class _Fields:
         self.indexed = indexed
 
 
-def dispatch_fields(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
+def dispatch_fields(check: Callable[..., Any], with_index: bool = True) -> Callable[[Any, int, int], Any]:
     """A reader of the dispatch fields of the record at ``pos``: the common record through ``check_frame`` and
     ``dispatch_properties`` (the property search reput itself uses for the tags code), without building the full
-    property map; blank, bad and schedule-topic records through the store's own ``check`` (decode_dispatch)."""
+    property map; blank, bad and schedule-topic records through the store's own ``check`` (decode_dispatch).
+    ``with_index=False``: ``indexed`` is not worked out (hashing the keys; a unit check on the read path needs
+    none)."""
 
     def read(view: Any, pos: int, end: int) -> Any:
         try:
@@ -221,7 +223,7 @@ def dispatch_fields(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]
             if props_len > 0 else (None, None, None)
         tran = f[7] & TRANSACTION_TYPE_MASK
         cq = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-        indexed = tran != TRANSACTION_ROLLBACK_TYPE and bool(index_key_hashes(topic, uniq, keys))
+        indexed = with_index and tran != TRANSACTION_ROLLBACK_TYPE and bool(index_key_hashes(topic, uniq, keys))
         return _Fields(topic, f[3], f[6], size, java_string_hash(tags) if tags else 0, f[5], cq, indexed)
 
     return read

@@ -98,7 +98,7 @@ def raw_unit_problem(commit_log: Any, raw: bytes, topic: str, queue_id: int, que
 
 def read_fields(commit_log: Any, raw: bytes) -> Any:
     """The dispatch fields of the record in ``raw`` (what reput derives the unit from)."""
-    return dispatch_fields(commit_log.check_message_and_return_size)(raw, 0, len(raw))
+    return dispatch_fields(commit_log.check_message_and_return_size, with_index=False)(raw, 0, len(raw))
 
 
 def units_from_log(commit_log: Any, topic: str, queue_id: int, start: int, end: int,
