@@ -230,6 +230,15 @@ class NodeConfig:
             root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
         )
 
+    def volume_problem(self) -> str:
+        """Is the volume of node.data_dir too small for the store sizes (and what to set)? "" when it is not, or
+        when its size cannot be known here (``raftmq config validate`` refuses it; a starting node logs it)."""
+        from raftmq.store.config import volume_problem
+        from raftmq.store.disk_health import volume_bytes
+
+        size = volume_bytes(self.node.data_dir)
+        return volume_problem(self.store_config(), size, self.node.data_dir) if size > 0 else ""
+
     def tls_files(self):
         """``node.tls.TlsFiles`` when TLS is on (security.tls_cert_file + tls_key_file), else None."""
         s = self.security
@@ -508,7 +517,7 @@ def _build_raft(cfg: NodeConfig, key: str, value: Any, origin: str, problems: li
 
 
 # Raft settings that may be 0 (no linger, unlimited rate); every other period, timeout, size and count is > 0.
-_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s"}
+_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s", "anti_entropy_bytes_per_s"}
 
 
 # Ranges of store settings beyond their type. Periodic work needs a period > 0 (a zero or negative interval is a
@@ -773,7 +782,8 @@ _STORE_NOTES = {
     "disk_min_free_bytes": "refuse writes (RESOURCE_EXHAUSTED, /ready 503) below this many free bytes",
     "check_derived_files_on_start": "compare consume queues and index with the commit log at start; rebuild",
     "scrub_rate_bytes_per_s": "background scrubber's read rate of sealed segments (0 = off)",
-    "scrub_interval_s": "seconds between the starts of two scrub passes",
+    "scrub_interval_s": "seconds between the end of a scrub pass and the start of the next",
+    "scrub_first_delay_s": "seconds after the start before the first scrub pass (at most scrub_interval_s)",
     "check_crc_on_read": "pull / view / query verify each record's CRC and refuse damaged ones (DATA_LOSS)",
 }
 
@@ -856,6 +866,9 @@ def sample_yaml() -> str:
             "dns_cache_time": "peer host names are re-resolved this often (s)",
             "catch_up_bytes_per_s": "commit-log copy served to a catching-up member, bytes/s (0 = unlimited)",
             "catch_up_max_streams": "copies served at once; more are told to retry",
+            "anti_entropy_bytes_per_s": "commit log compared with the peers per second; differing blocks are "
+                                        "replaced with the majority's copy (0 = off)",
+            "anti_entropy_interval_s": "pause between the end of an anti-entropy pass and the next (s)",
         },
     }
     lines = [

@@ -101,6 +101,10 @@ class RaftSettings:
     dns_cache_time: float = 5.0            # peers are host names, re-resolved this often (new pod IPs)
     catch_up_bytes_per_s: int = 64 << 20   # commit-log copy this node serves to catching-up peers; 0 = unlimited
     catch_up_max_streams: int = 2          # concurrent copies served; more answer RESOURCE_EXHAUSTED (they retry)
+    # anti-entropy (replication/anti_entropy.py): commit-log bytes compared with the peers per second (0 = off),
+    # and the pause between the end of a pass and the start of the next
+    anti_entropy_bytes_per_s: int = 8 << 20
+    anti_entropy_interval_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.durability not in ("async", "sync"):
@@ -115,6 +119,8 @@ class RaftSettings:
             raise ValueError("catch_up_bytes_per_s must be >= 0 (0 = unlimited)")
         if self.catch_up_max_streams < 1:
             raise ValueError("catch_up_max_streams must be >= 1")
+        if self.anti_entropy_bytes_per_s < 0:
+            raise ValueError("anti_entropy_bytes_per_s must be >= 0 (0 = off)")
 
 
 class _InFlight:

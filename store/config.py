@@ -62,10 +62,11 @@ class StoreConfig:
     # read of the log (README "Damaged disks"); off: only the scrubber finds derived-file damage.
     check_derived_files_on_start: bool = True
     # background scrubber: re-reads sealed commit-log segments at most this fast, checking record CRCs and the
-    # consume queues / index built from them (0: off); a pass starts scrub_interval_s after the store opened
-    # and after the previous pass ended
+    # consume queues / index built from them (0: off); the first pass starts scrub_first_delay_s after the store
+    # opened (at most scrub_interval_s), the next ones scrub_interval_s after the previous pass ended
     scrub_rate_bytes_per_s: int = 4 * 1024 * 1024
     scrub_interval_s: int = 3600
+    scrub_first_delay_s: int = 60
     # pull / view / query verify each returned record (header + body CRC, own position) and refuse a damaged
     # one (CorruptReadError -> gRPC DATA_LOSS) instead of returning its bytes; cost: bench/read_crc_bench.py
     check_crc_on_read: bool = True
@@ -178,6 +179,47 @@ class StoreConfig:
         if unknown:
             raise StoreError(f"unknown store setting(s) {unknown}; valid names: {sorted(names)}")
         return cls(**values)
+
+
+QUEUE_FILES_COUNTED = 4  # consume-queue files a store needs room for at least (a topic of 4 queues)
+
+
+def store_footprint(cfg: StoreConfig) -> int:
+    """Bytes a store needs on its volume just to keep taking writes across a segment roll: two commit-log
+    segments and two index files (the one being written and the next, each allocated whole when created), a few
+    consume-queue files, and ``disk_min_free_bytes`` left over."""
+    index_file = 40 + 4 * cfg.max_hash_slot_num + 20 * cfg.max_index_num if cfg.message_index_enable else 0
+    return (2 * cfg.mapped_file_size_commit_log + 2 * index_file + QUEUE_FILES_COUNTED * cfg.consume_queue_file_size
+            + cfg.disk_min_free_bytes)
+
+
+def volume_problem(cfg: StoreConfig, volume_bytes: int, where: str) -> str:
+    """Why a volume of ``volume_bytes`` (the filesystem of ``where``) is too small for these sizes, with the settings
+    that fit it; "" when it is big enough. Writes are refused above ``disk_space_warning_level_ratio``, so only that
+    share of the volume counts."""
+    usable = int(volume_bytes * cfg.disk_space_warning_level_ratio)
+    need = store_footprint(cfg)
+    if need <= usable:
+        return ""
+    min_free = min(cfg.disk_min_free_bytes, max(1 << 20, volume_bytes // 20))
+    budget = min(usable, volume_bytes - min_free) - min_free
+    segment = 1 << max(12, (max(budget, 1) // 8).bit_length() - 1)  # a power of two: 8 segments fit
+    slots = max(1000, segment // 2 // 84 // 1000 * 1000)  # an index file of half a segment, 4 entries per slot
+    queue_units = max(1000, min(300_000, budget // 64 // CQ_STORE_UNIT_SIZE // 1000 * 1000))
+    suggested = {"mapped_file_size_commit_log": segment, "max_hash_slot_num": slots, "max_index_num": 4 * slots,
+                 "mapped_file_size_consume_queue": queue_units * CQ_STORE_UNIT_SIZE, "disk_min_free_bytes": min_free}
+    changes = ", ".join(f"store.{k}={v}" for k, v in suggested.items() if getattr(cfg, k) != v)
+    index_file = 40 + 4 * cfg.max_hash_slot_num + 20 * cfg.max_index_num
+    return (f"the volume of {where} holds {_mib(volume_bytes)} ({_mib(usable)} usable below "
+            f"disk_space_warning_level_ratio {cfg.disk_space_warning_level_ratio}), too small for the configured "
+            f"sizes: {_mib(cfg.mapped_file_size_commit_log)} commit-log segments and {_mib(index_file)} index files "
+            f"need {_mib(need)} (two of each, {QUEUE_FILES_COUNTED} consume-queue files of "
+            f"{_mib(cfg.consume_queue_file_size)} and disk_min_free_bytes); set {changes}, or give the node a volume of "
+            f"at least {_mib(int(need / cfg.disk_space_warning_level_ratio) + 1)}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n < 1 << 30 else f"{n / (1 << 30):.2f} GiB"
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
