@@ -303,6 +303,15 @@ class NodeConfig:
             root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
         )
 
+    def volume_problem(self) -> str:
+        """Is the volume of node.data_dir too small for the store sizes (and what to set)? "" when it is not, or
+        when its size cannot be known here (``raftmq config validate`` refuses it; a starting node logs it)."""
+        from raftmq.store.config import volume_problem
+        from raftmq.store.disk_health import volume_bytes
+
+        size = volume_bytes(self.node.data_dir)
+        return volume_problem(self.store_config(), size, self.node.data_dir) if size > 0 else ""
+
     def tls_files(self):
         """``node.tls.TlsFiles`` when TLS is on (security.tls_cert_file + tls_key_file), else None."""
         s = self.security
@@ -581,7 +590,7 @@ def _build_raft(cfg: NodeConfig, key: str, value: Any, origin: str, problems: li
 
 
 # Raft settings that may be 0 (no linger, unlimited rate); every other period, timeout, size and count is > 0.
-_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s"}
+_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s", "anti_entropy_bytes_per_s"}
 
 
 # Ranges of store settings beyond their type. Periodic work needs a period > 0 (a zero or negative interval is a

@@ -130,6 +130,13 @@ class RaftSettings:
         "copies (0: unlimited).", 64 << 20)
     catch_up_max_streams: int = setting(
         "Copies this member serves at once; more are answered RESOURCE_EXHAUSTED and retry with backoff.", 2)
+    anti_entropy_bytes_per_s: int = setting(
+        "Anti-entropy: bytes per second of commit log this member compares with its peers' (SHA-256 of 1 MiB "
+        "chunks, then 4 KiB blocks); a block that differs from the copy a majority holds is replaced with a "
+        "verified copy (0: off).", 8 << 20)
+    anti_entropy_interval_s: float = setting(
+        "Anti-entropy: seconds between the end of a pass and the start of the next (the first starts 30 s after "
+        "the start, or after this interval when shorter).", 600.0)
 
     def __post_init__(self) -> None:
         if self.durability not in ("async", "sync"):
@@ -144,6 +151,8 @@ class RaftSettings:
             raise ValueError("catch_up_bytes_per_s must be >= 0 (0 = unlimited)")
         if self.catch_up_max_streams < 1:
             raise ValueError("catch_up_max_streams must be >= 1")
+        if self.anti_entropy_bytes_per_s < 0:
+            raise ValueError("anti_entropy_bytes_per_s must be >= 0 (0 = off)")
 
 
 class _InFlight:

@@ -97,15 +97,20 @@ class StoreConfig:
     check_crc_on_recover: bool = setting(
         "Verify each record's body CRC while recovering the commit log at start.", True)
     check_derived_files_on_start: bool = setting(
-        "At start, walk the commit log once and compare every consume-queue unit and index file with it; "
-        "damaged or missing ones are rebuilt from the log. Costs one sequential read of the log "
-        "(docs/operations/damaged-disks.md); off: only the scrubber finds such damage.", True)
+        "At start, compare the consume queues and index files with the commit log and rebuild damaged or "
+        "missing ones from it. After a clean stop only what is new is checked: the queue ranges, file holes and "
+        "index file names against `dispatched.json` (written at the stop), and the log past it record by record; "
+        "after a crash what recovery re-dispatches, and without `dispatched.json` the whole log once "
+        "(docs/operations/damaged-disks.md). Older damage is the scrubber's and the reads' to find; off: only "
+        "they find it.", True)
     scrub_rate_bytes_per_s: int = setting(
-        "Bytes per second at most at which the background scrubber re-reads sealed commit-log segments, "
-        "checking record CRCs and the consume queues and index built from them (0: scrubber off).",
-        4 * 1024 * 1024)
+        "Bytes per second at most at which the background scrubber re-reads the commit log (the sealed "
+        "segments oldest first, then the one being written up to what reput has dispatched), checking record "
+        "CRCs and the consume queues and index built from them (0: scrubber off).", 4 * 1024 * 1024)
     scrub_interval_s: int = setting(
-        "Seconds from the store's start, and from the end of a scrub pass, to the start of the next pass.", 3600)
+        "Seconds from the end of a scrub pass to the start of the next.", 3600)
+    scrub_first_delay_s: int = setting(
+        "Seconds from the store's start to the first scrub pass (at most `scrub_interval_s`).", 60)
     check_crc_on_read: bool = setting(
         "Pull, view and query verify each record they return (header, body CRC, own offset) and refuse a "
         "damaged one with DATA_LOSS instead of returning its bytes (cost: `bench/read_crc_bench.py`).", True)
@@ -234,6 +239,47 @@ class StoreConfig:
         if unknown:
             raise StoreError(f"unknown store setting(s) {unknown}; valid names: {sorted(names)}")
         return cls(**values)
+
+
+QUEUE_FILES_COUNTED = 4  # consume-queue files a store needs room for at least (a topic of 4 queues)
+
+
+def store_footprint(cfg: StoreConfig) -> int:
+    """Bytes a store needs on its volume just to keep taking writes across a segment roll: two commit-log
+    segments and two index files (the one being written and the next, each allocated whole when created), a few
+    consume-queue files, and ``disk_min_free_bytes`` left over."""
+    index_file = 40 + 4 * cfg.max_hash_slot_num + 20 * cfg.max_index_num if cfg.message_index_enable else 0
+    return (2 * cfg.mapped_file_size_commit_log + 2 * index_file + QUEUE_FILES_COUNTED * cfg.consume_queue_file_size
+            + cfg.disk_min_free_bytes)
+
+
+def volume_problem(cfg: StoreConfig, volume_bytes: int, where: str) -> str:
+    """Why a volume of ``volume_bytes`` (the filesystem of ``where``) is too small for these sizes, with the settings
+    that fit it; "" when it is big enough. Writes are refused above ``disk_space_warning_level_ratio``, so only that
+    share of the volume counts."""
+    usable = int(volume_bytes * cfg.disk_space_warning_level_ratio)
+    need = store_footprint(cfg)
+    if need <= usable:
+        return ""
+    min_free = min(cfg.disk_min_free_bytes, max(1 << 20, volume_bytes // 20))
+    budget = min(usable, volume_bytes - min_free) - min_free
+    segment = 1 << max(12, (max(budget, 1) // 8).bit_length() - 1)  # a power of two: 8 segments fit
+    slots = max(1000, segment // 2 // 84 // 1000 * 1000)  # an index file of half a segment, 4 entries per slot
+    queue_units = max(1000, min(300_000, budget // 64 // CQ_STORE_UNIT_SIZE // 1000 * 1000))
+    suggested = {"mapped_file_size_commit_log": segment, "max_hash_slot_num": slots, "max_index_num": 4 * slots,
+                 "mapped_file_size_consume_queue": queue_units * CQ_STORE_UNIT_SIZE, "disk_min_free_bytes": min_free}
+    changes = ", ".join(f"store.{k}={v}" for k, v in suggested.items() if getattr(cfg, k) != v)
+    index_file = 40 + 4 * cfg.max_hash_slot_num + 20 * cfg.max_index_num
+    return (f"the volume of {where} holds {_mib(volume_bytes)} ({_mib(usable)} usable below "
+            f"disk_space_warning_level_ratio {cfg.disk_space_warning_level_ratio}), too small for the configured "
+            f"sizes: {_mib(cfg.mapped_file_size_commit_log)} commit-log segments and {_mib(index_file)} index files "
+            f"need {_mib(need)} (two of each, {QUEUE_FILES_COUNTED} consume-queue files of "
+            f"{_mib(cfg.consume_queue_file_size)} and disk_min_free_bytes); set {changes}, or give the node a volume of "
+            f"at least {_mib(int(need / cfg.disk_space_warning_level_ratio) + 1)}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n < 1 << 30 else f"{n / (1 << 30):.2f} GiB"
 
 
 def parse_host_port(value: str) -> tuple[str, int]:

@@ -32,13 +32,13 @@ def test_the_alerts_use_the_node_metrics_we_expect():
         "raftmq_raft_has_leader", "raftmq_raft_leader_changes_total", "raftmq_raft_term", "raftmq_node_ready",
         "rocketmq_storage_dispatch_behind_bytes", "raftmq_store_disk_used_ratio",
         "rocketmq_storage_corruption_total", "raftmq_store_disk_writable", "raftmq_raft_rewound_entries_total",
-        "raftmq_raft_withheld_bytes_cut_total",
+        "raftmq_raft_withheld_bytes_cut_total", "raftmq_anti_entropy_unrepaired_blocks",
     }
 
 
 def test_a_running_node_exports_every_alerted_metric(tmp_path):
-    with running_nodes(tmp_path, 1) as [node]:
-        status, text = node.http_get("/metrics")
+    with running_nodes(tmp_path, 3) as nodes:  # a replicated member: anti-entropy metrics are a cluster's
+        status, text = nodes[1].http_get("/metrics")
     assert status == 200
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     missing = alert_metrics() - exported
