@@ -776,7 +776,7 @@ class Broker:
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.
-        for what, step in (("anti-entropy", self.anti_entropy.stop if self.anti_entropy is not None else None),
+        for what, step in (("anti-entropy", self.anti_entropy.shutdown if self.anti_entropy is not None else None),
                            ("pop offsets", self.pop.stop if self.pop is not None else None),
                            ("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
                            ("timer delivery", self.timer.shutdown if self.timer is not None else None),

@@ -29,6 +29,7 @@ from typing import Any
 from raftmq.store.message import Message, MessageExt, parse_delay_levels
 from raftmq.store.message_store import GetStatus
 from raftmq.store.pop_state import QueueState, queue_key
+from raftmq.store.service_thread import ServiceThread
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
 from raftmq.store.topic_config import MIXED, PERM_READ, PERM_WRITE, TopicConfig
@@ -139,8 +140,7 @@ class PopCore:
         self.counters = PopCounters()
         self._locks: dict[str, threading.Lock] = {}
         self._rr = 0
-        self._stop_sync = threading.Event()
-        self._sync_thread: threading.Thread | None = None
+        self._offset_sync: OffsetSync | None = None
 
     def policy(self, group: str) -> GroupPolicy:
         """The group's own replicated settings (``raftmq group update``, store.subscription_groups) when it has
@@ -471,23 +471,12 @@ class PopCore:
     def start(self, is_writable: Any, interval_s: float = OFFSET_SYNC_INTERVAL_S) -> None:
         """While this member leads, commit each pop queue's acked position (``min(in-flight) or next``) as the
         group's consumer offset, so ``group describe``, ``offsets --group`` and a later pull continue from it."""
-        self._stop_sync.clear()
-
-        def loop() -> None:
-            while not self._stop_sync.wait(interval_s):
-                if is_writable():
-                    try:
-                        self.sync_offsets()
-                    except Exception as e:  # leadership moved mid-commit and the like: next round retries
-                        log.debug("pop offset sync skipped: %s", e)
-
-        self._sync_thread = threading.Thread(target=loop, name="raftmq-pop-offsets", daemon=True)
-        self._sync_thread.start()
+        self._offset_sync = OffsetSync(self, is_writable, interval_s)
+        self._offset_sync.start()
 
     def stop(self) -> None:
-        self._stop_sync.set()
-        if self._sync_thread is not None:
-            self._sync_thread.join(5)
+        if self._offset_sync is not None:
+            self._offset_sync.shutdown()
 
     def sync_offsets(self) -> int:
         """Commit the moved positions; returns how many queues moved."""
@@ -515,3 +504,23 @@ class PopCore:
             out.append((group, topic, qid, sum(1 for e in st.inflight.values() if e[0] > 0),
                         max(0, hi - st.low_water())))
         return out
+
+
+class OffsetSync(ServiceThread):
+    """PopCore's background loop: ``sync_offsets`` every ``interval_s`` while ``is_writable()`` (leading)."""
+
+    shutdown_timeout = 5.0
+
+    def __init__(self, pop: PopCore, is_writable: Any, interval_s: float) -> None:
+        super().__init__("raftmq-pop-offsets")
+        self._pop = pop
+        self._is_writable = is_writable
+        self.interval_s = interval_s
+
+    def run(self) -> None:
+        while not self.wait(self.interval_s):
+            if self._is_writable():
+                try:
+                    self._pop.sync_offsets()
+                except Exception as e:  # leadership moved mid-commit and the like: next round retries
+                    log.debug("pop offset sync skipped: %s", e)
