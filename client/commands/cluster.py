@@ -23,7 +23,6 @@ from raftmq.client.commands.args import (
 )
 from raftmq.client.commands.output import Progress, checked_text, print_json
 from raftmq.client.errors import RaftmqError, ReplicaLagsError, ReplicasDifferError, UnavailableError
-from raftmq.client.render import short_reason
 from raftmq.client.replica_check import (
     DEFAULT_CHUNK,
     DEFAULT_LAG_WAIT_S,
@@ -33,6 +32,7 @@ from raftmq.client.replica_check import (
 )
 from raftmq.client.table import render_table
 from raftmq.client.types import ClusterStatus, MemberStatus
+from raftmq.text import short_reason
 
 
 def member_state(m: MemberStatus, *, full: bool = False) -> str:

@@ -26,11 +26,9 @@ from raftmq.client.table import render_table
 
 def cmd_consume(args: argparse.Namespace) -> int:
     if args.ack_mode == "pop":
-        from raftmq.client.pop_commands import cmd_consume_pop
-
         return cmd_consume_pop(args)
     consumer = PullConsumer(args.group, args.topic, servers_of(args), tags=args.tags, sql=args.sql,
-                          security=security_of(args),
+                            security=security_of(args),
                             start_from=START_FIRST if args.from_beginning else START_LAST,
                             auto_commit=not args.no_commit, auto_commit_interval=1.0,
                             timeout=args.timeout, retry_timeout=args.timeout, long_poll=1.0)

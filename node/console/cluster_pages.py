@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from raftmq.client.render import short_reason
 from raftmq.node.auth import audit
 from raftmq.node.cluster_views import cluster_status
 from raftmq.node.console import safe
@@ -26,6 +25,7 @@ from raftmq.node.console.layout import (
 )
 from raftmq.node.console.safe import Markup, html, join, url
 from raftmq.store.message_store import NO_DAMAGE
+from raftmq.text import short_reason
 
 if TYPE_CHECKING:
     from raftmq.node.console.app import Console
