@@ -430,18 +430,6 @@ class Broker:
         """``catch_up_with_leader_blocking`` for the gRPC interceptor, off the event loop."""
         return await self.run_blocking(self.catch_up_with_leader_blocking)
 
-    def member_client_security(self):
-        """client.ClientSecurity for this node's own SDK calls to the cluster (the console's replica check):
-        its member TLS files and, with authentication on, the bootstrap admin's credentials."""
-        from raftmq.client.security import ClientSecurity
-
-        tls, sec = self.config.tls_files(), self.config.security
-        return ClientSecurity(
-            tls=tls is not None, ca_file=tls.trust_file if tls else "", cert_file=tls.cert_file if tls else "",
-            key_file=tls.key_file if tls else "", server_name=tls.server_name if tls else "",
-            access_key=sec.auth_admin_access_key if sec.auth_enabled else "",
-            secret_key=sec.auth_admin_secret_key if sec.auth_enabled else "")
-
     def member_channel_options(self) -> list:
         """Extra channel options for calls to other members (the TLS server-name override, if set)."""
         tls = self.config.tls_files()

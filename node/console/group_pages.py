@@ -13,6 +13,7 @@ import grpc
 
 from raftmq.node.auth import audit
 from raftmq.node.cluster_views import describe_group
+from raftmq.node.console.cluster_calls import cluster_calls, member_credentials
 from raftmq.node.console.layout import (
     BadRequest,
     Response,
@@ -50,7 +51,7 @@ def _group_view(c: Console, group: str) -> tuple[pb.DescribeConsumerGroupRespons
         return describe_group(node, group), ""
     if leader is not None and leader.grpc_address:
         try:  # as the node itself (member TLS; signed with authentication on): the viewer's right was checked here
-            with node.member_client_security().channel(leader.grpc_address, []) as ch:
+            with cluster_calls().channel(leader.grpc_address, member_credentials(node.config)) as ch:
                 return pb_grpc.AdminServiceStub(ch).DescribeConsumerGroup(
                     pb.DescribeConsumerGroupRequest(group=group), timeout=LEADER_CALL_TIMEOUT_S), ""
         except grpc.RpcError as e:
@@ -164,9 +165,6 @@ def _reset_form(group: str, topics: list[str]) -> Markup:
 def reset_offsets(c: Console, form: dict[str, str], address: str) -> Response:
     """POST /ui/groups/reset-offsets: MessagingService.ResetGroupOffsets (as the CLI) for a viewer with ADMIN on
     the group; back to the group page with the new offsets."""
-    from raftmq.client.connection import ServerPool
-    from raftmq.client.errors import RaftmqError
-
     group, topic = form.get("group", "").strip(), form.get("topic", "").strip()
     try:
         check_group_name(group)
@@ -184,15 +182,13 @@ def reset_offsets(c: Console, form: dict[str, str], address: str) -> Response:
     else:
         req.offset = int_arg(form, "to_offset", 0, 0, None)
     node = c.node
-    pool = ServerPool([node.config.advertised_address], security=node.member_client_security())
+    calls = cluster_calls()
     try:
-        resp, _ = pool.write(lambda s, t: s.messaging.ResetGroupOffsets(req, timeout=t), idempotent=True)
-    except RaftmqError as e:
+        resp = calls.reset_group_offsets(node.config.advertised_address, member_credentials(node.config), req)
+    except calls.Error as e:
         audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
               error=str(e), peer=address)
         raise BadRequest(f"offsets were not reset: {e}", 409) from None
-    finally:
-        pool.close()
     audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
           offsets=dict(resp.offsets), peer=address)
     return Response(303, b"", headers={"Location": url(f"/ui/groups/{seg(group)}", reset=topic)})

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from raftmq.node.auth import audit
 from raftmq.node.console import session
+from raftmq.node.console.cluster_calls import cluster_calls, member_credentials
 from raftmq.node.console.layout import Response, link, notice, page
 from raftmq.node.console.safe import Markup, html
 
@@ -61,15 +62,11 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], form
 def _end_on_server(console: Console, cookie: str) -> str:
     """End the session of ``cookie`` (its value) on every member (AclService.EndConsoleSession, called as this
     member, so a follower reaches the leader); "" when done, else why not."""
-    from raftmq.client.acl import AclAdmin
-    from raftmq.client.errors import RaftmqError
-
     node = console.node
+    calls = cluster_calls()
     try:
-        with AclAdmin(node.config.advertised_address, security=node.member_client_security(), timeout=5,
-                      retry_timeout=10) as acl:
-            acl.end_console_session(cookie)
-    except RaftmqError as e:
+        calls.end_console_session(node.config.advertised_address, member_credentials(node.config), cookie)
+    except calls.Error as e:
         return str(e)
     return ""
 
