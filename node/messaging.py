@@ -37,14 +37,14 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_COUNT = 32
 DEFAULT_MAX_BYTES = 4 << 20
 MAX_PULL_COUNT = 1024  # bounds one pull's memory and store time; a consumer simply pulls again
-MAX_PULL_BYTES = 32 << 20  # below the server's send limit (see Broker._make_grpc_server)
+MAX_PULL_BYTES = 32 << 20  # below the server's send limit (see node.server.Broker._make_grpc_server)
 QUERY_DEFAULT_MAX = 32
 QUERY_MAX = 64  # RocketMQ's per-call cap
 _HEX = frozenset(string.hexdigits)
@@ -62,7 +62,7 @@ class PendingSend:
 
 
 class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
-    def __init__(self, node: Broker):
+    def __init__(self, node: BrokerCore):
         self.node = node
         self._round_robin: dict[str, itertools.count] = {}
         self._bridge: LoopBridge | None = None

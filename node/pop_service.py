@@ -34,7 +34,7 @@ from raftmq.store.tag_filter import TagFilter
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 RECEIVE_POLL_S = 0.1  # a long-polling receive looks again this often (new messages, deadlines that passed)
 MAX_ACK_HANDLES = 1024
@@ -49,9 +49,9 @@ def pop_error(exc: PopError) -> RpcError:
 
 
 class PopRpcs:
-    """Mixin for MessagingService; ``self.node`` is the Broker, whose ``pop`` is the PopCore."""
+    """Mixin for MessagingService; ``self.node`` is the BrokerCore, whose ``pop`` is the PopCore."""
 
-    node: Broker
+    node: BrokerCore
 
     def _pop(self, group: str, topic: str) -> PopCore:
         check_group_name(group)

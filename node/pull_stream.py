@@ -22,12 +22,12 @@ from raftmq.store.tag_filter import TagFilter
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 IDLE_WAIT_S = 30.0  # a caught-up stream re-reads its queues at least this often (a missed wake-up costs no more)
 
 
-async def serve(node: Broker, request: pb.PullStreamRequest, context) -> AsyncIterator[pb.PullStreamResponse]:
+async def serve(node: BrokerCore, request: pb.PullStreamRequest, context) -> AsyncIterator[pb.PullStreamResponse]:
     from raftmq.node.messaging import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT, MAX_PULL_BYTES, MAX_PULL_COUNT
 
     topic = request.topic
@@ -74,7 +74,7 @@ async def serve(node: Broker, request: pb.PullStreamRequest, context) -> AsyncIt
             return  # the caller's deadline is near: end the stream cleanly (OK) rather than be cut off
 
 
-async def _wait_any(node: Broker, topic: str, offsets: dict[int, int], context) -> bool:
+async def _wait_any(node: BrokerCore, topic: str, offsets: dict[int, int], context) -> bool:
     """Park until any queue of the stream gets a message past its offset, the caller's deadline nears, or
     IDLE_WAIT_S passes; False when the deadline is too near to wait at all."""
     wait = IDLE_WAIT_S

@@ -49,7 +49,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class _Checker:
 
 
 class TransactionService(pb_grpc.TransactionServiceServicer):
-    def __init__(self, node: Broker):
+    def __init__(self, node: BrokerCore):
         self.node = node
         # one outcome at a time per transaction: "still open?" and the put are one step (other transactions
         # proceed in parallel, so their puts share group commits)
@@ -284,7 +284,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         reason = RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                           f"node {self.node.node_id} is not the leader any more; reconnect to the leader",
                           leader=leader.grpc_address if leader is not None and leader.grpc_address else None)
-        if self.node._stopping:
+        if self.node.stopping:
             reason = RpcError(grpc.StatusCode.UNAVAILABLE, f"node {self.node.node_id} is shutting down")
         for group in self._checkers.values():
             for c in group:
@@ -317,7 +317,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
     async def _check_loop(self) -> None:
         node = self.node
         last_pass = 0.0
-        while not node._stopping:
+        while not node.stopping:
             await asyncio.sleep(IDLE_POLL_SECONDS)
             if not self._leads():
                 self._tlog = None

@@ -29,10 +29,10 @@ from raftmq.store.message_store import NO_DAMAGE
 from raftmq.text import short_reason
 
 if TYPE_CHECKING:
-    from raftmq.node.console.app import Console
+    from raftmq.node.console.context import ConsoleContext
 
 
-def cluster_page(c: Console, query: dict[str, str]) -> Response:
+def cluster_page(c: ConsoleContext, query: dict[str, str]) -> Response:
     status = cluster_status(c.node)
     snap = c.history.snapshot()
     members = sorted(status.members, key=lambda m: m.id)
@@ -116,7 +116,7 @@ def _transfer_form(members: list, leader_id: str) -> Markup:
                 'leader.</p>', options)
 
 
-def transfer_leader(c: Console, form: dict[str, str], address: str) -> Response:
+def transfer_leader(c: ConsoleContext, form: dict[str, str], address: str) -> Response:
     """POST /ui/cluster/transfer-leader: AdminService.TransferLeader through the SDK, for a viewer with ADMIN on
     the cluster; back to the cluster page, which says where leadership went."""
     c.require("ADMIN", "cluster", "")
@@ -132,7 +132,7 @@ def transfer_leader(c: Console, form: dict[str, str], address: str) -> Response:
     return Response(303, b"", headers={"Location": url("/ui/cluster", transferred="1")})
 
 
-def check_page(c: Console, query: dict[str, str]) -> Response:
+def check_page(c: ConsoleContext, query: dict[str, str]) -> Response:
     c.require("ADMIN", "cluster", "")  # reads every member's whole commit log: an operator's tool
     run = query.get("run") == "1"
     limit_mib = query.get("mib", "").strip()
@@ -157,7 +157,7 @@ def check_page(c: Console, query: dict[str, str]) -> Response:
         result = _run_check(c, max_bytes, queues)
     return page(c.frame(), "check", "Replica check", join([intro, form, result]))
 
-def _run_check(c: Console, max_bytes: int | None, queues: bool) -> Markup:
+def _run_check(c: ConsoleContext, max_bytes: int | None, queues: bool) -> Markup:
     if not c.check_lock.acquire(blocking=False):
         return notice("a check started from this console is still running; wait for it and reload", "warn")
     t0 = time.monotonic()

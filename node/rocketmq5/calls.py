@@ -88,7 +88,7 @@ def _retry_later(err: RpcError, context: grpc.aio.ServicerContext) -> bool:
 
 
 def v2_rpc(name: str, *, needs_ready: bool = True):
-    """Wrap ``async def handler(self, request, context)`` of a servicer holding ``self.node`` (the Broker).
+    """Wrap ``async def handler(self, request, context)`` of a servicer holding ``self.node`` (the BrokerCore).
 
     The handler returns its response; a ``V2Error`` or any raftmq error becomes the response's ``Status``."""
     path = method_path(name)
@@ -107,7 +107,7 @@ def v2_rpc(name: str, *, needs_ready: bool = True):
                 while True:
                     outcome = await _attempt(fn, self, request, context, node, path, needs_ready)
                     if isinstance(outcome, RpcError):
-                        if not node._stopping and _retry_later(outcome, context):
+                        if not node.stopping and _retry_later(outcome, context):
                             await asyncio.sleep(RETRY_PAUSE_S)
                             continue
                         status = from_rpc_error(outcome)

@@ -38,7 +38,7 @@ from raftmq.store.sql_filter import InvalidFilterExpressionError, SqlFilter
 from raftmq.store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
     from raftmq.node.rocketmq5.renewer import Renewer
 
 RECEIVE_POLL_S = 0.1  # a long-polling receive looks again this often (new messages, deadlines that passed)
@@ -91,7 +91,7 @@ def _handle_error(e: PopError) -> V2Error:
 class ConsumerRpcs:
     """Mixin of RocketMQ5Service: the consumers' RPCs. ``renewer`` keeps auto-renewed receipts invisible."""
 
-    node: Broker
+    node: BrokerCore
     renewer: Renewer
 
     def _topic(self, name: str):

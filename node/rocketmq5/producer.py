@@ -30,7 +30,9 @@ from raftmq.rocketmq.v2 import service_pb2 as v2s
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
+    from raftmq.node.messaging import MessagingService
+    from raftmq.node.transaction_service import TransactionService
 
 MAX_MESSAGES_PER_SEND = 1024
 
@@ -65,7 +67,9 @@ class TelemetryTransactionChecker:
 class ProducerRpcs:
     """Mixin of RocketMQ5Service: the producer's RPCs."""
 
-    node: Broker
+    node: BrokerCore
+    messaging: MessagingService
+    transactions: TransactionService
 
     # ------------------------------------------------------------------ send
     @v2_rpc("SendMessage")
@@ -115,7 +119,7 @@ class ProducerRpcs:
         node = self.node
         node.check_leader()  # a follower relays the send (node.rocketmq5.calls)
         try:
-            result, _half = await node.transactions.store_half(o.message, o.message.topic, born_host,
+            result, _half = await self.transactions.store_half(o.message, o.message.topic, born_host,
                                                                o.system_properties)
         except RpcError as e:
             raise as_topic_not_found(e, o.message.topic, node) from None
@@ -142,7 +146,7 @@ class ProducerRpcs:
         end = pb.EndTransactionRequest(producer_group=topic, transaction_id=request.message_id,
                                        msg_id=request.transaction_id, resolution=resolution)
         try:
-            await self.node.transactions.end(end)
+            await self.transactions.end(end)
         except RpcError as e:
             if e.leader:  # not the leader: relayed by v2_rpc
                 raise
@@ -161,14 +165,14 @@ class ProducerRpcs:
         checkers = [TelemetryTransactionChecker(stream, t) for t in dict.fromkeys(stream.publishing_topics()) if t]
         self._checkers[stream.stream_id] = checkers
         for c in checkers:
-            self.node.transactions.add_checker(c)
+            self.transactions.add_checker(c)
 
     def producer_stream_closed(self, stream: TelemetryStream) -> None:
         for c in self._checkers.pop(stream.stream_id, []):
-            self.node.transactions.remove_checker(c)
+            self.transactions.remove_checker(c)
 
 
-def as_topic_not_found(e: RpcError, topic: str, node: Broker) -> Exception:
+def as_topic_not_found(e: RpcError, topic: str, node: BrokerCore) -> Exception:
     """raftmq's unknown-topic refusal as TOPIC_NOT_FOUND; anything else unchanged."""
     if e.code == grpc.StatusCode.NOT_FOUND and not e.leader and node.topic_config(topic) is None:
         return V2Error(v2.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist; create it first (`raftmq topic create "

@@ -28,8 +28,9 @@ from raftmq.rocketmq.v2 import service_pb2 as v2s
 from raftmq.rocketmq.v2 import service_pb2_grpc as v2_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
     from raftmq.node.messaging import MessagingService
+    from raftmq.node.transaction_service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,13 @@ PRUNE_INTERVAL_S = 60.0
 
 
 class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServicer):
-    """One per node; ``messaging`` is raftmq's own MessagingService (its write path is the one sends take)."""
+    """One per node; ``messaging`` is raftmq's own MessagingService (its write path is the one sends take),
+    ``transactions`` raftmq's TransactionService."""
 
-    def __init__(self, node: Broker, messaging: MessagingService):
+    def __init__(self, node: BrokerCore, messaging: MessagingService, transactions: TransactionService):
         self.node = node
         self.messaging = messaging
+        self.transactions = transactions  # half messages and their outcomes (producer.py)
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
         self.check_relay = CheckRelay(node, self.clients)  # checks for producers connected to a follower
@@ -154,7 +157,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         elsewhere), or the node's graceful stop would wait its whole grace period for streams that never end by
         themselves."""
         last_prune = time.monotonic()
-        while not self.node._stopping:
+        while not self.node.stopping:
             await asyncio.sleep(STOP_POLL_SECONDS)
             if time.monotonic() - last_prune > PRUNE_INTERVAL_S:
                 last_prune = time.monotonic()
