@@ -16,11 +16,9 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-import grpc
-
 from raftmq.node import convert, pull_stream, send_stream
 from raftmq.node.consumer_groups import MAX_CLIENT_ID_LENGTH
-from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
+from raftmq.node.errors import invalid, not_found
 from raftmq.node.loop_bridge import LoopBridge
 from raftmq.node.pop_service import PopRpcs, queue_for_message_group
 from raftmq.node.rpc import rpc_handler
@@ -82,42 +80,17 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
         convert.add_send_results(response.results, results, msgs)
         return response
 
+    @rpc_handler("SendStream", long_lived=True)
     async def SendStream(self, request_iterator, context):  # noqa: N802
         """issue 17: streaming produce (see node.send_stream); errors of the stream itself end it with a status."""
-        async for response in self._streaming("SendStream", "send stream",
-                                              send_stream.serve(self, request_iterator, context), context):
+        async for response in send_stream.serve(self, request_iterator, context):
             yield response
 
+    @rpc_handler("PullStream", long_lived=True)
     async def PullStream(self, request: pb.PullStreamRequest, context):  # noqa: N802
         """issue 17: streaming consume (see node.pull_stream)."""
-        async def responses():
-            self.node.check_serving()
-            async for response in pull_stream.serve(self.node, request, context):
-                yield response
-
-        async for response in self._streaming("PullStream", "pull stream", responses(), context):
+        async for response in pull_stream.serve(self.node, request, context):
             yield response
-
-    async def _streaming(self, method: str, what: str, responses, context):
-        """A streaming handler's responses; an error ends the stream with its status (and the leader hint), and
-        the call is timed like every unary RPC."""
-        t0 = time.perf_counter()
-        code = "OK"
-        try:
-            async for response in responses:
-                yield response
-        except asyncio.CancelledError:
-            code = "CANCELLED"
-            raise
-        except Exception as exc:
-            err = to_rpc_error(exc)
-            if err is None:
-                log.exception("%s failed unexpectedly", method)
-                err = RpcError(grpc.StatusCode.INTERNAL, f"internal error in the {what}: {exc} (see the node log)")
-            code = err.code.name
-            await context.abort(err.code, err.message, ((LEADER_METADATA_KEY, err.leader),) if err.leader else ())
-        finally:
-            self.node.metrics.record_rpc(method, code, time.perf_counter() - t0)
 
     async def _send(self, messages: list[pb.Message], context) -> tuple[list, list]:
         """Store messages and their results; raises for anything that was not stored."""

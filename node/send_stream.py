@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,7 @@ import grpc
 from raftmq.node import convert
 from raftmq.node.auth import authorize_item
 from raftmq.node.errors import RpcError, invalid, to_rpc_error
+from raftmq.node.rpc import RpcScope
 from raftmq.node.validation import message_type_of
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -54,9 +54,8 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
     Per request, not per send: the serving check, and each topic's checks (name, leadership, writable, auto-create)
     once per topic the request names; a topic that fails them fails each of its sends with the same outcome."""
     node = service.node
-    node.rpcs_in_flight += 1
-    node.last_rpc_started = time.monotonic()
-    t0 = time.perf_counter()
+    scope = RpcScope(node, "SendStream.request")  # each request is one call in flight for the graceful stop
+    scope.enter()
     try:
         try:
             node.check_serving()
@@ -103,8 +102,7 @@ async def _answer(service: MessagingService, request: pb.SendStreamRequest,
         service.record_stored(stored)
         return response
     finally:
-        node.rpcs_in_flight -= 1
-        node.metrics.record_rpc("SendStream.request", "OK", time.perf_counter() - t0)
+        scope.leave()
 
 
 async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStreamRequest],
@@ -112,7 +110,6 @@ async def serve(service: MessagingService, requests: AsyncIterator[pb.SendStream
     """The SendStream handler's body: read ahead up to WINDOW requests, answer in order."""
     from raftmq.node.messaging import _peer_host
 
-    service.node.check_serving()
     peer = service.node.forwarder.client_peer(context)
     born_host = _peer_host(peer)
     # accepted: say so at once (headers), so a client can tell a refused stream from one that failed later

@@ -310,7 +310,7 @@ class Broker:
         """Replicated member: compare the commit log with the peers' in the background and replace blocks that
         differ from the majority (replication/anti_entropy.py; cluster.raft.anti_entropy_*)."""
         settings = self.config.raft_settings() if self.config.members else None
-        if settings is None or not settings.anti_entropy_bytes_per_s or not hasattr(self.core.write_path, "peers"):
+        if settings is None or not settings.anti_entropy_bytes_per_s or self.core.write_path.peers is None:
             return
         from raftmq.replication.anti_entropy import AntiEntropy
 
@@ -379,7 +379,7 @@ class Broker:
 
         repaired = []
         try:
-            peers = getattr(self.core.write_path, "peers", None)
+            peers = self.core.write_path.peers
             for r in records:
                 if peers is None:
                     continue

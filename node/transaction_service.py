@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from raftmq.node import convert
-from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
+from raftmq.node.errors import RpcError, invalid, not_found, to_rpc_error
 from raftmq.node.messaging import _peer_host
 from raftmq.node.rpc import rpc_handler
 from raftmq.node.validation import check_group_name, check_message_type, check_topic_name
@@ -218,20 +218,16 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         return convert.send_result(e.committed, e.committed)
 
     # ------------------------------------------------------------------ producers' check streams
+    @rpc_handler("CheckTransactions", long_lived=True)
     async def CheckTransactions(self, request_iterator, context):  # noqa: N802
-        node = self.node
+        self.node.check_leader()
         try:
-            node.check_serving()
-            node.check_leader()
             first = await asyncio.wait_for(request_iterator.__anext__(), REGISTER_TIMEOUT_SECONDS)
-            if first.WhichOneof("kind") != "register_group" or not first.register_group:
-                raise invalid("the transaction-check stream must start by registering the producer group")
-            check_group_name(first.register_group)
         except (TimeoutError, StopAsyncIteration):
             return
-        except Exception as exc:
-            await self._abort(context, exc)
-            return
+        if first.WhichOneof("kind") != "register_group" or not first.register_group:
+            raise invalid("the transaction-check stream must start by registering the producer group")
+        check_group_name(first.register_group)
         checker = _Checker(first.register_group)
         self._checkers.setdefault(checker.group, []).append(checker)
         log.info("transaction checker registered for producer group %s (%s)", checker.group, context.peer())
@@ -248,7 +244,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             if checker in group:
                 group.remove(checker)
         if checker.close_reason is not None:
-            await self._abort(context, checker.close_reason)
+            raise checker.close_reason
 
     async def _read_answers(self, request_iterator, checker: _Checker) -> None:
         try:
@@ -272,12 +268,6 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             pass  # the stream broke: the producer reconnects
         finally:
             checker.queue.put_nowait(None)
-
-    @staticmethod
-    async def _abort(context, exc: Exception) -> None:
-        err = to_rpc_error(exc) or RpcError(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-        metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
-        await context.abort(err.code, err.message, metadata)
 
     def _close_checkers(self) -> None:
         leader = self.node.write_path.leader() if self.node.write_path is not None else None

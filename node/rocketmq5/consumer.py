@@ -27,7 +27,7 @@ from raftmq.node.pop_core import (
     StaleReceiptHandleError,
 )
 from raftmq.node.rocketmq5 import route
-from raftmq.node.rocketmq5.calls import client_id, v2_rpc, v2_stream
+from raftmq.node.rocketmq5.calls import client_id, v2_rpc
 from raftmq.node.rocketmq5.convert import to_v2_message
 from raftmq.node.rocketmq5.status import V2Error, ok, status
 from raftmq.node.validation import ValidationError, check_consumable_topic, check_group_name, check_topic_name
@@ -124,7 +124,7 @@ class ConsumerRpcs:
         return v2s.QueryAssignmentResponse(status=ok(), assignments=[v2.Assignment(message_queue=queue)])
 
     # ------------------------------------------------------------------ receive
-    @v2_stream("ReceiveMessage")
+    @v2_rpc("ReceiveMessage")
     async def ReceiveMessage(self, request: v2s.ReceiveMessageRequest, context):  # noqa: N802
         node = self.node
         group, topic = _names(request.group, request.message_queue.topic)
@@ -251,7 +251,7 @@ class ConsumerRpcs:
                           f"not {mq.id}")
         return mq.topic.name, mq.id
 
-    @v2_stream("PullMessage")
+    @v2_rpc("PullMessage")
     async def PullMessage(self, request: v2s.PullMessageRequest, context):  # noqa: N802
         node = self.node
         topic, qid = self._queue(request.message_queue)

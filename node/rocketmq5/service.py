@@ -130,14 +130,14 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
     async def SyncLiteSubscription(self, request, context):  # noqa: N802
         raise V2Error(v2.UNSUPPORTED, "lite topics are not supported by raftmq")
 
+    @v2_rpc("Telemetry", needs_ready=False, long_lived=True)
     async def Telemetry(self, request_iterator, context):  # noqa: N802
         """The client's settings in, the server's settings and commands out; never completed by the server
-        (only when the client ends it, or the node stops)."""
+        (only when the client ends it, or the node stops). Open while the node starts: its settings answer
+        says when consumers must wait."""
         cid = client_id(context)
         if not cid:
-            yield v2s.TelemetryCommand(status=status(v2.CLIENT_ID_REQUIRED,
-                                                     "the client id header (x-mq-client-id) is missing"))
-            return
+            raise V2Error(v2.CLIENT_ID_REQUIRED, "the client id header (x-mq-client-id) is missing")
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         stream = self.clients.open_stream(cid, context.peer(), metadata)
         reader = asyncio.get_running_loop().create_task(self._read_telemetry(request_iterator, stream))
