@@ -23,9 +23,11 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftmq.replication.write_path import WritePath
 from raftmq.store.message import Message, MessageExt, parse_delay_levels
 from raftmq.store.message_store import GetStatus
 from raftmq.store.pop_state import QueueState, queue_key
@@ -130,10 +132,14 @@ class PopCounters:
 
 
 class PopCore:
-    def __init__(self, store: Any, write_path: Any, *, default_policy: GroupPolicy | None = None,
-                 group_policies: dict[str, GroupPolicy] | None = None, max_inflight_per_queue: int = 1024):
+    def __init__(self, store: Any, write_path: WritePath, *, put: Callable[[list[Message]], list[Any]],
+                 default_policy: GroupPolicy | None = None, group_policies: dict[str, GroupPolicy] | None = None,
+                 max_inflight_per_queue: int = 1024):
+        """``put``: how dead letters and retries are stored (the node's one write path: SendPath's
+        ``put_internal_blocking``; blocks, raises unless every message was stored)."""
         self.store = store
         self.write_path = write_path
+        self._put = put
         self.default_policy = default_policy or GroupPolicy()
         self.group_policies = dict(group_policies or {})
         self.max_inflight_per_queue = max_inflight_per_queue
@@ -215,6 +221,30 @@ class PopCore:
                                            sql_filter, fifo))
         return out
 
+    def _next_offset(self, st: QueueState, group: str, topic: str, qid: int) -> int:
+        """Where receiving the queue goes on: past what was handed out, or, on the group's first receive here,
+        from its committed pull offset (never below what the queue still holds)."""
+        nxt = st.next
+        if st.seq == 0:
+            nxt = self.store.consumer_offsets.offsets(group, topic).get(qid, 0)
+        return max(nxt, self.store.min_offset_in_queue(topic, qid))
+
+    def has_new(self, group: str, topic: str, qid: int) -> bool:
+        """The queue holds a message the group has not been handed yet (what wakes a waiting receive)."""
+        st = self.store.pop_state.get(queue_key(group, topic, qid))
+        return self.store.max_offset_in_queue(topic, qid) > self._next_offset(st, group, topic, qid)
+
+    def next_visible_ms(self, group: str, topic: str) -> int | None:
+        """When the group's earliest in-flight message of ``topic`` (or its retry topic) becomes visible again
+        (ms since the epoch), None when none is in flight."""
+        soonest = None
+        for t, qid in self.sources(group, topic):
+            st = self.store.pop_state.get(queue_key(group, t, qid))
+            for attempt, visible_at, _ep, _mg in list(st.inflight.values()):
+                if attempt > 0 and (soonest is None or visible_at < soonest):
+                    soonest = visible_at
+        return soonest
+
     def _read(self, topic: str, qid: int, offset: int) -> MessageExt | None:
         got = self.store.get_messages(topic, qid, offset, 1, 1 << 30)
         m = got.messages[0] if got.messages else None
@@ -258,10 +288,7 @@ class PopCore:
                 redelivered += attempt > 0
                 if fifo and mg:
                     blocked.add(mg)
-            nxt = st.next
-            if st.seq == 0:  # first receive of this group here: continue from its committed pull offset, if any
-                nxt = self.store.consumer_offsets.offsets(group, topic).get(qid, 0)
-            nxt = max(nxt, self.store.min_offset_in_queue(topic, qid))
+            nxt = self._next_offset(st, group, topic, qid)
             room = self.max_inflight_per_queue - len(st.inflight)
             while len(picked) < want and room > 0:
                 got = self.store.get_messages(topic, qid, nxt, min(want - len(picked), room), RECEIVE_MAX_BYTES,
@@ -407,13 +434,6 @@ class PopCore:
         props.update(extra)
         return Message(topic=topic, body=msg.body, queue_id=0, properties=props, flag=msg.flag,
                        born_timestamp=msg.born_timestamp, born_host=msg.born_host, reconsume_times=reconsume_times)
-
-    def _put(self, msgs: list[Message], timeout: float = 30.0) -> list[Any]:
-        from raftmq.node.convert import check_put_results
-
-        results = self.write_path.put(msgs).result(timeout)
-        check_put_results(results)
-        return results
 
     def _dead_letter(self, group: str, items: list[tuple[MessageExt, int, str]]) -> list[Any]:
         dlq = DLQ_PREFIX + group

@@ -29,10 +29,13 @@ from raftmq.node.core import BrokerCore
 from raftmq.node.http_server import HealthServer
 from raftmq.node.log_format import set_term_source
 from raftmq.node.long_poll import LongPollRegistry
-from raftmq.node.messaging import MAX_PULL_BYTES, MessagingService
+from raftmq.node.messaging import MessagingService
 from raftmq.node.metrics import ConsumerGroupCollector, RaftCollector, StoreCollector
 from raftmq.node.networks import NetworkList
 from raftmq.node.pop_metrics import PopCollector
+from raftmq.node.read_path import MAX_PULL_BYTES, ReadPath
+from raftmq.node.receive_path import ReceivePath
+from raftmq.node.send_path import SendPath
 from raftmq.replication import LocalWritePath, RaftWritePath
 from raftmq.store import StoreError, StoreLockedError
 from raftmq.store.integrity import CorruptionError
@@ -59,6 +62,10 @@ class Broker:
     def __init__(self, cfg: NodeConfig):
         self.config = cfg
         self.core = core = BrokerCore(cfg)
+        # the one write, read and receive paths every API shares (node/send_path.py, read_path.py, receive_path.py)
+        self.sends = SendPath(core)
+        self.reads = ReadPath(core)
+        self.receives = ReceivePath(core, self.reads)
         self.node_id = cfg.node.id
         self._repair_lock = threading.Lock()
         self._repairing = False  # a repair of found commit-log damage from peers is running
@@ -138,7 +145,8 @@ class Broker:
                                   o.get("retry_backoff", n.retry_backoff), f"node.group_policies.{g}",
                                   o.get("fifo", False))
                   for g, o in n.group_policies.items()}
-        return PopCore(self.core.store, self.core.write_path, default_policy=default, group_policies=groups,
+        return PopCore(self.core.store, self.core.write_path, put=self.sends.put_internal_blocking,
+                       default_policy=default, group_policies=groups,
                        max_inflight_per_queue=n.pop_max_inflight_per_queue)
 
     async def start(self) -> None:
@@ -436,7 +444,7 @@ class Broker:
             ("grpc.max_send_message_length", MAX_PULL_BYTES + 2 * max_message + (1 << 20)),
             ("grpc.so_reuseport", 0),
         ])
-        self.messaging = MessagingService(self.core)
+        self.messaging = MessagingService(self.core, self.sends, self.reads, self.receives)
         pb_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         pb_grpc.add_AdminServiceServicer_to_server(AdminService(self.core), server)
         from raftmq.node.acl_service import AclService
@@ -444,13 +452,13 @@ class Broker:
         pb_grpc.add_AclServiceServicer_to_server(AclService(self.core), server)
         from raftmq.node.transaction_service import TransactionService
 
-        self.transactions = TransactionService(self.core)  # its check loop acts while this node leads
+        self.transactions = TransactionService(self.core, self.sends)  # its check loop acts while this node leads
         pb_grpc.add_TransactionServiceServicer_to_server(self.transactions, server)
         # issue 13: the official RocketMQ 5 clients' protocol, same port, TLS and authentication
         from raftmq.node.rocketmq5.service import RocketMQ5Service
         from raftmq.rocketmq.v2 import service_pb2_grpc as rmq5_grpc
 
-        self.rocketmq5 = RocketMQ5Service(self.core, self.messaging, self.transactions)
+        self.rocketmq5 = RocketMQ5Service(self.core, self.sends, self.reads, self.receives, self.transactions)
         rmq5_grpc.add_MessagingServiceServicer_to_server(self.rocketmq5, server)
         # peers' catch-up and sync-durability calls (replication owns it; answers UNAVAILABLE until Raft runs)
         from raftmq.replication.replica_service import ReplicaServicer
@@ -473,15 +481,15 @@ class Broker:
 
     def _start_schedule(self) -> None:
         """Delayed and timer delivery run on every member but act only while this one accepts writes (Raft:
-        leader with its barrier applied, so the replicated progress is current); they re-put through the write
-        path."""
+        leader with its barrier applied, so the replicated progress is current); they re-put through the node's
+        one write path."""
         from raftmq.store.schedule import ScheduleMessageService
         from raftmq.store.timer import TimerMessageService
 
-        wp = self.core.write_path
-        self.schedule = ScheduleMessageService(self.core.store, wp.put, wp.update_delay_offsets, wp.is_writable)
+        wp, put = self.core.write_path, self.sends.submit_internal
+        self.schedule = ScheduleMessageService(self.core.store, put, wp.update_delay_offsets, wp.is_writable)
         self.schedule.start()
-        self.timer = TimerMessageService(self.core.store, wp.put, wp.update_timer_progress, wp.is_writable)
+        self.timer = TimerMessageService(self.core.store, put, wp.update_timer_progress, wp.is_writable)
         self.timer.start()
 
     def _start_labeler(self) -> None:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from raftmq.node import convert
-from raftmq.node.errors import RpcError, invalid, not_found, to_rpc_error
-from raftmq.node.messaging import _peer_host
+from raftmq.node.errors import RpcError, invalid, to_rpc_error
 from raftmq.node.rpc import rpc_handler
-from raftmq.node.validation import check_group_name, check_message_type, check_topic_name
+from raftmq.node.send_path import SendPath, peer_host
+from raftmq.node.validation import check_group_name, check_topic_name
 from raftmq.store import StoreError
 from raftmq.store.message import decode_message_id
 from raftmq.store.topic_config import TRANSACTION, TopicConfig
@@ -67,13 +67,13 @@ class _Checker:
 
 
 class TransactionService(pb_grpc.TransactionServiceServicer):
-    def __init__(self, node: BrokerCore):
+    def __init__(self, node: BrokerCore, sends: SendPath):
         self.node = node
+        self.sends = sends  # the node's one prepared write path: halves, outcomes and renewed halves go through it
         # one outcome at a time per transaction: "still open?" and the put are one step (other transactions
         # proceed in parallel, so their puts share group commits)
         self._end_locks: dict[str, list] = {}  # transaction id -> [lock, users]
         self._checkers: dict[str, list[_Checker]] = {}
-        self._round_robin: dict[str, itertools.count] = {}
         self._pick = itertools.count()
         self._tlog: TransactionLog | None = None  # its op cache is dropped whenever this node stops leading
         self._metrics_log: TransactionLog | None = None  # rocketmq_half_messages on every member, leader or not
@@ -107,7 +107,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         if m.deliver_at_ms:
             raise invalid(f"deliver_at_ms {m.deliver_at_ms}: a transactional message cannot be a timer message; "
                           "send it with deliver_at_ms 0")
-        result, half = await self.store_half(m, request.producer_group, _peer_host(context.peer()))
+        result, half = await self.store_half(m, request.producer_group, peer_host(context.peer()))
         return pb.SendHalfMessageResponse(result=convert.send_result(result, half),
                                           transaction_id=half.uniq_key or "")
 
@@ -118,30 +118,18 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         The one half-message path of both APIs (raftmq's SendHalfMessage and RocketMQ 5's TRANSACTION sends);
         ``extra_properties`` are system properties the caller's protocol carries (e.g. a trace context)."""
         node = self.node
-        cfg = await node.writable_topic(m.topic, TRANSACTION)
-        check_message_type(cfg, TRANSACTION, "a half message of a transaction")
+        sends = self.sends
+        cfg = await sends.writable_topic_for_send(m.topic, TRANSACTION)
         await self._ensure_system_topic(HALF_TOPIC)
         await self._ensure_system_topic(OP_TOPIC)
-        qid = self._queue_for(cfg, m)
-        msgs = node.converter.to_store_messages([m], qid, born_host)
+        msgs = sends.convert_send(cfg, [m], born_host, TRANSACTION, "a half message of a transaction")
         if extra_properties:
             msgs[0].properties.update(extra_properties)
         half = make_half(msgs[0], group, node.config.cluster.name)
-        results = await asyncio.wrap_future(node.write_path.put([half]))
-        convert.check_put_results(results)
+        results = await sends.put_internal([half])
         node.metrics.record_put(HALF_TOPIC, 1, len(half.body))
         node.metrics.record_transaction(node.metrics.half_messages_in, m.topic)
         return results[0], half
-
-    def _queue_for(self, cfg, m: pb.Message) -> int:
-        n = cfg.write_queue_nums
-        if m.HasField("queue_id"):
-            if not 0 <= m.queue_id < n:
-                raise not_found(f"topic {cfg.topic_name!r} has {n} write queues (0..{n - 1}); queue {m.queue_id} "
-                                "does not exist - drop --queue (SDK: queue_id=None) to let the broker pick one")
-            return m.queue_id
-        counter = self._round_robin.setdefault(cfg.topic_name, itertools.count())
-        return next(counter) % n
 
     # ------------------------------------------------------------------ outcome
     @rpc_handler("EndTransaction")
@@ -197,8 +185,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             raise RpcError(code, message) from None
         op = op_message(half.queue_offset, node.config.store_host)
         msgs = [commit_message(half), op] if resolution == pb.TX_COMMIT else [op]
-        results = await asyncio.wrap_future(node.write_path.put(msgs))  # one batch: commit and op, atomically
-        convert.check_put_results(results)
+        results = await self.sends.put_internal(msgs)  # one batch: commit and op, atomically
         if resolution != pb.TX_COMMIT:
             node.metrics.record_transaction(node.metrics.rollback_messages, real_topic(half))
             return None
@@ -364,8 +351,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             puts.append(renewed_half(half, times + 1))
             checks.append((self._checker_for(producer_group(half)), half, times + 1))
         if puts:
-            results = await asyncio.wrap_future(node.write_path.put(puts))
-            convert.check_put_results(results)
+            results = await self.sends.put_internal(puts)
             sent: dict[tuple[str, str], int] = {}
             for r, check in zip(results, checks, strict=True):
                 if check is None:

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 import grpc
 
 from raftmq.node.errors import RpcError
-from raftmq.node.messaging import _peer_host
 from raftmq.node.rocketmq5 import convert
 from raftmq.node.rocketmq5.calls import v2_rpc
 from raftmq.node.rocketmq5.status import V2Error, ok
 from raftmq.node.rocketmq5.telemetry import TelemetryStream
+from raftmq.node.send_path import peer_host
 from raftmq.node.validation import MessageTypeError, ValidationError, check_topic_name
 from raftmq.rocketmq.v2 import definition_pb2 as v2
 from raftmq.rocketmq.v2 import service_pb2 as v2s
@@ -31,7 +31,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
     from raftmq.node.core import BrokerCore
-    from raftmq.node.messaging import MessagingService
+    from raftmq.node.send_path import SendPath
     from raftmq.node.transaction_service import TransactionService
 
 MAX_MESSAGES_PER_SEND = 1024
@@ -68,7 +68,7 @@ class ProducerRpcs:
     """Mixin of RocketMQ5Service: the producer's RPCs."""
 
     node: BrokerCore
-    messaging: MessagingService
+    sends: SendPath
     transactions: TransactionService
 
     # ------------------------------------------------------------------ send
@@ -88,7 +88,7 @@ class ProducerRpcs:
             check_topic_name(topic)
         except ValidationError as e:
             raise V2Error(v2.ILLEGAL_TOPIC, str(e)) from None
-        born_host = _peer_host(node.forwarder.client_peer(context))
+        born_host = peer_host(node.forwarder.client_peer(context))
         if any(o.message_type == v2.TRANSACTION for o in outgoing):
             if len(outgoing) > 1:
                 raise V2Error(v2.BAD_REQUEST, "a transactional message is sent alone; send one per transaction")
@@ -99,7 +99,7 @@ class ProducerRpcs:
             raise V2Error(v2.BAD_REQUEST, "the messages of one send are of one type (NORMAL, FIFO or DELAY); send "
                           "separate batches")
         try:
-            msgs = await self.messaging.prepare([o.message for o in outgoing], born_host,
+            msgs = await self.sends.prepare([o.message for o in outgoing], born_host,
                                                 v2.MessageType.Name(outgoing[0].message_type))
         except RpcError as e:
             raise as_topic_not_found(e, topic, node) from None
@@ -109,8 +109,8 @@ class ProducerRpcs:
             m.properties.update(o.system_properties)
             if o.deliver_at_ms is not None and o.deliver_at_ms > now_ms:
                 m.properties[convert.PROPERTY_TIMER_DELIVER_MS] = str(o.deliver_at_ms)
-        pending = self.messaging.submit_prepared([msgs])[0]
-        results = await self.messaging.complete(pending)
+        pending = self.sends.submit_prepared([msgs])[0]
+        results = await self.sends.complete(pending)
         return v2s.SendMessageResponse(status=ok(), entries=[
             v2s.SendResultEntry(status=ok(), message_id=o.message_id, offset=r.queue_offset)
             for o, r in zip(outgoing, results, strict=True)])

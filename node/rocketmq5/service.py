@@ -29,7 +29,9 @@ from raftmq.rocketmq.v2 import service_pb2_grpc as v2_grpc
 
 if TYPE_CHECKING:
     from raftmq.node.core import BrokerCore
-    from raftmq.node.messaging import MessagingService
+    from raftmq.node.read_path import ReadPath
+    from raftmq.node.receive_path import ReceivePath
+    from raftmq.node.send_path import SendPath
     from raftmq.node.transaction_service import TransactionService
 
 log = logging.getLogger(__name__)
@@ -39,12 +41,15 @@ PRUNE_INTERVAL_S = 60.0
 
 
 class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServicer):
-    """One per node; ``messaging`` is raftmq's own MessagingService (its write path is the one sends take),
-    ``transactions`` raftmq's TransactionService."""
+    """One per node; it shares the node's one write, read and receive paths (``sends``, ``reads``,
+    ``receives``) and raftmq's TransactionService (``transactions``) with raftmq's own API."""
 
-    def __init__(self, node: BrokerCore, messaging: MessagingService, transactions: TransactionService):
+    def __init__(self, node: BrokerCore, sends: SendPath, reads: ReadPath, receives: ReceivePath,
+                 transactions: TransactionService):
         self.node = node
-        self.messaging = messaging
+        self.sends = sends
+        self.reads = reads
+        self.receives = receives
         self.transactions = transactions  # half messages and their outcomes (producer.py)
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
