@@ -9,21 +9,13 @@ implementation has), and the single-node path answers each Raft question with wh
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from raftmq.replication.members import MemberInfo
 
 if TYPE_CHECKING:
     from raftmq.replication.catch_up_throttle import CatchUpThrottle
     from raftmq.replication.peers import Peers
-
-
-@dataclass(frozen=True)
-class MemberInfo:
-    """One member of the replication group as clients and peers see it."""
-
-    id: str
-    raft_address: str
-    grpc_address: str
 
 
 @runtime_checkable
