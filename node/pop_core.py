@@ -114,6 +114,15 @@ class Delivery:
     invisible_until_ms: int
     message_group: str
 
+    @property
+    def topic(self) -> str:
+        """The topic the client sees the message under: a retried message (in %RETRY%<group>) under the topic
+        it came from."""
+        m = self.message
+        if m.topic.startswith(RETRY_PREFIX):
+            return m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
+        return m.topic
+
 
 @dataclass
 class PopCounters:

@@ -18,7 +18,6 @@ from raftmq.node.pop_core import (
     MAX_INVISIBLE_MS,
     MAX_RECEIVE,
     MIN_INVISIBLE_MS,
-    PROPERTY_RETRY_TOPIC,
     RETRY_PREFIX,
     BadReceiptHandleError,
     PopCore,
@@ -59,14 +58,9 @@ class PopRpcs:
         self.node.readable_topic(topic)
         return self.node.pop
 
-    async def _run(self, fn, *args, **kwargs):
-        """A decision of the PopCore that changes the group's state of the topic (args[0], args[1])."""
-        try:
-            return await self.node.run_blocking(lambda: fn(*args, **kwargs))
-        except PopError as e:
-            raise pop_error(e) from None
-        finally:
-            self.receives.changed(args[0], args[1])
+    async def _run(self, fn, group: str, topic: str, *args, **kwargs):
+        """A PopCore decision on the group's state of ``topic``, refused with raftmq's codes."""
+        return await self.receives.decide(fn, group, topic, *args, refused=pop_error, **kwargs)
 
     @rpc_handler("ReceiveMessage")
     async def ReceiveMessage(self, request: pb.ReceiveMessageRequest, context) -> pb.ReceiveMessageResponse:  # noqa: N802
@@ -93,8 +87,7 @@ class PopRpcs:
         out = []
         for d in got:
             view = convert.message_view(d.message)
-            if d.message.topic.startswith(RETRY_PREFIX):  # a retried message shows under the topic it came from
-                view.topic = d.message.properties.get(PROPERTY_RETRY_TOPIC, view.topic)
+            view.topic = d.topic
             out.append(pb.ReceivedMessage(message=view, receipt_handle=d.receipt_handle,
                                           delivery_attempt=d.delivery_attempt, invisible_until=d.invisible_until_ms,
                                           message_group=d.message_group))

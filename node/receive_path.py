@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from raftmq.node.errors import invalid
-from raftmq.node.pop_core import Delivery
+from raftmq.node.pop_core import Delivery, PopError
 from raftmq.node.read_path import GROUP, ReadPath, ReadRefused, Subscription
 from raftmq.node.validation import ValidationError, check_group_name
 
@@ -69,6 +70,18 @@ class ReceivePath:
                 self.reads.record(sub, [d.message for d in got])
                 return got
             await self._wait(group, topic, changed, min(left, self._until_due(group, topic)))
+
+    async def decide(self, fn: Callable[..., Any], group: str, topic: str, *args: Any,
+                     refused: Callable[[PopError], Exception], **kwargs: Any) -> Any:
+        """A PopCore decision that changes the group's state of ``topic`` (ack, nack, dead-letter forward, send
+        back, reset): ``fn(group, topic, *args, **kwargs)`` off the event loop; a PopError is raised as
+        ``refused(error)`` (the caller's protocol's answer); waiting receives look again afterwards."""
+        try:
+            return await self.node.run_blocking(lambda: fn(group, topic, *args, **kwargs))
+        except PopError as e:
+            raise refused(e) from None
+        finally:
+            self.changed(group, topic)
 
     def changed(self, group: str, topic: str) -> None:
         """The group's pop state of ``topic`` changed on this member (an ack, nack, forward, reset): waiting

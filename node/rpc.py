@@ -68,11 +68,14 @@ RAFTMQ = Protocol()
 
 
 class RpcScope:
-    """One call (or one request of a stream) on one node: counted in flight, timed, with a request id."""
+    """One call (or one request of a stream) on one node: counted in flight, timed, with a request id, answered
+    the way its protocol answers."""
 
-    def __init__(self, node: BrokerCore, label: str, *, in_flight: bool = True):
+    def __init__(self, node: BrokerCore, method: str, *, protocol: Protocol = RAFTMQ, in_flight: bool = True):
         self.node = node
-        self.label = label  # the rpc metrics' method label
+        self.method = method
+        self.protocol = protocol
+        self.label = protocol.metric_prefix + method  # the rpc metrics' method label
         self._in_flight = in_flight
         self.code = "OK"
         self.request_id = ""
@@ -109,6 +112,26 @@ class RpcScope:
                 err = RpcError(err.code, f"{err.message}; {hint}")
         return err
 
+    def refusal(self, exc: BaseException) -> tuple[Any, RpcError | None]:
+        """(the protocol's answer, None) for an exception that is its answer as it is (a RocketMQ 5 status),
+        else (None, what the exception means: ``failure``)."""
+        direct = self.protocol.direct_answer(self.method, exc)
+        if direct is not None:
+            self.code, response = direct
+            return response, None
+        return None, self.failure(exc)
+
+    async def answer(self, err: RpcError, context: grpc.aio.ServicerContext) -> Any:
+        """The protocol's answer to ``err``, or (raftmq) the call aborted with its status, the leader hint and the
+        request id (raises)."""
+        answered = self.protocol.answer(self.method, err)
+        if answered is not None:
+            self.code, response = answered
+            return response
+        self.code = err.code.name
+        metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
+        await context.abort(err.code, err.message, metadata + ((REQUEST_ID_METADATA_KEY, self.request_id),))
+
 
 def _request_id(context: grpc.aio.ServicerContext) -> str:
     """The caller's ``x-request-id``, else a new one (sent back with an error so a user can quote it)."""
@@ -127,11 +150,6 @@ def _retry_later(err: RpcError, context: grpc.aio.ServicerContext) -> bool:
         return False
     remaining = context.time_remaining()
     return remaining is not None and remaining > RETRY_PAUSE_S + ANSWER_MARGIN_S
-
-
-async def _abort(scope: RpcScope, err: RpcError, context: grpc.aio.ServicerContext) -> None:
-    metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
-    await context.abort(err.code, err.message, metadata + ((REQUEST_ID_METADATA_KEY, scope.request_id),))
 
 
 def rpc_handler(method: str, *, protocol: Protocol = RAFTMQ, needs_ready: bool = True, long_lived: bool = False):
@@ -153,7 +171,7 @@ def _unary(fn: Callable[..., Awaitable[Any]], method: str, protocol: Protocol, n
     @functools.wraps(fn)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         node: BrokerCore = self.node
-        scope = RpcScope(node, protocol.metric_prefix + method)
+        scope = RpcScope(node, method, protocol=protocol)
         scope.enter(context)
         try:
             while True:
@@ -167,11 +185,9 @@ def _unary(fn: Callable[..., Awaitable[Any]], method: str, protocol: Protocol, n
                 except grpc.aio.AbortError:
                     raise
                 except Exception as exc:
-                    direct = protocol.direct_answer(method, exc)
-                    if direct is not None:
-                        scope.code, response = direct
+                    response, err = scope.refusal(exc)
+                    if err is None:
                         return response
-                    err = scope.failure(exc)
                 forwarder = node.forwarder  # issue 11: a follower relays to the leader
                 if forwarder.should_forward(key, err, context):
                     try:
@@ -184,12 +200,7 @@ def _unary(fn: Callable[..., Awaitable[Any]], method: str, protocol: Protocol, n
                 if protocol.waits_out_elections and not node.stopping and _retry_later(err, context):
                     await asyncio.sleep(RETRY_PAUSE_S)
                     continue
-                answered = protocol.answer(method, err)
-                if answered is not None:
-                    scope.code, response = answered
-                    return response
-                scope.code = err.code.name
-                await _abort(scope, err, context)
+                return await scope.answer(err, context)
         finally:
             scope.leave()
 
@@ -202,7 +213,7 @@ def _streaming(fn: Callable[..., Any], method: str, protocol: Protocol, needs_re
     @functools.wraps(fn)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         node: BrokerCore = self.node
-        scope = RpcScope(node, protocol.metric_prefix + method, in_flight=not long_lived)
+        scope = RpcScope(node, method, protocol=protocol, in_flight=not long_lived)
         scope.enter(context)
         started = False
         try:
@@ -219,12 +230,10 @@ def _streaming(fn: Callable[..., Any], method: str, protocol: Protocol, needs_re
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:
-                direct = protocol.direct_answer(method, exc)
-                if direct is not None:
-                    scope.code, response = direct
+                response, err = scope.refusal(exc)
+                if err is None:
                     yield response
                     return
-                err = scope.failure(exc)
             forwarder = node.forwarder
             if not started and forwarder.should_forward(key, err, context):  # the whole stream, to the leader
                 try:
@@ -235,13 +244,7 @@ def _streaming(fn: Callable[..., Any], method: str, protocol: Protocol, needs_re
                     return
                 except RpcError as relayed:
                     err = relayed
-            answered = protocol.answer(method, err)
-            if answered is not None:
-                scope.code, response = answered
-                yield response
-                return
-            scope.code = err.code.name
-            await _abort(scope, err, context)
+            yield await scope.answer(err, context)
         finally:
             scope.leave()
 

@@ -20,8 +20,6 @@ from raftmq.node.pop_core import (
     MAX_INVISIBLE_MS,
     MAX_RECEIVE,
     MIN_INVISIBLE_MS,
-    PROPERTY_RETRY_TOPIC,
-    RETRY_PREFIX,
     BadReceiptHandleError,
     PopError,
     StaleReceiptHandleError,
@@ -113,14 +111,9 @@ class ConsumerRpcs:
                           "before consuming")
         return cfg
 
-    async def _pop(self, fn, *args, **kwargs):
-        """A decision of the PopCore that changes the group's state of the topic (args[0], args[1])."""
-        try:
-            return await self.node.run_blocking(lambda: fn(*args, **kwargs))
-        except PopError as e:
-            raise _handle_error(e) from None
-        finally:
-            self.receives.changed(args[0], args[1])
+    async def _pop(self, fn, group: str, topic: str, *args, **kwargs):
+        """A PopCore decision on the group's state of ``topic``, refused with RocketMQ 5's codes."""
+        return await self.receives.decide(fn, group, topic, *args, refused=_handle_error, **kwargs)
 
     # ------------------------------------------------------------------ assignment
     @v2_rpc("QueryAssignment")
@@ -178,10 +171,7 @@ class ConsumerRpcs:
         messages = []
         for d in got:
             view = raftmq_convert.message_view(d.message)
-            shown = topic
-            if d.message.topic.startswith(RETRY_PREFIX):  # a retried message shows under the topic it came from
-                shown = d.message.properties.get(PROPERTY_RETRY_TOPIC, topic)
-            m = to_v2_message(view, topic=shown)
+            m = to_v2_message(view, topic=d.topic)  # a retried message shows under the topic it came from
             m.topic.resource_namespace = request.message_queue.topic.resource_namespace
             sp = m.system_properties
             sp.receipt_handle = d.receipt_handle
