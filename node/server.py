@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -42,6 +42,8 @@ from raftmq.store.integrity import CorruptionError
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
+    from raftmq.node.kube import RoleLabeler
+    from raftmq.node.tls import CertificateFiles
     from raftmq.node.transaction_service import TransactionService
     from raftmq.replication.anti_entropy import AntiEntropy
     from raftmq.store.schedule import ScheduleMessageService
@@ -78,9 +80,9 @@ class Broker:
         self._grpc: grpc.aio.Server | None = None
         self._http: HealthServer | None = None
         self.console: Console | None = None
-        self._labeler: Any = None
+        self._labeler: RoleLabeler | None = None  # the pod's role label, on Kubernetes
         self.grpc_port = 0
-        self.certificates: Any = None  # node.tls.CertificateFiles when TLS is on
+        self.certificates: CertificateFiles | None = None  # when TLS is on
         self._http_proxies = NetworkList(cfg.security.trusted_http_proxies)
         metrics = core.metrics
         metrics.add_collector(StoreCollector(cfg.cluster.name, cfg.node.id, self._store_stats,
