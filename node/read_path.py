@@ -37,7 +37,7 @@ from raftmq.store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
     from raftmq.node.core import BrokerCore
-    from raftmq.store.message_store import GetMessageResult
+    from raftmq.store.message_store import GetResult
     from raftmq.store.topic_config import TopicConfig
 
 DEFAULT_MAX_COUNT = 32
@@ -88,7 +88,7 @@ class Pulled:
     """What a pull found: the store's answer at ``offset`` (where the pull ended up after skipping past messages
     its filter drops), and whether it waited until its deadline."""
 
-    result: GetMessageResult
+    result: GetResult
     offset: int
     timed_out: bool
 
@@ -138,7 +138,7 @@ class ReadPath:
                                               "start at 0 (`raftmq offsets TOPIC` gives the range)"))
 
     # ------------------------------------------------------------------ read
-    async def read(self, sub: Subscription, queue_id: int, offset: int) -> GetMessageResult:
+    async def read(self, sub: Subscription, queue_id: int, offset: int) -> GetResult:
         """One store read at ``offset``, off the event loop, timed."""
         node = self.node
         t0 = time.perf_counter()
@@ -172,7 +172,7 @@ class ReadPath:
         return Pulled(got, offset, timed_out)
 
     @staticmethod
-    def _nothing_yet(got: GetMessageResult, offset: int) -> bool:
+    def _nothing_yet(got: GetResult, offset: int) -> bool:
         """The queue has no message at ``offset`` for this subscription yet (rather than an answer: a moved
         offset, an offset out of range)."""
         if got.status in _WAIT_PAST:
