@@ -52,7 +52,7 @@ class Console(ConsoleContext):
         self.history.start()
 
     def stop(self) -> None:
-        self.history.stop()
+        self.history.shutdown()
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes = b"",
