@@ -104,6 +104,21 @@ class Member:
     grpc: str
 
 
+@dataclass(frozen=True)
+class GroupSpec:
+    """One Raft group of the cluster (docs/design/scale-out.md): its name (its RocketMQ broker name), the
+    STOREHOST of its records, the addresses clients use for it and its members."""
+
+    name: str
+    store_host: str
+    endpoints: tuple[str, ...]  # client-facing gRPC addresses; empty: its members' grpc addresses
+    members: tuple[Member, ...]
+
+    def client_addresses(self) -> list[str]:
+        """Where a client reaches this group: its ``endpoints``, else its members' gRPC addresses."""
+        return list(self.endpoints) or [m.grpc for m in self.members]
+
+
 @dataclass
 class NodeSection:
     """This member's process: identity, ports, logging, shutdown, consumption defaults."""
@@ -180,6 +195,15 @@ class ClusterSection:
         "Password of the Raft port (pysyncobj's encryption) and of member-to-member calls (replica service, "
         "forwarding); required with authentication in a cluster. Taken verbatim from the environment and "
         "`--set`.", "")
+    group: str = setting(
+        "With `cluster.groups`: the name of this member's own group (one of `cluster.groups[].name`). Empty "
+        "with `cluster.members` (a one-group cluster, whose group is named `cluster.name`).", "")
+    groups: list = setting(
+        "A cluster of several Raft groups (docs/design/scale-out.md): `[{name: g0, store_host: '10.0.0.1:10911', "
+        "endpoints: ['svc-g0:8081'], members: [{id, raft, grpc}, ...]}, ...]`, the same list on every member of "
+        "every group. Each group is a replicated group as `cluster.members` describes one, with its own "
+        "`store_host` (unique: it is in every msgId) and optional client-facing `endpoints` (default: its "
+        "members' grpc addresses). Exclusive with `cluster.members`; empty: one group.", default_factory=list)
     forward_to_leader: bool = setting(
         "A member that is not the leader relays write and admin calls to the leader (authenticated with "
         "`secret`); off: it only answers with a redirect to the leader.", True)
@@ -272,9 +296,38 @@ class NodeConfig:
         return parse_host_port(self.node.http_listen)
 
     @property
+    def store_host_text(self) -> str:
+        """STOREHOST of this member's records: its group's ``store_host`` in a cluster of groups, else
+        ``cluster.store_host``."""
+        own = self.own_group_entry()
+        return _text(own["store_host"]) if own is not None else self.cluster.store_host
+
+    @property
     def store_host(self) -> tuple[str, int]:
-        hp = parse_host_port(self.cluster.store_host)
+        hp = parse_host_port(self.store_host_text)
         return hp.host, hp.port
+
+    @property
+    def group_name(self) -> str:
+        """The name of this member's group (its RocketMQ broker name): ``cluster.group``, or ``cluster.name``
+        in a one-group cluster."""
+        return self.cluster.group if self.cluster.groups else self.cluster.name
+
+    def own_group_entry(self) -> dict | None:
+        for g in self.cluster.groups if isinstance(self.cluster.groups, list) else ():
+            if isinstance(g, Mapping) and _text(g.get("name", "")) == self.cluster.group:
+                return g
+        return None
+
+    @property
+    def groups(self) -> list[GroupSpec]:
+        """Every group of the cluster in configuration order; a one-group cluster is one group named
+        ``cluster.name`` with ``cluster.members``."""
+        if not self.cluster.groups:
+            return [GroupSpec(self.cluster.name, self.cluster.store_host, (), tuple(self.members))]
+        return [GroupSpec(_text(g["name"]), _text(g["store_host"]), tuple(_text(e) for e in g.get("endpoints", ())),
+                          tuple(Member(_text(m["id"]), _text(m["raft"]), _text(m["grpc"])) for m in g["members"]))
+                for g in self.cluster.groups]
 
     @property
     def advertised_address(self) -> str:
@@ -287,7 +340,10 @@ class NodeConfig:
 
     @property
     def members(self) -> list[Member]:
-        return [Member(_text(m["id"]), _text(m["raft"]), _text(m["grpc"])) for m in self.cluster.members]
+        """The members of this member's own Raft group (``cluster.members``, or its entry of ``cluster.groups``)."""
+        own = self.own_group_entry()
+        entries = own["members"] if own is not None else self.cluster.members
+        return [Member(_text(m["id"]), _text(m["raft"]), _text(m["grpc"])) for m in entries]
 
     def raft_settings(self):
         """The ``replication.RaftSettings`` for this node: ``cluster.raft`` overrides, ``cluster.durability``."""
@@ -300,7 +356,7 @@ class NodeConfig:
         from raftmq.store import StoreConfig
 
         return StoreConfig(
-            root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
+            root_dir=self.node.data_dir, store_host=self.store_host_text, cluster_name=self.cluster.name, **self.store
         )
 
     def volume_problem(self) -> str:
@@ -699,6 +755,7 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     _check_address("cluster.raft_listen", c.raft_listen, problems)
     _check_address("cluster.raft_address", c.raft_address, problems, allow_empty=True)
     _check_members(cfg, problems)
+    _check_groups(cfg, problems)
     raft_ok = not any("cluster.raft." in p for p in problems)
     if c.durability in DURABILITY_MODES and raft_ok:  # the checks across Raft settings
         try:
@@ -745,7 +802,7 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
     if s.auth_enabled and not s.auth_admin_access_key:
         problems.append("security.auth_enabled: set security.auth_admin_access_key and auth_admin_secret_key (the "
                         "bootstrap admin; e.g. RAFTMQ_SECURITY_AUTH_ADMIN_SECRET_KEY from a Kubernetes Secret)")
-    if s.auth_enabled and cfg.cluster.members and not cfg.cluster.secret:
+    if s.auth_enabled and (cfg.cluster.members or cfg.cluster.groups) and not cfg.cluster.secret:
         problems.append("security.auth_enabled: a cluster needs cluster.secret too (user secrets are replicated "
                         "encrypted with a key derived from it, and it guards the member-to-member calls)")
     if not isinstance(s.open_http_paths, list) or not all(isinstance(p, str) and p.startswith("/")
@@ -785,6 +842,101 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
         cfg.cluster.members = [{k: _text(m[k]) for k in ("id", "raft", "grpc")} for m in members]
     if ok and members and cfg.node.id not in seen:
         problems.append(f"cluster.members: this node's id {cfg.node.id!r} is not among the members {sorted(seen)}")
+
+
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+_GROUP_KEYS = {"name", "store_host", "members", "endpoints"}
+
+
+def _check_groups(cfg: NodeConfig, problems: list[str]) -> None:
+    """``cluster.groups``: every problem at once, one line each, naming the group (docs/design/scale-out.md)."""
+    c = cfg.cluster
+    groups = c.groups
+    if not groups:
+        if c.group:
+            problems.append(f"cluster.group: {c.group!r} is set but cluster.groups is empty; list the groups, or drop "
+                            "cluster.group for a one-group cluster")
+        return
+    if not isinstance(groups, list):
+        problems.append("cluster.groups: must be a list of {name, store_host, members[, endpoints]}")
+        c.groups = []
+        return
+    if c.members:
+        problems.append("cluster.groups and cluster.members: set one of them - cluster.members is a one-group "
+                        "cluster, cluster.groups lists every group with its members")
+    names: set[str] = set()
+    ids: dict[str, str] = {}
+    rafts: dict[str, str] = {}
+    hosts: dict[str, str] = {}
+    ok = True
+    for i, g in enumerate(groups):
+        where = f"cluster.groups[{i}]"
+        if not isinstance(g, Mapping) or not {"name", "store_host", "members"} <= set(g) or set(g) - _GROUP_KEYS:
+            problems.append(f"{where}: must be a mapping with the keys name, store_host, members and optionally "
+                            f"endpoints; got {g!r}")
+            ok = False
+            continue
+        name = _text(g["name"])
+        where = f"cluster.groups[{i}] ({name})"
+        if not _GROUP_NAME.match(name):
+            problems.append(f"{where}: name {name!r} must be 1-63 letters, digits, '_', '-' (it is a RocketMQ broker "
+                            "name)")
+        if name in names:
+            problems.append(f"{where}: duplicate group name {name!r}")
+        names.add(name)
+        host = _text(g["store_host"])
+        try:
+            ipaddress.ip_address(parse_host_port(host).host)
+        except ValueError:
+            problems.append(f"{where}.store_host: {host!r} must be an IP literal and port (it is encoded into every "
+                            "msgId), e.g. 10.0.0.7:10911")
+        if host in hosts:
+            problems.append(f"{where}.store_host: {host} is group {hosts[host]}'s too; every group needs its own "
+                            "(a msgId is STOREHOST + offset: two groups would hand out the same ids)")
+        hosts.setdefault(host, name)
+        endpoints = g.get("endpoints", [])
+        if isinstance(endpoints, str):
+            endpoints = [endpoints]
+        if not isinstance(endpoints, list):
+            problems.append(f"{where}.endpoints: must be a list of host:port")
+            ok = False
+        else:
+            for e in endpoints:
+                _check_address(f"{where}.endpoints", _text(e), problems)
+        members = g["members"]
+        if not isinstance(members, list) or not members:
+            problems.append(f"{where}.members: must be a non-empty list of {{id, raft, grpc}}")
+            ok = False
+            continue
+        for j, m in enumerate(members):
+            mw = f"{where}.members[{j}]"
+            if not isinstance(m, Mapping) or set(m) != {"id", "raft", "grpc"}:
+                problems.append(f"{mw}: must be a mapping with exactly the keys id, raft, grpc; got {m!r}")
+                ok = False
+                continue
+            mid, raft = _text(m["id"]), _text(m["raft"])
+            if mid in ids:
+                problems.append(f"{mw}: member id {mid!r} is already in group {ids[mid]} (ids are unique across groups)")
+            ids.setdefault(mid, name)
+            if raft in rafts:
+                problems.append(f"{mw}.raft: {raft} is already a member's of group {rafts[raft]}")
+            rafts.setdefault(raft, name)
+            _check_address(f"{mw}.raft", raft, problems)
+            _check_address(f"{mw}.grpc", _text(m["grpc"]), problems)
+    if not ok:
+        return
+    c.groups = [{"name": _text(g["name"]), "store_host": _text(g["store_host"]),
+                 "endpoints": [_text(e) for e in ([g["endpoints"]] if isinstance(g.get("endpoints"), str)
+                                                  else g.get("endpoints", []))],
+                 "members": [{k: _text(m[k]) for k in ("id", "raft", "grpc")} for m in g["members"]]}
+                for g in groups]
+    if c.group not in names:
+        problems.append(f"cluster.group: {c.group!r} is not one of cluster.groups' names {sorted(names)}; set this "
+                        "member's own group")
+    elif ids.get(cfg.node.id) != c.group:
+        where = f"group {ids[cfg.node.id]}" if cfg.node.id in ids else "no group"
+        problems.append(f"cluster.groups: this node's id {cfg.node.id!r} is a member of {where}, not of its own group "
+                        f"{c.group!r} (cluster.group)")
 
 
 def _pop_problems(n: NodeSection) -> list[str]:

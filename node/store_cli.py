@@ -81,7 +81,7 @@ def run_repair(args: argparse.Namespace) -> int:
             for problem in e.problems:
                 print(f"config error: {problem}", file=sys.stderr)
             return 2
-        explicit = {**node_cfg.store, "store_host": node_cfg.cluster.store_host,
+        explicit = {**node_cfg.store, "store_host": node_cfg.store_host_text,
                     "cluster_name": node_cfg.cluster.name}
     try:
         actions, rep, cfg = repair_store(args.dir, dry_run=args.dry_run, segment_size=args.segment_size,
