@@ -167,8 +167,8 @@ def check_put_results(results: list) -> None:
         raise RpcError(code.INTERNAL, f"{status}: the store could not write the message (see the node log)")
 
 
-def send_result(r, msg: Message) -> pb.SendResult:
-    """``r``: the store's PutResult or AppendResult for ``msg``.
+def send_result(r, msg: Message, broker: str = "") -> pb.SendResult:
+    """``r``: the store's PutResult or AppendResult for ``msg``; ``broker``: the group that stored it.
 
     A delayed message is stored in SCHEDULE_TOPIC_XXXX queue ``level - 1`` until due: topic and queue_id are the
     real ones, queue_offset is its offset in the schedule queue (as RocketMQ reports it), and the note says so and
@@ -189,11 +189,12 @@ def send_result(r, msg: Message) -> pb.SendResult:
                 f"{msg.topic}-{msg.queue_id}")
     return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
                          queue_id=queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
-                         store_timestamp=r.store_timestamp, note=note)
+                         store_timestamp=r.store_timestamp, note=note, broker=broker)
 
 
-def add_send_results(field, results: list, msgs: list[Message]) -> None:
-    """Append each stored message's SendResult to ``field`` (a repeated SendResult of a response being built).
+def add_send_results(field, results: list, msgs: list[Message], broker: str = "") -> None:
+    """Append each stored message's SendResult to ``field`` (a repeated SendResult of a response being built);
+    ``broker``: the group that stored them.
 
     Built in place: a SendResult made first and then put in a response is copied there, and the send stream
     answers tens of thousands of messages a second; a delayed or timed message takes ``send_result``'s way."""
@@ -201,10 +202,11 @@ def add_send_results(field, results: list, msgs: list[Message]) -> None:
     for r, m in zip(results, msgs, strict=True):
         topic = m.topic
         if r.topic != topic:
-            field.append(send_result(r, m))
+            field.append(send_result(r, m, broker))
             continue
         add(msg_id=r.msg_id, uniq_key=m.uniq_key or "", topic=topic, queue_id=r.queue_id,
-            queue_offset=r.queue_offset, physical_offset=r.physical_offset, store_timestamp=r.store_timestamp)
+            queue_offset=r.queue_offset, physical_offset=r.physical_offset, store_timestamp=r.store_timestamp,
+            broker=broker)
 
 
 def message_view(m) -> pb.MessageView:

@@ -25,6 +25,7 @@ from raftmq.node.consumer_groups import ConsumerGroupRegistry
 from raftmq.node.convert import StoreMessageBuilder
 from raftmq.node.errors import RpcError, not_found, unavailable
 from raftmq.node.forwarding import Forwarder
+from raftmq.node.groups import GroupDirectory, GroupRedirect
 from raftmq.node.long_poll import LongPollRegistry
 from raftmq.node.metrics import BrokerMetrics
 from raftmq.node.networks import NetworkPolicy
@@ -76,6 +77,8 @@ class BrokerCore:
                                    own_address=cfg.advertised_address,
                                    channel_credentials=self.member_channel_credentials,
                                    channel_options=self.member_channel_options)
+        # the cluster's groups (issue 37): calls for another group's queues are relayed to it (node/groups.py)
+        self.groups = GroupDirectory(cfg, self.forwarder)
         # serving state: every RPC scope (node/rpc.py) counts itself in and out
         self.serving = False
         self.stopping = False  # asked to stop: start-up and background loops give up
@@ -170,6 +173,13 @@ class BrokerCore:
             return None, float("inf")
         leader, age = self.write_path.leader_contact()
         return (leader.grpc_address or None, age) if leader is not None else (None, age)
+
+    def check_group(self, broker: str) -> None:
+        """A call naming a queue of another group (``broker``, its name) is relayed there: raises GroupRedirect,
+        which the RPC scope hands to the group directory (docs/design/scale-out.md#one-write-path). "" and this
+        member's own group are served here; an unknown group is NOT_FOUND naming the cluster's groups."""
+        if broker and self.groups.resolve(broker) != self.groups.own:
+            raise GroupRedirect(broker)
 
     def on_corrupt_read(self, record) -> str:
         """A read met a damaged record (its bytes were not returned; the store reported it, which started the

@@ -53,6 +53,13 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_se
                     ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
+class NotSent(RpcError):
+    """The member to relay to could not be connected to: nothing was sent (UNAVAILABLE, retry elsewhere)."""
+
+    def __init__(self, message: str):
+        super().__init__(grpc.StatusCode.UNAVAILABLE, message)
+
+
 def _methods() -> dict[str, tuple[str, Any]]:
     """Unary method name -> (full path, response class), for every service of raftmq.proto; RocketMQ 5's
     methods by full path."""
@@ -144,20 +151,22 @@ class Forwarder:
     async def forward(self, method: str, request: Any, context: grpc.aio.ServicerContext, leader: str) -> Any:
         """Send ``request`` to the leader at ``leader`` and return its response; failures become ``RpcError``s
         with the outcome semantics of the module docstring."""
+        return await self.relay(await self._live_leader(leader, context), method, request, context)
+
+    async def relay(self, address: str, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Send ``request`` to the member at ``address`` on the client's behalf (this group's leader, or a member
+        of another group: node/groups.py) and return its response; failures as in ``forward``. The member that
+        gets it never relays it again: a member that is not the leader answers with its hint."""
         path, response_cls = self._methods[method]
-        leader = await self._live_leader(leader, context)
-        call = self._call(leader, path, response_cls)
-        md = [(k, v) for k, v in _metadata(context).items() if k not in _NOT_COPIED and not k.startswith("grpc-")]
-        md += [(FORWARDED_BY_KEY, self.member_id), (FORWARDED_FOR_KEY, context.peer())]
-        if self._secret:
-            md.append((SECRET_METADATA_KEY, self._secret))
+        call = self._call(address, path, response_cls)
+        md = self.relay_metadata(_metadata(context)) + [(FORWARDED_FOR_KEY, self.client_peer(context))]
         remaining = context.time_remaining()
         timeout = None if remaining is None else max(0.05, remaining - _ANSWER_MARGIN_S)
         self.forwarded += 1
         try:
             return await call(request, timeout=timeout, metadata=tuple(md))
         except grpc.aio.AioRpcError as e:
-            raise self._translate(e, leader) from None
+            raise self._translate(e, address) from None
 
     async def forward_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext, leader: str):
         """A server-streaming call relayed to the leader (issue 13: RocketMQ 5's ReceiveMessage): the leader's
@@ -201,8 +210,8 @@ class Forwarder:
         code, details = e.code(), e.details() or e.code().name
         hint = next((v for k, v in (e.trailing_metadata() or ()) if k == LEADER_METADATA_KEY and v), None)
         if code == grpc.StatusCode.UNAVAILABLE and any(m in details.lower() for m in _NOT_SENT_MARKERS):
-            return RpcError(grpc.StatusCode.UNAVAILABLE, f"member {self.member_id} cannot reach the leader at "
-                            f"{leader} to forward the call (not stored); retry in a second")
+            return NotSent(f"member {self.member_id} cannot reach the leader at {leader} to forward the call (not "
+                           "stored); retry in a second")
         if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
             return RpcError(grpc.StatusCode.UNKNOWN, f"forwarded by member {self.member_id} to the leader at {leader}, "
                             f"no answer in time ({code.name}): outcome unknown, the write may or may not be stored")

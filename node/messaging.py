@@ -52,7 +52,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     @rpc_handler("SendMessage")
     async def SendMessage(self, request: pb.SendMessageRequest, context) -> pb.SendMessageResponse:  # noqa: N802
         msgs, results = await self._send([request.message], context)
-        return pb.SendMessageResponse(result=convert.send_result(results[0], msgs[0]))
+        return pb.SendMessageResponse(result=convert.send_result(results[0], msgs[0], self.node.groups.own))
 
     @rpc_handler("SendBatch")
     async def SendBatch(self, request: pb.SendBatchRequest, context) -> pb.SendBatchResponse:  # noqa: N802
@@ -60,7 +60,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             raise invalid("the batch is empty; send at least one message")
         msgs, results = await self._send(list(request.messages), context)
         response = pb.SendBatchResponse()
-        convert.add_send_results(response.results, results, msgs)
+        convert.add_send_results(response.results, results, msgs, self.node.groups.own)
         return response
 
     @rpc_handler("SendStream", long_lived=True)
@@ -78,6 +78,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ pull (node/read_path.py)
     @rpc_handler("PullMessage")
     async def PullMessage(self, request: pb.PullMessageRequest, context) -> pb.PullMessageResponse:  # noqa: N802
+        self.node.check_group(request.broker)
         reads = self.reads
         sub = reads.subscribe(request.topic, request.consumer_group, tag_expression=request.tag_expression,
                               sql_expression=request.sql_expression, max_count=request.max_count,
@@ -155,6 +156,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     @rpc_handler("GetQueueOffsets")
     async def GetQueueOffsets(self, request: pb.GetQueueOffsetsRequest, context):  # noqa: N802
         node = self.node
+        node.check_group(request.broker)
         check_topic_name(request.topic, allow_system=True)
         cfg = node.existing_topic(request.topic)
         queues = await node.run_blocking(node.queue_offsets, request.topic, cfg.read_queue_nums)
@@ -163,6 +165,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     @rpc_handler("SearchOffset")
     async def SearchOffset(self, request: pb.SearchOffsetRequest, context) -> pb.SearchOffsetResponse:  # noqa: N802
         node = self.node
+        node.check_group(request.broker)
         check_topic_name(request.topic, allow_system=True)
         cfg = node.existing_topic(request.topic)
         node.check_read_queue(cfg, request.queue_id)
@@ -175,6 +178,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     @rpc_handler("CommitOffset")
     async def CommitOffset(self, request: pb.CommitOffsetRequest, context) -> pb.CommitOffsetResponse:  # noqa: N802
         node = self.node
+        node.check_group(request.broker)
         check_group_name(request.group)
         check_topic_name(request.topic, allow_system=True)
         cfg = node.existing_topic(request.topic)
@@ -190,10 +194,24 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     @rpc_handler("FetchOffset")
     async def FetchOffset(self, request: pb.FetchOffsetRequest, context) -> pb.FetchOffsetResponse:  # noqa: N802
         node = self.node
+        node.check_group(request.broker)
         check_group_name(request.group)
         check_topic_name(request.topic, allow_system=True)
         offsets = await node.run_blocking(node.group_offsets, request.group, request.topic)
         return pb.FetchOffsetResponse(offsets=offsets)
+
+    # ------------------------------------------------------------------ routes (issue 37)
+    @rpc_handler("QueryRoute")
+    async def QueryRoute(self, request: pb.QueryRouteRequest, context) -> pb.QueryRouteResponse:  # noqa: N802
+        """Every group of the cluster with its endpoints, leader and the topic's queues there
+        (docs/design/scale-out.md#routes); ``local``: this member's own group only."""
+        node = self.node
+        if request.topic:
+            check_topic_name(request.topic, allow_system=True)
+        if request.local:
+            return pb.QueryRouteResponse(cluster_name=node.config.cluster.name, answered_by=node.node_id,
+                                         group=node.groups.own, groups=[node.groups.own_route(node, request.topic)])
+        return await node.groups.route(node, request.topic, context)
 
     # ------------------------------------------------------------------ consumer groups (see node.consumer_groups)
     @rpc_handler("ConsumerHeartbeat")

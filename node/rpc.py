@@ -3,8 +3,9 @@
 Why one: each call must count itself in and out (the graceful stop drains in-flight calls), be timed by method and
 outcome, carry a request id into its log lines, be refused while the node is not serving, turn any exception into
 the status the protocol promises (node/errors.py; an unexpected one is logged with its traceback and answered
-INTERNAL), relay a not-the-leader refusal to the leader (node/forwarding.py), and add the repair hint to an
-answer about a damaged record. Five hand-written copies of that drifted apart (a stream without metrics, a
+INTERNAL), relay a not-the-leader refusal to the leader (node/forwarding.py) and a call for another group's
+queue to that group (node/groups.py), and add the repair hint to an answer about a damaged record. Five
+hand-written copies of that drifted apart (a stream without metrics, a
 protocol without the hint); here it is written once and a handler is only its happy path:
 
     @rpc_handler("PullMessage")                       # raftmq.v1, unary: returns its response
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, to_rpc_error
+from raftmq.node.groups import GroupRedirect
 from raftmq.node.log_format import REQUEST_ID_METADATA_KEY, request_id
 from raftmq.store.integrity import CorruptReadError
 
@@ -187,6 +189,14 @@ def _unary(fn: Callable[..., Awaitable[Any]], method: str, protocol: Protocol, n
                 except Exception as exc:
                     response, err = scope.refusal(exc)
                     if err is None:
+                        return response
+                if isinstance(err, GroupRedirect):  # issue 37: another group's call, relayed to that group
+                    try:
+                        response = await node.groups.relay(err.group, key, request, context)
+                    except RpcError as relayed:
+                        err = relayed
+                    else:
+                        scope.code = "FORWARDED"
                         return response
                 forwarder = node.forwarder  # issue 11: a follower relays to the leader
                 if forwarder.should_forward(key, err, context):

@@ -87,8 +87,36 @@ class SendPath:
         caller's protocol declared it (RocketMQ 5, a transaction's half), else each message's kind follows from
         its fields."""
         topic = self.send_topic(messages)
+        self.route_group(messages)
         cfg = await self.writable_topic_for_send(topic, message_type or message_type_of(messages[0])[0])
         return self.convert_send(cfg, messages, born_host, message_type)
+
+    def route_group(self, messages: list[pb.Message]) -> None:
+        """Issue 37: the group a send goes to (docs/design/scale-out.md#sends); raises GroupRedirect when it is
+        another group's, which the RPC scope relays there. The group the messages name (``broker``), else a
+        FIFO message group's by its hash over every group's queues (its queue is pinned too), else this
+        member's own."""
+        node = self.node
+        named = {m.broker for m in messages}
+        if len(named) > 1:
+            raise invalid(f"a batch goes to one group; found {sorted(named)} - send separate batches")
+        broker = named.pop()
+        if broker:
+            node.check_group(broker)
+            return
+        groups = node.groups
+        if not groups.many or any(m.HasField("queue_id") for m in messages):
+            return
+        message_groups = {m.message_group for m in messages}
+        cfg = node.topic_config(messages[0].topic)
+        if len(message_groups) != 1 or "" in message_groups or cfg is None or cfg.write_queue_nums <= 0:
+            return  # not FIFO, or refused by queue_for, or a topic this member's table does not show yet
+        group, qid = groups.fifo_queue(message_groups.pop(), cfg.write_queue_nums)
+        if group != groups.own:
+            for m in messages:  # pinned: the group that takes the relayed call stores it exactly there
+                m.broker = group
+                m.queue_id = qid
+            node.check_group(group)
 
     @staticmethod
     def send_topic(messages: list[pb.Message]) -> str:

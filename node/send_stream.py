@@ -23,6 +23,7 @@ import grpc
 from raftmq.node import convert
 from raftmq.node.auth import authorize_item
 from raftmq.node.errors import RpcError, invalid, to_rpc_error
+from raftmq.node.groups import GroupRedirect
 from raftmq.node.rpc import RpcScope
 from raftmq.node.send_path import SendPath, peer_host
 from raftmq.node.validation import message_type_of
@@ -48,6 +49,19 @@ def _outcome_for(exc: BaseException) -> pb.SendOutcome:
     return pb.SendOutcome(code=err.code.value[0], error=err.message, leader=err.leader or "")
 
 
+def _own_group(node: BrokerCore, sends: SendPath, messages: list[pb.Message]) -> None:
+    """A stream carries sends of the group it is open to (the SDK opens one per group, issue 37): a send for
+    another group is refused, naming where to send it, instead of being relayed send by send."""
+    try:
+        sends.route_group(messages)
+    except GroupRedirect as redirect:
+        leader = node.groups.leader_of(redirect.group)
+        where = f"its leader at {leader}" if leader else ", ".join(node.groups.spec(redirect.group).client_addresses())
+        raise invalid(f"this send is for group {redirect.group} but the stream is open to a member of group "
+                      f"{node.groups.own}: open a stream to group {redirect.group} ({where}), or use SendMessage "
+                      "(relayed to any group)") from None
+
+
 async def _answer(node: BrokerCore, sends: SendPath, request: pb.SendStreamRequest,
                   born_host: tuple[str, int], peer: str) -> pb.SendStreamResponse:
     """Check every send of the request, queue the good ones together (one group commit), wait for each.
@@ -71,6 +85,7 @@ async def _answer(node: BrokerCore, sends: SendPath, request: pb.SendStreamReque
                 if node.auth is not None:
                     authorize_item(node.auth, STREAM_METHOD, pb.SendStreamRequest(sends=[item]), peer)
                 topic = sends.send_topic(messages)
+                _own_group(node, sends, messages)
                 cfg = topics.get(topic)
                 if cfg is None:
                     try:
@@ -98,7 +113,7 @@ async def _answer(node: BrokerCore, sends: SendPath, request: pb.SendStreamReque
                 outcomes.append(_outcome_for(exc))
                 continue
             stored.append(s)
-            convert.add_send_results(outcomes.add().results, results, s.msgs)
+            convert.add_send_results(outcomes.add().results, results, s.msgs, node.groups.own)
         sends.record_stored(stored)
         return response
     finally:

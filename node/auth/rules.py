@@ -47,6 +47,8 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.MessagingService/ForwardToDeadLetterQueue": (("SUB", "topic", "topic"), ("SUB", "group", "group")),
     "/raftmq.v1.MessagingService/SendMessageBack": (("SUB", "topic", "topic"), ("SUB", "group", "group")),
     "/raftmq.v1.MessagingService/ResetGroupOffsets": (("ADMIN", "group", "group"),),
+    # issue 37: a route names groups, endpoints and queue counts, never messages (as RocketMQ 5's QueryRoute)
+    "/raftmq.v1.MessagingService/QueryRoute": (),
     "/raftmq.v1.AdminService/CreateTopic": (("ADMIN", "topic", "topic.name"),),
     "/raftmq.v1.AdminService/UpdateTopic": (("ADMIN", "topic", "topic.name"),),
     "/raftmq.v1.AdminService/DeleteTopic": (("ADMIN", "topic", "name"),),

@@ -36,7 +36,7 @@ TX_ROLLBACK: TransactionResolution
 TX_UNKNOWN: TransactionResolution
 
 class Message(_message.Message):
-    __slots__ = ("topic", "queue_id", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "flag", "uniq_key", "delay_level", "message_group", "deliver_at_ms")
+    __slots__ = ("topic", "queue_id", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "flag", "uniq_key", "delay_level", "message_group", "deliver_at_ms", "broker")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class Message(_message.Message):
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     body: bytes
@@ -70,10 +71,11 @@ class Message(_message.Message):
     delay_level: int
     message_group: str
     deliver_at_ms: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., flag: _Optional[int] = ..., uniq_key: _Optional[str] = ..., delay_level: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., flag: _Optional[int] = ..., uniq_key: _Optional[str] = ..., delay_level: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_timestamp", "note")
+    __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_timestamp", "note", "broker")
     MSG_ID_FIELD_NUMBER: _ClassVar[int]
     UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +84,7 @@ class SendResult(_message.Message):
     PHYSICAL_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     msg_id: str
     uniq_key: str
     topic: str
@@ -90,7 +93,8 @@ class SendResult(_message.Message):
     physical_offset: int
     store_timestamp: int
     note: str
-    def __init__(self, msg_id: _Optional[str] = ..., uniq_key: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., physical_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, msg_id: _Optional[str] = ..., uniq_key: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., physical_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., note: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class MessageView(_message.Message):
     __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_size", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "store_timestamp", "store_host", "sys_flag", "flag", "reconsume_times", "body_crc", "prepared_transaction_offset")
@@ -168,7 +172,7 @@ class SendBatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "tag_expression", "long_poll_timeout_ms", "consumer_group", "from_leader", "sql_expression")
+    __slots__ = ("topic", "queue_id", "offset", "max_count", "max_bytes", "tag_expression", "long_poll_timeout_ms", "consumer_group", "from_leader", "sql_expression", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +183,7 @@ class PullMessageRequest(_message.Message):
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
     SQL_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     offset: int
@@ -189,7 +194,8 @@ class PullMessageRequest(_message.Message):
     consumer_group: str
     from_leader: bool
     sql_expression: str
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., long_poll_timeout_ms: _Optional[int] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ..., sql_expression: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_expression: _Optional[str] = ..., long_poll_timeout_ms: _Optional[int] = ..., consumer_group: _Optional[str] = ..., from_leader: _Optional[bool] = ..., sql_expression: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
     __slots__ = ("status", "messages", "next_offset", "min_offset", "max_offset")
@@ -252,10 +258,12 @@ class QueueOffsets(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_store_timestamp: _Optional[int] = ...) -> None: ...
 
 class GetQueueOffsetsRequest(_message.Message):
-    __slots__ = ("topic",)
+    __slots__ = ("topic", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
-    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class GetQueueOffsetsResponse(_message.Message):
     __slots__ = ("queues",)
@@ -264,14 +272,16 @@ class GetQueueOffsetsResponse(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
 
 class SearchOffsetRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "timestamp")
+    __slots__ = ("topic", "queue_id", "timestamp", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     timestamp: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class SearchOffsetResponse(_message.Message):
     __slots__ = ("offset",)
@@ -280,7 +290,7 @@ class SearchOffsetResponse(_message.Message):
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
 
 class CommitOffsetRequest(_message.Message):
-    __slots__ = ("group", "topic", "offsets")
+    __slots__ = ("group", "topic", "offsets", "broker")
     class OffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -291,22 +301,26 @@ class CommitOffsetRequest(_message.Message):
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     offsets: _containers.ScalarMap[int, int]
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class CommitOffsetResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class FetchOffsetRequest(_message.Message):
-    __slots__ = ("group", "topic")
+    __slots__ = ("group", "topic", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class FetchOffsetResponse(_message.Message):
     __slots__ = ("offsets",)
@@ -453,6 +467,50 @@ class UpdateConsumerGroupResponse(_message.Message):
     group: str
     settings: ConsumerGroupSettings
     def __init__(self, group: _Optional[str] = ..., settings: _Optional[_Union[ConsumerGroupSettings, _Mapping]] = ...) -> None: ...
+
+class QueryRouteRequest(_message.Message):
+    __slots__ = ("topic", "local")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    local: bool
+    def __init__(self, topic: _Optional[str] = ..., local: _Optional[bool] = ...) -> None: ...
+
+class GroupRoute(_message.Message):
+    __slots__ = ("name", "endpoints", "leader", "available", "error", "has_topic", "read_queue_nums", "write_queue_nums", "perm", "store_host")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    HAS_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    endpoints: _containers.RepeatedScalarFieldContainer[str]
+    leader: str
+    available: bool
+    error: str
+    has_topic: bool
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    store_host: str
+    def __init__(self, name: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ..., leader: _Optional[str] = ..., available: _Optional[bool] = ..., error: _Optional[str] = ..., has_topic: _Optional[bool] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., store_host: _Optional[str] = ...) -> None: ...
+
+class QueryRouteResponse(_message.Message):
+    __slots__ = ("cluster_name", "groups", "answered_by", "group")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    groups: _containers.RepeatedCompositeFieldContainer[GroupRoute]
+    answered_by: str
+    group: str
+    def __init__(self, cluster_name: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[GroupRoute, _Mapping]]] = ..., answered_by: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type")

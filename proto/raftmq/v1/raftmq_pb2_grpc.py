@@ -129,6 +129,11 @@ class MessagingServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamResponse.FromString,
                 _registered_method=True)
+        self.QueryRoute = channel.unary_unary(
+                '/raftmq.v1.MessagingService/QueryRoute',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.QueryRouteRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.QueryRouteResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -253,6 +258,13 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueryRoute(self, request, context):
+        """issue 37: where a topic's queues are: every group of the cluster with its endpoints, leader and queues.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -350,6 +362,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.PullStream,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.PullStreamResponse.SerializeToString,
+            ),
+            'QueryRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryRoute,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.QueryRouteRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.QueryRouteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -865,6 +882,33 @@ class MessagingService:
             '/raftmq.v1.MessagingService/PullStream',
             raftmq_dot_v1_dot_raftmq__pb2.PullStreamRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.PullStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.MessagingService/QueryRoute',
+            raftmq_dot_v1_dot_raftmq__pb2.QueryRouteRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.QueryRouteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,173 @@
+"""The cluster's other Raft groups, as this member knows them: their members, endpoints, leader and health.
+
+Why: a cluster is G groups, each of them one replicated group with its own leader (docs/design/scale-out.md).
+A call for another group's queue can reach any member (one client address for the whole cluster); the member
+relays it to that group's leader over the cluster channel, as a follower relays to its own leader
+(node/forwarding.py: the same trust rules and outcome semantics). The directory remembers each group's leader
+from the answers (a redirect's hint names a new one), and a group none of whose members answers is *down* for a
+short back-off, so the sends that follow fail at once, naming the group, instead of each waiting on a connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from raftmq.node.errors import RpcError, not_found
+from raftmq.node.forwarding import NotSent
+from raftmq.routing import fifo_queue
+from raftmq.v1 import raftmq_pb2 as pb
+
+if TYPE_CHECKING:
+    from raftmq.node.config import GroupSpec, NodeConfig
+    from raftmq.node.core import BrokerCore
+    from raftmq.node.forwarding import Forwarder
+
+DOWN_FIRST_S = 1.0  # a group none of whose members answered is not tried again for this long (doubling)
+DOWN_MAX_S = 10.0
+MAX_HINTS = 3  # redirects followed inside another group per call (a leader moving while we ask)
+
+
+class GroupRedirect(RpcError):
+    """The call belongs to another group of the cluster: the RPC scope relays it there (node/rpc.py).
+
+    A send's messages are pinned to that group (and a FIFO message group's queue) before this is raised, so the
+    group that receives the relayed call stores them exactly there and never routes them again."""
+
+    def __init__(self, group: str):
+        super().__init__(grpc.StatusCode.FAILED_PRECONDITION, f"the call is for group {group}")
+        self.group = group
+
+
+class GroupDirectory:
+    """Every group of the cluster in configuration order; relays calls to the others."""
+
+    def __init__(self, cfg: NodeConfig, forwarder: Forwarder):
+        self.own = cfg.group_name
+        self.specs: dict[str, GroupSpec] = {g.name: g for g in cfg.groups}
+        self.names = [g.name for g in cfg.groups]
+        self.many = len(self.names) > 1
+        self._forwarder = forwarder
+        self._leaders: dict[str, str] = {}  # group -> the leader's gRPC address, as last seen
+        self._down: dict[str, tuple[float, float, str]] = {}  # group -> (down until, back-off, why)
+
+    def spec(self, name: str) -> GroupSpec:
+        spec = self.specs.get(name)
+        if spec is None:
+            raise not_found(f"unknown group {name!r}: this cluster's groups are {', '.join(self.names)} (a client "
+                            "with an old route: query the route again)")
+        return spec
+
+    def resolve(self, name: str) -> str:
+        """A request's group: "" is this member's own; anything else must be one of the cluster's."""
+        return self.spec(name).name if name else self.own
+
+    def fifo_queue(self, message_group: str, nqueues: int) -> tuple[str, int]:
+        """(group, queue) of a FIFO message group over every group's ``nqueues`` queues (raftmq/routing.py)."""
+        return fifo_queue(message_group, self.names, nqueues)
+
+    def leader_of(self, group: str) -> str:
+        """The leader's gRPC address of another group as last seen ("" when unknown)."""
+        return self._leaders.get(group, "")
+
+    def down_reason(self, group: str) -> str:
+        """Why ``group`` is out of reach right now ("" when it is not known to be)."""
+        entry = self._down.get(group)
+        return entry[2] if entry is not None and entry[0] > time.monotonic() else ""
+
+    def _others_text(self, group: str) -> str:
+        others = [n for n in self.names if n != group]
+        return f"groups {', '.join(others)} are" if len(others) > 1 else f"group {others[0]} is"
+
+    def unavailable(self, group: str, why: str) -> RpcError:
+        return RpcError(grpc.StatusCode.UNAVAILABLE,
+                        f"group {group} is unavailable: {why}; its queues take nothing until it has a leader again "
+                        f"(not stored: retry later, or send to another group's queue); {self._others_text(group)} "
+                        "not affected")
+
+    async def relay(self, group: str, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Relay a call to another group: its leader as last seen first, then each member, following a leader
+        hint; a refusal of that group's is passed back naming the group."""
+        spec = self.spec(group)
+        why = self.down_reason(group)
+        if why:
+            raise self.unavailable(group, why)
+        members = [m.grpc for m in spec.members]
+        candidates = list(dict.fromkeys([a for a in (self._leaders.get(group),) if a] + members))
+        unreachable: list[str] = []
+        no_leader = ""
+        hints = 0
+        i = 0
+        while i < len(candidates):
+            address = candidates[i]
+            i += 1
+            try:
+                response = await self._forwarder.relay(address, method, request, context)
+            except NotSent:
+                unreachable.append(address)
+                continue
+            except RpcError as e:
+                if e.code == grpc.StatusCode.FAILED_PRECONDITION and e.leader and e.leader != address:
+                    if hints < MAX_HINTS:
+                        hints += 1
+                        self._leaders[group] = e.leader
+                        candidates.insert(i, e.leader)
+                        continue
+                if e.code == grpc.StatusCode.UNAVAILABLE:  # that member has no leader: an election, or no majority
+                    no_leader = e.message
+                    continue
+                raise RpcError(e.code, f"group {group} refused: {e.message}", leader=None) from None
+            self._leaders[group] = address
+            self._down.pop(group, None)
+            return response
+        if no_leader:
+            raise self.unavailable(group, f"no leader ({no_leader})")
+        why = f"none of its members answers ({', '.join(unreachable)})"
+        _, last, _ = self._down.get(group, (0.0, 0.0, ""))
+        period = min(DOWN_MAX_S, last * 2) if last else DOWN_FIRST_S
+        self._down[group] = (time.monotonic() + period, period, why)
+        self._leaders.pop(group, None)
+        raise self.unavailable(group, why)
+
+    # ------------------------------------------------------------------ routes
+    def own_route(self, node: BrokerCore, topic: str) -> pb.GroupRoute:
+        """This member's group as a route names it: endpoints, leader, and the topic's queues in its table."""
+        spec = self.specs[self.own]
+        wp = node.write_path
+        leader = wp.leader() if wp is not None else None
+        route = pb.GroupRoute(name=self.own, endpoints=spec.client_addresses() or [node.config.advertised_address],
+                              leader=(leader.grpc_address or "") if leader is not None else "", available=True,
+                              store_host=spec.store_host)
+        cfg = node.topic_config(topic) if topic else None
+        if cfg is not None:
+            route.has_topic = True
+            route.read_queue_nums, route.write_queue_nums, route.perm = (cfg.read_queue_nums, cfg.write_queue_nums,
+                                                                         cfg.perm)
+        return route
+
+    async def route(self, node: BrokerCore, topic: str, context: grpc.aio.ServicerContext) -> pb.QueryRouteResponse:
+        """Every group's route for ``topic``: this member's from its own state, the others asked at once (a group
+        that does not answer is in the route as unavailable, with the reason)."""
+
+        async def ask(group: str) -> pb.GroupRoute:
+            spec = self.specs[group]
+            try:
+                answer = await self.relay(group, "QueryRoute", pb.QueryRouteRequest(topic=topic, local=True), context)
+            except RpcError as e:
+                return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False, error=e.message,
+                                     store_host=spec.store_host)
+            route = next((g for g in answer.groups if g.name == group), None)
+            if route is None:  # its member thinks it is in another group: the group lists differ
+                return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False,
+                                     error=f"its member {answer.answered_by} answered for group {answer.group!r}: the "
+                                           "members' cluster.groups lists differ", store_host=spec.store_host)
+            return route
+
+        others = [n for n in self.names if n != self.own]
+        answers = dict(zip(others, await asyncio.gather(*(ask(n) for n in others)), strict=True))
+        answers[self.own] = self.own_route(node, topic)
+        return pb.QueryRouteResponse(cluster_name=node.config.cluster.name, groups=[answers[n] for n in self.names],
+                                     answered_by=node.node_id, group=self.own)
