@@ -125,6 +125,29 @@ def node_specs(base_dir: Path, n: int = 1, **overrides: dict[str, Any]) -> list[
     return specs
 
 
+def group_specs(base_dir: Path, groups: int = 2, members: int = 3, **overrides: dict[str, Any]) -> list[list[NodeSpec]]:
+    """Specs of a cluster of ``groups`` Raft groups (issue 37: cluster.groups) of ``members`` each: group gI's
+    members are ``gI-nJ``, each group has its own STOREHOST; every member knows every group."""
+    ports = free_ports(3 * groups * members)
+    out: list[list[NodeSpec]] = []
+    for gi in range(groups):
+        group = []
+        for j in range(members):
+            at = 3 * (gi * members + j)
+            g, h, r = ports[at:at + 3]
+            sid = f"g{gi}-n{j}"
+            group.append(NodeSpec(sid, Path(base_dir) / sid / "store", g, h, r,
+                                  {k: dict(v) for k, v in overrides.items()}))
+        out.append(group)
+    listed = [{"name": f"g{gi}", "store_host": f"127.0.0.1:{10911 + gi}",
+               "members": [{"id": s.id, "raft": s.raft_address, "grpc": s.grpc_address} for s in group]}
+              for gi, group in enumerate(out)]
+    for gi, group in enumerate(out):
+        for s in group:
+            s.overrides.setdefault("cluster", {}).update({"group": f"g{gi}", "groups": listed})
+    return out
+
+
 class NodeProcess:
     """One running ``python -m raftmq.node node --config FILE`` process."""
 

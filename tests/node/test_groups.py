@@ -1,0 +1,115 @@
+"""A cluster of two Raft groups with one member each (issue 37, docs/design/scale-out.md): routes, sends and reads
+for another group's queues relayed from any member, a FIFO message group on one queue of one group, a group down
+failing fast with its name. The 6-process failover tests are in tests/replication/test_scale_out.py."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from raftmq.routing import fifo_queue
+from raftmq.v1 import raftmq_pb2 as pb
+from tests.replication.cluster_util import admin, messaging, wait_leader
+from tests.support.processes import group_specs, start_nodes, stop_all
+from tests.support.waiting import wait_for
+
+TOPIC = "orders"
+
+
+@pytest.fixture
+def two_groups(tmp_path):
+    specs = group_specs(tmp_path, groups=2, members=1)
+    nodes = start_nodes([s for group in specs for s in group])
+    try:
+        for n in nodes:  # in each group (one member each); MIXED: FIFO and plain messages alike
+            wait_leader([n])
+            admin(n).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
+                name=TOPIC, read_queue_nums=4, write_queue_nums=4, message_type="MIXED")), timeout=30)
+        yield nodes
+    finally:
+        stop_all(nodes)
+
+
+def _send(node, **fields) -> pb.SendResult:
+    msg = pb.Message(topic=TOPIC, body=b"b", **fields)
+    return messaging(node).SendMessage(pb.SendMessageRequest(message=msg), timeout=20).result
+
+
+def test_route_lists_every_group_with_its_queues_and_leader(two_groups):
+    g0, g1 = two_groups
+    route = messaging(g1).QueryRoute(pb.QueryRouteRequest(topic=TOPIC), timeout=20)
+    assert [g.name for g in route.groups] == ["g0", "g1"]
+    assert route.group == "g1" and route.answered_by == "g1-n0"
+    for g, node in zip(route.groups, two_groups, strict=True):
+        assert g.available and g.has_topic and g.write_queue_nums == 4, g
+        assert g.leader == node.grpc_address and list(g.endpoints) == [node.grpc_address]
+    assert [g.store_host for g in route.groups] == ["127.0.0.1:10911", "127.0.0.1:10912"]
+
+
+def test_a_send_for_another_group_is_stored_there_from_any_member(two_groups):
+    g0, g1 = two_groups
+    r = _send(g0, broker="g1", queue_id=2, uniq_key="K-other")
+    assert (r.broker, r.queue_id) == ("g1", 2)
+    assert r.msg_id.startswith("7F000001" + format(10912, "08X")), r.msg_id  # g1's STOREHOST: its own msgIds
+    own = _send(g0)  # no group named: the receiving member's own
+    assert own.broker == "g0"
+    # read back from g1 through g0 (relayed), and directly on g1
+    for via in (g0, g1):
+        pulled = messaging(via).PullMessage(pb.PullMessageRequest(topic=TOPIC, queue_id=2, offset=r.queue_offset,
+                                                                  broker="g1"), timeout=20)
+        assert [m.uniq_key for m in pulled.messages] == ["K-other"]
+    # g0's queues hold only its own message
+    def g0_offsets():
+        queues = messaging(g0).GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=TOPIC), timeout=20).queues
+        return {q.queue_id: q.max_offset for q in queues}
+
+    wait_for(lambda: sum(g0_offsets().values()) == 1, "g0's own message in its consume queue")
+    assert g0_offsets() == {q: int(q == own.queue_id) for q in range(4)}
+
+
+def test_offsets_live_in_the_queues_group(two_groups):
+    g0, g1 = two_groups
+    messaging(g0).CommitOffset(pb.CommitOffsetRequest(group="cg", topic=TOPIC, offsets={1: 7}, broker="g1"),
+                               timeout=20)
+    assert dict(messaging(g1).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC), timeout=20).offsets) == {1: 7}
+    assert dict(messaging(g0).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC), timeout=20).offsets) == {}
+    relayed = messaging(g0).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC, broker="g1"), timeout=20)
+    assert dict(relayed.offsets) == {1: 7}
+
+
+def test_a_fifo_message_group_goes_to_one_queue_of_one_group(two_groups):
+    seen: dict[str, set] = {}
+    for i in range(12):
+        mg = f"customer-{i % 4}"
+        for node in two_groups:  # whichever member takes it
+            r = _send(node, message_group=mg)
+            seen.setdefault(mg, set()).add((r.broker, r.queue_id))
+    for mg, where in seen.items():
+        assert where == {fifo_queue(mg, ["g0", "g1"], 4)}, (mg, where)
+    assert len({b for where in seen.values() for b, _ in where}) == 2  # these groups land in both groups
+
+
+def test_unknown_group_is_refused_naming_the_groups(two_groups):
+    with pytest.raises(grpc.RpcError) as e:
+        _send(two_groups[0], broker="g7")
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "unknown group 'g7'" in e.value.details() and "g0, g1" in e.value.details()
+
+
+def test_a_group_down_fails_fast_naming_it_and_the_other_keeps_writing(two_groups):
+    g0, g1 = two_groups
+    g1.kill()
+    for _ in range(3):
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as e:
+            _send(g0, broker="g1")
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value.details()
+        assert "group g1 is unavailable" in e.value.details() and "group g0 is not affected" in e.value.details()
+        assert time.monotonic() - started < 20  # answered, not cut by the call's deadline
+    assert _send(g0).broker == "g0"
+    route = messaging(g0).QueryRoute(pb.QueryRouteRequest(topic=TOPIC), timeout=20)
+    down = {g.name: g for g in route.groups}["g1"]
+    assert not down.available and "g1" in down.error
+    assert admin(g0).ClusterStatus(pb.ClusterStatusRequest(), timeout=20).leader_id == "g0-n0"
