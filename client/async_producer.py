@@ -23,6 +23,7 @@ from datetime import datetime
 
 from raftmq.client import errors
 from raftmq.client.accumulator import Resend, SendAccumulator
+from raftmq.client.connection import ServerPool
 from raftmq.client.producer import DEFAULT_LINGER_MS, DEFAULT_STREAM_WINDOW, Producer, check_stream_options
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import Message, SendResult
@@ -43,7 +44,7 @@ class AsyncProducer:
                                   stream_window=stream_window, security=security)
         self._linger_s = linger_ms / 1000.0
         self._window = stream_window
-        self._accumulator: SendAccumulator | None = None
+        self._accumulators: dict[str, SendAccumulator] = {}  # group ("": the servers given) -> its stream
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -59,50 +60,66 @@ class AsyncProducer:
     async def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
                    keys: list[str] | str | None = None, properties: Mapping[str, str] | None = None,
                    queue_id: int | None = None, delay_level: int = 0, message_group: str = "",
-                   deliver_at: datetime | int | float | None = None) -> SendResult:
+                   deliver_at: datetime | int | float | None = None, broker: str | None = None) -> SendResult:
         """``Producer.send``, awaited: where the message was stored once a majority has it."""
         self._check_open()
         m = self._producer._message(topic, body, tags, keys, properties, queue_id, delay_level, message_group,
                                     deliver_at)
-        results, attempts = await self._stream_send([m])
-        if results is not None:
-            return SendResult.from_pb(results[0])
-        return await asyncio.to_thread(self._producer._send_unary, m, attempts)
+        return SendResult.from_pb((await self._deliver([m], broker, batch=False))[0])
 
     async def send_batch(self, topic: str, messages: Iterable[Message | bytes | str], *,
-                         queue_id: int | None = None) -> list[SendResult]:
+                         queue_id: int | None = None, broker: str | None = None) -> list[SendResult]:
         """``Producer.send_batch``, awaited: one atomic, contiguous batch in one queue; results in input order."""
         self._check_open()
         items = self._producer._batch(topic, messages, queue_id)
         if not items:
             return []
-        results, attempts = await self._stream_send(items)
-        if results is not None:
-            return [SendResult.from_pb(r) for r in results]
-        return await asyncio.to_thread(self._producer._send_batch_unary, items, attempts)
+        return [SendResult.from_pb(r) for r in await self._deliver(items, broker, batch=True)]
 
-    async def _stream_send(self, items: list[pb.Message]) -> tuple[list[pb.SendResult] | None, int]:
-        """``Producer._stream_send`` on this loop's accumulator."""
-        acc = self._accumulator_for_this_loop()
-        if not self._producer._stream_usable(acc):
+    async def _deliver(self, items: list[pb.Message], broker: str | None, *, batch: bool) -> list[pb.SendResult]:
+        """``Producer._deliver`` on this loop: the group's stream, else the unary call in a thread."""
+        producer = self._producer
+        router = producer._router  # asking for a route blocks: in a thread, unless it is known already
+        placement = (router.place(items, broker) if router.knows(items[0].topic)
+                     else await asyncio.to_thread(router.place, items, broker))
+        while True:
+            pool, group = placement.apply()
+            try:
+                results, attempts = ((None, 0) if placement.relayed else
+                                     await self._stream_send(items, group, pool))
+                if results is not None:
+                    return results
+                if batch:
+                    return await asyncio.to_thread(producer._send_batch_unary_pb, items, attempts, pool)
+                return [await asyncio.to_thread(producer._send_unary_pb, items[0], attempts, pool)]
+            except errors.RaftmqError as e:
+                if not placement.retry(e):
+                    raise placement.named(e) from e
+
+    async def _stream_send(self, items: list[pb.Message], group: str,
+                           pool: ServerPool) -> tuple[list[pb.SendResult] | None, int]:
+        """``Producer._stream_send`` on this loop's accumulator of the group."""
+        acc = self._accumulator_for_this_loop(group, pool)
+        if not self._producer._stream_usable(acc, pool):
             return None, 0
         assert acc is not None
         try:
-            return await acc.send_async(items, self._producer._pool.timeout), 0
+            return await acc.send_async(items, pool.timeout), 0
         except (Resend, errors.UnknownOutcomeError) as e:
             return None, self._producer._attempts_after(e)
 
-    def _accumulator_for_this_loop(self) -> SendAccumulator | None:
+    def _accumulator_for_this_loop(self, group: str, pool: ServerPool) -> SendAccumulator | None:
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
         elif loop is not self._loop:
             raise errors.RaftmqError("this AsyncProducer belongs to the event loop of its first send; "
                                      "make one AsyncProducer per event loop")
-        if self._accumulator is None and self._linger_s > 0:
-            self._accumulator = SendAccumulator(self._producer._pool, linger_s=self._linger_s, window=self._window,
-                                                loop=loop)
-        return self._accumulator
+        acc = self._accumulators.get(group)
+        if acc is None and self._linger_s > 0:
+            acc = self._accumulators[group] = SendAccumulator(pool, linger_s=self._linger_s, window=self._window,
+                                                              loop=loop)
+        return acc
 
     def _check_open(self) -> None:
         if self._closed:
@@ -112,9 +129,10 @@ class AsyncProducer:
         """Stop taking sends, let the broker answer those in flight, close the connections."""
         if self._closed:
             return
-        if self._accumulator is not None:
+        if self._accumulators:
             if asyncio.get_running_loop() is self._loop:
-                await self._accumulator.aclose()
+                for acc in self._accumulators.values():
+                    await acc.aclose()
             elif self._loop is not None and not self._loop.is_closed():
                 raise errors.RaftmqError("this AsyncProducer belongs to another running event loop; aclose() it "
                                          "there")

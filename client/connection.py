@@ -264,6 +264,20 @@ class ServerPool:
         """Run ``call(stubs, timeout)`` on a replica that can serve; return (response, address)."""
         return self._run(call, write=False, idempotent=True, timeout=timeout, uniq_keys=None)
 
+    def read_once(self, call: Callable[[_Stubs, float], Any], timeout: float) -> Any:
+        """Run ``call(stubs, timeout)`` once on each address in turn until one answers (no waiting, no back-off):
+        for what a caller can do without (a route). Raises the last failure."""
+        last: errors.RaftmqError | None = None
+        for address in self._order(False):
+            try:
+                return call(self.stubs(address), timeout)
+            except grpc.RpcError as rpc_err:
+                last = errors.from_rpc_error(rpc_err, address, write=False, uniq_keys=None)
+                if last.code == grpc.StatusCode.UNIMPLEMENTED:
+                    break
+        assert last is not None
+        raise last
+
     def write(self, call: Callable[[_Stubs, float], Any], *, idempotent: bool = False,
               uniq_keys: list[str] | None = None, timeout: float | None = None) -> tuple[Any, str]:
         """Run ``call(stubs, timeout)`` on the leader, following redirects; return (response, address)."""

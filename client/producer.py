@@ -23,6 +23,7 @@ whose UNIQ_KEY they have already processed.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -30,6 +31,7 @@ from datetime import datetime
 from raftmq.client import errors
 from raftmq.client.accumulator import Resend, SendAccumulator
 from raftmq.client.connection import ServerPool
+from raftmq.client.routing import Router
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import Message, SendResult, epoch_ms
 from raftmq.client.uniq_key import UniqKeyGenerator
@@ -76,11 +78,18 @@ class Producer:
                  security: ClientSecurity | None = None):
         check_stream_options(linger_ms, stream_window)
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
+        # issue 37: a cluster of several groups: one pool per group, from the topic's route (client/routing.py)
+        self._router = Router(self._pool, lambda addresses: ServerPool(
+            addresses, timeout=timeout, retry_timeout=retry_timeout, security=self._pool.security))
         self._ids = UniqKeyGenerator()
         self.unknown_outcome_retries = unknown_outcome_retries
-        # issue 17: sends from all threads share one SendStream (client/accumulator.py); linger_ms=0: unary calls
-        self._accumulator = (SendAccumulator(self._pool, linger_s=linger_ms / 1000.0, window=stream_window)
-                             if linger_ms > 0 else None)
+        # issue 17: sends from all threads share one SendStream (client/accumulator.py); linger_ms=0: unary calls;
+        # one stream per group (each to its own leader)
+        self._linger_s = linger_ms / 1000.0
+        self._window = stream_window
+        self._accumulators: dict[str, SendAccumulator] = {}
+        self._accumulators_lock = threading.Lock()
+        self._closed = False
 
     @property
     def servers(self) -> list[str]:
@@ -106,10 +115,22 @@ class Producer:
             m.queue_id = queue_id
         return m
 
-    def _write(self, call, uniq_keys: list[str], attempts: int = 0):
+    def _accumulator_for(self, group: str, pool: ServerPool) -> SendAccumulator | None:
+        """The send stream to ``group`` ("" : the servers given), made on first use; None with linger_ms=0."""
+        if self._linger_s <= 0:
+            return None
+        with self._accumulators_lock:
+            if self._closed:
+                raise errors.RaftmqError("producer is closed")
+            acc = self._accumulators.get(group)
+            if acc is None:
+                acc = self._accumulators[group] = SendAccumulator(pool, linger_s=self._linger_s, window=self._window)
+            return acc
+
+    def _write(self, call, uniq_keys: list[str], attempts: int = 0, pool: ServerPool | None = None):
         while True:
             try:
-                response, _ = self._pool.write(call, uniq_keys=uniq_keys)
+                response, _ = (pool or self._pool).write(call, uniq_keys=uniq_keys)
                 return response
             except errors.UnknownOutcomeError:
                 if attempts >= self.unknown_outcome_retries:
@@ -119,7 +140,7 @@ class Producer:
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: list[str] | str | None = None, properties: Mapping[str, str] | None = None,
              queue_id: int | None = None, delay_level: int = 0, message_group: str = "",
-             deliver_at: datetime | int | float | None = None) -> SendResult:
+             deliver_at: datetime | int | float | None = None, broker: str | None = None) -> SendResult:
         """Send one message; returns where it was stored once a majority has it.
 
         ``keys`` (a list, or a space-separated string) are indexed for ``Admin.query_by_key``; ``queue_id``
@@ -128,13 +149,29 @@ class Producer:
         ``message_group`` (FIFO) sends every message of the group to one queue, in send order.
         ``deliver_at`` (an aware ``datetime`` or ms since the epoch) makes it a timer message: invisible in its
         topic until then (at most the broker's ``store.timer_max_delay_seconds`` ahead; a past time delivers now).
+        In a cluster of several groups (docs/design/scale-out.md) ``broker`` names the group to store it in;
+        unset, sends go round robin over the groups that answer, a message group to its one group and queue.
         Raises a subclass of ``RaftmqError``.
         """
         m = self._message(topic, body, tags, keys, properties, queue_id, delay_level, message_group, deliver_at)
-        results, attempts = self._stream_send([m])
-        if results is not None:
-            return SendResult.from_pb(results[0])
-        return self._send_unary(m, attempts)
+        return SendResult.from_pb(self._deliver([m], broker, batch=False)[0])
+
+    def _deliver(self, items: list[pb.Message], broker: str | None, *, batch: bool) -> list[pb.SendResult]:
+        """Send ``items`` (one send) to their group: through its stream, else the unary call."""
+        placement = self._router.place(items, broker)
+        while True:
+            pool, group = placement.apply()
+            try:
+                acc = None if placement.relayed else self._accumulator_for(group, pool)
+                results, attempts = self._stream_send(items, acc, pool)
+                if results is not None:
+                    return results
+                if batch:
+                    return list(self._send_batch_unary_pb(items, attempts, pool))
+                return [self._send_unary_pb(items[0], attempts, pool)]
+            except errors.RaftmqError as e:
+                if not placement.retry(e):
+                    raise placement.named(e) from e
 
     def _message(self, topic: str, body: bytes | str, tags: str | None, keys: list[str] | str | None,
                  properties: Mapping[str, str] | None, queue_id: int | None, delay_level: int, message_group: str,
@@ -144,25 +181,25 @@ class Producer:
                       epoch_ms(deliver_at) if deliver_at is not None else 0)
         return self._to_pb(topic, msg, queue_id, time.time_ns() // 1_000_000)
 
-    def _send_unary(self, m: pb.Message, attempts: int) -> SendResult:
+    def _send_unary_pb(self, m: pb.Message, attempts: int, pool: ServerPool | None = None) -> pb.SendResult:
         req = pb.SendMessageRequest(message=m)  # the unary way (protobuf copies m: built only when needed)
-        resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [m.uniq_key], attempts)
-        return SendResult.from_pb(resp.result)
+        resp = self._write(lambda s, t: s.messaging.SendMessage(req, timeout=t), [m.uniq_key], attempts, pool)
+        return resp.result
 
-    def _stream_usable(self, acc: SendAccumulator | None) -> bool:
+    def _stream_usable(self, acc: SendAccumulator | None, pool: ServerPool | None = None) -> bool:
         # while the leader is out of reach, followers forward unary calls to it (a stream is never forwarded)
-        return acc is not None and acc.supported and not self._pool.leader_unreachable
+        return acc is not None and acc.supported and not (pool or self._pool).leader_unreachable
 
-    def _stream_send(self, items: list[pb.Message]) -> tuple[list[pb.SendResult] | None, int]:
+    def _stream_send(self, items: list[pb.Message], acc: SendAccumulator | None,
+                     pool: ServerPool) -> tuple[list[pb.SendResult] | None, int]:
         """Through the accumulator when it is on: (results, 0), or (None, attempts used) to send the unary way
         (not stored yet, the broker has no SendStream, or an unknown outcome to resend). Raises what the unary
         call would have raised."""
-        acc = self._accumulator
-        if not self._stream_usable(acc):
+        if not self._stream_usable(acc, pool):
             return None, 0
         assert acc is not None
         try:
-            return acc.send(items, self._pool.timeout), 0
+            return acc.send(items, pool.timeout), 0
         except (Resend, errors.UnknownOutcomeError) as e:
             return None, self._attempts_after(e)
 
@@ -175,29 +212,32 @@ class Producer:
         return 1  # the stream attempt counts as the first; resend the same UNIQ_KEYs
 
     def send_batch(self, topic: str, messages: Iterable[Message | bytes | str], *,
-                   queue_id: int | None = None) -> list[SendResult]:
-        """Send messages to one queue as one atomic, contiguous batch; results in input order."""
+                   queue_id: int | None = None, broker: str | None = None) -> list[SendResult]:
+        """Send messages to one queue as one atomic, contiguous batch; results in input order. ``broker``: as
+        in ``send``."""
         items = self._batch(topic, messages, queue_id)
         if not items:
             return []
-        results, attempts = self._stream_send(items)
-        if results is not None:
-            return [SendResult.from_pb(r) for r in results]
-        return self._send_batch_unary(items, attempts)
+        return [SendResult.from_pb(r) for r in self._deliver(items, broker, batch=True)]
 
     def _batch(self, topic: str, messages: Iterable[Message | bytes | str], queue_id: int | None) -> list[pb.Message]:
         born = time.time_ns() // 1_000_000
         return [self._to_pb(topic, m if isinstance(m, Message) else Message(m), queue_id, born) for m in messages]
 
-    def _send_batch_unary(self, items: list[pb.Message], attempts: int) -> list[SendResult]:
+    def _send_batch_unary_pb(self, items: list[pb.Message], attempts: int,
+                             pool: ServerPool | None = None) -> list[pb.SendResult]:
         req = pb.SendBatchRequest(messages=items)
         resp = self._write(lambda s, t: s.messaging.SendBatch(req, timeout=t), [m.uniq_key for m in items],
-                           attempts)
-        return [SendResult.from_pb(r) for r in resp.results]
+                           attempts, pool)
+        return list(resp.results)
 
     def close(self) -> None:
-        if self._accumulator is not None:
-            self._accumulator.close()
+        with self._accumulators_lock:
+            self._closed = True
+            accumulators, self._accumulators = list(self._accumulators.values()), {}
+        for acc in accumulators:
+            acc.close()
+        self._router.close()
         self._pool.close()
 
     def __enter__(self) -> Producer:

@@ -51,11 +51,12 @@ class SendResult:
     physical_offset: int
     store_timestamp: int
     note: str = ""
+    broker: str = ""  # the group that stored it (its queue is topic, broker, queue_id); "" from older nodes
 
     @classmethod
     def from_pb(cls, r: pb.SendResult) -> SendResult:
         return cls(r.msg_id, r.uniq_key, r.topic, r.queue_id, r.queue_offset, r.physical_offset,
-                   r.store_timestamp, r.note)
+                   r.store_timestamp, r.note, r.broker)
 
 
 @dataclass(frozen=True)

@@ -113,3 +113,23 @@ def test_a_group_down_fails_fast_naming_it_and_the_other_keeps_writing(two_group
     down = {g.name: g for g in route.groups}["g1"]
     assert not down.available and "g1" in down.error
     assert admin(g0).ClusterStatus(pb.ClusterStatusRequest(), timeout=20).leader_id == "g0-n0"
+
+
+def test_the_sdk_spreads_sends_over_the_groups_and_keeps_writing_when_one_is_down(two_groups):
+    from raftmq.client import Producer, errors
+
+    g0, g1 = two_groups
+    for linger_ms in (0.1, 0):  # through each group's send stream, and unary
+        with Producer([g0.grpc_address], retry_timeout=5, linger_ms=linger_ms) as p:  # the route names the rest
+            results = [p.send(TOPIC, b"x") for _ in range(8)]
+            assert {r.broker for r in results} == {"g0", "g1"}
+            batch = p.send_batch(TOPIC, [b"a", b"b"], broker="g1")
+            assert {(r.broker, r.queue_id) for r in batch} == {("g1", batch[0].queue_id)}
+            r = p.send(TOPIC, b"f", message_group="customer-9")
+            assert (r.broker, r.queue_id) == fifo_queue("customer-9", ["g0", "g1"], 4)
+    g1.kill()
+    with Producer([g0.grpc_address], retry_timeout=5) as p:
+        assert {p.send(TOPIC, b"y").broker for _ in range(6)} == {"g0"}  # g1's queues skipped, g0 keeps writing
+        with pytest.raises(errors.UnavailableError) as e:
+            p.send(TOPIC, b"z", broker="g1")
+        assert "group g1 is unavailable" in str(e.value)
