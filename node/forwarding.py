@@ -171,11 +171,15 @@ class Forwarder:
     async def forward_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext, leader: str):
         """A server-streaming call relayed to the leader (issue 13: RocketMQ 5's ReceiveMessage): the leader's
         responses as they come; failures as in ``forward``."""
+        async for response in self.relay_stream(await self._live_leader(leader, context), method, request, context):
+            yield response
+
+    async def relay_stream(self, address: str, method: str, request: Any, context: grpc.aio.ServicerContext):
+        """``relay`` for a server-streaming call: the responses of the member at ``address`` as they come."""
         path, response_cls = self._methods[method]
-        leader = await self._live_leader(leader, context)
-        call = self.channel(leader).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
-                                                 response_deserializer=response_cls.FromString)
-        md = self.relay_metadata(_metadata(context)) + [(FORWARDED_FOR_KEY, context.peer())]
+        call = self.channel(address).unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
+                                                  response_deserializer=response_cls.FromString)
+        md = self.relay_metadata(_metadata(context)) + [(FORWARDED_FOR_KEY, self.client_peer(context))]
         remaining = context.time_remaining()
         timeout = None if remaining is None else max(0.05, remaining - _ANSWER_MARGIN_S)
         self.forwarded += 1
@@ -183,7 +187,7 @@ class Forwarder:
             async for response in call(request, timeout=timeout, metadata=tuple(md)):
                 yield response
         except grpc.aio.AioRpcError as e:
-            raise self._translate(e, leader) from None
+            raise self._translate(e, address) from None
 
     async def _live_leader(self, leader: str, context: grpc.aio.ServicerContext) -> str:
         """The leader to relay to: one this member heard from lately (waiting for it, or for a new one, while the

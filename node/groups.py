@@ -132,6 +132,23 @@ class GroupDirectory:
         self._leaders.pop(group, None)
         raise self.unavailable(group, why)
 
+    async def relay_stream(self, group: str, method: str, request: Any, context: grpc.aio.ServicerContext):
+        """A server-streaming call (RocketMQ 5's ReceiveMessage) relayed to another group's leader: its
+        responses as they come. The leader is the one last seen, else found by ``relay``ing a route request."""
+        spec = self.spec(group)
+        leader = self._leaders.get(group)
+        if not leader:
+            answer = await self.relay(group, "QueryRoute", pb.QueryRouteRequest(local=True), context)
+            leader = next((g.leader for g in answer.groups if g.name == group), "")
+            if not leader:
+                raise self.unavailable(group, f"no leader (asked {', '.join(m.grpc for m in spec.members)})")
+        try:
+            async for response in self._forwarder.relay_stream(leader, method, request, context):
+                yield response
+        except NotSent:
+            self._leaders.pop(group, None)
+            raise self.unavailable(group, f"its leader at {leader} does not answer") from None
+
     # ------------------------------------------------------------------ routes
     def own_route(self, node: BrokerCore, topic: str) -> pb.GroupRoute:
         """This member's group as a route names it: endpoints, leader, and the topic's queues in its table."""

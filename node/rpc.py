@@ -244,6 +244,15 @@ def _streaming(fn: Callable[..., Any], method: str, protocol: Protocol, needs_re
                 if err is None:
                     yield response
                     return
+            if not started and isinstance(err, GroupRedirect):  # issue 37: another group's stream, relayed there
+                try:
+                    async for response in node.groups.relay_stream(err.group, key, request, context):
+                        started = True
+                        yield response
+                    scope.code = "FORWARDED"
+                    return
+                except RpcError as relayed:
+                    err = relayed
             forwarder = node.forwarder
             if not started and forwarder.should_forward(key, err, context):  # the whole stream, to the leader
                 try:

@@ -122,6 +122,12 @@ class ConsumerRpcs:
         cfg = self._topic(topic)
         if cfg.read_queue_nums <= 0 or not route.permission(cfg.perm, True, False):
             raise V2Error(v2.FORBIDDEN, f"topic {topic!r} has no readable queue")
+        if self.node.groups.many:  # issue 37: one per group (its broker), as the Java proxy gives one per broker
+            return v2s.QueryAssignmentResponse(status=ok(), assignments=[
+                v2.Assignment(message_queue=v2.MessageQueue(topic=request.topic, id=-1, permission=mq.permission,
+                                                            broker=mq.broker,
+                                                            accept_message_types=mq.accept_message_types))
+                for mq in await self._group_queues(request.topic, cfg, context) if mq.id == 0])
         members = [m.grpc for m in self.node.config.members] or [self.node.config.advertised_address]
         endpoints = route.route_endpoints(request.endpoints, members)
         # one assignment for the whole cluster (id -1, as the Java proxy gives one per broker): the leader hands
@@ -136,6 +142,8 @@ class ConsumerRpcs:
     async def ReceiveMessage(self, request: v2s.ReceiveMessageRequest, context):  # noqa: N802
         node = self.node
         tags, sql = _filter_texts(request.filter_expression)
+        if node.groups.many:  # issue 37: the queue's group receives (a member of another relays the stream)
+            node.check_group(request.message_queue.broker.name)
         try:  # pops happen on the leader: a follower relays the whole stream (node/rpc.py)
             sub = self.receives.subscribe(request.group.name, request.message_queue.topic.name,
                                           tag_expression=tags, sql_expression=sql)

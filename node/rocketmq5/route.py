@@ -1,15 +1,20 @@
 """Where a RocketMQ 5 client sends its calls: the topic's queues and the endpoints that serve them.
 
-raftmq is ONE broker from a client's point of view (the replicated group): every queue is on broker
-``<cluster name>``, id 0 (master), and any member answers any call (followers relay writes to the leader). So
-the endpoints a route names are the ones the client asked through, as the Java proxy's cluster mode does: a
-Kubernetes Service stays the client's one address, a list of members stays that list, and a failover changes
-nothing the client knows. Only when the request names none do we fall back to the members' own addresses.
+A one-group raftmq cluster is ONE broker from a client's point of view (the replicated group): every queue is on
+broker ``<cluster name>``, id 0 (master), and any member answers any call (followers relay writes to the
+leader). So the endpoints a route names are the ones the client asked through, as the Java proxy's cluster mode
+does: a Kubernetes Service stays the client's one address, a list of members stays that list, and a failover
+changes nothing the client knows. Only when the request names none do we fall back to the members' own addresses.
+
+A cluster of several groups (issue 37, docs/design/scale-out.md#routes) is one broker per group, named after the
+group, with that group's endpoints: a RocketMQ 5 send names a queue id but no broker, so the endpoints must tell
+the groups apart.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
 from raftmq.node.validation import PERM_READ, PERM_WRITE
 from raftmq.rocketmq.v2 import definition_pb2 as v2
@@ -68,6 +73,17 @@ def permission(perm: int, readable: bool, writable: bool) -> int:
 
 def broker(name: str, endpoints: v2.Endpoints) -> v2.Broker:
     return v2.Broker(name=name, id=0, endpoints=endpoints)
+
+
+@dataclass(frozen=True)
+class GroupQueues:
+    """A topic's queues in one group of a cluster of several (issue 37), as ``message_queues`` reads a topic
+    config: the group's counts and perm, the topic's message type."""
+
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    message_type: str
 
 
 def message_queues(topic: v2.Resource, cfg, broker_name: str, endpoints: v2.Endpoints) -> list[v2.MessageQueue]:

@@ -80,6 +80,9 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
                 cfg = node.existing_topic(name)  # a follower's lagging table: relayed to the leader
             except RpcError as e:
                 raise as_topic_not_found(e, name, node) from None
+        if node.groups.many:
+            return v2s.QueryRouteResponse(status=ok(), message_queues=await self._group_queues(request.topic, cfg,
+                                                                                               context))
         members = [m.grpc for m in node.config.members] or [node.config.advertised_address]
         endpoints = route.route_endpoints(request.endpoints, members)
         if not endpoints.addresses:
@@ -87,6 +90,17 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
                           "has no advertised address (node.advertised_address)")
         return v2s.QueryRouteResponse(status=ok(), message_queues=route.message_queues(
             request.topic, cfg, node.config.cluster.name, endpoints))
+
+    async def _group_queues(self, topic: v2.Resource, cfg, context) -> list[v2.MessageQueue]:
+        """Issue 37: every group's queues of the topic, broker name = group name, with the group's endpoints; a
+        group that does not answer, or lacks the topic, is left out (as RocketMQ's NameServer drops a broker that
+        stopped reporting), so clients send to the groups that take writes."""
+        out: list[v2.MessageQueue] = []
+        for g in (await self.node.groups.route(self.node, topic.name, context)).groups:
+            if g.available and g.has_topic:
+                queues = route.GroupQueues(g.read_queue_nums, g.write_queue_nums, g.perm, cfg.message_type)
+                out += route.message_queues(topic, queues, g.name, route.endpoints_of(list(g.endpoints)))
+        return out
 
     def _may_publish(self, topic: str) -> bool:
         """Whether the caller could send to ``topic`` (a route auto-creates a topic only for such a caller, as a
