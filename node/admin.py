@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -47,10 +48,34 @@ class AdminService(pb_grpc.AdminServiceServicer):
         self.node = node
 
     # ------------------------------------------------------------------ topics
+    async def _everywhere(self, method: str, request_for, context, what: str):
+        """Issue 37: a topic change without a group, in a cluster of several: the same change pinned to every
+        group (docs/design/scale-out.md#topic-administration). All of them done: the answer of the first with
+        every group's outcome; otherwise the refusals, each naming its group, and what the others did."""
+        answers = await self.node.groups.fan_out(method, request_for, context)
+        done = [a for _, a in answers if not isinstance(a, RpcError)]
+        failed = [a for _, a in answers if isinstance(a, RpcError)]
+        outcomes = [o for a in done for o in a.groups]
+        if failed:
+            did = ", ".join(f"{o.group} {o.outcome}" for o in outcomes) or "no group changed"
+            code = (grpc.StatusCode.UNAVAILABLE if any(e.code == grpc.StatusCode.UNAVAILABLE for e in failed)
+                    else failed[0].code)
+            after = (" - the leaders' reconcile pass creates it in the groups that lack it once they answer"
+                     if method == "CreateTopic" else f" - run the {what} again once they answer (it is idempotent)")
+            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done: {did}){after}")
+        response = done[0]
+        del response.groups[:]
+        response.groups.extend(outcomes)
+        return response
+
+    def _outcome(self, outcome: str) -> list[pb.GroupTopicOutcome]:
+        return [pb.GroupTopicOutcome(group=self.node.groups.own, outcome=outcome)]
+
     @rpc_handler("CreateTopic")
     async def CreateTopic(self, request: pb.CreateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
         from raftmq.store.topic_config import TopicConfig
 
+        node = self.node
         t = request.topic
         check_topic_name(t.name)
         read = t.read_queue_nums or DEFAULT_QUEUE_NUMS
@@ -59,20 +84,33 @@ class AdminService(pb_grpc.AdminServiceServicer):
         check_queue_nums("read_queue_nums", read)
         check_queue_nums("write_queue_nums", write)
         check_perm(perm)
-        if self.node.topic_config(t.name) is not None:
-            raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
-                           f"topic {t.name!r} already exists; change it with `raftmq topic update {t.name}` "
-                           "(SDK: Admin.update_topic)")
         message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
+        node.check_group(request.broker)
+        if not request.broker and node.groups.many:
+            return await self._everywhere("CreateTopic", lambda g: pb.CreateTopicRequest(topic=t, broker=g), context,
+                                          "create")
         cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
                           order=t.order).with_message_type(message_type)
-        await self.node.run_blocking(self.node.write_path.create_topic, cfg)
-        return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
+        existing = node.topic_config(t.name)
+        if existing is not None:
+            if request.broker and topic_message(existing) == topic_message(cfg):  # one group of a fan-out
+                return pb.TopicResponse(topic=topic_message(existing), groups=self._outcome("exists"))
+            where = f" in group {node.groups.own}" if node.groups.many else ""
+            raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
+                           f"topic {t.name!r} already exists{where}; change it with `raftmq topic update {t.name}` "
+                           "(SDK: Admin.update_topic)")
+        await node.run_blocking(node.write_path.create_topic, cfg)
+        node.topics_deleted.pop(t.name, None)  # created again: the reconcile pass may copy it once more
+        return pb.TopicResponse(topic=topic_message(node.existing_topic(t.name)), groups=self._outcome("created"))
 
     @rpc_handler("UpdateTopic")
     async def UpdateTopic(self, request: pb.UpdateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
         t = request.topic
         check_topic_name(t.name)
+        self.node.check_group(request.broker)
+        if not request.broker and self.node.groups.many:
+            return await self._everywhere("UpdateTopic", lambda g: pb.UpdateTopicRequest(topic=t, broker=g), context,
+                                          "update")
         current = self.node.existing_topic(t.name)
         changes = {}
         if t.read_queue_nums:
@@ -90,10 +128,11 @@ class AdminService(pb_grpc.AdminServiceServicer):
         if t.message_type:
             cfg = cfg.with_message_type(check_message_type_name(t.message_type))
         await self.node.run_blocking(self.node.write_path.update_topic, cfg)
-        return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
+        return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)), groups=self._outcome("updated"))
 
     @rpc_handler("ListTopics")
     async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:  # noqa: N802
+        self.node.check_group(request.broker)
         topics = [c for c in self.node.store.topics.list()
                   if request.include_system or not is_system_topic(c.topic_name)]
         topics.sort(key=lambda c: c.topic_name)
@@ -101,10 +140,22 @@ class AdminService(pb_grpc.AdminServiceServicer):
 
     @rpc_handler("DeleteTopic")
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # noqa: N802
+        node = self.node
         check_topic_name(request.name)
-        self.node.existing_topic(request.name)
-        await self.node.run_blocking(self.node.write_path.delete_topic, request.name)
-        return pb.DeleteTopicResponse()
+        node.check_group(request.broker)
+        if not request.broker and node.groups.many:
+            answer = await self._everywhere("DeleteTopic", lambda g: pb.DeleteTopicRequest(name=request.name, broker=g),
+                                            context, "delete")
+            return pb.DeleteTopicResponse(groups=answer.groups)
+        if request.broker and node.topic_config(request.name) is None:
+            node.check_leader()  # only the leader's table is current: a follower's may lag a create
+            node.topics_deleted[request.name] = time.time()
+            return pb.DeleteTopicResponse(groups=self._outcome("absent"))
+        node.existing_topic(request.name)
+        await node.run_blocking(node.write_path.delete_topic, request.name)
+        if request.broker:
+            node.topics_deleted[request.name] = time.time()
+        return pb.DeleteTopicResponse(groups=self._outcome("deleted"))
 
     # ------------------------------------------------------------------ cluster
     @rpc_handler("ClusterStatus", needs_ready=False)

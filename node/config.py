@@ -204,6 +204,9 @@ class ClusterSection:
         "every group. Each group is a replicated group as `cluster.members` describes one, with its own "
         "`store_host` (unique: it is in every msgId) and optional client-facing `endpoints` (default: its "
         "members' grpc addresses). Exclusive with `cluster.members`; empty: one group.", default_factory=list)
+    topic_reconcile_interval_s: float = setting(
+        "With `cluster.groups`: seconds between two passes in which each group's leader creates in its group "
+        "every topic another group has and it lacks (a group that missed a `topic create`).", 30.0)
     forward_to_leader: bool = setting(
         "A member that is not the leader relays write and admin calls to the leader (authenticated with "
         "`secret`); off: it only answers with a redirect to the leader.", True)
@@ -735,6 +738,8 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     if not 1 <= n.rocketmq5_auto_renew_seconds <= 43200:
         problems.append("node.rocketmq5_auto_renew_seconds: must be 1..43200 (seconds a PushConsumer's message stays "
                         "invisible between renewals)")
+    if not c.topic_reconcile_interval_s > 0:
+        problems.append("cluster.topic_reconcile_interval_s: must be > 0 (seconds between reconcile passes)")
     if not n.rocketmq5_max_delay_seconds > 0:
         problems.append("node.rocketmq5_max_delay_seconds: must be > 0 (seconds; RocketMQ's proxy allows 86400)")
     problems.extend(_pop_problems(n))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -40,6 +41,25 @@ class GroupRedirect(RpcError):
     def __init__(self, group: str):
         super().__init__(grpc.StatusCode.FAILED_PRECONDITION, f"the call is for group {group}")
         self.group = group
+
+
+class InternalCall:
+    """The call context of a call this member makes on its own behalf (the topic reconcile pass), for the
+    relays that expect a client's: signed as the bootstrap admin when authentication is on, bounded by
+    ``timeout_s``."""
+
+    def __init__(self, timeout_s: float, metadata: list[tuple[str, str]] | None = None):
+        self._deadline = time.monotonic() + timeout_s
+        self._metadata = tuple(metadata or ())
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
+
+    def peer(self) -> str:
+        return "internal"
 
 
 class GroupDirectory:
@@ -119,7 +139,8 @@ class GroupDirectory:
                 if e.code == grpc.StatusCode.UNAVAILABLE:  # that member has no leader: an election, or no majority
                     no_leader = e.message
                     continue
-                raise RpcError(e.code, f"group {group} refused: {e.message}", leader=None) from None
+                raise RpcError(e.code, e.message if e.message.startswith(f"group {group}") else
+                               f"group {group} refused: {e.message}") from None
             self._leaders[group] = address
             self._down.pop(group, None)
             return response
@@ -148,6 +169,19 @@ class GroupDirectory:
         except NotSent:
             self._leaders.pop(group, None)
             raise self.unavailable(group, f"its leader at {leader} does not answer") from None
+
+    async def fan_out(self, method: str, request_for: Callable[[str], Any],
+                      context: grpc.aio.ServicerContext) -> list[tuple[str, Any]]:
+        """The same call pinned to every group at once (topic administration): (group, its response or the
+        RpcError it failed with, naming the group), in configuration order."""
+
+        async def one(group: str) -> tuple[str, Any]:
+            try:
+                return group, await self.relay(group, method, request_for(group), context)
+            except RpcError as e:
+                return group, e
+
+        return list(await asyncio.gather(*(one(g) for g in self.names)))
 
     # ------------------------------------------------------------------ routes
     def own_route(self, node: BrokerCore, topic: str) -> pb.GroupRoute:

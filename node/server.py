@@ -619,8 +619,16 @@ async def serve(cfg: NodeConfig) -> int:
         from raftmq.node.acl_rotation import reseal_loop
 
         reseal = asyncio.ensure_future(reseal_loop(broker.core)) if broker.core.auth is not None else None
+        reconcile = None
+        if broker.core.groups.many:  # issue 37: a topic missing from a group is created there by its leader
+            from raftmq.node.topic_reconcile import TopicReconcile
+
+            reconcile = asyncio.ensure_future(
+                TopicReconcile(broker.core, cfg.cluster.topic_reconcile_interval_s).run())
         await stopped
         role.cancel()
+        if reconcile is not None:
+            reconcile.cancel()
         if reseal is not None:
             reseal.cancel()
     stopped.cancel()

@@ -20,7 +20,7 @@ TOPIC = "orders"
 
 @pytest.fixture
 def two_groups(tmp_path):
-    specs = group_specs(tmp_path, groups=2, members=1)
+    specs = group_specs(tmp_path, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1})
     nodes = start_nodes([s for group in specs for s in group])
     try:
         for n in nodes:  # in each group (one member each); MIXED: FIFO and plain messages alike
@@ -133,3 +133,40 @@ def test_the_sdk_spreads_sends_over_the_groups_and_keeps_writing_when_one_is_dow
         with pytest.raises(errors.UnavailableError) as e:
             p.send(TOPIC, b"z", broker="g1")
         assert "group g1 is unavailable" in str(e.value)
+
+
+def _topic_in(node, name: str):
+    topics = admin(node).ListTopics(pb.ListTopicsRequest(), timeout=20).topics
+    return next((t for t in topics if t.name == name), None)
+
+
+def test_topic_admin_acts_on_every_group_idempotently_and_reconcile_repairs_a_missed_group(two_groups):
+    g0, g1 = two_groups
+    a = admin(g1)
+    create = pb.CreateTopicRequest(topic=pb.TopicConfig(name="fan", read_queue_nums=3, write_queue_nums=3))
+    outcomes = lambda r: [(o.group, o.outcome) for o in r.groups]  # noqa: E731
+    assert outcomes(a.CreateTopic(create, timeout=30)) == [("g0", "created"), ("g1", "created")]
+    assert outcomes(a.CreateTopic(create, timeout=30)) == [("g0", "exists"), ("g1", "exists")]
+    assert _topic_in(g0, "fan").write_queue_nums == 3 and _topic_in(g1, "fan").write_queue_nums == 3
+    other = pb.CreateTopicRequest(topic=pb.TopicConfig(name="fan", read_queue_nums=5, write_queue_nums=5))
+    with pytest.raises(grpc.RpcError) as e:
+        a.CreateTopic(other, timeout=30)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "in group g0" in e.value.details()
+    update = pb.UpdateTopicRequest(topic=pb.TopicConfig(name="fan", read_queue_nums=6, write_queue_nums=6))
+    assert outcomes(a.UpdateTopic(update, timeout=30)) == [("g0", "updated"), ("g1", "updated")]
+    assert _topic_in(g0, "fan").write_queue_nums == 6
+    delete = pb.DeleteTopicRequest(name="fan")
+    assert outcomes(a.DeleteTopic(delete, timeout=30)) == [("g0", "deleted"), ("g1", "deleted")]
+    assert outcomes(a.DeleteTopic(delete, timeout=30)) == [("g0", "absent"), ("g1", "absent")]
+
+    g1.kill()
+    late = pb.CreateTopicRequest(topic=pb.TopicConfig(name="late", read_queue_nums=2, write_queue_nums=2))
+    with pytest.raises(grpc.RpcError) as e:
+        admin(g0).CreateTopic(late, timeout=30)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "group g1 is unavailable" in e.value.details() and "done: g0 created" in e.value.details()
+    assert _topic_in(g0, "late") is not None
+    g1.restart()
+    wait_leader([g1])
+    topic = wait_for(lambda: _topic_in(g1, "late"), "the reconcile pass creates the missed topic in g1", timeout=60)
+    assert (topic.read_queue_nums, topic.write_queue_nums) == (2, 2)

@@ -529,28 +529,44 @@ class TopicConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("topic",)
+    __slots__ = ("topic", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: TopicConfig
-    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class UpdateTopicRequest(_message.Message):
-    __slots__ = ("topic",)
+    __slots__ = ("topic", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: TopicConfig
-    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class GroupTopicOutcome(_message.Message):
+    __slots__ = ("group", "outcome")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    outcome: str
+    def __init__(self, group: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...
 
 class TopicResponse(_message.Message):
-    __slots__ = ("topic",)
+    __slots__ = ("topic", "groups")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     topic: TopicConfig
-    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+    groups: _containers.RepeatedCompositeFieldContainer[GroupTopicOutcome]
+    def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupTopicOutcome, _Mapping]]] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
-    __slots__ = ("include_system",)
+    __slots__ = ("include_system", "broker")
     INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     include_system: bool
-    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+    broker: str
+    def __init__(self, include_system: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ListTopicsResponse(_message.Message):
     __slots__ = ("topics",)
@@ -559,14 +575,18 @@ class ListTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "broker")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, name: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class DeleteTopicResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupTopicOutcome]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupTopicOutcome, _Mapping]]] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()
