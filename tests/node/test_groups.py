@@ -23,10 +23,11 @@ def two_groups(tmp_path):
     specs = group_specs(tmp_path, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1})
     nodes = start_nodes([s for group in specs for s in group])
     try:
-        for n in nodes:  # in each group (one member each); MIXED: FIFO and plain messages alike
+        for n in nodes:
             wait_leader([n])
-            admin(n).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
-                name=TOPIC, read_queue_nums=4, write_queue_nums=4, message_type="MIXED")), timeout=30)
+        # in every group at once; MIXED: FIFO and plain messages alike
+        admin(nodes[0]).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
+            name=TOPIC, read_queue_nums=4, write_queue_nums=4, message_type="MIXED")), timeout=30)
         yield nodes
     finally:
         stop_all(nodes)

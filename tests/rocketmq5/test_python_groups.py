@@ -21,7 +21,7 @@ def two_groups(tmp_path):
     try:
         for n in nodes:
             wait_leader([n])
-            create_topic(n, "orders", message_type="MIXED")
+        create_topic(nodes[0], "orders", message_type="MIXED")  # in every group
         yield nodes
     finally:
         stop_all(nodes)
