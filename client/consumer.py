@@ -26,7 +26,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 
 import grpc
@@ -35,6 +35,7 @@ from raftmq.client import errors
 from raftmq.client.connection import ServerPool
 from raftmq.client.consumer_group import allocate_averagely
 from raftmq.client.pull_stream import QueueStream
+from raftmq.client.routing import Route, Router
 from raftmq.client.security import ClientSecurity
 from raftmq.client.tags import format_tag_expression
 from raftmq.client.types import MessageView, SendResult
@@ -42,6 +43,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+LANE_SLICE_S = 0.05  # in a cluster of several groups, a poll waits on one group's queues this long at a time
 START_FIRST = "first"
 START_LAST = "last"
 _MOVED = {pb.OFFSET_TOO_SMALL: "too small (removed by retention)", pb.OFFSET_OVERFLOW: "beyond the queue end",
@@ -70,6 +72,12 @@ class PullConsumer:
     ``sql`` is a SQL92 filter on message properties (RocketMQ's grammar, e.g. ``a > 5 AND TAGS IN ('A')``).
     ``streaming`` (default on) keeps every owned queue flowing on one server stream instead of one long-poll
     pull per queue and batch (``from_leader`` consumers, and servers without streams, pull).
+
+    In a cluster of several groups (docs/design/scale-out.md#consumers) the group's consumers share the union of
+    every group's queues: this consumer reads its share in each group through a *lane*, a consumer of that
+    group's queues (``broker``) whose allocation is its part of the union (``allocate``); offsets are committed
+    in each queue's own group. ``broker`` alone reads only that group's queues; ``allocate(queue_ids, members,
+    client_id)`` replaces RocketMQ's AllocateMessageQueueAveragely.
     """
 
     def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, *,
@@ -78,7 +86,8 @@ class PullConsumer:
                  long_poll: float = 2.0, from_leader: bool = False, timeout: float = 10.0,
                  retry_timeout: float = 15.0, queue_refresh_interval: float = 30.0,
                  heartbeat_interval: float = 5.0, client_id: str | None = None, sql: str = "",
-                 security: ClientSecurity | None = None, streaming: bool = True):
+                 security: ClientSecurity | None = None, streaming: bool = True, broker: str = "",
+                 allocate: Callable[[list[int], list[str], str], list[int]] | None = None):
         if not group.strip():
             raise errors.InvalidArgumentError("consumer group must not be empty")
         if not topic.strip():
@@ -105,7 +114,19 @@ class PullConsumer:
         self.from_leader = from_leader
         self.queue_refresh_interval = queue_refresh_interval
         self.heartbeat_interval = heartbeat_interval
+        self.broker = broker
+        self._allocate = allocate or allocate_averagely
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
+        self._settings = {"tags": tags, "start_from": start_from, "auto_commit": auto_commit,
+                          "auto_commit_interval": auto_commit_interval, "batch_size": batch_size,
+                          "long_poll": long_poll, "from_leader": from_leader, "timeout": timeout,
+                          "retry_timeout": retry_timeout, "queue_refresh_interval": queue_refresh_interval,
+                          "heartbeat_interval": heartbeat_interval, "client_id": self.client_id, "sql": sql,
+                          "security": self._pool.security, "streaming": streaming}
+        self._lanes: list[PullConsumer] | None = None  # one per group, in a cluster of several (then no queue here)
+        self._route: Route | None = None
+        self._next_lane = 0
+        self._router: Router | None = None
         # _lock guards every position, the buffer and the in-flight pulls (the heartbeat thread revokes queues);
         # it is never held across an RPC or a wait. _rebalance_lock runs one rebalance at a time.
         self._lock = threading.RLock()
@@ -142,12 +163,41 @@ class PullConsumer:
             self._start()
 
     def _start(self) -> None:
+        if not self.broker and self._lanes is None:
+            self._router = Router(self._pool, lambda addresses: self._pool)  # only its routes are used
+            route = self._router.route(self.topic)
+            if route is not None:
+                self._start_lanes(route)
+                return
         self._heartbeat()
         self._refresh_queues(initial=True)
         self._started = True
         if self._grouped:
             self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="raftmq-heartbeat", daemon=True)
             self._heartbeats.start()
+
+    def _start_lanes(self, route: Route) -> None:
+        """A cluster of several groups: one lane per group, each allocating its share of the union."""
+        self._route = route
+        self._lanes = [PullConsumer(self.group, self.topic, list(g.endpoints), broker=g.name,
+                                    allocate=self._union_share(g.name), **self._settings) for g in route.groups]
+        self._started = True
+        for lane in self._lanes:
+            lane.start()
+
+    def _union_share(self, broker: str) -> Callable[[list[int], list[str], str], list[int]]:
+        """The part of group ``broker``'s queues this consumer owns, allocated over the union of every group's
+        queues sorted as RocketMQ sorts MessageQueues (group name, then queue id)."""
+
+        def share(queue_ids: list[int], members: list[str], client_id: str) -> list[int]:
+            route = self._route
+            assert route is not None
+            union = sorted([(broker, q) for q in queue_ids]
+                           + [(g.name, q) for g in route.groups if g.name != broker for q in range(g.read_queue_nums)])
+            mine = allocate_averagely(list(range(len(union))), members, client_id)
+            return [union[i][1] for i in mine if union[i][0] == broker]
+
+        return share
 
     def _heartbeat(self) -> bool:
         """Tell the leader we are alive; True when the membership (or the queue count) changed."""
@@ -190,12 +240,12 @@ class PullConsumer:
         """Look up the topic's read queues and rebalance: drop the queues that are no longer ours (committing them
         first), take the new ones at the group's committed offset."""
         with self._rebalance_lock:
-            req = pb.GetQueueOffsetsRequest(topic=self.topic)
+            req = pb.GetQueueOffsetsRequest(topic=self.topic, broker=self.broker)
             resp, _ = self._pool.read(lambda s, t: s.messaging.GetQueueOffsets(req, timeout=t))
             previous = set(self._queue_ids)
             self._queue_ids = sorted(q.queue_id for q in resp.queues)
             members = self._members if self.client_id in self._members else sorted([*self._members, self.client_id])
-            mine = set(allocate_averagely(self._queue_ids, members, self.client_id))
+            mine = set(self._allocate(self._queue_ids, members, self.client_id))
             with self._lock:
                 owned = set(self._fetch_pos)
             present = set(self._queue_ids)
@@ -248,7 +298,8 @@ class PullConsumer:
             elif self.start_from == START_LAST:
                 starts[qid] = pinned[qid] = q.max_offset
             elif isinstance(self.start_from, int):
-                sreq = pb.SearchOffsetRequest(topic=self.topic, queue_id=qid, timestamp=self.start_from)
+                sreq = pb.SearchOffsetRequest(topic=self.topic, queue_id=qid, timestamp=self.start_from,
+                                              broker=self.broker)
                 pos = self._pool.read(lambda s, t, r=sreq: s.messaging.SearchOffset(r, timeout=t))[0].offset
                 starts[qid] = pinned[qid] = pos
             else:
@@ -266,28 +317,53 @@ class PullConsumer:
                  sorted(self._fetch_pos), ", ".join(self._members))
 
     def _fetch_committed(self) -> dict[int, int]:
-        req = pb.FetchOffsetRequest(group=self.group, topic=self.topic)
+        req = pb.FetchOffsetRequest(group=self.group, topic=self.topic, broker=self.broker)
         resp, _ = self._pool.read(lambda s, t: s.messaging.FetchOffset(req, timeout=t))
         return dict(resp.offsets)
 
     def assigned_queues(self) -> list[int]:
-        """The queue ids this consumer reads now (all of them when it is the group's only member)."""
+        """The queue ids this consumer reads now (all of them when it is the group's only member); in a cluster
+        of several groups, those of every group (``assigned_by_group`` tells them apart)."""
+        if self._lanes is not None:
+            return sorted(q for lane in self._lanes for q in lane.assigned_queues())
         with self._lock:
             return sorted(self._fetch_pos)
 
+    def assigned_by_group(self) -> dict[str, list[int]]:
+        """Per group (its broker name; "" in a one-group cluster), the queue ids this consumer reads now."""
+        if self._lanes is not None:
+            return {lane.broker: lane.assigned_queues() for lane in self._lanes}
+        return {self.broker: self.assigned_queues()}
+
     def members(self) -> list[str]:
         """The group's live members for this topic, sorted, as the leader last answered."""
+        if self._lanes is not None:
+            return sorted({m for lane in self._lanes for m in lane.members()})
         return list(self._members)
 
     def positions(self) -> dict[int, int]:
-        """Per owned queue, the next offset this consumer will hand out (consumed up to here)."""
+        """Per owned queue, the next offset this consumer will hand out (consumed up to here); one group's
+        (``broker``, or this consumer's only group)."""
+        if self._lanes is not None:
+            return self._lane(self.broker).positions()
         with self._lock:
             return dict(self._consumed)
 
-    def seek(self, queue_id: int, offset: int) -> None:
-        """Continue queue ``queue_id`` at ``offset`` (buffered messages of that queue are dropped)."""
+    def _lane(self, broker: str) -> PullConsumer:
+        assert self._lanes is not None
+        lane = next((x for x in self._lanes if x.broker == broker), None)
+        if lane is None:
+            raise errors.NotFoundError(f"name the group of the queue (broker=...): one of "
+                                       f"{', '.join(x.broker for x in self._lanes)}")
+        return lane
+
+    def seek(self, queue_id: int, offset: int, broker: str = "") -> None:
+        """Continue queue ``queue_id`` (of group ``broker`` in a cluster of several) at ``offset`` (buffered
+        messages of that queue are dropped)."""
         if not self._started:
             self._start()
+        if self._lanes is not None:
+            return self._lane(broker).seek(queue_id, offset)
         with self._lock:
             if queue_id not in self._fetch_pos:
                 if queue_id in self._queue_ids:
@@ -310,7 +386,7 @@ class PullConsumer:
                                     max_count=self.batch_size, tag_expression=self.tag_expression,
                                     sql_expression=self.sql_expression,
                                     long_poll_timeout_ms=int(self.long_poll * 1000),
-                                    consumer_group=self.group, from_leader=self.from_leader)
+                                    consumer_group=self.group, from_leader=self.from_leader, broker=self.broker)
         timeout = self._pool.timeout + self.long_poll
 
         def call(s, t):
@@ -433,7 +509,7 @@ class PullConsumer:
     def _apply(self, queue_id: int, resp: pb.PullMessageResponse) -> None:
         """Called with ``_lock`` held, for a queue this consumer still owns."""
         if resp.status == pb.FOUND and resp.messages:
-            msgs = [MessageView.from_pb(m) for m in resp.messages]
+            msgs = [MessageView.from_pb(m, self.broker) for m in resp.messages]
             for m in msgs[:-1]:
                 self._buffer.append(_Delivery(m, m.queue_offset + 1))
             last = msgs[-1]
@@ -469,9 +545,37 @@ class PullConsumer:
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
             self.commit()
 
+    def _poll_lanes(self, timeout: float, limit: int | None) -> list[MessageView]:
+        """What the lanes have buffered, from the lane after the last one that gave (so no group starves);
+        while none has any, wait on each in turn for a short slice, until ``timeout``."""
+        lanes = self._lanes
+        assert lanes is not None and self._router is not None and self._route is not None
+        self._route = self._router.route(self.topic) or self._route  # the other groups' queue counts, refreshed
+        deadline = time.monotonic() + timeout
+        while True:
+            for i in range(len(lanes)):
+                lane = lanes[(self._next_lane + i) % len(lanes)]
+                lane._maybe_auto_commit()
+                got = lane._take(limit)
+                if got:
+                    self._next_lane = (self._next_lane + i + 1) % len(lanes)
+                    return got
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            lane = lanes[self._next_lane % len(lanes)]
+            self._next_lane = (self._next_lane + 1) % len(lanes)
+            if not lane._started:
+                lane._start()
+            lane._fill(min(remaining, LANE_SLICE_S))
+
     def poll(self, timeout: float = 1.0) -> list[MessageView]:
         """Every message available within ``timeout`` seconds (possibly none), across this consumer's queues."""
         self._check_open()
+        if not self._started:
+            self._start()
+        if self._lanes is not None:
+            return self._poll_lanes(timeout, None)
         self._maybe_auto_commit()
         if not self._buffer:
             self._fill(timeout)
@@ -480,6 +584,11 @@ class PullConsumer:
     def receive(self, timeout: float = 1.0) -> MessageView | None:
         """The next message, or None if none arrives within ``timeout`` seconds."""
         self._check_open()
+        if not self._started:
+            self._start()
+        if self._lanes is not None:
+            got = self._poll_lanes(timeout, 1)
+            return got[0] if got else None
         self._maybe_auto_commit()
         deadline = time.monotonic() + timeout
         while True:
@@ -501,7 +610,12 @@ class PullConsumer:
     # ------------------------------------------------------------------ offsets
 
     def commit(self) -> None:
-        """Commit the offsets of every message handed out so far (for the group, replicated)."""
+        """Commit the offsets of every message handed out so far (for the group, replicated; in each queue's own
+        group)."""
+        if self._lanes is not None:
+            for lane in self._lanes:
+                lane.commit()
+            return
         with self._lock:
             changed = {q: o for q, o in self._consumed.items() if self._committed.get(q) != o}
         self._last_commit = time.monotonic()
@@ -523,7 +637,7 @@ class PullConsumer:
                     self._committed[q] = o
 
     def _commit(self, offsets: dict[int, int]) -> None:
-        req = pb.CommitOffsetRequest(group=self.group, topic=self.topic, offsets=offsets)
+        req = pb.CommitOffsetRequest(group=self.group, topic=self.topic, offsets=offsets, broker=self.broker)
         self._pool.write(lambda s, t: s.messaging.CommitOffset(req, timeout=t), idempotent=True)
 
     def _check_open(self) -> None:
@@ -535,6 +649,8 @@ class PullConsumer:
         after ``delay_level`` (0: the next level for its retry count) to this group's receivers
         (``SimpleConsumer``/``PushConsumer``, or a ``PullConsumer`` of topic ``%RETRY%<group>``); after the group's
         max delivery attempts it goes to %DLQ%<group>. Commit the offset as usual afterwards."""
+        if self._lanes is not None:
+            return self._lane(msg.broker).send_back(msg, delay_level)
         req = pb.SendMessageBackRequest(group=self.group, topic=msg.topic, queue_id=msg.queue_id,
                                         queue_offset=msg.queue_offset, delay_level=delay_level)
         resp, _ = self._pool.write(lambda s, t: s.messaging.SendMessageBack(req, timeout=t))
@@ -544,6 +660,14 @@ class PullConsumer:
         """Commit (when auto-commit is on), leave the group (the others take over this consumer's queues at
         once) and release connections. Pending long polls are abandoned."""
         if self._closed:
+            return
+        if self._lanes is not None:
+            self._closed = True
+            try:
+                for lane in self._lanes:
+                    lane.close()
+            finally:
+                self._pool.close()
             return
         self._stop.set()
         if self._heartbeats is not None:

@@ -83,13 +83,14 @@ class MessageView:
     reconsume_times: int = 0
     body_crc: int = 0
     prepared_transaction_offset: int = 0
+    broker: str = ""  # the group it was read from, in a cluster of several groups (its queue: topic, broker, id)
 
     @classmethod
-    def from_pb(cls, m: pb.MessageView) -> MessageView:
+    def from_pb(cls, m: pb.MessageView, broker: str = "") -> MessageView:
         return cls(m.msg_id, m.uniq_key, m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.store_size,
                    m.body, m.tags, list(m.keys), dict(m.properties), m.born_timestamp, m.born_host,
                    m.store_timestamp, m.store_host, m.sys_flag, m.flag, m.reconsume_times, m.body_crc,
-                   m.prepared_transaction_offset)
+                   m.prepared_transaction_offset, broker)
 
     @property
     def text(self) -> str:

@@ -171,3 +171,40 @@ def test_topic_admin_acts_on_every_group_idempotently_and_reconcile_repairs_a_mi
     wait_leader([g1])
     topic = wait_for(lambda: _topic_in(g1, "late"), "the reconcile pass creates the missed topic in g1", timeout=60)
     assert (topic.read_queue_nums, topic.write_queue_nums) == (2, 2)
+
+
+def test_a_pull_consumer_group_shares_the_union_of_both_groups_queues(two_groups):
+    from raftmq.client import Producer, PullConsumer
+
+    g0, g1 = two_groups
+    with Producer([g0.grpc_address]) as p:
+        sent = {p.send(TOPIC, f"m{i}").uniq_key for i in range(40)}
+    consumers = [PullConsumer("cg", TOPIC, [g1.grpc_address], client_id=cid, start_from="first",
+                              heartbeat_interval=0.3, long_poll=0.5) for cid in ("a", "b")]
+    try:
+        for c in consumers:
+            c.start()
+
+        def split():  # each owns 4 of the 8 queues of the union, together all of them
+            owned = [{(b, q) for b, qs in c.assigned_by_group().items() for q in qs} for c in consumers]
+            return owned if all(len(o) == 4 for o in owned) and len(owned[0] | owned[1]) == 8 else None
+
+        owned = wait_for(split, "the union's 8 queues split 4 / 4 between the members", timeout=60)
+        assert sorted(owned[0]) == [("g0", 0), ("g0", 1), ("g0", 2), ("g0", 3)]  # RocketMQ's sorted union, averaged
+        got: dict[str, str] = {}
+        deadline = time.monotonic() + 60
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            for c in consumers:
+                for m in c.poll(0.2):
+                    got[m.uniq_key] = m.broker
+        assert set(got) == sent and set(got.values()) == {"g0", "g1"}
+        for c in consumers:
+            c.commit()
+    finally:
+        for c in consumers:
+            c.close()
+    for group, node in (("g0", g0), ("g1", g1)):  # offsets live in each queue's own group
+        committed = messaging(node).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC), timeout=20).offsets
+        ends = {q.queue_id: q.max_offset for q in messaging(node).GetQueueOffsets(
+            pb.GetQueueOffsetsRequest(topic=TOPIC), timeout=20).queues}
+        assert dict(committed) == ends and sum(ends.values()) > 0, group
