@@ -130,7 +130,10 @@ class Router:
         return cached is not None and time.monotonic() - cached.fetched < ROUTE_TTL_S
 
     def pool(self, group: str) -> ServerPool:
-        """The pool of ``group``'s endpoints (known from a route)."""
+        """The pool of ``group``'s endpoints (known from a route); in a one-group cluster the servers given
+        (whatever its one group is named)."""
+        if self._single:
+            return self.bootstrap
         with self._lock:
             pool = self._pools.get(group)
             if pool is None:

@@ -22,6 +22,7 @@ import grpc
 
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
+from raftmq.client.routing import Router
 from raftmq.client.security import ClientSecurity
 from raftmq.client.tags import format_tag_expression
 from raftmq.client.types import MessageView, SendResult
@@ -45,11 +46,12 @@ class ReceivedMessage:
     delivery_attempt: int
     invisible_until: int  # ms since the epoch
     message_group: str = ""
+    broker: str = ""  # the group that handed it out (a cluster of several groups): acks go there
 
     @classmethod
     def from_pb(cls, r: pb.ReceivedMessage) -> ReceivedMessage:
-        return cls(MessageView.from_pb(r.message), r.receipt_handle, r.delivery_attempt, r.invisible_until,
-                   r.message_group)
+        return cls(MessageView.from_pb(r.message, r.broker), r.receipt_handle, r.delivery_attempt,
+                   r.invisible_until, r.message_group, r.broker)
 
     @property
     def body(self) -> bytes:
@@ -72,7 +74,12 @@ class SimpleConsumer:
     ``tags`` is a tag expression ("*", "A || B"), ``sql`` a SQL92 filter on properties; ``fifo`` makes the group
     FIFO (a message group's next message only after the previous one was acked or dead-lettered; every consumer
     of the group must set it). ``await_duration`` is how long one ``receive`` waits at the server when nothing is
-    visible."""
+    visible.
+
+    In a cluster of several groups (docs/design/scale-out.md#consumers) each group hands out its own queues'
+    messages: ``receive`` looks at every group without waiting, then long-polls one group at a time, in turn, as
+    the official RocketMQ 5 clients go round their route's brokers; an ack goes to the group that handed the
+    message out. A group that does not answer is skipped while others do."""
 
     def __init__(self, group: str, topic: str, servers: str | Iterable[str] | None = None, *,
                  tags: str | Iterable[str] | None = None, sql: str = "", fifo: bool = False,
@@ -89,16 +96,52 @@ class SimpleConsumer:
         self.fifo = fifo
         self.await_duration = await_duration
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
+        self._router = Router(self._pool, lambda addresses: ServerPool(
+            addresses, timeout=timeout, retry_timeout=retry_timeout, security=self._pool.security))
+        self._next_group = 0
+
+    def _pool_of(self, broker: str) -> ServerPool:
+        """The servers of group ``broker``: those given in a one-group cluster (whatever its name)."""
+        if not broker or self._router.route(self.topic) is None:
+            return self._pool
+        return self._router.pool(broker)
 
     def receive(self, max_messages: int = 32, invisible_duration: float = 30.0) -> list[ReceivedMessage]:
         """Up to ``max_messages`` messages, each invisible to the group for ``invisible_duration`` seconds."""
+        route = self._router.route(self.topic)
+        if route is None:
+            return self._receive_from("", max_messages, invisible_duration, self.await_duration)
+        names = route.names
+        failures: list[errors.RaftmqError] = []
+        for i in range(len(names)):  # what any group has now
+            broker = names[(self._next_group + i) % len(names)]
+            try:
+                got = self._receive_from(broker, max_messages, invisible_duration, 0.0)
+            except (errors.UnavailableError, errors.NotFoundError) as e:  # that group only: the others go on
+                failures.append(e)
+                continue
+            if got:
+                self._next_group = (self._next_group + i + 1) % len(names)
+                return got
+        if len(failures) == len(names):
+            raise failures[0]
+        broker = names[self._next_group % len(names)]  # nothing anywhere: wait on one group, in turn
+        self._next_group = (self._next_group + 1) % len(names)
+        try:
+            return self._receive_from(broker, max_messages, invisible_duration, self.await_duration / len(names))
+        except (errors.UnavailableError, errors.NotFoundError):
+            return []
+
+    def _receive_from(self, broker: str, max_messages: int, invisible_duration: float,
+                      wait: float) -> list[ReceivedMessage]:
         req = pb.ReceiveMessageRequest(group=self.group, topic=self.topic, tag_expression=self.tag_expression,
                                        sql_expression=self.sql, max_messages=max_messages,
                                        invisible_duration_ms=int(invisible_duration * 1000),
-                                       long_poll_timeout_ms=int(self.await_duration * 1000), fifo=self.fifo)
-        timeout = self._pool.timeout + self.await_duration
+                                       long_poll_timeout_ms=int(wait * 1000), fifo=self.fifo, broker=broker)
+        pool = self._pool_of(broker)
+        timeout = pool.timeout + wait
         try:
-            resp, _ = self._pool.write(lambda s, t: s.messaging.ReceiveMessage(req, timeout=t), timeout=timeout)
+            resp, _ = pool.write(lambda s, t: s.messaging.ReceiveMessage(req, timeout=t), timeout=timeout)
         except errors.UnknownOutcomeError:
             return []  # whatever was handed out is invisible for a while and then comes back: nothing is lost
         return [ReceivedMessage.from_pb(r) for r in resp.messages]
@@ -109,13 +152,19 @@ class SimpleConsumer:
         batch = [messages] if isinstance(messages, ReceivedMessage) else list(messages)
         if not batch:
             return
-        req = pb.AckMessageRequest(group=self.group, topic=self.topic,
-                                   receipt_handles=[m.receipt_handle for m in batch])
-        try:
-            resp, _ = self._pool.write(lambda s, t: s.messaging.AckMessage(req, timeout=t), idempotent=True)
-        except errors.RaftmqError as e:
-            _stale_or_raise(e)
-        failed = [(m, r.error) for m, r in zip(batch, resp.results, strict=True) if not r.ok]
+        by_group: dict[str, list[ReceivedMessage]] = {}
+        for m in batch:  # each group acks what it handed out
+            by_group.setdefault(m.broker, []).append(m)
+        failed = []
+        for broker, mine in by_group.items():
+            req = pb.AckMessageRequest(group=self.group, topic=self.topic, broker=broker,
+                                       receipt_handles=[m.receipt_handle for m in mine])
+            try:
+                resp, _ = self._pool_of(broker).write(lambda s, t, r=req: s.messaging.AckMessage(r, timeout=t),
+                                                      idempotent=True)
+            except errors.RaftmqError as e:
+                _stale_or_raise(e)
+            failed += [(m, r.error) for m, r in zip(mine, resp.results, strict=True) if not r.ok]
         if failed:
             m, why = failed[0]
             raise StaleReceiptHandleError(f"{len(failed)} of {len(batch)} ack(s) refused; first: message "
@@ -126,13 +175,14 @@ class SimpleConsumer:
         is stale from now on). ``seconds == 0`` is a nack (see ``nack``)."""
         req = pb.ChangeInvisibleDurationRequest(group=self.group, topic=self.topic,
                                                 receipt_handle=message.receipt_handle,
-                                                invisible_duration_ms=int(seconds * 1000))
+                                                invisible_duration_ms=int(seconds * 1000), broker=message.broker)
         try:
-            resp, _ = self._pool.write(lambda s, t: s.messaging.ChangeInvisibleDuration(req, timeout=t))
+            resp, _ = self._pool_of(message.broker).write(
+                lambda s, t: s.messaging.ChangeInvisibleDuration(req, timeout=t))
         except errors.RaftmqError as e:
             _stale_or_raise(e)
         return ReceivedMessage(message.message, resp.receipt_handle, message.delivery_attempt,
-                               resp.invisible_until, message.message_group)
+                               resp.invisible_until, message.message_group, message.broker)
 
     def nack(self, message: ReceivedMessage) -> ReceivedMessage:
         """Give the message back: visible again after the group's retry back-off for its delivery attempt."""
@@ -141,14 +191,16 @@ class SimpleConsumer:
     def forward_to_dead_letter_queue(self, message: ReceivedMessage) -> SendResult:
         """Give up on the message now: it moves to %DLQ%<group> and counts as consumed."""
         req = pb.ForwardToDeadLetterQueueRequest(group=self.group, topic=self.topic,
-                                                 receipt_handle=message.receipt_handle)
+                                                 receipt_handle=message.receipt_handle, broker=message.broker)
         try:
-            resp, _ = self._pool.write(lambda s, t: s.messaging.ForwardToDeadLetterQueue(req, timeout=t))
+            resp, _ = self._pool_of(message.broker).write(
+                lambda s, t: s.messaging.ForwardToDeadLetterQueue(req, timeout=t))
         except errors.RaftmqError as e:
             _stale_or_raise(e)
         return SendResult.from_pb(resp.result)
 
     def close(self) -> None:
+        self._router.close()
         self._pool.close()
 
     def __enter__(self) -> SimpleConsumer:

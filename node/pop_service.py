@@ -50,7 +50,8 @@ class PopRpcs:
     node: BrokerCore
     receives: ReceivePath
 
-    def _pop(self, group: str, topic: str) -> PopCore:
+    def _pop(self, group: str, topic: str, broker: str = "") -> PopCore:
+        self.node.check_group(broker)  # issue 37: another group's pop state is decided there (relayed)
         check_group_name(group)
         check_topic_name(topic, allow_system=True)
         check_consumable_topic(topic)
@@ -64,6 +65,7 @@ class PopRpcs:
 
     @rpc_handler("ReceiveMessage")
     async def ReceiveMessage(self, request: pb.ReceiveMessageRequest, context) -> pb.ReceiveMessageResponse:  # noqa: N802
+        self.node.check_group(request.broker)
         sub = self.receives.subscribe(request.group, request.topic, tag_expression=request.tag_expression,
                                       sql_expression=request.sql_expression)
         pop = self.node.pop
@@ -90,12 +92,12 @@ class PopRpcs:
             view.topic = d.topic
             out.append(pb.ReceivedMessage(message=view, receipt_handle=d.receipt_handle,
                                           delivery_attempt=d.delivery_attempt, invisible_until=d.invisible_until_ms,
-                                          message_group=d.message_group))
+                                          message_group=d.message_group, broker=self.node.groups.own))
         return pb.ReceiveMessageResponse(messages=out)
 
     @rpc_handler("AckMessage")
     async def AckMessage(self, request: pb.AckMessageRequest, context) -> pb.AckMessageResponse:  # noqa: N802
-        pop = self._pop(request.group, request.topic)
+        pop = self._pop(request.group, request.topic, request.broker)
         handles = list(request.receipt_handles)
         if not handles:
             raise invalid("receipt_handles is empty; pass the handles of the received messages to ack")
@@ -107,7 +109,7 @@ class PopRpcs:
 
     @rpc_handler("ChangeInvisibleDuration")
     async def ChangeInvisibleDuration(self, request: pb.ChangeInvisibleDurationRequest, context):  # noqa: N802
-        pop = self._pop(request.group, request.topic)
+        pop = self._pop(request.group, request.topic, request.broker)
         ms = request.invisible_duration_ms
         if not 0 <= ms <= MAX_INVISIBLE_MS:
             raise invalid(f"invisible_duration_ms {ms} must be 0 (nack) .. {MAX_INVISIBLE_MS}")
@@ -119,7 +121,7 @@ class PopRpcs:
 
     @rpc_handler("ForwardToDeadLetterQueue")
     async def ForwardToDeadLetterQueue(self, request: pb.ForwardToDeadLetterQueueRequest, context):  # noqa: N802
-        pop = self._pop(request.group, request.topic)
+        pop = self._pop(request.group, request.topic, request.broker)
         if not request.receipt_handle:
             raise invalid("receipt_handle is empty; pass the handle of the received message")
         result = await self._run(pop.forward_to_dlq, request.group, request.topic, request.receipt_handle)
@@ -130,7 +132,7 @@ class PopRpcs:
 
     @rpc_handler("SendMessageBack")
     async def SendMessageBack(self, request: pb.SendMessageBackRequest, context):  # noqa: N802
-        pop = self._pop(request.group, request.topic)
+        pop = self._pop(request.group, request.topic, request.broker)
         if request.topic.startswith("%DLQ%"):
             raise invalid("a dead letter cannot be sent back; resend it to its topic (raftmq dlq resend)")
         if request.delay_level < 0:

@@ -208,3 +208,20 @@ def test_a_pull_consumer_group_shares_the_union_of_both_groups_queues(two_groups
         ends = {q.queue_id: q.max_offset for q in messaging(node).GetQueueOffsets(
             pb.GetQueueOffsetsRequest(topic=TOPIC), timeout=20).queues}
         assert dict(committed) == ends and sum(ends.values()) > 0, group
+
+
+def test_a_simple_consumer_receives_and_acks_across_both_groups(two_groups):
+    from raftmq.client import Producer, SimpleConsumer
+
+    g0, g1 = two_groups
+    with Producer([g0.grpc_address]) as p:
+        sent = {p.send(TOPIC, f"s{i}").uniq_key: None for i in range(20)}
+    got: dict[str, str] = {}
+    with SimpleConsumer("pop-cg", TOPIC, [g1.grpc_address], await_duration=1) as c:
+        deadline = time.monotonic() + 60
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            batch = c.receive(8, invisible_duration=30)
+            c.ack(batch)  # each to the group that handed it out
+            got.update({m.message.uniq_key: m.broker for m in batch})
+        assert set(got) == set(sent) and set(got.values()) == {"g0", "g1"}
+        assert c.receive(8, invisible_duration=30) == []  # every ack took: nothing comes back

@@ -751,7 +751,7 @@ class SendOutcome(_message.Message):
     def __init__(self, code: _Optional[int] = ..., error: _Optional[str] = ..., leader: _Optional[str] = ..., results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
 
 class ReceiveMessageRequest(_message.Message):
-    __slots__ = ("group", "topic", "tag_expression", "sql_expression", "max_messages", "invisible_duration_ms", "long_poll_timeout_ms", "fifo")
+    __slots__ = ("group", "topic", "tag_expression", "sql_expression", "max_messages", "invisible_duration_ms", "long_poll_timeout_ms", "fifo", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
@@ -760,6 +760,7 @@ class ReceiveMessageRequest(_message.Message):
     INVISIBLE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     LONG_POLL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     FIFO_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     tag_expression: str
@@ -768,21 +769,24 @@ class ReceiveMessageRequest(_message.Message):
     invisible_duration_ms: int
     long_poll_timeout_ms: int
     fifo: bool
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., tag_expression: _Optional[str] = ..., sql_expression: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_duration_ms: _Optional[int] = ..., long_poll_timeout_ms: _Optional[int] = ..., fifo: _Optional[bool] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., tag_expression: _Optional[str] = ..., sql_expression: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_duration_ms: _Optional[int] = ..., long_poll_timeout_ms: _Optional[int] = ..., fifo: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
-    __slots__ = ("message", "receipt_handle", "delivery_attempt", "invisible_until", "message_group")
+    __slots__ = ("message", "receipt_handle", "delivery_attempt", "invisible_until", "message_group", "broker")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_UNTIL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     message: MessageView
     receipt_handle: str
     delivery_attempt: int
     invisible_until: int
     message_group: str
-    def __init__(self, message: _Optional[_Union[MessageView, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[int] = ..., message_group: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, message: _Optional[_Union[MessageView, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., invisible_until: _Optional[int] = ..., message_group: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ReceiveMessageResponse(_message.Message):
     __slots__ = ("messages",)
@@ -791,14 +795,16 @@ class ReceiveMessageResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
 
 class AckMessageRequest(_message.Message):
-    __slots__ = ("group", "topic", "receipt_handles")
+    __slots__ = ("group", "topic", "receipt_handles", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     receipt_handles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class AckEntryResult(_message.Message):
     __slots__ = ("receipt_handle", "ok", "error")
@@ -817,16 +823,18 @@ class AckMessageResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AckEntryResult, _Mapping]]] = ...) -> None: ...
 
 class ChangeInvisibleDurationRequest(_message.Message):
-    __slots__ = ("group", "topic", "receipt_handle", "invisible_duration_ms")
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_duration_ms", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     receipt_handle: str
     invisible_duration_ms: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_duration_ms: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_duration_ms: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ChangeInvisibleDurationResponse(_message.Message):
     __slots__ = ("receipt_handle", "invisible_until")
@@ -837,14 +845,16 @@ class ChangeInvisibleDurationResponse(_message.Message):
     def __init__(self, receipt_handle: _Optional[str] = ..., invisible_until: _Optional[int] = ...) -> None: ...
 
 class ForwardToDeadLetterQueueRequest(_message.Message):
-    __slots__ = ("group", "topic", "receipt_handle")
+    __slots__ = ("group", "topic", "receipt_handle", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     receipt_handle: str
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ForwardToDeadLetterQueueResponse(_message.Message):
     __slots__ = ("result",)
@@ -853,18 +863,20 @@ class ForwardToDeadLetterQueueResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
 
 class SendMessageBackRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue_id", "queue_offset", "delay_level")
+    __slots__ = ("group", "topic", "queue_id", "queue_offset", "delay_level", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     queue_id: int
     queue_offset: int
     delay_level: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., delay_level: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., delay_level: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class SendMessageBackResponse(_message.Message):
     __slots__ = ("result", "dead_lettered")
