@@ -85,6 +85,15 @@ class GroupDirectory:
         """A request's group: "" is this member's own; anything else must be one of the cluster's."""
         return self.spec(name).name if name else self.own
 
+    def of_store_host(self, host: str, port: int) -> str:
+        """The group whose records carry STOREHOST ``host:port`` (a msgId's first part), "" when none does (a
+        msgId from before a change of store host: this member's group answers it)."""
+        for spec in self.specs.values():
+            h, _, p = spec.store_host.rpartition(":")
+            if h.strip("[]") == host and p == str(port):
+                return spec.name
+        return ""
+
     def fifo_queue(self, message_group: str, nqueues: int) -> tuple[str, int]:
         """(group, queue) of a FIFO message group over every group's ``nqueues`` queues (raftmq/routing.py)."""
         return fifo_queue(message_group, self.names, nqueues)

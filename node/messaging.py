@@ -25,6 +25,7 @@ from raftmq.node.validation import (
     check_group_name,
     check_topic_name,
 )
+from raftmq.store.message import decode_message_id
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
@@ -130,6 +131,9 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             raise invalid("the message id is empty; give an offset message id (or a UNIQ_KEY with its topic: "
                           "`raftmq view KEY --topic TOPIC`)")
         is_offset_id = len(msg_id) in (32, 56) and all(c in _HEX for c in msg_id)
+        if is_offset_id and node.groups.many:  # issue 37: an offset msgId names its group by its STOREHOST
+            (host, port), _ = decode_message_id(msg_id.upper())
+            node.check_group(node.groups.of_store_host(host, port))
         found = None
         if request.topic:
             check_topic_name(request.topic, allow_system=True)

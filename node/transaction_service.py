@@ -108,7 +108,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             raise invalid(f"deliver_at_ms {m.deliver_at_ms}: a transactional message cannot be a timer message; "
                           "send it with deliver_at_ms 0")
         result, half = await self.store_half(m, request.producer_group, peer_host(context.peer()))
-        return pb.SendHalfMessageResponse(result=convert.send_result(result, half),
+        return pb.SendHalfMessageResponse(result=convert.send_result(result, half, self.node.groups.own),
                                           transaction_id=half.uniq_key or "")
 
     async def store_half(self, m: pb.Message, group: str, born_host: tuple[str, int],
@@ -119,6 +119,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         ``extra_properties`` are system properties the caller's protocol carries (e.g. a trace context)."""
         node = self.node
         sends = self.sends
+        sends.route_group([m])  # issue 37: a half for another group's queue is that group's transaction
         cfg = await sends.writable_topic_for_send(m.topic, TRANSACTION)
         await self._ensure_system_topic(HALF_TOPIC)
         await self._ensure_system_topic(OP_TOPIC)
@@ -149,10 +150,11 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             raise invalid(f"resolution {pb.TransactionResolution.Name(resolution)} cannot end a transaction; use "
                           "TX_COMMIT or TX_ROLLBACK")
         try:
-            _, physical_offset = decode_message_id(request.msg_id.strip().upper())
+            (host, port), physical_offset = decode_message_id(request.msg_id.strip().upper())
         except (ValueError, TypeError, StoreError):
             raise invalid(f"{request.msg_id!r} is not an offset message id; pass the message id the half message's "
                           "send (or the check) returned") from None
+        node.check_group(node.groups.of_store_host(host, port))  # issue 37: the half's group ends it (relayed)
         node.check_leader()
         tx = request.transaction_id
         entry = self._end_locks.get(tx)

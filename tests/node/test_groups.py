@@ -225,3 +225,19 @@ def test_a_simple_consumer_receives_and_acks_across_both_groups(two_groups):
             got.update({m.message.uniq_key: m.broker for m in batch})
         assert set(got) == set(sent) and set(got.values()) == {"g0", "g1"}
         assert c.receive(8, invisible_duration=30) == []  # every ack took: nothing comes back
+
+
+def test_a_transaction_and_a_msg_id_are_found_in_their_group_from_any_member(two_groups):
+    from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+    g0, g1 = two_groups
+    half = pb_grpc.TransactionServiceStub(g0.channel()).SendHalfMessage(pb.SendHalfMessageRequest(
+        producer_group="pg", message=pb.Message(topic=TOPIC, body=b"tx", broker="g1")), timeout=20)
+    assert half.result.broker == "g1"
+    tx = pb_grpc.TransactionServiceStub(g0.channel())  # ended through the other group's member: relayed
+    tx.EndTransaction(pb.EndTransactionRequest(producer_group="pg", transaction_id=half.transaction_id,
+                                               msg_id=half.result.msg_id, resolution=pb.TX_COMMIT), timeout=20)
+    r = _send(g1, uniq_key="K-view")
+    assert r.broker == "g1"
+    viewed = messaging(g0).ViewMessage(pb.ViewMessageRequest(msg_id=r.msg_id), timeout=20).message
+    assert viewed.uniq_key == "K-view"
