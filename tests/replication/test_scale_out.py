@@ -1,0 +1,143 @@
+"""A cluster of two Raft groups of three members each (6 node processes; issue 37, docs/design/scale-out.md):
+one group's leader SIGKILLed while the other group keeps acknowledging writes; a whole group down, its queues
+refusing fast with its name while the other group writes on; no acknowledged message lost in either."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from raftmq.client import Producer, errors
+from raftmq.v1 import raftmq_pb2 as pb
+from tests.replication.cluster_util import admin, messaging, read_topic, wait_leader
+from tests.support.processes import group_specs, start_nodes, stop_all
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "scale"
+QUEUES = 4
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    specs = group_specs(tmp_path, groups=2, members=3)
+    nodes = start_nodes([s for group in specs for s in group], timeout=120)
+    groups = [nodes[:3], nodes[3:]]
+    try:
+        for g in groups:
+            wait_leader(g)
+        admin(nodes[0]).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
+            name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)), timeout=30)
+        yield groups
+    finally:
+        stop_all(nodes, kill=True)
+
+
+class Sending:
+    """Threads sending through the SDK (round robin over the groups): what each group acknowledged, and when."""
+
+    def __init__(self, servers: list[str], threads: int = 4):
+        self.producer = Producer(servers, retry_timeout=20)
+        self.acked: dict[str, tuple[str, int, int]] = {}  # uniq key -> (group, queue, queue offset)
+        self.acked_at: list[tuple[float, str]] = []  # (monotonic time, group)
+        self.failures: list[str] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
+
+    def _run(self, i: int) -> None:
+        n = 0
+        while not self.stop.is_set():
+            try:
+                r = self.producer.send(TOPIC, f"t{i}-{n}")
+            except errors.RaftmqError as e:  # not acknowledged: allowed to be lost (unknown outcomes too)
+                with self.lock:
+                    self.failures.append(f"{type(e).__name__}: {e}")
+                time.sleep(0.05)
+            else:
+                with self.lock:
+                    self.acked[r.uniq_key] = (r.broker, r.queue_id, r.queue_offset)
+                    self.acked_at.append((time.monotonic(), r.broker))
+            n += 1
+
+    def __enter__(self) -> Sending:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+        self.producer.close()
+
+    def count(self, group: str, since: float = 0.0) -> int:
+        with self.lock:
+            return sum(1 for at, g in self.acked_at if g == group and at >= since)
+
+
+def _all_acked_are_stored(groups, acked: dict[str, tuple[str, int, int]]) -> None:
+    """Every acknowledged message is in its group's queue at the offset it was acknowledged with, on every
+    live member of that group (each runs its own reput)."""
+    for gi, group in enumerate(groups):
+        name = f"g{gi}"
+        mine = {k: (q, o) for k, (g, q, o) in acked.items() if g == name}
+        for node in group:
+            if not node.alive:
+                continue
+
+            def stored(node=node, mine=mine):
+                held = {key: (q, off) for q, entries in read_topic(node, TOPIC, QUEUES).items()
+                        for off, key, _ in entries}
+                return all(held.get(k) == v for k, v in mine.items())
+
+            wait_for(stored, f"every message {name} acknowledged on {node.spec.id}", timeout=60)
+
+
+def test_one_groups_leader_killed_while_the_other_keeps_acknowledging(cluster):
+    g0, g1 = cluster
+    with Sending([n.grpc_address for n in g0 + g1]) as s:
+        wait_for(lambda: s.count("g0") > 20 and s.count("g1") > 20, "both groups acknowledging", timeout=60)
+        leader = wait_leader(g0)
+        killed_at = time.monotonic()
+        leader.kill()
+        new = wait_leader(g0, exclude={leader.spec.id}, timeout=60)
+        assert new is not leader
+        elected_at = time.monotonic()
+        # g1 went on during g0's election, and g0 takes writes again under its new leader
+        assert s.count("g1", since=killed_at) > 0
+        wait_for(lambda: s.count("g0", since=elected_at) > 10, "g0 acknowledging under its new leader", timeout=60)
+        wait_for(lambda: s.count("g1", since=elected_at) > 10, "g1 still acknowledging", timeout=60)
+    assert s.acked
+    _all_acked_are_stored(cluster, s.acked)
+
+
+def test_a_whole_group_down_refuses_fast_naming_it_and_the_other_writes_on(cluster):
+    g0, g1 = cluster
+    with Sending([n.grpc_address for n in g0 + g1]) as s:
+        wait_for(lambda: s.count("g1") > 20, "g1 acknowledging", timeout=60)
+        for n in g1:
+            n.kill()
+        down_at = time.monotonic()
+        wait_for(lambda: s.count("g0", since=down_at + 2) > 50, "g0 acknowledging with g1 down", timeout=60)
+        # a send for g1's queue through a member of g0 is refused at once, naming g1
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as e:
+                messaging(g0[0]).SendMessage(pb.SendMessageRequest(message=pb.Message(
+                    topic=TOPIC, body=b"x", broker="g1")), timeout=30)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value.details()
+            assert "group g1 is unavailable" in e.value.details(), e.value.details()
+            assert time.monotonic() - started < 15  # answered well before the call's own deadline
+    acked_g1 = {k: v for k, v in s.acked.items() if v[0] == "g1"}
+    assert acked_g1 and not [at for at, g in s.acked_at if g == "g1" and at > down_at + 1]
+    for n in g1:  # the group comes back with everything it acknowledged
+        n.start()
+    for n in g1:
+        n.wait_ready(120)
+    wait_leader(g1, timeout=120)
+    _all_acked_are_stored(cluster, s.acked)
