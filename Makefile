@@ -43,13 +43,16 @@ proto: $(DEV_STAMP)
 	done && rm -rf $$tmp
 
 # A 3-member Raft cluster in the background on loopback (data, configs, logs and pids under ./data/n0..n2);
-# RUN_NODES=1 for a single node; RUN_PORT_BASE moves every port (member i: HTTP BASE+100*i, gRPC +1, Raft +11).
+# RUN_NODES=1 for a single node; RUN_GROUPS=2 for two Raft groups of RUN_NODES members each (cluster.groups);
+# RUN_PORT_BASE moves every port (member i: HTTP BASE+100*i, gRPC +1, Raft +11).
 # Fails (with the log tail of each node that did not come up) unless every node it started answers /ready itself.
 RUN_DIR ?= data
 RUN_NODES ?= 3
+RUN_GROUPS ?= 1
 RUN_PORT_BASE ?= 8080
 run: $(RUN_STAMP)
-	$(PY) -m raftmq.node.local_cluster start --dir $(RUN_DIR) --nodes $(RUN_NODES) --port-base $(RUN_PORT_BASE)
+	$(PY) -m raftmq.node.local_cluster start --dir $(RUN_DIR) --nodes $(RUN_NODES) --groups $(RUN_GROUPS) \
+		--port-base $(RUN_PORT_BASE)
 
 # SIGTERM every node `make run` started and wait for each to exit.
 stop:

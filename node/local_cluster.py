@@ -42,17 +42,25 @@ def member(i: int, port_base: int = DEFAULT_PORT_BASE) -> dict[str, str | int]:
     return {"id": f"n{i}", "grpc": at + 1, "http": at, "raft": at + 11}
 
 
-def write_configs(base: Path, n: int, port_base: int = DEFAULT_PORT_BASE) -> list[Path]:
-    """Each member's config file: written when missing, kept (with the user's edits) when it exists."""
-    members = [member(i, port_base) for i in range(n)]
+def write_configs(base: Path, n: int, port_base: int = DEFAULT_PORT_BASE, groups: int = 1) -> list[Path]:
+    """Each member's config file: written when missing, kept (with the user's edits) when it exists. ``groups``
+    > 1: that many Raft groups of ``n`` members each (cluster.groups, docs/design/scale-out.md): members
+    n0..n(n-1) are group g0, the next n g1, ..."""
+    members = [member(i, port_base) for i in range(n * groups)]
     peers = [{"id": m["id"], "raft": f"{HOST}:{m['raft']}", "grpc": f"{HOST}:{m['grpc']}"} for m in members]
+    listed = [{"name": f"g{g}", "store_host": f"{HOST}:{10911 + g}", "members": peers[g * n:(g + 1) * n]}
+              for g in range(groups)]
     paths = []
-    for m in members:
+    for i, m in enumerate(members):
+        cluster: dict = {"raft_listen": f"{HOST}:{m['raft']}", "raft_address": f"{HOST}:{m['raft']}"}
+        if groups > 1:
+            cluster.update(group=f"g{i // n}", groups=listed)
+        else:
+            cluster["members"] = peers if n > 1 else []
         cfg = {
             "node": {"id": m["id"], "data_dir": str(base / str(m["id"])), "grpc_listen": f"{HOST}:{m['grpc']}",
                      "http_listen": f"{HOST}:{m['http']}"},
-            "cluster": {"raft_listen": f"{HOST}:{m['raft']}", "raft_address": f"{HOST}:{m['raft']}",
-                        "members": peers if n > 1 else []},
+            "cluster": cluster,
             "kubernetes": {"role_label": "false"},
         }
         path = base / f"{m['id']}.yaml"
@@ -144,17 +152,20 @@ def _wait_own_ready(base: Path, m: dict, pid: int, proc: subprocess.Popen | None
         time.sleep(0.1)
 
 
-def start(base: Path, n: int, timeout: float, port_base: int = DEFAULT_PORT_BASE) -> int:
-    if not 1 <= n <= MAX_NODES:
-        print(f"--nodes must be 1..{MAX_NODES}, got {n}", file=sys.stderr)
+def start(base: Path, n: int, timeout: float, port_base: int = DEFAULT_PORT_BASE, groups: int = 1) -> int:
+    """Start ``n`` members (``groups`` > 1: that many groups of ``n`` members) and wait until each is ready."""
+    if groups < 1 or not 1 <= n * groups <= MAX_NODES:
+        print(f"--nodes x --groups must be 1..{MAX_NODES}, got {n} x {groups}", file=sys.stderr)
         return 2
+    per_group, n = n, n * groups
     if not 1024 <= port_base <= 65535 - PORT_STRIDE * n:
         print(f"RUN_PORT_BASE must be 1024..{65535 - PORT_STRIDE * n} for {n} node(s), got {port_base}",
               file=sys.stderr)
         return 2
     base.mkdir(parents=True, exist_ok=True)
     layout = base / "layout"
-    want = f"nodes={n} port_base={port_base}"
+    want = f"nodes={per_group} groups={groups} port_base={port_base}" if groups > 1 else \
+        f"nodes={n} port_base={port_base}"
     was = layout.read_text().strip() if layout.exists() else want
     if " " not in was:  # written before RUN_PORT_BASE existed: the default ports
         was += f" port_base={DEFAULT_PORT_BASE}"
@@ -164,7 +175,7 @@ def start(base: Path, n: int, timeout: float, port_base: int = DEFAULT_PORT_BASE
               file=sys.stderr)
         return 1
     layout.write_text(want + "\n")
-    configs = write_configs(base, n, port_base)
+    configs = write_configs(base, per_group, port_base, groups)
     env = run_environment(base, dict(os.environ))
     started: dict[str, tuple[int, subprocess.Popen | None]] = {}
     for i, cfg_path in enumerate(configs):
@@ -266,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("start")
     s.add_argument("--dir", default="data", type=Path)
-    s.add_argument("--nodes", default=1, type=int)
+    s.add_argument("--nodes", default=1, type=int, help="members (per group with --groups)")
+    s.add_argument("--groups", default=1, type=int, help="Raft groups of --nodes members each (cluster.groups)")
     s.add_argument("--timeout", default=60.0, type=float)
     s.add_argument("--port-base", default=DEFAULT_PORT_BASE, type=int,
                    help="member i uses HTTP BASE+100*i, gRPC +1, Raft +11 (default 8080)")
@@ -276,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     base = args.dir.resolve()
     if args.cmd == "start":
-        return start(base, args.nodes, args.timeout, args.port_base)
+        return start(base, args.nodes, args.timeout, args.port_base, args.groups)
     return stop(base, args.timeout)
 
 

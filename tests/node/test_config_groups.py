@@ -72,3 +72,16 @@ def test_group_without_groups_is_refused(tmp_path):
     with pytest.raises(ConfigError) as e:
         _load(tmp_path, "cluster: {group: g1}\n")
     assert any("cluster.groups is empty" in p for p in e.value.problems)
+
+
+def test_make_run_writes_a_valid_configuration_for_two_groups(tmp_path):
+    from raftmq.node.local_cluster import write_configs
+
+    paths = write_configs(tmp_path, 3, 18000, groups=2)
+    cfgs = [load_config(p, environ={}) for p in paths]
+    assert [c.group_name for c in cfgs] == ["g0"] * 3 + ["g1"] * 3
+    assert [m.id for m in cfgs[4].members] == ["n3", "n4", "n5"]
+    assert len({c.store_host for c in cfgs}) == 2
+    (tmp_path / "one").mkdir()
+    one = write_configs(tmp_path / "one", 3, 18000)  # the default stays today's one group
+    assert [m.id for m in load_config(one[0], environ={}).members] == ["n0", "n1", "n2"]
