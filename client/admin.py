@@ -9,7 +9,14 @@ from collections.abc import Iterable
 import grpc
 
 from raftmq.client.connection import ServerPool
-from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError, UnavailableError, from_rpc_error
+from raftmq.client.errors import (
+    InvalidArgumentError,
+    RaftmqError,
+    TopicNotFoundError,
+    UnavailableError,
+    from_rpc_error,
+)
+from raftmq.client.routing import GroupRoute
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import (
     MESSAGE_TYPES,
@@ -94,10 +101,24 @@ class Admin:
 
     # ------------------------------------------------------------------ offsets
 
-    def queue_offsets(self, topic: str) -> list[QueueOffsets]:
-        """Per-queue min/max offsets (max = next offset to be written), by queue id."""
-        resp, _ = self._pool.read(
-            lambda s, t: s.messaging.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic), timeout=t))
+    def groups(self, topic: str = "") -> list[GroupRoute]:
+        """The cluster's Raft groups (docs/design/scale-out.md#routes), in configuration order: each one's
+        endpoints, leader, whether it answers and, with ``topic``, the topic's queues there. A one-group
+        cluster is one group (named after the cluster); an older server without routes answers []."""
+        try:
+            resp, _ = self._pool.read(
+                lambda s, t: s.messaging.QueryRoute(pb.QueryRouteRequest(topic=topic), timeout=t))
+        except RaftmqError as e:
+            if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                return []
+            raise
+        return [GroupRoute.from_pb(g) for g in resp.groups]
+
+    def queue_offsets(self, topic: str, broker: str = "") -> list[QueueOffsets]:
+        """Per-queue min/max offsets (max = next offset to be written), by queue id; ``broker``: of that group
+        (a cluster of several groups), else of the answering member's."""
+        resp, _ = self._pool.read(lambda s, t: s.messaging.GetQueueOffsets(
+            pb.GetQueueOffsetsRequest(topic=topic, broker=broker), timeout=t))
         return sorted((QueueOffsets(q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp)
                        for q in resp.queues), key=lambda q: q.queue_id)
 

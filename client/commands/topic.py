@@ -18,7 +18,8 @@ from raftmq.client.commands.args import (
     servers_of,
 )
 from raftmq.client.commands.output import ms_to_text, print_json
-from raftmq.client.errors import TopicNotFoundError
+from raftmq.client.errors import RaftmqError, TopicNotFoundError
+from raftmq.client.render import escape
 from raftmq.client.table import render_table
 from raftmq.client.types import MESSAGE_TYPES, PERM_READ, PERM_WRITE
 
@@ -97,17 +98,46 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
         if t is None:
             raise TopicNotFoundError(f"topic {args.name!r} does not exist; create it with `raftmq topic create "
                                      f"{args.name}`")
-        queues = admin.queue_offsets(args.name)
-    if args.json:
-        print_json({**_topic_json(t), "queues": [dataclasses.asdict(q) for q in queues]})
+        groups = admin.groups(args.name)
+        if len(groups) > 1:  # issue 37: each group's queues, asked through the member (it relays to the group)
+            by_group = {}
+            for g in groups:
+                try:
+                    if not g.available:
+                        raise RaftmqError(g.error)
+                    by_group[g.name] = admin.queue_offsets(args.name, broker=g.name) if g.has_topic else []
+                except RaftmqError as e:
+                    by_group[g.name] = e
+        else:
+            by_group = {"": admin.queue_offsets(args.name)}
+    if args.json and len(groups) <= 1:
+        print_json({**_topic_json(t), "queues": [dataclasses.asdict(q) for q in by_group[""]]})
         return 0
-    stored = sum(q.max_offset - q.min_offset for q in queues)
-    print(f"Topic: {t.name}\n  message type:  {t.message_type}\n  read queues:   {t.read_queue_nums}\n"
-          f"  write queues:  {t.write_queue_nums}\n  perm:          {format_perm(t.perm)}\n"
-          f"  order:         {'yes' if t.order else 'no'}\n  messages kept: {stored}")
-    rows = [[q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset, ms_to_text(q.last_store_timestamp)]
-            for q in queues]
-    print(render_table(["Queue", "Min offset", "Max offset", "Messages", "Last stored"], rows, title="Queues"))
+    if args.json:
+        print_json({**_topic_json(t), "queues": [{"group": name, **dataclasses.asdict(q)}
+                                                 for name, qs in by_group.items() if not isinstance(qs, Exception)
+                                                 for q in qs],
+                    "groups": [{"name": g.name, "has_topic": g.has_topic, "available": g.available,
+                                "error": str(by_group[g.name]) if isinstance(by_group[g.name], Exception) else
+                                g.error} for g in groups]})
+        return 0
+    queues = [(name, q) for name, qs in by_group.items() if not isinstance(qs, Exception) for q in qs]
+    stored = sum(q.max_offset - q.min_offset for _, q in queues)
+    print(f"Topic: {t.name}\n  message type:  {t.message_type}\n  read queues:   {t.read_queue_nums}"
+          f"{' per group' if len(groups) > 1 else ''}\n  write queues:  {t.write_queue_nums}\n"
+          f"  perm:          {format_perm(t.perm)}\n  order:         {'yes' if t.order else 'no'}\n"
+          f"  messages kept: {stored}")
+    if len(groups) > 1:
+        for g in groups:
+            got = by_group[g.name]
+            if isinstance(got, Exception) or not g.has_topic:
+                why = escape(str(got)) if isinstance(got, Exception) else "the topic is missing there (the leaders' " \
+                    "reconcile pass creates it)"
+                print(f"  group {escape(g.name)}: {why}")
+    rows = [[*([name] if len(groups) > 1 else []), q.queue_id, q.min_offset, q.max_offset,
+             q.max_offset - q.min_offset, ms_to_text(q.last_store_timestamp)] for name, q in queues]
+    print(render_table([*(["Group"] if len(groups) > 1 else []), "Queue", "Min offset", "Max offset", "Messages",
+                        "Last stored"], rows, title="Queues"))
     return 0
 
 

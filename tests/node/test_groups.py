@@ -241,3 +241,30 @@ def test_a_transaction_and_a_msg_id_are_found_in_their_group_from_any_member(two
     assert r.broker == "g1"
     viewed = messaging(g0).ViewMessage(pb.ViewMessageRequest(msg_id=r.msg_id), timeout=20).message
     assert viewed.uniq_key == "K-view"
+
+
+def test_topic_describe_shows_each_groups_queues(two_groups):
+    import json
+    import subprocess
+    import sys
+
+    from tests.support.processes import REPO_ROOT
+
+    g0, g1 = two_groups
+    _send(g0, broker="g1", queue_id=3)
+    wait_for(lambda: sum(q.max_offset for q in messaging(g1).GetQueueOffsets(
+        pb.GetQueueOffsetsRequest(topic=TOPIC), timeout=20).queues) == 1, "g1's message dispatched")
+    env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "topic",  # noqa: E731
+                                     "describe", TOPIC, *a], cwd=REPO_ROOT, capture_output=True, text=True,
+                                    timeout=60, env=env)
+    out = run("--json")
+    assert out.returncode == 0, out.stderr
+    described = json.loads(out.stdout)
+    queues = {(q["group"], q["queue_id"]): q["max_offset"] for q in described["queues"]}
+    assert len(queues) == 8 and queues[("g1", 3)] == 1 and sum(queues.values()) == 1
+    text = run()
+    assert text.returncode == 0 and "Group" in text.stdout and "g1" in text.stdout, text.stdout
+    g1.kill()
+    down = run()
+    assert down.returncode == 0 and "group g1: group g1 is unavailable" in down.stdout, down.stdout
