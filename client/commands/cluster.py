@@ -79,7 +79,19 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
             status = admin.cluster_status()
-            print_json(_status_json(status)) if args.json else print(cluster_table(status))
+            try:
+                groups = admin.groups()
+            except RaftmqError:  # the status is what was asked: the groups line is extra
+                groups = []
+            if args.json:
+                print_json({**_status_json(status), **({"groups": [_group_json(g) for g in groups]}
+                                                        if len(groups) > 1 else {})})
+                return 0
+            print(cluster_table(status))
+            if len(groups) > 1:  # issue 37: the answering member's group above; every group in one line each
+                print(render_table(["Group", "Leader", "Answers", "Endpoints"],
+                                   [[g.name, g.leader or "-", "yes" if g.available else f"no: {g.error}",
+                                     ", ".join(g.endpoints)] for g in groups], title="Groups"))
             return 0
         watch = None if args.json else Watch(admin.cluster_status, cluster_table)
         try:
@@ -88,6 +100,11 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
                 time.sleep(args.watch)
         except KeyboardInterrupt:
             return 0
+
+
+def _group_json(g) -> dict:
+    return {"name": g.name, "leader": g.leader, "available": g.available, "error": g.error,
+            "endpoints": list(g.endpoints)}
 
 
 def _json_once(admin: Admin) -> None:

@@ -268,3 +268,17 @@ def test_topic_describe_shows_each_groups_queues(two_groups):
     g1.kill()
     down = run()
     assert down.returncode == 0 and "group g1: group g1 is unavailable" in down.stdout, down.stdout
+
+
+def test_cluster_status_lists_every_group(two_groups):
+    import subprocess
+    import sys
+
+    from tests.support.processes import REPO_ROOT
+
+    g0, _ = two_groups
+    env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster", "status"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Groups" in out.stdout and "g1" in out.stdout and two_groups[1].grpc_address in out.stdout, out.stdout
