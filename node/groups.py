@@ -24,7 +24,6 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
     from raftmq.node.config import GroupSpec, NodeConfig
-    from raftmq.node.core import BrokerCore
     from raftmq.node.forwarding import Forwarder
 
 DOWN_FIRST_S = 1.0  # a group none of whose members answered is not tried again for this long (doubling)
@@ -191,43 +190,3 @@ class GroupDirectory:
                 return group, e
 
         return list(await asyncio.gather(*(one(g) for g in self.names)))
-
-    # ------------------------------------------------------------------ routes
-    def own_route(self, node: BrokerCore, topic: str) -> pb.GroupRoute:
-        """This member's group as a route names it: endpoints, leader, and the topic's queues in its table."""
-        spec = self.specs[self.own]
-        wp = node.write_path
-        leader = wp.leader() if wp is not None else None
-        route = pb.GroupRoute(name=self.own, endpoints=spec.client_addresses() or [node.config.advertised_address],
-                              leader=(leader.grpc_address or "") if leader is not None else "", available=True,
-                              store_host=spec.store_host)
-        cfg = node.topic_config(topic) if topic else None
-        if cfg is not None:
-            route.has_topic = True
-            route.read_queue_nums, route.write_queue_nums, route.perm = (cfg.read_queue_nums, cfg.write_queue_nums,
-                                                                         cfg.perm)
-        return route
-
-    async def route(self, node: BrokerCore, topic: str, context: grpc.aio.ServicerContext) -> pb.QueryRouteResponse:
-        """Every group's route for ``topic``: this member's from its own state, the others asked at once (a group
-        that does not answer is in the route as unavailable, with the reason)."""
-
-        async def ask(group: str) -> pb.GroupRoute:
-            spec = self.specs[group]
-            try:
-                answer = await self.relay(group, "QueryRoute", pb.QueryRouteRequest(topic=topic, local=True), context)
-            except RpcError as e:
-                return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False, error=e.message,
-                                     store_host=spec.store_host)
-            route = next((g for g in answer.groups if g.name == group), None)
-            if route is None:  # its member thinks it is in another group: the group lists differ
-                return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False,
-                                     error=f"its member {answer.answered_by} answered for group {answer.group!r}: the "
-                                           "members' cluster.groups lists differ", store_host=spec.store_host)
-            return route
-
-        others = [n for n in self.names if n != self.own]
-        answers = dict(zip(others, await asyncio.gather(*(ask(n) for n in others)), strict=True))
-        answers[self.own] = self.own_route(node, topic)
-        return pb.QueryRouteResponse(cluster_name=node.config.cluster.name, groups=[answers[n] for n in self.names],
-                                     answered_by=node.node_id, group=self.own)

@@ -12,7 +12,7 @@ import string
 import time
 from typing import TYPE_CHECKING
 
-from raftmq.node import convert, pull_stream, send_stream
+from raftmq.node import convert, pull_stream, routes, send_stream
 from raftmq.node.consumer_groups import MAX_CLIENT_ID_LENGTH
 from raftmq.node.errors import invalid, not_found
 from raftmq.node.pop_service import PopRpcs
@@ -214,8 +214,8 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             check_topic_name(request.topic, allow_system=True)
         if request.local:
             return pb.QueryRouteResponse(cluster_name=node.config.cluster.name, answered_by=node.node_id,
-                                         group=node.groups.own, groups=[node.groups.own_route(node, request.topic)])
-        return await node.groups.route(node, request.topic, context)
+                                         group=node.groups.own, groups=[routes.own_route(node, request.topic)])
+        return await routes.route(node, request.topic, context)
 
     # ------------------------------------------------------------------ consumer groups (see node.consumer_groups)
     @rpc_handler("ConsumerHeartbeat")

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from raftmq.node import routes
 from raftmq.node.errors import RpcError
 from raftmq.node.rocketmq5 import route
 from raftmq.node.rocketmq5.calls import client_id, method_path, v2_rpc
@@ -96,7 +97,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         group that does not answer, or lacks the topic, is left out (as RocketMQ's NameServer drops a broker that
         stopped reporting), so clients send to the groups that take writes."""
         out: list[v2.MessageQueue] = []
-        for g in (await self.node.groups.route(self.node, topic.name, context)).groups:
+        for g in (await routes.route(self.node, topic.name, context)).groups:
             if g.available and g.has_topic:
                 queues = route.GroupQueues(g.read_queue_nums, g.write_queue_nums, g.perm, cfg.message_type)
                 out += route.message_queues(topic, queues, g.name, route.endpoints_of(list(g.endpoints)))
