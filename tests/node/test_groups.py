@@ -282,3 +282,20 @@ def test_cluster_status_lists_every_group(two_groups):
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     assert "Groups" in out.stdout and "g1" in out.stdout and two_groups[1].grpc_address in out.stdout, out.stdout
+
+
+def test_the_async_producer_routes_like_the_blocking_one(two_groups):
+    import asyncio
+
+    from raftmq.client import AsyncProducer
+
+    async def run():
+        async with AsyncProducer([two_groups[0].grpc_address]) as p:
+            spread = {(await p.send(TOPIC, b"a")).broker for _ in range(6)}
+            named = await p.send_batch(TOPIC, [b"x", b"y"], broker="g1")
+            fifo = await p.send(TOPIC, b"f", message_group="customer-3")
+            return spread, named, fifo
+
+    spread, named, fifo = asyncio.run(run())
+    assert spread == {"g0", "g1"} and {r.broker for r in named} == {"g1"}
+    assert (fifo.broker, fifo.queue_id) == fifo_queue("customer-3", ["g0", "g1"], 4)
