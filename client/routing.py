@@ -122,6 +122,11 @@ class Router:
                         old.close()
         return route
 
+    @property
+    def single(self) -> bool:
+        """The cluster is known to be one group (or a server from before routes)."""
+        return self._single
+
     def knows(self, topic: str) -> bool:
         """Whether ``route(topic)`` answers without asking the cluster."""
         if self._single:
@@ -210,6 +215,9 @@ class Placement:
             if self.broker:
                 for m in self.items:
                     m.broker = self.broker
+            # no route of a cluster of groups right now: a send whose group is fixed (named, or its message
+            # group's hash) may belong to another group than the member's, which relays a call, not a stream
+            self.relayed = not self.router.single and bool(self.broker or self.items[0].message_group)
             return self.router.bootstrap, ""
         self.group, qid, self.pinned = self.router.target(route, self.items[0].message_group, self.broker)
         for m in self.items:
