@@ -148,7 +148,7 @@ class GroupDirectory:
                     no_leader = e.message
                     continue
                 raise RpcError(e.code, e.message if e.message.startswith(f"group {group}") else
-                               f"group {group} refused: {e.message}") from None
+                               f"group {group}: {e.message}") from None
             self._leaders[group] = address
             self._down.pop(group, None)
             return response
