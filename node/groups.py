@@ -11,6 +11,9 @@ short back-off, so the sends that follow fail at once, naming the group, instead
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -69,6 +72,9 @@ class GroupDirectory:
         self.specs: dict[str, GroupSpec] = {g.name: g for g in cfg.groups}
         self.names = [g.name for g in cfg.groups]
         self.many = len(self.names) > 1
+        # what every member's list must agree with: names, store hosts and members of every group, in order
+        self.digest = hashlib.sha256(json.dumps([[g.name, g.store_host, [dataclasses.astuple(m) for m in g.members]]
+                                                 for g in cfg.groups]).encode()).hexdigest()[:16]
         self._forwarder = forwarder
         self._leaders: dict[str, str] = {}  # group -> the leader's gRPC address, as last seen
         self._down: dict[str, tuple[float, float, str]] = {}  # group -> (down until, back-off, why)

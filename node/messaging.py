@@ -214,7 +214,8 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             check_topic_name(request.topic, allow_system=True)
         if request.local:
             return pb.QueryRouteResponse(cluster_name=node.config.cluster.name, answered_by=node.node_id,
-                                         group=node.groups.own, groups=[routes.own_route(node, request.topic)])
+                                         group=node.groups.own, groups=[routes.own_route(node, request.topic)],
+                                         groups_digest=node.groups.digest)
         return await routes.route(node, request.topic, context)
 
     # ------------------------------------------------------------------ consumer groups (see node.consumer_groups)

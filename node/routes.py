@@ -7,6 +7,7 @@ This member's group comes from its own state; every other group is asked (``loca
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 import grpc
@@ -16,6 +17,8 @@ from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
     from raftmq.node.core import BrokerCore
+
+log = logging.getLogger(__name__)
 
 
 def own_route(node: BrokerCore, topic: str) -> pb.GroupRoute:
@@ -47,10 +50,13 @@ async def route(node: BrokerCore, topic: str, context: grpc.aio.ServicerContext)
             return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False, error=e.message,
                                  store_host=spec.store_host)
         found = next((g for g in answer.groups if g.name == group), None)
-        if found is None:  # its member thinks it is in another group: the group lists differ
+        if found is None or answer.groups_digest != node.groups.digest:  # a half-rolled-out change of the list
+            log.warning("group %s: its member %s has another cluster.groups list than this member (%s): roll the "
+                        "same list out to every member", group, answer.answered_by, node.node_id)
             return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False,
-                                 error=f"its member {answer.answered_by} answered for group {answer.group!r}: the "
-                                       "members' cluster.groups lists differ", store_host=spec.store_host)
+                                 error=f"its member {answer.answered_by} (of group {answer.group!r}) has another "
+                                       f"cluster.groups list than {node.node_id}: roll the same list out to every "
+                                       "member", store_host=spec.store_host)
         return found
 
     others = [n for n in node.groups.names if n != node.groups.own]
@@ -58,4 +64,4 @@ async def route(node: BrokerCore, topic: str, context: grpc.aio.ServicerContext)
     answers[node.groups.own] = own_route(node, topic)
     return pb.QueryRouteResponse(cluster_name=node.config.cluster.name,
                                  groups=[answers[n] for n in node.groups.names], answered_by=node.node_id,
-                                 group=node.groups.own)
+                                 group=node.groups.own, groups_digest=node.groups.digest)

@@ -299,3 +299,21 @@ def test_the_async_producer_routes_like_the_blocking_one(two_groups):
     spread, named, fifo = asyncio.run(run())
     assert spread == {"g0", "g1"} and {r.broker for r in named} == {"g1"}
     assert (fifo.broker, fifo.queue_id) == fifo_queue("customer-3", ["g0", "g1"], 4)
+
+
+def test_a_member_with_another_group_list_is_named_in_the_route(tmp_path):
+    import copy
+
+    specs = group_specs(tmp_path, groups=2, members=1)
+    other = copy.deepcopy(specs[1][0].overrides["cluster"]["groups"])
+    other[0]["store_host"] = "127.0.0.1:10999"  # g1's member was given another list (a half-rolled-out change)
+    specs[1][0].overrides["cluster"]["groups"] = other
+    nodes = start_nodes([specs[0][0], specs[1][0]])
+    try:
+        for n in nodes:
+            wait_leader([n])
+        route = messaging(nodes[0]).QueryRoute(pb.QueryRouteRequest(), timeout=20)
+        g1 = {g.name: g for g in route.groups}["g1"]
+        assert not g1.available and "has another cluster.groups list" in g1.error, g1
+    finally:
+        stop_all(nodes)

@@ -501,16 +501,18 @@ class GroupRoute(_message.Message):
     def __init__(self, name: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ..., leader: _Optional[str] = ..., available: _Optional[bool] = ..., error: _Optional[str] = ..., has_topic: _Optional[bool] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., store_host: _Optional[str] = ...) -> None: ...
 
 class QueryRouteResponse(_message.Message):
-    __slots__ = ("cluster_name", "groups", "answered_by", "group")
+    __slots__ = ("cluster_name", "groups", "answered_by", "group", "groups_digest")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     groups: _containers.RepeatedCompositeFieldContainer[GroupRoute]
     answered_by: str
     group: str
-    def __init__(self, cluster_name: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[GroupRoute, _Mapping]]] = ..., answered_by: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+    groups_digest: str
+    def __init__(self, cluster_name: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[GroupRoute, _Mapping]]] = ..., answered_by: _Optional[str] = ..., group: _Optional[str] = ..., groups_digest: _Optional[str] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type")
