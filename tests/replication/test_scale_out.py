@@ -40,11 +40,13 @@ def cluster(tmp_path):
 class Sending:
     """Threads sending through the SDK (round robin over the groups): what each group acknowledged, and when."""
 
-    def __init__(self, servers: list[str], threads: int = 4):
+    def __init__(self, servers: list[str], threads: int = 4, pinned: dict[int, str] | None = None):
+        """``pinned``: thread index -> the group that thread always sends to (the others go round robin)."""
         self.producer = Producer(servers, retry_timeout=20)
         self.acked: dict[str, tuple[str, int, int]] = {}  # uniq key -> (group, queue, queue offset)
         self.acked_at: list[tuple[float, str]] = []  # (monotonic time, group)
-        self.failures: list[str] = []
+        self.failures: dict[int, list[str]] = {i: [] for i in range(threads)}
+        self.pinned = pinned or {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
@@ -53,10 +55,10 @@ class Sending:
         n = 0
         while not self.stop.is_set():
             try:
-                r = self.producer.send(TOPIC, f"t{i}-{n}")
+                r = self.producer.send(TOPIC, f"t{i}-{n}", broker=self.pinned.get(i))
             except errors.RaftmqError as e:  # not acknowledged: allowed to be lost (unknown outcomes too)
                 with self.lock:
-                    self.failures.append(f"{type(e).__name__}: {e}")
+                    self.failures[i].append(f"{type(e).__name__}: {e}")
                 time.sleep(0.05)
             else:
                 with self.lock:
@@ -100,18 +102,18 @@ def _all_acked_are_stored(groups, acked: dict[str, tuple[str, int, int]]) -> Non
 
 def test_one_groups_leader_killed_while_the_other_keeps_acknowledging(cluster):
     g0, g1 = cluster
-    with Sending([n.grpc_address for n in g0 + g1]) as s:
+    # threads 0-2 round robin over the groups; thread 3 always sends to g1
+    with Sending([n.grpc_address for n in g0 + g1], pinned={3: "g1"}) as s:
         wait_for(lambda: s.count("g0") > 20 and s.count("g1") > 20, "both groups acknowledging", timeout=60)
         leader = wait_leader(g0)
         killed_at = time.monotonic()
         leader.kill()
+        wait_for(lambda: s.count("g1", since=killed_at) > 20, "g1 acknowledging after g0's leader died", timeout=60)
         new = wait_leader(g0, exclude={leader.spec.id}, timeout=60)
         assert new is not leader
         elected_at = time.monotonic()
-        # g1 went on during g0's election, and g0 takes writes again under its new leader
-        assert s.count("g1", since=killed_at) > 0
         wait_for(lambda: s.count("g0", since=elected_at) > 10, "g0 acknowledging under its new leader", timeout=60)
-        wait_for(lambda: s.count("g1", since=elected_at) > 10, "g1 still acknowledging", timeout=60)
+    assert s.failures[3] == [], s.failures[3]  # g1's sends never failed while g0 lost its leader
     assert s.acked
     _all_acked_are_stored(cluster, s.acked)
 
