@@ -400,6 +400,11 @@ class RaftWritePath:
         calls stopped, and under load (clients retrying, members forwarding to it) they never stopped."""
         if not (self._running and self.is_leader() and self.peers.others):
             return
+        log_ = self._log
+        if not any(log_.isNodeConnected(n) for n in list(log_.otherNodes)):
+            # e.g. the last member of a group stopping (`make stop`): waiting for a transfer would only time out
+            log.info("graceful stop: no other member is connected to hand leadership to")
+            return
         try:
             self.transfer_leadership(None, timeout=timeout)
             new = self.leader()
