@@ -14,11 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.processes import REPO_ROOT, running_nodes
-
-pytestmark = pytest.mark.slow
 
 README = REPO_ROOT / "README.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)

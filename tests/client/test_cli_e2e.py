@@ -13,8 +13,6 @@ import pytest
 
 from tests.support.processes import REPO_ROOT, free_ports, running_nodes
 
-pytestmark = pytest.mark.slow
-
 
 def _ctrl_c_works() -> None:
     """Run in the CLI child before exec: Ctrl-C (SIGINT) reaches it even when this test run ignores SIGINT (a

@@ -21,8 +21,6 @@ from raftmq.v1 import raftmq_pb2_grpc as pbg
 from tests.client.test_cli_e2e import _env, eventually, one_error_line
 from tests.support.processes import REPO_ROOT, running_nodes
 
-pytestmark = pytest.mark.slow
-
 QUEUES = 4
 DEADLINE = 90.0  # generous: the box is shared; a bug fails here instead of hanging
 

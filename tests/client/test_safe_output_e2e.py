@@ -13,8 +13,6 @@ from raftmq.client.cli import run
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 EVIL = "\x1b[2K\r\x1b[31mFAKE: all replicas identical\x1b[0m"
 BINARY = bytes(range(256)) * 200  # 51200 bytes, under the test store's 64 KiB message limit
 

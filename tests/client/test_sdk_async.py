@@ -22,8 +22,6 @@ from raftmq.client import (
 from tests.client.test_sdk_stream import _stream_requests, check_stored, leader_and_follower
 from tests.support.processes import running_nodes
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):

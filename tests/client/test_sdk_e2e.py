@@ -8,8 +8,6 @@ from raftmq.client import Admin, AlreadyExistsError, Message, Producer, PullCons
 from tests.client.test_cli_e2e import eventually
 from tests.support.processes import running_nodes
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

@@ -25,8 +25,6 @@ from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):

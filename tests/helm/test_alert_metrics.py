@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from tests.helm.chart import objects, one
 from tests.support.processes import running_nodes
-
-pytestmark = pytest.mark.slow
 
 # Series that come from Prometheus itself or the kubelet, not from the node.
 EXTERNAL = {"up", "kubelet_volume_stats_used_bytes", "kubelet_volume_stats_capacity_bytes"}

@@ -73,7 +73,6 @@ def test_panels_are_well_formed():
         assert topic in titles, topic
 
 
-@pytest.mark.slow
 def test_a_running_node_exports_every_metric_the_dashboard_queries(tmp_path):
     wanted = metric_names()
     assert {"rocketmq_messages_in_total", "raftmq_put_latency_seconds_bucket", "raftmq_raft_term"} <= wanted

@@ -12,14 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.helm.chart import objects, one
 from tests.support.processes import node_specs, running_nodes, start_nodes, stop_all
 
 BIN = str(Path(sys.executable).parent)
 
-pytestmark = pytest.mark.slow
 
 
 def kubernetes_expand(text: str, env: dict[str, str]) -> str:

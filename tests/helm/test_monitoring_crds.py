@@ -225,7 +225,6 @@ def test_the_alerts_use_the_metrics_we_expect():
     assert names & EXTERNAL == EXTERNAL
 
 
-@pytest.mark.slow
 def test_every_alerted_series_is_exported_by_a_running_node(tmp_path):
     from tests.support.processes import running_nodes
 

@@ -19,7 +19,6 @@ from tests.support.processes import free_ports, node_specs, start_nodes, stop_al
 HOOK = Path(__file__).resolve().parents[2] / "helm" / "raftmq" / "files" / "pre-stop.py"
 BIN = str(Path(sys.executable).parent)  # the venv's bin: `raftmq` lives next to python
 
-pytestmark = pytest.mark.slow
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:

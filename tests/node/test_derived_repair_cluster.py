@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from raftmq.client import Admin, Message, Producer
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
 from tests.store.store_helpers import segment_files
 from tests.support.processes import running_nodes
-
-pytestmark = pytest.mark.slow
 
 
 def test_a_member_rebuilds_damaged_consume_queues_and_index_identical_to_its_peers(tmp_path):

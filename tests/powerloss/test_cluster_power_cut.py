@@ -45,7 +45,6 @@ from tests.replication.cluster_util import (
 from tests.support.lossy_fs import ANY_FSYNC, STRICT, cut_together
 from tests.support.processes import REPO_ROOT, TINY_STORE, NodeProcess, node_specs, stop_all
 
-pytestmark = pytest.mark.slow
 TOPIC, QUEUES = "PowerCut", 4
 # default flush interval (500 ms): the async window measured here is the one users get
 STORE = {**TINY_STORE, "mapped_file_size_commit_log": 1 << 20, "flush_interval_commit_log": 500}

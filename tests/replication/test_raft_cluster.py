@@ -34,7 +34,6 @@ from tests.replication.cluster_util import (
 )
 from tests.support.metrics import metric_sum
 
-pytestmark = pytest.mark.slow
 TOPIC = "ReplT"
 QUEUES = 4
 

@@ -15,7 +15,7 @@ from tests.rocketmq5.raftmq_side import create_topic, leader_of, read_all
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 
 def _endpoints(nodes) -> str:

@@ -11,7 +11,7 @@ from tests.rocketmq5.raftmq_side import create_topic, read_all, read_keys
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 
 def _plan(nodes, topics, steps, **kw):

@@ -14,7 +14,7 @@ from tests.rocketmq5.raftmq_side import create_topic, leader_of, read_keys
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 STORE = {"transaction_timeout_ms": 1000, "transaction_check_interval_ms": 300}
 

@@ -128,6 +128,8 @@ def node_specs(base_dir: Path, n: int = 1, **overrides: dict[str, Any]) -> list[
 class NodeProcess:
     """One running ``python -m raftmq.node node --config FILE`` process."""
 
+    started = 0  # processes started in this test process (tests/support/suite_report.py)
+
     def __init__(self, spec: NodeSpec):
         self.spec = spec
         self.proc: subprocess.Popen | None = None
@@ -174,6 +176,7 @@ class NodeProcess:
         full_env.update(env or {})
         argv = [*(command or [sys.executable, "-m", "raftmq.node", "node"]), "--config", str(self.spec.config_path),
                 *extra_args]
+        NodeProcess.started += 1
         self.proc = subprocess.Popen(
             wrap(argv) if wrap else argv,
             cwd=REPO_ROOT if command is None else self.spec.data_dir.parent,
