@@ -282,7 +282,9 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
     leader, follower = _leader_and_follower(cluster)
     with AclAdmin([n.grpc_address for n in cluster], security=ROOT) as acl:
         acl.put_user("bob", "bob-secret-123", networks=["127.0.0.3"])
-        acl.add_rule("bob", "allow", ["PUB"], ["topic:events"])
+        bob = acl.add_rule("bob", "allow", ["PUB"], ["topic:events"])
+    # the change is committed; each member applies it when it gets there (a loaded box: seconds later)
+    _wait_acl_everywhere(cluster, bob)
     request = pb.SendMessageRequest(message=pb.Message(topic="events", body=b"relayed"))
 
     def send_as_bob(address: str, extra=()):
@@ -306,6 +308,14 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and "cluster secret" in e.value.details()
     with Admin([n.grpc_address for n in cluster], security=ROOT) as admin:
         assert sum(q.max_offset for q in admin.queue_offsets("events")) >= 1
+
+
+def _wait_acl_everywhere(nodes, user) -> None:
+    """Until every member's own copy of the ACL holds ``user`` as given (ListAclUsers answers from it)."""
+    def applied(node) -> bool:
+        with AclAdmin(node.grpc_address, security=ROOT) as acl:
+            return user in acl.list_users()
+    wait_for(lambda: all(applied(n) for n in nodes), f"user {user.access_key} on every member", timeout=60)
 
 
 def _ok(call):
