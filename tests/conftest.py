@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from tests.support import tiers  # noqa: E402
+from tests.support.shared import shared_cluster, shared_node  # noqa: E402,F401  (session fixtures)
 from tests.support.suite_report import SuiteReport  # noqa: E402
 from tests.support.tiers import _unit_tests_start_no_process  # noqa: E402,F401  (autouse fixture)
 

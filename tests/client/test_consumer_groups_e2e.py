@@ -26,9 +26,8 @@ DEADLINE = 90.0  # generous: the box is shared; a bug fails here instead of hang
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("groups-e2e"), 1) as [n0]:
-        yield n0.grpc_address
+def server(shared_node):
+    return shared_node.grpc_address
 
 
 def consumer(servers, topic: str, client_id: str, **kw) -> PullConsumer:

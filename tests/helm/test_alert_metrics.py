@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 from tests.helm.chart import objects, one
-from tests.support.processes import running_nodes
 
 # Series that come from Prometheus itself or the kubelet, not from the node.
 EXTERNAL = {"up", "kubelet_volume_stats_used_bytes", "kubelet_volume_stats_capacity_bytes"}
@@ -32,9 +31,8 @@ def test_the_alerts_use_the_node_metrics_we_expect():
     }
 
 
-def test_a_running_node_exports_every_alerted_metric(tmp_path):
-    with running_nodes(tmp_path, 1) as [node]:
-        status, text = node.http_get("/metrics")
+def test_a_running_node_exports_every_alerted_metric(shared_node):
+    status, text = shared_node.http_get("/metrics")
     assert status == 200
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     missing = alert_metrics() - exported

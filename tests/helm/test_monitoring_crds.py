@@ -225,11 +225,8 @@ def test_the_alerts_use_the_metrics_we_expect():
     assert names & EXTERNAL == EXTERNAL
 
 
-def test_every_alerted_series_is_exported_by_a_running_node(tmp_path):
-    from tests.support.processes import running_nodes
-
-    with running_nodes(tmp_path, 1) as [node]:
-        status, text = node.http_get("/metrics")
+def test_every_alerted_series_is_exported_by_a_running_node(shared_node):
+    status, text = shared_node.http_get("/metrics")
     assert status == 200
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     for name, alert in alerts(VALUE_SETS["monitored-defaults"]).items():
