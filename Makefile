@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.run-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
 .PHONY: install install-run run stop test test-fast lint proto bench clean browser-deps powerloss-deps k8s-tools k8s-e2e \
-	rmq5-java k8s-node-deps k8s-local k8s-e2e-local
+	rmq5-java k8s-node-deps k8s-local k8s-e2e-local docs docs-serve
 
 install: $(DEV_STAMP)
 install-run: $(RUN_STAMP)
@@ -63,6 +63,20 @@ bench: $(DEV_STAMP)
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 
+# The documentation site (mkdocs.yml, docs/): built with --strict (a broken link or anchor fails) into site/, or
+# served with live reload on http://127.0.0.1:8000. Only the docs extra is needed; nothing is fetched at build time.
+# `make test` builds it too (tests/docs).
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): $(RUN_STAMP)
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q -e '.[docs]'
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
 # The web console's browser test drives Debian's chromium (never a downloaded one): install it once, as root.
 CHROMIUM ?= /usr/bin/chromium
 browser-deps:
@@ -112,7 +126,7 @@ test-fast: $(DEV_STAMP)
 	$(PY) -m pytest -q -m unit
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
 
 # Install the chart into the cluster of the current kubeconfig context, run `helm test`, kill the leader pod and
 # check recovery. Needs kubectl, helm and IMAGE=<repository>:<tag> the cluster can pull (see helm/raftmq/ci/k8s-e2e.sh).

@@ -10,7 +10,7 @@ temp directory under ``--dir`` and is deleted at the end.
     .venv/bin/python bench/store_bench.py --quick     # about a minute
     .venv/bin/python bench/store_bench.py             # full: 1,000,000 keys, 1 GiB commit log
 
-Durability modes (ARCHITECTURE contract 3) are named next to every figure: ``async`` = in the page cache,
+Durability modes (docs/architecture.md#contracts, 3) are named next to every figure: ``async`` = in the page cache,
 flushed on an interval; ``sync`` = fsynced before the put returns.
 """
 

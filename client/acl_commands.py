@@ -1,4 +1,4 @@
-"""``raftmq acl``: users and access rules (README: Security).
+"""``raftmq acl``: users and access rules (docs/operations/security.md).
 
     raftmq acl user add ALICE [--admin]          # prints a generated secret key once (or --secret-key-stdin)
     raftmq acl user add ALICE --network 10.1.0.0/16 --network fd00::/8   # may sign only from these networks

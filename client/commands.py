@@ -202,7 +202,7 @@ def parse_perm(value: str) -> int:
 
 
 def message_type_arg(value: str) -> str:
-    """A topic message type, any case (README: Topics and message types)."""
+    """A topic message type, any case (docs/guides/cli.md)."""
     name = value.strip().upper()
     if name not in MESSAGE_TYPES:
         raise argparse.ArgumentTypeError(f"bad message type {value!r}: use {', '.join(MESSAGE_TYPES)}")
@@ -1125,7 +1125,7 @@ def _common(*, json_flag: bool = True, key_alias: bool = True) -> argparse.Argum
                         f"{DEFAULT_SERVER}")
     g.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",
                    help="how long one request may take, retries included (default 10)")
-    s = p.add_argument_group("security (README: Security)")
+    s = p.add_argument_group("security (docs/operations/security.md)")
     s.add_argument("--tls", action="store_true", default=None,
                    help=f"connect with TLS (system CAs unless --ca); default ${TLS_ENV}=1")
     s.add_argument("--ca", metavar="FILE", help=f"CA certificate(s) that signed the servers' certificates (${CA_ENV})")

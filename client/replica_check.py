@@ -59,14 +59,14 @@ class MemberCheck:
     address: str
     min_offset: int | None = None
     applied_offset: int | None = None
-    applied_index: int | None = None
-    lag: str = ""  # why it lags (the LAGS verdict), "" when it reached the others in time
-    lag_bytes: int = 0  # commit-log bytes it was still behind then
     checked_from: int = 0
     checked_to: int = 0
     verdict: str = ""
     queue_verdict: str = ""  # the same for its consume queues ("" when they were not compared)
     error: str = ""
+    applied_index: int | None = None
+    lag: str = ""  # why it lags (the LAGS verdict), "" when it reached the others in time
+    lag_bytes: int = 0  # commit-log bytes it was still behind then
 
     @property
     def bytes_checked(self) -> int:

@@ -1,6 +1,6 @@
 """AdminService: topics (through the write path, so they replicate) and cluster status / leadership.
 
-Why topics go through the write path: topic configs are replicated metadata (contract 6); a node that changed
+Why topics go through the write path: topic configs are replicated metadata (docs/architecture.md#contracts, 6); a node that changed
 its local table directly would disagree with its peers after a failover.
 """
 

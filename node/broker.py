@@ -78,18 +78,18 @@ class Broker:
                                    channel_options=self.member_channel_options)
         self.serving = False
         self.rpcs_in_flight = 0
-        self._live_repairs: set[tuple[int, int]] = set()  # damaged ranges a read found, being fetched from peers
         self.last_rpc_started = 0.0
         self._phase = "starting: opening the store"
         self._leader_seen_at: float | None = None  # monotonic time readiness last saw a leader
         self._stopping = False  # asked to stop: start() and background loops give up
         self._repair_lock = threading.Lock()
-        self._repairing = False  # a repair of scrubber-found commit-log damage from peers is running
+        self._repairing = False  # a repair of found commit-log damage from peers is running
         self._stopped = False
         self._store_open = False
         self._write_path_started = False
         self.schedule: Any = None  # store.schedule.ScheduleMessageService: delivers delayed messages while leading
         self.timer: Any = None  # store.timer.TimerMessageService: delivers timer messages while leading
+        self.anti_entropy: Any = None  # replication.anti_entropy.AntiEntropy on a replicated member
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="raftmq-read")
         self._grpc: grpc.aio.Server | None = None
         self._http: HealthServer | None = None
@@ -193,6 +193,8 @@ class Broker:
         if self.timer is not None:
             stats["timer_messages_pending"] = self.timer.pending()
             stats["timer_messages_delivered"] = self.timer.delivered
+        if self.anti_entropy is not None:
+            stats.update(self.anti_entropy.stats())
         return stats
 
     # ------------------------------------------------------------------ topics
@@ -476,6 +478,10 @@ class Broker:
         self._phase = "recovering the store"
         from raftmq.store.message_store import MessageStore
 
+        small = cfg.volume_problem()
+        if small:  # it still starts: what is stored stays readable; writes fail with "disk full" and this reason
+            log.error("node %s: %s", cfg.node.id, small)
+
         self.store = MessageStore(self.store_config)
         self.store.disk.member = cfg.node.id  # errors say "disk full on <member>"
         try:
@@ -487,11 +493,12 @@ class Broker:
                 return
         self._store_open = True
         self.store.add_arrival_listener(self.long_polls.on_arrival)
-        if cfg.members:  # the scrubber's commit-log findings are repaired from a healthy peer while serving
+        if cfg.members:  # commit-log damage the scrubber or a read finds is repaired from a peer while serving
             self.store.add_commit_log_damage_listener(self._on_commit_log_damage)
         self.write_path = self._make_write_path()
         await self.run_blocking(self.write_path.start)
         self._write_path_started = True
+        self._start_anti_entropy()
         self.pop = self._make_pop_core()
         self.pop.start(self.write_path.is_writable)
         self._start_schedule()
@@ -503,6 +510,18 @@ class Broker:
         self.console.start()  # samples for its charts from now on
         log.info("node %s ready: commit log [%d, %d), gRPC clients use %s", cfg.node.id,
                  self.store.commit_log_min_offset, self.store.commit_log_max_offset, cfg.advertised_address)
+
+    def _start_anti_entropy(self) -> None:
+        """Replicated member: compare the commit log with the peers' in the background and replace blocks that
+        differ from the majority (replication/anti_entropy.py; cluster.raft.anti_entropy_*)."""
+        settings = self.config.raft_settings() if self.config.members else None
+        if settings is None or not settings.anti_entropy_bytes_per_s or not hasattr(self.write_path, "peers"):
+            return
+        from raftmq.replication.anti_entropy import AntiEntropy
+
+        self.anti_entropy = AntiEntropy(self.store, self.write_path.peers, len(self.config.members),
+                                        settings.anti_entropy_bytes_per_s, settings.anti_entropy_interval_s)
+        self.anti_entropy.start()
 
     async def _repair_from_peers(self, exc: CorruptionError) -> bool:
         """Replicated member whose commit log is damaged: fetch the ranges from peers, verify, write them back,
@@ -548,36 +567,17 @@ class Broker:
             peers.close()
 
     def on_corrupt_read(self, record) -> str:
-        """A read met a damaged record (its bytes were not returned). Replicated: fetch the range from a peer in
-        the background; the caller's error says to retry. Returns that hint ("" on a single node)."""
+        """A read met a damaged record (its bytes were not returned; the store reported it, which started the
+        repair from a peer on a replicated member). Returns the hint for the caller's error ("" on a single
+        node, whose error already says what to run)."""
         if not self.config.members or self.write_path is None or not hasattr(self.write_path, "peers"):
             return ""
-        key = (record.start, record.end)
-        if key not in self._live_repairs:
-            self._live_repairs.add(key)
-            asyncio.get_running_loop().create_task(self._live_repair(record))
         return f"member {self.node_id} is repairing it from a peer: retry in a moment"
 
-    async def _live_repair(self, record) -> None:
-        from raftmq.replication.peer_repair import PeerRepairError, repair_range_live
-
-        try:
-            mid = await self.run_blocking(repair_range_live, self.write_path.peers, self.store, record)
-            log.warning("node %s: damaged commit-log range [%d, %d) replaced with %s's copy", self.node_id,
-                        record.start, record.end, mid)
-        except PeerRepairError as e:
-            log.error("node %s: damaged commit-log range [%d, %d) of %s (%s) could not be repaired: %s", self.node_id,
-                      record.start, record.end, record.path, record.reason, e)
-        except Exception:
-            log.exception("node %s: repairing commit-log range [%d, %d) failed", self.node_id, record.start,
-                          record.end)
-        finally:
-            self._live_repairs.discard((record.start, record.end))
-
     def _on_commit_log_damage(self, records: list) -> None:
-        """Scrubber thread: damaged ranges of sealed segments; replace them with a peer's verified copy in the
-        background, as a damaged read does (one repair at a time; a range still damaged is reported again by the
-        next pass and retried then)."""
+        """Damaged commit-log ranges found by the scrubber or by a read (any thread): replace them with a peer's
+        verified copy in the background (one repair at a time; a range still damaged is reported again by the
+        next pass or read and retried then)."""
         with self._repair_lock:
             if self._repairing:
                 return
@@ -594,12 +594,12 @@ class Broker:
         try:
             peers = getattr(self.write_path, "peers", None)
             for r in records:
-                if peers is None or (r.start, r.end) in self._live_repairs:
+                if peers is None:
                     continue
                 try:
                     mid = repair_range_live(peers, self.store, r)
                     repaired.append(r)
-                    log.warning("node %s: scrubber-found damage [%d, %d) replaced with %s's copy", self.node_id,
+                    log.warning("node %s: damaged commit-log range [%d, %d) replaced with %s's copy", self.node_id,
                                 r.start, r.end, mid)
                 except PeerRepairError as e:
                     log.error("node %s: commit-log range [%d, %d) stays damaged: %s", self.node_id, r.start,
@@ -776,7 +776,8 @@ class Broker:
         ok = True
         # Each step runs even if an earlier one failed: a store that is not shut down keeps its abort file,
         # so the next start recovers it as after a crash.
-        for what, step in (("pop offsets", self.pop.stop if self.pop is not None else None),
+        for what, step in (("anti-entropy", self.anti_entropy.stop if self.anti_entropy is not None else None),
+                           ("pop offsets", self.pop.stop if self.pop is not None else None),
                            ("delayed delivery", self.schedule.shutdown if self.schedule is not None else None),
                            ("timer delivery", self.timer.shutdown if self.timer is not None else None),
                            ("write path", self.write_path.stop if self._write_path_started else None),

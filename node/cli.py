@@ -58,6 +58,10 @@ def validate_config(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
+    small = cfg.volume_problem()
+    if small:
+        print(f"config error: store: {small}", file=sys.stderr)
+        return 2
     print(f"{args.file}: ok (node {cfg.node.id}, gRPC {cfg.node.grpc_listen}, data {cfg.node.data_dir})")
     return 0
 

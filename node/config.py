@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from raftmq.store.setting import choices_of, setting
+
 ENV_PREFIX = "RAFTMQ_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DURABILITY_MODES = ("async", "sync")
@@ -104,80 +106,151 @@ class Member:
 
 @dataclass
 class NodeSection:
-    id: str = "n0"
-    data_dir: str = "./data/n0"
-    grpc_listen: str = "0.0.0.0:8081"
-    http_listen: str = "0.0.0.0:8080"
-    advertised_address: str = ""
-    auto_create_topics: bool = False
-    log_level: str = "INFO"
-    log_format: str = "text"  # text | json (one object per line: member, term, request_id; for log pipelines)
-    shutdown_grace_seconds: float = 10.0
-    ready_without_leader_seconds: float = 15.0
-    # issue 12: pop consumption (receive/ack), retries and dead letters
-    max_delivery_attempts: int = 16
-    retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-    pop_max_inflight_per_queue: int = 1024
-    group_policies: dict = field(default_factory=dict)
-    # issue 13: RocketMQ 5 clients' DELAY messages may name a delivery time at most this far ahead
-    rocketmq5_max_delay_seconds: float = 86400.0
-    # RocketMQ 5 PushConsumers: how long a received message stays invisible between the server's renewals
-    rocketmq5_auto_renew_seconds: float = 30.0
+    """This member's process: identity, ports, logging, shutdown, consumption defaults."""
+
+    id: str = setting("Unique member id (1-63 letters, digits, `_`, `.`, `-`); in a cluster, one of "
+                      "`cluster.members[].id`. The chart uses the pod name.", "n0")
+    data_dir: str = setting("The store directory (`commitlog/`, `consumequeue/`, `index/`, `config/`, `raft/`, "
+                            "...).", "./data/n0")
+    grpc_listen: str = setting("`host:port` of the gRPC port (raftmq's MessagingService and AdminService, the "
+                               "replica service, RocketMQ 5's protocol).", "0.0.0.0:8081")
+    http_listen: str = setting("`host:port` of the HTTP port (`/metrics`, `/health`, `/ready`, the web console "
+                               "`/ui`); must differ from `grpc_listen`.", "0.0.0.0:8080")
+    advertised_address: str = setting(
+        "`host:port` clients are told to use for this member (leader hints, RocketMQ 5 routes); empty: the "
+        "`grpc_listen` host, or 127.0.0.1 when that is a wildcard.", "")
+    auto_create_topics: bool = setting(
+        "Create an unknown topic (4 queues, the message type of the send) on its first send, and for a RocketMQ "
+        "5 client's route request.", False, helm="node.autoCreateTopics")
+    log_level: str = setting("Least severity logged (case does not matter).", "INFO", helm="node.logLevel",
+                             choices=LOG_LEVELS)
+    log_format: str = setting(
+        "`text`, or `json`: one object per line with `ts`, `level`, `logger`, `member`, `term`, `msg` and, inside "
+        "a gRPC call, `request_id` (the caller's `x-request-id` metadata, or one made up and sent back with an "
+        "error).", "text", choices=("text", "json"))
+    shutdown_grace_seconds: float = setting(
+        "On SIGTERM, seconds in-flight requests may take to finish (after a leader handed off leadership) "
+        "before the node flushes and exits.", 10.0, helm="node.shutdownGraceSeconds")
+    ready_without_leader_seconds: float = setting(
+        "A member that had a leader stays ready (`/ready` 200) this many seconds without one, so an election "
+        "does not take every member out of the Services at once.", 15.0)
+    max_delivery_attempts: int = setting(
+        "Pop consumption: deliveries of a message (the first included) before it moves to `%DLQ%<group>` (1..1000); "
+        "the default of a group without settings of its own.", 16)
+    retry_backoff: str = setting(
+        "Pop consumption: a nacked message is visible again after the N-th delay of this list for its N-th attempt "
+        "(the last one repeats); units s, m, h, d.", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
+    pop_max_inflight_per_queue: int = setting(
+        "Pop consumption: unacked messages per group and queue (>= 1); a full queue hands out nothing new until "
+        "acks make room.", 1024)
+    group_policies: dict = setting(
+        "Defaults per consumer group, `{group: {max_delivery_attempts: N, retry_backoff: '1s 5s', fifo: true}}`, "
+        "for groups without settings of their own (`raftmq group update` sets those at runtime).",
+        default_factory=dict)
+    rocketmq5_max_delay_seconds: float = setting(
+        "RocketMQ 5 clients: the latest delivery time of a DELAY message, in seconds from now (RocketMQ's proxy "
+        "allows 86400).", 86400.0)
+    rocketmq5_auto_renew_seconds: float = setting(
+        "RocketMQ 5 PushConsumers: seconds a received message stays invisible between two renewals by the "
+        "leader, which renews it until it is acked or nacked, for at most 3 h (1..43200).", 30.0)
 
 
 @dataclass
 class ClusterSection:
-    name: str = "DefaultCluster"
-    store_host: str = "127.0.0.1:10911"
-    durability: str = "async"
-    raft_listen: str = "0.0.0.0:8091"
-    raft_address: str = ""
-    members: list = field(default_factory=list)
-    secret: str = ""
-    # issue 11: a member that is not the leader relays write and admin calls to the leader (authenticated with
-    # the secret) instead of only answering with a redirect; clients can still ask for the redirect
-    forward_to_leader: bool = True
-    raft: dict = field(default_factory=dict)  # replication.RaftSettings overrides by field name (not durability)
+    """The replication group: identity written into records, durability, members, Raft."""
+
+    name: str = setting("CLUSTER property of every record (1-127 letters, digits, `_`, `-`, `%`, `|`); RocketMQ 5 "
+                        "clients see it as the broker name.", "DefaultCluster", helm="cluster.name")
+    store_host: str = setting(
+        "STOREHOST written into every record and msgId, an IP literal and port; the same on every member, so a "
+        "msgId stays valid after a failover. It need not be reachable.", "127.0.0.1:10911", helm="cluster.storeHost")
+    durability: str = setting(
+        "`async`: a write is acknowledged once a majority holds it in memory and its journal in the page cache; "
+        "`sync`: once a majority has it on disk (docs/design/replication.md).", "async", helm="cluster.durability",
+        choices=DURABILITY_MODES)
+    raft_listen: str = setting("`host:port` the Raft port listens on.", "0.0.0.0:8091")
+    raft_address: str = setting(
+        "Checked (`host:port`) but not used: peers dial the `raft` address of this member's entry in "
+        "`cluster.members`. The chart sets it to the pod's stable name.", "")
+    members: list = setting(
+        "Every voting member, this one included: `[{id: n0, raft: 'h0:8091', grpc: 'h0:8081'}, ...]`; empty: a "
+        "single node without Raft. The same list on every member; changing it needs a full restart "
+        "(docs/operations/failover.md).", default_factory=list)
+    secret: str = setting(
+        "Password of the Raft port (pysyncobj's encryption) and of member-to-member calls (replica service, "
+        "forwarding); required with authentication in a cluster. Taken verbatim from the environment and "
+        "`--set`.", "")
+    forward_to_leader: bool = setting(
+        "A member that is not the leader relays write and admin calls to the leader (authenticated with "
+        "`secret`); off: it only answers with a redirect to the leader.", True)
+    raft: dict = setting(
+        "Raft and group-commit tuning: the `cluster.raft.*` keys (replication.RaftSettings).",
+        default_factory=dict, helm="cluster.raft")
 
 
 @dataclass
 class KubernetesSection:
-    role_label: str = "auto"
-    # issue 11: at (re)start the pod's role label is set to "unknown" BEFORE the node joins Raft or serves; if
-    # the API cannot be reached for this long the node starts anyway (and says so in its log)
-    role_label_clear_timeout_s: float = 30.0
+    """What the node does in a pod."""
+
+    role_label: str = setting(
+        "Keep the pod's `raftmq.io/role` label in step with the Raft role (the leader Service selects on it): "
+        "`auto`: when running in a pod.", "auto", choices=("auto", "true", "false"))
+    role_label_clear_timeout_s: float = setting(
+        "At start the pod's role label is set to `unknown` before the node joins Raft or serves; seconds to "
+        "wait for the API server before starting anyway (and saying so in the log).", 30.0)
 
 
 @dataclass
 class SecuritySection:
-    """TLS on the client ports, authentication (signed requests) and access control (issue 14)."""
+    """TLS on the client ports, authentication (signed requests), access control and network allow-lists."""
 
-    tls_cert_file: str = ""             # PEM certificate (chain) for gRPC and HTTP; set with tls_key_file = TLS on
-    tls_key_file: str = ""              # its private key; both re-read when the files change (cert-manager rotation)
-    tls_client_ca_file: str = ""        # set: mutual TLS, clients need a certificate signed by this CA
-    tls_ca_file: str = ""               # CA this node trusts when it calls other members (default: client CA)
-    tls_server_name: str = ""           # name members' certificates carry, when it differs from their address
-    tls_http: bool = True               # serve the HTTP port with TLS too when TLS is on
-    tls_http_client_auth: bool = False  # HTTP asks for client certificates too (kubelet probes cannot send one)
-    # the Raft port speaks mutual TLS too (same certificate and CA; every member must agree: a wire change)
-    tls_raft: bool = False
-    auth_enabled: bool = False          # requests must be signed (MQv2-HMAC-SHA1) and pass the ACL
-    auth_admin_access_key: str = ""     # bootstrap admin (from a Kubernetes Secret): full rights, not replicated
-    auth_admin_secret_key: str = ""
-    # rotation: the bootstrap admin secret before the change; still accepted for the admin and for decrypting
-    # stored user secrets, which the leader re-encrypts under the new key once every member runs it
-    auth_admin_previous_secret_key: str = ""
-    auth_max_clock_skew_seconds: float = 300.0  # a signature dated further from now is refused (replay window)
-    acl_default: str = "deny"           # decision when no policy of the user matches: deny | allow
-    open_http_paths: list = field(default_factory=lambda: ["/metrics", "/health", "/ready"])  # no auth needed
-    console_session_hours: float = 8.0  # a web-console login lasts this long (auth on; pages follow its rules)
-    # source networks (CIDRs, IPv4 and IPv6; empty = any address): clients of the gRPC and HTTP ports (the
-    # open HTTP paths stay open), and the members (Raft port, replica service; members may use the client API)
-    allowed_client_networks: list = field(default_factory=list)
-    # HTTP proxies (an ingress) whose X-Forwarded-For names the real client, for the allow-lists, audit lines and
-    # the console's failed-login count (CIDRs; empty: the connection's address is the client)
-    trusted_http_proxies: list = field(default_factory=list)
-    allowed_member_networks: list = field(default_factory=list)
+    tls_cert_file: str = setting(
+        "PEM certificate (chain) for gRPC and HTTP; with `tls_key_file`, TLS is on. Re-read when the file changes "
+        "(cert-manager rotation).", "")
+    tls_key_file: str = setting("The certificate's private key (PEM), re-read when it changes.", "")
+    tls_client_ca_file: str = setting(
+        "Mutual TLS: clients must present a certificate signed by this CA.", "")
+    tls_ca_file: str = setting(
+        "CA this member trusts when it calls other members (default: `tls_client_ca_file`).", "")
+    tls_server_name: str = setting(
+        "Name the members' certificates carry, when it is not their address.", "")
+    tls_http: bool = setting("Serve the HTTP port with TLS too when TLS is on.", True, helm="tls.http")
+    tls_http_client_auth: bool = setting(
+        "The HTTP port requires client certificates too (kubelet probes cannot send one).", False)
+    tls_raft: bool = setting(
+        "The Raft port speaks mutual TLS with the same certificate and CA; a wire change: switch it for every "
+        "member at once.", False, helm="tls.raft")
+    auth_enabled: bool = setting(
+        "Requests must be signed (MQv2-HMAC-SHA1, as RocketMQ 5 clients sign) and pass the access rules.", False,
+        helm="auth.enabled")
+    auth_admin_access_key: str = setting(
+        "Access key of the bootstrap admin (every right; from the configuration, not replicated).", "")
+    auth_admin_secret_key: str = setting(
+        "Secret key of the bootstrap admin; also the key material stored user secrets are encrypted with. Taken "
+        "verbatim, never logged.", "")
+    auth_admin_previous_secret_key: str = setting(
+        "During a rotation, the admin secret before the change: still accepted for the admin and for decrypting "
+        "stored secrets, until the leader re-encrypted them under the new one.", "")
+    auth_max_clock_skew_seconds: float = setting(
+        "A signature dated further than this from the member's clock is refused (the replay window; > 0).", 300.0,
+        helm="auth.maxClockSkewSeconds")
+    acl_default: str = setting("Decision when no rule of a user matches.", "deny", helm="auth.aclDefault",
+                               choices=("deny", "allow"))
+    open_http_paths: list = setting(
+        "HTTP paths served without a signature (probes and scrapes); every other path needs one.",
+        default_factory=lambda: ["/metrics", "/health", "/ready"], helm="auth.openHttpPaths")
+    console_session_hours: float = setting(
+        "Hours a web-console login lasts (authentication on; at most 720).", 8.0, helm="auth.consoleSessionHours")
+    allowed_client_networks: list = setting(
+        "Networks (CIDRs or addresses, IPv4 or IPv6) that may use the gRPC and HTTP ports; the open HTTP paths "
+        "stay open. Empty: any address.", default_factory=list, helm="allowedNetworks.clients")
+    trusted_http_proxies: list = setting(
+        "HTTP proxies (an ingress) whose `X-Forwarded-For` names the real client, for the allow-lists, audit "
+        "lines and the console's failed-login count. Empty: the connection's address is the client.",
+        default_factory=list, helm="allowedNetworks.trustedHttpProxies")
+    allowed_member_networks: list = setting(
+        "Networks of the members: the only ones the Raft port and the replica service accept. Empty: any "
+        "address.", default_factory=list, helm="allowedNetworks.members")
 
 
 @dataclass
@@ -229,6 +302,15 @@ class NodeConfig:
         return StoreConfig(
             root_dir=self.node.data_dir, store_host=self.cluster.store_host, cluster_name=self.cluster.name, **self.store
         )
+
+    def volume_problem(self) -> str:
+        """Is the volume of node.data_dir too small for the store sizes (and what to set)? "" when it is not, or
+        when its size cannot be known here (``raftmq config validate`` refuses it; a starting node logs it)."""
+        from raftmq.store.config import volume_problem
+        from raftmq.store.disk_health import volume_bytes
+
+        size = volume_bytes(self.node.data_dir)
+        return volume_problem(self.store_config(), size, self.node.data_dir) if size > 0 else ""
 
     def tls_files(self):
         """``node.tls.TlsFiles`` when TLS is on (security.tls_cert_file + tls_key_file), else None."""
@@ -508,7 +590,7 @@ def _build_raft(cfg: NodeConfig, key: str, value: Any, origin: str, problems: li
 
 
 # Raft settings that may be 0 (no linger, unlimited rate); every other period, timeout, size and count is > 0.
-_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s"}
+_RAFT_ZERO_OK = {"linger_s", "offsets_linger_s", "catch_up_bytes_per_s", "anti_entropy_bytes_per_s"}
 
 
 # Ranges of store settings beyond their type. Periodic work needs a period > 0 (a zero or negative interval is a
@@ -588,11 +670,8 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     _check_address("node.advertised_address", n.advertised_address, problems, allow_empty=True)
     if not problems and n.grpc_listen == n.http_listen:
         problems.append("node.http_listen: must differ from node.grpc_listen")
-    if n.log_level.upper() not in LOG_LEVELS:
-        problems.append(f"node.log_level: {n.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     n.log_level = n.log_level.upper()
-    if n.log_format not in ("text", "json"):
-        problems.append(f"node.log_format: {n.log_format!r} is not one of text, json")
+    _check_choices(cfg, problems)
     if n.shutdown_grace_seconds < 0:
         problems.append("node.shutdown_grace_seconds: must be >= 0")
     if n.ready_without_leader_seconds < 0:
@@ -617,8 +696,6 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
                 f"cluster.store_host: host {hp.host!r} must be an IP literal (it is encoded into every msgId), "
                 "e.g. 10.0.0.7:10911"
             )
-    if c.durability not in DURABILITY_MODES:
-        problems.append(f"cluster.durability: {c.durability!r} is not one of {', '.join(DURABILITY_MODES)}")
     _check_address("cluster.raft_listen", c.raft_listen, problems)
     _check_address("cluster.raft_address", c.raft_address, problems, allow_empty=True)
     _check_members(cfg, problems)
@@ -628,10 +705,18 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
             cfg.raft_settings()
         except ValueError as e:
             problems.append(f"cluster.raft: {e}")
-    role = cfg.kubernetes.role_label
-    if role not in ("auto", "true", "false"):
-        problems.append(f"kubernetes.role_label: {role!r} is not one of auto, true, false")
     _check_security(cfg, problems)
+
+
+def _check_choices(cfg: NodeConfig, problems: list[str]) -> None:
+    """Keys that take one of a few values (their ``choices`` metadata, also shown in the docs and the chart)."""
+    for section, cls in _SECTIONS.items():
+        obj = getattr(cfg, section)
+        for f in dataclasses.fields(cls):
+            allowed = choices_of(f)
+            value = getattr(obj, f.name)
+            if allowed and value not in allowed:
+                problems.append(f"{section}.{f.name}: {value!r} is not one of {', '.join(allowed)}")
 
 
 def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
@@ -647,8 +732,6 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
     elif s.tls_raft and not (s.tls_ca_file or s.tls_client_ca_file):
         problems.append("security.tls_raft: set security.tls_ca_file (or tls_client_ca_file): the CA that signed "
                         "every member's certificate")
-    if s.acl_default not in ("deny", "allow"):
-        problems.append(f"security.acl_default: {s.acl_default!r} is not one of deny, allow")
     if s.auth_max_clock_skew_seconds <= 0:
         problems.append("security.auth_max_clock_skew_seconds: must be > 0")
     if not 0 < s.console_session_hours <= 24 * 30:
@@ -731,162 +814,38 @@ def _pop_problems(n: NodeSection) -> list[str]:
     return out
 
 
-# One comment per store key for `raftmq config sample` (RocketMQ MessageStoreConfig names in snake_case).
-_STORE_NOTES = {
-    "mapped_file_size_commit_log": "commit-log segment bytes; preallocated on disk when a segment is created",
-    "mapped_file_size_consume_queue": "consume-queue file bytes (20-byte units per message)",
-    "max_hash_slot_num": "index file hash slots (4 bytes each)",
-    "max_index_num": "index entries per index file (20 bytes each; ~400 MB file by default)",
-    "max_message_size": "largest body, and largest batch, in bytes; gRPC accepts 2x this + 1 MiB",
-    "flush_disk_type": "ASYNC (flush every flush_interval_commit_log) | SYNC (fsync before the ack)",
-    "flush_interval_commit_log": "ms between commit-log flushes (> 0)",
-    "flush_commit_log_least_pages": "flush only when at least this many 4 KiB pages are dirty",
-    "flush_commit_log_thorough_interval": "ms after which a flush ignores least_pages (> 0)",
-    "flush_commit_log_timed": "sleep the interval (true) or wake on every put (false)",
-    "sync_flush_timeout": "ms a SYNC put waits for its fsync before FLUSH_DISK_TIMEOUT (> 0)",
-    "flush_interval_consume_queue": "ms between consume-queue flushes (> 0)",
-    "flush_consume_queue_least_pages": "as flush_commit_log_least_pages, for consume queues",
-    "flush_consume_queue_thorough_interval": "ms after which a consume-queue flush ignores least_pages",
-    "file_reserved_time": "hours a commit-log segment is kept after its last write",
-    "delete_when": "hours of day (\";\"-separated, e.g. \"04;16\") when expired files are deleted",
-    "clean_resource_interval": "ms between retention checks (> 0)",
-    "delete_commit_log_files_interval": "ms pause between two commit-log file deletions (0 = none)",
-    "delete_consume_queue_files_interval": "ms pause between two consume-queue file deletions",
-    "destroy_mapped_file_interval_forcibly": "ms after which a file still in use is deleted anyway",
-    "disk_max_used_space_ratio": "disk use (0-1] above which expired files are deleted outside delete_when",
-    "disk_space_warning_level_ratio": "disk use above which writes are refused",
-    "disk_space_clean_forcibly_ratio": "disk use above which files are deleted before they expire",
-    "clean_file_forcibly_enable": "allow that forced deletion",
-    "check_crc_on_recover": "verify each record's body CRC when recovering after a crash",
-    "message_index_enable": "build the key/UNIQ_KEY index (raftmq query, view --topic)",
-    "message_index_safe": "recover the index from the checkpoint's safe point",
-    "max_msgs_num_batch": "most results of one index query",
-    "reput_interval_ms": "ms the reput service sleeps when caught up (> 0)",
-    "max_transfer_bytes_on_message_in_memory": "most bytes one pull returns",
-    "max_transfer_count_on_message_in_memory": "most messages one pull returns",
-    "message_delay_level": "delay of each level (--delay-level N), space-separated: s, m, h, d",
-    "timer_max_delay_seconds": "timer messages (--deliver-at) further than this in the future are refused",
-    "transaction_timeout_ms": "a half message without an outcome this long is checked with its producer",
-    "transaction_check_interval_ms": "how often the leader scans the half queue",
-    "transaction_check_max": "checks before a half message is given up (TRANS_CHECK_MAX_TIME_TOPIC)",
-    "preallocate": "reserve each segment's disk blocks when created (out of space fails early, not in mmap)",
-    "disk_min_free_bytes": "refuse writes (RESOURCE_EXHAUSTED, /ready 503) below this many free bytes",
-    "check_derived_files_on_start": "compare consume queues and index with the commit log at start; rebuild",
-    "scrub_rate_bytes_per_s": "background scrubber's read rate of sealed segments (0 = off)",
-    "scrub_interval_s": "seconds between the starts of two scrub passes",
-    "check_crc_on_read": "pull / view / query verify each record's CRC and refuse damaged ones (DATA_LOSS)",
-}
+def setting_fields() -> list[tuple[str, dataclasses.Field]]:
+    """Every key a node's configuration takes, as (``section.key`` path, the field documenting it), in the order
+    of ``raftmq config sample``: ``cluster.raft.*`` (replication.RaftSettings) right after ``cluster.raft``, and
+    the ``store.StoreConfig`` fields the node does not fill in itself."""
+    from raftmq.replication.raft_write_path import RaftSettings
+    from raftmq.store import StoreConfig
+
+    out: list[tuple[str, dataclasses.Field]] = []
+    for section in _ALL_SECTIONS:
+        if section == "store":
+            out += [(f"store.{f.name}", f) for f in dataclasses.fields(StoreConfig)
+                    if f.name not in _STORE_FIELDS_FROM_NODE]
+            continue
+        for f in dataclasses.fields(_SECTIONS[section]):
+            out.append((f"{section}.{f.name}", f))
+            if section == "cluster" and f.name == "raft":
+                out += [(f"cluster.raft.{r.name}", r) for r in dataclasses.fields(RaftSettings)
+                        if r.name != "durability"]
+    return out
 
 
-def _yaml_scalar(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+def section_docs() -> dict[str, str]:
+    """Section path -> what the section is for (the dataclasses' docstrings)."""
+    from raftmq.replication.raft_write_path import RaftSettings
+    from raftmq.store import StoreConfig
+
+    classes = {**_SECTIONS, "cluster.raft": RaftSettings, "store": StoreConfig}
+    return {name: " ".join((cls.__doc__ or "").split("\n\n")[0].split()) for name, cls in classes.items()}
 
 
 def sample_yaml() -> str:
     """A complete, commented configuration with every default (``raftmq config sample``)."""
-    n, c = NodeSection(), ClusterSection()
-    notes = {
-        "node": {
-            "id": "unique member id",
-            "data_dir": "store root (commitlog/, consumequeue/, index/, config/, ...)",
-            "grpc_listen": "MessagingService + AdminService",
-            "http_listen": "/metrics /health /ready",
-            "advertised_address": "host:port clients are told to use (redirect hints); default: grpc_listen's host",
-            "auto_create_topics": "create unknown topics on first send (4 queues)",
-            "log_level": " | ".join(LOG_LEVELS),
-            "log_format": "text | json (one object per line with member, term, request_id: for log pipelines)",
-            "shutdown_grace_seconds": "SIGTERM: how long in-flight requests may take to finish",
-            "ready_without_leader_seconds": "stay ready this long without a leader (elections)",
-            "max_delivery_attempts": "pop: deliveries of a message before it moves to %DLQ%<group>",
-            "retry_backoff": "pop: a nacked message is visible again after delay N (N = its attempt)",
-            "pop_max_inflight_per_queue": "pop: unacked messages per group and queue (then the queue waits)",
-            "group_policies": "{group: {max_delivery_attempts: N, retry_backoff: '1s 5s', fifo: true}} per group",
-            "rocketmq5_max_delay_seconds": "RocketMQ 5 clients: latest delivery time of a DELAY message (from now)",
-            "rocketmq5_auto_renew_seconds": "RocketMQ 5 PushConsumers: invisible time of a received message, renewed "
-                                            "by the server until it is acked or nacked (at most 3 h)",
-        },
-        "cluster": {
-            "name": "CLUSTER property of every message",
-            "store_host": "group-level STOREHOST (IP:port) in every record and msgId",
-            "durability": "async (majority in page cache) | sync (majority fsynced before the ack)",
-            "raft_listen": "Raft peer port",
-            "raft_address": "this node's Raft address as peers see it (stable DNS name)",
-            "members": "[{id: n0, raft: host:8091, grpc: host:8081}, ...]; empty = single node",
-            "secret": "Raft peer password (optional; env/--set value taken verbatim)",
-            "forward_to_leader": "a follower relays writes/admin calls to the leader (else: redirect hint only)",
-            "raft": "Raft and group-commit tuning (replication.RaftSettings); defaults suit most groups",
-        },
-        "security": {
-            "tls_cert_file": "PEM certificate for gRPC + HTTP (re-read on change); with tls_key_file: TLS on",
-            "tls_key_file": "its private key",
-            "tls_client_ca_file": "mutual TLS: clients must present a certificate from this CA",
-            "tls_ca_file": "CA trusted when calling other members (default: client CA)",
-            "tls_server_name": "name in members' certificates if not their address",
-            "tls_http": "HTTP port uses TLS too when TLS is on",
-            "tls_http_client_auth": "HTTP requires client certificates too (breaks kubelet probes)",
-            "tls_raft": "Raft port: mutual TLS with the same files (all members at once)",
-            "auth_enabled": "signed requests (MQv2-HMAC-SHA1) + ACL",
-            "auth_admin_access_key": "bootstrap admin access key",
-            "auth_admin_secret_key": "bootstrap admin secret (env/--set taken verbatim)",
-            "auth_admin_previous_secret_key": "rotation: the old admin secret, until users are re-encrypted",
-            "auth_max_clock_skew_seconds": "older/newer signatures are refused (replay window)",
-            "acl_default": "deny | allow when no policy matches",
-            "open_http_paths": "HTTP paths served without auth",
-            "console_session_hours": "web console login lifetime (auth on: users log in at /ui/login)",
-            "allowed_client_networks": "[10.0.0.0/8, fd00::/8]: who may use gRPC/HTTP (empty: anyone)",
-            "trusted_http_proxies": "[10.0.0.0/8]: HTTP proxies (ingress) whose X-Forwarded-For names the client",
-            "allowed_member_networks": "members' networks: Raft port + replica service (empty: anyone)",
-        },
-        "raft": {
-            "put_timeout_s": "a put not applied by then answers UNKNOWN",
-            "max_batch_bytes": "group commit: at most this much per Raft command",
-            "linger_s": "group commit: wait this long for more puts (only while batches are in flight)",
-            "max_inflight_batches": "Raft commands awaiting a majority at once",
-            "max_pending_bytes": "puts queued beyond this are refused (busy)",
-            "offsets_linger_s": "consumer-offset commits are coalesced this long",
-            "append_entries_period": "leader heartbeat / replication period (s)",
-            "raft_min_timeout": "election timeout, lower bound (s)",
-            "raft_max_timeout": "election timeout, upper bound (s)",
-            "leader_fallback_timeout": "a leader cut off from its majority steps down after this (< min timeout)",
-            "connection_timeout": "peer connection considered dead after this (>= max timeout)",
-            "connection_retry_time": "reconnect to a peer every (s)",
-            "compaction_min_entries": "compact the Raft log after this many entries ...",
-            "compaction_min_time": "... and at least this many seconds",
-            "compaction_max_bytes": "force a compaction once this much was proposed",
-            "dns_cache_time": "peer host names are re-resolved this often (s)",
-            "catch_up_bytes_per_s": "commit-log copy served to a catching-up member, bytes/s (0 = unlimited)",
-            "catch_up_max_streams": "copies served at once; more are told to retry",
-        },
-    }
-    lines = [
-        "# raftmq node configuration. Every key can be overridden by the environment as RAFTMQ_<SECTION>_<KEY>",
-        "# (value parsed as YAML, e.g. RAFTMQ_CLUSTER_MEMBERS='[{id: n0, raft: \"h0:8091\", grpc: \"h0:8081\"}]';",
-        "# text keys such as ids, addresses and the secret are taken verbatim), cluster.raft keys as",
-        "# RAFTMQ_CLUSTER_RAFT_<KEY>, or on the command line: raftmq node --config FILE --set section.key=value",
-        "# (--set cluster.raft.<key>=value).",
-    ]
+    from raftmq.node.config_docs import sample_yaml as generate
 
-    def section(name: str, values: dict[str, Any], comments: dict[str, str], header: str = "") -> None:
-        lines.append(f"{name + ':':35} # {header}" if header else f"{name}:")
-        for key, value in values.items():
-            if isinstance(value, dict) and key == "raft":  # nested: every Raft setting with its default
-                lines.append(f"{'  raft:':35} # {comments[key]}")
-                for k, v in _raft_fields().items():
-                    entry = f"    {k}: {_yaml_scalar(v)}"
-                    lines.append(f"{entry:35} # {notes['raft'][k]}" if k in notes["raft"] else entry)
-                continue
-            entry = f"  {key}: {_yaml_scalar(value)}"
-            lines.append(f"{entry:35} # {comments[key]}" if key in comments else entry)
-
-    section("node", dataclasses.asdict(n), notes["node"])
-    section("cluster", dataclasses.asdict(c), notes["cluster"])
-    store = {k: v for k, v in _store_fields().items() if k not in _STORE_FIELDS_FROM_NODE}
-    section("store", store, _STORE_NOTES,
-            "store.StoreConfig fields (root_dir, store_host, cluster_name come from above)")
-    section("kubernetes", {"role_label": KubernetesSection().role_label,
-                           "role_label_clear_timeout_s": KubernetesSection().role_label_clear_timeout_s},
-            {"role_label": "auto (on when running in a pod) | true | false",
-             "role_label_clear_timeout_s": "at start, wait this long for role=unknown on the pod before serving"})
-    section("security", dataclasses.asdict(SecuritySection()), notes["security"],
-            "TLS, authentication, access control (README: Security)")
-    return "\n".join(lines) + "\n"
+    return generate()

@@ -20,6 +20,7 @@ from raftmq.replication.errors import (
     WritePathStoppedError,
 )
 from raftmq.store.errors import (
+    ConsumeQueueUnitError,
     DiskFullError,
     MessageIllegalError,
     StorageIOError,
@@ -72,7 +73,7 @@ def to_rpc_error(exc: BaseException) -> RpcError | None:
         return RpcError(code.UNKNOWN, str(exc))
     if isinstance(exc, TransferLeadershipError):
         return RpcError(code.FAILED_PRECONDITION, str(exc))
-    if isinstance(exc, CorruptReadError):
+    if isinstance(exc, (CorruptReadError, ConsumeQueueUnitError)):
         return RpcError(code.DATA_LOSS, str(exc))
     if isinstance(exc, (ReplicationError, StoreError)):
         return RpcError(code.INTERNAL, f"{type(exc).__name__}: {exc}")

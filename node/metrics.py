@@ -253,7 +253,7 @@ class StoreCollector(Collector):
         found = stats.get("corruption_found")
         if isinstance(found, dict):
             c = CounterMetricFamily("rocketmq_storage_corruption", "Damaged records / units / files found in the "
-                                    "store (commit log, consume queue, index), at start or by the scrubber",
+                                    "store (commit log, consume queue, index), at start, by the scrubber or by a read",
                                     labels=[*labels, "kind"])
             for kind, n in sorted(found.items()):
                 c.add_metric([*values, kind], float(n))
@@ -269,10 +269,33 @@ class StoreCollector(Collector):
                               float(stats.get("scrub_position", 0)))
             yield self._gauge("raftmq_scrub_last_full_timestamp_seconds", "Unix time the last complete scrub pass "
                               "ended (0: none yet)", float(stats.get("scrub_last_full_timestamp_ms", 0)) / 1000)
+        if "anti_entropy_bytes_total" in stats:  # a replicated member comparing its commit log with its peers'
+            for name, key, doc in (
+                    ("raftmq_anti_entropy_bytes", "anti_entropy_bytes_total",
+                     "Commit-log bytes compared with the peers by anti-entropy"),
+                    ("raftmq_anti_entropy_repaired_blocks", "anti_entropy_blocks_repaired_total",
+                     "4 KiB commit-log blocks that differed from the majority and were replaced with its copy"),
+                    ("raftmq_anti_entropy_passes", "anti_entropy_passes", "Complete anti-entropy passes")):
+                c = CounterMetricFamily(name, doc, labels=labels)
+                c.add_metric(values, float(stats[key]))
+                yield c
+            yield self._gauge("raftmq_anti_entropy_unrepaired_blocks", "4 KiB commit-log blocks that differ from "
+                              "the peers' while no majority of the group holds one copy (retried every pass)",
+                              float(stats["anti_entropy_unrepaired_blocks"]))
+            yield self._gauge("raftmq_anti_entropy_position_bytes", "Commit-log offset anti-entropy is comparing",
+                              float(stats["anti_entropy_position"]))
+            yield self._gauge("raftmq_anti_entropy_last_pass_timestamp_seconds", "Unix time the last complete "
+                              "anti-entropy pass ended (0: none yet)",
+                              float(stats["anti_entropy_last_pass_timestamp_ms"]) / 1000)
+            yield self._gauge("raftmq_anti_entropy_last_pass_duration_seconds", "How long the last complete "
+                              "anti-entropy pass took", float(stats["anti_entropy_last_pass_seconds"]))
 
 
 _INTEGRITY_KEYS = frozenset({"corruption_found", "disk_problem", "scrub_bytes_total", "scrub_position",
-                             "scrub_last_full_timestamp_ms"})
+                             "scrub_last_full_timestamp_ms", "anti_entropy_bytes_total", "anti_entropy_position",
+                             "anti_entropy_passes", "anti_entropy_last_pass_timestamp_ms",
+                             "anti_entropy_last_pass_seconds", "anti_entropy_blocks_repaired_total",
+                             "anti_entropy_unrepaired_blocks"})
 
 
 class RaftCollector(Collector):

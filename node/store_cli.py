@@ -7,7 +7,6 @@ refused, 2 bad usage (not a store directory, store in use).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
@@ -37,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--dry-run", action="store_true", help="print what would be done and change nothing")
     r.add_argument("--segment-size", type=int, default=None, metavar="BYTES")
     r.add_argument("--config", "-c", metavar="FILE", help="the node's YAML configuration: the store settings the "
-                   "derived files are rebuilt with (default: segment sizes inferred from the files, other settings "
-                   "default)")
+                   "derived files are rebuilt with; segment sizes and index geometry it does not set are read from "
+                   "the files (repair is refused when the index geometry cannot be read: give it then)")
     r.add_argument("--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE")
     r.set_defaults(func=run_repair)
 
@@ -72,7 +71,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_repair(args: argparse.Namespace) -> int:
     from raftmq.store.repair import RepairRefused, repair_store
 
-    config = None
+    explicit: dict[str, object] = {}
     if args.config or args.assignments:
         from raftmq.node.config import ConfigError, load_config
 
@@ -82,9 +81,11 @@ def run_repair(args: argparse.Namespace) -> int:
             for problem in e.problems:
                 print(f"config error: {problem}", file=sys.stderr)
             return 2
-        config = dataclasses.replace(node_cfg.store_config(), root_dir=args.dir)
+        explicit = {**node_cfg.store, "store_host": node_cfg.cluster.store_host,
+                    "cluster_name": node_cfg.cluster.name}
     try:
-        actions, rep = repair_store(args.dir, dry_run=args.dry_run, segment_size=args.segment_size, config=config)
+        actions, rep, cfg = repair_store(args.dir, dry_run=args.dry_run, segment_size=args.segment_size,
+                                         explicit=explicit)
     except (FileNotFoundError, NotADirectoryError) as e:
         print(f"store repair: {e}", file=sys.stderr)
         return 2
@@ -98,9 +99,12 @@ def run_repair(args: argparse.Namespace) -> int:
     for a in actions:
         print(prefix + a.line())
     derived = [p for p in rep.problems if p.kind == "consumequeue"]
-    if actions or derived:
+    if cfg is not None:
+        index = (f"index files of {cfg.max_hash_slot_num} slots x {cfg.max_index_num} entries"
+                 if cfg.message_index_enable else "no index (message_index_enable false)")
         print(f"{prefix}rebuild consume queues and index from the commit log"
-              + (f" ({len(derived)} queue(s) disagree with it)" if derived else ""))
+              + (f" ({len(derived)} queue(s) disagree with it)" if derived else "")
+              + f": segments of {cfg.mapped_file_size_commit_log} bytes, {index}")
     else:
         print(f"{args.dir}: nothing to repair")
     return 0

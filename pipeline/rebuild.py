@@ -6,7 +6,7 @@ skip / fillPreBlank rules as the broker).
 
 Index files follow the commit-log order and the geometry: a file takes ``index_num - 1`` keys (entry 0 is never
 used), a record's keys may straddle two files, and a new file is seeded with the previous file's last entry
-(FORMATS §6.6). So the driver first counts keys per split (splits are in commit-log order), turns that into a
+(docs/design/store-formats.md#index-files). So the driver first counts keys per split (splits are in commit-log order), turns that into a
 global key number per key, and from it the file each key lands in and each file's seed; then every file is
 written by one task with the store's own ``IndexFile``. A full file followed by any further dispatched record
 makes the broker open one more (possibly empty) file; that is reproduced too.

@@ -1,7 +1,7 @@
 """AclTable: the replicated users and access rules (issue 14), applied like topics on every member.
 
 Why here and not in ``node``: it is replicated state; every member applies the same commands in the same order
-(contract 1) and ships the table in snapshots and catch-up metadata. Deciding what a request may do is the
+(docs/architecture.md#contracts, 1) and ships the table in snapshots and catch-up metadata. Deciding what a request may do is the
 node's job (node.auth); this is only the data. Secrets arrive already encrypted by the leader (node.auth), so
 the table, the Raft journal and snapshots never hold a usable secret.
 

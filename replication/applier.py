@@ -1,6 +1,6 @@
 """StoreApplier: the one place that turns write-path commands into store calls.
 
-Why one place: the single-node path and every Raft replica must apply the same command the same way (contract 1),
+Why one place: the single-node path and every Raft replica must apply the same command the same way (docs/architecture.md#contracts, 1),
 so encoding (leader only) and applying (everywhere) live together here and nowhere else.
 """
 

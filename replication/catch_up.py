@@ -1,4 +1,4 @@
-"""Catch-up by commit-log range transfer (REPLICATION.md 4.7): bulk pull first, then join Raft.
+"""Catch-up by commit-log range transfer (docs/design/replication.md#catching-up-rebuilding-repairing): bulk pull first, then join Raft.
 
 Why: pysyncobj can ship our tiny snapshot but not the commit log, and its deserializer runs on the tick thread.
 A wiped or far-behind replica therefore copies the committed commit-log bytes (and the replicated metadata at the

@@ -1,6 +1,6 @@
 """Repair a member's damaged commit log from a healthy peer before it serves (issue 10, must-have 2).
 
-Why it works: every member's commit log is byte-identical (ARCHITECTURE contract 1), so the bytes a peer holds
+Why it works: every member's commit log is byte-identical (docs/architecture.md#contracts, 1), so the bytes a peer holds
 at ``[start, end)`` are exactly what this member wrote there. When the store refuses to open with
 ``CorruptionError`` (damaged records, a missing or mis-sized segment), each damaged range is streamed from a
 peer with the catch-up RPC (``FetchCommitLog``, whole records, the peer's throttle applies), every record is
@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
+from raftmq.replication.anti_entropy import BLOCK, heal_range, record_replaced
 from raftmq.replication.catch_up import peer_statuses
 from raftmq.replication.peers import Peers
 from raftmq.store.errors import StoreError
@@ -161,10 +163,30 @@ def repair_from_peers(peers: Peers, commit_log_dir: str, file_size: int,
 
 
 def repair_range_live(peers: Peers, store: Any, r: CorruptRecord) -> str:
-    """Replace the damaged range ``r`` of an *open* store with a peer's verified bytes (a read found it).
+    """Replace the damaged range ``r`` of an *open* store with the peers' copy (the scrubber or a read found it).
 
-    Returns the id of the peer that supplied it; raises ``PeerRepairError`` with every peer's reason otherwise.
-    """
+    First the whole 4 KiB blocks around it (one block before it too: rot that broke this record's start often hit
+    the end of the one before, whose bytes no check covers) are compared with the peers' and replaced where they
+    differ from the majority (``anti_entropy.heal_range``); if the record is still damaged (no majority reachable),
+    whole records from one peer are fetched, verified and written over ``[r.start, r.end)``. Returns who supplied
+    the bytes; raises ``PeerRepairError`` with every peer's reason otherwise."""
+    with futures.ThreadPoolExecutor(max_workers=max(1, len(peers.others)), thread_name_prefix="repair") as pool:
+        try:
+            healed = heal_range(peers, store, len(peers.members), r.start - BLOCK, r.end, pool,
+                                known_bad=(r.start, r.end))
+        except StoreError as e:  # retention deleted the segment meanwhile
+            raise PeerRepairError(f"[{r.start}, {r.end}) could not be compared: {e}") from None
+    record_replaced(store, healed.replaced)
+    if healed.replaced and not store.damaged_records_in(r.start, r.end):
+        who = sorted({mid for _o, mid in healed.replaced})
+        log.warning("repaired commit-log range [%d, %d) of %s (%s) while serving: %d block(s) from %s", r.start,
+                    r.end, r.path, r.reason, len(healed.replaced), ", ".join(who))
+        return ", ".join(who)
+    return _copy_records_live(peers, store, r)
+
+
+def _copy_records_live(peers: Peers, store: Any, r: CorruptRecord) -> str:
+    """Whole verified records of ``[r.start, r.end)`` from the first peer that holds them."""
     file_size = store.config.mapped_file_size_commit_log
     errors: dict[str, str] = {}
     statuses = peer_statuses(peers, timeout=5.0, errors=errors, with_metadata=False)

@@ -1,4 +1,4 @@
-"""Small, idempotent patches to pysyncobj 0.3.17 that raftmq's replication depends on (REPLICATION.md 2.5, 2.6).
+"""Small, idempotent patches to pysyncobj 0.3.17 that raftmq's replication depends on (docs/design/replication.md#what-raftmq-changes-in-pysyncobj).
 
 Why each one:
 1. pickle protocol 4 instead of 2: protocol 2 pickles ``bytes`` as a latin-1 string, inflating binary records
@@ -24,7 +24,7 @@ Why each one:
    pysyncobj reads the journal, records are walked (size at both ends, consecutive indexes, terms that never
    fall) and the header is cut back to the last whole record; the member fetches the rest from the leader. No
    acknowledged entry is lost by that: under ``sync`` a member acknowledges only what it synced, and under
-   ``async`` a power cut may lose the last moments anyway (README: Replication).
+   ``async`` a power cut may lose the last moments anyway (docs/operations/cluster.md#durability).
 
 7. a snapshot is durable before the journal is compacted: pysyncobj renames the dump (ours, or one received
    from the leader) into place without syncing the incoming file or the directory, then drops the journal

@@ -1,4 +1,4 @@
-"""RaftWritePath: leader-only writes replicated through pysyncobj (REPLICATION.md section 4, design A).
+"""RaftWritePath: leader-only writes replicated through pysyncobj (docs/design/replication.md#a-put-from-the-leaders-point-of-view).
 
 How a put travels: the group committer (leader only) encodes concurrent puts into one store batch with the
 leader's clock and the group STOREHOST, proposes it as ONE Raft command, and the future resolves when pysyncobj's
@@ -48,6 +48,7 @@ from raftmq.replication.state_machine import StateMachine, frame_batch
 from raftmq.replication.write_path import MemberInfo
 from raftmq.store.json_file import fsync_dir, makedirs_durably
 from raftmq.store.mapped_file import sync_fd
+from raftmq.store.setting import setting
 from raftmq.store.thread_name import name_native_thread
 from raftmq.v1 import replica_pb2
 
@@ -79,28 +80,63 @@ def _named(target: Callable[[], None], name: str) -> Callable[[], None]:
 
 @dataclass
 class RaftSettings:
-    """Knobs with the defaults that worked on a shared 2-core box (REPLICATION.md 4.9); the node's config
-    section ``cluster.raft`` sets them by field name (``durability`` is ``cluster.durability``)."""
+    """Raft and group-commit tuning. The defaults worked on a shared 2-core box; invalid combinations are refused
+    (``leader_fallback_timeout < raft_min_timeout < raft_max_timeout <= connection_timeout``).
 
-    durability: str = "async"            # async | sync
-    put_timeout_s: float = 8.0           # own timeout on apply callbacks -> UnknownOutcomeError
-    max_batch_bytes: int = 512 * 1024    # one Raft command per group commit, at most this much (one put may exceed)
-    linger_s: float = 0.002              # only while earlier batches are in flight
-    max_inflight_batches: int = 4        # few in flight -> the queue grows -> bigger batches, fewer Raft rounds
-    max_pending_bytes: int = 64 << 20
-    offsets_linger_s: float = 0.02       # consumer-offset commits are coalesced for this long
-    append_entries_period: float = 0.05
-    raft_min_timeout: float = 1.5
-    raft_max_timeout: float = 3.0
-    leader_fallback_timeout: float = 1.2  # < raft_min_timeout: a cut-off leader steps down before a new one rises
-    connection_timeout: float = 3.5
-    connection_retry_time: float = 1.0
-    compaction_min_entries: int = 2000
-    compaction_min_time: float = 120.0
-    compaction_max_bytes: int = 256 << 20  # force a compaction once this much was proposed since the last one
-    dns_cache_time: float = 5.0            # peers are host names, re-resolved this often (new pod IPs)
-    catch_up_bytes_per_s: int = 64 << 20   # commit-log copy this node serves to catching-up peers; 0 = unlimited
-    catch_up_max_streams: int = 2          # concurrent copies served; more answer RESOURCE_EXHAUSTED (they retry)
+    The node's ``cluster.raft`` section sets the fields by name (``durability`` is ``cluster.durability``); each
+    field documents itself (``store.setting``), and docs/operations/configuration.md is generated from that."""
+
+    durability: str = setting("`async` or `sync`; set it as `cluster.durability`.", "async")
+    put_timeout_s: float = setting(
+        "Seconds a put waits for its entry to be committed and applied; then it answers UNKNOWN (outcome "
+        "unknown).", 8.0)
+    max_batch_bytes: int = setting(
+        "Group commit: concurrent puts are joined into one Raft command of at most this many bytes (a single "
+        "larger put is sent alone).", 512 * 1024)
+    linger_s: float = setting(
+        "Group commit: seconds to wait for more puts before proposing a batch, only while earlier batches are in "
+        "flight (0: never wait).", 0.002)
+    max_inflight_batches: int = setting(
+        "Raft commands awaiting a majority at once; fewer in flight make the queue, and so the batches, "
+        "bigger.", 4)
+    max_pending_bytes: int = setting(
+        "Bytes of puts queued for the group commit; a put beyond them is refused as busy (RESOURCE_EXHAUSTED, "
+        "retried by the SDK).", 64 << 20)
+    offsets_linger_s: float = setting(
+        "Seconds consumer-offset commits are coalesced into one Raft command (0: none).", 0.02)
+    append_entries_period: float = setting("Seconds between the leader's heartbeats / replication rounds.", 0.05)
+    raft_min_timeout: float = setting(
+        "Election timeout, lower bound in seconds (more than 3 x `append_entries_period`).", 1.5)
+    raft_max_timeout: float = setting("Election timeout, upper bound in seconds.", 3.0)
+    leader_fallback_timeout: float = setting(
+        "Seconds without answers from a majority after which a leader steps down; below `raft_min_timeout`, so "
+        "a cut-off leader stops before a new one is elected.", 1.2)
+    connection_timeout: float = setting(
+        "Seconds after which a silent peer connection is dropped and dialled again (>= `raft_max_timeout`).",
+        3.5)
+    connection_retry_time: float = setting("Seconds between two attempts to connect to a peer.", 1.0)
+    compaction_min_entries: int = setting(
+        "The Raft journal is compacted (a snapshot is written and the entries it covers dropped) once it holds "
+        "more than this many entries.", 2000)
+    compaction_min_time: float = setting(
+        "The Raft journal is compacted at the latest this many seconds after the previous compaction.", 120.0)
+    compaction_max_bytes: int = setting(
+        "The Raft journal is compacted once this many bytes were proposed since the previous compaction.",
+        256 << 20)
+    dns_cache_time: float = setting(
+        "Seconds between two resolutions of a peer's host name (a restarted pod's new IP is picked up).", 5.0)
+    catch_up_bytes_per_s: int = setting(
+        "Bytes per second of commit log this member serves to catching-up or rebuilding peers, shared by all "
+        "copies (0: unlimited).", 64 << 20)
+    catch_up_max_streams: int = setting(
+        "Copies this member serves at once; more are answered RESOURCE_EXHAUSTED and retry with backoff.", 2)
+    anti_entropy_bytes_per_s: int = setting(
+        "Anti-entropy: bytes per second of commit log this member compares with its peers' (SHA-256 of 1 MiB "
+        "chunks, then 4 KiB blocks); a block that differs from the copy a majority holds is replaced with a "
+        "verified copy (0: off).", 8 << 20)
+    anti_entropy_interval_s: float = setting(
+        "Anti-entropy: seconds between the end of a pass and the start of the next (the first starts 30 s after "
+        "the start, or after this interval when shorter).", 600.0)
 
     def __post_init__(self) -> None:
         if self.durability not in ("async", "sync"):
@@ -115,6 +151,8 @@ class RaftSettings:
             raise ValueError("catch_up_bytes_per_s must be >= 0 (0 = unlimited)")
         if self.catch_up_max_streams < 1:
             raise ValueError("catch_up_max_streams must be >= 1")
+        if self.anti_entropy_bytes_per_s < 0:
+            raise ValueError("anti_entropy_bytes_per_s must be >= 0 (0 = off)")
 
 
 class _InFlight:

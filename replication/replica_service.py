@@ -43,6 +43,9 @@ MAX_CHECKSUM_CHUNK = 16 << 20
 MAX_CHECKSUM_BYTES_PER_CALL = 64 << 20  # one call digests at most this much; the caller pages on
 MAX_CHECKSUM_CHUNKS_PER_CALL = 4096     # and answers at most this many digests (tiny chunks stay small answers)
 MAX_CHECKSUM_QUEUE_UNITS_PER_CALL = 1 << 20  # consume-queue units (20 bytes each) one call digests in all
+MAX_BLOCK_FETCH = 1 << 20  # bytes one FetchCommitLogBytes call returns
+
+
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
     def __init__(self, get_write_path: Callable[[], Any], secret: str = "",
                  readiness: Callable[[], tuple[bool, str]] | None = None,
@@ -189,6 +192,33 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         return replica_pb2.ChecksumCommitLogResponse(
             member_id=wp.node_id, end_offset=end, applied_offset=applied, applied_index=index, min_offset=low,
             chunks=[replica_pb2.CommitLogDigest(offset=c.offset, length=c.length, sha256=c.sha256) for c in chunks])
+
+    async def FetchCommitLogBytes(self, request, context):
+        """Raw applied commit-log bytes of one block (anti-entropy replaces a differing local copy with them)."""
+        wp = await self._write_path(context)
+        start, stop = request.from_offset, request.to_offset
+        if not 0 <= start < stop or stop - start > MAX_BLOCK_FETCH:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad range [{start}, {stop}): need 0 <= from_offset "
+                                f"< to_offset and at most {MAX_BLOCK_FETCH} bytes")
+        _index, applied = await asyncio.to_thread(wp.machine.applied_position)
+        store = wp.store
+        if stop > applied or start < store.commit_log_min_offset:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, f"[{start}, {stop}) is outside what member {wp.node_id} "
+                                f"has applied: [{store.commit_log_min_offset}, {applied})")
+        wait = wp.catch_up_throttle.bucket.reserve(stop - start)
+        if wait:
+            await asyncio.sleep(wait)
+        data = bytearray()
+        try:
+            while len(data) < stop - start:
+                piece = await asyncio.to_thread(store.read_commit_log_bytes, start + len(data),
+                                                stop - start - len(data))
+                if not piece:
+                    raise StoreError(f"commit log unreadable at offset {start + len(data)}")
+                data += piece
+        except StoreError as exc:  # retention deleted the segment meanwhile
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+        return replica_pb2.FetchCommitLogBytesResponse(offset=start, data=bytes(data))
 
     async def ChecksumConsumeQueues(self, request, context):
         """List this member's queues, or SHA-256 of the asked dispatched unit ranges (see consume_queue_digest)."""

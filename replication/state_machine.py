@@ -1,6 +1,6 @@
 """StateMachine: what every replica does with a committed Raft entry, plus the snapshot hooks.
 
-Rules it keeps (REPLICATION.md 4.4, 4.6):
+Rules it keeps (docs/design/replication.md#deterministic-idempotent-never-half-applied):
 * deterministic: the leader encoded everything clock- or host-dependent; apply only assigns offsets;
 * idempotent on journal replay: an entry at or below the last applied index (AppliedIndex) is skipped;
 * never half-applied: on an I/O error the commit log is cut back to the batch start, the node is fenced

@@ -1,4 +1,4 @@
-"""StoreCheckpoint: the 4096-byte ``checkpoint`` file with three timestamps (FORMATS.md §8.1).
+"""StoreCheckpoint: the 4096-byte ``checkpoint`` file with three timestamps (docs/design/store-formats.md#checkpoint-abort-and-lock).
 
 It bounds abnormal recovery: commit-log segments whose first message is older than ``min_timestamp`` are
 known to be fully dispatched and flushed.

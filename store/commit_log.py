@@ -1,6 +1,6 @@
 """CommitLog: RocketMQ 4.9's append-only message log over a MappedFileQueue.
 
-The write path is split in two for replication (ARCHITECTURE contract 1):
+The write path is split in two for replication (docs/architecture.md#contracts, 1):
 
 * ``encode_batch`` (leader only) validates messages and encodes final records with STORETIMESTAMP and
   STOREHOST fixed and QUEUEOFFSET / PHYSICALOFFSET left 0, wrapped in a self-describing batch frame;

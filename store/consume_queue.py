@@ -1,4 +1,4 @@
-"""ConsumeQueue: the per (topic, queue) logical queue of 20-byte units (FORMATS.md §5), and the table of all.
+"""ConsumeQueue: the per (topic, queue) logical queue of 20-byte units (docs/design/store-formats.md#consume-queues), and the table of all.
 
 A unit is ``(commit-log offset int64, size int32, tagsCode int64)``; unit ``i`` lives at logical byte
 ``i*20`` of ``consumequeue/{topic}/{queueId}/``, split into files named by their first logical byte. Files
@@ -100,6 +100,15 @@ class ConsumeQueue:
 
     def get_message_total_in_queue(self) -> int:
         return self.get_max_offset_in_queue() - self.get_min_offset_in_queue()
+
+    def first_missing_unit(self) -> int | None:
+        """The first queue offset of a file missing between this queue's first and last file (a deleted or lost
+        file: retention only ever deletes from the front), or None."""
+        files = self.mapped_file_queue.mapped_files
+        for prev, cur in zip(files, files[1:], strict=False):
+            if cur.file_from_offset != prev.file_from_offset + self.mapped_file_size:
+                return (prev.file_from_offset + self.mapped_file_size) // CQ_STORE_UNIT_SIZE
+        return None
 
     def roll_next_file(self, index: int) -> int:
         """The first queue offset of the file after the one holding ``index``."""

@@ -1,4 +1,4 @@
-"""DelayOffsetTable: ``config/delayOffset.json`` (``{"offsetTable":{1:5,2:0,...}}``, FORMATS.md §10, §13).
+"""DelayOffsetTable: ``config/delayOffset.json`` (``{"offsetTable":{1:5,2:0,...}}``, docs/design/store-formats.md#config-files).
 
 Per delay level, the next consume-queue offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` the schedule service
 has not delivered yet. The table is replicated metadata (the write path applies every change on every replica), so

@@ -38,8 +38,9 @@ from raftmq.store.index_file import (
     IndexFile,
     index_key_hashes,
 )
+from raftmq.store.integrity import is_quarantine_record
 from raftmq.store.java import java_string_hash
-from raftmq.store.message import TIMED_TOPICS, check_frame
+from raftmq.store.message import TIMED_TOPICS, check_frame, decode_record
 
 log = logging.getLogger("raftmq.store.derived_check")
 
@@ -112,7 +113,7 @@ def check_consume_queues(
     damage = result.damage
     next_offsets = result.next_queue_offsets
     check = commit_log.check_message_and_return_size
-    fields = _fields_of(check)
+    fields = dispatch_fields(check)
     checked_topics: dict[str, bool] = {}  # topic_exists per topic, asked once per walk
     gaps = index_gaps or []
     gap = 0
@@ -200,10 +201,12 @@ class _Fields:
         self.indexed = indexed
 
 
-def _fields_of(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
+def dispatch_fields(check: Callable[..., Any], with_index: bool = True) -> Callable[[Any, int, int], Any]:
     """A reader of the dispatch fields of the record at ``pos``: the common record through ``check_frame`` and
     ``dispatch_properties`` (the property search reput itself uses for the tags code), without building the full
-    property map; blank, bad and schedule-topic records through the store's own ``check`` (decode_dispatch)."""
+    property map; blank, bad and schedule-topic records through the store's own ``check`` (decode_dispatch).
+    ``with_index=False``: ``indexed`` is not worked out (hashing the keys; a unit check on the read path needs
+    none)."""
 
     def read(view: Any, pos: int, end: int) -> Any:
         try:
@@ -220,7 +223,7 @@ def _fields_of(check: Callable[..., Any]) -> Callable[[Any, int, int], Any]:
             if props_len > 0 else (None, None, None)
         tran = f[7] & TRANSACTION_TYPE_MASK
         cq = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-        indexed = tran != TRANSACTION_ROLLBACK_TYPE and bool(index_key_hashes(topic, uniq, keys))
+        indexed = with_index and tran != TRANSACTION_ROLLBACK_TYPE and bool(index_key_hashes(topic, uniq, keys))
         return _Fields(topic, f[3], f[6], size, java_string_hash(tags) if tags else 0, f[5], cq, indexed)
 
     return read
@@ -273,9 +276,9 @@ def _check_queue_tails(commit_log: Any, table: ConsumeQueueTable, result: Consum
         expected = result.next_queue_offsets.get(f"{cq.topic}-{cq.queue_id}")
         have = cq.get_max_offset_in_queue()
         if expected is not None:
-            for index in range(expected, have):  # blank units reserve offsets (store repair); others are garbage
+            for index in range(expected, have):  # units that reserve offsets (store repair); others are garbage
                 unit = cq.unit_at(index)
-                if unit is not None and unit[1] != BLANK_UNIT_SIZE:
+                if unit is not None and not _reserving(commit_log, unit):
                     result.damage[key] = QueueDamage(cq.topic, cq.queue_id, index, commit_log.max_offset,
                                                      f"and the {have - index - 1} after it point at no record")
                     break
@@ -288,6 +291,30 @@ def _check_queue_tails(commit_log: Any, table: ConsumeQueueTable, result: Consum
                 break
 
 
+def _reserving(commit_log: Any, unit: tuple[int, int, int]) -> bool:
+    """A unit that keeps a lost message's queue offset (``store repair``): a blank unit, or one pointing at a
+    quarantine record of its size."""
+    phy, size, _tags = unit
+    if size == BLANK_UNIT_SIZE:
+        return True
+    raw = commit_log.get_message(phy, size) if phy >= 0 and size > 0 else None
+    m = decode_record(raw, 0, check_crc=False, read_body=False).message if raw is not None else None
+    return m is not None and m.store_size == size and is_quarantine_record(m.topic, m.properties)
+
+
+def check_index_header(f: IndexFile, log_max: int) -> str:
+    """Why ``f``'s 40-byte header cannot be an intact file's ("" when it can): the cheap part of
+    ``check_index_file``, done for every file at start."""
+    begin_ts, end_ts, begin_phy, end_phy, _slot_count, stored_count = f.header_on_disk()
+    if not 0 <= stored_count <= f.index_num:
+        return f"header indexCount {stored_count} is outside [0, {f.index_num}]"
+    if begin_phy < 0 or end_phy < begin_phy or end_phy > log_max:
+        return f"header phy range [{begin_phy}, {end_phy}] is not inside the commit log [0, {log_max}]"
+    if begin_ts < 0 or end_ts < begin_ts:
+        return f"header time range [{begin_ts}, {end_ts}] is not ordered"
+    return ""
+
+
 def check_index_file(f: IndexFile, log_max: int) -> str:
     """Why ``f`` cannot be an intact index file; "" when nothing is wrong that can be seen without the log.
 
@@ -298,14 +325,11 @@ def check_index_file(f: IndexFile, log_max: int) -> str:
     """
     if f.closed:
         return ""
-    begin_ts, end_ts, begin_phy, end_phy, _slot_count, stored_count = f.header_on_disk()
+    bad = check_index_header(f, log_max)
+    if bad:
+        return bad
     count = f.index_count
-    if not 0 <= stored_count <= f.index_num:
-        return f"header indexCount {stored_count} is outside [0, {f.index_num}]"
-    if begin_phy < 0 or end_phy < begin_phy or end_phy > log_max:
-        return f"header phy range [{begin_phy}, {end_phy}] is not inside the commit log [0, {log_max}]"
-    if begin_ts < 0 or end_ts < begin_ts:
-        return f"header time range [{begin_ts}, {end_ts}] is not ordered"
+    begin_ts, end_ts, begin_phy, end_phy, _slot_count, _stored = f.header_on_disk()
     mm = f._mf.buffer
     entries_at = INDEX_HEADER_SIZE + f.hash_slot_num * HASH_SLOT_SIZE
     slots = _ints(mm, INDEX_HEADER_SIZE, entries_at)
@@ -338,11 +362,12 @@ def _ints(buf: Any, start: int, stop: int) -> array:
     return out
 
 
-def check_index_files(files: list[IndexFile], log_max: int) -> list[IndexDamage]:
-    """Every index file that fails ``check_index_file``."""
+def check_index_files(files: list[IndexFile], log_max: int, headers_only_before: int = 0) -> list[IndexDamage]:
+    """Every index file that fails ``check_index_file`` (only ``check_index_header`` for the files before position
+    ``headers_only_before``)."""
     out = []
     for i, f in enumerate(files):
-        reason = check_index_file(f, log_max)
+        reason = check_index_header(f, log_max) if i < headers_only_before else check_index_file(f, log_max)
         if reason:
             out.append(IndexDamage(f.path, i, reason))
     return out

@@ -39,6 +39,18 @@ def free_bytes(path: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def volume_bytes(path: str) -> int:
+    """Size of the filesystem ``path`` is (or will be) on: its nearest existing directory's (-1 when unknown)."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        p = os.path.dirname(p)
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return -1
+    return st.f_blocks * st.f_frsize
+
+
 class DiskHealth:
     """Write admission for one store directory; see the module docstring."""
 

@@ -1,4 +1,4 @@
-"""DispatchRequest: what the reput thread hands to the consume-queue and index builders (FORMATS.md §9)."""
+"""DispatchRequest: what the reput thread hands to the consume-queue and index builders (docs/design/store-formats.md#dispatch-reput)."""
 
 from __future__ import annotations
 

@@ -47,3 +47,8 @@ class DiskFullError(StoreError):
 
 class StorageIOError(StoreError):
     """A write or fsync of the store failed with an I/O error: the member takes no more writes until restarted."""
+
+
+class ConsumeQueueUnitError(StoreError):
+    """A read met a consume-queue unit that does not point at its record and could not be rebuilt from the commit
+    log (gRPC DATA_LOSS): nothing after it is skipped, the read stops there."""

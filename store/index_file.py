@@ -1,4 +1,4 @@
-"""IndexFile: one hash index file of RocketMQ's key index (FORMATS.md §6), byte for byte.
+"""IndexFile: one hash index file of RocketMQ's key index (docs/design/store-formats.md#index-files), byte for byte.
 
 Layout: a 40-byte header, ``hash_slot_num`` int32 slots, then ``index_num`` 20-byte entries. Each entry
 is ``(keyHash int32, phyOffset int64, timeDiff int32 seconds, prev int32)``; a slot holds the number of the
@@ -8,6 +8,8 @@ newest entry of its chain. Entry 0 is never used. The header is written field by
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 import sys
 import threading
@@ -168,12 +170,91 @@ def build_key(topic: str, key: str) -> str:
     return topic + "#" + key
 
 
+_GEOMETRY_SAMPLE = 4096  # newest entries whose chains must agree with a candidate geometry
+
+
+def infer_index_geometry(path: str) -> tuple[int, int] | None:
+    """``(max_hash_slot_num, max_index_num)`` an existing index file was written with, or None when the file
+    cannot tell (no entry yet, or no geometry fits its bytes).
+
+    The size alone has many solutions (40 + 4*slots + 20*entries), but the entries are a dense run from entry 1
+    to the header's indexCount, so the file's last non-zero byte falls inside the last used entry: that pins the
+    slot count to a handful of candidates, and the right one is the one under which the newest entries' slots
+    and chain links agree (each chain link points back to an entry of the same slot, and each slot holds the
+    newest entry of its chain)."""
+    size = os.path.getsize(path)
+    if size <= INDEX_HEADER_SIZE:
+        return None
+    with open(path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        count = _HEADER.unpack_from(mm, 0)[5]
+        if count <= 1:
+            return None
+        last = _last_nonzero_end(mm, size)
+        found = []
+        for end in range(last, min(size, last + INDEX_ENTRY_SIZE) + 1):
+            slots4 = end - INDEX_HEADER_SIZE - count * INDEX_ENTRY_SIZE
+            if slots4 < HASH_SLOT_SIZE or slots4 % HASH_SLOT_SIZE:
+                continue
+            slots = slots4 // HASH_SLOT_SIZE
+            rest = size - INDEX_HEADER_SIZE - slots * HASH_SLOT_SIZE
+            if rest % INDEX_ENTRY_SIZE or rest // INDEX_ENTRY_SIZE < count:
+                continue
+            if _chains_agree(mm, slots, count):
+                found.append((slots, rest // INDEX_ENTRY_SIZE))
+        return found[0] if len(found) == 1 else None
+    finally:
+        mm.close()
+
+
+def _last_nonzero_end(mm, size: int) -> int:
+    """Position just after the last non-zero byte (0 when every byte is zero), read backwards in 1 MiB steps."""
+    step = 1 << 20
+    hi = size
+    while hi > 0:
+        lo = max(0, hi - step)
+        piece = mm[lo:hi].rstrip(b"\0")
+        if piece:
+            return lo + len(piece)
+        hi = lo
+    return 0
+
+
+def _chains_agree(mm, slots: int, count: int) -> bool:
+    """Do the newest entries of a file with ``count`` as indexCount read as a valid index under ``slots``?"""
+    entries_at = INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE
+    newest_of_slot: dict[int, int] = {}
+    for number in range(count - 1, max(0, count - 1 - _GEOMETRY_SAMPLE), -1):
+        h, _phy, diff, prev = _ENTRY.unpack_from(mm, entries_at + number * INDEX_ENTRY_SIZE)
+        if h < 0 or diff < 0 or not 0 <= prev < number:
+            return False
+        slot = h % slots
+        head = newest_of_slot.setdefault(slot, number)
+        if head == number and _I32.unpack_from(mm, INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE)[0] != number:
+            return False  # the newest entry of a chain is what its slot holds
+        if prev and _ENTRY.unpack_from(mm, entries_at + prev * INDEX_ENTRY_SIZE)[0] % slots != slot:
+            return False
+    return True
+
+
+def index_geometry_of(index_dir: str) -> tuple[int, int] | None:
+    """The geometry every index file of ``index_dir`` that has entries agrees on; None when none tells, or they
+    disagree."""
+    if not os.path.isdir(index_dir):
+        return None
+    seen = {infer_index_geometry(os.path.join(index_dir, n)) for n in sorted(os.listdir(index_dir))
+            if n.isdigit() and os.path.isfile(os.path.join(index_dir, n))}
+    seen.discard(None)
+    return seen.pop() if len(seen) == 1 else None
+
+
 class IndexFile:
     """One index file: ``put_key`` appends an entry and links it into its slot's chain; ``select_phy_offset``
     walks a chain newest first.
 
     ``end_phy_offset``/``end_timestamp`` seed a new file with the previous file's end values (RocketMQ does
-    this, so the first entry's timeDiff is measured from the previous file's end: FORMATS.md §6.6).
+    this, so the first entry's timeDiff is measured from the previous file's end: docs/design/store-formats.md#index-files).
     """
 
     def __init__(
@@ -314,7 +395,7 @@ class IndexFile:
                         slot_count += 1
                     pack_entry(mm, entries_at + index_count * INDEX_ENTRY_SIZE, h, phy, time_diff, slot_value)
                     pack_slot(mm, abs_slot_pos, index_count)
-                    if index_count <= 1:  # the file's first entry: its record becomes the begin (§6.6)
+                    if index_count <= 1:  # the file's first entry: its record becomes the begin (docs/design/store-formats.md#index-files)
                         begin, begin_phy, time_diff = ts, phy, 0
                         self.begin_timestamp, self.begin_phy_offset = ts, phy
                     index_count += 1

@@ -1,4 +1,4 @@
-"""IndexService: the list of index files under ``{root}/index`` (RocketMQ ``IndexService``, FORMATS.md §6).
+"""IndexService: the list of index files under ``{root}/index`` (RocketMQ ``IndexService``, docs/design/store-formats.md#index-files).
 
 The reput thread calls ``build_index`` for every record except ROLLBACK; it indexes ``topic#UNIQ_KEY`` then
 ``topic#k`` for each piece of KEYS. When a file fills, the next one is created seeded with its end values

@@ -19,6 +19,8 @@ Stable API (other modules and branches build on it):
 * ``CorruptReadError(record)`` / ``check_read(raw, offset, path, check_crc)``: the read path's per-record check.
 * ``scan_commit_log(directory, file_size) -> CommitLogScan``: every segment of a commit-log directory, missing
   segments and segments of the wrong size included.
+* ``is_quarantine_record(topic, properties)``: a record ``store repair`` wrote over damage (filler or tombstone),
+  which reads skip.
 
 Resync: after damage the next record start is the first position ``p`` where a record passes every check
 *and* its PHYSICALOFFSET equals ``base + p`` (the broker writes each record's own position there, so a body
@@ -43,6 +45,7 @@ from raftmq.store.message import (
 
 CHAIN_LINKS = 8
 QUARANTINE_TOPIC = "RMQ_SYS_QUARANTINE"  # filler records ``store repair`` writes over damaged ranges
+QUARANTINE_PROPERTY = "RAFTMQ_QUARANTINED"  # on a tombstone that keeps a lost message's queue offset (quarantine.py)
 MIN_RECORD_SIZE = 91
 _SIZE_MAGIC = struct.Struct(">ii")
 _MAGIC_BYTES = struct.pack(">i", MESSAGE_MAGIC_CODE)
@@ -93,6 +96,11 @@ class CorruptReadError(StoreError):
         super().__init__(f"the record at commit-log offset {record.start} is damaged ({record.reason}) in "
                          f"{record.path}; it is not returned. Run `raftmq store check` on the data directory "
                          "(a replicated member repairs it from its peers at restart)")
+
+
+def is_quarantine_record(topic: str, properties: dict[str, str]) -> bool:
+    """A filler or tombstone ``store repair`` wrote over a damaged range (``store.quarantine``): no message."""
+    return topic == QUARANTINE_TOPIC or QUARANTINE_PROPERTY in properties
 
 
 def check_read(raw, offset: int, path: str, check_crc: bool = True) -> CorruptRecord | None:

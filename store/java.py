@@ -1,4 +1,4 @@
-"""The JDK behaviours RocketMQ's file formats depend on, reproduced exactly (FORMATS.md §3.3, §12).
+"""The JDK behaviours RocketMQ's file formats depend on, reproduced exactly (docs/design/store-formats.md#java-behaviours-the-bytes-depend-on).
 
 ``String.hashCode`` decides tags codes and index slots, ``HashMap`` iteration order decides the byte order
 of the properties string, and ``CRC32 & 0x7FFFFFFF`` is the body CRC. All three were checked against a JDK.

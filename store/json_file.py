@@ -1,4 +1,4 @@
-"""fastjson-shaped config files (FORMATS.md §13): tab-indented, unquoted integer map keys, safe writes.
+"""fastjson-shaped config files (docs/design/store-formats.md#config-files): tab-indented, unquoted integer map keys, safe writes.
 
 RocketMQ tools read these files; its ``MixAll.string2File`` writes ``name.tmp``, keeps the old content as
 ``name.bak`` and renames. We do the same and fsync each step, and read leniently with a ``.bak`` fallback.

@@ -1,4 +1,4 @@
-"""The RocketMQ 4.9 commit-log record: encode, decode, properties, message ids (FORMATS.md §1-§4).
+"""The RocketMQ 4.9 commit-log record: encode, decode, properties, message ids (docs/design/store-formats.md#the-commit-log-record).
 
 Byte layout of one record (big-endian; ``bh``/``sh`` = 8 for IPv4 hosts, 20 for IPv6, chosen by SYSFLAG bits
 0x10 / 0x20)::
@@ -281,7 +281,7 @@ def properties_without_wait(props: dict[str, str]) -> str:
 
 
 def broker_properties_string(props: dict[str, str], cluster_name: str | None) -> str:
-    """The properties string a 4.9.x broker stores for a client's properties (FORMATS.md §3.3).
+    """The properties string a 4.9.x broker stores for a client's properties (docs/design/store-formats.md#properties).
 
     ``props`` is taken in client order; CLUSTER is added (when ``cluster_name``) and WAIT left out.
     """
@@ -328,7 +328,7 @@ class Message(_PropertyAccessors):
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     # The exact stored properties string, for records the broker builds itself (transaction half/commit/op
-    # records re-serialize a map their own way, FORMATS.md §3.3); None: derived from ``properties`` as a send.
+    # records re-serialize a map their own way, docs/design/store-formats.md#properties); None: derived from ``properties`` as a send.
     properties_string: str | None = None
 
 

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from raftmq.store import dispatch_marker
 from raftmq.store.checkpoint import StoreCheckpoint
 from raftmq.store.commit_log import AppendResult, CommitLog, PutStatus
 from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
@@ -61,23 +62,30 @@ from raftmq.store.derived_check import (
     check_index_files,
 )
 from raftmq.store.disk_health import DiskHealth
-from raftmq.store.errors import DiskFullError, StorageIOError, StoreClosedError, StoreError
+from raftmq.store.errors import (
+    ConsumeQueueUnitError,
+    DiskFullError,
+    StorageIOError,
+    StoreClosedError,
+    StoreError,
+)
 from raftmq.store.file_lock import StoreLock
 from raftmq.store.flush import GroupCommitService, PeriodicFlushService
 from raftmq.store.index_service import IndexService
 from raftmq.store.integrity import (
-    QUARANTINE_TOPIC,
     CorruptionError,
     CorruptReadError,
     CorruptRecord,
     check_read,
     chunk_problem,
+    is_quarantine_record,
     verify_records,
 )
 from raftmq.store.json_file import fsync_dir, makedirs_durably
 from raftmq.store.mapped_file import remove_unfinished_segments
 from raftmq.store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TIMED_TOPICS,
     Message,
     MessageExt,
     UniqKeyGenerator,
@@ -85,6 +93,16 @@ from raftmq.store.message import (
     decode_record,
 )
 from raftmq.store.pop_state import PopStateTable
+from raftmq.store.queue_units import (
+    MAX_HEAL_SCAN_UNITS,
+    MAX_HEAL_WALK_BYTES,
+    RESERVED,
+    message_problem,
+    raw_unit_problem,
+    read_fields,
+    unit_problem,
+    units_from_log,
+)
 from raftmq.store.reput import ReputMessageService
 from raftmq.store.retention import RetentionService
 from raftmq.store.schedule import DelayLevels, to_schedule_messages
@@ -102,6 +120,8 @@ POP_STATE_PERSIST_INTERVAL_MS = 1000
 _INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_wheel_timer"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
 MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
+NO_DAMAGE = "no damage found"  # how integrity_summary starts when nothing was found (cluster status, console)
+HEAL_ROUNDS = 4  # runs of wrong consume-queue units one pull rebuilds before it answers
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
 
 
@@ -165,10 +185,12 @@ class MessageStore:
         self.last_exit_ok = True
         self.process_crash_only = False
         self.derived_damage: list[str] = []  # derived-file damage found (and rebuilt) at the last open
+        self.start_check_records = 0  # commit-log records the last open compared its derived files with
         # damage found so far, by file kind (metric rocketmq_storage_corruption_total)
         self.corruption_found = {"commitlog": 0, "consumequeue": 0, "index": 0}
         self.commit_log_damage: list[CorruptRecord] = []  # reported and not (yet) repaired
         self._damage_listeners: list[Callable[[list[CorruptRecord]], None]] = []
+        self._damage_lock = threading.Lock()  # reads and the scrubber report damage from their own threads
         self.scrubber: Scrubber | None = None
         self._put_messages = 0
         self._put_bytes = 0
@@ -184,6 +206,9 @@ class MessageStore:
         # replication sets this: called on the flush thread before commit-log bytes are flushed, to make durable
         # first what describes them (the Raft journal, the applied index; docs/design/durability.md)
         self.before_commit_log_flush: Callable[[], None] | None = None
+        self._heal_lock = threading.Lock()  # one rebuild of wrong consume-queue units at a time (reads find them)
+        self._healing: set[tuple[str, int, int]] = set()  # rebuilds running in the background
+        self._unhealed_units: set[tuple[str, int, int]] = set()  # counted once as damage that stays
 
     # ================================================================== lifecycle
     def open(self) -> None:
@@ -228,7 +253,7 @@ class MessageStore:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
         self.derived_damage = []
-        # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (FORMATS.md §8.3)
+        # 1. commit log, 2. consume queues, 3. checkpoint, 4. index (docs/design/store-formats.md#checkpoint-abort-and-lock)
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
         cl = self.commit_log = CommitLog(cfg, self.checkpoint)
         # After a crash of only this process every write is still in the page cache, so index files are
@@ -257,6 +282,7 @@ class MessageStore:
         # 5. recover. From here on files change and the index is rebuilt: mark the store in use now, not only
         # once open() is done as RocketMQ does, so a kill during recovery or the catch-up dispatch below is
         # recovered as the crash it is (an existing marker keeps its time: it tells whether the machine rebooted)
+        marker = dispatch_marker.take(cfg.root_dir) if self.last_exit_ok else None
         if self.last_exit_ok:
             self._touch_abort()
         max_phy_of_cq = self.consume_queues.recover()
@@ -293,17 +319,25 @@ class MessageStore:
                 files = self.index_service.index_files
                 reput_from = min(reput_from, files[-1].end_phy_offset if files else 0)
             reput_from = max(reput_from, cl.min_offset)
+        # consume queues and index are derived data: check what is new against the log (after a clean stop, what
+        # follows the end the stop recorded; after a crash, what recovery re-dispatches), cut what is wrong (units
+        # simply not written yet past reput_from are not damage: reput writes them now anyway)
+        if marker is not None and marker.end <= end:
+            check_from = max(marker.end, cl.min_offset)
+        else:
+            check_from = reput_from if not self.last_exit_ok else cl.min_offset
         if self.redispatch_from_hint is not None:  # repaired bytes: rebuild what was derived from them
             reput_from = max(min(reput_from, self.redispatch_from_hint), cl.min_offset)
+            check_from = min(check_from, reput_from)
             self.redispatch_from_hint = None
-        # consume queues and index are derived data: check them against the log, cut what is wrong (units
-        # simply not written yet past reput_from are not damage: reput writes them now anyway)
-        rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from)
+        rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from, check_from)
+        if marker is not None and marker.end <= end:
+            rebuild_from = self._compare_with_marker(marker, rebuild_from, log_queue_offsets)
         if rebuild_from is not None:
             reput_from = max(min(reput_from, rebuild_from), cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
                                          reput_from_offset=reput_from, checkpoint=self.checkpoint,
-                                         on_write_error=self.disk.record_error)
+                                         on_write_error=self._dispatch_write_error)
         while self.reput.dispatch_behind_bytes() > 0:
             before = self.reput.reput_from_offset
             self.reput.do_reput()
@@ -316,6 +350,15 @@ class MessageStore:
         for key, nxt in log_queue_offsets.items():
             if nxt > own.get(key, 0):
                 own[key] = nxt
+
+    def _dispatch_write_error(self, error: OSError, path: str) -> None:
+        """Reput could not write a consume-queue or index file: the disk refuses writes (full: until it has room
+        again, for the next index file too, so the index can catch up before more needs it)."""
+        index = self.index_service
+        needs = 0
+        if index is not None and path == index.store_path and self.config.preallocate:
+            needs = 40 + 4 * index.hash_slot_num + 20 * index.index_num
+        self.disk.record_error(error, path, needs)
 
     def _missing_index_files(self, found: ConsumeQueueCheck, dispatch_from: int) -> list[IndexDamage]:
         """Index files that must exist but do not: the log has keyed records past the end of the last file
@@ -347,11 +390,13 @@ class MessageStore:
         return (self.topics.get(topic) is not None or topic.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_"))
                 or topic in _INTERNAL_TOPICS or os.path.isdir(os.path.join(self.config.consume_queue_dir, topic)))
 
-    def _check_derived_files(self, end: int, dispatch_from: int) -> tuple[int | None, dict[str, int]]:
-        """Compare consume queues and index files with the commit log (``store.derived_check``) and cut the
-        damaged ones; returns the commit-log offset reput must re-dispatch from (None: nothing to rebuild) and
-        the next queue offsets the log holds. Missing units of records at or after ``dispatch_from`` are the
-        ordinary lag of a crash (reput dispatches from there anyway), not damage."""
+    def _check_derived_files(self, end: int, dispatch_from: int, check_from: int
+                             ) -> tuple[int | None, dict[str, int]]:
+        """Compare consume queues and index files with the commit log in ``[check_from, end)``
+        (``store.derived_check``) and cut the damaged ones; returns the commit-log offset reput must re-dispatch
+        from (None: nothing to rebuild) and the next queue offsets the log holds there. Missing units of records
+        at or after ``dispatch_from`` are the ordinary lag of a crash (reput dispatches from there anyway), not
+        damage. What lies before ``check_from`` is the scrubber's (and every read checks the units it uses)."""
         cl = self.commit_log
         assert cl is not None
         if not self.config.check_derived_files_on_start or not cl.mapped_file_queue.mapped_files:
@@ -360,8 +405,10 @@ class MessageStore:
         rebuild_from: int | None = None
         index_files = self.index_service.index_files if self.index_service is not None else []
         gaps = [(a.end_phy_offset, b.begin_phy_offset) for a, b in zip(index_files, index_files[1:], strict=False)]
-        found = check_consume_queues(cl, self.consume_queues, cl.min_offset, end, whole_log=True,
+        whole = check_from <= cl.min_offset
+        found = check_consume_queues(cl, self.consume_queues, max(check_from, cl.min_offset), end, whole_log=whole,
                                      topic_exists=self._topic_has_queues, index_gaps=gaps)
+        self.start_check_records = found.records
         self._rewrite_units(found.wrong_units, "start-up check")
         for damage in found.damage.values():
             if damage.commit_log_offset >= dispatch_from and damage.reason.startswith("is missing"):
@@ -375,7 +422,9 @@ class MessageStore:
             rebuild_from = damage.commit_log_offset if rebuild_from is None else min(
                 rebuild_from, damage.commit_log_offset)
         if self.index_service is not None:
-            bad = check_index_files(self.index_service.index_files, end)
+            files = self.index_service.index_files
+            newer = next((i for i, f in enumerate(files) if f.end_phy_offset >= check_from), len(files))
+            bad = check_index_files(files, end, headers_only_before=newer)  # whole: the files covering what is new
             bad += self._missing_index_files(found, dispatch_from)
             if bad:
                 for damage in bad:
@@ -385,10 +434,74 @@ class MessageStore:
                     self.corruption_found["index"] += 1
                 restart = self.index_service.drop_from(bad[0].position)
                 rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
-        log.info("store %s: checked consume queues and index against %d records of the commit log in %.2fs%s",
-                 self.config.root_dir, found.records, time.monotonic() - started,
-                 "" if rebuild_from is None else f"; re-dispatching from offset {rebuild_from}")
+        log.info("store %s: checked consume queues and index against %d records of the commit log (%s) in %.2fs%s",
+                 self.config.root_dir, found.records, "all of it" if whole else f"from offset {check_from}",
+                 time.monotonic() - started, "" if rebuild_from is None else f"; re-dispatching from offset "
+                 f"{rebuild_from}")
         return rebuild_from, found.next_queue_offsets
+
+    def _compare_with_marker(self, marker: dispatch_marker.DispatchMarker, rebuild_from: int | None,
+                             next_offsets: dict[str, int]) -> int | None:
+        """After a clean stop, every queue must come back as the stop left it (``store.dispatch_marker``), and
+        every index file: what lost units (a deleted or rotten queue file that recovery cut, a hole between its
+        files, a lost head) is re-dispatched from the end of the last unit kept, units past its end are cut,
+        missing index files are rebuilt from the end of the file before; no queue's next offset goes below the
+        marker's. Returns the new re-dispatch point."""
+        cl = self.commit_log
+        assert cl is not None
+
+        def damaged(desc: str, kind: str, restart: int | None) -> None:
+            nonlocal rebuild_from
+            log.error("store %s: %s", self.config.root_dir, desc)
+            self.derived_damage.append(desc)
+            self.corruption_found[kind] += 1
+            if restart is not None:
+                rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
+
+        for key, (first_qo, next_qo) in marker.queues.items():
+            topic, _, qid = key.rpartition("/")
+            name = f"{topic}-{qid}"
+            next_offsets[name] = max(next_offsets.get(name, 0), next_qo)
+            cq = self.consume_queues.get(topic, int(qid))
+            if cq is None or not cq.mapped_file_queue.mapped_files:
+                damaged(f"consume queue {name} is missing (the last clean stop left units {first_qo}..{next_qo - 1}): "
+                        "rebuilding it from the commit log", "consumequeue", cl.min_offset)
+                continue
+            low, have, hole = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue(), cq.first_missing_unit()
+            if low > first_qo:
+                cq.cut_at(0)
+                damaged(f"consume queue {name} starts at queue offset {low}, the last clean stop left it at {first_qo}: "
+                        "rebuilding it from the commit log", "consumequeue", cl.min_offset)
+            elif hole is not None and hole < have:
+                restart = self._end_of_unit(cq, hole - 1)
+                cq.cut_at(hole)
+                damaged(f"consume queue {name}: the file of queue offset {hole} is missing: rebuilding from there",
+                        "consumequeue", restart)
+            elif have < next_qo:
+                damaged(f"consume queue {name} ends at queue offset {have}, the last clean stop left it at {next_qo}: "
+                        "rebuilding it from the commit log", "consumequeue", self._end_of_unit(cq, have - 1))
+            elif have > next_qo:
+                cq.cut_at(next_qo)
+                damaged(f"consume queue {name}: units {next_qo}..{have - 1} lie past where the last clean stop left "
+                        "it; cut", "consumequeue", None)
+        index = self.index_service
+        if index is not None:
+            names = [f.file_name for f in index.index_files]
+            lost = next((i for i, n in enumerate(marker.index_files) if i >= len(names) or names[i] != n), None)
+            if lost is not None:
+                desc = (f"index file {os.path.join(index.store_path, marker.index_files[lost])} is missing: rebuilding "
+                        "the index from the end of the file before")
+                damaged(desc, "index", index.drop_from(lost))
+        return rebuild_from
+
+    def _end_of_unit(self, cq, queue_offset: int) -> int:
+        """Where re-dispatch must start to rebuild a queue after ``queue_offset``: the end of that unit's record (the
+        log's first offset when there is no such unit)."""
+        assert self.commit_log is not None
+        unit = cq.unit_at(queue_offset) if queue_offset >= 0 else None
+        if unit is None or unit[1] == BLANK_UNIT_SIZE or unit[0] < 0:
+            return self.commit_log.min_offset
+        return max(self.commit_log.min_offset, unit[0] + unit[1])
 
     def _truncate_consume_queues(self, offset: int) -> None:
         """Drop units at or beyond ``offset`` and zero the dropped bytes, so a restart cannot recover them."""
@@ -467,25 +580,28 @@ class MessageStore:
         self.retention.start()
         self.reput.start()
         if cfg.scrub_rate_bytes_per_s > 0:
-            self.scrubber = Scrubber(self, cfg.scrub_rate_bytes_per_s, cfg.scrub_interval_s)
+            self.scrubber = Scrubber(self, cfg.scrub_rate_bytes_per_s, cfg.scrub_interval_s,
+                                     first_delay_s=min(cfg.scrub_first_delay_s, cfg.scrub_interval_s))
             self.scrubber.start()
 
     # ================================================================== damage found while running
     def add_commit_log_damage_listener(self, fn: Callable[[list[CorruptRecord]], None]) -> None:
-        """``fn(records)`` hears of every damaged commit-log range the scrubber finds (from its thread; must not
-        block long). The replicated repair path registers here to fetch the range from a healthy peer."""
+        """``fn(records)`` hears of every damaged commit-log range the scrubber or a read finds (from their thread;
+        must not block long). The replicated repair path registers here to fetch the range from a healthy peer."""
         self._damage_listeners = [*self._damage_listeners, fn]
 
     def report_commit_log_damage(self, records: list[CorruptRecord]) -> None:
-        """Damaged commit-log ranges found while running: counted, logged, kept for ``stats``, handed to the
-        listeners. Nothing is cut or overwritten here."""
-        known = {(r.start, r.end) for r in self.commit_log_damage}
-        new = [r for r in records if (r.start, r.end) not in known]
-        self.corruption_found["commitlog"] += len(new)  # a range seen again by the next pass counts once
-        self.commit_log_damage.extend(new)
+        """Damaged commit-log ranges found while running (scrubber, reads): counted, logged, kept for ``stats``
+        and ``cluster status``, handed to the listeners. Nothing is cut or overwritten here."""
+        with self._damage_lock:
+            known = self.commit_log_damage
+            # a range seen again (next pass, next read; the scrubber and a read may bound it differently) counts once
+            new = [r for r in records if not any(k.start < r.end and r.start < k.end for k in known)]
+            self.corruption_found["commitlog"] += len(new)
+            self.commit_log_damage = [*self.commit_log_damage, *new]
         for r in new:
             log.critical("store %s: commit-log damage: %s", self.config.root_dir, r.describe())
-        if not self._damage_listeners:
+        if new and not self._damage_listeners:
             log.critical("store %s: no repair path is registered for commit-log damage: run `raftmq store check` "
                          "and `raftmq store repair` on a stopped node (single node), or restart it to repair "
                          "from peers", self.config.root_dir)
@@ -517,12 +633,23 @@ class MessageStore:
             log.error("store %s: still damaged after the repair: %s", self.config.root_dir,
                       "; ".join(r.describe() for r in still))
 
+    def damaged_records_in(self, start: int, end: int) -> list[CorruptRecord]:
+        """Damaged records in ``[start, end)`` (``start`` a record boundary) as the checks find them now (repair
+        paths: is the damage gone?)."""
+        cl = self._check_open()
+        mf = cl.mapped_file_queue.find_mapped_file_by_offset(start)
+        if mf is None:
+            return []
+        base = mf.file_from_offset
+        return verify_records(mf.buffer, base, start - base, min(end - base, mf.file_size), mf.path)
+
     def commit_log_checked(self, start: int, end: int, damaged: Sequence[CorruptRecord]) -> None:
         """``[start, end)`` of the commit log was just verified and ``damaged`` is what is still wrong in it:
         earlier reports inside the range that are gone now (repaired) are forgotten."""
         still = {(r.start, r.end) for r in damaged}
-        self.commit_log_damage = [r for r in self.commit_log_damage
-                                  if not start <= r.start < end or (r.start, r.end) in still]
+        with self._damage_lock:
+            self.commit_log_damage = [r for r in self.commit_log_damage
+                                      if not start <= r.start < end or (r.start, r.end) in still]
 
     def _rewrite_units(self, wrong: Sequence[tuple[tuple[str, int], int, tuple[int, int, int]]],
                        found_by: str) -> None:
@@ -644,11 +771,13 @@ class MessageStore:
                     self.retention.shutdown()
                 if self.reput is not None:
                     self.reput.shutdown()
-                    caught_up = self.reput.dispatch_behind_bytes() == 0
+                    caught_up = self.reput.dispatch_behind_bytes() == 0 and self.reput.index_behind_bytes() == 0
                 for s in reversed(self._services):
                     s.shutdown()
                 self._services = []
                 self._flush_everything()
+                if caught_up:  # before the abort marker goes: the next start checks only what is new
+                    self._write_dispatch_marker()
                 if self.checkpoint is not None:
                     self.checkpoint.shutdown()
                 self.consumer_offsets.persist()
@@ -667,6 +796,17 @@ class MessageStore:
                     log.warning("store %s: dispatch not caught up at shutdown; next open recovers abnormally",
                                 self.config.root_dir)
                 self._lock.release()
+
+    def _write_dispatch_marker(self) -> None:
+        assert self.reput is not None
+        queues = {f"{cq.topic}/{cq.queue_id}": (cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue())
+                  for cq in self.consume_queues.queues() if cq.mapped_file_queue.mapped_files}
+        index = [f.file_name for f in self.index_service.index_files] if self.index_service is not None else []
+        try:
+            dispatch_marker.write(self.config.root_dir, dispatch_marker.DispatchMarker(self.reput.reput_from_offset,
+                                                                                       queues, index))
+        except OSError as e:  # the next start checks the whole log instead
+            log.warning("store %s: cannot write %s: %s", self.config.root_dir, dispatch_marker.FILE_NAME, e)
 
     def _close_files(self) -> None:
         if self.index_service is not None:
@@ -896,6 +1036,36 @@ class MessageStore:
             mf.write_at(start - mf.file_from_offset, data)
             mf.sync_to_disk()
 
+    def overwrite_commit_log_block(self, offset: int, data: bytes) -> None:
+        """Write the majority's copy of committed bytes ``[offset, offset + len(data))`` in place (anti-entropy:
+        this member held them differently). Record boundaries do not matter: the caller checked the bytes against
+        the SHA-256 a majority of the group holds. Inside one segment, below the log end; synced under the put
+        lock."""
+        cl = self._check_open()
+        end = offset + len(data)
+        fs = cl.file_size
+        if not data or offset < cl.min_offset or end > cl.max_offset or offset // fs != (end - 1) // fs:
+            raise StoreError(f"cannot overwrite [{offset}, {end}): it must be non-empty, inside one segment and "
+                             f"inside the commit log [{cl.min_offset}, {cl.max_offset})")
+        with cl.put_lock:
+            mf = cl.mapped_file_queue.find_mapped_file_by_offset(offset)
+            if mf is None:
+                raise StoreError(f"commit-log segment of offset {offset} is gone (retention)")
+            mf.write_at(offset - mf.file_from_offset, data)
+            mf.sync_to_disk()
+
+    def commit_log_blocks_replaced(self, runs: Sequence[tuple[int, int]]) -> None:
+        """Byte ranges ``runs`` were rewritten with the majority's copy (anti-entropy, or the repair of found
+        damage): ranges not yet known as damage are counted as commit-log damage; known damaged records they
+        touch are verified again (and forgotten when intact, their consume-queue units re-checked)."""
+        with self._damage_lock:
+            known = self.commit_log_damage
+            new = [r for r in runs if not any(k.start < r[1] and r[0] < k.end for k in known)]
+            self.corruption_found["commitlog"] += len(new)
+            touched = [k for k in known if any(k.start < b and a < k.end for a, b in runs)]
+        if touched:
+            self.commit_log_repaired(touched)
+
     def queue_offset_table(self) -> dict[str, int]:
         """Next queue offset per ``topic-queueId`` (a copy): what the next record of each queue will get."""
         cl = self._check_open()
@@ -971,7 +1141,11 @@ class MessageStore:
                      max_bytes: int = 4 << 20, tag_filter: TagFilter | None = None,
                      message_filter: SqlFilter | None = None) -> GetResult:
         """Pull up to ``max_count`` messages from queue offset ``offset`` (RocketMQ ``getMessage``);
-        ``message_filter`` (SQL92 on properties) is compiled once by the caller and run on each decoded message."""
+        ``message_filter`` (SQL92 on properties) is compiled once by the caller and run on each decoded message.
+
+        Every unit used is compared with the record it points at (``store.queue_units``); a wrong one is rebuilt
+        from the commit log before the answer. When that is impossible the pull returns the messages before it
+        and the next pull (starting at it) fails with ``ConsumeQueueUnitError``: a unit is never skipped."""
         cl = self._check_open()
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -985,53 +1159,187 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, min_o, max_o)
         if offset > max_o:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], min_o if min_o == 0 else max_o, min_o, max_o)
+        for _round in range(HEAL_ROUNDS):
+            got, bad = self._read_queue(cl, cq, offset, max_count, max_bytes, tag_filter, message_filter)
+            if bad is None:
+                return got
+            qo, problem = bad
+            why = self.heal_queue_units(topic, queue_id, qo)
+            if why:
+                if got.messages:  # the good ones before it; the next pull starts at the wrong unit and fails
+                    return got
+                raise ConsumeQueueUnitError(
+                    f"consume queue {topic}-{queue_id}: the unit at queue offset {qo} {problem}, and it could not be "
+                    f"rebuilt from the commit log ({why}); the read stops there rather than skip a message. Run "
+                    f"`raftmq store check {self.config.root_dir}` (a replicated member repairs the commit log from "
+                    "its peers)")
+        return got
+
+    def _read_queue(self, cl: CommitLog, cq, offset: int, max_count: int, max_bytes: int,
+                    tag_filter: TagFilter | None, message_filter: SqlFilter | None
+                    ) -> tuple[GetResult, tuple[int, str] | None]:
+        """One pass of ``get_messages`` from ``offset``: the result up to the first wrong unit, and that unit's
+        queue offset and problem (None when every unit used was right)."""
+        topic, queue_id = cq.topic, cq.queue_id
+        min_o, max_o = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
         units = cq.read_units(offset, max(MAX_FILTER_UNITS, max_count))
         if not units:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_o, max_o)
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_o, max_o), None
         status = GetStatus.NO_MATCHED_MESSAGE
         messages: list[MessageExt] = []
         size_total = 0
         cl_min = cl.min_offset
         consumed = 0
         check_crc = self.config.check_crc_on_read
-        for phy, size, tags_code in units:
+        seen_live = False  # a unit above the log's first offset was met: later ones cannot be below it
+
+        def result() -> GetResult:
+            return GetResult(status, messages, offset + consumed, min_o, max_o)
+
+        for unit in units:
+            phy, size, tags_code = unit
             if len(messages) >= max_count or (messages and size_total + size > max_bytes):
                 break
+            qo = offset + consumed
             consumed += 1
             if size == BLANK_UNIT_SIZE:
+                if (phy, tags_code) != (0, 0):
+                    consumed -= 1
+                    return result(), (qo, f"is a blank unit with offset {phy} and tags {tags_code}")
                 continue
-            if phy < cl_min:
+            if phy < cl_min and not seen_live and phy >= 0 and size > 0:
                 if not messages:
                     status = GetStatus.MESSAGE_WAS_REMOVING
                 continue
-            if tag_filter is not None and not tag_filter.matches_code(tags_code):
-                continue
-            if message_filter is not None and not message_filter.matches_code(tags_code):
-                continue
-            raw = cl.get_message(phy, size)
+            seen_live = True
+            raw = cl.get_message(phy, size) if phy >= 0 and size > 0 else None
             if raw is None:
-                if not messages:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
+                if 0 <= phy < cl.min_offset:  # retention deleted its segment meanwhile
+                    if not messages:
+                        status = GetStatus.MESSAGE_WAS_REMOVING
+                    continue
+                consumed -= 1
+                return result(), (qo, f"points at [{phy}, {phy + size}), not inside the commit log "
+                                      f"[{cl.min_offset}, {cl.max_offset})")
+            filtered = (tag_filter is not None and not tag_filter.matches_code(tags_code)) or (
+                message_filter is not None and not message_filter.matches_code(tags_code))
+            if filtered:  # skipped by its tags code: that code must be the record's, or a message is skipped
+                problem = raw_unit_problem(cl, raw, topic, queue_id, qo, unit)
+                if problem and problem != RESERVED:
+                    consumed -= 1
+                    return result(), (qo, problem)
                 continue
             r = decode_record(raw, 0, check_crc=check_crc)
             if r.message is None or r.message.physical_offset != phy:
+                problem = raw_unit_problem(cl, raw, topic, queue_id, qo, unit)
+                consumed -= 1
+                if problem:  # the unit points at the wrong place, not at its damaged record
+                    return result(), (qo, problem)
                 bad = self._corrupt_read(raw, phy)
-                if bad is None:  # a unit that does not point at a record start (derived-file damage)
-                    log.error("consume queue %s-%d points at an unreadable record at %d (%s)",
-                              topic, queue_id, phy, r.reason)
-                    continue
-                if messages:  # return what precedes it; the next pull starts at the damaged one and fails
-                    consumed -= 1
-                    break
+                if messages or bad is None:  # what precedes it; the next pull starts at the damaged one and fails
+                    return result(), None
                 raise bad
-            if tag_filter is not None and not tag_filter.matches_tags(r.message.tags):
+            m = r.message
+            problem = message_problem(m, r.size, topic, queue_id, qo, unit,
+                                      read_fields(cl, raw).tags_code if m.topic in TIMED_TOPICS else None)
+            if problem == RESERVED:
                 continue
-            if message_filter is not None and not message_filter.matches_message(r.message):
+            if problem:
+                consumed -= 1
+                return result(), (qo, problem)
+            if tag_filter is not None and not tag_filter.matches_tags(m.tags):
                 continue
-            messages.append(r.message)
+            if message_filter is not None and not message_filter.matches_message(m):
+                continue
+            messages.append(m)
             size_total += size
             status = GetStatus.FOUND
-        return GetResult(status, messages, offset + consumed, min_o, max_o)
+        return result(), None
+
+    def heal_queue_units(self, topic: str, queue_id: int, queue_offset: int,
+                         max_walk: int | None = MAX_HEAL_WALK_BYTES) -> str:
+        """Rebuild the wrong units around ``queue_offset`` from the commit log (``store.queue_units``); returns ""
+        when the unit there is right afterwards, else why it is not. The commit log walked is bounded by the
+        nearest right units on both sides; beyond ``max_walk`` bytes the rebuild continues in the background."""
+        cl = self._check_open()
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return "the queue no longer exists"
+        with self._heal_lock:
+            if unit_problem(cl, topic, queue_id, queue_offset, cq.unit_at(queue_offset)) in ("", RESERVED):
+                return ""
+            lo_q, lo_phy = self._right_neighbour(cl, cq, queue_offset, -1)
+            hi_q, hi_phy = self._right_neighbour(cl, cq, queue_offset, 1)
+            if max_walk is not None and hi_phy - lo_phy > max_walk:
+                self._heal_in_background(topic, queue_id, queue_offset)
+                return (f"its record lies in [{lo_phy}, {hi_phy}) of the commit log, more than {max_walk} bytes to "
+                        "walk during a read; it is being rebuilt in the background: retry in a while")
+            right, stopped = units_from_log(cl, topic, queue_id, lo_phy, hi_phy, range(lo_q + 1, hi_q))
+            wrong = [((topic, queue_id), q, u) for q, u in sorted(right.items()) if cq.unit_at(q) != u]
+            if wrong:
+                assert self.reput is not None
+                with self.reput.paused():
+                    self._rewrite_units(wrong, "read")
+            if queue_offset in right:
+                return ""
+            key = (topic, queue_id, queue_offset)
+            if key not in self._unhealed_units:
+                self._unhealed_units.add(key)
+                self.corruption_found["consumequeue"] += 1
+            where = f"no record of queue offset {queue_offset} in [{lo_phy}, {hi_phy})"
+            if stopped < hi_phy:  # the commit log is damaged where its record lies: that is found damage too
+                where = f"an unreadable record at commit-log offset {stopped} stopped the walk"
+                self._report_damage_at(stopped, hi_phy)
+            log.error("store %s: consume queue %s-%d: the unit at queue offset %d cannot be rebuilt: %s",
+                      self.config.root_dir, topic, queue_id, queue_offset, where)
+            return where
+
+    def _report_damage_at(self, start: int, end: int) -> None:
+        """Verify the records of ``start``'s segment from there (to ``end`` at most) and report what is damaged."""
+        assert self.commit_log is not None
+        mf = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(start)
+        if mf is None:
+            return
+        base = mf.file_from_offset
+        damage = verify_records(mf.buffer, base, start - base, min(end - base, mf.wrote_position), mf.path)
+        if damage:
+            self.report_commit_log_damage(damage)
+
+    def _right_neighbour(self, cl: CommitLog, cq, queue_offset: int, step: int) -> tuple[int, int]:
+        """The nearest unit before (``step`` -1) or after (+1) ``queue_offset`` that points at its record, and
+        the commit-log bound it gives (the end of its record / its start); the queue's end (or the log's first
+        offset, or the dispatched end) when none is found within ``MAX_HEAL_SCAN_UNITS`` units."""
+        lo, hi = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+        q = queue_offset + step
+        for _ in range(MAX_HEAL_SCAN_UNITS):
+            if not lo <= q < hi:
+                break
+            unit = cq.unit_at(q)
+            if unit is not None and unit[1] != BLANK_UNIT_SIZE and unit[0] >= cl.min_offset and \
+                    unit_problem(cl, cq.topic, cq.queue_id, q, unit) == "":
+                return q, (unit[0] + unit[1] if step < 0 else unit[0])
+            q += step
+        if step < 0:
+            return q, cl.min_offset
+        assert self.reput is not None
+        return max(q, queue_offset + 1), self.reput.reput_from_offset
+
+    def _heal_in_background(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        key = (topic, queue_id, queue_offset)
+        if key in self._healing:
+            return
+        self._healing.add(key)
+
+        def run() -> None:
+            try:
+                self.heal_queue_units(topic, queue_id, queue_offset, max_walk=None)
+            except StoreError as e:
+                log.error("store %s: rebuilding consume queue %s-%d failed: %s", self.config.root_dir, topic,
+                          queue_id, e)
+            finally:
+                self._healing.discard(key)
+
+        threading.Thread(target=run, name="queue-unit-heal", daemon=True).start()
 
     def reserve_queue_offsets(self, topic: str, queue_id: int, upto: int) -> None:
         """Pad the queue with blank units up to queue offset ``upto`` (``store repair``): offsets of messages
@@ -1091,8 +1399,8 @@ class MessageStore:
             bad = self._corrupt_read(raw, physical_offset)
             if bad is not None:
                 raise bad
-        if m is not None and m.topic == QUARANTINE_TOPIC:
-            return None  # a filler over damaged bytes (store repair): the message that was here is gone
+        if m is not None and is_quarantine_record(m.topic, m.properties):
+            return None  # a filler or tombstone over damaged bytes (store repair): the message that was here is gone
         return m
 
     def _corrupt_read(self, raw: bytes, offset: int) -> CorruptReadError | None:
@@ -1106,6 +1414,7 @@ class MessageStore:
             return None
         self.corrupt_reads += 1
         log.error("read refused: %s", bad.describe())
+        self.report_commit_log_damage([bad])  # counted and shown like the scrubber's findings; repair listeners
         return CorruptReadError(bad)
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
@@ -1166,6 +1475,7 @@ class MessageStore:
             "commit_log_flushed_offset": self.flushed_offset,
             "confirm_offset": self.confirm_offset if reput is not None and cl is not None else 0,
             "dispatch_behind_bytes": self.dispatch_behind_bytes(),
+            "index_behind_bytes": reput.index_behind_bytes() if reput is not None else 0,
             "dispatched_messages": reput.dispatched_messages if reput is not None else 0,
             "dispatch_last_error": reput.last_error if reput is not None else "",
             "put_messages_total": self._put_messages,
@@ -1190,7 +1500,7 @@ class MessageStore:
         """One line for ``cluster status``: scrub progress and damage found (by file kind)."""
         sc = self.scrubber
         found = self.corruption_found
-        damage = ", ".join(f"{n} {k}" for k, n in found.items() if n) or "no damage found"
+        damage = ", ".join(f"{n} {k}" for k, n in found.items() if n) or NO_DAMAGE
         if sc is None:
             scrub = "scrubber off"
         else:

@@ -7,20 +7,20 @@ Repair (the store must not be open) quarantines each damaged commit-log range:
 
 1. the original bytes are copied to ``{root}/quarantine/{UTC time}/{start}-{end}.bin`` and described in that
    folder's ``manifest.json`` (file, range, reason, sha256), fsynced before anything in the log changes;
-2. the range is overwritten *in place* with filler records of exactly its length, so every intact record
-   after it keeps its original offset and no offset or msgId is ever handed out again.
+2. the range is overwritten *in place* with valid records of exactly its length (``store.quarantine``): a
+   tombstone for each message of a consume queue the range held (same topic, queue id and queue offset, empty
+   body, property ``RAFTMQ_QUARANTINED``), then rolled-back filler records. Every intact record after it keeps its
+   original offset, so no offset or msgId is ever handed out again, and every queue offset keeps a record, so
+   whoever rebuilds the consume queues from the log (this store, RocketMQ) gets them right.
 
-Why filler records and not zeros or a skip marker: every reader of the log - this store's recovery and reput,
-the pipeline, and RocketMQ's own ``checkMessageAndReturnSize`` - walks TOTALSIZE from one record to the next,
-and zeros or an unknown magic would end its walk (RocketMQ's recovery would even cut the log there). A filler
-is a valid 4.9 message record (magic, calMsgLength, body CRC, its own PHYSICALOFFSET) in the system topic
-``RMQ_SYS_QUARANTINE`` with the sysflag of a *rolled-back transaction*: RocketMQ's and our reput put neither
-into a consume queue nor into the index, and it advances no queue offset. Its body says where the original
-bytes went; ranges longer than ``FILLER_MAX`` are split into several fillers.
+Which messages the range held: the units of the old consume queues that point into it, and the queue offsets
+the surviving records of each queue skip (or leave out at its end, up to the offset the queue had reached),
+placed in the damaged range between their neighbours.
 
 3. Derived files are rebuilt: ``consumequeue/`` and ``index/`` move into the quarantine folder, the store is
-   opened (reput rebuilds them from the log), and each queue is padded with blank units up to the offset it
-   had reached before, so the queue offsets of lost messages are never reused either.
+   opened (reput rebuilds them from the log, tombstones included), each queue is padded up to the offset it had
+   reached before, and every padding or blank unit is made to point at a quarantine record (RocketMQ's reader
+   skips the intact messages that follow a blank unit ``(0, 0x7FFFFFFF, 0)`` in the same pull).
 """
 
 from __future__ import annotations
@@ -35,22 +35,24 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
+from raftmq.store import dispatch_marker
 from raftmq.store.checkpoint import StoreCheckpoint, read_flushed_offset
 from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
 from raftmq.store.consume_queue import BLANK_UNIT_SIZE
-from raftmq.store.dispatch import TRANSACTION_ROLLBACK_TYPE
+from raftmq.store.dispatch import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
+from raftmq.store.index_file import index_geometry_of
 from raftmq.store.integrity import (
-    QUARANTINE_TOPIC,
     CommitLogScan,
     CorruptRecord,
+    is_quarantine_record,
     scan_commit_log,
     segment_names,
 )
 from raftmq.store.json_file import fsync_dir
-from raftmq.store.message import RecordStatus, check_frame, encode_record
+from raftmq.store.message import RecordStatus, check_frame, decode_record
+from raftmq.store.quarantine import LostMessage, min_filler_length, quarantine_records
 
 QUARANTINE_DIR = "quarantine"
-FILLER_MAX = 1 << 20
 _UNIT = struct.Struct(">qiq")
 _SIZE_MAGIC = struct.Struct(">ii")
 
@@ -211,44 +213,14 @@ def _unit_problem(phy: int, size: int, topic: str, qid: int, qo: int, scan: Comm
         return f"size {size} but the record at {phy} has {total} bytes"
     rtopic = bytes(buf[tpos + 1 : tpos + 1 + tlen]).decode("utf-8", "replace")
     if (rtopic, f[3], f[5], f[6]) != (topic, qid, qo, phy):
+        m = decode_record(buf, pos, check_crc=False, read_body=False).message
+        if m is not None and is_quarantine_record(m.topic, m.properties):
+            return ""  # a lost message's offset, kept by pointing at a quarantine record (store repair)
         return f"the record at {phy} is {rtopic}-{f[3]} queue offset {f[5]}"
     return ""
 
 
 # ---------------------------------------------------------------------------------------------- repair
-def filler_records(start: int, end: int, note: str, store_timestamp: int,
-                   store_host: tuple[str, int]) -> list[bytes]:
-    """Valid rolled-back records in ``QUARANTINE_TOPIC`` covering exactly ``[start, end)`` (see module doc)."""
-    out: list[bytes] = []
-    pos = start
-    empty = len(_filler(pos, b"", note, store_timestamp, store_host))
-    while pos < end:
-        remaining = end - pos
-        n = min(remaining, FILLER_MAX)
-        if remaining - n and remaining - n < empty:  # leave room for a last filler of at least the minimum
-            n = remaining - empty
-        if n < empty:
-            raise ValueError(f"damaged range [{start}, {end}) is shorter than a filler record ({empty} bytes)")
-        rec = _filler(pos, b"", note, store_timestamp, store_host)
-        body = (f"raftmq quarantine: {note}".encode()[: n - len(rec)]).ljust(n - len(rec), b" ")
-        rec = _filler(pos, body, note, store_timestamp, store_host)
-        assert len(rec) == n
-        out.append(rec)
-        pos += n
-    return out
-
-
-def min_filler_length() -> int:
-    """Bytes of the smallest filler record (empty body)."""
-    return len(_filler(0, b"", "", 0, ("127.0.0.1", 0)))
-
-
-def _filler(pos: int, body: bytes, note: str, ts: int, host: tuple[str, int]) -> bytes:
-    return encode_record(topic=QUARANTINE_TOPIC, body=body, properties="", physical_offset=pos,
-                         sys_flag=TRANSACTION_ROLLBACK_TYPE, born_timestamp=ts, store_timestamp=ts,
-                         store_host=host, born_host=host)
-
-
 @dataclass(slots=True)
 class RepairAction:
     record: CorruptRecord
@@ -257,7 +229,7 @@ class RepairAction:
     def line(self) -> str:
         r = self.record
         return (f"quarantine {r.path} [{r.start}, {r.end}) ({r.length} bytes: {r.reason}) -> {self.quarantine_file};"
-                " replace with filler records of the same length")
+                " replace with records of the same length (a tombstone per lost message, then filler)")
 
 
 class RepairRefused(Exception):
@@ -291,21 +263,55 @@ def plan_repair(report: CheckReport, quarantine: str) -> list[RepairAction]:
     return [RepairAction(r, os.path.join(quarantine, f"{r.start:020d}-{r.end:020d}.bin")) for r in ranges]
 
 
+def rebuild_config(root: str, segment_size: int, explicit: dict[str, object] | None = None) -> StoreConfig:
+    """The store settings the derived files are rebuilt with: ``explicit`` ones (the node's config file,
+    environment and ``--set``) win; segment sizes and the index geometry not given there are read from the
+    files, never taken from defaults (an index rebuilt with another geometry is one RocketMQ, and the node,
+    read wrongly or refuse). Raises ``RepairRefused`` when the index geometry can be neither read nor is given."""
+    given = dict(explicit or {})
+    values: dict[str, object] = {"mapped_file_size_commit_log": segment_size,
+                                 "mapped_file_size_consume_queue": _infer_cq_size(root)}
+    index_dir = os.path.join(root, "index")
+    wants_index = given.get("message_index_enable", True)
+    if wants_index and not {"max_hash_slot_num", "max_index_num"} <= given.keys():
+        geometry = index_geometry_of(index_dir)
+        if geometry is None:
+            raise RepairRefused(
+                f"cannot read the index geometry from {index_dir} (no index file with entries there, or files that "
+                "disagree): give the node's configuration with --config, or --set store.max_hash_slot_num=N "
+                "--set store.max_index_num=M with the values the store was written with")
+        values["max_hash_slot_num"], values["max_index_num"] = geometry
+    values.update(given)
+    values["root_dir"] = root
+    return StoreConfig(**values)
+
+
 def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None = None,
-                 config: StoreConfig | None = None) -> tuple[list[RepairAction], CheckReport]:
-    """Quarantine every damaged commit-log range, then rebuild derived files (see the module docstring)."""
+                 explicit: dict[str, object] | None = None) -> tuple[list[RepairAction], CheckReport, StoreConfig | None]:
+    """Quarantine every damaged commit-log range, then rebuild derived files (see the module docstring).
+
+    Returns the actions, the check report and the settings the derived files are (or would be) rebuilt with
+    (None when there is nothing to do)."""
     report = check_store(root, segment_size)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     qdir = os.path.join(root, QUARANTINE_DIR, stamp)
     actions = plan_repair(report, qdir)
     derived = any(p.kind == "consumequeue" for p in report.problems)
-    if dry_run or (not actions and not derived):
-        return actions, report
+    if not actions and not derived:
+        return actions, report, None
+    cfg = rebuild_config(root, report.segment_size, explicit)
+    if dry_run:
+        return actions, report, cfg
     from raftmq.store.file_lock import StoreLock
 
-    cfg = config or StoreConfig(root_dir=root, mapped_file_size_commit_log=report.segment_size,
-                                mapped_file_size_consume_queue=_infer_cq_size(root))
-    fillers = [_filler_bytes(a, report.segment_size, stamp, cfg.store_host_addr) for a in actions]
+    old = _read_queues(root)
+    log_records = _log_records(report)
+    lost = _place_lost(actions, log_records, old)
+    built = [_filler_bytes(a, report.segment_size, stamp, cfg.store_host_addr, lost.get(i, []))
+             for i, a in enumerate(actions)]
+    fillers = [data for data, _refs in built]
+    refs = sorted(log_records.quarantine + [ref for _data, written in built for ref in written])
+    old_max = old.max_offsets
     lock = StoreLock(cfg.lock_path)
     lock.acquire()  # refuses while a node has the store open
     try:
@@ -321,8 +327,8 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
                 out.flush()
                 os.fsync(out.fileno())
             manifest.append({**r.as_dict(), "quarantine_file": os.path.basename(a.quarantine_file),
-                             "sha256": hashlib.sha256(original).hexdigest()})
-        old_max = _queue_max_offsets(root)
+                             "sha256": hashlib.sha256(original).hexdigest(),
+                             "lost_messages": [f"{t}/{q}@{o}" for t, q, o in lost.get(len(manifest), [])]})
         with open(os.path.join(qdir, "manifest.json"), "w") as f:
             json.dump({"store": os.path.abspath(root), "created": stamp, "segment_size": report.segment_size,
                        "ranges": manifest, "queue_max_offsets": old_max}, f, indent=2)
@@ -335,28 +341,142 @@ def repair_store(root: str, *, dry_run: bool = False, segment_size: int | None =
             src = os.path.join(root, name)
             if os.path.isdir(src):
                 shutil.move(src, os.path.join(qdir, f"{name}.before-repair"))
+        dispatch_marker.take(root)  # it described the files just moved away
         ckpt = StoreCheckpoint(cfg.checkpoint_path)
         ckpt.logics_msg_timestamp = ckpt.index_msg_timestamp = 0
         ckpt.shutdown()
         fsync_dir(root)
     finally:
         lock.release()
-    _rebuild_derived(cfg, old_max)
-    return actions, report
+    _rebuild_derived(cfg, old_max, refs)
+    return actions, report, cfg
 
 
-def _filler_bytes(a: RepairAction, segment_size: int, stamp: str, host: tuple[str, int]) -> bytes:
-    """The filler records for one action (built before anything is written: a range they cannot cover exactly
-    refuses the whole repair)."""
+def _filler_bytes(a: RepairAction, segment_size: int, stamp: str, host: tuple[str, int],
+                  lost: list[LostMessage]) -> tuple[bytes, list[tuple[int, int]]]:
+    """The tombstones and fillers for one action, and the ``(offset, size)`` of each (built before anything is
+    written: a range they cannot cover exactly refuses the whole repair)."""
     r = a.record
     ts = _timestamp_before(r.path, r.start % segment_size)
     note = f"{r.length} damaged bytes [{r.start}, {r.end}) moved to quarantine/{stamp}/{os.path.basename(a.quarantine_file)}"
     try:
-        data = b"".join(filler_records(r.start, r.end, note, ts, host))
+        data, written, left = quarantine_records(r.start, r.end, lost, note, ts, host)
     except ValueError as e:
         raise RepairRefused(str(e)) from None
-    assert len(data) == r.length
-    return data
+    if left:  # kept by padding units pointing at a quarantine record instead
+        shown = ", ".join(f"{t}/{q}@{o}" for t, q, o in left[:5])
+        print(f"store repair: [{r.start}, {r.end}) is too short for a tombstone of every lost message; "
+              f"{len(left)} keep their queue offset through a unit pointing at a quarantine record ({shown})")
+    return data, written
+
+
+@dataclass(slots=True)
+class _OldQueues:
+    """What the consume queues said before the repair: next offset per ``topic/queueId``, the non-blank units and
+    the queue offsets that blank units reserved."""
+
+    max_offsets: dict[str, int] = field(default_factory=dict)
+    units: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)  # queue offset -> commit-log offset
+    reserved: set[LostMessage] = field(default_factory=set)
+
+
+def _read_queues(root: str) -> _OldQueues:
+    out = _OldQueues()
+    cq_root = os.path.join(root, "consumequeue")
+    if not os.path.isdir(cq_root):
+        return out
+    for topic in os.listdir(cq_root):
+        tdir = os.path.join(cq_root, topic)
+        for qname in (os.listdir(tdir) if os.path.isdir(tdir) else []):
+            qdir = os.path.join(tdir, qname)
+            if not qname.isdigit() or not os.path.isdir(qdir):
+                continue
+            qid, best, units = int(qname), 0, {}
+            for fname in sorted(n for n in os.listdir(qdir) if n.isdigit()):
+                with open(os.path.join(qdir, fname), "rb") as fh:
+                    data = fh.read()
+                for pos in range(0, len(data) - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
+                    phy, size, _tags = _UNIT.unpack_from(data, pos)
+                    if phy == 0 and size == 0:
+                        continue
+                    qo = (int(fname) + pos) // CQ_STORE_UNIT_SIZE
+                    best = max(best, qo + 1)
+                    if size == BLANK_UNIT_SIZE:
+                        out.reserved.add((topic, qid, qo))
+                    elif size > 0 and phy >= 0:
+                        units[qo] = phy
+            if best:
+                out.max_offsets[f"{topic}/{qname}"] = best
+            out.units[(topic, qid)] = units
+    return out
+
+
+@dataclass(slots=True)
+class _LogRecords:
+    """The records that survive in the log: ``(queue offset, commit-log offset)`` per queue, and where the
+    quarantine records of earlier repairs lie."""
+
+    queues: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)
+    quarantine: list[tuple[int, int]] = field(default_factory=list)  # (offset, size)
+
+
+def _log_records(report: CheckReport) -> _LogRecords:
+    """Walk every segment record by record, jumping over the damaged ranges."""
+    out = _LogRecords()
+    damaged = sorted(report.scan.problems, key=lambda r: r.start)
+    for seg in report.scan.segments:
+        skips = {r.start - seg.base: r.end - seg.base for r in damaged if seg.base <= r.start < seg.base + seg.file_size}
+        with open(seg.path, "rb") as fh:
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            pos = 0
+            while pos < seg.data_end:
+                if pos in skips:
+                    pos = skips[pos]
+                    continue
+                status, size, _reason, parts = check_frame(buf, pos, len(buf), False)
+                if status != RecordStatus.OK or parts is None:
+                    break
+                f = parts[0]
+                m = decode_record(buf, pos, check_crc=False, read_body=False).message
+                if m is not None and is_quarantine_record(m.topic, m.properties):
+                    out.quarantine.append((seg.base + pos, size))
+                if m is not None and f[7] & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                    out.queues.setdefault((m.topic, f[3]), []).append((f[5], seg.base + pos))
+                pos += size
+        finally:
+            buf.close()
+    return out
+
+
+def _place_lost(actions: list[RepairAction], records: _LogRecords, old: _OldQueues) -> dict[int, list[LostMessage]]:
+    """Which lost messages (queue offsets no surviving record holds) each damaged range held: those an old unit
+    points into it, then the offsets the surviving records of a queue skip (or leave out at its end, up to its old
+    next offset), put in the first damaged range between their neighbours."""
+    ranges = sorted((a.record.start, a.record.end, i) for i, a in enumerate(actions))
+    out: dict[int, set[LostMessage]] = {}
+
+    def range_in(lo: int, hi: int | None) -> int | None:
+        return next((i for s, e, i in ranges if s >= lo and (hi is None or e <= hi)), None)
+
+    for key in set(records.queues) | set(old.units):
+        topic, qid = key
+        have = dict(records.queues.get(key, []))
+        placed: set[int] = set()
+        for qo, phy in old.units.get(key, {}).items():
+            where = next((i for s, e, i in ranges if s <= phy < e), None)
+            if qo not in have and where is not None:
+                out.setdefault(where, set()).add((topic, qid, qo))
+                placed.add(qo)
+        survivors = sorted(have.items())
+        end_mark = old.max_offsets.get(f"{topic}/{qid}", 0)
+        bounds = [*survivors, (max(end_mark, survivors[-1][0] + 1 if survivors else 0), None)]
+        for (qa, pa), (qb, pb) in zip(bounds, bounds[1:], strict=False):
+            missing = [q for q in range(qa + 1, qb) if q not in placed and (topic, qid, q) not in old.reserved]
+            where = range_in(pa, pb) if missing else None
+            if where is not None:
+                out.setdefault(where, set()).update((topic, qid, q) for q in missing)
+    return {i: sorted(v) for i, v in out.items()}
 
 
 def _write_at(path: str, pos: int, data: bytes) -> None:
@@ -385,31 +505,11 @@ def _timestamp_before(path: str, pos: int) -> int:
         buf.close()
 
 
-def _queue_max_offsets(root: str) -> dict[str, int]:
-    """``topic/queueId`` -> next queue offset from the consume-queue files (last non-zero unit + 1)."""
-    out: dict[str, int] = {}
-    cq_root = os.path.join(root, "consumequeue")
-    if not os.path.isdir(cq_root):
-        return out
-    for topic in os.listdir(cq_root):
-        tdir = os.path.join(cq_root, topic)
-        for qname in (os.listdir(tdir) if os.path.isdir(tdir) else []):
-            qdir = os.path.join(tdir, qname)
-            files = sorted(n for n in os.listdir(qdir) if n.isdigit()) if os.path.isdir(qdir) else []
-            best = 0
-            for fname in files:
-                with open(os.path.join(qdir, fname), "rb") as fh:
-                    data = fh.read()
-                for pos in range(0, len(data) - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
-                    if data[pos : pos + CQ_STORE_UNIT_SIZE] != bytes(CQ_STORE_UNIT_SIZE):
-                        best = max(best, (int(fname) + pos) // CQ_STORE_UNIT_SIZE + 1)
-            if best and qname.isdigit():
-                out[f"{topic}/{qname}"] = best
-    return out
+def _rebuild_derived(cfg: StoreConfig, old_max: dict[str, int], refs: list[tuple[int, int]]) -> None:
+    """Open the store (reput rebuilds consume queues and index), keep every queue at its old high mark, and make
+    every blank unit point at a quarantine record (the nearest one at or after the queue's previous unit)."""
+    import bisect
 
-
-def _rebuild_derived(cfg: StoreConfig, old_max: dict[str, int]) -> None:
-    """Open the store (reput rebuilds consume queues and index), then keep every queue at its old high mark."""
     from raftmq.store.message_store import MessageStore
 
     st = MessageStore(cfg)
@@ -420,5 +520,18 @@ def _rebuild_derived(cfg: StoreConfig, old_max: dict[str, int]) -> None:
         for key, upto in old_max.items():
             topic, qid = key.rsplit("/", 1)
             st.reserve_queue_offsets(topic, int(qid), upto)
+        if refs:
+            for cq in list(st.consume_queues.queues()):
+                last = 0
+                for qo in range(cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()):
+                    unit = cq.unit_at(qo)
+                    if unit is None:
+                        continue
+                    if unit[1] != BLANK_UNIT_SIZE:
+                        last = unit[0]
+                        continue
+                    ref = refs[min(bisect.bisect_left(refs, (last, 0)), len(refs) - 1)]
+                    cq.rewrite_unit(qo, (ref[0], ref[1], 0))
+            st.consume_queues.flush_all()
     finally:
         st.shutdown()

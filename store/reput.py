@@ -1,8 +1,8 @@
-"""ReputMessageService: tails the commit log and builds consume queues and the index (FORMATS.md §9).
+"""ReputMessageService: tails the commit log and builds consume queues and the index (docs/design/store-formats.md#dispatch-reput).
 
 One thread per store. It reads records (without their bodies) from ``reput_from_offset`` up to the
 *confirm offset* — the whole log on a single node, the Raft-committed end once replication drives it
-(contract 2: nothing uncommitted reaches a consumer) — and dispatches each one: NOT and COMMIT records to
+(docs/architecture.md#contracts, 2: nothing uncommitted reaches a consumer) — and dispatches each one: NOT and COMMIT records to
 their consume queue, every record except ROLLBACK to the index. Arrival listeners (long polling) hear
 once per (topic, queue) per batch, with the queue's new max offset. The writer calls ``notify()`` after
 it appends; the thread sleeps on a condition otherwise, so idle costs nothing and new data is picked up
@@ -98,6 +98,10 @@ class ReputMessageService:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._bad_offset = -1  # where a corrupt record stopped dispatch (logged once)
+        # the index could not take records from here on (ENOSPC creating its next file): consume queues go on,
+        # catch_up_index fills the index in later
+        self.index_behind_from: int | None = None
+        self._index_retry_at = 0.0
         self.dispatched_messages = 0
         self.last_error = ""
         self.last_stop = _STOP_NONE  # why the last pass stopped short of the limit ("" if it did not)
@@ -213,20 +217,80 @@ class ReputMessageService:
 
         Returns ``(messages, next offset, store time of the last CQ write or 0, stop reason)``.
         """
-        index = self.index_service
+        index = self.index_service if self.index_behind_from is None else None  # behind: caught up separately
         index_records: list[IndexRecord] | None = [] if index is not None else None
         result = self._dispatch_records(view, start, budget, arrivals, index_records)
         if index is not None and index_records:
             try:
                 index.build_index_records(index_records)
-            except OSError as e:  # disk trouble: the slice is dispatched again later (both sides skip duplicates)
-                self.last_error = f"index: {e}"
-                if self.on_write_error is not None:
-                    self.on_write_error(e, index.store_path)
-                first = index_records[0][0]
-                log.error("reput: cannot write the index from commit-log offset %d: %s", first, e)
-                return result[0], first, result[2], _STOP_ERROR
+            except OSError as e:
+                self._index_failed(index_records[0][0], e)
         return result
+
+    def _index_failed(self, first: int, error: OSError) -> None:
+        """The index could not take records from commit-log offset ``first`` on (a full disk cannot create the next
+        index file): consume queues go on (nothing acknowledged may stay invisible to consumers because of the
+        index), and ``catch_up_index`` indexes from ``first`` once the disk takes it."""
+        assert self.index_service is not None
+        again = self.index_behind_from is not None
+        self.index_behind_from = first
+        self.last_error = f"index: {error}"
+        self._index_retry_at = time.monotonic() + self.retry_wait_ms / 1000.0
+        if self.on_write_error is not None:
+            self.on_write_error(error, self.index_service.store_path)
+        (log.debug if again else log.error)(
+            "reput: cannot write the index from commit-log offset %d (%s); consume queues are dispatched on, the "
+            "index catches up when the disk takes it", first, error)
+
+    def catch_up_index(self) -> bool:
+        """Index the records from ``index_behind_from`` up to what is dispatched (reput thread, or under
+        ``paused``); True once the index is caught up. Records go in commit-log order, as reput gives them."""
+        index = self.index_service
+        start = self.index_behind_from
+        if index is None or start is None:
+            return True
+        cl = self.commit_log
+        offset, end = start, self.reput_from_offset
+        while offset < end:
+            view = cl.get_data(offset, end)
+            if view is None:
+                break
+            records: list[IndexRecord] = []
+            pos, n, nxt = 0, len(view), None
+            try:
+                while pos < n:
+                    dr = cl.check_message_and_return_size(view, pos, n, False)
+                    if dr.success and dr.msg_size > 0:
+                        rollback = (dr.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE
+                        records.append((dr.commit_log_offset, dr.store_timestamp, dr.topic,
+                                        None if rollback else dr.keys, None if rollback else dr.uniq_key))
+                        pos += dr.msg_size
+                    elif dr.success:  # end-of-file blank record
+                        nxt = cl.roll_next_file(offset + pos)
+                        break
+                    elif dr.msg_size > 0:
+                        pos += dr.msg_size
+                    else:
+                        break  # the rest of the dispatched range is not readable: reput stopped there too
+            finally:
+                view.release()
+            try:
+                index.build_index_records(records)
+            except OSError as e:
+                self._index_failed(offset, e)
+                return False
+            if nxt is None and pos == 0:
+                break
+            offset = offset + pos if nxt is None else nxt
+            self.index_behind_from = offset
+        self.index_behind_from = None
+        log.warning("reput: the index caught up with the commit log from offset %d to %d", start, end)
+        return True
+
+    def index_behind_bytes(self) -> int:
+        """Dispatched commit-log bytes the index does not hold yet (the disk refused its next file)."""
+        behind = self.index_behind_from
+        return 0 if behind is None else max(0, self.reput_from_offset - behind)
 
     def _dispatch_records(
         self,
@@ -397,6 +461,9 @@ class ReputMessageService:
                 break
             try:
                 self.do_reput()
+                if self.index_behind_from is not None and time.monotonic() >= self._index_retry_at:
+                    with self._pass_lock:
+                        self.catch_up_index()
             except Exception as e:  # keep the thread alive; the offset did not move past the failure
                 self.last_error = f"{type(e).__name__}: {e}"
                 self.last_stop = _STOP_ERROR
@@ -415,6 +482,8 @@ class ReputMessageService:
         self.notify()
         self._thread.join()
         self._thread = None
+        if self.index_behind_from is not None:  # one last try: space may be back
+            self.catch_up_index()
         with self._progress:
             self._progress.notify_all()
 

@@ -1,4 +1,4 @@
-"""Delayed messages (RocketMQ 4.9 ``ScheduleMessageService``, FORMATS.md §1.6, §3.3, §10).
+"""Delayed messages (RocketMQ 4.9 ``ScheduleMessageService``, docs/design/store-formats.md#delayed-timer-and-transactional-messages).
 
 Two halves:
 
@@ -105,7 +105,7 @@ def delay_level_of(props: dict[str, str]) -> int:
 
 def schedule_properties(props: dict[str, str], cluster_name: str | None, real_topic: str, real_qid: int,
                         level: int) -> dict[str, str]:
-    """The broker's property map of a delayed message, in its HashMap iteration order (FORMATS.md §3.3).
+    """The broker's property map of a delayed message, in its HashMap iteration order (docs/design/store-formats.md#properties).
 
     SendMessageProcessor parses the client's properties into a HashMap, puts CLUSTER, removes WAIT and puts it
     back (it then sits at the end of its bucket); CommitLog sets the clamped DELAY and puts REAL_TOPIC and
@@ -183,7 +183,7 @@ def timeup_message(ext: MessageExt) -> Message | None:
     """``messageTimeup``: the message to put into its real topic/queue, or None when it must be dropped.
 
     The properties string is re-serialized from the decoded map *before* DELAY is cleared and WAIT=false is set,
-    so the delivered record keeps DELAY, REAL_TOPIC, REAL_QID and WAIT (FORMATS.md §3.3)."""
+    so the delivered record keeps DELAY, REAL_TOPIC, REAL_QID and WAIT (docs/design/store-formats.md#properties)."""
     props = ext.properties
     real_topic = props.get(PROPERTY_REAL_TOPIC)
     try:

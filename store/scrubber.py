@@ -1,8 +1,8 @@
-"""Scrubber: re-reads sealed commit-log segments at a bounded rate and checks them, and what is derived from them.
+"""Scrubber: re-reads commit-log segments at a bounded rate and checks them, and what is derived from them.
 
 Disks rot silently: a block that was written whole can read back different months later, and nothing notices
-until a consumer gets the record. The scrubber walks every *sealed* segment (all but the one being written)
-oldest first, ``scrub_rate_bytes_per_s`` at most, and for each:
+until a consumer gets the record. The scrubber walks every *sealed* segment oldest first, then the one being
+written up to what reput has dispatched, ``scrub_rate_bytes_per_s`` at most, and for each:
 
 * verifies every record (magic, TOTALSIZE, body CRC, own PHYSICALOFFSET: ``store.integrity.verify_records``);
   damage goes to ``MessageStore.report_commit_log_damage``, which counts it and hands it to the listeners added
@@ -11,8 +11,8 @@ oldest first, ``scrub_rate_bytes_per_s`` at most, and for each:
 * compares the consume-queue units of its records with them (``store.derived_check``); a wrong or missing unit
   is rebuilt at once by re-dispatching the commit log (``MessageStore.rebuild_derived``).
 
-After the segments of a pass it checks the sealed index files the same way. Passes start ``scrub_interval_s``
-after the store opened and after the previous pass ended. Progress and findings are in
+After the segments of a pass it checks the sealed index files the same way. The first pass starts
+``scrub_first_delay_s`` after the store opened, the next ones ``scrub_interval_s`` after the previous one ended. Progress and findings are in
 ``stats()`` (metrics, ``cluster status``).
 """
 
@@ -38,10 +38,12 @@ CHUNK_BYTES = 1 << 20  # verified between two pacing points
 class Scrubber:
     """Background integrity checker of one store; see the module docstring."""
 
-    def __init__(self, store: Any, rate_bytes_per_s: int, interval_s: float) -> None:
+    def __init__(self, store: Any, rate_bytes_per_s: int, interval_s: float, first_delay_s: float | None = None
+                 ) -> None:
         self.store = store
         self.rate = max(1, rate_bytes_per_s)
         self.interval_s = interval_s
+        self.first_delay_s = interval_s if first_delay_s is None else first_delay_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_free = 0.0
@@ -77,6 +79,8 @@ class Scrubber:
             except ValueError:  # retention deleted it meanwhile
                 continue
         if not self._stop.is_set():
+            found += self._scrub_active_segment()
+        if not self._stop.is_set():
             found += self._scrub_index()
             self.passes += 1
             self.last_full_scrub_ms = time.time_ns() // 1_000_000
@@ -92,8 +96,26 @@ class Scrubber:
                 return mf
         return None
 
-    def _scrub_segment(self, mf: Any) -> int:
-        base, size, path = mf.file_from_offset, mf.file_size, mf.path
+    def _scrub_active_segment(self) -> int:
+        """The segment being written, up to what reput has dispatched (records there are complete and written
+        once; appends only go past them), so damage in recent records does not wait for the segment to fill."""
+        cl, reput = self.store.commit_log, self.store.reput
+        files = list(cl.mapped_file_queue.mapped_files) if cl is not None else []
+        if not files or reput is None:
+            return 0
+        mf = files[-1]
+        end = min(reput.reput_from_offset, mf.file_from_offset + mf.wrote_position)
+        if end <= mf.file_from_offset:
+            return 0
+        try:
+            return self._scrub_segment(mf, end)
+        except ValueError:  # retention deleted it meanwhile
+            return 0
+
+    def _scrub_segment(self, mf: Any, end_offset: int | None = None) -> int:
+        """Check one segment, or its first part up to ``end_offset`` (the segment being written)."""
+        base, path = mf.file_from_offset, mf.path
+        size = mf.file_size if end_offset is None else end_offset - base
         buf = mf.buffer
         damage: list[CorruptRecord] = []
         pos = 0
@@ -163,8 +185,11 @@ class Scrubber:
 
     def _run(self) -> None:
         name_native_thread("scrubber")
-        # the first pass waits too: a start is busy enough (recovery, catch-up, the start-up derived-file check)
-        while not self._stop.wait(self.interval_s):
+        # the first pass comes soon after the start, not an interval later: the start-up check only looks at what
+        # is new since the last clean stop, and damage older than that must not wait an hour to be found
+        wait = self.first_delay_s
+        while not self._stop.wait(wait):
+            wait = self.interval_s
             try:
                 self.run_pass()
             except Exception:

@@ -1,4 +1,4 @@
-"""TopicConfigTable: ``config/topics.json`` in RocketMQ's shape (FORMATS.md §13).
+"""TopicConfigTable: ``config/topics.json`` in RocketMQ's shape (docs/design/store-formats.md#config-files).
 
 Changes take the timestamp from the caller (no clock reads inside), so applying the same replicated
 commands on every node yields the same table and the same ``dataVersion``.

@@ -79,7 +79,7 @@ def half_message(msg: Message, producer_group: str, cluster_name: str) -> Messag
     """``parseHalfMessageInner`` for a producer's message (real topic and queue set, properties in client order).
 
     The broker's map: client properties + TRAN_MSG + PGROUP, CLUSTER put, WAIT removed and put back, then REAL_TOPIC
-    and REAL_QID; the string is re-serialized from that map (FORMATS.md §3.3).
+    and REAL_QID; the string is re-serialized from that map (docs/design/store-formats.md#properties).
     """
     m = JavaHashMap()
     for k, v in msg.properties.items():

@@ -1,9 +1,13 @@
-"""Every README code block meant to run is run, against a live 3-member cluster, as a reader would paste it.
+"""Every code block of the README and of docs/ marked runnable is run, against a live 3-member cluster, as a
+reader would paste it (issue 42: the docs' blocks too, not only the README's).
 
-Blocks fenced ```python run as scripts; in blocks fenced ```sh every line that runs `raftmq` runs in bash
-(`make`, `curl`, `.` lines are the set-up around them). Plain ``` blocks are listings, output and commands for
-other machines (docker, helm, kubectl) and are not run. The snippets use `make run`'s loopback addresses; the
-test points them at its own nodes by replacing those addresses, nothing else.
+A block is runnable when the line before its fence is ``<!-- runnable -->`` (an HTML comment: invisible on GitHub
+and in the site). A runnable ```python block runs as a script; in a runnable ```sh block every line that runs
+`raftmq` runs in bash (`make`, `curl`, `.` lines are the set-up around them). Other blocks are listings, output
+and commands for other machines (docker, helm, kubectl) and are not run. Documents run in reading order: the
+README, then the site's navigation (mkdocs.yml), so a guide may use the topic an earlier one created. The
+snippets use `make run`'s loopback addresses; the test points them at its own nodes by replacing those
+addresses, nothing else.
 """
 
 from __future__ import annotations
@@ -14,16 +18,40 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from tests.support.processes import REPO_ROOT, running_nodes
 
 README = REPO_ROOT / "README.md"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+MARK = "<!-- runnable -->"
+FENCE = re.compile(r"^(<!-- runnable -->\n)?```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 MAKE_RUN = ["127.0.0.1:8081", "127.0.0.1:8181", "127.0.0.1:8281"]
 
 
-def blocks(kind: str) -> list[tuple[int, str]]:
-    text = README.read_text()
-    return [(text[: m.start()].count("\n") + 1, m.group(2)) for m in FENCE.finditer(text) if m.group(1) == kind]
+def documents() -> list[Path]:
+    """The README, then every page of the site in navigation order."""
+    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+
+    def pages(nav) -> list[str]:
+        out: list[str] = []
+        for item in nav:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            out += pages(value) if isinstance(value, list) else [value]
+        return out
+
+    return [README] + [REPO_ROOT / config["docs_dir"] / p for p in pages(config["nav"])]
+
+
+def blocks(kind: str, doc: Path | None = None) -> list[tuple[str, str]]:
+    """(``file:line``, code) of every runnable block of ``kind``, in reading order."""
+    out = []
+    for path in [doc] if doc else documents():
+        text = path.read_text()
+        for m in FENCE.finditer(text):
+            if m.group(1) and m.group(2) == kind:
+                line = text[: m.start()].count("\n") + 2
+                out.append((f"{path.relative_to(REPO_ROOT)}:{line}", m.group(3)))
+    return out
 
 
 def _raftmq_lines(block: str) -> list[str]:
@@ -39,31 +67,47 @@ def _env(addresses: list[str]) -> dict[str, str]:
     return env
 
 
-def test_the_readme_has_runnable_blocks():
-    assert len(blocks("python")) >= 2 and len(blocks("sh")) >= 2
+def test_the_docs_have_runnable_blocks_and_every_mark_marks_one():
+    assert len(blocks("python")) >= 7 and len(blocks("sh")) >= 2
+    assert blocks("sh", README) and blocks("python", README)
     assert all(_raftmq_lines(b) for _, b in blocks("sh"))
+    for path in documents():
+        text = path.read_text()
+        for m in re.finditer(re.escape(MARK) + r"\n(.*)", text):
+            assert re.fullmatch(r"```(python|sh)", m.group(1)), \
+                f"{path.relative_to(REPO_ROOT)}: {MARK} must stand right above a ```python or ```sh fence"
 
 
-def test_every_runnable_readme_block_runs(tmp_path):
+def test_every_runnable_block_runs(tmp_path):
     with running_nodes(tmp_path, 3) as nodes:
         addresses = [n.grpc_address for n in nodes]
         env = _env(addresses)
         failures = []
-        for line_no, block in blocks("sh"):
-            for line in _raftmq_lines(block):
-                r = subprocess.run(["bash", "-o", "pipefail", "-c", line], capture_output=True, text=True, env=env,
-                                   cwd=tmp_path, timeout=180)
-                if r.returncode != 0:
-                    failures.append(f"README.md:{line_no}: {line}\n  exit {r.returncode}: {r.stderr.strip()}")
-        for line_no, block in blocks("python"):
+        runnable = sorted([(where, "sh", b) for where, b in blocks("sh")] +
+                          [(where, "python", b) for where, b in blocks("python")],
+                          key=lambda r: _reading_position(r[0]))
+        for where, kind, block in runnable:
+            if kind == "sh":
+                for line in _raftmq_lines(block):
+                    r = subprocess.run(["bash", "-o", "pipefail", "-c", line], capture_output=True, text=True,
+                                       env=env, cwd=tmp_path, timeout=180)
+                    if r.returncode != 0:
+                        failures.append(f"{where}: {line}\n  exit {r.returncode}: {r.stderr.strip()}")
+                continue
             code = block
             for ours, live in zip(MAKE_RUN, addresses, strict=True):
                 code = code.replace(f'"{ours}"', f'"{live}"')
             r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                                timeout=180)
             if r.returncode != 0:
-                failures.append(f"README.md:{line_no} (python)\n  exit {r.returncode}: {r.stderr.strip()[-800:]}")
+                failures.append(f"{where} (python)\n  exit {r.returncode}: {r.stderr.strip()[-800:]}")
         assert failures == [], "\n".join(failures)
+
+
+def _reading_position(where: str) -> tuple[int, int]:
+    path, line = where.rsplit(":", 1)
+    order = [str(p.relative_to(REPO_ROOT)) for p in documents()]
+    return order.index(path), int(line)
 
 
 def test_the_quick_start_metrics_line_answers_on_every_member(tmp_path):
@@ -71,7 +115,7 @@ def test_the_quick_start_metrics_line_answers_on_every_member(tmp_path):
     printed nothing whenever n0 did not lead. Run against each member's HTTP port, it must print something."""
     from raftmq.client import Admin, Producer
 
-    [quick_start] = [b for _, b in blocks("sh") if "raftmq topic create demo" in b]
+    [quick_start] = [b for _, b in blocks("sh", README) if "raftmq topic create demo" in b]
     [line] = [ln for ln in quick_start.splitlines() if ln.startswith("curl ") and "/metrics" in ln]
     with running_nodes(tmp_path, 3) as nodes:
         addresses = [n.grpc_address for n in nodes]

@@ -25,6 +25,7 @@ from raftmq.node.console.layout import (
     yes_no,
 )
 from raftmq.node.console.safe import Markup, html, join, url
+from raftmq.store.message_store import NO_DAMAGE
 
 if TYPE_CHECKING:
     from raftmq.node.console.app import Console
@@ -75,11 +76,21 @@ def cluster_page(c: Console, query: dict[str, str]) -> Response:
     if snap.takeovers > sum(1 for e in snap.events if e.new):
         events = join([html('<p class="note">the last {} events of {} leader changes</p>', len(snap.events),
                             snap.takeovers), events])
+    damaged = [m.id for m in members if m.storage_integrity and not m.storage_integrity.startswith(NO_DAMAGE)]
+    integrity = join([
+        notice(f"damaged data found on {', '.join(damaged)}: see the lines below and the node log", "bad")
+        if damaged else Markup(""),
+        table(["member", "damage found, scrubber"], [[m.id, esc_or_dash(m.storage_integrity)] for m in members],
+              table_id="integrity", wrap=(1,)),
+    ])
     body = join([
         summary,
         section("Members", members_table, "members-section", live=True,
                 note="as this node sees them right now: peers are asked directly, an unreachable one shows "
                      "its error"),
+        section("Storage integrity", integrity, "integrity-section", live=True,
+                note="damage each member found in its files since it started (at start, by the scrubber, by a "
+                     "read, by comparing with its peers), as raftmq cluster status shows it"),
         section("Over time", html('<div class="charts">{}{}</div>', term_chart, lag_chart), "charts",
                 live=True),
         section("Leader changes", events, "events-section", live=True,

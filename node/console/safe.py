@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 # C0 controls except tab and newline, DEL, C1 controls, and the Unicode format characters that reorder or hide
 # text (bidi embeddings/overrides/isolates, zero-width characters, the BOM): shown as visible escapes.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
-# "mostly control characters" (README, Web console): a UTF-8 body with more than this share of them is binary. A
+# "mostly control characters" (docs/operations/console.md): a UTF-8 body with more than this share of them is binary. A
 # short log line with a colour escape or two (issue 34: "\x1b[31mred\x1b[0m") is text, shown with them visible.
 _TEXT_CONTROL_LIMIT = 0.5
 

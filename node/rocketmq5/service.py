@@ -2,7 +2,7 @@
 
 Composed of mixins, one per concern: node.rocketmq5.producer (sends, transactions), node.rocketmq5.consumer
 (receive/ack over pop), and here the client lifecycle every client goes through: QueryRoute, Telemetry
-(settings, pushed commands), Heartbeat, NotifyClientTermination. See /work/shared/ROCKETMQ5_PROTOCOL.md for
+(settings, pushed commands), Heartbeat, NotifyClientTermination. See docs/design/rocketmq5-protocol.md for
 what the clients require of each answer.
 """
 

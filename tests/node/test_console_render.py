@@ -154,7 +154,7 @@ def test_history_counts_every_takeover_even_beyond_the_events_it_keeps():
 
 def test_a_short_utf8_body_with_colour_escapes_is_text_not_binary():
     """issue 34: a UTF-8 body with two ANSI escapes was labelled binary (more than 10% control characters);
-    the README's rule is "mostly control characters"."""
+    the console page's rule (docs/operations/console.md) is "mostly control characters"."""
     body = b"\x1b[31mok\x1b[0m"
     view = safe.render_body(body)
     assert view.kind == "text" and '<span class="ctl">\\x1b</span>[31mok' in view.html

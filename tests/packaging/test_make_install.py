@@ -20,7 +20,7 @@ def test_the_first_install_says_one_line_and_a_second_nothing(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", ".venv", "data", "build", "dist", "tests", "bench", "__pycache__", "*.egg-info", ".*_cache"))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MAKEFLAGS") and not k.startswith(
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MAKEFLAGS", "MFLAGS", "MAKELEVEL") and not k.startswith(
         "RAFTMQ_")}
     first = subprocess.run(["make", "install-run", f"PYTHON={sys.executable}"], cwd=src, env=env,
                            capture_output=True, text=True, timeout=900)

@@ -1,8 +1,8 @@
-"""Byte compatibility of a whole store directory, checked by an independent reader written from FORMATS.md.
+"""Byte compatibility of a whole store directory, checked by an independent reader written from docs/design/store-formats.md.
 
 The store's own unit tests decode with the store's own code; here the commit log, consume queues, index
 files and checkpoint that the store wrote are parsed with a few lines of ``struct`` that follow the RocketMQ
-4.9 layouts (FORMATS.md sections 1, 5, 6, 8), so a shared misunderstanding between writer and reader in
+4.9 layouts (docs/design/store-formats.md), so a shared misunderstanding between writer and reader in
 ``store/`` cannot hide.
 """
 
@@ -30,7 +30,7 @@ KEYS = ["Aa", "BB", "polygenelubricants", "k1", "中文"]
 
 
 def java_hash(s: str) -> int:
-    """Java String.hashCode over UTF-16 code units, as a signed int32 (FORMATS.md section 12)."""
+    """Java String.hashCode over UTF-16 code units, as a signed int32 (docs/design/store-formats.md#java-behaviours-the-bytes-depend-on)."""
     b = s.encode("utf-16-be", "surrogatepass")
     h = 0
     for i in range(0, len(b), 2):

@@ -1,4 +1,4 @@
-"""ConsumeQueue (FORMATS.md §5) with files of a few units: layout, recovery, truncation, expiry, time search."""
+"""ConsumeQueue (docs/design/store-formats.md#consume-queues) with files of a few units: layout, recovery, truncation, expiry, time search."""
 
 import os
 import struct

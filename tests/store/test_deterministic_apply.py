@@ -1,4 +1,4 @@
-"""Deterministic apply (ARCHITECTURE contract 1): the same encoded batches make byte-identical stores.
+"""Deterministic apply (docs/architecture.md#contracts, 1): the same encoded batches make byte-identical stores.
 
 One leader store encodes batches (``encode_batch``, store timestamps fixed by the test); two fresh replica
 stores in different directories apply the same bytes with ``apply_batch``, one of them restarted midway (a

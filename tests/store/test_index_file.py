@@ -1,4 +1,4 @@
-"""IndexFile byte layout (FORMATS.md §6): header written field by field, entries numbered from 1, chains."""
+"""IndexFile byte layout (docs/design/store-formats.md#index-files): header written field by field, entries numbered from 1, chains."""
 
 import os
 import struct
@@ -153,7 +153,7 @@ def test_full_file_refuses_keys(tmp_path):
 
 
 def test_seeded_file_measures_first_time_diff_from_previous_end(tmp_path):
-    # IndexService seeds a new file with the previous file's end values (FORMATS.md §6.6, golden idx2)
+    # IndexService seeds a new file with the previous file's end values (docs/design/store-formats.md#index-files, golden idx2)
     prev_end_ts, prev_end_phy = T0 + 10_000, 5000
     f = _open(tmp_path, end_phy_offset=prev_end_phy, end_timestamp=prev_end_ts)
     assert f.header_on_disk() == (prev_end_ts, prev_end_ts, prev_end_phy, prev_end_phy, 0, 0)

@@ -87,7 +87,7 @@ def test_new_file_when_full_seeded_with_previous_end_and_flushed_to_checkpoint(t
     assert first.file_name == time_millis_to_human_string(T0)
     assert second.file_name == time_millis_to_human_string(T0 + 60_000)
     assert len(first.file_name) == 17 and int(second.file_name) > int(first.file_name)
-    assert second.entry(1)[1:3] == (200, 4)  # timeDiff against the previous file's end (§6.6 quirk)
+    assert second.entry(1)[1:3] == (200, 4)  # timeDiff against the previous file's end (quirk: docs/design/store-formats.md#index-files)
     assert second.begin_timestamp == T0 + 5999 and second.begin_phy_offset == 200
     assert cp.index_msg_timestamp == T0 + 1000 and cp.flushes == 1
     svc.close()
@@ -115,7 +115,7 @@ def test_query_newest_to_oldest_across_files_with_limits(tmp_path):
     assert res.index_last_update_timestamp == T0 + 70_000
     assert svc.query_offset("T", "K", 2, 0, 2**62).phy_offsets == [700, 500]
     # K is always the second entry of its file; a file's first entry reads back 10 s late here, because its
-    # timeDiff was measured from the previous file's end (RocketMQ's own behaviour, FORMATS.md §6.6)
+    # timeDiff was measured from the previous file's end (RocketMQ's own behaviour, docs/design/store-formats.md#index-files)
     assert svc.query_offset("T", "K", 10, T0 + 25_000, T0 + 55_000).phy_offsets == [500, 300]
     assert svc.query_offset("OtherTopic", "K", 10, 0, 2**62).phy_offsets == []
     svc.close()

@@ -240,3 +240,57 @@ def test_a_damaged_flushed_last_record_refuses_then_repair_fills_it_and_its_offs
         assert r.queue_offset == last.queue_offset + 1
     finally:
         st.shutdown()
+
+
+def _repair_cli(*args: str) -> subprocess.CompletedProcess:
+    """``raftmq store repair`` exactly as an operator types it (no settings added)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'proto'}"}
+    return subprocess.run([sys.executable, "-m", "raftmq.node", "store", "repair", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_repair_without_config_rebuilds_the_index_with_the_geometry_of_its_files(tmp_path: Path) -> None:
+    """Issue 33 item 4: the default geometry gave a 420 MB index that neither RocketMQ nor the node (with the
+    store's real settings) read; the geometry is read from the existing index files."""
+    from raftmq.store.index_file import index_file_size
+
+    cfg = StoreConfig(root_dir=str(tmp_path / "s"), **{**CONFIG, "max_hash_slot_num": 512, "max_index_num": 200})
+    st = MessageStore(cfg)
+    st.open()
+    try:
+        results = [st.put_message(cw.make_message(s, "DmgT", s % 3)) for s in range(330)]
+        wait_dispatched(st)
+    finally:
+        st.shutdown()
+    assert len(os.listdir(cfg.index_dir)) >= 2  # full files and the current one
+    victim = results[40]
+    _patch(cfg, victim.physical_offset + 40, random.Random(3).randbytes(64))
+    rep = _repair_cli(cfg.root_dir)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    sizes = {os.path.getsize(Path(cfg.index_dir) / n) for n in os.listdir(cfg.index_dir)}
+    assert sizes == {index_file_size(512, 200)}
+    assert "index files of 512 slots x 200 entries" in rep.stdout, rep.stdout
+    st = MessageStore(cfg)  # the store's real settings load the rebuilt index and find keys through it
+    st.open()
+    try:
+        for s in (5, 200, 329):
+            got = st.query_messages("DmgT", cw.key_for(s), 32, 0, 1 << 62)
+            assert [m.body for m in got] == [cw.body_for(s)]
+    finally:
+        st.shutdown()
+
+
+def test_repair_refuses_when_the_index_geometry_cannot_be_read_and_takes_it_from_set(tmp_path: Path) -> None:
+    cfg, results = _write(tmp_path / "s", 330)
+    _patch(cfg, results[40].physical_offset + 40, random.Random(4).randbytes(64))
+    for name in os.listdir(cfg.index_dir):  # index files lost: nothing tells the geometry the store used
+        os.unlink(Path(cfg.index_dir) / name)
+    before = tree_bytes(cfg.root_dir)
+    rep = _repair_cli(cfg.root_dir)
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    assert "cannot read the index geometry" in rep.stderr and "--config" in rep.stderr, rep.stderr
+    assert tree_bytes(cfg.root_dir) == before  # refused before anything changed
+    rep = _repair_cli("--set", "store.max_hash_slot_num=64", "--set", "store.max_index_num=256", cfg.root_dir)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "segments of 65536 bytes" in rep.stdout, rep.stdout  # the rest still read from the files
+    _check_repaired(cfg, results, _damaged_seqs(results, results[40].physical_offset, results[41].physical_offset))

@@ -28,7 +28,7 @@ def test_broker_properties_order_of_the_worked_example():
 
 
 def test_bucket_indexes_for_cap_16():
-    # FORMATS §3.3: REAL_TOPIC 1 < KEYS 7 < TRAN_MSG 9 < UNIQ_KEY 12 < WAIT 13 < TAGS 14 < REAL_QID 15
+    # docs/design/store-formats.md#properties: REAL_TOPIC 1 < KEYS 7 < TRAN_MSG 9 < UNIQ_KEY 12 < WAIT 13 < TAGS 14 < REAL_QID 15
     keys = ["REAL_QID", "TAGS", "WAIT", "UNIQ_KEY", "TRAN_MSG", "KEYS", "REAL_TOPIC"]
     assert hashmap_order(keys) == ["REAL_TOPIC", "KEYS", "TRAN_MSG", "UNIQ_KEY", "WAIT", "TAGS", "REAL_QID"]
 

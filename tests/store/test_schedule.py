@@ -1,4 +1,4 @@
-"""Delayed messages in the store: schedule-topic form on send, delivery pass, progress file (FORMATS.md §3.3, §10)."""
+"""Delayed messages in the store: schedule-topic form on send, delivery pass, progress file (docs/design/store-formats.md#delayed-timer-and-transactional-messages)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_delayed_message_goes_to_the_schedule_topic_with_brokers_property_order(
         assert st.max_offset_in_queue("T", 3) == 0
         phy, size, tags_code = st.consume_queues.get(SCHEDULE_TOPIC, 1).read_units(0, 1)[0]
         assert (phy, size) == (r.physical_offset, r.wrote_bytes)
-        assert tags_code == stored.store_timestamp + 2000  # deliver time (FORMATS.md §10)
+        assert tags_code == stored.store_timestamp + 2000  # deliver time (docs/design/store-formats.md#consume-queues)
 
 
 def test_level_above_the_maximum_is_clamped_and_zero_or_negative_is_not_delayed(tmp_path):
@@ -122,7 +122,7 @@ def test_delivery_is_never_early_and_rebuilds_the_message_as_message_timeup(tmp_
             assert d.store_timestamp >= sched.store_timestamp + level * 1000
             assert d.store_timestamp < sched.store_timestamp + level * 1000 + 15_000  # generous bound
             assert (d.topic, d.queue_id) == ("T", int(sched.properties["REAL_QID"]))
-            # the string is re-serialized before DELAY is cleared: DELAY, REAL_*, WAIT stay (FORMATS.md §3.3)
+            # the string is re-serialized before DELAY is cleared: DELAY, REAL_*, WAIT stay (docs/design/store-formats.md#properties)
             assert list(d.properties.items()) == list(sched.properties.items())
             assert (d.body, d.flag, d.born_timestamp, d.born_host) == (sched.body, 7, 123, ("10.0.0.9", 4242))
         assert st.query_messages("T", "k01", 10, 0, 2**62)  # keys of delivered messages are indexed

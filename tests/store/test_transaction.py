@@ -161,7 +161,7 @@ def test_progress_survives_restart(tmp_path):
 
 
 def test_property_strings_follow_the_brokers_hashmap_order(st):
-    """FORMATS.md §3.3 buckets (cap 16): REAL_TOPIC 1, KEYS 7, TRAN_MSG 9, UNIQ_KEY/CLUSTER 12, PGROUP/WAIT 13
+    """docs/design/store-formats.md#properties: buckets (cap 16): REAL_TOPIC 1, KEYS 7, TRAN_MSG 9, UNIQ_KEY/CLUSTER 12, PGROUP/WAIT 13
     (WAIT re-put last), TAGS 14, REAL_QID 15; the commit record keeps the half message's string."""
     msg = Message(topic="Orders", queue_id=2, body=b"b", properties={"TAGS": "t", "KEYS": "k", "UNIQ_KEY": "U"},
                   born_host=("10.0.0.7", 5000))

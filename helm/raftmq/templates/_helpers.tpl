@@ -87,7 +87,7 @@ app.kubernetes.io/component: broker
 {{- end }}
 {{- end -}}
 
-{{/* Refuse a membership change that Raft has not been told about (see README "Changing the number of members").
+{{/* Refuse a membership change that Raft has not been told about (see the chart README, "Changing the number of members").
      Changing the member list by restarting pods with a new config is unsafe: members with the old and the new
      list could elect two leaders at once. So removedMembers may only name pods the new replica count really
      removes, addedMembers only pods it keeps, and when the live StatefulSet differs from .Values.replicas, every
@@ -192,20 +192,30 @@ A Kubernetes quantity ("20Gi", "1.5G", "500Mi") in bytes, as an int64.
 {{- end -}}
 
 {{/*
-Every member preallocates, before its first message, one commit-log segment (store.mapped_file_size_commit_log,
-1 GiB by default) and one index file (40 + 4 x max_hash_slot_num + 20 x max_index_num bytes, ~400 MB by default),
-and a new segment is preallocated whenever one fills. A volume smaller than two segments + one index file +
-512 MiB of room (consume queues, Raft journal, config) fills at the first roll, so the chart refuses it.
+The node's own rule (store.config.store_footprint / volume_problem, which `raftmq config validate` and a starting
+node apply): to keep taking writes across a segment roll a member needs two commit-log segments
+(store.mapped_file_size_commit_log, 1 GiB by default) and two index files (40 + 4 x max_hash_slot_num + 20 x
+max_index_num bytes, ~400 MB by default), each allocated whole, four consume-queue files and disk_min_free_bytes,
+all below disk_space_warning_level_ratio of the volume. A smaller volume fills at the first roll, so the chart
+refuses it. tests/helm/test_volume_and_test_pod.py checks this against store_footprint.
 */}}
 {{- define "raftmq.validateVolumeSize" -}}
 {{- $store := .Values.store | default dict -}}
 {{- $segment := int64 (get $store "mapped_file_size_commit_log" | default 1073741824) -}}
 {{- $slots := int64 (get $store "max_hash_slot_num" | default 5000000) -}}
 {{- $entries := int64 (get $store "max_index_num" | default 20000000) -}}
-{{- $index := add 40 (mul 4 $slots) (mul 20 $entries) -}}
-{{- $need := add (mul 2 $segment) $index 536870912 -}}
+{{- $index := 0 -}}
+{{- if (hasKey $store "message_index_enable" | ternary (get $store "message_index_enable") true) -}}
+{{- $index = add 40 (mul 4 $slots) (mul 20 $entries) -}}
+{{- end -}}
+{{- $cqBytes := int64 (get $store "mapped_file_size_consume_queue" | default 6000000) -}}
+{{- $cqFile := mul (div (add $cqBytes 19) 20) 20 -}}
+{{- $minFree := int64 (get $store "disk_min_free_bytes" | default 67108864) -}}
+{{- $ratio := float64 (get $store "disk_space_warning_level_ratio" | default 0.9) -}}
+{{- $footprint := add (mul 2 $segment) (mul 2 $index) (mul 4 $cqFile) $minFree -}}
+{{- $need := ceil (divf $footprint $ratio) | int64 -}}
 {{- $have := include "raftmq.quantityBytes" .Values.persistence.size | int64 -}}
 {{- if lt $have $need -}}
-{{- fail (printf "persistence.size %s (%d bytes) is too small: each member preallocates a %d-byte commit-log segment (store.mapped_file_size_commit_log) and a %d-byte index file before its first message, and needs room for the next segment plus 512 MiB; give at least %d bytes (%.1fGi), or shrink those store settings" (toString .Values.persistence.size) $have $segment $index $need (divf $need 1073741824)) -}}
+{{- fail (printf "persistence.size %s (%d bytes) is too small: a member needs two %d-byte commit-log segments (store.mapped_file_size_commit_log) and two %d-byte index files, allocated whole, four consume-queue files and disk_min_free_bytes, below disk_space_warning_level_ratio %.2f of the volume; give at least %d bytes (%.1fGi), or shrink those store settings" (toString .Values.persistence.size) $have $segment $index $ratio $need (divf $need 1073741824)) -}}
 {{- end -}}
 {{- end -}}

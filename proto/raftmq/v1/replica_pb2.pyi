@@ -168,6 +168,22 @@ class ChecksumConsumeQueuesResponse(_message.Message):
     queues: _containers.RepeatedCompositeFieldContainer[ConsumeQueueDigest]
     def __init__(self, member_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[ConsumeQueueDigest, _Mapping]]] = ...) -> None: ...
 
+class FetchCommitLogBytesRequest(_message.Message):
+    __slots__ = ("from_offset", "to_offset")
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    to_offset: int
+    def __init__(self, from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ...) -> None: ...
+
+class FetchCommitLogBytesResponse(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class GetStartupStateRequest(_message.Message):
     __slots__ = ("incarnation",)
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
