@@ -100,14 +100,14 @@ k8s-tools:
 rmq5-java:
 	@tests/rocketmq5/java/build.sh >/dev/null
 
-# The whole suite (CI runs this; docs/development/testing.md). TEST_WORKERS=2 runs the e2e tier (the official
-# RocketMQ 5 clients, Spark, the browser, venv installs, Kubernetes) on a pytest-xdist worker of its own beside
-# the rest; TEST_WORKERS=1 runs everything in one process. The Kubernetes tier (tests/k8s) needs `make k8s-tools`
+# The whole suite (CI runs this; docs/development/testing.md). TEST_WORKERS=2 runs it on two pytest-xdist workers,
+# each module on one worker (module fixtures start once; the e2e tier's waits overlap the rest); TEST_WORKERS=1
+# runs everything in one process. The Kubernetes tier (tests/k8s) needs `make k8s-tools`
 # and `make k8s-local`: when they are not built yet (a fresh machine), they build in the background while the
 # rest of the suite runs, and tests/k8s runs once they are done. SKIP_K8S_TIER=1 leaves them out (the tier then
 # skips, except in CI where a missing build is an error).
 TEST_WORKERS ?= 2
-PYTEST_WORKERS = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,)
+PYTEST_WORKERS = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,)
 K8S_TIER_BUILD := helm/raftmq/ci/k8s-tier-build.sh
 test: $(DEV_STAMP) browser-deps powerloss-deps rmq5-java
 	$(VENV)/bin/ruff check .
@@ -121,9 +121,9 @@ test: $(DEV_STAMP) browser-deps powerloss-deps rmq5-java
 		  $(K8S_TIER_BUILD) --wait; $(PY) -m pytest -q tests/k8s && exit $$rest; }; \
 	fi
 
-# The in-process tier alone (tests that start no process: tests/support/tiers.py), about two minutes.
+# The in-process tier alone (tests that start no process: tests/support/tiers.py), on TEST_WORKERS workers too.
 test-fast: $(DEV_STAMP)
-	$(PY) -m pytest -q -m unit
+	$(PY) -m pytest -q -m unit $(PYTEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) build site *.egg-info

@@ -284,7 +284,7 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
         acl.put_user("bob", "bob-secret-123", networks=["127.0.0.3"])
         bob = acl.add_rule("bob", "allow", ["PUB"], ["topic:events"])
     # the change is committed; each member applies it when it gets there (a loaded box: seconds later)
-    _wait_acl_everywhere(cluster, bob)
+    _wait_acl_everywhere(cluster, bob, "events")
     request = pb.SendMessageRequest(message=pb.Message(topic="events", body=b"relayed"))
 
     def send_as_bob(address: str, extra=()):
@@ -310,12 +310,14 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
         assert sum(q.max_offset for q in admin.queue_offsets("events")) >= 1
 
 
-def _wait_acl_everywhere(nodes, user) -> None:
-    """Until every member's own copy of the ACL holds ``user`` as given (ListAclUsers answers from it)."""
+def _wait_acl_everywhere(nodes, user, topic: str) -> None:
+    """Until every member's own copy of the ACL holds ``user`` as given (ListAclUsers answers from it) and every
+    member knows ``topic`` (the member that relays a send checks it)."""
     def applied(node) -> bool:
-        with AclAdmin(node.grpc_address, security=ROOT) as acl:
-            return user in acl.list_users()
-    wait_for(lambda: all(applied(n) for n in nodes), f"user {user.access_key} on every member", timeout=60)
+        with AclAdmin(node.grpc_address, security=ROOT) as acl, Admin(node.grpc_address, security=ROOT) as admin:
+            return user in acl.list_users() and topic in {t.name for t in admin.list_topics()}
+    wait_for(lambda: all(applied(n) for n in nodes), f"user {user.access_key} and topic {topic} on every member",
+             timeout=60)
 
 
 def _ok(call):

@@ -62,9 +62,14 @@ def vouched_keys(data_dir: Path) -> set[str]:
     raft = data_dir / "raft"
     span = journal_span(str(raft / "raft.journal"))
     reach = span.last[0] if span is not None and span.last is not None else 0
-    if (raft / "raft.dump").exists():
+    try:  # read, not exists-then-read: a name the cut took can still be in the kernel's dentry cache
         reach = max(reach, snapshot.read_file(str(raft / "raft.dump"))[0].raft_index)
-    frames = (raft / "applied.idx").read_bytes() if (raft / "applied.idx").exists() else b""
+    except FileNotFoundError:
+        pass
+    try:
+        frames = (raft / "applied.idx").read_bytes()
+    except FileNotFoundError:
+        frames = b""
     end = 0
     for off in range(0, len(frames) - len(frames) % FRAME.size, FRAME.size):
         index, _start, stop = FRAME.unpack_from(frames, off)

@@ -160,9 +160,7 @@ def tier_of(item: pytest.Item) -> tuple[str, str]:
 
 
 def apply(items: list[pytest.Item]) -> None:
-    """pytest_collection_modifyitems: give every test its tier (and ``slow`` unless unit), and a pytest-xdist
-    group (``--dist loadgroup``): the whole e2e tier on one worker, beside the rest (its shared Spark session,
-    control plane and client venvs start once), everything else by module (module fixtures start once)."""
+    """pytest_collection_modifyitems: give every test its tier (and ``slow`` unless unit)."""
     wrong = []
     for item in items:
         tier, why = tier_of(item)
@@ -173,7 +171,6 @@ def apply(items: list[pytest.Item]) -> None:
         item.user_properties.append(("tier", tier))
         if tier != "unit":
             item.add_marker("slow")
-        item.add_marker(pytest.mark.xdist_group("e2e" if tier == "e2e" else item.nodeid.split("::")[0]))
     if wrong:
         raise pytest.UsageError("tests marked `unit` start processes (drop the mark: they are integration tests, "
                                 "docs/development/testing.md):\n  " + "\n  ".join(wrong))
