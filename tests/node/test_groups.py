@@ -18,83 +18,113 @@ from tests.support.waiting import wait_for
 TOPIC = "orders"
 
 
-@pytest.fixture
-def two_groups(tmp_path):
-    specs = group_specs(tmp_path, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1})
+def _start(base) -> list:
+    specs = group_specs(base, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1})
     nodes = start_nodes([s for group in specs for s in group])
     try:
         for n in nodes:
             wait_leader([n])
-        # in every group at once; MIXED: FIFO and plain messages alike
-        admin(nodes[0]).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
-            name=TOPIC, read_queue_nums=4, write_queue_nums=4, message_type="MIXED")), timeout=30)
+    except BaseException:
+        stop_all(nodes)
+        raise
+    return nodes
+
+
+def _create(nodes, name: str) -> str:
+    """``name`` in every group at once (the fan-out); MIXED: FIFO and plain messages alike."""
+    admin(nodes[0]).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
+        name=name, read_queue_nums=4, write_queue_nums=4, message_type="MIXED")), timeout=30)
+    return name
+
+
+@pytest.fixture(scope="module")
+def shared_groups(tmp_path_factory):
+    """Two groups of one member for the tests that stop nothing (each uses a topic of its own)."""
+    nodes = _start(tmp_path_factory.mktemp("groups"))
+    try:
         yield nodes
     finally:
         stop_all(nodes)
 
 
-def _send(node, **fields) -> pb.SendResult:
-    msg = pb.Message(topic=TOPIC, body=b"b", **fields)
+@pytest.fixture
+def topic(shared_groups, request) -> str:
+    return _create(shared_groups, "t-" + request.node.name.removeprefix("test_")[:40].replace("_", "-"))
+
+
+@pytest.fixture
+def two_groups(tmp_path):
+    """Two groups of one member of this test's own (it stops one), with the topic ``TOPIC``."""
+    nodes = _start(tmp_path)
+    try:
+        _create(nodes, TOPIC)
+        yield nodes
+    finally:
+        stop_all(nodes)
+
+
+def _send(node, topic: str = TOPIC, **fields) -> pb.SendResult:
+    msg = pb.Message(topic=topic, body=b"b", **fields)
     return messaging(node).SendMessage(pb.SendMessageRequest(message=msg), timeout=20).result
 
 
-def test_route_lists_every_group_with_its_queues_and_leader(two_groups):
-    g0, g1 = two_groups
-    route = messaging(g1).QueryRoute(pb.QueryRouteRequest(topic=TOPIC), timeout=20)
+def test_route_lists_every_group_with_its_queues_and_leader(shared_groups, topic):
+    g0, g1 = shared_groups
+    route = messaging(g1).QueryRoute(pb.QueryRouteRequest(topic=topic), timeout=20)
     assert [g.name for g in route.groups] == ["g0", "g1"]
     assert route.group == "g1" and route.answered_by == "g1-n0"
-    for g, node in zip(route.groups, two_groups, strict=True):
+    for g, node in zip(route.groups, shared_groups, strict=True):
         assert g.available and g.has_topic and g.write_queue_nums == 4, g
         assert g.leader == node.grpc_address and list(g.endpoints) == [node.grpc_address]
     assert [g.store_host for g in route.groups] == ["127.0.0.1:10911", "127.0.0.1:10912"]
 
 
-def test_a_send_for_another_group_is_stored_there_from_any_member(two_groups):
-    g0, g1 = two_groups
-    r = _send(g0, broker="g1", queue_id=2, uniq_key="K-other")
+def test_a_send_for_another_group_is_stored_there_from_any_member(shared_groups, topic):
+    g0, g1 = shared_groups
+    r = _send(g0, topic, broker="g1", queue_id=2, uniq_key="K-other")
     assert (r.broker, r.queue_id) == ("g1", 2)
     assert r.msg_id.startswith("7F000001" + format(10912, "08X")), r.msg_id  # g1's STOREHOST: its own msgIds
-    own = _send(g0)  # no group named: the receiving member's own
+    own = _send(g0, topic)  # no group named: the receiving member's own
     assert own.broker == "g0"
     # read back from g1 through g0 (relayed), and directly on g1
     for via in (g0, g1):
-        pulled = messaging(via).PullMessage(pb.PullMessageRequest(topic=TOPIC, queue_id=2, offset=r.queue_offset,
+        pulled = messaging(via).PullMessage(pb.PullMessageRequest(topic=topic, queue_id=2, offset=r.queue_offset,
                                                                   broker="g1"), timeout=20)
         assert [m.uniq_key for m in pulled.messages] == ["K-other"]
     # g0's queues hold only its own message
     def g0_offsets():
-        queues = messaging(g0).GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=TOPIC), timeout=20).queues
+        queues = messaging(g0).GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic), timeout=20).queues
         return {q.queue_id: q.max_offset for q in queues}
 
     wait_for(lambda: sum(g0_offsets().values()) == 1, "g0's own message in its consume queue")
     assert g0_offsets() == {q: int(q == own.queue_id) for q in range(4)}
 
 
-def test_offsets_live_in_the_queues_group(two_groups):
-    g0, g1 = two_groups
-    messaging(g0).CommitOffset(pb.CommitOffsetRequest(group="cg", topic=TOPIC, offsets={1: 7}, broker="g1"),
+def test_offsets_live_in_the_queues_group(shared_groups, topic):
+    g0, g1 = shared_groups
+    messaging(g0).CommitOffset(pb.CommitOffsetRequest(group="cg", topic=topic, offsets={1: 7}, broker="g1"),
                                timeout=20)
-    assert dict(messaging(g1).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC), timeout=20).offsets) == {1: 7}
-    assert dict(messaging(g0).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC), timeout=20).offsets) == {}
-    relayed = messaging(g0).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC, broker="g1"), timeout=20)
+    assert dict(messaging(g1).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=topic), timeout=20).offsets) == {1: 7}
+    assert dict(messaging(g0).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=topic), timeout=20).offsets) == {}
+    relayed = messaging(g0).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=topic, broker="g1"), timeout=20)
     assert dict(relayed.offsets) == {1: 7}
 
 
-def test_a_fifo_message_group_goes_to_one_queue_of_one_group(two_groups):
+def test_a_fifo_message_group_goes_to_one_queue_of_one_group(shared_groups, topic):
     seen: dict[str, set] = {}
     for i in range(12):
         mg = f"customer-{i % 4}"
-        for node in two_groups:  # whichever member takes it
-            r = _send(node, message_group=mg)
+        for node in shared_groups:  # whichever member takes it
+            r = _send(node, topic, message_group=mg)
             seen.setdefault(mg, set()).add((r.broker, r.queue_id))
     for mg, where in seen.items():
         assert where == {fifo_queue(mg, ["g0", "g1"], 4)}, (mg, where)
     assert len({b for where in seen.values() for b, _ in where}) == 2  # these groups land in both groups
 
 
-def test_unknown_group_is_refused_naming_the_groups(two_groups):
+def test_unknown_group_is_refused_naming_the_groups(shared_groups, topic):
     with pytest.raises(grpc.RpcError) as e:
-        _send(two_groups[0], broker="g7")
+        _send(shared_groups[0], topic, broker="g7")
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     assert "unknown group 'g7'" in e.value.details() and "g0, g1" in e.value.details()
 
@@ -173,13 +203,13 @@ def test_topic_admin_acts_on_every_group_idempotently_and_reconcile_repairs_a_mi
     assert (topic.read_queue_nums, topic.write_queue_nums) == (2, 2)
 
 
-def test_a_pull_consumer_group_shares_the_union_of_both_groups_queues(two_groups):
+def test_a_pull_consumer_group_shares_the_union_of_both_groups_queues(shared_groups, topic):
     from raftmq.client import Producer, PullConsumer
 
-    g0, g1 = two_groups
+    g0, g1 = shared_groups
     with Producer([g0.grpc_address]) as p:
-        sent = {p.send(TOPIC, f"m{i}").uniq_key for i in range(40)}
-    consumers = [PullConsumer("cg", TOPIC, [g1.grpc_address], client_id=cid, start_from="first",
+        sent = {p.send(topic, f"m{i}").uniq_key for i in range(40)}
+    consumers = [PullConsumer("cg", topic, [g1.grpc_address], client_id=cid, start_from="first",
                               heartbeat_interval=0.3, long_poll=0.5) for cid in ("a", "b")]
     try:
         for c in consumers:
@@ -204,20 +234,20 @@ def test_a_pull_consumer_group_shares_the_union_of_both_groups_queues(two_groups
         for c in consumers:
             c.close()
     for group, node in (("g0", g0), ("g1", g1)):  # offsets live in each queue's own group
-        committed = messaging(node).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=TOPIC), timeout=20).offsets
+        committed = messaging(node).FetchOffset(pb.FetchOffsetRequest(group="cg", topic=topic), timeout=20).offsets
         ends = {q.queue_id: q.max_offset for q in messaging(node).GetQueueOffsets(
-            pb.GetQueueOffsetsRequest(topic=TOPIC), timeout=20).queues}
+            pb.GetQueueOffsetsRequest(topic=topic), timeout=20).queues}
         assert dict(committed) == ends and sum(ends.values()) > 0, group
 
 
-def test_a_simple_consumer_receives_and_acks_across_both_groups(two_groups):
+def test_a_simple_consumer_receives_and_acks_across_both_groups(shared_groups, topic):
     from raftmq.client import Producer, SimpleConsumer
 
-    g0, g1 = two_groups
+    g0, g1 = shared_groups
     with Producer([g0.grpc_address]) as p:
-        sent = {p.send(TOPIC, f"s{i}").uniq_key: None for i in range(20)}
+        sent = {p.send(topic, f"s{i}").uniq_key: None for i in range(20)}
     got: dict[str, str] = {}
-    with SimpleConsumer("pop-cg", TOPIC, [g1.grpc_address], await_duration=1) as c:
+    with SimpleConsumer("pop-cg", topic, [g1.grpc_address], await_duration=1) as c:
         deadline = time.monotonic() + 60
         while len(got) < len(sent) and time.monotonic() < deadline:
             batch = c.receive(8, invisible_duration=30)
@@ -227,17 +257,17 @@ def test_a_simple_consumer_receives_and_acks_across_both_groups(two_groups):
         assert c.receive(8, invisible_duration=30) == []  # every ack took: nothing comes back
 
 
-def test_a_transaction_and_a_msg_id_are_found_in_their_group_from_any_member(two_groups):
+def test_a_transaction_and_a_msg_id_are_found_in_their_group_from_any_member(shared_groups, topic):
     from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
-    g0, g1 = two_groups
+    g0, g1 = shared_groups
     half = pb_grpc.TransactionServiceStub(g0.channel()).SendHalfMessage(pb.SendHalfMessageRequest(
-        producer_group="pg", message=pb.Message(topic=TOPIC, body=b"tx", broker="g1")), timeout=20)
+        producer_group="pg", message=pb.Message(topic=topic, body=b"tx", broker="g1")), timeout=20)
     assert half.result.broker == "g1"
     tx = pb_grpc.TransactionServiceStub(g0.channel())  # ended through the other group's member: relayed
     tx.EndTransaction(pb.EndTransactionRequest(producer_group="pg", transaction_id=half.transaction_id,
                                                msg_id=half.result.msg_id, resolution=pb.TX_COMMIT), timeout=20)
-    r = _send(g1, uniq_key="K-view")
+    r = _send(g1, topic, uniq_key="K-view")
     assert r.broker == "g1"
     viewed = messaging(g0).ViewMessage(pb.ViewMessageRequest(msg_id=r.msg_id), timeout=20).message
     assert viewed.uniq_key == "K-view"
@@ -270,30 +300,30 @@ def test_topic_describe_shows_each_groups_queues(two_groups):
     assert down.returncode == 0 and "group g1: group g1 is unavailable" in down.stdout, down.stdout
 
 
-def test_cluster_status_lists_every_group(two_groups):
+def test_cluster_status_lists_every_group(shared_groups, topic):
     import subprocess
     import sys
 
     from tests.support.processes import REPO_ROOT
 
-    g0, _ = two_groups
+    g0, _ = shared_groups
     env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster", "status"],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    assert "Groups" in out.stdout and "g1" in out.stdout and two_groups[1].grpc_address in out.stdout, out.stdout
+    assert "Groups" in out.stdout and "g1" in out.stdout and shared_groups[1].grpc_address in out.stdout, out.stdout
 
 
-def test_the_async_producer_routes_like_the_blocking_one(two_groups):
+def test_the_async_producer_routes_like_the_blocking_one(shared_groups, topic):
     import asyncio
 
     from raftmq.client import AsyncProducer
 
     async def run():
-        async with AsyncProducer([two_groups[0].grpc_address]) as p:
-            spread = {(await p.send(TOPIC, b"a")).broker for _ in range(6)}
-            named = await p.send_batch(TOPIC, [b"x", b"y"], broker="g1")
-            fifo = await p.send(TOPIC, b"f", message_group="customer-3")
+        async with AsyncProducer([shared_groups[0].grpc_address]) as p:
+            spread = {(await p.send(topic, b"a")).broker for _ in range(6)}
+            named = await p.send_batch(topic, [b"x", b"y"], broker="g1")
+            fifo = await p.send(topic, b"f", message_group="customer-3")
             return spread, named, fifo
 
     spread, named, fifo = asyncio.run(run())

@@ -16,8 +16,6 @@ from tests.replication.cluster_util import admin, messaging, read_topic, wait_le
 from tests.support.processes import group_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 TOPIC = "scale"
 QUEUES = 4
 

@@ -12,7 +12,7 @@ from tests.rocketmq5.raftmq_side import create_topic, read_all
 from tests.support.processes import group_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 
 @pytest.fixture
