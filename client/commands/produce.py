@@ -86,6 +86,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.transactional:
         if deliver_at:
             raise UsageError("--transactional messages cannot be timer messages; drop --deliver-at/--delay-seconds")
+        if args.broker:
+            raise UsageError("--broker cannot be given with --transactional yet: a transaction's half goes to the "
+                             "group of the servers given (--server a member of that group)")
         return _produce_transactional(args, body, keys, props, load)
     args.deliver_at_ms = deliver_at
     with Producer(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
@@ -93,7 +96,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             return _produce_load(args, producer, body, keys, props)
         if body is not None:
             r = producer.send(args.topic, body, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
-                              delay_level=args.delay_level, deliver_at=deliver_at or None)
+                              delay_level=args.delay_level, deliver_at=deliver_at or None, broker=args.broker)
             _print_send(args, r)
             return 0
         if sys.stdin.isatty():
@@ -104,7 +107,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             if not line:
                 continue
             r = producer.send(args.topic, line, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
-                              delay_level=args.delay_level, deliver_at=deliver_at or None)
+                              delay_level=args.delay_level, deliver_at=deliver_at or None, broker=args.broker)
             _print_send(args, r)
             sent += 1
         if sent == 0:
@@ -189,9 +192,9 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
     def send_once(n: int) -> None:
         if args.batch == 1:
             producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
-                          delay_level=args.delay_level, deliver_at=deliver_at or None)
+                          delay_level=args.delay_level, deliver_at=deliver_at or None, broker=args.broker)
         else:
-            producer.send_batch(args.topic, [msg] * n, queue_id=args.queue)
+            producer.send_batch(args.topic, [msg] * n, queue_id=args.queue, broker=args.broker)
 
     def send(n: int) -> tuple[str, int, list[str], RaftmqError | None, int]:
         """(outcome, n, unknown UNIQ_KEYs, error, re-sends) of one send and its re-sends."""
@@ -318,6 +321,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--property", "-p", action="append", default=[], type=property_arg, metavar="KEY=VALUE",
                    help="user property (repeatable)")
     p.add_argument("--queue", type=non_negative_int, metavar="ID", help="queue id (default: broker picks)")
+    p.add_argument("--broker", metavar="GROUP", help="in a cluster of several Raft groups, the group to store in "
+                   "(default: round robin over the groups)")
     p.add_argument("--delay-level", type=non_negative_int, default=0, metavar="N",
                    help="deliver after delay level N of the broker's store.message_delay_level (default levels: "
                         "1=1s 2=5s 3=10s 4=30s 5=1m ... 18=2h; a higher level is clamped to the last, 0 = now)")
