@@ -15,6 +15,7 @@ answer lately, so one group down does not stop the others.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -82,7 +83,8 @@ class Router:
         self._endpoints: dict[str, tuple[str, ...]] = {}
         self._down: dict[str, float] = {}  # group -> skipped by round robin until (monotonic)
         self._failed: dict[str, float] = {}  # topic -> when its route could last not be had (monotonic)
-        self._next = itertools.count()
+        self._next = itertools.count(random.randrange(1 << 16))  # a random start, as RocketMQ's ThreadLocalIndex:
+        # short-lived producers (one CLI send each) spread over the groups too
         self._single = False  # the cluster has one group (or no QueryRoute): the bootstrap pool is the route
 
     # ------------------------------------------------------------------ routes
