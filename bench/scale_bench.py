@@ -81,30 +81,43 @@ def _stored(group: list[NodeProcess]) -> int:
 
 
 def _probe(groups: list[list[NodeProcess]]):
-    """Per group: each member's CPU seconds and the messages stored, at the start and at the end of a case."""
-    def probe() -> list[tuple[list[float], int]]:
-        return [([process_cpu_seconds(n.proc.pid) for n in g], _stored(g)) for g in groups]
+    """(time, per group: each member's CPU seconds and the messages stored), at the start and end of a case."""
+    def probe() -> tuple[float, list[tuple[list[float], int]]]:
+        return time.monotonic(), [([process_cpu_seconds(n.proc.pid) for n in g], _stored(g)) for g in groups]
     return probe
 
 
 def _case(groups: list[list[NodeProcess]], producers: int, batch: int, args) -> dict:
+    """One case; per group its CPU per message gross (``us``, leader ``leader_us``) and net of what its members
+    burn idle (``net_us``, ``net_leader_us``: Raft heartbeats and ticks, measured while the producers start),
+    and the cores it burns idle (``idle_cores``, its leader's ``idle_leader``)."""
     nodes = [n for g in groups for n in g]
-    r = peer_bench.drive_raftmq(nodes, producers, batch, args, [n.proc.pid for n in nodes], probe=_probe(groups))
-    first, second = r["probe"]
+    probe = _probe(groups)
+    idle_from = probe()
+    r = peer_bench.drive_raftmq(nodes, producers, batch, args, [n.proc.pid for n in nodes], probe=probe)
+    (t1, first), (t2, second) = r["probe"]
+    t0, before = idle_from
     time.sleep(0.5)  # reput catches up with the last acknowledged messages before they are counted
     second = [(cpu, _stored(g)) for (cpu, _), g in zip(second, groups, strict=True)]
     per_group = []
-    for (cpu0, n0), (cpu1, n1) in zip(first, second, strict=True):
+    for (cpu_idle, _), (cpu0, n0), (cpu1, n1) in zip(before, first, second, strict=True):
         msgs = max(n1 - n0, 1)
         used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
-        per_group.append({"msgs": n1 - n0, "us": sum(used) / msgs * 1e6, "leader_us": max(used) / msgs * 1e6})
+        idle = [max(0.0, (b - a) / max(t1 - t0, 1e-9)) for a, b in zip(cpu_idle, cpu0, strict=True)]
+        net = [max(0.0, u - i * (t2 - t1)) for u, i in zip(used, idle, strict=True)]
+        lead = max(range(len(used)), key=lambda i: used[i])
+        per_group.append({"msgs": n1 - n0, "us": sum(used) / msgs * 1e6, "leader_us": used[lead] / msgs * 1e6,
+                          "net_us": sum(net) / msgs * 1e6, "net_leader_us": net[lead] / msgs * 1e6,
+                          "idle_cores": sum(idle), "idle_leader": idle[lead]})
     r["groups"] = per_group
     return r
 
 
 def _ceiling(group: dict, k: int) -> float:
-    """msgs/s one group can do on ``k`` cores of its own: its CPU per message, its leader's one interpreter."""
-    return min(k * 1e6 / max(group["us"], 1e-9), 1e6 / max(group["leader_us"], 1e-9))
+    """msgs/s one group can do on ``k`` cores of its own: the cores its members do not burn idle over its net
+    CPU per message, and its leader's one interpreter over the leader's."""
+    return min(max(k - group["idle_cores"], 0.0) * 1e6 / max(group["net_us"], 1e-9),
+               max(1.0 - group["idle_leader"], 0.0) * 1e6 / max(group["net_leader_us"], 1e-9))
 
 
 def main() -> int:
@@ -147,7 +160,8 @@ def _report(results, pins, modes, group_counts, cases, ks, args) -> None:
     print(f"\nraftmq, G groups of 3 members on this box ({os.cpu_count()} CPUs shared by every member and the "
           f"producers; load average {load}), producers through the SDK ({args.sdk}), {args.size} B bodies, "
           f"{args.seconds:g} s per case. srv us/msg: server CPU per message, all members of all groups; per "
-          "group: its 3 members (leader's in brackets). x1: aggregate msgs/s against G=1 of the same case.")
+          "group: its 3 members (leader's in brackets), and net of what they burn idle (Raft heartbeats and "
+          "ticks, measured while the producers start). x1: aggregate msgs/s against G=1 of the same case.")
     header = f"{'run':7}{'mode':6}{'case':>8}{'G':>3}{'msgs/s':>10}{'x1':>6}{'p99 ms':>9}{'srv us/msg':>12}  per group"
     for pin in pins:
         print("\n" + header)
@@ -157,12 +171,14 @@ def _report(results, pins, modes, group_counts, cases, ks, args) -> None:
                 for g in group_counts:
                     r = results[(pin, mode, g, producers, batch)]
                     ratio = f"{r['msgs_s'] / base['msgs_s']:.2f}" if base else "-"
-                    groups = "  ".join(f"g{i} {x['us']:.0f} ({x['leader_us']:.0f})" for i, x in enumerate(r["groups"]))
+                    groups = "  ".join(f"g{i} {x['us']:.0f} ({x['leader_us']:.0f}) net {x['net_us']:.0f}"
+                                       for i, x in enumerate(r["groups"]))
                     print(f"{'pinned' if pin else 'free':7}{mode:6}{f'{producers} x {batch}':>8}{g:>3}"
                           f"{r['msgs_s']:>10.0f}{ratio:>6}{r['p99_ms']:>9.1f}{r['server_us']:>12.0f}  {groups}")
-    print("\nProjection: G groups on G x k cores of their own, from the CPU per message measured (each group "
-          "at most k / its CPU per message, its leader at most one core). 'vs G x G=1': the projected G-group "
-          "figure against G times the one-group figure projected the same way from the G=1 run.")
+    print("\nProjection: G groups on G x k cores of their own, from the CPU measured (each group at most the "
+          "cores it does not burn idle over its net CPU per message, its leader at most the rest of one core). "
+          "'vs G x G=1': the projected G-group figure against G times the one-group figure projected the same way "
+          "from the G=1 run.")
     print(f"{'run':7}{'mode':6}{'case':>8}{'k':>3}" + "".join(f"{f'G={g}':>12}{'vs G x G=1':>12}" for g in group_counts))
     for pin in pins:
         for mode in modes:

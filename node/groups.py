@@ -79,6 +79,12 @@ class GroupDirectory:
         self._leaders: dict[str, str] = {}  # group -> the leader's gRPC address, as last seen
         self._down: dict[str, tuple[float, float, str]] = {}  # group -> (down until, back-off, why)
 
+    @property
+    def answer_name(self) -> str:
+        """The group an answer names (a send result's, a received message's broker): this member's in a cluster of
+        several groups; "" in a one-group cluster, whose answers stay exactly what they were before groups."""
+        return self.own if self.many else ""
+
     def spec(self, name: str) -> GroupSpec:
         spec = self.specs.get(name)
         if spec is None:

@@ -53,7 +53,8 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
     @rpc_handler("SendMessage")
     async def SendMessage(self, request: pb.SendMessageRequest, context) -> pb.SendMessageResponse:  # noqa: N802
         msgs, results = await self._send([request.message], context)
-        return pb.SendMessageResponse(result=convert.send_result(results[0], msgs[0], self.node.groups.own))
+        broker = self.node.groups.answer_name
+        return pb.SendMessageResponse(result=convert.send_result(results[0], msgs[0], broker))
 
     @rpc_handler("SendBatch")
     async def SendBatch(self, request: pb.SendBatchRequest, context) -> pb.SendBatchResponse:  # noqa: N802
@@ -61,7 +62,7 @@ class MessagingService(PopRpcs, pb_grpc.MessagingServiceServicer):
             raise invalid("the batch is empty; send at least one message")
         msgs, results = await self._send(list(request.messages), context)
         response = pb.SendBatchResponse()
-        convert.add_send_results(response.results, results, msgs, self.node.groups.own)
+        convert.add_send_results(response.results, results, msgs, self.node.groups.answer_name)
         return response
 
     @rpc_handler("SendStream", long_lived=True)

@@ -92,7 +92,7 @@ class PopRpcs:
             view.topic = d.topic
             out.append(pb.ReceivedMessage(message=view, receipt_handle=d.receipt_handle,
                                           delivery_attempt=d.delivery_attempt, invisible_until=d.invisible_until_ms,
-                                          message_group=d.message_group, broker=self.node.groups.own))
+                                          message_group=d.message_group, broker=self.node.groups.answer_name))
         return pb.ReceiveMessageResponse(messages=out)
 
     @rpc_handler("AckMessage")

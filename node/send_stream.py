@@ -58,8 +58,8 @@ def _own_group(node: BrokerCore, sends: SendPath, messages: list[pb.Message]) ->
         leader = node.groups.leader_of(redirect.group)
         where = f"its leader at {leader}" if leader else ", ".join(node.groups.spec(redirect.group).client_addresses())
         raise invalid(f"this send is for group {redirect.group} but the stream is open to a member of group "
-                      f"{node.groups.own}: open a stream to group {redirect.group} ({where}), or send it without a stream "
-                      "(any member relays a single send to its group)") from None
+                      f"{node.groups.own}: open a stream to group {redirect.group} ({where}), or send it without a "
+                      "stream (any member relays a single send to its group)") from None
 
 
 async def _answer(node: BrokerCore, sends: SendPath, request: pb.SendStreamRequest,
@@ -113,7 +113,7 @@ async def _answer(node: BrokerCore, sends: SendPath, request: pb.SendStreamReque
                 outcomes.append(_outcome_for(exc))
                 continue
             stored.append(s)
-            convert.add_send_results(outcomes.add().results, results, s.msgs, node.groups.own)
+            convert.add_send_results(outcomes.add().results, results, s.msgs, node.groups.answer_name)
         sends.record_stored(stored)
         return response
     finally:

@@ -108,7 +108,8 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             raise invalid(f"deliver_at_ms {m.deliver_at_ms}: a transactional message cannot be a timer message; "
                           "send it with deliver_at_ms 0")
         result, half = await self.store_half(m, request.producer_group, peer_host(context.peer()))
-        return pb.SendHalfMessageResponse(result=convert.send_result(result, half, self.node.groups.own),
+        broker = self.node.groups.answer_name
+        return pb.SendHalfMessageResponse(result=convert.send_result(result, half, broker),
                                           transaction_id=half.uniq_key or "")
 
     async def store_half(self, m: pb.Message, group: str, born_host: tuple[str, int],

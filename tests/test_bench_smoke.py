@@ -59,5 +59,6 @@ def test_scale_bench_runs_two_groups():
     """issue 37: one short case over 2 groups of 3 members (6 processes), unpinned; its table and projection."""
     out = _run("bench/scale_bench.py", "--groups", "2", "--modes", "async", "--batch", "32", "--producers", "2",
                "--seconds", "1", "--client-procs", "1", "--no-pin", "--cores-per-group", "1")
-    assert re.search(r"^free\s+async\s+2 x 32\s+2\s+\d+\s+-\s+[\d.]+\s+\d+\s+g0 \d+ \(\d+\)\s+g1 \d+", out, re.M), out
+    assert re.search(r"^free\s+async\s+2 x 32\s+2\s+\d+\s+-\s+[\d.]+\s+\d+\s+g0 \d+ \(\d+\) net \d+\s+g1 \d+", out,
+                     re.M), out
     assert "cannot show linear scaling" in out, out
