@@ -116,6 +116,7 @@ from raftmq.store.topic_config import TopicConfigTable
 
 log = logging.getLogger("raftmq.store.message_store")
 POP_STATE_PERSIST_INTERVAL_MS = 1000
+TOPIC_FOLD_INTERVAL_MS = 30_000  # topics.json catches up with its change log at least this often
 
 _INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_wheel_timer"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
@@ -573,6 +574,9 @@ class MessageStore:
         self._services.append(PeriodicFlushService(  # pop state changes often; Raft replays what a crash lost
             "PopStatePersistService", lambda _least: self.pop_state.persist(only_if_dirty=True),
             POP_STATE_PERSIST_INTERVAL_MS, 0, POP_STATE_PERSIST_INTERVAL_MS))
+        self._services.append(PeriodicFlushService(  # changes are durable in the log; this keeps topics.json fresh
+            "TopicTableFoldService", lambda _least: self.topics.fold(), TOPIC_FOLD_INTERVAL_MS, 0,
+            TOPIC_FOLD_INTERVAL_MS))
         for s in self._services:
             s.start()
         self.retention = RetentionService(cfg, cl, self.consume_queues, self.index_service,
@@ -786,6 +790,7 @@ class MessageStore:
                 self.pop_state.persist(only_if_dirty=True)
             finally:
                 self._close_files()
+                self.topics.close()
                 if caught_up:
                     try:
                         os.unlink(self.config.abort_path)
@@ -1485,7 +1490,7 @@ class MessageStore:
             "commit_log_files": len(cl.mapped_file_queue.mapped_files) if cl is not None else 0,
             "consume_queues": sum(1 for _ in self.consume_queues.queues()),
             "index_files": len(self.index_service.index_files) if self.index_service is not None else 0,
-            "topics": len(self.topics.names()),
+            "topics": len(self.topics),
             "disk_used_ratio": self.disk_used_ratio(),
             "disk_full": self.retention.disk_full if self.retention is not None else False,
             "last_exit_ok": self.last_exit_ok,
