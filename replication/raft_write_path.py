@@ -1135,7 +1135,7 @@ class RaftWritePath:
             st, last_index = {}, 0
             health = "stalled: the Raft tick thread did not answer within 2 s (overloaded host or stuck apply)"
         leader = self.leader()
-        _, end, _ = self.machine.status_view()
+        _, end = self.machine.applied_position()  # not status_view: exporting every topic and offset per poll
         me = {
             "id": self.node_id, "address": self.me.grpc_address, "raft_address": self.me.raft_address,
             "role": _ROLE_NAMES.get(st.get("state"), "unknown"), "term": st.get("raft_term", self.term()),
