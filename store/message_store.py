@@ -784,7 +784,7 @@ class MessageStore:
                 if self.retention is not None:
                     self.retention.shutdown()
                 if self.reput is not None:
-                    self.reput.shutdown()
+                    self.reput.shutdown(drain_timeout=self.config.shutdown_dispatch_wait_seconds)
                     caught_up = self.reput.dispatch_behind_bytes() == 0 and self.reput.index_behind_bytes() == 0
                 for s in reversed(self._services):
                     s.shutdown()
