@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from raftmq.client import Admin, Producer, PullConsumer
+from raftmq.client.errors import AlreadyExistsError, InvalidArgumentError
+from raftmq.client.types import TopicConfig
 from tests.client.test_cli_e2e import _env
 from tests.support.processes import REPO_ROOT, node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
@@ -144,6 +147,41 @@ def test_the_console_pages_and_filters_thousands_of_topics(group):
 
 
 def _configs():
-    from raftmq.client.types import TopicConfig
-
     return [TopicConfig(n, read_queue_nums=2, write_queue_nums=2) for n in NAMES]
+
+
+def test_concurrent_creates_all_land_and_a_bad_batch_is_refused_whole(group):
+    _nodes, servers, _ = group
+    errors: list[BaseException] = []
+
+    def create(worker: int) -> None:
+        try:
+            with Admin(servers) as admin:
+                for i in range(50):
+                    admin.create_topic(f"conc-{worker}-{i:02d}", queues=2)
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=create, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert errors == []
+    with Admin(servers) as admin:
+        assert len(admin.list_topics(filter="conc-")) == 400
+        with pytest.raises(InvalidArgumentError, match="given twice"):
+            admin.create_topics([TopicConfig("batch-a"), TopicConfig("batch-b"), TopicConfig("batch-a")])
+        with pytest.raises(InvalidArgumentError, match=r"topics\[1\] 'bad name!'"):
+            admin.create_topics([TopicConfig("batch-c"), TopicConfig("bad name!")])
+        with pytest.raises(AlreadyExistsError, match="conc-0-00"):
+            admin.create_topics([TopicConfig("batch-d"), TopicConfig("conc-0-00")])
+        assert admin.list_topics(filter="batch-") == []  # each refused batch created nothing
+        created, existing = admin.create_topics([TopicConfig("batch-d"), TopicConfig("conc-0-00")],
+                                                skip_existing=True)
+        assert [t.name for t in created] == ["batch-d"] and existing == ["conc-0-00"]
+        with pytest.raises(InvalidArgumentError):
+            admin.list_topics_page(limit=-1)
+        page = admin.list_topics_page(filter="CONC-7-", limit=20)
+        assert [t.name for t in page.topics] == [f"conc-7-{i:02d}" for i in range(20)]
+        assert page.matching == 50 and page.more
