@@ -30,7 +30,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 DEFAULT_QUEUE_NUMS = 4
 MAX_CREATE_TOPICS = 10_000  # CreateTopics: topics in one request (~3 MB as a Raft command)
@@ -68,7 +68,7 @@ def topic_message(cfg) -> pb.TopicConfig:
 
 
 class AdminService(pb_grpc.AdminServiceServicer):
-    def __init__(self, node: Broker):
+    def __init__(self, node: BrokerCore):
         self.node = node
 
     # ------------------------------------------------------------------ topics

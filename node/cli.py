@@ -12,7 +12,8 @@ import resource
 import sys
 
 from raftmq.node import store_cli
-from raftmq.node.config import ConfigError, load_config, sample_yaml
+from raftmq.node.config import ConfigError, load_config
+from raftmq.node.config_docs import sample_yaml
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,7 +91,7 @@ def run_node(args: argparse.Namespace) -> int:
     if cfg is None:
         return 2
     raise_descriptor_limit()
-    from raftmq.node.broker import run_broker
+    from raftmq.node.server import run_broker
 
     return run_broker(cfg)
 
