@@ -23,9 +23,18 @@ _BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
 def dumps(obj: Any) -> str:
     """fastjson ``toJSONString(obj, prettyFormat=true)``: tabs, no space after ':', int keys unquoted."""
+    if _plain(obj):  # string keys and no lists (topics.json): json's own indenting writes the same bytes, 10x faster
+        return json.dumps(obj, indent="\t", separators=(",", ":"), ensure_ascii=False)
     out: list[str] = []
     _write(obj, 0, out)
     return "".join(out)
+
+
+def _plain(obj: Any) -> bool:
+    """Nested dicts with string keys and scalar leaves only."""
+    if not isinstance(obj, dict):
+        return not isinstance(obj, list)
+    return all(isinstance(k, str) and _plain(v) for k, v in obj.items())
 
 
 def _key(k: Any) -> str:
