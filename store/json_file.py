@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from raftmq.store.errors import StoreLoadError
@@ -92,9 +93,10 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def makedirs_durably(directory: str) -> None:
+def makedirs_durably(directory: str, sync_parent: Callable[[str], None] = fsync_dir) -> None:
     """``os.makedirs(directory, exist_ok=True)`` whose new directories survive a power loss: each created one's
-    parent is synced (a file fsynced inside a directory whose own name was never synced is lost with it)."""
+    parent is synced (a file fsynced inside a directory whose own name was never synced is lost with it).
+    ``sync_parent`` is called with that parent: ``fsync_dir`` by default, or something that batches the syncs."""
     directory = os.path.abspath(directory)
     if os.path.isdir(directory):
         return
@@ -108,7 +110,7 @@ def makedirs_durably(directory: str) -> None:
         except FileExistsError:
             if not os.path.isdir(d):
                 raise
-        fsync_dir(os.path.dirname(d))
+        sync_parent(os.path.dirname(d))
 
 
 def read_leniently(path: str) -> Any | None:

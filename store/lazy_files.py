@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import resource
 import threading
 import time
 from typing import Any
 
-from raftmq.store.json_file import fsync_dir
+from raftmq.store.json_file import fsync_dir, makedirs_durably
 
 log = logging.getLogger("raftmq.store.lazy_files")
 
@@ -109,18 +108,7 @@ class LazyFiles:
     # ------------------------------------------------------------------ directories
     def makedirs(self, directory: str) -> None:
         """``os.makedirs``; the parents of the directories it created are synced by ``sync_directories``."""
-        directory = os.path.abspath(directory)
-        missing = []
-        while not os.path.isdir(directory):
-            missing.append(directory)
-            directory = os.path.dirname(directory)
-        for d in reversed(missing):
-            try:
-                os.mkdir(d)
-            except FileExistsError:
-                if not os.path.isdir(d):
-                    raise
-            self.created_in(os.path.dirname(d))
+        makedirs_durably(directory, sync_parent=self.created_in)
 
     def created_in(self, directory: str) -> None:
         """A name was created in ``directory`` and is not durable until ``sync_directories``."""
