@@ -1267,8 +1267,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = _add(tsub, "delete", cmd_topic_delete, "delete a topic and its consume queues", json_flag=False)
     p.add_argument("name", metavar="TOPIC")
 
-    c = sub.add_parser("cluster", help="cluster status, replica check and leadership")
-    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,rebuild-member}")
+    c = sub.add_parser("cluster", help="cluster status, replica check, leadership and membership")
+    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,rebuild-member,"
+                                                            "add-member,remove-member,replace-member}")
     csub.required = True
     p = _add(csub, "status", cmd_cluster_status, "members, roles, terms, indexes and lag")
     p.add_argument("--watch", "-w", nargs="?", const=2.0, type=_positive_float, metavar="SECONDS",
@@ -1308,6 +1309,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true", help="return once the member has accepted the request")
     p.add_argument("--wait-timeout", type=_positive_float, default=600.0, metavar="SECONDS",
                    help="how long to wait for it to be back (default 600)")
+    from raftmq.client.member_commands import register as register_members
+
+    register_members(csub)  # add-member, remove-member, replace-member (issue 39)
 
     g = sub.add_parser("group", help="consumer groups: members, queue ownership, lag, settings")
     gsub = g.add_subparsers(dest="group_command", metavar="{describe,update,reset-offsets}")

@@ -153,12 +153,14 @@ def _adopt_withheld(store: Any, offset: int, data: bytes, local_end: int) -> int
 
 
 def peer_statuses(peers: Peers, timeout: float = 2.0, errors: dict[str, str] | None = None,
-                  with_metadata: bool = True) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
-    """Ask every other member at once (a stopped peer costs one ``timeout``, not one per peer); members that did
-    not answer are missing from the result and, when ``errors`` is given, named there with the reason."""
+                  with_metadata: bool = True, members: list | None = None,
+                  ) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
+    """Ask every other voter (or ``members``) at once (a stopped peer costs one ``timeout``, not one per peer);
+    members that did not answer are missing from the result and, when ``errors`` is given, named there with the
+    reason."""
     req = replica_pb2.GetReplicaStatusRequest(skip_metadata=not with_metadata)
     calls = {m.id: peers.stub(m.id).GetReplicaStatus.future(req, timeout=timeout, metadata=peers.metadata)
-             for m in peers.others}
+             for m in (peers.others if members is None else members)}
     out = {}
     for mid, call in calls.items():
         try:

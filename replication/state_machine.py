@@ -21,9 +21,10 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from raftmq.replication import snapshot
+from raftmq.replication import membership, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.applier import StoreApplier
+from raftmq.replication.write_path import MemberInfo
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ class StateMachine:
         self.tail_bytes_cut = 0            # withheld bytes an entry showed were not the group's (metrics)
         self.metadata_stale = False        # rewound metadata entries: take the leader's metadata (``rewind``)
         self.from_leader = False           # deserialize is installing a snapshot the leader sent (not our own)
+        self.seed_membership: membership.Membership | None = None  # cluster.members, until the group records one
+        # the voters pysyncobj must run with after a snapshot is loaded (``deserialize``): Raft addresses
+        self.snapshot_voters: Callable[[membership.Membership | None, bool], list[str]] | None = None
+        self.on_membership: Callable[[], None] = lambda: None  # a change to the record was applied (tick thread)
 
     # ------------------------------------------------------------------ apply (tick thread)
     def apply_batch(self, index: int, blob: bytes) -> Any:
@@ -157,6 +162,8 @@ class StateMachine:
                     return refusal
             elif kind == "barrier":
                 pass
+            elif kind in ("membership_init", "learner_add", "learner_remove"):
+                return self._apply_membership_meta(kind, arg, index)
             else:
                 raise CorruptCommandError(f"unknown replicated command {kind!r}; is a member running a newer "
                                           "raftmq version? Upgrade every member.")
@@ -164,6 +171,58 @@ class StateMachine:
             return f"{type(e).__name__}: {e}"
         self.applier.persist_metadata()
         return None
+
+    # ------------------------------------------------------------------ membership (docs/design/membership.md)
+    @property
+    def membership(self) -> membership.Membership | None:
+        """The group's record as of the applied index (None: not recorded yet, the seed applies)."""
+        return self.applier.membership.record
+
+    def _apply_membership_meta(self, kind: str, arg: dict, index: int) -> str | None:
+        """Learner changes and the first record; a refusal (str) is the same on every member."""
+        record = self.membership
+        if kind == "membership_init":
+            if record is not None:
+                return None  # an earlier leader recorded it already
+            voters = tuple(MemberInfo(r["id"], r["raft"], r["grpc"]) for r in arg["voters"])
+            record = membership.Membership(voters, index=index)
+        else:
+            record = record or self.seed_membership
+            if record is None:
+                return "the group has no membership record yet; retry once its leader has written it"
+            if kind == "learner_add":
+                new = MemberInfo(arg["id"], arg["raft"], arg["grpc"])
+                conflict = record.conflict(new)
+                if conflict:
+                    return conflict
+                replaces = arg.get("replaces") or ""
+                if replaces and record.role(replaces) != membership.VOTER:
+                    return f"{replaces} (the member to replace) is not a voter"
+                record = record.with_learner(new, index, replaces)
+            else:
+                if record.role(arg["id"]) != membership.LEARNER:
+                    return f"{arg['id']} is not a learner"
+                record = record.without_learner(arg["id"], index)
+        self.applier.membership.set(record)
+        self.applier.membership.persist()
+        self.on_membership()
+        return None
+
+    def apply_membership(self, index: int, change: membership.VoterChange) -> Any:
+        """A pysyncobj ``MEMBERSHIP`` entry, committed: pysyncobj changed the voters when it was appended; the
+        record follows when it is applied, so it always says what the group committed."""
+        with self.lock:
+            self.applied_raft_index = index
+            last_index, end = self.applied.last
+            if index <= last_index:
+                return None
+            base = self.membership or self.seed_membership
+            if base is not None:
+                self.applier.membership.set(base.with_change(change, index))
+                self.applier.membership.persist()
+            self.applied.append(index, end, end)
+            self.on_membership()
+            return index, self.entry_term(index), None
 
     def _fence(self, index: int, start: int | None, exc: Exception) -> None:
         if start is not None:
@@ -264,4 +323,9 @@ class StateMachine:
                 self.store.confirm_offset = meta.commit_log_end
                 log.info("installed snapshot: Raft index %d, commit log end %d", meta.applied_index,
                          meta.commit_log_end)
+            if self.snapshot_voters is not None:  # pysyncobj takes the dump's cluster as its voters
+                record = meta.metadata.get("membership")
+                voters = self.snapshot_voters(membership.Membership.from_dict(record) if record else None,
+                                              self.from_leader)
+                internal = (*internal[:2], voters, *internal[3:])
         return internal
