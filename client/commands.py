@@ -880,7 +880,10 @@ def cluster_table(status: ClusterStatus) -> str:
     table = render_table(headers, rows, title=title)
     storage = [f"  {m.id}: {m.storage_integrity}" for m in sorted(status.members, key=lambda m: m.id)
                if m.storage_integrity]
-    return table + ("\nStorage integrity:\n" + "\n".join(storage) if storage else "")
+    learners = [f"  {m.id}: {m.progress or m.error or 'catching up'}" for m in sorted(status.members, key=lambda m: m.id)
+                if m.membership == "learner"]
+    return (table + ("\nLearners (not voting yet):\n" + "\n".join(learners) if learners else "")
+            + ("\nStorage integrity:\n" + "\n".join(storage) if storage else ""))
 
 
 def _status_json(status: ClusterStatus) -> dict:

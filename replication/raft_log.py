@@ -405,6 +405,13 @@ class ReplicatedLog(SyncObj):
             self._SyncObj__raftCommitIndex = index
         self.rewound_entries += applied - index
 
+    def _SyncObj__setState(self, newState: int) -> None:  # noqa: N802,N803 - pysyncobj's names
+        """pysyncobj's role change, logged when this member takes leadership: one line per term led, so a test (or
+        an operator) can check that no term ever had two leaders."""
+        if newState == _LEADER and self._SyncObj__raftState != _LEADER:
+            log.info("became the Raft leader of term %d", self.raftCurrentTerm)
+        SyncObj._SyncObj__setState(self, newState)
+
     # ------------------------------------------------------------------ membership
     @property
     def is_learner(self) -> bool:

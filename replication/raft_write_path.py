@@ -65,7 +65,6 @@ INLINE_RESOLVE_MAX_PUTS = 64  # async batches this small are resolved on the tic
 
 MEMBERSHIP_POLL_S = 0.5  # the membership thread looks at promotions, learners and the group this often
 GROUP_CHECK_S = 2.0  # at most this often a member asks its peers for the group's membership
-LEADERLESS_CHECK_S = 6.0  # without a leader this long, a member asks the group whether it is still a member
 
 
 @dataclass
@@ -78,6 +77,22 @@ class _GroupView:
     leader_term: int = -1
     leader_voters: set[str] = field(default_factory=set)
     leader_record: membership.Membership | None = None
+
+    @classmethod
+    def of(cls, statuses: dict) -> _GroupView:
+        """From the peers' GetReplicaStatus answers."""
+        view = cls(answered=bool(statuses))
+        for st in statuses.values():
+            record = membership.Membership.from_dict(json.loads(st.membership)) if st.membership else None
+            if record is not None and (view.record is None or record.index > view.record.index):
+                view.record = record
+            if st.is_leader and st.raft_term >= view.leader_term:
+                view.leader_id, view.leader_term = st.member_id, st.raft_term
+                view.leader_voters = set(st.voters)
+                view.leader_record = record
+        if view.leader_record is not None:
+            view.record = view.leader_record  # the leader applies first: its record is the newest committed one
+        return view
 
 
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -252,9 +267,9 @@ class RaftWritePath:
         self.changes = MembershipChanges(self, join_policy=join_policy, retiring=retiring,
                                          on_event=on_membership_event or (lambda event, **fields: None))
         self._startup_voters: list[str] = []
+        self._group_hint: membership.Membership | None = None  # the group's record as a peer last told it
         self._stop_event = threading.Event()
         self._membership_event = threading.Event()
-        self._leaderless_since: float | None = None
         self._last_group_check = 0.0
         self._secret = secret
         self._accept_peer = accept_peer
@@ -436,7 +451,7 @@ class RaftWritePath:
     def _record(self) -> membership.Membership:
         """The group's membership record as of this member's applied index, else the seed (``cluster.members``)."""
         record = self.machine.membership if self.machine is not None else None
-        return record if record is not None else self.seed
+        return record if record is not None else self._group_hint or self.seed
 
     def configuration(self) -> membership.Membership:
         """This member's view of the configuration: who votes now (appended changes count) and who learns."""
@@ -550,17 +565,9 @@ class RaftWritePath:
         record, role and voters; the leader of the highest term among the answers speaks for the group."""
         statuses = catch_up.peer_statuses(self.peers, timeout=PEER_STATUS_TIMEOUT_S, with_metadata=False,
                                           members=self.peers.everyone())
-        view = _GroupView(answered=bool(statuses))
-        for st in statuses.values():
-            record = membership.Membership.from_dict(json.loads(st.membership)) if st.membership else None
-            if record is not None and (view.record is None or record.index > view.record.index):
-                view.record = record
-            if st.is_leader and st.raft_term >= view.leader_term:
-                view.leader_id, view.leader_term = st.member_id, st.raft_term
-                view.leader_voters = set(st.voters)
-                view.leader_record = record
-        if view.leader_record is not None:
-            view.record = view.leader_record  # the leader applies first: its record is the newest committed one
+        view = _GroupView.of(statuses)
+        if view.record is not None:
+            self._group_hint = view.record  # names the group for a member without a record of its own
         return view
 
     def _membership_loop(self) -> None:
@@ -588,13 +595,9 @@ class RaftWritePath:
             self._switch(membership.VOTER)
             return
         leader, age = self.leader_contact()
-        if leader is None or age > LEADERLESS_CHECK_S:
-            self._leaderless_since = self._leaderless_since or now
-        else:
-            self._leaderless_since = None
         record = self.machine.membership
-        suspicious = (record is not None and record.role(self.node_id) is None) or (
-            self._leaderless_since is not None and now - self._leaderless_since > LEADERLESS_CHECK_S)
+        suspicious = leader is None or age > self.settings.raft_max_timeout or (
+            record is not None and record.role(self.node_id) is None)
         if suspicious and now - self._last_group_check >= GROUP_CHECK_S:
             self._last_group_check = now
             self._check_still_member(lg)
