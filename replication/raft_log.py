@@ -538,8 +538,12 @@ class RaftTransport(TCPTransport):
 
     REFUSED_UTILITY_MESSAGES = ("add", "remove", "set_version")
 
-    def setOnUtilityMessageCallback(self, message: str, callback: Any) -> None:  # noqa: N802 - pysyncobj's name
-        super().setOnUtilityMessageCallback(message, None if message in self.REFUSED_UTILITY_MESSAGES else callback)
+    def _onUtilityMessage(self, conn: Any, message: list) -> bool:  # noqa: N802 - pysyncobj's name
+        if message and message[0] in self.REFUSED_UTILITY_MESSAGES:
+            conn.send(f"FAIL {message[0]}: refused by raftmq: change members with `raftmq cluster add-member` / "
+                      "`remove-member`")
+            return True
+        return super()._onUtilityMessage(conn, message)
 
     def _onTick(self) -> None:  # noqa: N802 - pysyncobj's name
         self._drop_stuck_connects()
