@@ -618,8 +618,8 @@ class RaftWritePath:
                         "commit): running as a learner again", self.node_id, view.leader_id, view.leader_term)
             self._switch(membership.LEARNER)
         elif group_role is None and view.leader_record is not None:
-            self._become_removed(f"the leader {view.leader_id} (term {view.leader_term}) no longer lists it "
-                                 f"(the group's membership is {view.leader_record.describe()})")
+            self._become_removed(f"removed from the group: the leader {view.leader_id} (term {view.leader_term}) "
+                                 f"no longer lists it (the group's membership is {view.leader_record.describe()})")
 
     def _try_to_join(self) -> None:
         """Not a member yet: start once the group lists this member; with ``auto_join`` ask the leader first."""
