@@ -13,6 +13,7 @@ import logging
 import random
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -172,8 +173,10 @@ def peer_statuses(peers: Peers, timeout: float = 2.0, errors: dict[str, str] | N
     return out
 
 
-def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file_size: int) -> bool:
-    """Copy the commit log and metadata from the most advanced reachable peer. True when something was copied."""
+def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file_size: int,
+                      copying: Callable[[str, int, int], None] | None = None) -> bool:
+    """Copy the commit log and metadata from the most advanced reachable peer. True when something was copied.
+    ``copying(peer, from offset, to offset)`` is told before the copy starts (progress reports)."""
     statuses = peer_statuses(peers)
     if not statuses:
         log.warning("no peer reachable for catch-up; starting from local data only")
@@ -204,6 +207,8 @@ def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file
                            "its data directory away and start it empty to rebuild it from the group")
     log.info("catching up from %s: commit log %d -> %d (Raft index %d -> %d)", member_id, local_end,
              st.commit_log_max_offset, local_index, st.applied_index)
+    if copying is not None:
+        copying(member_id, local_end, st.commit_log_max_offset)
     end_offset, end_index = fetch_range(peers, member_id, store, local_end, st.applied_index)
     applier.import_metadata(json.loads(st.metadata))
     applied.reset([(st.applied_index, end_offset, end_offset)])

@@ -79,9 +79,7 @@ class MembershipChanges:
                 plan += f"; then {replaces} is removed: voters {len(after)} -> {len(after) - 1}"
             if dry_run:
                 return self._answer(config, plan)
-            if self.wp.machine.membership is None:
-                raise MembershipChangeError("the group has not recorded its membership yet (its leader does it right "
-                                            "after an election); retry in a few seconds")
+            self._ensure_record()
             index = self._propose_meta("learner_add", {"id": member.id, "raft": member.raft_address,
                                                        "grpc": member.grpc_address, "replaces": replaces})
             self.on_event("member_add", member=member.id, raft=member.raft_address, grpc=member.grpc_address,
@@ -127,6 +125,7 @@ class MembershipChanges:
                 return self._answer(config, plan)
             if member_id == self.wp.node_id:
                 self._step_down(config)  # raises NotLeaderError naming the new leader: the caller asks it again
+            self._ensure_record()
             index = self._propose_voter("rem", config.member(member_id))
             self.on_event("member_remove", member=member_id, role=role, user=by, index=index)
             return self._answer(self.wp.configuration(), plan, index)
@@ -153,10 +152,7 @@ class MembershipChanges:
         membership, then at most one voter change: finish a replacement, retire a member, promote a learner."""
         wp = self.wp
         if wp.machine.membership is None:
-            config = wp.configuration()
-            voters = [{"id": m.id, "raft": m.raft_address, "grpc": m.grpc_address} for m in config.voters]
-            self._propose_meta("membership_init", {"voters": voters})
-            log.info("membership: recorded the group's voters %s", ", ".join(config.voter_ids))
+            self._ensure_record()
             return
         if not self._lock.acquire(blocking=False):
             return  # a request is being handled
@@ -243,6 +239,16 @@ class MembershipChanges:
         self.on_event("member_remove", member=member_id, role=role, reason=why, index=index)
 
     # ------------------------------------------------------------------ helpers
+    def _ensure_record(self) -> None:
+        """The first leader of a new group (or after an upgrade) records the voters it runs with: from then on the
+        group's membership comes from its log, not from any member's cluster.members."""
+        if self.wp.machine.membership is not None:
+            return
+        config = self.wp.configuration()
+        voters = [{"id": m.id, "raft": m.raft_address, "grpc": m.grpc_address} for m in config.voters]
+        self._propose_meta("membership_init", {"voters": voters})
+        log.info("membership: recorded the group's voters %s", ", ".join(config.voter_ids))
+
     def _require_leader(self) -> None:
         wp = self.wp
         if not wp.is_writable():

@@ -64,6 +64,7 @@ INLINE_RESOLVE_MAX_PUTS = 64  # async batches this small are resolved on the tic
 
 
 MEMBERSHIP_POLL_S = 0.5  # the membership thread looks at promotions, learners and the group this often
+MAX_COPY_ROUNDS = 20  # a new member copies again what the group wrote during its copy, at most this often
 GROUP_CHECK_S = 2.0  # at most this often a member asks its peers for the group's membership
 
 
@@ -262,7 +263,8 @@ class RaftWritePath:
         self.role: str | None = None  # membership.VOTER / LEARNER while the Raft member runs, else None
         self.not_member = ""  # why this member runs no Raft member: not added yet, or removed (not ready)
         self.removed = False  # the group removed this member (its data is not the group's any more)
-        self.phase = ""  # what start() is doing, for the node's readiness
+        self._phase = ""  # what start() is doing, for the node's readiness (``phase``)
+        self._copying: tuple[str, int, int] | None = None  # a copy from a peer running: (peer, from, to offset)
         self.auto_join = auto_join
         self.changes = MembershipChanges(self, join_policy=join_policy, retiring=retiring,
                                          on_event=on_membership_event or (lambda event, **fields: None))
@@ -359,6 +361,17 @@ class RaftWritePath:
                  self.me.raft_address, role or "no member of the group", self.settings.durability,
                  self._configuration().describe())
 
+    @property
+    def phase(self) -> str:
+        """What ``start`` (or a learner's start) is doing, for the node's readiness; "" when nothing."""
+        copying = self._copying
+        if copying is not None:
+            peer, start, end = copying
+            done = max(0, self.store.commit_log_max_offset - start)
+            return (f"copying the group's commit log from {peer}: {done} of {max(0, end - start)} bytes "
+                    f"({100 * done // max(1, end - start)}%)")
+        return self._phase
+
     def _journal_path(self) -> str:
         return os.path.join(self.raft_dir, "raft.journal")
 
@@ -367,7 +380,9 @@ class RaftWritePath:
         term and vote, so it waits one election timeout before voting again
         (docs/design/replication.md#catching-up-rebuilding-repairing). The marker says the commit log holds only
         copied, committed records while the copy runs, so a restart after an interrupted copy resumes it instead
-        of refusing an "unexplained" commit log."""
+        of refusing an "unexplained" commit log. What the group wrote while the first round copied is copied by
+        another round, and so on until a round copies at most ``learner_max_lag_bytes``: Raft then brings the rest,
+        from the leader's journal or in one snapshot's gap (fetched on its tick thread, so it must be small)."""
         machine = self.machine
         applied = machine.applied
         before = self.store.commit_log_max_offset
@@ -375,23 +390,42 @@ class RaftWritePath:
         with open(marker, "wb") as f:
             os.fsync(f.fileno())
         fsync_dir(self.raft_dir)
-        self.phase = "copying the group's commit log from a peer"
-        copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
-                                            self.store.config.mapped_file_size_commit_log)
+        self._phase = "copying the group's commit log from a peer"
+        copied_any = False
+        for round_no in range(1, MAX_COPY_ROUNDS + 1):
+            round_start = self.store.commit_log_max_offset
+            try:
+                copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
+                                                    self.store.config.mapped_file_size_commit_log,
+                                                    copying=lambda peer, start, end: setattr(
+                                                        self, "_copying", (peer, start, end)))
+            except catch_up.CatchUpError as e:
+                if not copied_any:
+                    raise
+                log.warning("copy round %d failed (%s): Raft brings the rest", round_no, e)
+                break
+            finally:
+                self._copying = None
+            if copied:
+                copied_any = True
+                dump = os.path.join(self.raft_dir, "raft.dump")
+                if os.path.exists(dump):
+                    os.remove(dump)  # a dump without its journal would describe a log this member no longer has
+                self.store.wait_flushed(self.store.commit_log_max_offset, 60.0)
+                applied.fsync()
+            behind = self.store.commit_log_max_offset - round_start
+            if not copied or (round_no > 1 and behind <= self.settings.learner_max_lag_bytes) or \
+                    self._stop_event.is_set():
+                break
+            log.info("copy round %d copied %d bytes; copying what the group wrote meanwhile", round_no, behind)
         self.catch_up_bytes += max(0, self.store.commit_log_max_offset - before)
-        dump = os.path.join(self.raft_dir, "raft.dump")
-        if copied:
-            if os.path.exists(dump):
-                os.remove(dump)  # a dump without its journal would describe a log this member no longer has
-            self.store.wait_flushed(self.store.commit_log_max_offset, 60.0)
-            applied.fsync()
-        if not copied and applied.last == (0, 0) and self.store.commit_log_max_offset > 0:
+        if not copied_any and applied.last == (0, 0) and self.store.commit_log_max_offset > 0:
             # half a copy and no peer to finish it from: joining now would apply the log over those bytes
             raise ReplicationError("this member's start-up copy from its peers was interrupted and no peer is "
                                    "reachable to finish it; start it again once a majority of members is up")
         os.remove(marker)
         fsync_dir(self.raft_dir)
-        self.phase = ""
+        self._phase = ""
         if wait_election:
             self._stop_event.wait(self.settings.raft_max_timeout)
 
@@ -508,9 +542,9 @@ class RaftWritePath:
             view = self._ask_group()
             if view.answered or time.monotonic() >= deadline or self._stop_event.is_set():
                 break
-            self.phase = "asking the members of cluster.members for the group's membership"
+            self._phase = "asking the members of cluster.members for the group's membership"
             self._stop_event.wait(0.5)
-        self.phase = ""
+        self._phase = ""
         if view.record is None:
             if view.answered:
                 log.info("no member has a membership record yet: joining as a voter of cluster.members")
@@ -870,7 +904,7 @@ class RaftWritePath:
         (``ReplicatedLog.caught_up``), so it would serve a store that is behind the group's."""
         lg = self._log
         if lg is None:
-            return self.not_member or "the Raft write path is not started"
+            return self.not_member or self.phase or "the Raft write path is not started"
         if lg.apply_stuck:
             return lg.apply_stuck
         if not lg.caught_up:
