@@ -36,8 +36,12 @@ class Group:
     """``total`` members' specs (ports chosen up front); the first ``seed`` form the group. The others are new
     members: their ``cluster.members`` lists the seed and themselves, as an operator would write it."""
 
-    def __init__(self, base: Path, total: int, seed: int = 3, tuning: dict | None = None, **sections: dict):
-        specs = node_specs(base, total, cluster={"raft": {**TEST_TUNING, **(tuning or {})}}, **sections)
+    def __init__(self, base: Path, total: int, seed: int = 3, tuning: dict | None = None,
+                 ids: list[str] | None = None, **sections: dict):
+        cluster = {**sections.pop("cluster", {}), "raft": {**TEST_TUNING, **(tuning or {})}}
+        specs = node_specs(base, total, cluster=cluster, **sections)
+        for spec, member_id in zip(specs, ids or [], strict=False):
+            spec.id = member_id  # e.g. pod names (the data directories keep their n<i> names)
         self.nodes = {s.id: NodeProcess(s) for s in specs}
         seed_members = [member_entry(n) for n in list(self.nodes.values())[:seed]]
         for i, n in enumerate(self.nodes.values()):
