@@ -47,6 +47,11 @@ def volume(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+def _free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
 def _validate(config: Path, *sets: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "proto")])
@@ -88,14 +93,17 @@ def test_consume_queues_do_not_wait_for_an_index_file_the_disk_cannot_take(volum
         with Admin(addr) as admin:
             admin.create_topic(topic, queues=1)
         with Producer(addr) as p:
-            first = p.send(topic, b"first", keys="k0", queue_id=0)  # creates the first index file
-        st = os.statvfs(volume)
+            first = p.send(topic, b"first", keys="k0", queue_id=0)
+        stub = pb_grpc.MessagingServiceStub(node.channel())
+        # reput creates the first index file (12 MB) after the send is acknowledged: measure the space left after it
+        wait_for(lambda: [m.queue_offset for m in stub.QueryMessageByKey(
+            pb.QueryMessageByKeyRequest(topic=topic, key="k0"), timeout=10).messages] == [first.queue_offset],
+            "the first message indexed")
         ballast = volume / "ballast"
         with open(ballast, "wb") as f:  # leave 10 MiB: room for segments, not for the next index file
-            left = st.f_bavail * st.f_frsize - (10 << 20)
-            while left > 0:
+            while (left := _free_bytes(volume) - (10 << 20)) > 0:
                 f.write(bytes(min(left, 1 << 20)))
-                left -= 1 << 20
+                f.flush()
         acked = [first]
         with Producer(addr, retry_timeout=30) as p, pytest.raises(StorageFullError):
             # the first index file holds 1999 keys (two a message); the next one does not fit. Before, writes went
@@ -105,7 +113,6 @@ def test_consume_queues_do_not_wait_for_an_index_file_the_disk_cannot_take(volum
                 acked += p.send_batch(topic, [Message(b"m%05d" % n + b"x" * 1000, keys=f"k{n}")
                                               for n in range(i, i + 100)], queue_id=0)
         assert len(acked) > 1000, len(acked)
-        stub = pb_grpc.MessagingServiceStub(node.channel())
 
         def visible() -> list[int]:
             offset, got = 0, []

@@ -159,11 +159,9 @@ def test_an_applied_index_ahead_of_the_raft_log_is_not_trusted(tmp_path):
         stop(st, wp)
 
 
-def test_a_journal_compacted_without_its_snapshot_resumes_from_the_store(tmp_path):
-    """The issue-32 stuck member: compaction reached the disk, the renamed snapshot did not; pysyncobj then had
-    nothing to apply from (applied index 1, journal starting thousands of entries later) while the member said
-    it was ready. Its applied index now moves to the store's and applying resumes."""
-    members = one_member(tmp_path)
+def compacted_without_dump(tmp_path, members) -> object:
+    """A stopped member whose journal was compacted (puts until it was) and whose snapshot is gone: the state a
+    power cut left when the compaction reached the disk and the renamed dump did not."""
     root = tmp_path / "s"
     st, wp = start(root, members, compaction_min_entries=20, compaction_min_time=0.5)
     try:
@@ -177,6 +175,15 @@ def test_a_journal_compacted_without_its_snapshot_resumes_from_the_store(tmp_pat
     finally:
         stop(st, wp)
     os.remove(root / "raft" / "raft.dump")
+    return root
+
+
+def test_a_journal_compacted_without_its_snapshot_resumes_from_the_store(tmp_path):
+    """The issue-32 stuck member: compaction reached the disk, the renamed snapshot did not; pysyncobj then had
+    nothing to apply from (applied index 1, journal starting thousands of entries later) while the member said
+    it was ready. Its applied index now moves to the store's and applying resumes."""
+    members = one_member(tmp_path)
+    root = compacted_without_dump(tmp_path, members)
     before = bodies_after_reopen(root)
 
     st, wp = start(root, members)
@@ -202,18 +209,7 @@ def test_a_member_missing_entries_it_cannot_get_says_so_and_is_not_ready(tmp_pat
     """When the store is behind the start of a compacted journal with no snapshot, no local file can bring the
     missing entries: the member says why and is not ready (a group of one has no leader to send a snapshot)."""
     members = one_member(tmp_path)
-    root = tmp_path / "s"
-    st, wp = start(root, members, compaction_min_entries=20, compaction_min_time=0.5)
-    try:
-        wait_writable(wp)
-        wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=2, write_queue_nums=2))
-        deadline = time.monotonic() + 30
-        while journal_span(str(root / "raft" / "raft.journal")).first[0] <= 1:
-            assert time.monotonic() < deadline, "the journal was never compacted"
-            write(wp, 5, "a")
-    finally:
-        stop(st, wp)
-    os.remove(root / "raft" / "raft.dump")
+    root = compacted_without_dump(tmp_path, members)
     cut_applied_index(root / "raft", 1)  # the store "applied" only the first entry
 
     st, wp = start(root, members)
