@@ -60,8 +60,12 @@ BENCHES ?= bench/store_bench.py bench/reput_bench.py bench/grpc_bench.py bench/r
 bench: $(DEV_STAMP)
 	@for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# ruff, then the architecture's import contracts ([tool.importlinter] in pyproject.toml; lint/raftmq/README.md says
+# why the path): a new import circle, or an import against the layers, fails here.
+LINT_IMPORTS := PYTHONPATH=lint $(VENV)/bin/lint-imports
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
+	$(LINT_IMPORTS)
 
 # The documentation site (mkdocs.yml, docs/): built with --strict (a broken link or anchor fails) into site/, or
 # served with live reload on http://127.0.0.1:8000. Only the docs extra is needed; nothing is fetched at build time.
@@ -104,6 +108,7 @@ rmq5-java:
 # leaves those builds out (the tier then skips, except in CI where a missing build is an error).
 test: $(DEV_STAMP) browser-deps powerloss-deps rmq5-java $(if $(SKIP_K8S_TIER),,k8s-tools k8s-local)
 	$(VENV)/bin/ruff check .
+	$(LINT_IMPORTS)
 	$(PY) -m pytest -q
 
 clean:

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator
 import grpc
 
 from raftmq.client import commands
+from raftmq.client.commands.args import UsageError, server_list
 from raftmq.client.diagnose import silent_peer
 from raftmq.client.errors import NotRaftmqServerError, RaftmqError, UnknownOutcomeError
 
@@ -94,7 +95,7 @@ def build_parser(entry_points: Iterable[importlib.metadata.EntryPoint] | None = 
         version = "unknown"
     parser.add_argument("--version", action="version", version=f"raftmq {version}")
     # Also accepted before the command (`raftmq --server h:p topic list`); a --server after it wins.
-    parser.add_argument("--server", "-s", action="append", type=commands.server_list, dest="global_servers",
+    parser.add_argument("--server", "-s", action="append", type=server_list, dest="global_servers",
                         metavar="HOST:PORT", help="server address, as the commands' own --server")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -157,7 +158,7 @@ def run(argv: list[str] | None = None,
             code = func(args)
         sys.stdout.flush()
         return EXIT_OK if code is None else int(code)
-    except commands.UsageError as exc:
+    except UsageError as exc:
         print(f"raftmq: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except RaftmqError as exc:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 from raftmq.client.errors import RaftmqError
-from raftmq.client.render import short_reason
 from raftmq.client.types import ClusterStatus, MemberStatus
+from raftmq.text import short_reason
 
 MAX_EVENTS_SHOWN = 10
 # cursor home, then each line cleared to its end, then everything below cleared: no flicker, no scrollback growth

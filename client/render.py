@@ -1,38 +1,19 @@
 """Showing untrusted bytes on an operator's terminal: message bodies, keys, tags and properties come from
 producers, and a terminal obeys escape sequences. Human output goes through here; ``--json`` does not.
 
-* ``escape``: control characters (C0, DEL, C1: ESC, CR, BEL, ...) and the bidirectional-override characters
-  become visible ``\\x1b`` / ``\\u202e`` escapes, so a body can neither move the cursor nor reorder text.
+* ``escape`` (raftmq/text.py): control and bidirectional-override characters become visible escapes, so a
+  body can neither move the cursor nor reorder text.
 * ``hexdump``: binary bodies (not UTF-8, or NUL bytes) as ``offset  hex bytes  |ascii|`` lines.
 * ``body_text``: either of those, cut to a limit with a note saying how much more there is and how to get it.
 """
 
 from __future__ import annotations
 
-import re
-
-# C0 controls, DEL, C1 controls; bidi embeddings/overrides/isolates (U+202A-202E, U+2066-2069); line/paragraph
-# separators. Newline and tab are handled by the caller's choice (one line or several).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+from raftmq.text import escape
 
 TEXT_LIMIT = 2048  # characters of a text body shown by default
 HEX_LIMIT = 256  # bytes of a binary body shown by default
 LINE_LIMIT = 200  # characters of a body on a one-line listing (consume)
-
-
-def _replace(m: re.Match) -> str:
-    ch = m.group(0)
-    if ch in _NAMED:
-        return _NAMED[ch]
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def escape(text: str, *, one_line: bool = True) -> str:
-    """``text`` safe for a terminal; ``one_line`` also escapes newlines and tabs."""
-    return (_UNSAFE_ONE_LINE if one_line else _UNSAFE).sub(_replace, text)
 
 
 def is_binary(body: bytes) -> bool:
@@ -77,36 +58,3 @@ def body_text(body: bytes, *, full: bool = False, one_line: bool = False, text_l
         return escape(text, one_line=one_line)
     return escape(text[:text_limit], one_line=one_line) + ("" if one_line else "\n") + _more(
         text_limit, len(text), "characters")
-
-
-# What a long transport error boils down to, most specific first.
-_REASONS = (
-    ("connection refused", "connection refused"),
-    ("deadline exceeded", "no answer in time"),
-    ("did not answer in time", "no answer in time"),
-    ("timed out", "no answer in time"),
-    ("connection reset", "connection reset"),
-    ("socket closed", "connection closed"),
-    ("no route to host", "no route to host"),
-    ("name resolution", "host name not resolved"),
-    ("dns resolution", "host name not resolved"),
-    ("permission denied", "permission denied"),
-)
-_DETAILS = re.compile(r'details = "([^"]*)"')
-
-
-def short_reason(text: str, width: int = 60) -> str:
-    """A long error (gRPC's multi-line repr, "failed to connect ...: ipv4:...: Connection refused") as the
-    reason an operator acts on, at most ``width`` characters and escaped."""
-    text = " ".join(str(text).split())
-    low = text.lower()
-    for marker, reason in _REASONS:
-        if marker in low:
-            return reason
-    m = _DETAILS.search(text)
-    if m:
-        text = m.group(1)
-    if len(text) > width:
-        text = text.rsplit(": ", 1)[-1] if ": " in text else text
-    text = escape(text)
-    return text if len(text) <= width else text[: width - 3] + "..."

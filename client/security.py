@@ -1,16 +1,13 @@
 """How a client proves who it is: TLS settings for its channels and RocketMQ 5 style request signing.
 
-Signing follows the official RocketMQ 5 clients, so a server can verify both alike: every call carries
-``x-mq-date-time: 20261121T064906Z`` (UTC) and ``authorization: MQv2-HMAC-SHA1 Credential=<access key>,
-SignedHeaders=x-mq-date-time, Signature=<hex HMAC-SHA1(secret key, that date-time)>``. The server refuses a
-date-time too far from its clock, which bounds how long a captured signature can be replayed.
+Signing follows the official RocketMQ 5 clients (raftmq/signing.py, shared with the node that verifies it): every
+call carries ``x-mq-date-time`` and ``authorization`` headers. The server refuses a date-time too far from its
+clock, which bounds how long a captured signature can be replayed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 import os
 import threading
 from collections.abc import Mapping
@@ -20,11 +17,14 @@ from typing import Any
 import grpc
 
 from raftmq.client.errors import InvalidArgumentError
-
-AUTHORIZATION_KEY = "authorization"
-DATE_TIME_KEY = "x-mq-date-time"
-ALGORITHM = "MQv2-HMAC-SHA1"
-DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
+from raftmq.signing import (  # noqa: F401  (signed_headers: the SDK's name for signing a request by hand)
+    AUTHORIZATION_KEY,
+    DATE_TIME_FORMAT,
+    DATE_TIME_KEY,
+    authorization_value,
+    sign,
+    signed_headers,
+)
 
 TLS_ENV = "RAFTMQ_TLS"
 CA_ENV = "RAFTMQ_TLS_CA"
@@ -33,21 +33,6 @@ KEY_ENV = "RAFTMQ_TLS_KEY"
 SERVER_NAME_ENV = "RAFTMQ_TLS_SERVER_NAME"
 ACCESS_KEY_ENV = "RAFTMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "RAFTMQ_SECRET_KEY"
-
-
-def sign(secret_key: str, date_time: str) -> str:
-    """The hex HMAC-SHA1 of the date-time under the secret key (what RocketMQ 5 clients send)."""
-    return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
-
-
-def authorization_value(access_key: str, signature: str) -> str:
-    return f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME_KEY}, Signature={signature}"
-
-
-def signed_headers(access_key: str, secret_key: str, now: dt.datetime | None = None) -> list[tuple[str, str]]:
-    """The two headers of one signed request (gRPC metadata or HTTP headers)."""
-    when = (now or dt.datetime.now(dt.UTC)).strftime(DATE_TIME_FORMAT)
-    return [(DATE_TIME_KEY, when), (AUTHORIZATION_KEY, authorization_value(access_key, sign(secret_key, when)))]
 
 
 def _read_file(path: str, what: str) -> bytes:

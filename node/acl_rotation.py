@@ -20,7 +20,7 @@ from raftmq.node.auth import AuthError, audit
 from raftmq.v1 import replica_pb2
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,10 @@ def stale_tokens(table: Any, box: Any) -> list[tuple[str, str]]:
     return [(ak, rec["secret"]) for ak, rec in sorted(table.snapshot().items()) if not box.is_current(rec["secret"])]
 
 
-def members_missing_key(broker: Broker, key_id: str) -> list[str]:
+def members_missing_key(broker: BrokerCore, key_id: str) -> list[str]:
     """Other members that do not (yet) open secrets with ``key_id``, or cannot be asked (blocking)."""
     wp = broker.write_path
-    peers = getattr(wp, "peers", None)
+    peers = wp.peers
     if peers is None:
         return []  # a single node
     missing = []
@@ -53,13 +53,13 @@ def members_missing_key(broker: Broker, key_id: str) -> list[str]:
     return missing
 
 
-def reseal_round(broker: Broker) -> int:
+def reseal_round(broker: BrokerCore) -> int:
     """One round on the leader (blocking): re-encrypt what is stale once every member has the key; the number
     of users re-encrypted."""
     from raftmq.store import StoreError
 
-    auth, table = broker.auth, broker._acl_table()
-    if auth is None or table is None or not broker._is_leader():
+    auth, table = broker.auth, broker.acl_table()
+    if auth is None or table is None or not broker.is_leader():
         return 0
     stale = stale_tokens(table, auth.box)
     if not stale:
@@ -96,7 +96,7 @@ def reseal_round(broker: Broker) -> int:
     return done
 
 
-async def reseal_loop(broker: Broker) -> None:
+async def reseal_loop(broker: BrokerCore) -> None:
     """Runs for the node's lifetime (auth on); acts only while this member leads."""
     while True:
         try:

@@ -20,7 +20,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 
 def _user_message(u: dict) -> pb.AclUser:
@@ -41,7 +41,7 @@ def _networks(values) -> list[str]:
 
 
 class AclService(pb_grpc.AclServiceServicer):
-    def __init__(self, node: Broker):
+    def __init__(self, node: BrokerCore):
         self.node = node
 
     def _auth(self):

@@ -28,7 +28,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 DEFAULT_QUEUE_NUMS = 4
 DEFAULT_PERM = 6
@@ -55,7 +55,7 @@ def topic_message(cfg) -> pb.TopicConfig:
 
 
 class AdminService(pb_grpc.AdminServiceServicer):
-    def __init__(self, node: Broker):
+    def __init__(self, node: BrokerCore):
         self.node = node
 
     # ------------------------------------------------------------------ topics

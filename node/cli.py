@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from raftmq.node import store_cli
-from raftmq.node.config import ConfigError, load_config, sample_yaml
+from raftmq.node.config import ConfigError, load_config
+from raftmq.node.config_docs import sample_yaml
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,7 +76,7 @@ def run_node(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
-    from raftmq.node.broker import run_broker
+    from raftmq.node.server import run_broker
 
     return run_broker(cfg)
 

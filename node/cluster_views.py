@@ -17,10 +17,10 @@ from raftmq.node.validation import check_group_name
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 
-def cluster_status(node: Broker) -> pb.ClusterStatusResponse:
+def cluster_status(node: BrokerCore) -> pb.ClusterStatusResponse:
     """Every member's role, term, Raft indexes and lag, as this node sees them (peers are asked directly)."""
     cfg = node.config
     resp = pb.ClusterStatusResponse(cluster_name=cfg.cluster.name, durability=cfg.cluster.durability)
@@ -64,7 +64,7 @@ def cluster_status(node: Broker) -> pb.ClusterStatusResponse:
     return resp
 
 
-def group_settings(node: Broker, group: str) -> pb.ConsumerGroupSettings:
+def group_settings(node: BrokerCore, group: str) -> pb.ConsumerGroupSettings:
     """The settings a group consumes with (issue 34): its own replicated ones, else the node configuration's."""
     policy = node.pop.policy(group)
     own = node.store.subscription_groups.get(group) is not None
@@ -73,7 +73,7 @@ def group_settings(node: Broker, group: str) -> pb.ConsumerGroupSettings:
                                     source="group settings" if own else "node config")
 
 
-def describe_group(node: Broker, group: str, *, with_members: bool = True) -> pb.DescribeConsumerGroupResponse:
+def describe_group(node: BrokerCore, group: str, *, with_members: bool = True) -> pb.DescribeConsumerGroupResponse:
     """Live members (the leader's table), who owns which queue, committed offsets and lag per queue.
 
     Raises RpcError (FAILED_PRECONDITION with the leader) on a follower: only the leader knows the members.

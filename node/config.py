@@ -859,10 +859,3 @@ def section_docs() -> dict[str, str]:
 
     classes = {**_SECTIONS, "cluster.raft": RaftSettings, "store": StoreConfig}
     return {name: " ".join((cls.__doc__ or "").split("\n\n")[0].split()) for name, cls in classes.items()}
-
-
-def sample_yaml() -> str:
-    """A complete, commented configuration with every default (``raftmq config sample``)."""
-    from raftmq.node.config_docs import sample_yaml as generate
-
-    return generate()

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from raftmq.node.auth import REFUSAL_PORTS, REFUSALS
+from raftmq.node.auth.audit import REFUSAL_PORTS, REFUSALS
+from raftmq.replication.write_path import WritePath
 from raftmq.store.thread_name import cpu_seconds_by_thread
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -305,7 +306,7 @@ class RaftCollector(Collector):
     when the deployment grows to a cluster.
     """
 
-    def __init__(self, cluster: str, node_id: str, write_path: Callable[[], object | None]):
+    def __init__(self, cluster: str, node_id: str, write_path: Callable[[], WritePath | None]):
         self._labels = {"cluster": cluster, "node_id": node_id}
         self._node_id = node_id
         self._write_path = write_path
@@ -325,36 +326,35 @@ class RaftCollector(Collector):
                           float(leader is not None and leader.id == self._node_id))
         # plain attribute reads of pysyncobj's counters: never a round trip to (or a wait for) its tick thread
         for name, doc, accessor in (
-            ("raftmq_raft_term", "Current Raft term (0 for a single node)", "term"),
-            ("raftmq_raft_commit_index", "Highest Raft log index known committed by a majority", "commit_index"),
-            ("raftmq_raft_applied_index", "Raft log index of the last entry applied here", "raft_applied_index"),
+            ("raftmq_raft_term", "Current Raft term (0 for a single node)", wp.term),
+            ("raftmq_raft_commit_index", "Highest Raft log index known committed by a majority", wp.commit_index),
+            ("raftmq_raft_applied_index", "Raft log index of the last entry applied here", wp.raft_applied_index),
         ):
-            fn = getattr(wp, accessor, None)
-            yield self._gauge(name, doc, float(fn() if callable(fn) else 0))
-        for name, doc, attr in (
-            ("raftmq_raft_leader_changes", "Leader changes seen by this node", "leader_changes"),
+            yield self._gauge(name, doc, float(accessor()))
+        for name, doc, value in (
+            ("raftmq_raft_leader_changes", "Leader changes seen by this node", wp.leader_changes),
             ("raftmq_raft_snapshot_installs", "Raft snapshots installed from a leader (this member fell behind the "
-             "compacted log)", "snapshot_installs"),
+             "compacted log)", wp.snapshot_installs),
             ("raftmq_raft_catch_up_bytes", "Commit-log bytes copied from peers (start-up rebuild and snapshot "
-             "gaps)", "catch_up_bytes"),
+             "gaps)", wp.catch_up_bytes),
             ("raftmq_raft_durable_ack_rounds", "sync durability: committed batches made durable on a majority by "
              "this leader's own fsync, the followers having fsynced before acknowledging (no SyncJournal round)",
-             "durable_ack_rounds"),
+             wp.durable_ack_rounds),
         ):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
-            c.add_metric(list(self._labels.values()), float(getattr(wp, attr, 0)))
+            c.add_metric(list(self._labels.values()), float(value))
             yield c
         # issue 11: elections, term changes, time without a leader (a climbing term means flapping leadership)
-        counters = wp.election_counters() if hasattr(wp, "election_counters") else {}
+        counters = wp.election_counters()
         for name, doc, value in (
             ("raftmq_raft_elections", "Elections this member started (after a pre-vote won)",
              counters.get("elections", 0)),
             ("raftmq_raft_pre_votes", "Pre-votes this member asked for when its election timer fired",
              counters.get("pre_votes", 0)),
             ("raftmq_raft_term_changes", "Raft term increments seen by this member since it started",
-             getattr(wp, "term_changes", 0)),
+             wp.term_changes),
             ("raftmq_raft_leaderless_seconds", "Seconds this member knew no leader since it started",
-             getattr(wp, "leaderless_seconds", 0.0)),
+             wp.leaderless_seconds),
             ("raftmq_raft_tick_stalls", "Raft tick-thread stalls (starved CPU, slow disk); each got a grace period "
              "instead of a needless election", counters.get("tick_stalls", 0)),
             ("raftmq_raft_resent_known_entries", "Entries a leader re-sent that this member held already (matching; skipped)",
@@ -376,21 +376,19 @@ class RaftCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))
             yield c
-        stats = getattr(wp, "group_commit_stats", None)  # issue 17: how well requests share one entry / append
-        if callable(stats):
-            commits, msgs, puts = stats()
-            for name, doc, value in (
-                ("raftmq_group_commits", "Group commits on this node (replicated: one Raft entry each; single "
-                 "node: one store append each)", commits),
-                ("raftmq_group_commit_messages", "Messages written by those group commits (divide by "
-                 "raftmq_group_commits for messages per Raft entry)", msgs),
-                ("raftmq_group_commit_requests", "Send requests that shared those group commits (divide by "
-                 "raftmq_group_commits for requests per Raft entry)", puts),
-            ):
-                c = CounterMetricFamily(name, doc, labels=list(self._labels))
-                c.add_metric(list(self._labels.values()), float(value))
-                yield c
-        throttle = getattr(wp, "catch_up_throttle", None)  # commit-log copies this node serves to peers
+        commits, msgs, puts = wp.group_commit_stats()  # issue 17: how well requests share one entry / append
+        for name, doc, value in (
+            ("raftmq_group_commits", "Group commits on this node (replicated: one Raft entry each; single "
+             "node: one store append each)", commits),
+            ("raftmq_group_commit_messages", "Messages written by those group commits (divide by "
+             "raftmq_group_commits for messages per Raft entry)", msgs),
+            ("raftmq_group_commit_requests", "Send requests that shared those group commits (divide by "
+             "raftmq_group_commits for requests per Raft entry)", puts),
+        ):
+            c = CounterMetricFamily(name, doc, labels=list(self._labels))
+            c.add_metric(list(self._labels.values()), float(value))
+            yield c
+        throttle = wp.catch_up_throttle  # commit-log copies this node serves to peers
         if throttle is not None:
             for name, doc, value in (
                 ("raftmq_raft_catch_up_served_bytes", "Commit-log bytes sent to catching-up peers (FetchCommitLog, "

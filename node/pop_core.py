@@ -23,12 +23,15 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftmq.replication.write_path import WritePath
 from raftmq.store.message import Message, MessageExt, parse_delay_levels
 from raftmq.store.message_store import GetStatus
 from raftmq.store.pop_state import QueueState, queue_key
+from raftmq.store.service_thread import ServiceThread
 from raftmq.store.sql_filter import SqlFilter
 from raftmq.store.tag_filter import TagFilter
 from raftmq.store.topic_config import MIXED, PERM_READ, PERM_WRITE, TopicConfig
@@ -111,6 +114,15 @@ class Delivery:
     invisible_until_ms: int
     message_group: str
 
+    @property
+    def topic(self) -> str:
+        """The topic the client sees the message under: a retried message (in %RETRY%<group>) under the topic
+        it came from."""
+        m = self.message
+        if m.topic.startswith(RETRY_PREFIX):
+            return m.properties.get(PROPERTY_RETRY_TOPIC, m.topic)
+        return m.topic
+
 
 @dataclass
 class PopCounters:
@@ -129,18 +141,21 @@ class PopCounters:
 
 
 class PopCore:
-    def __init__(self, store: Any, write_path: Any, *, default_policy: GroupPolicy | None = None,
-                 group_policies: dict[str, GroupPolicy] | None = None, max_inflight_per_queue: int = 1024):
+    def __init__(self, store: Any, write_path: WritePath, *, put: Callable[[list[Message]], list[Any]],
+                 default_policy: GroupPolicy | None = None, group_policies: dict[str, GroupPolicy] | None = None,
+                 max_inflight_per_queue: int = 1024):
+        """``put``: how dead letters and retries are stored (the node's one write path: SendPath's
+        ``put_internal_blocking``; blocks, raises unless every message was stored)."""
         self.store = store
         self.write_path = write_path
+        self._put = put
         self.default_policy = default_policy or GroupPolicy()
         self.group_policies = dict(group_policies or {})
         self.max_inflight_per_queue = max_inflight_per_queue
         self.counters = PopCounters()
         self._locks: dict[str, threading.Lock] = {}
         self._rr = 0
-        self._stop_sync = threading.Event()
-        self._sync_thread: threading.Thread | None = None
+        self._offset_sync: OffsetSync | None = None
 
     def policy(self, group: str) -> GroupPolicy:
         """The group's own replicated settings (``raftmq group update``, store.subscription_groups) when it has
@@ -215,6 +230,30 @@ class PopCore:
                                            sql_filter, fifo))
         return out
 
+    def _next_offset(self, st: QueueState, group: str, topic: str, qid: int) -> int:
+        """Where receiving the queue goes on: past what was handed out, or, on the group's first receive here,
+        from its committed pull offset (never below what the queue still holds)."""
+        nxt = st.next
+        if st.seq == 0:
+            nxt = self.store.consumer_offsets.offsets(group, topic).get(qid, 0)
+        return max(nxt, self.store.min_offset_in_queue(topic, qid))
+
+    def has_new(self, group: str, topic: str, qid: int) -> bool:
+        """The queue holds a message the group has not been handed yet (what wakes a waiting receive)."""
+        st = self.store.pop_state.get(queue_key(group, topic, qid))
+        return self.store.max_offset_in_queue(topic, qid) > self._next_offset(st, group, topic, qid)
+
+    def next_visible_ms(self, group: str, topic: str) -> int | None:
+        """When the group's earliest in-flight message of ``topic`` (or its retry topic) becomes visible again
+        (ms since the epoch), None when none is in flight."""
+        soonest = None
+        for t, qid in self.sources(group, topic):
+            st = self.store.pop_state.get(queue_key(group, t, qid))
+            for attempt, visible_at, _ep, _mg in list(st.inflight.values()):
+                if attempt > 0 and (soonest is None or visible_at < soonest):
+                    soonest = visible_at
+        return soonest
+
     def _read(self, topic: str, qid: int, offset: int) -> MessageExt | None:
         got = self.store.get_messages(topic, qid, offset, 1, 1 << 30)
         m = got.messages[0] if got.messages else None
@@ -258,10 +297,7 @@ class PopCore:
                 redelivered += attempt > 0
                 if fifo and mg:
                     blocked.add(mg)
-            nxt = st.next
-            if st.seq == 0:  # first receive of this group here: continue from its committed pull offset, if any
-                nxt = self.store.consumer_offsets.offsets(group, topic).get(qid, 0)
-            nxt = max(nxt, self.store.min_offset_in_queue(topic, qid))
+            nxt = self._next_offset(st, group, topic, qid)
             room = self.max_inflight_per_queue - len(st.inflight)
             while len(picked) < want and room > 0:
                 got = self.store.get_messages(topic, qid, nxt, min(want - len(picked), room), RECEIVE_MAX_BYTES,
@@ -408,13 +444,6 @@ class PopCore:
         return Message(topic=topic, body=msg.body, queue_id=0, properties=props, flag=msg.flag,
                        born_timestamp=msg.born_timestamp, born_host=msg.born_host, reconsume_times=reconsume_times)
 
-    def _put(self, msgs: list[Message], timeout: float = 30.0) -> list[Any]:
-        from raftmq.node.convert import check_put_results
-
-        results = self.write_path.put(msgs).result(timeout)
-        check_put_results(results)
-        return results
-
     def _dead_letter(self, group: str, items: list[tuple[MessageExt, int, str]]) -> list[Any]:
         dlq = DLQ_PREFIX + group
         self._ensure_topic(dlq)
@@ -471,23 +500,12 @@ class PopCore:
     def start(self, is_writable: Any, interval_s: float = OFFSET_SYNC_INTERVAL_S) -> None:
         """While this member leads, commit each pop queue's acked position (``min(in-flight) or next``) as the
         group's consumer offset, so ``group describe``, ``offsets --group`` and a later pull continue from it."""
-        self._stop_sync.clear()
-
-        def loop() -> None:
-            while not self._stop_sync.wait(interval_s):
-                if is_writable():
-                    try:
-                        self.sync_offsets()
-                    except Exception as e:  # leadership moved mid-commit and the like: next round retries
-                        log.debug("pop offset sync skipped: %s", e)
-
-        self._sync_thread = threading.Thread(target=loop, name="raftmq-pop-offsets", daemon=True)
-        self._sync_thread.start()
+        self._offset_sync = OffsetSync(self, is_writable, interval_s)
+        self._offset_sync.start()
 
     def stop(self) -> None:
-        self._stop_sync.set()
-        if self._sync_thread is not None:
-            self._sync_thread.join(5)
+        if self._offset_sync is not None:
+            self._offset_sync.shutdown()
 
     def sync_offsets(self) -> int:
         """Commit the moved positions; returns how many queues moved."""
@@ -515,3 +533,23 @@ class PopCore:
             out.append((group, topic, qid, sum(1 for e in st.inflight.values() if e[0] > 0),
                         max(0, hi - st.low_water())))
         return out
+
+
+class OffsetSync(ServiceThread):
+    """PopCore's background loop: ``sync_offsets`` every ``interval_s`` while ``is_writable()`` (leading)."""
+
+    shutdown_timeout = 5.0
+
+    def __init__(self, pop: PopCore, is_writable: Any, interval_s: float) -> None:
+        super().__init__("raftmq-pop-offsets")
+        self._pop = pop
+        self._is_writable = is_writable
+        self.interval_s = interval_s
+
+    def run(self) -> None:
+        while not self.wait(self.interval_s):
+            if self._is_writable():
+                try:
+                    self._pop.sync_offsets()
+                except Exception as e:  # leadership moved mid-commit and the like: next round retries
+                    log.debug("pop offset sync skipped: %s", e)

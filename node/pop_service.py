@@ -7,7 +7,6 @@ loop). Only the leader decides: elsewhere the call fails with FAILED_PRECONDITIO
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import grpc
@@ -19,7 +18,6 @@ from raftmq.node.pop_core import (
     MAX_INVISIBLE_MS,
     MAX_RECEIVE,
     MIN_INVISIBLE_MS,
-    PROPERTY_RETRY_TOPIC,
     RETRY_PREFIX,
     BadReceiptHandleError,
     PopCore,
@@ -28,15 +26,12 @@ from raftmq.node.pop_core import (
 )
 from raftmq.node.rpc import rpc_handler
 from raftmq.node.validation import check_consumable_topic, check_group_name, check_topic_name
-from raftmq.store.java import java_string_hash
-from raftmq.store.sql_filter import SqlFilter
-from raftmq.store.tag_filter import TagFilter
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
+    from raftmq.node.receive_path import ReceivePath
 
-RECEIVE_POLL_S = 0.1  # a long-polling receive looks again this often (new messages, deadlines that passed)
 MAX_ACK_HANDLES = 1024
 
 
@@ -49,9 +44,11 @@ def pop_error(exc: PopError) -> RpcError:
 
 
 class PopRpcs:
-    """Mixin for MessagingService; ``self.node`` is the Broker, whose ``pop`` is the PopCore."""
+    """Mixin for MessagingService; ``self.node`` is the BrokerCore, whose ``pop`` is the PopCore; receives take
+    the node's one receive path (``receives``), which the other calls tell of their changes."""
 
-    node: Broker
+    node: BrokerCore
+    receives: ReceivePath
 
     def _pop(self, group: str, topic: str) -> PopCore:
         check_group_name(group)
@@ -61,15 +58,15 @@ class PopRpcs:
         self.node.readable_topic(topic)
         return self.node.pop
 
-    async def _run(self, fn, *args, **kwargs):
-        try:
-            return await self.node.run_blocking(lambda: fn(*args, **kwargs))
-        except PopError as e:
-            raise pop_error(e) from None
+    async def _run(self, fn, group: str, topic: str, *args, **kwargs):
+        """A PopCore decision on the group's state of ``topic``, refused with raftmq's codes."""
+        return await self.receives.decide(fn, group, topic, *args, refused=pop_error, **kwargs)
 
     @rpc_handler("ReceiveMessage")
     async def ReceiveMessage(self, request: pb.ReceiveMessageRequest, context) -> pb.ReceiveMessageResponse:  # noqa: N802
-        pop = self._pop(request.group, request.topic)
+        sub = self.receives.subscribe(request.group, request.topic, tag_expression=request.tag_expression,
+                                      sql_expression=request.sql_expression)
+        pop = self.node.pop
         if request.max_messages < 0 or request.max_messages > MAX_RECEIVE:
             raise invalid(f"max_messages {request.max_messages} must be 0 (= 32) .. {MAX_RECEIVE}")
         invisible = request.invisible_duration_ms or DEFAULT_INVISIBLE_MS
@@ -78,33 +75,22 @@ class PopRpcs:
                           "(0 = 30 s)")
         if request.long_poll_timeout_ms < 0:
             raise invalid(f"long_poll_timeout_ms {request.long_poll_timeout_ms} is negative; use 0 for no wait")
-        tag_filter = TagFilter.parse(request.tag_expression)
-        sql_filter = SqlFilter.parse(request.sql_expression) if request.sql_expression else None
-        loop = asyncio.get_running_loop()
         wait = request.long_poll_timeout_ms / 1000.0
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, max(0.0, remaining - 0.2))
-        deadline = loop.time() + wait
-        while True:
-            got = await self._run(pop.receive, request.group, request.topic,
-                                  max_messages=request.max_messages or 32, invisible_ms=invisible,
-                                  tag_filter=None if tag_filter.is_all else tag_filter, sql_filter=sql_filter,
-                                  fifo=request.fifo or pop.policy(request.group).fifo)
-            if got or loop.time() >= deadline or not self.node.serving:
-                break
-            await asyncio.sleep(min(RECEIVE_POLL_S, max(0.0, deadline - loop.time())))
+        try:
+            got = await self.receives.receive(sub, max_messages=request.max_messages or 32, invisible_ms=invisible,
+                                              fifo=request.fifo or pop.policy(request.group).fifo, wait_s=wait)
+        except PopError as e:
+            raise pop_error(e) from None
         out = []
         for d in got:
             view = convert.message_view(d.message)
-            if d.message.topic.startswith(RETRY_PREFIX):  # a retried message shows under the topic it came from
-                view.topic = d.message.properties.get(PROPERTY_RETRY_TOPIC, view.topic)
+            view.topic = d.topic
             out.append(pb.ReceivedMessage(message=view, receipt_handle=d.receipt_handle,
                                           delivery_attempt=d.delivery_attempt, invisible_until=d.invisible_until_ms,
                                           message_group=d.message_group))
-        if out:
-            self.node.metrics.record_pull(request.topic, request.group, len(out),
-                                          sum(len(m.message.body) for m in out))
         return pb.ReceiveMessageResponse(messages=out)
 
     @rpc_handler("AckMessage")
@@ -168,11 +154,6 @@ class PopRpcs:
         kwargs = {"timestamp_ms": request.timestamp} if which == "timestamp" else {"offset": request.offset}
         offsets = await self._run(pop.reset, request.group, request.topic, **kwargs)
         return pb.ResetGroupOffsetsResponse(offsets=offsets)
-
-
-def queue_for_message_group(group: str, nqueues: int) -> int:
-    """The queue of a FIFO message group: stable across restarts and members (Java String.hashCode)."""
-    return java_string_hash(group) % nqueues
 
 
 def _send_result(r) -> pb.SendResult:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from raftmq.node import convert
-from raftmq.node.errors import LEADER_METADATA_KEY, RpcError, invalid, not_found, to_rpc_error
-from raftmq.node.messaging import _peer_host
+from raftmq.node.errors import RpcError, invalid, to_rpc_error
 from raftmq.node.rpc import rpc_handler
-from raftmq.node.validation import check_group_name, check_message_type, check_topic_name
+from raftmq.node.send_path import SendPath, peer_host
+from raftmq.node.validation import check_group_name, check_topic_name
 from raftmq.store import StoreError
 from raftmq.store.message import decode_message_id
 from raftmq.store.topic_config import TRANSACTION, TopicConfig
@@ -49,7 +49,7 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +67,13 @@ class _Checker:
 
 
 class TransactionService(pb_grpc.TransactionServiceServicer):
-    def __init__(self, node: Broker):
+    def __init__(self, node: BrokerCore, sends: SendPath):
         self.node = node
+        self.sends = sends  # the node's one prepared write path: halves, outcomes and renewed halves go through it
         # one outcome at a time per transaction: "still open?" and the put are one step (other transactions
         # proceed in parallel, so their puts share group commits)
         self._end_locks: dict[str, list] = {}  # transaction id -> [lock, users]
         self._checkers: dict[str, list[_Checker]] = {}
-        self._round_robin: dict[str, itertools.count] = {}
         self._pick = itertools.count()
         self._tlog: TransactionLog | None = None  # its op cache is dropped whenever this node stops leading
         self._metrics_log: TransactionLog | None = None  # rocketmq_half_messages on every member, leader or not
@@ -107,7 +107,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         if m.deliver_at_ms:
             raise invalid(f"deliver_at_ms {m.deliver_at_ms}: a transactional message cannot be a timer message; "
                           "send it with deliver_at_ms 0")
-        result, half = await self.store_half(m, request.producer_group, _peer_host(context.peer()))
+        result, half = await self.store_half(m, request.producer_group, peer_host(context.peer()))
         return pb.SendHalfMessageResponse(result=convert.send_result(result, half),
                                           transaction_id=half.uniq_key or "")
 
@@ -118,30 +118,18 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         The one half-message path of both APIs (raftmq's SendHalfMessage and RocketMQ 5's TRANSACTION sends);
         ``extra_properties`` are system properties the caller's protocol carries (e.g. a trace context)."""
         node = self.node
-        cfg = await node.writable_topic(m.topic, TRANSACTION)
-        check_message_type(cfg, TRANSACTION, "a half message of a transaction")
+        sends = self.sends
+        cfg = await sends.writable_topic_for_send(m.topic, TRANSACTION)
         await self._ensure_system_topic(HALF_TOPIC)
         await self._ensure_system_topic(OP_TOPIC)
-        qid = self._queue_for(cfg, m)
-        msgs = node.converter.to_store_messages([m], qid, born_host)
+        msgs = sends.convert_send(cfg, [m], born_host, TRANSACTION, "a half message of a transaction")
         if extra_properties:
             msgs[0].properties.update(extra_properties)
         half = make_half(msgs[0], group, node.config.cluster.name)
-        results = await asyncio.wrap_future(node.write_path.put([half]))
-        convert.check_put_results(results)
+        results = await sends.put_internal([half])
         node.metrics.record_put(HALF_TOPIC, 1, len(half.body))
         node.metrics.record_transaction(node.metrics.half_messages_in, m.topic)
         return results[0], half
-
-    def _queue_for(self, cfg, m: pb.Message) -> int:
-        n = cfg.write_queue_nums
-        if m.HasField("queue_id"):
-            if not 0 <= m.queue_id < n:
-                raise not_found(f"topic {cfg.topic_name!r} has {n} write queues (0..{n - 1}); queue {m.queue_id} "
-                                "does not exist - drop --queue (SDK: queue_id=None) to let the broker pick one")
-            return m.queue_id
-        counter = self._round_robin.setdefault(cfg.topic_name, itertools.count())
-        return next(counter) % n
 
     # ------------------------------------------------------------------ outcome
     @rpc_handler("EndTransaction")
@@ -197,8 +185,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             raise RpcError(code, message) from None
         op = op_message(half.queue_offset, node.config.store_host)
         msgs = [commit_message(half), op] if resolution == pb.TX_COMMIT else [op]
-        results = await asyncio.wrap_future(node.write_path.put(msgs))  # one batch: commit and op, atomically
-        convert.check_put_results(results)
+        results = await self.sends.put_internal(msgs)  # one batch: commit and op, atomically
         if resolution != pb.TX_COMMIT:
             node.metrics.record_transaction(node.metrics.rollback_messages, real_topic(half))
             return None
@@ -218,20 +205,16 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         return convert.send_result(e.committed, e.committed)
 
     # ------------------------------------------------------------------ producers' check streams
+    @rpc_handler("CheckTransactions", long_lived=True)
     async def CheckTransactions(self, request_iterator, context):  # noqa: N802
-        node = self.node
+        self.node.check_leader()
         try:
-            node.check_serving()
-            node.check_leader()
             first = await asyncio.wait_for(request_iterator.__anext__(), REGISTER_TIMEOUT_SECONDS)
-            if first.WhichOneof("kind") != "register_group" or not first.register_group:
-                raise invalid("the transaction-check stream must start by registering the producer group")
-            check_group_name(first.register_group)
         except (TimeoutError, StopAsyncIteration):
             return
-        except Exception as exc:
-            await self._abort(context, exc)
-            return
+        if first.WhichOneof("kind") != "register_group" or not first.register_group:
+            raise invalid("the transaction-check stream must start by registering the producer group")
+        check_group_name(first.register_group)
         checker = _Checker(first.register_group)
         self._checkers.setdefault(checker.group, []).append(checker)
         log.info("transaction checker registered for producer group %s (%s)", checker.group, context.peer())
@@ -248,7 +231,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             if checker in group:
                 group.remove(checker)
         if checker.close_reason is not None:
-            await self._abort(context, checker.close_reason)
+            raise checker.close_reason
 
     async def _read_answers(self, request_iterator, checker: _Checker) -> None:
         try:
@@ -273,18 +256,12 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
         finally:
             checker.queue.put_nowait(None)
 
-    @staticmethod
-    async def _abort(context, exc: Exception) -> None:
-        err = to_rpc_error(exc) or RpcError(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-        metadata = ((LEADER_METADATA_KEY, err.leader),) if err.leader else ()
-        await context.abort(err.code, err.message, metadata)
-
     def _close_checkers(self) -> None:
         leader = self.node.write_path.leader() if self.node.write_path is not None else None
         reason = RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                           f"node {self.node.node_id} is not the leader any more; reconnect to the leader",
                           leader=leader.grpc_address if leader is not None and leader.grpc_address else None)
-        if self.node._stopping:
+        if self.node.stopping:
             reason = RpcError(grpc.StatusCode.UNAVAILABLE, f"node {self.node.node_id} is shutting down")
         for group in self._checkers.values():
             for c in group:
@@ -317,7 +294,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
     async def _check_loop(self) -> None:
         node = self.node
         last_pass = 0.0
-        while not node._stopping:
+        while not node.stopping:
             await asyncio.sleep(IDLE_POLL_SECONDS)
             if not self._leads():
                 self._tlog = None
@@ -374,8 +351,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             puts.append(renewed_half(half, times + 1))
             checks.append((self._checker_for(producer_group(half)), half, times + 1))
         if puts:
-            results = await asyncio.wrap_future(node.write_path.put(puts))
-            convert.check_put_results(results)
+            results = await self.sends.put_internal(puts)
             sent: dict[tuple[str, str], int] = {}
             for r, check in zip(results, checks, strict=True):
                 if check is None:

@@ -1,5 +1,10 @@
-"""The write path: local (single node) and Raft (pysyncobj). `node` calls it; it calls `store`."""
+"""The write path: local (single node) and Raft (pysyncobj). `node` calls it; it calls `store`.
 
+The installed pysyncobj is checked first (replication/pysyncobj_guard.py): any import of replication fails with
+one line when it is not the release raftmq's use of its internals was written against.
+"""
+
+from raftmq.replication import pysyncobj_guard  # noqa: F401  (checks pysyncobj at import)
 from raftmq.replication.errors import (
     BusyError,
     NoLeaderError,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from raftmq.replication.catch_up import peer_statuses
 from raftmq.replication.commit_log_digest import digest_commit_log
 from raftmq.replication.peers import Peers
 from raftmq.store.errors import StoreError
+from raftmq.store.service_thread import ServiceThread
 from raftmq.v1 import replica_pb2
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ def record_replaced(store: Any, replaced: Sequence[tuple[int, str]]) -> None:
     store.commit_log_blocks_replaced(runs)
 
 
-class AntiEntropy:
+class AntiEntropy(ServiceThread):
     """The background pass of one member; see the module docstring. ``stats()`` feeds metrics."""
 
     def __init__(self, store: Any, peers: Peers, rate_bytes_per_s: int, interval_s: float) -> None:
@@ -177,8 +177,7 @@ class AntiEntropy:
         self.peers = peers
         self.rate = max(1, rate_bytes_per_s)
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("anti-entropy")
         self._pool = futures.ThreadPoolExecutor(max_workers=max(1, len(peers.others)),
                                                 thread_name_prefix="anti-entropy")
         self._next_free = 0.0
@@ -213,7 +212,7 @@ class AntiEntropy:
         replaced = 0
         pos = lo
         members = _Members(self.peers, self._pool)
-        while pos < hi and not self._stop.is_set():
+        while pos < hi and not self.stopped:
             end = min(hi, pos + PAGE)
             self.position = pos
             try:
@@ -223,7 +222,7 @@ class AntiEntropy:
             self.bytes_compared += end - pos
             self._pace(end - pos)
             pos = end
-        if not self._stop.is_set():
+        if not self.stopped:
             self.passes += 1
             self.last_pass_ms = time.time_ns() // 1_000_000
             self.last_pass_seconds = time.monotonic() - started
@@ -270,28 +269,19 @@ class AntiEntropy:
         self._next_free = max(self._next_free, now) + nbytes / self.rate
         delay = self._next_free - now
         if delay > 0:
-            self._stop.wait(delay)
+            self.wait(delay)
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="anti-entropy", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
+    def run(self) -> None:
         wait = min(FIRST_PASS_DELAY_S, self.interval_s)
-        while not self._stop.wait(wait):
+        while not self.wait(wait):
             wait = self.interval_s
             try:
                 self.run_pass()
             except Exception:
                 log.exception("anti-entropy pass failed; the next one starts in %ss", self.interval_s)
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def shutdown(self) -> None:
+        super().shutdown()
         self._pool.shutdown(wait=True)
 
     def stats(self) -> dict[str, object]:

@@ -32,6 +32,16 @@ _ROLL_MARGIN = 4096  # slack for estimate_size's error and the end-of-segment bl
 class LocalWritePath:
     """Writes straight into the local store; always the leader of a group of one."""
 
+    # replication.write_path.WritePath's Raft side, as a group of one has it
+    peers = None
+    catch_up_throttle = None
+    leader_changes = 0
+    term_changes = 0
+    leaderless_seconds = 0.0
+    snapshot_installs = 0
+    catch_up_bytes = 0
+    durable_ack_rounds = 0
+
     def __init__(self, store: Any, cluster_name: str = "DefaultCluster",
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), *, node_id: str = "n0",
                  grpc_address: str = "", max_batch_bytes: int = 1 << 20, linger_s: float = 0.0,
@@ -233,6 +243,21 @@ class LocalWritePath:
 
     def leader(self) -> MemberInfo | None:
         return self._me
+
+    def leader_contact(self) -> tuple[MemberInfo | None, float]:
+        return self._me, 0.0
+
+    def term(self) -> int:
+        return 0
+
+    def commit_index(self) -> int:
+        return 0
+
+    def raft_applied_index(self) -> int:
+        return 0
+
+    def election_counters(self) -> dict[str, int]:
+        return {}
 
     def members_status(self) -> list[dict]:
         st = self._store

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from raftmq.replication.write_path import MemberInfo
+from raftmq.replication.members import MemberInfo
 from raftmq.v1 import replica_pb2_grpc
 
 SECRET_METADATA_KEY = "x-raftmq-secret"

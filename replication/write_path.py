@@ -1,28 +1,39 @@
-"""The write path's interface: what `node` calls, whatever the replication mode.
+"""The write path's interface: everything `node` calls, whatever the replication mode.
 
 Why a Protocol: the node must not care whether a put is applied locally (one node) or replicated through Raft;
 both implementations resolve a future with final offsets, and fail it with the errors in `replication.errors`.
+It is complete: the node reads nothing of a write path that is not declared here (no probing for what one
+implementation has), and the single-node path answers each Raft question with what a group of one means.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from raftmq.replication.members import MemberInfo
 
-@dataclass(frozen=True)
-class MemberInfo:
-    """One member of the replication group as clients and peers see it."""
-
-    id: str
-    raft_address: str
-    grpc_address: str
+if TYPE_CHECKING:
+    from raftmq.replication.catch_up_throttle import CatchUpThrottle
+    from raftmq.replication.peers import Peers
 
 
 @runtime_checkable
 class WritePath(Protocol):
     """Writes (messages, topic configs, consumer offsets) go through here; reads go to the store directly."""
+
+    # the other members (replication.peers.Peers) of a replicated group: repair and anti-entropy ask them;
+    # None on a single node
+    peers: Peers | None
+    # commit-log copies this member serves to catching-up peers (metrics); None on a single node
+    catch_up_throttle: CatchUpThrottle | None
+    # counters since start (metrics); 0 on a single node
+    leader_changes: int
+    term_changes: int
+    leaderless_seconds: float
+    snapshot_installs: int
+    catch_up_bytes: int
+    durable_ack_rounds: int
 
     def start(self) -> None:
         """Open for writes (single node: at once; Raft: once elected and caught up)."""
@@ -96,6 +107,26 @@ class WritePath(Protocol):
 
     def leader(self) -> MemberInfo | None:
         """The current leader as far as this node knows (None during an election)."""
+
+    def leader_contact(self) -> tuple[MemberInfo | None, float]:
+        """(leader, seconds since this member last heard from it; 0 on the leader itself): a follower does not
+        relay work to a leader it has not heard from lately (node/forwarding.py)."""
+
+    def term(self) -> int:
+        """The Raft term (0 on a single node): it changes exactly when an election happened."""
+
+    def commit_index(self) -> int:
+        """The highest Raft index known committed by a majority (0 on a single node)."""
+
+    def raft_applied_index(self) -> int:
+        """The Raft index of the last entry applied here (0 on a single node)."""
+
+    def election_counters(self) -> dict[str, int]:
+        """Elections, pre-votes, tick stalls and the other Raft event counters since start (metrics); empty on a
+        single node."""
+
+    def group_commit_stats(self) -> tuple[int, int, int]:
+        """(group commits, messages, send requests) since start: how well sends share one entry (metrics)."""
 
     def members_status(self) -> list[dict]:
         """One dict per member: id, address, role, term, commit_index, applied_offset,

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from raftmq.store.thread_name import name_native_thread
+from raftmq.store.service_thread import ServiceThread
 
 log = logging.getLogger("raftmq.store.flush")
 
@@ -23,46 +23,10 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class ServiceThread:
-    """A named daemon thread with a stop event, restartable only once (like RocketMQ's ServiceThread)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run_safely, name=self.name, daemon=True)
-        self._thread.start()
-
-    def _run_safely(self) -> None:
-        name_native_thread()
-        try:
-            self.run()
-        except Exception:  # a dying flusher must be visible, and must not take the process down
-            log.exception("%s stopped on an unexpected error", self.name)
-
-    def run(self) -> None:
-        raise NotImplementedError
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    def wakeup(self) -> None:
-        """Ask the service to run now (subclasses wait on ``_stop`` or their own condition)."""
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self.wakeup()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.error("%s did not stop within %.0f s", self.name, timeout)
-
-
 class PeriodicFlushService(ServiceThread):
     """Flush with a least-pages rule every ``interval_ms``, thoroughly every ``thorough_ms``; final flush on stop."""
+
+    shutdown_timeout = 10.0
 
     def __init__(self, name: str, flush: Callable[[int], object], interval_ms: int, least_pages: int,
                  thorough_ms: int, after_thorough: Callable[[], object] | None = None) -> None:
@@ -107,6 +71,8 @@ class PeriodicFlushService(ServiceThread):
 
 class GroupCommitService(ServiceThread):
     """SYNC flush: callers wait until the flushed offset reaches their record's end; one flush per group."""
+
+    shutdown_timeout = 10.0
 
     def __init__(self, flush_all: Callable[[], int], flushed_where: int) -> None:
         super().__init__("GroupCommitService")

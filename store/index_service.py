@@ -21,6 +21,7 @@ from raftmq.store.errors import StoreError, StoreLoadError
 from raftmq.store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
 from raftmq.store.java import time_millis_to_human_string
 from raftmq.store.json_file import makedirs_durably
+from raftmq.store.service_thread import ServiceThread
 
 log = logging.getLogger("raftmq.store.index_service")
 
@@ -74,7 +75,7 @@ class IndexService:
         self.clock = clock
         self.index_files: list[IndexFile] = []  # replaced, never mutated: readers iterate a snapshot
         self._lock = threading.Lock()
-        self._flushers: list[threading.Thread] = []
+        self._flushers: list[IndexFileFlush] = []
         self._checkpoint_lock = threading.Lock()
 
     @classmethod
@@ -215,10 +216,8 @@ class IndexService:
             )
             self.index_files = [*files, f]
             if prev is not None:
-                t = threading.Thread(
-                    target=self.flush_file, args=(prev,), name="FlushIndexFileThread", daemon=True
-                )
-                self._flushers = [x for x in self._flushers if x.is_alive()] + [t]
+                t = IndexFileFlush(self, prev)
+                self._flushers = [x for x in self._flushers if x.alive] + [t]
                 t.start()
             return f
 
@@ -348,3 +347,15 @@ class IndexService:
             for f in self.index_files:
                 f.destroy()
             self.index_files = []
+
+
+class IndexFileFlush(ServiceThread):
+    """Forces one full index file to disk off the writer's thread (RocketMQ's FlushIndexFileThread), then ends."""
+
+    def __init__(self, service: IndexService, f: IndexFile) -> None:
+        super().__init__("FlushIndexFileThread", "index-flush")
+        self._service = service
+        self._file = f
+
+    def run(self) -> None:
+        self._service.flush_file(self._file)

@@ -29,7 +29,7 @@ from raftmq.store.dispatch import (
 from raftmq.store.index_service import IndexRecord, IndexService
 from raftmq.store.java import java_string_hash
 from raftmq.store.message import MESSAGE_MAGIC_CODE, TIMED_TOPICS
-from raftmq.store.thread_name import name_native_thread
+from raftmq.store.service_thread import ServiceThread
 
 log = logging.getLogger("raftmq.store.reput")
 
@@ -59,7 +59,7 @@ def _incomplete(view: memoryview, pos: int, end: int, can_grow: bool) -> bool:
     return magic == MESSAGE_MAGIC_CODE and total > end - pos
 
 
-class ReputMessageService:
+class ReputMessageService(ServiceThread):
     """Dispatches committed commit-log records; see the module docstring.
 
     ``commit_log`` is the store's ``CommitLog`` (``min_offset``, ``max_offset``, ``get_data``,
@@ -80,6 +80,7 @@ class ReputMessageService:
         retry_wait_ms: int = 1000,
         on_write_error: Callable[[OSError, str], None] | None = None,
     ) -> None:
+        super().__init__("ReputMessageService", "reput")
         self.commit_log = commit_log
         self.consume_queues = consume_queues
         self.index_service = index_service
@@ -95,8 +96,6 @@ class ReputMessageService:
         self._wakeup = threading.Condition()
         self._pending = False
         self._progress = threading.Condition()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
         self._bad_offset = -1  # where a corrupt record stopped dispatch (logged once)
         # the index could not take records from here on (ENOSPC creating its next file): consume queues go on,
         # catch_up_index fills the index in later
@@ -183,7 +182,7 @@ class ReputMessageService:
         arrivals: dict[tuple[str, int], int] = {}
         batch_start = self.reput_from_offset
         last_cq_ts = 0
-        while not self._stopped.is_set():
+        while not self.stopped:
             limit = self._limit()
             offset = self.reput_from_offset
             if offset >= limit:
@@ -443,21 +442,16 @@ class ReputMessageService:
                     log.exception("arrival listener %r failed for %s-%d", fn, topic, queue_id)
 
     # ------------------------------------------------------------------ thread
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stopped.clear()
-        self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
-        self._thread.start()
+    def wakeup(self) -> None:
+        self.notify()
 
-    def _run(self) -> None:
-        name_native_thread("reput")
-        while not self._stopped.is_set():
+    def run(self) -> None:
+        while not self.stopped:
             with self._wakeup:
                 if not self._pending:
                     self._wakeup.wait(self.idle_wait_ms / 1000.0)
                 self._pending = False
-            if self._stopped.is_set():
+            if self.stopped:
                 break
             try:
                 self.do_reput()
@@ -469,7 +463,7 @@ class ReputMessageService:
                 self.last_stop = _STOP_ERROR
                 log.exception("reput pass failed at offset %d", self.reput_from_offset)
             if self.last_stop == _STOP_ERROR:
-                self._stopped.wait(self.retry_wait_ms / 1000.0)  # disk trouble: retry later, do not spin
+                self.wait(self.retry_wait_ms / 1000.0)  # disk trouble: retry later, do not spin
 
     def shutdown(self, drain_timeout: float = 5.0) -> None:
         """Let dispatch catch up (bounded by ``drain_timeout`` seconds), then stop the thread."""
@@ -478,15 +472,8 @@ class ReputMessageService:
         if drain_timeout > 0:
             self.notify()
             self.wait_dispatched(timeout=drain_timeout)
-        self._stopped.set()
-        self.notify()
-        self._thread.join()
-        self._thread = None
+        super().shutdown()
         if self.index_behind_from is not None:  # one last try: space may be back
             self.catch_up_index()
         with self._progress:
             self._progress.notify_all()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 from raftmq.store.consume_queue import ConsumeQueueTable
 from raftmq.store.index_service import IndexService
 from raftmq.store.mapped_file_queue import DELETE_FILES_BATCH_MAX
-from raftmq.store.thread_name import name_native_thread
+from raftmq.store.service_thread import ServiceThread
 
 log = logging.getLogger("raftmq.store.retention")
 
@@ -199,7 +198,7 @@ class CleanConsumeQueueService:
         return cq_files, index_files
 
 
-class RetentionService:
+class RetentionService(ServiceThread):
     """Both clean services and the thread that runs them every ``clean_resource_interval`` ms."""
 
     def __init__(
@@ -213,16 +212,15 @@ class RetentionService:
         protect_offset: Callable[[], int] | None = None,
         clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        super().__init__("RetentionService", "retention")
         self.cfg = cfg
         self.clock = clock
-        self._stop = threading.Event()
         self.commit_log_cleaner = CleanCommitLogService(
-            cfg, commit_log, disk_ratio=disk_ratio, protect_offset=protect_offset, sleep=self._stop.wait
+            cfg, commit_log, disk_ratio=disk_ratio, protect_offset=protect_offset, sleep=self.wait
         )
         self.consume_queue_cleaner = CleanConsumeQueueService(
-            cfg, commit_log, consume_queues, index_service, sleep=self._stop.wait
+            cfg, commit_log, consume_queues, index_service, sleep=self.wait
         )
-        self._thread: threading.Thread | None = None
 
     @property
     def disk_full(self) -> bool:
@@ -240,24 +238,10 @@ class RetentionService:
         result.consume_queue_files, result.index_files = self.consume_queue_cleaner.run_once()
         return result
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="RetentionService", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        name_native_thread("retention")
+    def run(self) -> None:
         interval = self.cfg.clean_resource_interval / 1000.0
-        while not self._stop.wait(interval):
+        while not self.wait(interval):
             try:
                 self.run_once()
             except Exception:
                 log.exception("retention pass failed")
-
-    def shutdown(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None

@@ -23,7 +23,6 @@ re-puts everything from the last replicated progress of that level (at most one 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -51,7 +50,7 @@ from raftmq.store.message import (
     parse_delay_levels,
     properties_to_string,
 )
-from raftmq.store.thread_name import name_native_thread
+from raftmq.store.service_thread import ServiceThread
 
 log = logging.getLogger("raftmq.store.schedule")
 
@@ -222,7 +221,7 @@ def _first_unit_at_or_after(cq: Any, physical_offset: int, highest: int) -> int:
     return lo
 
 
-class ScheduleMessageService:
+class ScheduleMessageService(ServiceThread):
     """Delivers due delayed messages while ``is_active()`` (the node leads and accepts writes).
 
     ``put(msgs) -> Future[list[PutResult]]`` is the write path's put; ``commit_progress({level: offset})`` replicates
@@ -234,6 +233,7 @@ class ScheduleMessageService:
                  commit_progress: Callable[[dict[int, int]], None], is_active: Callable[[], bool], *,
                  interval_s: float = 0.1, max_batch: int = 256, max_batch_bytes: int = 1 << 20,
                  put_timeout_s: float = 30.0, retry_after_error_s: float = 1.0) -> None:
+        super().__init__("ScheduleMessageService", "schedule")
         self.store = store
         self.levels = DelayLevels(store.config.message_delay_level)
         self._put = put
@@ -244,42 +244,32 @@ class ScheduleMessageService:
         self.max_batch_bytes = max_batch_bytes
         self.put_timeout_s = put_timeout_s
         self.retry_after_error_s = retry_after_error_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.delivered = 0  # messages re-put into their real topics by this node (metrics)
         # the commit-log end when this service was made (the node builds it before it serves): records past it
         # arrived later, so a correction of the progress never counts them as delivered
         self._opened_at = store.commit_log_max_offset
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="ScheduleMessageService", daemon=True)
-        self._thread.start()
+    @property
+    def shutdown_timeout(self) -> float:  # a pass waits at most put_timeout_s for its re-put
+        return self.put_timeout_s + 5
 
-    def shutdown(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.put_timeout_s + 5)
-            self._thread = None
-
-    def _run(self) -> None:
-        name_native_thread("schedule")
-        while not self._stop.wait(self.interval_s):
+    def run(self) -> None:
+        while not self.wait(self.interval_s):
             try:
                 if self._is_active():
                     self.run_once()
             except Exception as e:  # leadership lost mid-pass, store closing, ...: retry after a pause
-                if self._is_active() and not self._stop.is_set():
+                if self._is_active() and not self.stopped:
                     log.warning("delayed delivery pass failed (%s: %s); retrying", type(e).__name__, e)
-                self._stop.wait(self.retry_after_error_s)
+                self.wait(self.retry_after_error_s)
 
     # ------------------------------------------------------------------ one pass
     def run_once(self, now_ms: int | None = None) -> int:
         """Deliver what is due on every level; returns how many messages were re-put."""
         total = 0
         for level in range(1, self.levels.max_level + 1):
-            while not self._stop.is_set():
+            while not self.stopped:
                 n, more = self._deliver_level(level, int(time.time() * 1000) if now_ms is None else now_ms)
                 total += n
                 if not more:

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import logging
 import struct
-import threading
 import time
 from typing import Any
 
 from raftmq.store.derived_check import check_consume_queues, check_index_files
 from raftmq.store.integrity import CorruptRecord, verify_records
 from raftmq.store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
-from raftmq.store.thread_name import name_native_thread
+from raftmq.store.service_thread import ServiceThread
 
 log = logging.getLogger("raftmq.store.scrubber")
 
@@ -35,7 +34,7 @@ _SIZE_MAGIC = struct.Struct(">ii")
 CHUNK_BYTES = 1 << 20  # verified between two pacing points
 
 
-class Scrubber:
+class Scrubber(ServiceThread):
     """Background integrity checker of one store; see the module docstring."""
 
     def __init__(self, store: Any, rate_bytes_per_s: int, interval_s: float, first_delay_s: float | None = None
@@ -44,8 +43,7 @@ class Scrubber:
         self.rate = max(1, rate_bytes_per_s)
         self.interval_s = interval_s
         self.first_delay_s = interval_s if first_delay_s is None else first_delay_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("Scrubber", "scrubber")
         self._next_free = 0.0
         self.position = 0  # commit-log offset the scrubber is at (metrics)
         self.bytes_scrubbed = 0
@@ -61,7 +59,7 @@ class Scrubber:
         self._next_free = max(self._next_free, now) + nbytes / self.rate
         delay = self._next_free - now
         if delay > 0:
-            self._stop.wait(delay)
+            self.wait(delay)
 
     # ------------------------------------------------------------------ one pass
     def run_pass(self) -> int:
@@ -69,7 +67,7 @@ class Scrubber:
         problems found. Stops early (returning what it found) when the scrubber is shut down."""
         found = 0
         done_to = 0
-        while not self._stop.is_set():
+        while not self.stopped:
             mf = self._next_sealed_segment(done_to)
             if mf is None:
                 break
@@ -78,9 +76,9 @@ class Scrubber:
                 found += self._scrub_segment(mf)
             except ValueError:  # retention deleted it meanwhile
                 continue
-        if not self._stop.is_set():
+        if not self.stopped:
             found += self._scrub_active_segment()
-        if not self._stop.is_set():
+        if not self.stopped:
             found += self._scrub_index()
             self.passes += 1
             self.last_full_scrub_ms = time.time_ns() // 1_000_000
@@ -119,7 +117,7 @@ class Scrubber:
         buf = mf.buffer
         damage: list[CorruptRecord] = []
         pos = 0
-        while pos < size and not self._stop.is_set():
+        while pos < size and not self.stopped:
             end = min(size, pos + CHUNK_BYTES)
             self.position = base + pos
             found = verify_records(buf, base, pos, end, path)
@@ -127,13 +125,13 @@ class Scrubber:
             self._pace(end - pos)
             pos = self._walk(buf, found[-1].end - base if found else pos, end, size)
         problems = 0
-        if not self._stop.is_set():
+        if not self.stopped:
             self.store.commit_log_checked(base, base + size, damage)
         if damage:
             problems += len(damage)
             self.last_finding = damage[0].describe()
             self.store.report_commit_log_damage(damage)
-        if self._stop.is_set():
+        if self.stopped:
             return problems
         reput = self.store.reput
         seg_end = base + size
@@ -176,30 +174,16 @@ class Scrubber:
         return len(bad)
 
     # ------------------------------------------------------------------ thread
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="Scrubber", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        name_native_thread("scrubber")
+    def run(self) -> None:
         # the first pass comes soon after the start, not an interval later: the start-up check only looks at what
         # is new since the last clean stop, and damage older than that must not wait an hour to be found
         wait = self.first_delay_s
-        while not self._stop.wait(wait):
+        while not self.wait(wait):
             wait = self.interval_s
             try:
                 self.run_pass()
             except Exception:
                 log.exception("scrub pass failed; the next one starts after %ss", self.interval_s)
-
-    def shutdown(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
     def stats(self) -> dict[str, object]:
         return {

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -60,7 +59,7 @@ from raftmq.store.message import (
     properties_to_string,
 )
 from raftmq.store.schedule import diverted_properties
-from raftmq.store.thread_name import name_native_thread
+from raftmq.store.service_thread import ServiceThread
 
 log = logging.getLogger("raftmq.store.timer")
 
@@ -173,7 +172,7 @@ def fire_message(ext: MessageExt, now_ms: int) -> Message | None:
     )
 
 
-class TimerMessageService:
+class TimerMessageService(ServiceThread):
     """Delivers due timer messages while ``is_active()`` (the node leads and accepts writes).
 
     ``put(msgs) -> Future[list[PutResult]]`` is the write path's put; ``commit_progress(low, scanned, up_to)``
@@ -186,6 +185,7 @@ class TimerMessageService:
                  commit_progress: Callable[[int, int, int], None], is_active: Callable[[], bool], *,
                  interval_s: float = 0.05, max_batch: int = 256, max_batch_bytes: int = 1 << 20,
                  put_timeout_s: float = 30.0, retry_after_error_s: float = 1.0) -> None:
+        super().__init__("TimerMessageService", "timer")
         self.store = store
         self._put = put
         self._commit_progress = commit_progress
@@ -195,8 +195,6 @@ class TimerMessageService:
         self.max_batch_bytes = max_batch_bytes
         self.put_timeout_s = put_timeout_s
         self.retry_after_error_s = retry_after_error_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.delivered = 0  # messages re-put into their real topics by this node (metrics)
         self._drop_state()
 
@@ -209,20 +207,12 @@ class TimerMessageService:
         self._committed: tuple[int, int, int] = (0, 0, 0)
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="TimerMessageService", daemon=True)
-        self._thread.start()
+    @property
+    def shutdown_timeout(self) -> float:  # a pass waits at most put_timeout_s for its re-put
+        return self.put_timeout_s + 5
 
-    def shutdown(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.put_timeout_s + 5)
-            self._thread = None
-
-    def _run(self) -> None:
-        name_native_thread("timer")
-        while not self._stop.wait(self.interval_s):
+    def run(self) -> None:
+        while not self.wait(self.interval_s):
             try:
                 if self._is_active():
                     self.run_once()
@@ -230,9 +220,9 @@ class TimerMessageService:
                     self._drop_state()
             except Exception as e:  # leadership lost mid-pass, store closing, ...: rebuild after a pause
                 self._drop_state()
-                if self._is_active() and not self._stop.is_set():
+                if self._is_active() and not self.stopped:
                     log.warning("timer delivery pass failed (%s: %s); retrying", type(e).__name__, e)
-                self._stop.wait(self.retry_after_error_s)
+                self.wait(self.retry_after_error_s)
 
     # ------------------------------------------------------------------ state
     def pending(self) -> int:
@@ -303,7 +293,7 @@ class TimerMessageService:
             return 0
         self._scanned = self._push(self._scanned, None, None)
         total = 0
-        while not self._stop.is_set():
+        while not self.stopped:
             n, more = self._deliver_batch(int(time.time() * 1000) if now_ms is None else now_ms)
             total += n
             if not more:

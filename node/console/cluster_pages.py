@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from raftmq.client.render import short_reason
 from raftmq.node.auth import audit
 from raftmq.node.cluster_views import cluster_status
 from raftmq.node.console import safe
 from raftmq.node.console.charts import Series, line_chart
+from raftmq.node.console.cluster_calls import cluster_calls, member_credentials
 from raftmq.node.console.layout import (
     BadRequest,
     Response,
@@ -26,12 +26,13 @@ from raftmq.node.console.layout import (
 )
 from raftmq.node.console.safe import Markup, html, join, url
 from raftmq.store.message_store import NO_DAMAGE
+from raftmq.text import short_reason
 
 if TYPE_CHECKING:
-    from raftmq.node.console.app import Console
+    from raftmq.node.console.context import ConsoleContext
 
 
-def cluster_page(c: Console, query: dict[str, str]) -> Response:
+def cluster_page(c: ConsoleContext, query: dict[str, str]) -> Response:
     status = cluster_status(c.node)
     snap = c.history.snapshot()
     members = sorted(status.members, key=lambda m: m.id)
@@ -121,25 +122,23 @@ def _transfer_form(members: list, leader_id: str) -> Markup:
                 'leader.</p>', options)
 
 
-def transfer_leader(c: Console, form: dict[str, str], address: str) -> Response:
+def transfer_leader(c: ConsoleContext, form: dict[str, str], address: str) -> Response:
     """POST /ui/cluster/transfer-leader: AdminService.TransferLeader through the SDK, for a viewer with ADMIN on
     the cluster; back to the cluster page, which says where leadership went."""
-    from raftmq.client.admin import Admin
-    from raftmq.client.errors import RaftmqError
-
     c.require("ADMIN", "cluster", "")
     to = form.get("to", "").strip()
+    calls = cluster_calls()
     try:
-        with Admin(c.node.config.advertised_address, security=c.node.member_client_security()) as admin:
-            leader = admin.transfer_leader(to or None)
-    except RaftmqError as e:
+        leader = calls.transfer_leader(c.node.config.advertised_address, member_credentials(c.node.config),
+                                       to or None)
+    except calls.Error as e:
         audit("console_action", user=c.viewer(), action="transfer_leader", to=to, error=str(e), peer=address)
         raise BadRequest(f"leadership was not transferred: {e}", 409) from None
     audit("console_action", user=c.viewer(), action="transfer_leader", to=to, leader=leader, peer=address)
     return Response(303, b"", headers={"Location": url("/ui/cluster", transferred="1")})
 
 
-def check_page(c: Console, query: dict[str, str]) -> Response:
+def check_page(c: ConsoleContext, query: dict[str, str]) -> Response:
     c.require("ADMIN", "cluster", "")  # reads every member's whole commit log: an operator's tool
     run = query.get("run") == "1"
     limit_mib = query.get("mib", "").strip()
@@ -164,18 +163,15 @@ def check_page(c: Console, query: dict[str, str]) -> Response:
         result = _run_check(c, max_bytes, queues)
     return page(c.frame(), "check", "Replica check", join([intro, form, result]))
 
-def _run_check(c: Console, max_bytes: int | None, queues: bool) -> Markup:
-    from raftmq.client.errors import RaftmqError
-    from raftmq.client.replica_check import ReplicaChecker
-
+def _run_check(c: ConsoleContext, max_bytes: int | None, queues: bool) -> Markup:
     if not c.check_lock.acquire(blocking=False):
         return notice("a check started from this console is still running; wait for it and reload", "warn")
     t0 = time.monotonic()
+    calls = cluster_calls()
     try:
-        with ReplicaChecker(c.node.config.advertised_address, secret=c.node.config.cluster.secret,
-                            security=c.node.member_client_security()) as checker:
-            report = checker.check(max_bytes=max_bytes, queues=queues)
-    except RaftmqError as e:
+        report = calls.check_replicas(c.node.config.advertised_address, c.node.config.cluster.secret,
+                                      member_credentials(c.node.config), max_bytes=max_bytes, queues=queues)
+    except calls.Error as e:
         return notice(f"check failed: {e}", "bad")
     finally:
         c.check_lock.release()

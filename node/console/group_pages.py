@@ -13,6 +13,7 @@ import grpc
 
 from raftmq.node.auth import audit
 from raftmq.node.cluster_views import describe_group
+from raftmq.node.console.cluster_calls import cluster_calls, member_credentials
 from raftmq.node.console.layout import (
     BadRequest,
     Response,
@@ -34,14 +35,14 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.console.app import Console
+    from raftmq.node.console.context import ConsoleContext
 
 DLQ_PREFIX = "%DLQ%"
 LEADER_CALL_TIMEOUT_S = 3.0
 GROUPS_LISTED_MAX = 200  # the group list asks the leader once per group: bounded
 
 
-def _group_view(c: Console, group: str) -> tuple[pb.DescribeConsumerGroupResponse, str]:
+def _group_view(c: ConsoleContext, group: str) -> tuple[pb.DescribeConsumerGroupResponse, str]:
     """The group as the leader describes it (asked over gRPC when this node follows); when the leader cannot
     be asked, the replicated offsets from here with a note saying members are unknown."""
     node = c.node
@@ -50,7 +51,7 @@ def _group_view(c: Console, group: str) -> tuple[pb.DescribeConsumerGroupRespons
         return describe_group(node, group), ""
     if leader is not None and leader.grpc_address:
         try:  # as the node itself (member TLS; signed with authentication on): the viewer's right was checked here
-            with node.member_client_security().channel(leader.grpc_address, []) as ch:
+            with cluster_calls().channel(leader.grpc_address, member_credentials(node.config)) as ch:
                 return pb_grpc.AdminServiceStub(ch).DescribeConsumerGroup(
                     pb.DescribeConsumerGroupRequest(group=group), timeout=LEADER_CALL_TIMEOUT_S), ""
         except grpc.RpcError as e:
@@ -62,14 +63,14 @@ def _group_view(c: Console, group: str) -> tuple[pb.DescribeConsumerGroupRespons
     return describe_group(node, group, with_members=False), f"live members unknown: {why}; offsets and lag " \
                                                              f"below are {node.node_id}'s replicated copy"
 
-def _known_groups(c: Console) -> list[str]:
+def _known_groups(c: ConsoleContext) -> list[str]:
     st = c.store()
     groups = set(st.consumer_offsets.groups())
-    if c.node._is_leader():
+    if c.node.is_leader():
         groups |= set(c.node.consumer_groups.group_sizes())
     return sorted(groups)
 
-def groups_page(c: Console, query: dict[str, str], name: str | None = None) -> Response:
+def groups_page(c: ConsoleContext, query: dict[str, str], name: str | None = None) -> Response:
     if name is not None:
         return _group_page(c, name, query)
     st = c.store()
@@ -96,7 +97,7 @@ def groups_page(c: Console, query: dict[str, str], name: str | None = None) -> R
                               "messages stored past the committed offset")])
     return page(c.frame(), "groups", "Consumer groups", body)
 
-def _group_page(c: Console, group: str, query: dict[str, str]) -> Response:
+def _group_page(c: ConsoleContext, group: str, query: dict[str, str]) -> Response:
     st = c.store()
     try:
         check_group_name(group)
@@ -161,12 +162,9 @@ def _reset_form(group: str, topics: list[str]) -> Markup:
         'again.</p>', group=group, options=options)
 
 
-def reset_offsets(c: Console, form: dict[str, str], address: str) -> Response:
+def reset_offsets(c: ConsoleContext, form: dict[str, str], address: str) -> Response:
     """POST /ui/groups/reset-offsets: MessagingService.ResetGroupOffsets (as the CLI) for a viewer with ADMIN on
     the group; back to the group page with the new offsets."""
-    from raftmq.client.connection import ServerPool
-    from raftmq.client.errors import RaftmqError
-
     group, topic = form.get("group", "").strip(), form.get("topic", "").strip()
     try:
         check_group_name(group)
@@ -184,15 +182,13 @@ def reset_offsets(c: Console, form: dict[str, str], address: str) -> Response:
     else:
         req.offset = int_arg(form, "to_offset", 0, 0, None)
     node = c.node
-    pool = ServerPool([node.config.advertised_address], security=node.member_client_security())
+    calls = cluster_calls()
     try:
-        resp, _ = pool.write(lambda s, t: s.messaging.ResetGroupOffsets(req, timeout=t), idempotent=True)
-    except RaftmqError as e:
+        resp = calls.reset_group_offsets(node.config.advertised_address, member_credentials(node.config), req)
+    except calls.Error as e:
         audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
               error=str(e), peer=address)
         raise BadRequest(f"offsets were not reset: {e}", 409) from None
-    finally:
-        pool.close()
     audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
           offsets=dict(resp.offsets), peer=address)
     return Response(303, b"", headers={"Location": url(f"/ui/groups/{seg(group)}", reset=topic)})

@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from raftmq.store.service_thread import ServiceThread
+
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL_S = 2.0
@@ -75,28 +77,21 @@ def rates(samples: list[Sample], key: str, topics: str | Collection[str] | None 
     return out
 
 
-class History:
+class History(ServiceThread):
     """A background sampler; ``take`` builds one Sample (the node supplies it), ``snapshot`` reads the buffer."""
+
+    shutdown_timeout = 5.0
 
     def __init__(self, take: Callable[[], Sample | None], interval: float = SAMPLE_INTERVAL_S,
                  kept: int = SAMPLES_KEPT):
+        super().__init__("console-history")
         self._take = take
         self._interval = interval
         self._samples: deque[Sample] = deque(maxlen=kept)
         self._events: deque[LeaderEvent] = deque(maxlen=EVENTS_KEPT)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="console-history", daemon=True)
         self._since = time.time()
         self._takeovers = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
 
     def sample_now(self) -> None:
         try:
@@ -117,7 +112,7 @@ class History:
         with self._lock:
             return Snapshot(list(self._samples), list(self._events), self._since, self._takeovers)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def run(self) -> None:
+        while not self.stopped:
             self.sample_now()
-            self._stop.wait(self._interval)
+            self.wait(self._interval)

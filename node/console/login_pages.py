@@ -1,7 +1,7 @@
 """``/ui/login`` and ``/ui/logout``: a user logs in with access key and secret key (authentication on).
 
 The form posts to this node; a good login answers 303 to the page asked for with a session cookie
-(node.console.session), a bad one shows the form again with the reason (401/403) and one audit line.
+(node.auth.console_sessions), a bad one shows the form again with the reason (401/403) and one audit line.
 With authentication off there is nothing to log in to, and the page says so.
 """
 
@@ -10,15 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raftmq.node.auth import audit
-from raftmq.node.console import session
+from raftmq.node.auth import console_sessions as session
+from raftmq.node.console.cluster_calls import cluster_calls, member_credentials
 from raftmq.node.console.layout import Response, link, notice, page
 from raftmq.node.console.safe import Markup, html
 
 if TYPE_CHECKING:
-    from raftmq.node.console.app import Console
+    from raftmq.node.console.context import ConsoleContext
 
 
-def handle(console: Console, method: str, path: str, query: dict[str, str], form: dict[str, str],
+def handle(console: ConsoleContext, method: str, path: str, query: dict[str, str], form: dict[str, str],
            address: str) -> Response:
     sessions = console.node.console_sessions
     if path == session.LOGOUT_PATH:
@@ -58,23 +59,19 @@ def handle(console: Console, method: str, path: str, query: dict[str, str], form
                                        "Set-Cookie": sessions.set_cookie(value, console.secure_cookies)})
 
 
-def _end_on_server(console: Console, cookie: str) -> str:
+def _end_on_server(console: ConsoleContext, cookie: str) -> str:
     """End the session of ``cookie`` (its value) on every member (AclService.EndConsoleSession, called as this
     member, so a follower reaches the leader); "" when done, else why not."""
-    from raftmq.client.acl import AclAdmin
-    from raftmq.client.errors import RaftmqError
-
     node = console.node
+    calls = cluster_calls()
     try:
-        with AclAdmin(node.config.advertised_address, security=node.member_client_security(), timeout=5,
-                      retry_timeout=10) as acl:
-            acl.end_console_session(cookie)
-    except RaftmqError as e:
+        calls.end_console_session(node.config.advertised_address, member_credentials(node.config), cookie)
+    except calls.Error as e:
         return str(e)
     return ""
 
 
-def _form(console: Console, target: str, access_key: str, error: str, code: int) -> Response:
+def _form(console: ConsoleContext, target: str, access_key: str, error: str, code: int) -> Response:
     hours = console.node.config.security.console_session_hours
     body = html(
         '{error}<form class="login" method="post" action="/ui/login">'
@@ -92,7 +89,7 @@ def _form(console: Console, target: str, access_key: str, error: str, code: int)
     return page(console.frame(), "", "Log in", body, code)
 
 
-def _allow_post(console: Console, why: str) -> Response:
+def _allow_post(console: ConsoleContext, why: str) -> Response:
     resp = page(console.frame(), "", "Read-only", notice(f"only POST here: {why}", "bad"), 405)
     resp.headers["Allow"] = "POST"
     return resp

@@ -25,13 +25,13 @@ from raftmq.node.validation import ValidationError, check_topic_name
 from raftmq.store.errors import StoreError
 
 if TYPE_CHECKING:
-    from raftmq.node.console.app import Console
+    from raftmq.node.console.context import ConsoleContext
 
 BROWSE_MAX = 64  # messages per browser page (RocketMQ's query cap)
 BROWSE_DEFAULT = 20
 
 
-def messages_page(c: Console, query: dict[str, str], msg_id: str | None = None, part: str | None = None) -> Response:
+def messages_page(c: ConsoleContext, query: dict[str, str], msg_id: str | None = None, part: str | None = None) -> Response:
     if msg_id is not None:
         return _message(c, msg_id, part)
     c.store()
@@ -50,7 +50,7 @@ def messages_page(c: Console, query: dict[str, str], msg_id: str | None = None, 
     body = join([_browse_forms(query), results])
     return page(c.frame(), "messages", "Messages", body)
 
-def _browse(c: Console, by: str, q: dict[str, str]) -> tuple[list, str]:
+def _browse(c: ConsoleContext, by: str, q: dict[str, str]) -> tuple[list, str]:
     st = c.store()
     if by not in ("id", "key", "offset"):
         raise BadRequest(f"unknown search {by!r}: use by=id, by=key or by=offset")
@@ -94,7 +94,7 @@ def _browse(c: Console, by: str, q: dict[str, str]) -> tuple[list, str]:
     got = st.get_messages(topic, queue, offset, count, 8 << 20, None)
     return got.messages, f"{topic} queue {queue} from offset {offset} (queue holds {lo}..{hi - 1})"
 
-def _find_by_id(c: Console, msg_id: str, topic: str) -> list:
+def _find_by_id(c: ConsoleContext, msg_id: str, topic: str) -> list:
     """As ViewMessage: an offset msgId anywhere, or a UNIQ_KEY within a topic."""
     st = c.store()
     is_offset_id = len(msg_id) in (32, 56) and all(ch in "0123456789abcdefABCDEF" for ch in msg_id)
@@ -114,7 +114,7 @@ def _find_by_id(c: Console, msg_id: str, topic: str) -> list:
             return [m]
     return []
 
-def _message(c: Console, msg_id: str, part: str | None) -> Response:
+def _message(c: ConsoleContext, msg_id: str, part: str | None) -> Response:
     st = c.store()
     try:
         m = st.view_message_by_id(msg_id.strip().upper())
@@ -186,7 +186,7 @@ def _browse_forms(q: dict[str, str]) -> Markup:
         count=val("count", "offset"))
 
 
-def _topic_arg(c: Console, st, q: dict[str, str]) -> str:
+def _topic_arg(c: ConsoleContext, st, q: dict[str, str]) -> str:
     """The request's topic: named, valid, readable by the viewer (SUB, as the gRPC reads) and existing."""
     topic = q.get("topic", "").strip()
     if not topic:

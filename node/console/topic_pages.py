@@ -11,12 +11,12 @@ from raftmq.node.console.safe import html, join, seg, url
 from raftmq.node.validation import is_system_topic
 
 if TYPE_CHECKING:
-    from raftmq.node.console.app import Console
+    from raftmq.node.console.context import ConsoleContext
 
 BROWSE_DEFAULT = 20  # "browse latest" links show this many messages
 
 
-def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> Response:
+def topics_page(c: ConsoleContext, query: dict[str, str], name: str | None = None) -> Response:
     if name is not None:
         return _topic_page(c, name)
     st = c.store()
@@ -54,7 +54,7 @@ def topics_page(c: Console, query: dict[str, str], name: str | None = None) -> R
     ])
     return page(c.frame(), "topics", "Topics", body)
 
-def _topic_page(c: Console, name: str) -> Response:
+def _topic_page(c: ConsoleContext, name: str) -> Response:
     st = c.store()
     c.require("SUB", "topic", name)  # as GetQueueOffsets (before saying whether it exists)
     cfg = st.topics.get(name)

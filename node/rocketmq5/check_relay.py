@@ -25,7 +25,7 @@ from raftmq.node.rocketmq5.telemetry import ClientRegistry
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ CHECK_STREAM_PATH = "/raftmq.v1.TransactionService/CheckTransactions"
 class CheckRelay:
     """One relay task per topic published by producers connected here, while another member leads."""
 
-    def __init__(self, node: Broker, clients: ClientRegistry):
+    def __init__(self, node: BrokerCore, clients: ClientRegistry):
         self.node = node
         self.clients = clients
         self._relays: dict[str, tuple[str, asyncio.Task]] = {}  # topic -> (leader address, task)
@@ -54,7 +54,7 @@ class CheckRelay:
 
     async def _run(self) -> None:
         try:
-            while not self.node._stopping:
+            while not self.node.stopping:
                 await asyncio.sleep(POLL_SECONDS)
                 leader = self._leader_address()
                 topics = self.clients.published_topics() if leader is not None else set()

@@ -10,9 +10,9 @@ a PushConsumer's messages stay invisible while it processes them, under the hand
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
+import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from raftmq.node import convert as raftmq_convert
@@ -20,31 +20,30 @@ from raftmq.node.pop_core import (
     MAX_INVISIBLE_MS,
     MAX_RECEIVE,
     MIN_INVISIBLE_MS,
-    PROPERTY_RETRY_TOPIC,
-    RETRY_PREFIX,
     BadReceiptHandleError,
     PopError,
     StaleReceiptHandleError,
 )
+from raftmq.node.read_path import FILTER, GROUP, OFFSET, QUEUE, SIZE, TOPIC, ReadRefused
 from raftmq.node.rocketmq5 import route
-from raftmq.node.rocketmq5.calls import client_id, v2_rpc, v2_stream
+from raftmq.node.rocketmq5.calls import client_id, v2_rpc
 from raftmq.node.rocketmq5.convert import to_v2_message
 from raftmq.node.rocketmq5.status import V2Error, ok, status
 from raftmq.node.validation import ValidationError, check_consumable_topic, check_group_name, check_topic_name
 from raftmq.rocketmq.v2 import definition_pb2 as v2
 from raftmq.rocketmq.v2 import service_pb2 as v2s
 from raftmq.store.message_store import GetStatus
-from raftmq.store.sql_filter import InvalidFilterExpressionError, SqlFilter
-from raftmq.store.tag_filter import TagFilter
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
+    from raftmq.node.read_path import ReadPath
+    from raftmq.node.receive_path import ReceivePath
     from raftmq.node.rocketmq5.renewer import Renewer
 
-RECEIVE_POLL_S = 0.1  # a long-polling receive looks again this often (new messages, deadlines that passed)
 ANSWER_MARGIN_S = 0.5  # end a long poll this long before the caller's deadline, so it reads our answer
 MAX_LONG_POLL_S = 30.0
 MAX_PULL_BATCH = 1024
+PULL_MAX_BYTES = 8 << 20
 
 
 def _ms(duration) -> int:
@@ -71,15 +70,24 @@ def _names(group: v2.Resource, topic: v2.Resource) -> tuple[str, str]:
     return group.name, topic.name
 
 
-def _filters(expr: v2.FilterExpression) -> tuple[TagFilter | None, SqlFilter | None]:
+def _filter_texts(expr: v2.FilterExpression) -> tuple[str, str]:
+    """(tag expression, SQL92 expression) of a v2 filter, as the read path and PopCore take them."""
     text = expr.expression.strip()
-    try:
-        if expr.type == v2.SQL:
-            return None, SqlFilter.parse(text) if text else None
-        tags = TagFilter.parse(text or "*")
-        return (None if tags.is_all else tags), None
-    except (ValueError, InvalidFilterExpressionError, ValidationError) as e:
-        raise V2Error(v2.ILLEGAL_FILTER_EXPRESSION, f"filter expression {text!r}: {e}") from None
+    return ("", text) if expr.type == v2.SQL else (text or "*", "")
+
+
+# what a read-path refusal is about -> the v2 code a client expects for it (node/read_path.py)
+_REFUSAL_CODES = {GROUP: v2.ILLEGAL_CONSUMER_GROUP, FILTER: v2.ILLEGAL_FILTER_EXPRESSION, QUEUE: v2.BAD_REQUEST,
+                  OFFSET: v2.ILLEGAL_OFFSET, SIZE: v2.BAD_REQUEST}
+_TOPIC_REFUSAL_CODES = {grpc.StatusCode.INVALID_ARGUMENT: v2.ILLEGAL_TOPIC,
+                        grpc.StatusCode.NOT_FOUND: v2.TOPIC_NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED: v2.FORBIDDEN}
+
+
+def _read_refusal(e: ReadRefused) -> Exception:
+    """A read-path refusal with the v2 code for what it is about; a follower's "ask the leader" stays as it is
+    (the call is relayed)."""
+    code = _TOPIC_REFUSAL_CODES.get(e.code) if e.subject == TOPIC else _REFUSAL_CODES.get(e.subject)
+    return e if code is None else V2Error(code, e.message)
 
 
 def _handle_error(e: PopError) -> V2Error:
@@ -91,8 +99,10 @@ def _handle_error(e: PopError) -> V2Error:
 class ConsumerRpcs:
     """Mixin of RocketMQ5Service: the consumers' RPCs. ``renewer`` keeps auto-renewed receipts invisible."""
 
-    node: Broker
+    node: BrokerCore
     renewer: Renewer
+    reads: ReadPath
+    receives: ReceivePath
 
     def _topic(self, name: str):
         cfg = self.node.topic_config(name)
@@ -101,11 +111,9 @@ class ConsumerRpcs:
                           "before consuming")
         return cfg
 
-    async def _pop(self, fn, *args, **kwargs):
-        try:
-            return await self.node.run_blocking(lambda: fn(*args, **kwargs))
-        except PopError as e:
-            raise _handle_error(e) from None
+    async def _pop(self, fn, group: str, topic: str, *args, **kwargs):
+        """A PopCore decision on the group's state of ``topic``, refused with RocketMQ 5's codes."""
+        return await self.receives.decide(fn, group, topic, *args, refused=_handle_error, **kwargs)
 
     # ------------------------------------------------------------------ assignment
     @v2_rpc("QueryAssignment")
@@ -124,12 +132,16 @@ class ConsumerRpcs:
         return v2s.QueryAssignmentResponse(status=ok(), assignments=[v2.Assignment(message_queue=queue)])
 
     # ------------------------------------------------------------------ receive
-    @v2_stream("ReceiveMessage")
+    @v2_rpc("ReceiveMessage")
     async def ReceiveMessage(self, request: v2s.ReceiveMessageRequest, context):  # noqa: N802
         node = self.node
-        group, topic = _names(request.group, request.message_queue.topic)
-        node.check_leader()  # pops happen on the leader: a follower relays the whole stream (calls.v2_stream)
-        self._topic(topic)
+        tags, sql = _filter_texts(request.filter_expression)
+        try:  # pops happen on the leader: a follower relays the whole stream (node/rpc.py)
+            sub = self.receives.subscribe(request.group.name, request.message_queue.topic.name,
+                                          tag_expression=tags, sql_expression=sql)
+        except ReadRefused as e:
+            raise _read_refusal(e) from None
+        group, topic = sub.group, sub.topic
         pop = node.pop
         batch = request.batch_size
         if not 0 < batch <= MAX_RECEIVE:
@@ -140,7 +152,6 @@ class ConsumerRpcs:
         if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
             raise V2Error(v2.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms must be between "
                           f"{MIN_INVISIBLE_MS} ms and {MAX_INVISIBLE_MS // 3600_000} h")
-        tag_filter, sql_filter = _filters(request.filter_expression)
         wait = _ms(request.long_polling_timeout) / 1000.0 if request.HasField("long_polling_timeout") else 0.0
         if wait < 0:
             raise V2Error(v2.ILLEGAL_POLLING_TIME, "long polling timeout must not be negative")
@@ -148,15 +159,11 @@ class ConsumerRpcs:
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, max(0.0, remaining - ANSWER_MARGIN_S))
-        fifo = pop.policy(group).fifo
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while True:
-            got = await self._pop(pop.receive, group, topic, max_messages=batch, invisible_ms=invisible,
-                                  tag_filter=tag_filter, sql_filter=sql_filter, fifo=fifo)
-            if got or loop.time() >= deadline or not node.serving:
-                break
-            await asyncio.sleep(min(RECEIVE_POLL_S, max(0.0, deadline - loop.time())))
+        try:
+            got = await self.receives.receive(sub, max_messages=batch, invisible_ms=invisible,
+                                              fifo=pop.policy(group).fifo, wait_s=wait)
+        except PopError as e:
+            raise _handle_error(e) from None
         if not got:
             yield v2s.ReceiveMessageResponse(status=status(v2.MESSAGE_NOT_FOUND, "no new message"))
             yield v2s.ReceiveMessageResponse(delivery_timestamp=_now())
@@ -164,17 +171,13 @@ class ConsumerRpcs:
         messages = []
         for d in got:
             view = raftmq_convert.message_view(d.message)
-            shown = topic
-            if d.message.topic.startswith(RETRY_PREFIX):  # a retried message shows under the topic it came from
-                shown = d.message.properties.get(PROPERTY_RETRY_TOPIC, topic)
-            m = to_v2_message(view, topic=shown)
+            m = to_v2_message(view, topic=d.topic)  # a retried message shows under the topic it came from
             m.topic.resource_namespace = request.message_queue.topic.resource_namespace
             sp = m.system_properties
             sp.receipt_handle = d.receipt_handle
             sp.delivery_attempt = d.delivery_attempt
             sp.invisible_duration.FromMilliseconds(invisible)
             messages.append(m)
-        node.metrics.record_pull(topic, group, len(messages), sum(len(m.body) for m in messages))
         yield v2s.ReceiveMessageResponse(status=ok())
         for m in messages:
             yield v2s.ReceiveMessageResponse(message=m)
@@ -251,36 +254,26 @@ class ConsumerRpcs:
                           f"not {mq.id}")
         return mq.topic.name, mq.id
 
-    @v2_stream("PullMessage")
+    @v2_rpc("PullMessage")
     async def PullMessage(self, request: v2s.PullMessageRequest, context):  # noqa: N802
-        node = self.node
-        topic, qid = self._queue(request.message_queue)
-        if request.group.name:
-            _names(request.group, request.message_queue.topic)
-        if request.offset < 0:
-            raise V2Error(v2.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+        """An offset pull through the node's one read path (node/read_path.py), answered the v2 way."""
+        mq = request.message_queue
         if not 0 < request.batch_size <= MAX_PULL_BATCH:
             raise V2Error(v2.BAD_REQUEST, f"batch size {request.batch_size} must be 1..{MAX_PULL_BATCH}")
-        tag_filter, sql_filter = _filters(request.filter_expression)
+        tags, sql = _filter_texts(request.filter_expression)
+        reads = self.reads
+        try:
+            sub = reads.subscribe(mq.topic.name, request.group.name, tag_expression=tags, sql_expression=sql,
+                                  max_count=request.batch_size, max_bytes=PULL_MAX_BYTES)
+            reads.check_queue(sub, mq.id, request.offset)
+        except ReadRefused as e:
+            raise _read_refusal(e) from None
         wait = min(_ms(request.long_polling_timeout) / 1000.0, MAX_LONG_POLL_S)
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, max(0.0, remaining - ANSWER_MARGIN_S))
-        store = node.store
-        offset = request.offset
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, wait)
-        while True:
-            got = await node.run_blocking(store.get_messages, topic, qid, offset, request.batch_size, 8 << 20,
-                                          tag_filter, sql_filter)
-            if got.messages or got.status not in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_MESSAGE,
-                                                  GetStatus.NO_MESSAGE_IN_QUEUE):
-                break
-            offset = max(offset, got.next_begin_offset)
-            left = deadline - loop.time()
-            if left <= 0 or not node.serving:
-                break
-            await node.long_polls.wait(topic, qid, left, lambda o=offset: store.max_offset_in_queue(topic, qid) > o)
+        pulled = await reads.pull(sub, mq.id, request.offset, wait)
+        got = pulled.result
         if got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
             yield v2s.PullMessageResponse(status=status(v2.ILLEGAL_OFFSET, f"offset {request.offset} is outside "
                                                         f"the queue; continue at {got.next_begin_offset}"))
@@ -288,7 +281,7 @@ class ConsumerRpcs:
             return
         if not got.messages:
             yield v2s.PullMessageResponse(status=status(v2.MESSAGE_NOT_FOUND, "no new message"))
-            yield v2s.PullMessageResponse(next_offset=max(offset, got.next_begin_offset))
+            yield v2s.PullMessageResponse(next_offset=max(pulled.offset, got.next_begin_offset))
             return
         yield v2s.PullMessageResponse(status=ok())
         for m in got.messages:

@@ -19,18 +19,20 @@ from typing import TYPE_CHECKING
 import grpc
 
 from raftmq.node.errors import RpcError
-from raftmq.node.messaging import _peer_host
 from raftmq.node.rocketmq5 import convert
 from raftmq.node.rocketmq5.calls import v2_rpc
 from raftmq.node.rocketmq5.status import V2Error, ok
 from raftmq.node.rocketmq5.telemetry import TelemetryStream
+from raftmq.node.send_path import peer_host
 from raftmq.node.validation import MessageTypeError, ValidationError, check_topic_name
 from raftmq.rocketmq.v2 import definition_pb2 as v2
 from raftmq.rocketmq.v2 import service_pb2 as v2s
 from raftmq.v1 import raftmq_pb2 as pb
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
+    from raftmq.node.send_path import SendPath
+    from raftmq.node.transaction_service import TransactionService
 
 MAX_MESSAGES_PER_SEND = 1024
 
@@ -65,7 +67,9 @@ class TelemetryTransactionChecker:
 class ProducerRpcs:
     """Mixin of RocketMQ5Service: the producer's RPCs."""
 
-    node: Broker
+    node: BrokerCore
+    sends: SendPath
+    transactions: TransactionService
 
     # ------------------------------------------------------------------ send
     @v2_rpc("SendMessage")
@@ -84,7 +88,7 @@ class ProducerRpcs:
             check_topic_name(topic)
         except ValidationError as e:
             raise V2Error(v2.ILLEGAL_TOPIC, str(e)) from None
-        born_host = _peer_host(node.forwarder.client_peer(context))
+        born_host = peer_host(node.forwarder.client_peer(context))
         if any(o.message_type == v2.TRANSACTION for o in outgoing):
             if len(outgoing) > 1:
                 raise V2Error(v2.BAD_REQUEST, "a transactional message is sent alone; send one per transaction")
@@ -95,7 +99,7 @@ class ProducerRpcs:
             raise V2Error(v2.BAD_REQUEST, "the messages of one send are of one type (NORMAL, FIFO or DELAY); send "
                           "separate batches")
         try:
-            msgs = await self.messaging.prepare([o.message for o in outgoing], born_host,
+            msgs = await self.sends.prepare([o.message for o in outgoing], born_host,
                                                 v2.MessageType.Name(outgoing[0].message_type))
         except RpcError as e:
             raise as_topic_not_found(e, topic, node) from None
@@ -105,8 +109,8 @@ class ProducerRpcs:
             m.properties.update(o.system_properties)
             if o.deliver_at_ms is not None and o.deliver_at_ms > now_ms:
                 m.properties[convert.PROPERTY_TIMER_DELIVER_MS] = str(o.deliver_at_ms)
-        pending = self.messaging.submit_prepared([msgs])[0]
-        results = await self.messaging.complete(pending)
+        pending = self.sends.submit_prepared([msgs])[0]
+        results = await self.sends.complete(pending)
         return v2s.SendMessageResponse(status=ok(), entries=[
             v2s.SendResultEntry(status=ok(), message_id=o.message_id, offset=r.queue_offset)
             for o, r in zip(outgoing, results, strict=True)])
@@ -115,7 +119,7 @@ class ProducerRpcs:
         node = self.node
         node.check_leader()  # a follower relays the send (node.rocketmq5.calls)
         try:
-            result, _half = await node.transactions.store_half(o.message, o.message.topic, born_host,
+            result, _half = await self.transactions.store_half(o.message, o.message.topic, born_host,
                                                                o.system_properties)
         except RpcError as e:
             raise as_topic_not_found(e, o.message.topic, node) from None
@@ -142,7 +146,7 @@ class ProducerRpcs:
         end = pb.EndTransactionRequest(producer_group=topic, transaction_id=request.message_id,
                                        msg_id=request.transaction_id, resolution=resolution)
         try:
-            await self.node.transactions.end(end)
+            await self.transactions.end(end)
         except RpcError as e:
             if e.leader:  # not the leader: relayed by v2_rpc
                 raise
@@ -161,14 +165,14 @@ class ProducerRpcs:
         checkers = [TelemetryTransactionChecker(stream, t) for t in dict.fromkeys(stream.publishing_topics()) if t]
         self._checkers[stream.stream_id] = checkers
         for c in checkers:
-            self.node.transactions.add_checker(c)
+            self.transactions.add_checker(c)
 
     def producer_stream_closed(self, stream: TelemetryStream) -> None:
         for c in self._checkers.pop(stream.stream_id, []):
-            self.node.transactions.remove_checker(c)
+            self.transactions.remove_checker(c)
 
 
-def as_topic_not_found(e: RpcError, topic: str, node: Broker) -> Exception:
+def as_topic_not_found(e: RpcError, topic: str, node: BrokerCore) -> Exception:
     """raftmq's unknown-topic refusal as TOPIC_NOT_FOUND; anything else unchanged."""
     if e.code == grpc.StatusCode.NOT_FOUND and not e.leader and node.topic_config(topic) is None:
         return V2Error(v2.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist; create it first (`raftmq topic create "

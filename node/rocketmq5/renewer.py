@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
+    from raftmq.node.core import BrokerCore
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class _Receipt:
 
 
 class Renewer:
-    def __init__(self, node: Broker, is_live: Callable[[str], bool]):
+    def __init__(self, node: BrokerCore, is_live: Callable[[str], bool]):
         """``is_live(client_id)``: whether that client is still connected or heartbeating."""
         self.node = node
         self._is_live = is_live
@@ -63,7 +63,7 @@ class Renewer:
             del self._receipts[h]
 
     async def run(self) -> None:
-        while not self.node._stopping:
+        while not self.node.stopping:
             await asyncio.sleep(TICK_S)
             try:
                 await self.renew_due()

@@ -28,8 +28,11 @@ from raftmq.rocketmq.v2 import service_pb2 as v2s
 from raftmq.rocketmq.v2 import service_pb2_grpc as v2_grpc
 
 if TYPE_CHECKING:
-    from raftmq.node.broker import Broker
-    from raftmq.node.messaging import MessagingService
+    from raftmq.node.core import BrokerCore
+    from raftmq.node.read_path import ReadPath
+    from raftmq.node.receive_path import ReceivePath
+    from raftmq.node.send_path import SendPath
+    from raftmq.node.transaction_service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +41,16 @@ PRUNE_INTERVAL_S = 60.0
 
 
 class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServicer):
-    """One per node; ``messaging`` is raftmq's own MessagingService (its write path is the one sends take)."""
+    """One per node; it shares the node's one write, read and receive paths (``sends``, ``reads``,
+    ``receives``) and raftmq's TransactionService (``transactions``) with raftmq's own API."""
 
-    def __init__(self, node: Broker, messaging: MessagingService):
+    def __init__(self, node: BrokerCore, sends: SendPath, reads: ReadPath, receives: ReceivePath,
+                 transactions: TransactionService):
         self.node = node
-        self.messaging = messaging
+        self.sends = sends
+        self.reads = reads
+        self.receives = receives
+        self.transactions = transactions  # half messages and their outcomes (producer.py)
         self.clients = ClientRegistry()
         self._checkers: dict[int, list] = {}  # Telemetry stream id -> its transaction checkers (producer.py)
         self.check_relay = CheckRelay(node, self.clients)  # checks for producers connected to a follower
@@ -127,14 +135,14 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
     async def SyncLiteSubscription(self, request, context):  # noqa: N802
         raise V2Error(v2.UNSUPPORTED, "lite topics are not supported by raftmq")
 
+    @v2_rpc("Telemetry", needs_ready=False, long_lived=True)
     async def Telemetry(self, request_iterator, context):  # noqa: N802
         """The client's settings in, the server's settings and commands out; never completed by the server
-        (only when the client ends it, or the node stops)."""
+        (only when the client ends it, or the node stops). Open while the node starts: its settings answer
+        says when consumers must wait."""
         cid = client_id(context)
         if not cid:
-            yield v2s.TelemetryCommand(status=status(v2.CLIENT_ID_REQUIRED,
-                                                     "the client id header (x-mq-client-id) is missing"))
-            return
+            raise V2Error(v2.CLIENT_ID_REQUIRED, "the client id header (x-mq-client-id) is missing")
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         stream = self.clients.open_stream(cid, context.peer(), metadata)
         reader = asyncio.get_running_loop().create_task(self._read_telemetry(request_iterator, stream))
@@ -154,7 +162,7 @@ class RocketMQ5Service(ProducerRpcs, ConsumerRpcs, v2_grpc.MessagingServiceServi
         elsewhere), or the node's graceful stop would wait its whole grace period for streams that never end by
         themselves."""
         last_prune = time.monotonic()
-        while not self.node._stopping:
+        while not self.node.stopping:
             await asyncio.sleep(STOP_POLL_SECONDS)
             if time.monotonic() - last_prune > PRUNE_INTERVAL_S:
                 last_prune = time.monotonic()

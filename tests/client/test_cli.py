@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from raftmq.client.cli import run
-from raftmq.client.commands import parse_perm, parse_time
+from raftmq.client.commands.args import parse_perm, parse_time
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.client.scripted_server import Abort
 
@@ -190,12 +190,12 @@ def test_deliver_at_takes_relative_times_as_begin_does(monkeypatch):
     """issue 34: --deliver-at now+10m (as --begin takes now-10m), besides ISO 8601 and epoch ms."""
     import argparse
 
-    from raftmq.client import commands
+    from raftmq.client.commands import produce
 
-    monkeypatch.setattr(commands.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
+    monkeypatch.setattr(produce.time, "time_ns", lambda: 1_700_000_000_000 * 1_000_000)
 
     def at(value):
-        return commands._deliver_at_ms(argparse.Namespace(deliver_at=value, delay_seconds=None, delay_level=0))
+        return produce._deliver_at_ms(argparse.Namespace(deliver_at=value, delay_seconds=None, delay_level=0))
 
     assert at("now+10m") == 1_700_000_600_000 and at("+90s") == 1_700_000_090_000
     assert at("now") == 1_700_000_000_000 and at("now-1h") == 1_700_000_000_000 - 3_600_000

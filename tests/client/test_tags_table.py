@@ -1,6 +1,6 @@
 import pytest
 
-from raftmq.client.commands import cluster_table
+from raftmq.client.commands.cluster import cluster_table
 from raftmq.client.errors import InvalidArgumentError
 from raftmq.client.table import render_table
 from raftmq.client.tags import format_tag_expression, parse_tag_expression
@@ -72,7 +72,7 @@ def test_message_json_keeps_binary_bodies_intact():
     import base64
     import json
 
-    from raftmq.client.commands import message_json
+    from raftmq.client.commands.output import message_json
     from raftmq.client.types import MessageView
 
     def view(body: bytes) -> MessageView:

@@ -19,10 +19,9 @@ from raftmq.node.auth import (
     Principal,
     SecretBox,
     check_rule,
-    decide,
-    parse_authorization,
-    required_access,
 )
+from raftmq.node.auth.rules import decide, required_access
+from raftmq.node.auth.signing import parse_authorization
 from raftmq.node.config import SecuritySection
 from raftmq.replication.acl_table import AclTable
 from raftmq.v1 import raftmq_pb2 as pb

@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from raftmq.client.admin import Admin
-from raftmq.client.commands import cluster_table
+from raftmq.client.commands.cluster import cluster_table
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from raftmq.v1 import replica_pb2, replica_pb2_grpc

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from raftmq.node.config import ConfigError, load_config, sample_yaml
+from raftmq.node.config import ConfigError, load_config
+from raftmq.node.config_docs import sample_yaml
 
 
 def _write(tmp_path, text: str):

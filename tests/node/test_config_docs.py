@@ -15,10 +15,10 @@ from raftmq.node.config import (
     ConfigError,
     env_overrides,
     load_config,
-    sample_yaml,
     set_overrides,
     setting_fields,
 )
+from raftmq.node.config_docs import sample_yaml
 from raftmq.store.setting import doc_of, setting
 from tests.support.processes import REPO_ROOT
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from raftmq.node.config import ConfigError, load_config, sample_yaml
+from raftmq.node.config import ConfigError, load_config
+from raftmq.node.config_docs import sample_yaml
 from raftmq.replication import RaftSettings
 
 

@@ -11,7 +11,8 @@ import sys
 import pytest
 import yaml
 
-from raftmq.node.config import ConfigError, load_config, sample_yaml
+from raftmq.node.config import ConfigError, load_config
+from raftmq.node.config_docs import sample_yaml
 from raftmq.store.errors import StoreLoadError
 from raftmq.store.topic_config import TopicConfigTable
 from tests.support.processes import REPO_ROOT

@@ -12,8 +12,8 @@ import pytest
 
 from raftmq.client.security import signed_headers
 from raftmq.node.auth import Authenticator
+from raftmq.node.auth import console_sessions as session
 from raftmq.node.config import SecuritySection
-from raftmq.node.console import session
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 

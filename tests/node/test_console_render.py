@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
@@ -177,3 +178,20 @@ def test_a_live_section_keeps_its_id_so_the_script_can_refresh_it():
 
     out = section("Members", safe.Markup("<table></table>"), "members-section", live=True)
     assert out.startswith('<section id="members-section" data-live="1"><h2>Members</h2>'), out
+
+
+def test_history_samples_in_the_background_and_stops_without_waiting_out_its_interval():
+    """The sampler is a store.service_thread.ServiceThread like every background loop: it samples at once when
+    started, and a shutdown cuts its (here ten-minute) sleep short instead of leaving the thread behind."""
+    taken = threading.Event()
+
+    def take():
+        taken.set()
+        return _sample(1, {}, {}, "n0", 1)
+
+    h = History(take, interval=600)
+    h.start()
+    assert taken.wait(60)
+    h.shutdown()
+    assert not h.alive and not h.running
+    assert len(h.snapshot().samples) == 1

@@ -11,8 +11,8 @@ import urllib.request
 import grpc
 import pytest
 
-from raftmq.node.broker import Broker
 from raftmq.node.config import load_config
+from raftmq.node.server import Broker
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.node.conftest import Api

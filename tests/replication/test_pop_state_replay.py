@@ -44,7 +44,7 @@ def test_journal_replay_restores_pop_commands_the_file_missed(tmp_path):
         wait_writable(wp)
         wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1))
         wp.put([Message(topic="T", queue_id=0, body=b"m%d" % i) for i in range(6)]).result(10)
-        pop = PopCore(st, wp)
+        pop = PopCore(st, wp, put=lambda msgs: wp.put(msgs).result(30))
         got = []
         while len(got) < 6:
             got += pop.receive("g", "T", max_messages=6, invisible_ms=60_000)
@@ -67,7 +67,7 @@ def test_journal_replay_restores_pop_commands_the_file_missed(tmp_path):
     try:
         wait_writable(wp)
         assert st.pop_state.get(queue_key("g", "T", 0)) == final, "acks and changes replayed from the journal"
-        pop = PopCore(st, wp)
+        pop = PopCore(st, wp, put=lambda msgs: wp.put(msgs).result(30))
         assert pop.ack("g", "T", [handle, got[5].receipt_handle]) == [None, None], \
             "handles from before the restart still work (the renewed one too)"
     finally:

@@ -38,7 +38,7 @@ def test_normal_sends_sync_and_async_are_stored_with_tag_keys_properties_and_the
 
 
 def test_fifo_messages_of_a_group_share_the_queue_our_own_api_picks(tmp_path, run_driver):
-    from raftmq.node.pop_service import queue_for_message_group
+    from raftmq.node.send_path import queue_for_message_group
 
     with running_nodes(tmp_path) as nodes:
         create_topic(nodes[0], "orders", message_type="FIFO")

@@ -12,8 +12,9 @@ import argparse
 import sys
 import time
 
-from raftmq.client import commands
 from raftmq.client.admin import Admin
+from raftmq.client.commands.args import add_command, positive_float, security_of, servers_of
+from raftmq.client.commands.output import print_json
 from raftmq.client.connection import parse_server
 from raftmq.client.errors import InvalidArgumentError, RaftmqError, UnavailableError
 from raftmq.client.types import ClusterStatus, MembershipChange
@@ -22,7 +23,7 @@ POLL_S = 1.0
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(commands.servers_of(args), security=commands.security_of(args), timeout=args.timeout,
+    return Admin(servers_of(args), security=security_of(args), timeout=args.timeout,
                  retry_timeout=args.timeout)
 
 
@@ -37,7 +38,7 @@ def _addresses(args: argparse.Namespace, member_id: str) -> tuple[str, str]:
     if args.raft:
         return parse_server(args.raft), grpc_address
     try:
-        with Admin([grpc_address], security=commands.security_of(args), timeout=args.timeout,
+        with Admin([grpc_address], security=security_of(args), timeout=args.timeout,
                    retry_timeout=args.timeout) as new:
             status = new.cluster_status()
     except RaftmqError as e:
@@ -53,7 +54,7 @@ def _addresses(args: argparse.Namespace, member_id: str) -> tuple[str, str]:
 
 def _print_plan(args: argparse.Namespace, change: MembershipChange) -> None:
     if args.json:
-        commands._print_json({"plan": change.plan, "voters": change.voters, "learners": change.learners,
+        print_json({"plan": change.plan, "voters": change.voters, "learners": change.learners,
                               "index": change.index, "dry_run": args.dry_run})
         return
     print(("would do: " if args.dry_run else "") + change.plan)
@@ -124,13 +125,6 @@ def cmd_replace_member(args: argparse.Namespace) -> int:
         return _wait(admin, args, args.new, gone=args.old)
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def _address_options(p: argparse.ArgumentParser, who: str) -> None:
     p.add_argument("--address", metavar="HOST:PORT",
                    help=f"gRPC address of {who}, which is running: its Raft address is asked from it")
@@ -143,13 +137,13 @@ def _change_options(p: argparse.ArgumentParser, waits: bool) -> None:
                    help="check the change (health of the group, conflicts) and print what it would do")
     if waits:
         p.add_argument("--no-wait", action="store_true", help="return once the leader recorded the learner")
-        p.add_argument("--wait-timeout", type=_positive_float, default=1800.0, metavar="SECONDS",
+        p.add_argument("--wait-timeout", type=positive_float, default=1800.0, metavar="SECONDS",
                        help="how long to wait for the change to complete (default 1800)")
 
 
 def register(csub) -> None:
     """The membership subcommands of ``raftmq cluster``."""
-    add = commands._add
+    add = add_command
     p = add(csub, "add-member", cmd_add_member, "add a member: a learner first, a voter once caught up",
             description="Record ID as a learner (it must be started with a cluster.members listing the group and "
                         "itself): it copies the group's data, follows the log without counting for any majority, "

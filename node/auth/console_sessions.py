@@ -29,7 +29,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-from raftmq.node.auth import Authenticator, AuthError, Principal
+from raftmq.node.auth.authenticator import Authenticator
+from raftmq.node.auth.rules import Principal
+from raftmq.node.auth.signing import AuthError
 from raftmq.node.networks import NetworkRefused
 
 COOKIE = "raftmq_console"

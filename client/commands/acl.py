@@ -19,12 +19,11 @@ import secrets
 import sys
 
 from raftmq.client.acl import AclAdmin, AclUser
+from raftmq.client.commands.args import UsageError, add_command, security_of, servers_of
 from raftmq.client.errors import NotFoundError
 
 
 def _admin(args: argparse.Namespace) -> AclAdmin:
-    from raftmq.client.commands import security_of, servers_of
-
     return AclAdmin(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout, security=security_of(args))
 
 
@@ -35,8 +34,6 @@ def _user_json(u: AclUser) -> dict:
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
-    from raftmq.client.commands import UsageError
-
     generated = not args.secret_key_stdin
     secret = secrets.token_urlsafe(24) if generated else sys.stdin.readline().rstrip("\n")
     if not secret:
@@ -60,8 +57,6 @@ def _checked_networks(values: list[str]) -> list[str]:
     """--network values, each a CIDR or one address (a usage error, exit 2, names a bad one)."""
     import ipaddress
 
-    from raftmq.client.commands import UsageError
-
     for v in values:
         try:
             ipaddress.ip_network(v, strict=True)
@@ -76,8 +71,6 @@ def _networks_text(u: AclUser) -> str:
 
 
 def cmd_user_networks(args: argparse.Namespace) -> int:
-    from raftmq.client.commands import UsageError
-
     if bool(args.network) == bool(args.any):
         raise UsageError("give one or more --network CIDR, or --any (the user may sign from anywhere)")
     with _admin(args) as admin:
@@ -113,8 +106,6 @@ def _rules_text(u: AclUser) -> list[str]:
 
 
 def cmd_policy_add(args: argparse.Namespace) -> int:
-    from raftmq.client.commands import UsageError
-
     effect, actions = ("allow", args.allow) if args.allow else ("deny", args.deny)
     if not args.resource:
         raise UsageError("give at least one --resource (topic:NAME, group:NAME, a trailing * for a prefix, or "
@@ -155,29 +146,27 @@ def cmd_policy_list(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from raftmq.client.commands import _add
-
     a = sub.add_parser("acl", help="users and access rules (authentication on)")
     asub = a.add_subparsers(dest="acl_command", metavar="{user,policy}")
     asub.required = True
     u = asub.add_parser("user", help="add, delete, list users")
     usub = u.add_subparsers(dest="acl_user_command", metavar="{add,delete,list,networks}")
     usub.required = True
-    p = _add(usub, "add", cmd_user_add, "create a user (or replace its secret)",
-             description="Create a user with a generated secret key (printed once), or the one line read from "
-                         "stdin with --secret-key-stdin. An existing user gets the new secret and keeps its rules.")
+    p = add_command(usub, "add", cmd_user_add, "create a user (or replace its secret)",
+                    description="Create a user with a generated secret key (printed once), or the one line read from "
+                                "stdin with --secret-key-stdin. An existing user gets the new secret and keeps its rules.")
     p.add_argument("user", metavar="ACCESS_KEY")
     p.add_argument("--admin", action="store_true", help="every action on every resource")
     p.add_argument("--secret-key-stdin", action="store_true", help="read the new user's secret key from stdin")
     p.add_argument("--network", action="append", default=[], metavar="CIDR",
                    help="the user may sign only from this source network (10.0.0.0/8, fd00::/8, one address); "
                         "repeatable; without it a new user may sign from anywhere and an existing one keeps its own")
-    p = _add(usub, "delete", cmd_user_delete, "delete a user and its rules", json_flag=False)
+    p = add_command(usub, "delete", cmd_user_delete, "delete a user and its rules", json_flag=False)
     p.add_argument("user", metavar="ACCESS_KEY")
-    _add(usub, "list", cmd_user_list, "list users")
-    p = _add(usub, "networks", cmd_user_networks, "set the source networks a user may sign from",
-             description="Replace the user's allowed source networks (like RocketMQ's whiteRemoteAddress): its "
-                         "requests from other addresses are refused (PERMISSION_DENIED, exit 8). --any lifts it.")
+    add_command(usub, "list", cmd_user_list, "list users")
+    p = add_command(usub, "networks", cmd_user_networks, "set the source networks a user may sign from",
+                    description="Replace the user's allowed source networks (like RocketMQ's whiteRemoteAddress): its "
+                                "requests from other addresses are refused (PERMISSION_DENIED, exit 8). --any lifts it.")
     p.add_argument("user", metavar="ACCESS_KEY")
     p.add_argument("--network", action="append", default=[], metavar="CIDR",
                    help="an allowed network (10.0.0.0/8, fd00::/8, one address); repeatable")
@@ -186,18 +175,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     pol = asub.add_parser("policy", help="add, remove, list access rules")
     psub = pol.add_subparsers(dest="acl_policy_command", metavar="{add,remove,list}")
     psub.required = True
-    p = _add(psub, "add", cmd_policy_add, "add an allow or deny rule to a user",
-             description="A rule allows or denies actions (PUB, SUB, ADMIN) on resources: topic:NAME, group:NAME "
-                         "(a trailing * makes NAME a prefix: topic:orders-*, topic:*) or cluster. A matching deny "
-                         "wins; with no match the node's security.acl_default (deny) applies.")
+    p = add_command(psub, "add", cmd_policy_add, "add an allow or deny rule to a user",
+                    description="A rule allows or denies actions (PUB, SUB, ADMIN) on resources: topic:NAME, group:NAME "
+                                "(a trailing * makes NAME a prefix: topic:orders-*, topic:*) or cluster. A matching deny "
+                                "wins; with no match the node's security.acl_default (deny) applies.")
     p.add_argument("user", metavar="ACCESS_KEY")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--allow", metavar="ACTIONS", help="comma-separated: PUB,SUB,ADMIN")
     g.add_argument("--deny", metavar="ACTIONS", help="comma-separated: PUB,SUB,ADMIN")
     p.add_argument("--resource", "-r", action="append", default=[], metavar="RESOURCE",
                    help="topic:NAME, group:NAME (trailing * = prefix) or cluster; repeatable")
-    p = _add(psub, "remove", cmd_policy_remove, "remove a user's rule by index (see policy list)", json_flag=False)
+    p = add_command(psub, "remove", cmd_policy_remove, "remove a user's rule by index (see policy list)", json_flag=False)
     p.add_argument("user", metavar="ACCESS_KEY")
     p.add_argument("index", type=int, metavar="INDEX")
-    p = _add(psub, "list", cmd_policy_list, "rules of every user (or one)")
+    p = add_command(psub, "list", cmd_policy_list, "rules of every user (or one)")
     p.add_argument("user", nargs="?", metavar="ACCESS_KEY")

@@ -1,0 +1,155 @@
+"""``raftmq topic create|update|describe|list|delete``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from raftmq.client.admin import Admin
+from raftmq.client.commands.args import (
+    UsageError,
+    add_command,
+    format_perm,
+    message_type_arg,
+    parse_perm,
+    positive_int,
+    security_of,
+    servers_of,
+)
+from raftmq.client.commands.output import ms_to_text, print_json
+from raftmq.client.errors import TopicNotFoundError
+from raftmq.client.table import render_table
+from raftmq.client.types import MESSAGE_TYPES, PERM_READ, PERM_WRITE
+
+
+def _topic_json(t) -> dict:
+    d = dataclasses.asdict(t)
+    d["perm_text"] = format_perm(t.perm)
+    return d
+
+
+def _topic_line(verb: str, t) -> str:
+    return (f"{verb} topic {t.name}: read queues {t.read_queue_nums}, write queues {t.write_queue_nums}, "
+            f"perm {format_perm(t.perm)}, order {'yes' if t.order else 'no'}, message type {t.message_type}")
+
+
+def cmd_topic_create(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        t = admin.create_topic(args.name, queues=args.queues, read_queues=args.read_queues,
+                               write_queues=args.write_queues, perm=args.perm, order=args.order,
+                               message_type=args.message_type)
+    print_json(_topic_json(t)) if args.json else print(_topic_line("created", t))
+    return 0
+
+
+def _removed_queues_check(admin: Admin, args: argparse.Namespace) -> None:
+    """Fewer read queues make the messages of the queues beyond them unreadable (RocketMQ reads only queues
+    below the read count): refused without --force, said on stderr with it."""
+    new_read = args.read_queues or args.queues
+    if new_read is None:
+        return
+    # a system topic is not listed: the server refuses to change it, which says more than this would
+    current = next((t for t in admin.list_topics() if t.name == args.name), None)
+    if current is None or new_read >= current.read_queue_nums:
+        return
+    removed = [q for q in admin.queue_offsets(args.name) if q.queue_id >= new_read]
+    stored = sum(q.max_offset - q.min_offset for q in removed)
+    text = (f"lowering topic {args.name}'s read queues from {current.read_queue_nums} to {new_read} makes queues "
+            f"{new_read}..{current.read_queue_nums - 1} unreadable: their {stored} stored message(s) can no longer "
+            f"be consumed (raising the count again makes them readable). To shrink without that, lower "
+            f"--write-queues first and let consumers drain the queues")
+    if not args.force:
+        raise UsageError(f"{text}; add --force to do it anyway")
+    print(f"raftmq: warning: {text}", file=sys.stderr)
+
+
+def cmd_topic_update(args: argparse.Namespace) -> int:
+    changes = [args.queues, args.read_queues, args.write_queues, args.perm, args.order, args.message_type]
+    if all(c is None for c in changes):
+        raise UsageError("nothing to update: give --queues, --read-queues, --write-queues, --perm, "
+                         "--order/--no-order or --message-type")
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        _removed_queues_check(admin, args)
+        t = admin.update_topic(args.name, queues=args.queues, read_queues=args.read_queues,
+                               write_queues=args.write_queues, perm=args.perm, order=args.order,
+                               message_type=args.message_type)
+    print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t))
+    return 0
+
+
+def cmd_topic_list(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        topics = admin.list_topics(include_system=args.system)
+    if args.json:
+        print_json([_topic_json(t) for t in topics])
+        return 0
+    rows = [[t.name, t.read_queue_nums, t.write_queue_nums, format_perm(t.perm), "yes" if t.order else "no",
+             t.message_type] for t in topics]
+    print(render_table(["Topic", "Read queues", "Write queues", "Perm", "Order", "Message type"], rows))
+    return 0
+
+
+def cmd_topic_describe(args: argparse.Namespace) -> int:
+    """``topic describe``: the topic's configuration (message type included) and its queues' offsets."""
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        t = admin.get_topic(args.name)
+        if t is None:
+            raise TopicNotFoundError(f"topic {args.name!r} does not exist; create it with `raftmq topic create "
+                                     f"{args.name}`")
+        queues = admin.queue_offsets(args.name)
+    if args.json:
+        print_json({**_topic_json(t), "queues": [dataclasses.asdict(q) for q in queues]})
+        return 0
+    stored = sum(q.max_offset - q.min_offset for q in queues)
+    print(f"Topic: {t.name}\n  message type:  {t.message_type}\n  read queues:   {t.read_queue_nums}\n"
+          f"  write queues:  {t.write_queue_nums}\n  perm:          {format_perm(t.perm)}\n"
+          f"  order:         {'yes' if t.order else 'no'}\n  messages kept: {stored}")
+    rows = [[q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset, ms_to_text(q.last_store_timestamp)]
+            for q in queues]
+    print(render_table(["Queue", "Min offset", "Max offset", "Messages", "Last stored"], rows, title="Queues"))
+    return 0
+
+
+def cmd_topic_delete(args: argparse.Namespace) -> int:
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        admin.delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+def _topic_options(p: argparse.ArgumentParser, *, update: bool) -> None:
+    p.add_argument("name", metavar="TOPIC")
+    p.add_argument("--queues", type=positive_int, help="read and write queue count" +
+                   ("" if update else " (default 4)"))
+    p.add_argument("--read-queues", type=positive_int, help="read queue count")
+    p.add_argument("--write-queues", type=positive_int, help="write queue count")
+    p.add_argument("--perm", type=parse_perm, default=None if update else PERM_READ | PERM_WRITE,
+                   help="rw, r, w or none (+inherit), or RocketMQ bits 0-7" + ("" if update else " (default rw)"))
+    if update:
+        p.add_argument("--order", action=argparse.BooleanOptionalAction, default=None, help="ordered topic")
+        p.add_argument("--message-type", type=message_type_arg, metavar="TYPE",
+                       help=f"what the topic takes from now on: {', '.join(MESSAGE_TYPES)}")
+        p.add_argument("--force", action="store_true",
+                       help="lower the read queue count even though the removed queues' messages become unreadable")
+    else:
+        p.add_argument("--order", action="store_true", help="ordered topic")
+        p.add_argument("--message-type", type=message_type_arg, default="NORMAL", metavar="TYPE",
+                       help="what the topic takes: NORMAL (default: no message group, delay or delivery time), "
+                            "FIFO (a message group), DELAY (a delay level or delivery time), TRANSACTION "
+                            "(transactional messages) or MIXED (every kind); a send of another kind is refused")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("topic", help="create, update, list, delete topics")
+    tsub = t.add_subparsers(dest="topic_command", metavar="{create,update,describe,list,delete}")
+    tsub.required = True
+    _topic_options(add_command(tsub, "create", cmd_topic_create, "create a topic"), update=False)
+    _topic_options(add_command(tsub, "update", cmd_topic_update,
+                               "change a topic's queues, permission, order or message type"), update=True)
+    p = add_command(tsub, "describe", cmd_topic_describe, "a topic's configuration and its queues")
+    p.add_argument("name", metavar="TOPIC")
+    p = add_command(tsub, "list", cmd_topic_list, "list topics")
+    p.add_argument("--system", action="store_true", help="include system topics")
+    p = add_command(tsub, "delete", cmd_topic_delete, "delete a topic and its consume queues", json_flag=False)
+    p.add_argument("name", metavar="TOPIC")
