@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from pysyncobj import FAIL_REASON, SyncObjConf
 
-from raftmq.replication import catch_up, membership, pysyncobj_patches, snapshot
+from raftmq.replication import catch_up, fresh_start, membership, pysyncobj_patches, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
 from raftmq.replication.errors import (
@@ -273,6 +273,7 @@ class RaftWritePath:
         self._stop_event = threading.Event()
         self._membership_event = threading.Event()
         self._last_group_check = 0.0
+        self.startup = fresh_start.StartupRecord(node_id)  # answers peers' GetStartupState
         self._secret = secret
         self._accept_peer = accept_peer
         self._raft_tls = raft_tls
@@ -335,6 +336,9 @@ class RaftWritePath:
         journal = self._journal_path()
         if os.path.exists(journal) and os.path.getsize(journal) == 0:
             os.remove(journal)  # created but never written (crash at first start): pysyncobj cannot map it
+        dump = os.path.join(self.raft_dir, "raft.dump")
+        # no Raft state at all: no journal, no term or vote (the journal's meta file), no snapshot
+        self.startup.set_fresh(not any(os.path.exists(p) for p in (journal, journal + ".meta", dump)))
         try:
             if not os.path.exists(journal) and self.peers.others:
                 role = self._role_of_new_member()
@@ -342,9 +346,10 @@ class RaftWritePath:
                 role = self._configuration().role(self.node_id) or self._role_in_group()
             self._running = True
             if role is not None:
+                campaign = False
                 if not os.path.exists(journal) and self.peers.others:
-                    self._copy_from_peers(wait_election=role == membership.VOTER)
-                self._start_log(role)
+                    campaign = self._copy_from_peers(voter=role == membership.VOTER)
+                self._start_log(role, campaign=campaign)
         except BaseException:
             self._running = False
             machine.applied.close()
@@ -375,14 +380,21 @@ class RaftWritePath:
     def _journal_path(self) -> str:
         return os.path.join(self.raft_dir, "raft.journal")
 
-    def _copy_from_peers(self, wait_election: bool) -> None:
+    def _copy_from_peers(self, voter: bool) -> bool:
         """Fresh or wiped member: copy what the group already has before joining Raft. A wiped voter also lost its
-        term and vote, so it waits one election timeout before voting again
-        (docs/design/replication.md#catching-up-rebuilding-repairing). The marker says the commit log holds only
-        copied, committed records while the copy runs, so a restart after an interrupted copy resumes it instead
-        of refusing an "unexplained" commit log. What the group wrote while the first round copied is copied by
-        another round, and so on until a round copies at most ``learner_max_lag_bytes``: Raft then brings the rest,
-        from the leader's journal or in one snapshot's gap (fetched on its tick thread, so it must be small)."""
+        term and vote, so it waits out one election timeout since this process started, unless the group provably
+        holds no term or vote from before this process (replication/fresh_start.py, docs/design/fresh-start.md).
+        The marker says the commit log holds only copied, committed records while the copy runs, so a restart after
+        an interrupted copy resumes it instead of refusing an "unexplained" commit log. What the group wrote while
+        the first round copied is copied by another round, and so on until a round copies at most
+        ``learner_max_lag_bytes``: Raft then brings the rest, from the leader's journal or in one snapshot's gap
+        (fetched on its tick thread, so it must be small). True when this voter should stand for election at once:
+        the group is proven new and this is the first of the configured members."""
+        began = time.monotonic()
+        wait = self.settings.raft_max_timeout
+        proof = fresh_start.GroupProof(False, False, "this member has Raft state of its own")
+        if self.startup.fresh and voter:
+            proof = fresh_start.prove_group_younger(self.peers, self.startup, began + wait)
         machine = self.machine
         applied = machine.applied
         before = self.store.commit_log_max_offset
@@ -393,6 +405,8 @@ class RaftWritePath:
         self._phase = "copying the group's commit log from a peer"
         copied_any = False
         for round_no in range(1, MAX_COPY_ROUNDS + 1):
+            if proof.all_starting:  # every other member still starting holds nothing to copy
+                break
             round_start = self.store.commit_log_max_offset
             try:
                 copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
@@ -426,12 +440,23 @@ class RaftWritePath:
         os.remove(marker)
         fsync_dir(self.raft_dir)
         self._phase = ""
-        if wait_election:
-            self._stop_event.wait(self.settings.raft_max_timeout)
+        if not voter:
+            return False
+        if proof.proven:
+            log.info("joining Raft at once: %s, so no member holds a vote this member may have given before it "
+                     "started", proof.reason)
+            return self.members[0].id == self.node_id
+        # it may have voted in the current term before it lost its disk: let any such election end first
+        left = began + wait - time.monotonic()
+        log.info("joining Raft after one election timeout (%.1fs more): %s", max(0.0, left), proof.reason)
+        if left > 0:
+            self._stop_event.wait(left)
+        return False
 
-    def _start_log(self, role: str) -> None:
+    def _start_log(self, role: str, campaign: bool = False) -> None:
         """Run the Raft member as a voter, or as a learner (a pysyncobj read-only node), with the configuration
-        from the log (``_configuration``)."""
+        from the log (``_configuration``); ``campaign``: stand for election at once (``_copy_from_peers``)."""
+        self.startup.mark_raft_started()  # from here on this member may vote
         s = self.settings
         voter = role == membership.VOTER
         config = self._configuration()
@@ -465,6 +490,8 @@ class RaftWritePath:
                                    "is not on this host); fix cluster.raft_listen / the member's raft address") from None
         lg.on_config_change = self._on_config_change
         self.machine.entry_term = lg.entry_term
+        if campaign:
+            self._tick_tasks.append((lg.campaign_now, Future()))
         self._tick_tasks.append((lambda: name_native_thread("raft-tick"), Future()))  # pysyncobj's thread
         lg.addOnTickCallback(self._on_tick)
         self._log = lg
@@ -775,6 +802,11 @@ class RaftWritePath:
         The node calls it before it drains its calls: a leader that drained first refused every write until its
         calls stopped, and under load (clients retrying, members forwarding to it) they never stopped."""
         if not (self._running and self.is_leader() and self.peers.others):
+            return
+        log_ = self._log
+        if not any(log_.isNodeConnected(n) for n in list(log_.otherNodes)):
+            # e.g. the last member of a group stopping (`make stop`): waiting for a transfer would only time out
+            log.info("graceful stop: no other member is connected to hand leadership to")
             return
         try:
             self.transfer_leadership(None, timeout=timeout)

@@ -69,6 +69,11 @@ class ReplicaServiceStub:
                 request_serializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupResponse.FromString,
                 _registered_method=True)
+        self.GetStartupState = channel.unary_unary(
+                '/raftmq.v1.ReplicaService/GetStartupState',
+                request_serializer=raftmq_dot_v1_dot_replica__pb2.GetStartupStateRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_replica__pb2.StartupState.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
@@ -116,6 +121,12 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStartupState(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +164,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.JoinGroup,
                     request_deserializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'GetStartupState': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStartupState,
+                    request_deserializer=raftmq_dot_v1_dot_replica__pb2.GetStartupStateRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_replica__pb2.StartupState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +360,33 @@ class ReplicaService:
             '/raftmq.v1.ReplicaService/JoinGroup',
             raftmq_dot_v1_dot_replica__pb2.JoinGroupRequest.SerializeToString,
             raftmq_dot_v1_dot_replica__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStartupState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.ReplicaService/GetStartupState',
+            raftmq_dot_v1_dot_replica__pb2.GetStartupStateRequest.SerializeToString,
+            raftmq_dot_v1_dot_replica__pb2.StartupState.FromString,
             options,
             channel_credentials,
             insecure,
