@@ -695,9 +695,8 @@ class RaftWritePath:
             log.info("member %s is a %s of the group (%s): starting its Raft member", self.node_id, role,
                      view.record.describe())
             self.not_member = ""
-            if fresh:
-                self._copy_from_peers(wait_election=role == membership.VOTER)
-            self._start_log(role)
+            campaign = self._copy_from_peers(voter=role == membership.VOTER) if fresh else False
+            self._start_log(role, campaign=campaign)
             return
         if not self.auto_join or view.leader_id is None or not fresh:
             return
