@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pysyncobj import FAIL_REASON
 
@@ -26,9 +26,6 @@ from raftmq.replication.errors import (
 )
 from raftmq.replication.write_path import MemberInfo
 
-if TYPE_CHECKING:
-    from raftmq.replication.raft_write_path import RaftWritePath
-
 log = logging.getLogger(__name__)
 
 STATUS_TIMEOUT_S = 1.0  # asking learners for their progress
@@ -36,7 +33,10 @@ TICK_TIMEOUT_S = 2.0    # reading pysyncobj's state on its tick thread
 
 
 class MembershipChanges:
-    def __init__(self, wp: RaftWritePath, *, join_policy: Callable[[str], str] | None,
+    """The leader's side of membership changes for one ``RaftWritePath`` (``wp``: typed ``Any`` because the write
+    path owns this object, and the room's import contract allows no cycle)."""
+
+    def __init__(self, wp: Any, *, join_policy: Callable[[str], str] | None,
                  retiring: Callable[[list[str]], list[str]] | None, on_event: Callable[..., None]):
         self.wp = wp
         self.join_policy = join_policy
