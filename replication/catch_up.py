@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from raftmq.replication.commit_log_digest import digest_commit_log
 from raftmq.replication.peers import Peers
 from raftmq.store.errors import StoreError
 from raftmq.v1 import replica_pb2
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 600.0   # bulk catch-up before joining Raft
 INLINE_FETCH_TIMEOUT_S = 20.0  # a gap fetched on pysyncobj's tick thread (snapshot install): fail, let it retry
 MAX_FRUITLESS_RECONNECTS = 3  # cut streams in a row that copied nothing before giving up on a peer
+DIGEST_CHUNK = 1 << 20  # bytes per SHA-256 when a held copy is compared with a peer's (``range_matches``)
 BUSY_BACKOFF_S = (0.5, 8.0)    # first and longest wait after a peer's RESOURCE_EXHAUSTED (catch_up_max_streams)
 
 
@@ -151,6 +153,34 @@ def _adopt_withheld(store: Any, offset: int, data: bytes, local_end: int) -> int
     except StoreError:  # local_end falls inside one of the peer's records: the bytes cannot be the same
         pass
     return 0
+
+
+def range_matches(peers: Peers, member_id: str, store: Any, start: int, stop: int,
+                  timeout: float = INLINE_FETCH_TIMEOUT_S) -> bool:
+    """True when the local commit-log bytes [start, stop) are exactly the ones peer ``member_id`` applied there:
+    the SHA-256 of every chunk matches its ``ChecksumCommitLog`` answer. Digests cross the network, not the bytes,
+    so proving a copy this member already holds costs a read of it, not a rate-limited copy again."""
+    req = replica_pb2.ChecksumCommitLogRequest(to_offset=stop, chunk_bytes=DIGEST_CHUNK)
+    pos = start
+    try:
+        while pos < stop:
+            req.from_offset = pos
+            resp = peers.stub(member_id).ChecksumCommitLog(req, timeout=timeout, metadata=peers.metadata)
+            if resp.end_offset <= pos:
+                return False
+            ours, end = digest_commit_log(store, pos, resp.end_offset, DIGEST_CHUNK, resp.end_offset - pos,
+                                          len(resp.chunks))
+            if end != resp.end_offset or [c.sha256 for c in ours] != [c.sha256 for c in resp.chunks]:
+                log.warning("the commit log [%d, %d) differs from %s's committed copy", pos, end, member_id)
+                return False
+            pos = end
+    except grpc.RpcError as e:
+        log.info("could not compare the commit log [%d, %d) with %s: %s", start, stop, member_id, e.code().name)
+        return False
+    except StoreError as e:  # our own bytes unreadable there
+        log.warning("could not digest the local commit log [%d, %d): %s", start, stop, e)
+        return False
+    return True
 
 
 def peer_statuses(peers: Peers, timeout: float = 2.0, errors: dict[str, str] | None = None,

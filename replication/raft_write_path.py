@@ -332,6 +332,7 @@ class RaftWritePath:
         machine.snapshot_voters = self._snapshot_voters
         machine.on_membership = self._on_membership_applied
         machine.gap_fetcher = self._fetch_gap
+        machine.gap_prover = self._prove_gap
         self.machine = machine
         journal = self._journal_path()
         if os.path.exists(journal) and os.path.getsize(journal) == 0:
@@ -861,6 +862,11 @@ class RaftWritePath:
     def snapshot_installs(self) -> int:
         """Snapshots received from a leader since start; a steady rise means compaction outruns a lagging member."""
         return self.machine.snapshot_installs if self.machine is not None else 0
+
+    @property
+    def snapshot_bytes_kept(self) -> int:
+        """Commit-log bytes a snapshot install kept because a peer's digests proved them (not copied again)."""
+        return self.machine.snapshot_bytes_proven if self.machine is not None else 0
 
     def election_counters(self) -> dict[str, int]:
         """Elections this member started, pre-votes it asked for, tick-thread stalls it survived (metrics)."""
@@ -1431,12 +1437,23 @@ class RaftWritePath:
         log.warning("took the leader's metadata (%s, applied index %d) after rewinding entries that changed it",
                     leader.id, status.applied_index)
 
+    def _gap_sources(self) -> list[str]:
+        """Who supplies or proves a snapshot's commit-log gap: the leader first, then the other voters."""
+        leader = self.leader()
+        return ([leader.id] if leader and leader.id != self.node_id else []) + \
+            [m.id for m in self.peers.others if not leader or m.id != leader.id]
+
+    def _prove_gap(self, from_offset: int, to_offset: int) -> bool:
+        """Snapshot install (tick thread): True when the leader (else a voter, as ``_fetch_gap`` would copy from it)
+        applied exactly the local commit-log bytes [from_offset, to_offset), compared by digest
+        (``catch_up.range_matches``)."""
+        return any(catch_up.range_matches(self.peers, mid, self.store, from_offset, to_offset)
+                   for mid in self._gap_sources())
+
     def _fetch_gap(self, from_offset: int, up_to_index: int) -> tuple[int, int]:
         """Snapshot install (tick thread): copy the commit-log gap from the leader, else any peer. On failure the
         deserializer raises, pysyncobj keeps its old state and the leader sends the snapshot again."""
-        leader = self.leader()
-        order = ([leader.id] if leader and leader.id != self.node_id else []) + \
-            [m.id for m in self.peers.others if not leader or m.id != leader.id]
+        order = self._gap_sources()
         last_err: Exception | None = None
         for mid in order:
             try:

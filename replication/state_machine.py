@@ -59,7 +59,10 @@ class StateMachine:
         self.fenced: str | None = None     # set when an apply failed; cleared when the retry succeeds
         self.entry_term: Callable[[int], int | None] = lambda index: None
         self.gap_fetcher: Callable[[int, int], tuple[int, int]] | None = None
+        # True when a peer holds exactly the local commit-log bytes [start, stop) (snapshot install keeps them)
+        self.gap_prover: Callable[[int, int], bool] | None = None
         self.snapshot_installs = 0
+        self.snapshot_bytes_proven = 0     # withheld bytes a snapshot install kept, proven by a peer's digests
         self.applied_raft_index = 0        # pysyncobj's index of the last entry handed to us
         self.tail_bytes_adopted = 0        # withheld commit-log bytes proven by replayed entries (metrics)
         self.tail_bytes_cut = 0            # withheld bytes an entry showed were not the group's (metrics)
@@ -252,8 +255,37 @@ class StateMachine:
         self.store.confirm_offset = end
         if any(start == stop for _i, start, stop in dropped):
             self.metadata_stale = True
-        log.warning("rewound to Raft entry %d (commit-log end %d): %d applied entries are not the group's", idx,
-                    end, len(dropped))
+        log.warning("rewound to Raft entry %d (commit-log end %d): %d applied entries are not known to be the "
+                    "group's; their bytes are withheld until its log proves them", idx, end, len(dropped))
+
+    def _prove_withheld(self, start: int, stop: int) -> bool:
+        """True when the commit log already holds the snapshot's gap [start, stop) as withheld bytes (a copy from
+        a peer, rewound because its frame lies past the snapshot) and a peer's digests prove them the group's:
+        they are kept, not copied again. Unproven bytes stay withheld, and the gap is fetched over them."""
+        if self.store.commit_log_max_offset < stop or self.gap_prover is None:
+            return False
+        from raftmq.store.errors import StoreError
+
+        if not self.gap_prover(start, stop):
+            return False
+        try:
+            self.store.confirm_withheld(stop)
+        except StoreError as e:
+            log.warning("kept commit-log bytes not confirmed (%s); fetching the snapshot's gap instead", e)
+            return False
+        self.snapshot_bytes_proven += stop - start
+        log.info("snapshot install: commit log [%d, %d) held here matches the group's; kept, not copied again",
+                 start, stop)
+        return True
+
+    def _fetch_gap(self, start: int, meta: snapshot.SnapshotMeta) -> None:
+        if self.gap_fetcher is None:
+            raise snapshot.SnapshotError("snapshot is ahead of the local commit log and no peer to fetch the gap "
+                                         "from")
+        end_offset, _end_index = self.gap_fetcher(start, meta.applied_index)
+        if end_offset < meta.commit_log_end:
+            raise snapshot.SnapshotError(f"fetched the commit log only up to {end_offset}, snapshot needs "
+                                         f"{meta.commit_log_end}")
 
     # ------------------------------------------------------------------ consistent views (any thread)
     def status_view(self) -> tuple[int, int, dict]:
@@ -294,21 +326,18 @@ class StateMachine:
         with self.lock:
             local_index, local_end = self.applied.last
             if self.from_leader and local_index > meta.applied_index:
-                # A leader sends its snapshot only when this member's log does not match its own past it: the
-                # entries applied here after the snapshot's are not the group's (see rewind). Its metadata, exact
-                # at that point, replaces ours below.
+                # A leader sends its snapshot when this member's log does not match its own past it (the
+                # entries applied here after the snapshot's are not the group's, see rewind), or when this member
+                # has no Raft log (a learner that copied the commit log from a peer). Either way the bytes are
+                # withheld, not cut: the gap below keeps those a peer's digests prove. The snapshot's metadata,
+                # exact at that point, replaces ours below.
                 self._rewind(meta.applied_index)
                 local_index, local_end = self.applied.last
             if local_index < meta.applied_index or (self.from_leader and local_end != meta.commit_log_end):
                 self.snapshot_installs += 1
                 if local_end < meta.commit_log_end:
-                    if self.gap_fetcher is None:
-                        raise snapshot.SnapshotError("snapshot is ahead of the local commit log and no peer to "
-                                                     "fetch the gap from")
-                    end_offset, end_index = self.gap_fetcher(local_end, meta.applied_index)
-                    if end_offset < meta.commit_log_end:
-                        raise snapshot.SnapshotError(f"fetched the commit log only up to {end_offset}, snapshot "
-                                                     f"needs {meta.commit_log_end}")
+                    if not self._prove_withheld(local_end, meta.commit_log_end):
+                        self._fetch_gap(local_end, meta)
                     # the frame written below says these bytes are applied: they reach the disk first
                     if not self.store.wait_flushed(meta.commit_log_end, 30.0):
                         raise snapshot.SnapshotError(f"the commit log copied up to {meta.commit_log_end} did not "

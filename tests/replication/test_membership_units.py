@@ -144,3 +144,95 @@ def test_a_loaded_snapshot_runs_with_the_voters_the_write_path_chooses(machine, 
     internal = machine.deserialize(path)
     assert chosen == [(record, False)]
     assert internal[2] == ["h0:8091", "h1:8091"]  # not the dump's cluster, which held an uncommitted change
+
+
+# ---------------------------------------------------------------- a learner's copy and the leader's snapshot
+def _batches(store, n: int, seed: str = "m") -> list[bytes]:
+    from raftmq.store.message import Message
+
+    return [store.encode_batch([Message(topic="T", queue_id=0, body=f"{seed}{i}-{j}".encode() * 40,
+                                        born_timestamp=1, born_host=("10.0.0.1", 5)) for j in range(5)],
+                               store_timestamp=1000 + i) for i in range(n)]
+
+
+def _digests(store, start: int, stop: int) -> list[bytes]:
+    from raftmq.replication.commit_log_digest import digest_commit_log
+
+    return [c.sha256 for c in digest_commit_log(store, start, stop, 4096, stop - start, 1 << 20)[0]]
+
+
+@pytest.fixture
+def leader(tmp_path):
+    """The leader's state machine on its own store: entries 1..10 applied, its snapshot taken after entry 6."""
+    from raftmq.replication import snapshot
+    from raftmq.replication.state_machine import frame_batch
+    from tests.replication.conftest import open_store
+
+    st = open_store(tmp_path / "leader")
+    applied = AppliedIndex(str(tmp_path / "leader-applied.idx"))
+    m = StateMachine(st, applied)
+    batches = _batches(st, 10)
+    for i, b in enumerate(batches[:6], 1):
+        m.apply_batch(i, frame_batch(b))
+    m.dump = str(tmp_path / "leader.dump")
+    m.serialize(m.dump, ((b"", 6, 1), (b"", 5, 1), set()))
+    m.snapshot_end = st.commit_log_max_offset
+    for i, b in enumerate(batches[6:], 7):
+        m.apply_batch(i, frame_batch(b))
+    m.batches = batches
+    assert snapshot.read_file(m.dump)[0].commit_log_end == m.snapshot_end
+    try:
+        yield m
+    finally:
+        applied.close()
+        st.shutdown()
+
+
+def _copied(machine: StateMachine, batches: list[bytes]) -> int:
+    """The learner copied the group's commit log up to entry 10 before joining (``rebuild_from_peer``'s state)."""
+    for b in batches:
+        machine.store.apply_batch(b)
+    end = machine.store.commit_log_max_offset
+    machine.applied.reset([(10, end, end)])
+    machine.store.confirm_offset = end
+    return end
+
+
+def test_a_learner_keeps_the_copy_an_older_snapshot_from_the_leader_covers(machine, leader):
+    from raftmq.replication.state_machine import frame_batch
+
+    end = _copied(machine, leader.batches)
+    assert end == leader.store.commit_log_max_offset
+    fetched, proved = [], []
+    machine.gap_fetcher = lambda start, index: fetched.append((start, index)) or (end, 10)
+    machine.gap_prover = lambda a, b: proved.append((a, b)) or _digests(machine.store, a, b) == _digests(
+        leader.store, a, b)
+    machine.from_leader = True  # no Raft log here: the leader sends the snapshot it compacted to (entry 6)
+    machine.deserialize(leader.dump)
+    assert fetched == []  # the copy is not fetched again
+    assert proved == [(0, leader.snapshot_end)] and machine.snapshot_bytes_proven == leader.snapshot_end
+    assert machine.applied.last == (6, leader.snapshot_end)
+    assert machine.store.commit_log_max_offset == end  # entries 7..10's bytes withheld, not cut
+    for i, b in enumerate(leader.batches[6:], 7):  # the leader's entries after its snapshot adopt them
+        machine.apply_batch(i, frame_batch(b))
+    assert machine.tail_bytes_adopted == end - leader.snapshot_end and machine.tail_bytes_cut == 0
+    assert machine.applied.last == (10, end) and machine.store.commit_log_max_offset == end
+    for st in (machine.store, leader.store):
+        assert st.reput.wait_dispatched(end, timeout=30)
+    assert machine.store.max_offset_in_queue("T", 0) == leader.store.max_offset_in_queue("T", 0) == 50
+
+
+def test_a_copy_no_peer_proves_is_fetched_again_over_the_withheld_bytes(machine, leader):
+    _copied(machine, _batches(machine.store, 10, seed="other"))  # not the group's bytes
+    fetched = []
+
+    def fetch(start, index):
+        fetched.append((start, index))
+        raise RuntimeError("no peer in this test")
+
+    machine.gap_fetcher = fetch
+    machine.gap_prover = lambda a, b: _digests(machine.store, a, b) == _digests(leader.store, a, b)
+    machine.from_leader = True
+    with pytest.raises(RuntimeError):
+        machine.deserialize(leader.dump)
+    assert fetched == [(0, 6)] and machine.snapshot_bytes_proven == 0
