@@ -116,7 +116,8 @@ class ReplicatedLog(SyncObj):
         if self.raftCurrentTerm > term_before and self._SyncObj__selfNode is not None and \
                 self._SyncObj__votedForNodeId == self._SyncObj__selfNode.id:
             self.elections_started += 1  # this member raised the term to campaign (not: learned a higher one)
-        if self._SyncObj__raftLog[0][1] > self._SyncObj__raftLastApplied + 1:
+        journal = self._SyncObj__raftLog
+        if len(journal) and journal[0][1] > self._SyncObj__raftLastApplied + 1:
             self._resume_past_compaction()
         elif self.apply_stuck:
             self.apply_stuck = ""  # a snapshot from the leader brought what was missing
@@ -161,6 +162,22 @@ class ReplicatedLog(SyncObj):
                                 f"{self._machine.applied_index()}, and no snapshot covers the entries between; "
                                 "rebuild it from its peers with `raftmq cluster rebuild-member`")
             log.error("member cannot catch up: %s", self.apply_stuck)
+
+    def _SyncObj__deleteEntriesTo(self, toIDx: int) -> None:  # noqa: N802,N803 - pysyncobj's names
+        """pysyncobj's compaction once a dump is written (drop the journal entries before ``toIDx``), never of
+        entries the journal no longer holds.
+
+        The dump is written on one tick and the journal compacted on a later one. A snapshot the leader sends in
+        between replaces the journal with the snapshot's last two entries; when its index is below the dump's,
+        pysyncobj's compaction deleted them all, and every later tick failed on the empty journal (IndexError
+        on its first entry): the member never applied or voted again. The journal then stays as the leader's
+        snapshot left it; the next dump compacts it."""
+        journal = self._SyncObj__raftLog
+        if not len(journal) or toIDx > journal[-1][1]:
+            log.warning("not compacting the Raft journal to entry %d: it ends at entry %s (a leader's snapshot "
+                        "replaced it after this member's dump)", toIDx, journal[-1][1] if len(journal) else None)
+            return
+        SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
 
     # ------------------------------------------------------------------ append_entries per entry, not per event
     # pysyncobj (appendEntriesUseBatch=False) sends every follower an append_entries for each command it adds and
