@@ -7,6 +7,7 @@ its local table directly would disagree with its peers after a failover.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import time
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from raftmq.node.cluster_views import cluster_status, describe_group, group_sett
 from raftmq.node.errors import RpcError, invalid
 from raftmq.node.rpc import rpc_handler
 from raftmq.node.validation import (
+    ValidationError,
     check_group_name,
     check_message_type_name,
     check_perm,
@@ -32,8 +34,43 @@ if TYPE_CHECKING:
     from raftmq.node.core import BrokerCore
 
 DEFAULT_QUEUE_NUMS = 4
+MAX_CREATE_TOPICS = 10_000  # CreateTopics: topics in one request (~3 MB as a Raft command)
 DEFAULT_PERM = 6
 REBUILD_CHECK_S = 5.0  # RebuildMember: how long the group may take to show a leader and a majority without us
+
+
+def new_topic_config(t: pb.TopicConfig):
+    """The store config of a topic to create (defaults filled in); ValidationError saying what to fix."""
+    from raftmq.store.topic_config import TopicConfig
+
+    check_topic_name(t.name)
+    read = t.read_queue_nums or DEFAULT_QUEUE_NUMS
+    write = t.write_queue_nums or DEFAULT_QUEUE_NUMS
+    perm = t.perm or DEFAULT_PERM
+    check_queue_nums("read_queue_nums", read)
+    check_queue_nums("write_queue_nums", write)
+    check_perm(perm)
+    message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
+    return TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
+                       order=t.order).with_message_type(message_type)
+
+
+def _listed(items: list[str], sep: str = ", ", shown: int = 10) -> str:
+    """The first ``shown`` of ``items``, and how many more."""
+    more = f"{sep}and {len(items) - shown} more" if len(items) > shown else ""
+    return sep.join(items[:shown]) + more
+
+
+def _principal() -> str:
+    from raftmq.node.auth import current_principal
+
+    principal = current_principal.get()
+    return principal.access_key if principal is not None else ""
+
+
+def _change_response(done: dict) -> pb.MembershipChangeResponse:
+    return pb.MembershipChangeResponse(plan=done["plan"], voters=done["voters"], learners=done["learners"],
+                                       index=done["index"])
 
 
 def topic_message(cfg) -> pb.TopicConfig:
@@ -73,24 +110,13 @@ class AdminService(pb_grpc.AdminServiceServicer):
 
     @rpc_handler("CreateTopic")
     async def CreateTopic(self, request: pb.CreateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
-        from raftmq.store.topic_config import TopicConfig
-
         node = self.node
         t = request.topic
-        check_topic_name(t.name)
-        read = t.read_queue_nums or DEFAULT_QUEUE_NUMS
-        write = t.write_queue_nums or DEFAULT_QUEUE_NUMS
-        perm = t.perm or DEFAULT_PERM
-        check_queue_nums("read_queue_nums", read)
-        check_queue_nums("write_queue_nums", write)
-        check_perm(perm)
-        message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
+        cfg = new_topic_config(t)
         node.check_group(request.broker)
         if not request.broker and node.groups.many:
             return await self._everywhere("CreateTopic", lambda g: pb.CreateTopicRequest(topic=t, broker=g), context,
                                           "create")
-        cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
-                          order=t.order).with_message_type(message_type)
         existing = node.topic_config(t.name)
         if existing is not None:
             if request.broker and topic_message(existing) == topic_message(cfg):  # one group of a fan-out
@@ -99,9 +125,55 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
                            f"topic {t.name!r} already exists{where}; change it with `raftmq topic update {t.name}` "
                            "(SDK: Admin.update_topic)")
-        await node.run_blocking(node.write_path.create_topic, cfg)
+        [refusal] = await node.run_blocking(node.write_path.change_topics, [("create", cfg)])
+        if refusal:
+            raise self._refused(t.name, refusal)
         node.topics_deleted.pop(t.name, None)  # created again: the reconcile pass may copy it once more
         return pb.TopicResponse(topic=topic_message(node.existing_topic(t.name)), groups=self._outcome("created"))
+
+    @rpc_handler("CreateTopics")
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context) -> pb.CreateTopicsResponse:  # noqa: N802
+        """Every topic checked first, then one change of the topic table for all of them (one Raft command)."""
+        given = request.topics
+        if not given:
+            raise invalid("no topics given; set topics (one TopicConfig per topic)")
+        if len(given) > MAX_CREATE_TOPICS:
+            raise invalid(f"{len(given)} topics in one request; at most {MAX_CREATE_TOPICS}: split them over "
+                          "several requests")
+        cfgs, problems, seen = [], [], set()
+        for i, t in enumerate(given):
+            try:
+                cfgs.append(new_topic_config(t))
+                if t.name in seen:
+                    raise ValidationError("given twice")
+                seen.add(t.name)
+            except ValidationError as e:
+                problems.append(f"topics[{i}] {t.name!r}: {e}")
+        if problems:
+            raise invalid(_listed(problems, "; ") + "; nothing was created")
+        existing = [c.topic_name for c in cfgs if self.node.topic_config(c.topic_name) is not None]
+        if existing and not request.skip_existing:
+            raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
+                           f"{len(existing)} of the {len(cfgs)} topics exist already ({_listed(existing)}); nothing "
+                           "was created: leave them out, or skip them with skip_existing (`--skip-existing`)")
+        skip = set(existing)
+        todo = [c for c in cfgs if c.topic_name not in skip]
+        refusals = await self.node.run_blocking(self.node.write_path.change_topics, [("create", c) for c in todo])
+        created = [c for c, r in zip(todo, refusals, strict=True) if r is None]
+        late = [(c.topic_name, r) for c, r in zip(todo, refusals, strict=True) if r is not None]
+        for name, refusal in late:
+            if not request.skip_existing or self.node.topic_config(name) is None:
+                raise RpcError(self._refused(name, refusal).code,
+                               f"{len(created)} topics created; {len(late)} refused ({_listed([n for n, _ in late])}):"
+                               f" {refusal}")
+        return pb.CreateTopicsResponse(created=[topic_message(c) for c in created],
+                                       existing=existing + [n for n, _ in late])
+
+    def _refused(self, name: str, refusal: str) -> RpcError:
+        """The status of a create the topic table refused: the topic was created meanwhile, or invalid."""
+        if self.node.topic_config(name) is not None:
+            return RpcError(grpc.StatusCode.ALREADY_EXISTS, f"topic {name!r} already exists ({refusal})")
+        return invalid(refusal)
 
     @rpc_handler("UpdateTopic")
     async def UpdateTopic(self, request: pb.UpdateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
@@ -133,10 +205,16 @@ class AdminService(pb_grpc.AdminServiceServicer):
     @rpc_handler("ListTopics")
     async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:  # noqa: N802
         self.node.check_group(request.broker)
-        topics = [c for c in self.node.store.topics.list()
-                  if request.include_system or not is_system_topic(c.topic_name)]
-        topics.sort(key=lambda c: c.topic_name)
-        return pb.ListTopicsResponse(topics=[topic_message(c) for c in topics])
+        if request.limit < 0:
+            raise invalid(f"limit {request.limit} is negative; give the page size (0: every topic)")
+        text = request.filter.lower()
+        names = [n for n in self.node.store.topics.names()
+                 if (request.include_system or not is_system_topic(n)) and text in n.lower()]
+        start = bisect.bisect_right(names, request.after) if request.after else 0
+        page = names[start:start + request.limit] if request.limit else names[start:]
+        topics = self.node.store.topics
+        return pb.ListTopicsResponse(topics=[topic_message(c) for n in page if (c := topics.get(n)) is not None],
+                                     matching=len(names), more=start + len(page) < len(names))
 
     @rpc_handler("DeleteTopic")
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # noqa: N802
@@ -170,12 +248,52 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                            "this is a single-node deployment (cluster.members is empty): there is no other member "
                            "to transfer leadership to")
-        if request.to_id and request.to_id not in {m.id for m in node.config.members}:
-            raise invalid(f"{request.to_id!r} (transfer-leader --to) is not a member; members are "
-                          f"{sorted(m.id for m in node.config.members)}")
+        voters = node.write_path.configuration().voter_ids
+        if request.to_id and request.to_id not in voters:
+            raise invalid(f"{request.to_id!r} (transfer-leader --to) is not a voter; voters are {voters}")
         await node.run_blocking(node.write_path.transfer_leadership, request.to_id or None)
         leader = node.write_path.leader()
         return pb.TransferLeaderResponse(leader_id=leader.id if leader else "")
+
+    @rpc_handler("AddMember")
+    async def AddMember(self, request, context) -> pb.MembershipChangeResponse:  # noqa: N802
+        """Record a learner (issue 39); the leader promotes it to voter once it is caught up and, with
+        ``replaces``, removes that voter afterwards. Served by the leader (others forward or redirect)."""
+        from raftmq.node.config import member_id_problem, parse_host_port
+        from raftmq.replication.write_path import MemberInfo
+
+        problem = member_id_problem(request.id)
+        if problem:
+            raise invalid(f"member id {problem}")
+        for what, address in (("--raft", request.raft_address), ("--grpc", request.grpc_address)):
+            try:
+                parse_host_port(address)
+            except ValueError as e:
+                raise invalid(f"{what} {address!r}: {e}") from None
+        if request.raft_address == request.grpc_address:
+            raise invalid("--raft and --grpc must be different ports")
+        changes = self._changes()
+        member = MemberInfo(request.id, request.raft_address, request.grpc_address)
+        done = await asyncio.to_thread(changes.add, member, replaces=request.replaces, dry_run=request.dry_run,
+                                       by=_principal())
+        return _change_response(done)
+
+    @rpc_handler("RemoveMember")
+    async def RemoveMember(self, request, context) -> pb.MembershipChangeResponse:  # noqa: N802
+        """Remove a learner or a voter (issue 39), refused when the voters left would have no healthy majority."""
+        if not request.id:
+            raise invalid("name the member to remove (its id, as `raftmq cluster status` shows it)")
+        changes = self._changes()
+        done = await asyncio.to_thread(changes.remove, request.id, dry_run=request.dry_run, by=_principal())
+        return _change_response(done)
+
+    def _changes(self):
+        wp = self.node.write_path
+        if not self.node.config.members or not hasattr(wp, "changes"):
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this is a single-node deployment (cluster.members is empty): it runs without Raft and "
+                           "cannot grow; to make it a group of one that can, list it alone in cluster.members")
+        return wp.changes
 
     @rpc_handler("RebuildMember", needs_ready=False)
     async def RebuildMember(self, request, context) -> pb.RebuildMemberResponse:  # noqa: N802
@@ -191,7 +309,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                            f"this is member {node.node_id}, not {request.member_id!r}: send the request to the "
                            "member to rebuild (`raftmq cluster rebuild-member ID` finds it)")
-        majority = len(cfg.members) // 2 + 1
+        voters = node.write_path.configuration().voter_ids
+        majority = len(voters) // 2 + 1
         deadline = asyncio.get_running_loop().time() + REBUILD_CHECK_S
         while True:  # a moment after a transfer or a restart the others may not be ready yet: look again briefly
             status = await asyncio.to_thread(cluster_status, node)
@@ -199,7 +318,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
                 raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"{node.node_id} leads the group: move leadership first "
                                f"(`raftmq cluster transfer-leader`), then rebuild it")
-            others_up = sorted(m.id for m in status.members if m.id != node.node_id and m.healthy and m.ready)
+            others_up = sorted(m.id for m in status.members if m.id != node.node_id and m.healthy and m.ready
+                               and m.id in voters)
             if status.leader_id and len(others_up) >= majority:
                 break
             if asyncio.get_running_loop().time() >= deadline:
@@ -207,9 +327,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
                     raise RpcError(grpc.StatusCode.UNAVAILABLE,
                                    "the group has no leader right now: a rebuild copies from a working group; try "
                                    "again once `raftmq cluster status` shows a leader")
-                down = sorted(m.id for m in status.members if m.id != node.node_id and m.id not in others_up)
+                down = sorted(m for m in voters if m != node.node_id and m not in others_up)
                 raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"while {node.node_id} rebuilds, only {len(others_up)} of {len(cfg.members)} members "
+                               f"while {node.node_id} rebuilds, only {len(others_up)} of {len(voters)} voters "
                                f"({', '.join(others_up) or 'none'}) would be up, not a majority ({majority}): the "
                                f"group would stop taking writes. Bring {', '.join(down)} back first")
             await asyncio.sleep(0.5)

@@ -22,9 +22,11 @@ class StoreApplier:
         import os
 
         from raftmq.replication.acl_table import FILE_NAME, AclTable
+        from raftmq.replication.membership import MembershipFile
 
         root = getattr(getattr(store, "config", None), "root_dir", None)
         self.acl = AclTable(os.path.join(root, "config", FILE_NAME) if root else None)
+        self.membership = MembershipFile(os.path.join(root, "config") if root else None)  # replicated groups only
 
     # ------------------------------------------------------------------ messages
     def encode_isolating(self, batch: list[PendingPut], now_ms: int) -> tuple[bytes, list[PendingPut]] | None:
@@ -85,22 +87,38 @@ class StoreApplier:
 
     # ------------------------------------------------------------------ metadata
     def apply_topic(self, op: str, arg: Any, timestamp_ms: int) -> None:
-        """Create/update (``arg`` = store.topic_config.TopicConfig) or delete (``arg`` = name) a topic.
-
-        ``timestamp_ms`` stamps topics.json's dataVersion; the leader chose it, so replicas write the same file.
-        """
-        store = self.store
+        """One topic change of the commands from before batched topic changes (``topic_create`` /
+        ``topic_update`` / ``topic_delete`` entries still in a journal): create and update replace the topic,
+        a delete of a missing topic does nothing, as they did."""
         if op in ("create", "update"):
-            store.topics.put(arg, timestamp_ms)
+            self.store.topics.put(arg, timestamp_ms)
         elif op == "delete":
-            store.topics.delete(arg, timestamp_ms)
-            store.delete_topic_files(arg)
-            if store.consumer_offsets.delete_topic(arg):
-                store.consumer_offsets.persist()
-            if store.pop_state.delete_topic(arg):
-                store.pop_state.persist()
+            self.apply_topics([("delete", arg)], timestamp_ms)
         else:
             raise ValueError(f"unknown topic operation {op!r}")
+
+    def apply_topics(self, ops: list[tuple[str, Any]], timestamp_ms: int) -> list[str | None]:
+        """Topic operations as ONE change of the table (one line of its change log, one sync): ``("create",
+        TopicConfig)`` (refused when the topic exists), ``("update", TopicConfig)`` (replaces it) or
+        ``("delete", name)`` (also drops its consume queues, offsets and pop state). Returns a refusal or None
+        per operation, the same on every replica. ``timestamp_ms`` (the leader's clock) stamps topics.json's
+        dataVersion, so replicas write the same file."""
+        from raftmq.store.topic_config import CREATE, DELETE, PUT
+
+        store = self.store
+        table_ops = {"create": CREATE, "update": PUT, "delete": DELETE}
+        try:
+            refusals = store.topics.apply([(table_ops[op], arg) for op, arg in ops], timestamp_ms)
+        except KeyError as e:
+            raise ValueError(f"unknown topic operation {e}") from None
+        for (op, arg), refusal in zip(ops, refusals, strict=True):
+            if op == "delete" and refusal is None:
+                store.delete_topic_files(arg)
+                if store.consumer_offsets.delete_topic(arg):
+                    store.consumer_offsets.persist()
+                if store.pop_state.delete_topic(arg):
+                    store.pop_state.persist()
+        return refusals
 
     def apply_offsets(self, commits: list[tuple[str, str, dict[int, int]]]) -> list[str]:
         """Apply each group's commit on its own, so one invalid commit cannot sink the others coalesced with it;
@@ -157,6 +175,7 @@ class StoreApplier:
     def persist_metadata(self) -> None:
         """Make replicated metadata as durable as the applied index that will record it."""
         self.acl.persist(only_if_dirty=True)
+        self.membership.persist()
         self.store.consumer_offsets.persist(only_if_dirty=True)
         self.store.delay_offsets.persist(only_if_dirty=True)
         self.store.timer_progress.persist(only_if_dirty=True)
@@ -164,6 +183,15 @@ class StoreApplier:
     @staticmethod
     def topic_to_dict(cfg: Any) -> dict:
         return cfg.to_json()
+
+    @classmethod
+    def topic_ops_to_json(cls, ops: list[tuple[str, Any]]) -> list[list]:
+        """Topic operations as a replicated command carries them (a config as topics.json holds it)."""
+        return [[op, arg if op == "delete" else cls.topic_to_dict(arg)] for op, arg in ops]
+
+    @classmethod
+    def topic_ops_from_json(cls, ops: list[list]) -> list[tuple[str, Any]]:
+        return [(str(op), str(arg) if op == "delete" else cls.topic_from_dict(arg)) for op, arg in ops]
 
     @staticmethod
     def topic_from_dict(d: dict) -> Any:
@@ -177,7 +205,8 @@ class StoreApplier:
                 "delay_offsets": self.store.delay_offsets.snapshot(),
                 "timer_progress": self.store.timer_progress.snapshot(), "pop_state": self.store.pop_state.snapshot(),
                 "queue_offsets": self.store.queue_offset_table(), "acl": self.acl.snapshot(),
-                "ended_console_sessions": self.acl.snapshot_ended_sessions()}
+                "ended_console_sessions": self.acl.snapshot_ended_sessions(),
+                "membership": self.membership.snapshot()}
 
     def import_metadata(self, d: dict) -> None:
         """Replace topics and offsets with a peer's (catch-up, snapshot install); drops consume queues of topics
@@ -198,6 +227,7 @@ class StoreApplier:
             self.acl.restore(d["acl"])
         if "ended_console_sessions" in d:  # absent in snapshots of members from before server-side log-outs
             self.acl.restore_ended_sessions(d["ended_console_sessions"])
+        self.membership.restore(d.get("membership"))  # absent (None) from members before membership records
         if "queue_offsets" in d:  # absent before catch-up from a retained-away start; see merge_queue_offsets
             store.merge_queue_offsets(d["queue_offsets"])
         for gone in before - set(store.topics.names()):

@@ -934,6 +934,11 @@ class AdminServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TopicResponse.FromString,
                 _registered_method=True)
+        self.CreateTopics = channel.unary_unary(
+                '/raftmq.v1.AdminService/CreateTopics',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsResponse.FromString,
+                _registered_method=True)
         self.UpdateTopic = channel.unary_unary(
                 '/raftmq.v1.AdminService/UpdateTopic',
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateTopicRequest.SerializeToString,
@@ -974,6 +979,16 @@ class AdminServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.FromString,
                 _registered_method=True)
+        self.AddMember = channel.unary_unary(
+                '/raftmq.v1.AdminService/AddMember',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.AddMemberRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveMember = channel.unary_unary(
+                '/raftmq.v1.AdminService/RemoveMember',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveMemberRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -981,6 +996,13 @@ class AdminServiceServicer:
 
     def CreateTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTopics(self, request, context):
+        """issue 43
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -1034,6 +1056,20 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddMember(self, request, context):
+        """issue 39
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveMember(self, request, context):
+        """issue 39
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1041,6 +1077,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.CreateTopic,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.TopicResponse.SerializeToString,
+            ),
+            'CreateTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTopics,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsResponse.SerializeToString,
             ),
             'UpdateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateTopic,
@@ -1082,6 +1123,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.SerializeToString,
             ),
+            'AddMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMember,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.AddMemberRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.SerializeToString,
+            ),
+            'RemoveMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMember,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveMemberRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'raftmq.v1.AdminService', rpc_method_handlers)
@@ -1110,6 +1161,33 @@ class AdminService:
             '/raftmq.v1.AdminService/CreateTopic',
             raftmq_dot_v1_dot_raftmq__pb2.CreateTopicRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.TopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/CreateTopics',
+            raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1326,6 +1404,60 @@ class AdminService:
             '/raftmq.v1.AdminService/UpdateConsumerGroup',
             raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/AddMember',
+            raftmq_dot_v1_dot_raftmq__pb2.AddMemberRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/RemoveMember',
+            raftmq_dot_v1_dot_raftmq__pb2.RemoveMemberRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
