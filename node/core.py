@@ -79,9 +79,6 @@ class BrokerCore:
                                    channel_options=self.member_channel_options)
         # the cluster's groups (issue 37): calls for another group's queues are relayed to it (node/groups.py)
         self.groups = GroupDirectory(cfg, self.forwarder)
-        # topics this member deleted as its group's leader, by name -> time.time(): the reconcile pass does not
-        # bring them back from another group (node/topic_reconcile.py)
-        self.topics_deleted: dict[str, float] = {}
         # serving state: every RPC scope (node/rpc.py) counts itself in and out
         self.serving = False
         self.stopping = False  # asked to stop: start-up and background loops give up

@@ -1,11 +1,14 @@
-"""The topic reconcile pass: each group's leader creates in its own group every topic another group has and it
-lacks (issue 37, docs/design/scale-out.md#topic-administration).
+"""The topic reconcile pass: each group's leader brings its own group's topics to what the latest cluster-wide
+change of each topic left, as any group saw it (issue 37, docs/design/scale-out.md#topic-administration).
 
-Why: a topic is created in every group at once, but a group that is down or without a leader at that moment
-misses it, and sends to it then find the topic in some groups only. Each leader repairs only its own group, with
-the settings the other group has, through its own write path (so the change replicates like any other). A topic
-this leader deleted lately (``BrokerCore.topics_deleted``) is not brought back: a delete that reached only some
-groups is completed by running it again, never undone here.
+Why: a topic is created or deleted in every group at once, but a group that is down or without a leader at that
+moment misses it. Every group keeps, in its replicated topic table, the time it last created or deleted each topic
+in such a change (store.topic_config.TopicMark), so any of its leaders, a new one included, can compare: the
+latest event among the groups that answer wins. A topic another group created after this group deleted it is
+created here (with that group's settings); a topic another group deleted after this group created it is deleted
+here - a delete that reached only some groups is completed, never undone. Each leader changes only its own group,
+through its own write path, and marks the change with the time of the event it follows, so the passes of all
+groups agree and stop.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from raftmq.node.admin import topic_message
 from raftmq.node.errors import RpcError
 from raftmq.node.groups import InternalCall
+from raftmq.node.validation import is_system_topic
 from raftmq.signing import signed_headers
-from raftmq.store import StoreError
 from raftmq.store.topic_config import TopicConfig
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -27,8 +32,31 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOMBSTONE_S = 24 * 3600.0  # a topic this leader deleted is not re-created from another group for this long
 CALL_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class GroupTopics:
+    """One group's topic table as the pass sees it: its topics and marks, by name."""
+
+    topics: dict[str, pb.TopicConfig]
+    marks: dict[str, pb.TopicMark]
+
+    def state(self, name: str) -> tuple[int, bool]:
+        """``(since_ms, present)``: whether the group holds the topic and since when. A group without a mark has
+        held (or lacked) it from the start (0); a mark that does not match what the group holds is older than
+        what it holds (a create or delete that left no mark came after it)."""
+        present = name in self.topics
+        mark = self.marks.get(name)
+        if mark is None:
+            return 0, present
+        return (mark.at_ms if mark.deleted != present else mark.at_ms + 1), present
+
+
+def latest(views: dict[str, GroupTopics], name: str) -> tuple[int, bool, str]:
+    """``(since_ms, present, group)`` of the latest state of topic ``name`` among ``views``; on a tie a group
+    that holds it wins (so a topic no group ever marked is copied to the groups that miss it)."""
+    return max((*v.state(name), g) for g, v in sorted(views.items()))
 
 
 class TopicReconcile:
@@ -38,6 +66,7 @@ class TopicReconcile:
         self.node = node
         self.interval_s = interval_s
         self.created = 0  # topics this member created in a pass (metrics, tests)
+        self.deleted = 0  # topics this member deleted in a pass, completing another group's delete
 
     def _context(self) -> InternalCall:
         s = self.node.config.security
@@ -58,34 +87,54 @@ class TopicReconcile:
                 except Exception:  # noqa: BLE001 - one failed pass must not end the loop
                     log.exception("topic reconcile pass failed; trying again in %.0f s", self.interval_s)
 
+    def _own(self) -> GroupTopics:
+        table = self.node.store.topics
+        topics = {n: topic_message(c) for n in table.names()
+                  if not is_system_topic(n) and (c := table.get(n)) is not None}
+        marks = {n: pb.TopicMark(name=n, deleted=m.deleted, at_ms=m.at_ms) for n, m in table.marks().items()}
+        return GroupTopics(topics, marks)
+
     async def pass_once(self) -> list[str]:
-        """One pass over the other groups' topic tables; the topics created in this member's group."""
+        """One pass over every group's topic table; what it changed in this member's group (``created NAME`` /
+        ``deleted NAME``)."""
         node, groups = self.node, self.node.groups
-        now = time.time()
-        for name, when in list(node.topics_deleted.items()):
-            if now - when > TOMBSTONE_S:
-                del node.topics_deleted[name]
-        created: list[str] = []
+        views = {groups.own: self._own()}
         for group in groups.names:
             if group == groups.own:
                 continue
             try:
-                answer = await groups.relay(group, "ListTopics", pb.ListTopicsRequest(broker=group), self._context())
+                answer = await groups.relay(group, "ListTopics", pb.ListTopicsRequest(broker=group, include_marks=True),
+                                            self._context())
             except RpcError as e:
                 log.info("topic reconcile: group %s not asked this time: %s", group, e.message)
                 continue
-            for t in answer.topics:
-                if node.topic_config(t.name) is not None or t.name in node.topics_deleted or t.name in created:
-                    continue
-                cfg = TopicConfig(topic_name=t.name, read_queue_nums=t.read_queue_nums,
-                                  write_queue_nums=t.write_queue_nums, perm=t.perm,
-                                  order=t.order).with_message_type(t.message_type)
-                try:
-                    await node.run_blocking(node.write_path.create_topic, cfg)
-                except StoreError:
-                    continue  # created meanwhile
-                created.append(t.name)
+            views[group] = GroupTopics({t.name: t for t in answer.topics}, {m.name: m for m in answer.marks})
+        if len(views) == 1:
+            return []
+        own = views[groups.own]
+        names = sorted({n for v in views.values() for n in (*v.topics, *v.marks) if not is_system_topic(n)})
+        done: list[str] = []
+        for name in names:
+            since_ms, present, source = latest(views, name)
+            if present == (name in own.topics):
+                continue
+            if present:
+                t = views[source].topics[name]
+                ops = [("create", TopicConfig(topic_name=t.name, read_queue_nums=t.read_queue_nums,
+                                              write_queue_nums=t.write_queue_nums, perm=t.perm,
+                                              order=t.order).with_message_type(t.message_type))]
+            else:
+                ops = [("delete", name)]
+            refusal, _ = await node.run_blocking(node.write_path.change_topics, [*ops, ("mark", (name, since_ms))])
+            if refusal:
+                continue  # changed meanwhile: the next pass looks again
+            done.append(f"{'created' if present else 'deleted'} {name}")
+            if present:
                 self.created += 1
-                log.warning("topic reconcile: created topic %r in group %s (%d queues, as group %s has it)", t.name,
-                            groups.own, t.write_queue_nums, group)
-        return created
+                log.warning("topic reconcile: created topic %r in group %s (%d queues, as group %s has it)", name,
+                            groups.own, t.write_queue_nums, source)
+            else:
+                self.deleted += 1
+                log.warning("topic reconcile: deleted topic %r in group %s, as group %s did at %d ms (its delete had "
+                            "not reached this group)", name, groups.own, source, since_ms)
+        return done

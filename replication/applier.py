@@ -13,6 +13,13 @@ from raftmq.replication.group_commit import PendingPut
 
 log = logging.getLogger(__name__)
 
+NAMED_TOPIC_OPS = ("delete", "mark")  # topic operations whose argument is no config (a name; a mark's name, time)
+
+
+def _mark_from_json(arg: list) -> tuple[str, int | None]:
+    name, at_ms = arg
+    return str(name), None if at_ms is None else int(at_ms)
+
 
 class StoreApplier:
     """Wraps a store.MessageStore for the write path."""
@@ -99,14 +106,15 @@ class StoreApplier:
 
     def apply_topics(self, ops: list[tuple[str, Any]], timestamp_ms: int) -> list[str | None]:
         """Topic operations as ONE change of the table (one line of its change log, one sync): ``("create",
-        TopicConfig)`` (refused when the topic exists), ``("update", TopicConfig)`` (replaces it) or
-        ``("delete", name)`` (also drops its consume queues, offsets and pop state). Returns a refusal or None
-        per operation, the same on every replica. ``timestamp_ms`` (the leader's clock) stamps topics.json's
+        TopicConfig)`` (refused when the topic exists), ``("update", TopicConfig)`` (replaces it),
+        ``("delete", name)`` (also drops its consume queues, offsets and pop state) or ``("mark", (name,
+        at_ms or None))`` (a cluster of groups: when this group created or deleted it,
+        store.topic_config.TopicMark). Returns a refusal or None per operation, the same on every replica. ``timestamp_ms`` (the leader's clock) stamps topics.json's
         dataVersion, so replicas write the same file."""
-        from raftmq.store.topic_config import CREATE, DELETE, PUT
+        from raftmq.store.topic_config import CREATE, DELETE, MARK, PUT
 
         store = self.store
-        table_ops = {"create": CREATE, "update": PUT, "delete": DELETE}
+        table_ops = {"create": CREATE, "update": PUT, "delete": DELETE, "mark": MARK}
         try:
             refusals = store.topics.apply([(table_ops[op], arg) for op, arg in ops], timestamp_ms)
         except KeyError as e:
@@ -187,11 +195,13 @@ class StoreApplier:
     @classmethod
     def topic_ops_to_json(cls, ops: list[tuple[str, Any]]) -> list[list]:
         """Topic operations as a replicated command carries them (a config as topics.json holds it)."""
-        return [[op, arg if op == "delete" else cls.topic_to_dict(arg)] for op, arg in ops]
+        return [[op, arg if op == "delete" else list(arg) if op == "mark" else cls.topic_to_dict(arg)]
+                for op, arg in ops]
 
     @classmethod
     def topic_ops_from_json(cls, ops: list[list]) -> list[tuple[str, Any]]:
-        return [(str(op), str(arg) if op == "delete" else cls.topic_from_dict(arg)) for op, arg in ops]
+        return [(str(op), str(arg) if op == "delete" else _mark_from_json(arg) if op == "mark"
+                 else cls.topic_from_dict(arg)) for op, arg in ops]
 
     @staticmethod
     def topic_from_dict(d: dict) -> Any:

@@ -31,7 +31,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 
 from raftmq.replication import catch_up, fresh_start, membership, pysyncobj_patches, snapshot
 from raftmq.replication.applied_index import AppliedIndex
-from raftmq.replication.applier import StoreApplier
+from raftmq.replication.applier import NAMED_TOPIC_OPS, StoreApplier
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
 from raftmq.replication.errors import (
     BusyError,
@@ -1327,7 +1327,7 @@ class RaftWritePath:
         if not self.is_writable():
             raise self._not_writable_error()
         for op, arg in ops:
-            if op != "delete":
+            if op not in NAMED_TOPIC_OPS:
                 arg.validate()
         return self._topic_committer.submit(list(ops)).result()
 

@@ -67,9 +67,11 @@ class WritePath(Protocol):
 
     def change_topics(self, ops: list[tuple[str, Any]]) -> list[str | None]:
         """Topic operations applied as one change, in order: ``("create", TopicConfig)`` (refused when the topic
-        exists), ``("update", TopicConfig)`` (replaces it) or ``("delete", name)``; one replicated command when
-        clustered (concurrent callers' operations may share it). Returns once applied here and durable, with one
-        refusal (str) or None per operation."""
+        exists), ``("update", TopicConfig)`` (replaces it), ``("delete", name)`` or ``("mark", (name,
+        at_ms or None))`` (a cluster of groups: when this group created or deleted the topic, at ``at_ms`` or
+        now, store.topic_config.TopicMark); one replicated command when clustered (concurrent callers'
+        operations may share it). Returns once applied here and durable, with one refusal (str) or None per
+        operation."""
 
     def create_topic(self, cfg: Any) -> None:
         """Create a topic (store.topic_config.TopicConfig); StoreError when it exists or is invalid."""

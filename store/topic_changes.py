@@ -39,8 +39,8 @@ Version = tuple[int, int]  # (dataVersion counter, timestamp)
 
 @dataclass(frozen=True)
 class Change:
-    """One line: the table's version after it and its topic operations (``("put", topic JSON)`` or
-    ``("del", name)``)."""
+    """One line: the table's version after it and its topic operations (``("put", topic JSON)``,
+    ``("del", name)`` or ``("mark", {"name", "deleted", "at"})``, store.topic_config.TopicMark)."""
 
     version: Version
     ops: tuple[tuple[str, Any], ...]

@@ -11,6 +11,12 @@ them on first use, through a replicated command.
 
 Changes go to the change log beside the file (store.topic_changes) and are folded into the file now and then
 (docs/design/topic-table.md): a change costs the same with 10 topics or 10,000.
+
+In a cluster of several Raft groups the table also keeps **marks**: when this group last created or deleted a
+topic as part of a cluster-wide change (``MARK`` operations, kept for ``MARK_KEEP_MS``). They are replicated with
+the topics, so every group's leader, a new one included, can tell a delete to complete from a create to copy
+(docs/design/scale-out.md#topic-administration). ``topics.json`` holds them under ``raftmqTopicMarks`` only when
+there are some (a one-group cluster never writes the key).
 """
 
 from __future__ import annotations
@@ -141,7 +147,25 @@ def _with_builtins(topics: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
     return {**{t.topic_name: t for t in BUILTIN_TOPICS}, **topics}
 
 
-CREATE, PUT, DELETE = "create", "put", "delete"  # TopicConfigTable.apply's operations
+CREATE, PUT, DELETE, MARK = "create", "put", "delete", "mark"  # TopicConfigTable.apply's operations
+MARK_KEEP_MS = 24 * 3600 * 1000  # a mark older than this (by the timestamps of later changes) is forgotten
+MARKS_KEY = "raftmqTopicMarks"  # topics.json's key of the marks (absent when there are none)
+
+
+@dataclass(frozen=True)
+class TopicMark:
+    """When this group last created (``deleted`` False) or deleted a topic in a cluster-wide change, by the
+    timestamp of the change that did it (its leader's clock, ms)."""
+
+    deleted: bool
+    at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"deleted": self.deleted, "at": self.at_ms}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TopicMark:
+        return cls(deleted=bool(d["deleted"]), at_ms=int(d["at"]))
 
 
 class TopicConfigTable:
@@ -163,6 +187,7 @@ class TopicConfigTable:
         self.changes = TopicChangeLog(os.path.join(config_dir, self.LOG_NAME))
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = _with_builtins({})
+        self._marks: dict[str, TopicMark] = {}
         self.data_version = {"counter": 0, "timestamp": 0}
         self._file_version: Version = (0, 0)  # what topics.json on disk holds
         self._file_bytes = 0
@@ -172,11 +197,13 @@ class TopicConfigTable:
         """``topics.json`` (or its ``.bak``), then the changes of the log it does not hold yet."""
         data = json_file.read_leniently(self.path)
         topics: dict[str, TopicConfig] = {}
+        marks: dict[str, TopicMark] = {}
         version: Version = (0, 0)
         if data is not None:
             try:
                 table = data.get("topicConfigTable", {})
                 topics = {name: TopicConfig.from_json(v) for name, v in table.items()}
+                marks = _marks_from_json(data)
                 dv = data.get("dataVersion", {})
                 version = (int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
             except (AttributeError, KeyError, TypeError, ValueError) as e:
@@ -192,12 +219,13 @@ class TopicConfigTable:
                 "log continues (its .bak?), or move the log away to start from the file as it is")
         try:
             for change in later:
-                _apply_ops(topics, change.ops)
+                _apply_ops(topics, marks, change.ops, change.version[1])
                 version = change.version
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise StoreLoadError(f"{self.changes.path} holds a change of the wrong shape: {e}") from None
         with self._lock:
             self._topics = _with_builtins(topics)
+            self._marks = marks
             self.data_version = {"counter": version[0], "timestamp": version[1]}
             self._file_version = file_version
             self._file_bytes = os.path.getsize(self.path) if os.path.exists(self.path) else 0
@@ -220,6 +248,11 @@ class TopicConfigTable:
 
     def names(self) -> list[str]:
         return sorted(self._topics)
+
+    def marks(self) -> dict[str, TopicMark]:
+        """The marks (a copy): when this group last created or deleted each topic in a cluster-wide change."""
+        with self._lock:
+            return dict(self._marks)
 
     # ------------------------------------------------------------------ deterministic changes
     @staticmethod
@@ -246,13 +279,19 @@ class TopicConfigTable:
 
     def apply(self, ops: Sequence[tuple[str, Any]], timestamp_ms: int) -> list[str | None]:
         """Apply topic operations in order as ONE change (one line of the log, one sync): ``(CREATE, cfg)`` (refused
-        when the topic exists), ``(PUT, cfg)`` (create or replace) or ``(DELETE, name)`` (refused when absent).
-        Returns a refusal (str) or None per operation, the same on every replica; the data version grows by one
-        per operation applied and takes ``timestamp_ms``."""
+        when the topic exists), ``(PUT, cfg)`` (create or replace), ``(DELETE, name)`` (refused when absent) or
+        ``(MARK, (name, at_ms))`` (remember ``at_ms``, or ``timestamp_ms`` when None, as when the topic was
+        created or deleted, whichever it is after the operations before it; never refused). A topic marked
+        before that is created or deleted without a mark of its own is marked at ``timestamp_ms`` (a topic
+        created on first use after a delete is newer than the delete). Returns a refusal (str) or None per
+        operation, the same on every replica; the data version grows by one per operation applied (marks
+        included) and takes ``timestamp_ms``."""
         refusals: list[str | None] = []
         accepted: list[tuple[str, Any]] = []
         with self._lock:
             pending: dict[str, TopicConfig | None] = {}  # this change's effect so far, over the table
+            marks: dict[str, TopicMark] = {}
+            born_or_gone: dict[str, bool] = {}  # topics this change creates (False) or deletes (True)
 
             def exists(name: str) -> bool:
                 return pending[name] is not None if name in pending else name in self._topics
@@ -264,19 +303,31 @@ class TopicConfigTable:
                         self._refuse_builtin(arg.topic_name, "created or changed")
                         if op == CREATE and exists(arg.topic_name):
                             raise StoreError(f"topic {arg.topic_name} already exists")
+                        if not exists(arg.topic_name):
+                            born_or_gone[arg.topic_name] = False
                         pending[arg.topic_name] = arg
                         accepted.append(("put", arg.to_json()))
                     elif op == DELETE:
                         self._refuse_builtin(arg, "deleted")
                         if not exists(arg):
                             raise StoreError(f"topic {arg} does not exist")
+                        born_or_gone[arg] = True
                         pending[arg] = None
                         accepted.append(("del", arg))
+                    elif op == MARK:
+                        name, at_ms = arg
+                        marks[name] = TopicMark(deleted=not exists(name),
+                                                at_ms=int(timestamp_ms if at_ms is None else at_ms))
+                        accepted.append(("mark", {"name": name, **marks[name].to_json()}))
                     else:
                         raise ValueError(f"unknown topic operation {op!r}")
                     refusals.append(None)
                 except StoreError as e:
                     refusals.append(str(e))
+            for name, deleted in born_or_gone.items():
+                if name in self._marks and name not in marks:
+                    marks[name] = TopicMark(deleted=deleted, at_ms=int(timestamp_ms))
+                    accepted.append(("mark", {"name": name, **marks[name].to_json()}))
             if not accepted:
                 return refusals
             before = (self.data_version["counter"], self.data_version["timestamp"])
@@ -287,6 +338,9 @@ class TopicConfigTable:
                     self._topics.pop(name, None)
                 else:
                     self._topics[name] = cfg
+            if marks:
+                self._marks.update(marks)
+                _forget_old_marks(self._marks, int(timestamp_ms))
             self.data_version = {"counter": version[0], "timestamp": version[1]}
             if self.changes.size > max(self.FOLD_MIN_BYTES, self._file_bytes):
                 self._fold_locked()
@@ -298,10 +352,13 @@ class TopicConfigTable:
 
     # ------------------------------------------------------------------ persistence / snapshots
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "dataVersion": dict(self.data_version),
             "topicConfigTable": {name: self._topics[name].to_json() for name in sorted(self._topics)},
         }
+        if self._marks:
+            data[MARKS_KEY] = {name: self._marks[name].to_json() for name in sorted(self._marks)}
+        return data
 
     def snapshot(self) -> str:
         with self._lock:
@@ -313,6 +370,7 @@ class TopicConfigTable:
         with self._lock:
             self._topics = _with_builtins(
                 {n: TopicConfig.from_json(v) for n, v in data.get("topicConfigTable", {}).items()})
+            self._marks = _marks_from_json(data)
             dv = data.get("dataVersion", {})
             self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
             # the log first: a crash before the file is written leaves a log that continues neither file (ignored)
@@ -349,13 +407,30 @@ class TopicConfigTable:
         self._file_bytes = len(text.encode())
 
 
-def _apply_ops(topics: dict[str, TopicConfig], ops: Sequence[tuple[str, Any]]) -> None:
-    """Replay one change of the log onto ``topics``."""
+def _apply_ops(topics: dict[str, TopicConfig], marks: dict[str, TopicMark], ops: Sequence[tuple[str, Any]],
+               timestamp_ms: int) -> None:
+    """Replay one change of the log onto ``topics`` and ``marks``."""
+    marked = False
     for op, arg in ops:
         if op == "put":
             cfg = TopicConfig.from_json(arg)
             topics[cfg.topic_name] = cfg
         elif op == "del":
             topics.pop(str(arg), None)
+        elif op == "mark":
+            marks[str(arg["name"])] = TopicMark.from_json(arg)
+            marked = True
         else:
             raise ValueError(f"unknown operation {op!r}")
+    if marked:
+        _forget_old_marks(marks, timestamp_ms)
+
+
+def _forget_old_marks(marks: dict[str, TopicMark], now_ms: int) -> None:
+    """Drop the marks older than ``MARK_KEEP_MS`` before ``now_ms`` (a change's timestamp: the same everywhere)."""
+    for name in [n for n, m in marks.items() if now_ms - m.at_ms > MARK_KEEP_MS]:
+        del marks[name]
+
+
+def _marks_from_json(data: dict[str, Any]) -> dict[str, TopicMark]:
+    return {str(name): TopicMark.from_json(v) for name, v in data.get(MARKS_KEY, {}).items()}

@@ -20,17 +20,25 @@ TOPIC = "scale"
 QUEUES = 4
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    specs = group_specs(tmp_path, groups=2, members=3)
+def _start(tmp_path, **cluster) -> list:
+    specs = group_specs(tmp_path, groups=2, members=3, **({"cluster": cluster} if cluster else {}))
     nodes = start_nodes([s for group in specs for s in group], timeout=120)
-    groups = [nodes[:3], nodes[3:]]
     try:
-        for g in groups:
+        for g in (nodes[:3], nodes[3:]):
             wait_leader(g)
         admin(nodes[0]).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(
             name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)), timeout=30)
-        yield groups
+    except BaseException:
+        stop_all(nodes, kill=True)
+        raise
+    return nodes
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    nodes = _start(tmp_path)
+    try:
+        yield [nodes[:3], nodes[3:]]
     finally:
         stop_all(nodes, kill=True)
 
@@ -141,3 +149,42 @@ def test_a_whole_group_down_refuses_fast_naming_it_and_the_other_writes_on(clust
         n.wait_ready(120)
     wait_leader(g1, timeout=120)
     _all_acked_are_stored(cluster, s.acked)
+
+
+def _holds(node, topic: str) -> bool:
+    return any(t.name == topic for t in admin(node).ListTopics(pb.ListTopicsRequest(), timeout=20).topics)
+
+
+def test_a_delete_that_reached_one_group_completes_after_that_groups_leader_dies(tmp_path):
+    """The delete reaches g0 only (g1 is down); g0's leader is SIGKILLed before g1 is back. The delete is in g0's
+    replicated topic table (its mark), so g0's new leader does not bring the topic back from g1, and g1's leader
+    completes the delete once g1 is back."""
+    nodes = _start(tmp_path, topic_reconcile_interval_s=1)
+    g0, g1 = nodes[:3], nodes[3:]
+    try:
+        for n in g1:
+            n.kill()
+        with pytest.raises(grpc.RpcError) as e:
+            admin(g0[0]).DeleteTopic(pb.DeleteTopicRequest(name=TOPIC), timeout=30)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value.details()
+        assert "group g1" in e.value.details() and "done: g0 deleted" in e.value.details(), e.value.details()
+        leader = wait_leader(g0)
+        leader.kill()
+        new = wait_leader(g0, exclude={leader.spec.id}, timeout=60)
+        marks = admin(new).ListTopics(pb.ListTopicsRequest(include_marks=True), timeout=20).marks
+        assert [(m.name, m.deleted) for m in marks] == [(TOPIC, True)]  # on the new leader: it was replicated
+        for n in g1:
+            n.start()
+        for n in g1:
+            n.wait_ready(120)
+        wait_leader(g1, timeout=120)
+        live = [n for n in nodes if n.alive]
+        wait_for(lambda: not any(_holds(n, TOPIC) for n in live), "the topic gone from every live member of both "
+                 "groups (g1's leader completing the delete)", timeout=120)
+        # the delete is done for good: a create afterwards is a new topic in every group
+        answer = admin(g1[0]).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(name=TOPIC)), timeout=30)
+        assert [(o.group, o.outcome) for o in answer.groups] == [("g0", "created"), ("g1", "created")]
+        wait_for(lambda: all(_holds(n, TOPIC) for n in live), "the topic created again on every live member",
+                 timeout=60)
+    finally:
+        stop_all(nodes, kill=True)

@@ -12,7 +12,16 @@ import textwrap
 import pytest
 
 from raftmq.store.errors import StoreLoadError
-from raftmq.store.topic_config import CREATE, DELETE, PUT, TopicConfig, TopicConfigTable
+from raftmq.store.topic_config import (
+    CREATE,
+    DELETE,
+    MARK,
+    MARK_KEEP_MS,
+    PUT,
+    TopicConfig,
+    TopicConfigTable,
+    TopicMark,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -173,3 +182,42 @@ def test_a_killed_writer_loses_no_acknowledged_change(tmp_path):
     names = {c.topic_name for c in t.list() if c.topic_name.startswith("k")}
     assert {f"k{i:06d}" for i in range(acked + 1)} <= names
     assert len(names) % 3 == 0 and t.data_version["counter"] == len(names)  # whole changes only
+
+
+def test_marks_of_a_cluster_of_groups_survive_the_log_a_fold_and_a_snapshot_and_expire_after_a_day(tmp_path):
+    """Issue 37: when a group created or deleted a topic is replicated state of its table, like the topics."""
+    t = _table(tmp_path)
+    t.apply([(CREATE, TopicConfig("A")), (MARK, ("A", None)), (CREATE, TopicConfig("B"))], 1000)
+    assert t.to_json()["raftmqTopicMarks"] == {"A": {"deleted": False, "at": 1000}}
+    t.apply([(DELETE, "A"), (MARK, ("A", None)), (MARK, ("gone", 700))], 2000)  # a delete of one never held
+    want = {"A": TopicMark(deleted=True, at_ms=2000), "gone": TopicMark(deleted=True, at_ms=700)}
+    assert t.marks() == want
+    assert _table(tmp_path).marks() == want  # replayed from the change log
+    t.fold(only_if_changed=False)
+    assert json.loads((tmp_path / "topics.json").read_text())["raftmqTopicMarks"]["A"] == {"deleted": True, "at": 2000}
+    assert _table(tmp_path).marks() == want  # from topics.json
+    other = _table(tmp_path / "other")
+    other.restore(t.snapshot())
+    assert other.marks() == want  # a snapshot carries them
+    t.apply([(CREATE, TopicConfig("A")), (MARK, ("A", None))], 3000)
+    assert t.marks()["A"] == TopicMark(deleted=False, at_ms=3000)
+    t.apply([(MARK, ("B", None))], 700 + MARK_KEEP_MS + 1)  # a day after "gone" was deleted: forgotten
+    assert set(t.marks()) == {"A", "B"} and set(_table(tmp_path).marks()) == {"A", "B"}
+
+
+def test_a_marked_topic_created_or_deleted_without_a_mark_is_marked_by_that_change(tmp_path):
+    """A retry topic created on first use after a cluster-wide delete is newer than that delete (issue 37)."""
+    t = _table(tmp_path)
+    t.apply([(CREATE, TopicConfig("A")), (DELETE, "A"), (MARK, ("A", None))], 1000)
+    t.apply([(CREATE, TopicConfig("A")), (CREATE, TopicConfig("never-marked"))], 2000)
+    assert t.marks() == {"A": TopicMark(deleted=False, at_ms=2000)}
+    t.apply([(DELETE, "A")], 3000)
+    assert t.marks() == {"A": TopicMark(deleted=True, at_ms=3000)} == _table(tmp_path).marks()
+
+
+def test_a_table_without_marks_writes_topics_json_as_before(tmp_path):
+    t = _table(tmp_path)
+    t.apply([(CREATE, TopicConfig("A")), (DELETE, "A"), (CREATE, TopicConfig("B"))], 5)
+    t.fold(only_if_changed=False)
+    assert set(json.loads((tmp_path / "topics.json").read_text())) == {"dataVersion", "topicConfigTable"}
+    assert t.marks() == {}
