@@ -42,6 +42,7 @@ class GroupMember:
     queue_ids: list[int]
     last_heartbeat_ms: int
     expires_in_ms: int
+    broker: str = ""  # the group whose queues, in a cluster of several Raft groups
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class GroupQueue:
     committed_offset: int
     max_offset: int
     lag: int
+    broker: str = ""  # the group of the queue, in a cluster of several Raft groups
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,10 @@ def describe_consumer_group(servers: str | Iterable[str] | None, group: str, *, 
         pool.close()
     return ConsumerGroupDescription(
         group=resp.group,
-        members=[GroupMember(m.client_id, m.topic, list(m.queue_ids), m.last_heartbeat_ms, m.expires_in_ms)
-                 for m in resp.members],
-        queues=[GroupQueue(q.topic, q.queue_id, q.client_id, q.committed, q.committed_offset, q.max_offset, q.lag)
-                for q in resp.queues],
+        members=[GroupMember(m.client_id, m.topic, list(m.queue_ids), m.last_heartbeat_ms, m.expires_in_ms,
+                             m.broker) for m in resp.members],
+        queues=[GroupQueue(q.topic, q.queue_id, q.client_id, q.committed, q.committed_offset, q.max_offset, q.lag,
+                           q.broker) for q in resp.queues],
         generations=dict(resp.generations), answered_by=address,
         settings=GroupSettings.from_pb(resp.settings) if resp.HasField("settings") else None)
 

@@ -69,6 +69,19 @@ class AclService(pb_grpc.AclServiceServicer):
         fields = {k: v for k, v in cmd.items() if k != "secret"}  # never the (sealed) secret
         audit("acl_change", by=principal.access_key if principal else "?", peer=context.peer(), **fields)
 
+    async def _in_every_group(self, method: str, request, context):
+        """Issue 37: users and rules are replicated settings of each group; a change without a group, in a cluster
+        of several, is made in every group (each part idempotent), and the answer is this member's group's. None
+        when this call is one group's part, or the cluster is one group: the change is made here."""
+        node = self.node
+        node.check_group(request.broker)
+        if request.broker or not node.groups.many:
+            return None
+        return (await node.groups.in_every_group(method, request, context))[node.groups.own]
+
+    def _user(self, access_key: str) -> dict | None:
+        return next((u for u in self._auth().users() if u["access_key"] == access_key), None)
+
     def _one(self, access_key: str) -> pb.AclUser:
         for u in self._auth().users():
             if u["access_key"] == access_key:
@@ -82,6 +95,8 @@ class AclService(pb_grpc.AclServiceServicer):
         if len(request.secret_key) < MIN_SECRET_LENGTH:
             raise invalid(f"secret key must have at least {MIN_SECRET_LENGTH} characters")
         networks = _networks(request.networks)
+        if (answer := await self._in_every_group("PutAclUser", request, context)) is not None:
+            return answer
         existed = any(u["access_key"] == request.access_key for u in auth.users())
         cmd = {"op": "user_put", "user": request.access_key, "secret": auth.box.seal(request.secret_key),
                "admin": request.admin}
@@ -95,14 +110,21 @@ class AclService(pb_grpc.AclServiceServicer):
                                  context) -> pb.SetAclUserNetworksResponse:
         self._auth()
         self._check_user(request.access_key)
-        await self._apply({"op": "user_networks", "user": request.access_key,
-                           "networks": _networks(request.networks)}, context)
+        networks = _networks(request.networks)
+        if (answer := await self._in_every_group("SetAclUserNetworks", request, context)) is not None:
+            return answer
+        await self._apply({"op": "user_networks", "user": request.access_key, "networks": networks}, context)
         return pb.SetAclUserNetworksResponse(user=self._one(request.access_key))
 
     @rpc_handler("DeleteAclUser")
     async def DeleteAclUser(self, request: pb.DeleteAclUserRequest, context) -> pb.DeleteAclUserResponse:  # noqa: N802
         self._auth()
         self._check_user(request.access_key)
+        node = self.node
+        node.check_group(request.broker)
+        if not request.broker and node.groups.many:  # a group without the user has it deleted already
+            await node.groups.in_every_group("DeleteAclUser", request, context, done_if_not_found=True)
+            return pb.DeleteAclUserResponse()
         await self._apply({"op": "user_delete", "user": request.access_key}, context)
         return pb.DeleteAclUserResponse()
 
@@ -119,6 +141,12 @@ class AclService(pb_grpc.AclServiceServicer):
                                "resources": list(request.rule.resources)})
         except ValueError as e:
             raise invalid(str(e)) from None
+        if (answer := await self._in_every_group("AddAclRule", request, context)) is not None:
+            return answer
+        user = self._user(request.access_key)
+        if request.broker and user is not None and rule in user.get("rules", []):  # one group's part, done there
+            self.node.check_leader()
+            return pb.AddAclRuleResponse(user=self._one(request.access_key))
         await self._apply({"op": "rule_add", "user": request.access_key, "rule": rule}, context)
         return pb.AddAclRuleResponse(user=self._one(request.access_key))
 
@@ -126,7 +154,25 @@ class AclService(pb_grpc.AclServiceServicer):
     async def RemoveAclRule(self, request: pb.RemoveAclRuleRequest, context) -> pb.RemoveAclRuleResponse:  # noqa: N802
         self._auth()
         self._check_user(request.access_key)
-        await self._apply({"op": "rule_remove", "user": request.access_key, "index": request.index}, context)
+        node = self.node
+        node.check_group(request.broker)
+        if not request.broker and node.groups.many:
+            # the groups may list a user's rules in different orders after a partial change: each group removes
+            # the rule this member's group has at that index, found by value (NOT_FOUND here when there is none)
+            rules = self._one(request.access_key).rules
+            if not 0 <= request.index < len(rules):
+                raise not_found(f"user {request.access_key!r} has no rule {request.index} (it has {len(rules)}; "
+                                "see `raftmq acl list`)")
+            pinned = pb.RemoveAclRuleRequest(access_key=request.access_key, rule=rules[request.index])
+            return (await node.groups.in_every_group("RemoveAclRule", pinned, context))[node.groups.own]
+        index = request.index
+        if request.HasField("rule"):  # one group's part of a removal in every group: the rule by value
+            found = [i for i, r in enumerate(self._one(request.access_key).rules) if r == request.rule]
+            if not found:
+                node.check_leader()
+                return pb.RemoveAclRuleResponse(user=self._one(request.access_key))
+            index = found[0]
+        await self._apply({"op": "rule_remove", "user": request.access_key, "index": index}, context)
         return pb.RemoveAclRuleResponse(user=self._one(request.access_key))
 
     @rpc_handler("EndConsoleSession")

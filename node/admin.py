@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -26,6 +25,7 @@ from raftmq.node.validation import (
     check_topic_name,
     is_system_topic,
 )
+from raftmq.replication.write_path import raise_refusal
 from raftmq.store.topic_config import MIXED, NORMAL
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
@@ -53,6 +53,12 @@ def new_topic_config(t: pb.TopicConfig):
     message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
     return TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
                        order=t.order).with_message_type(message_type)
+
+
+def marked(node: BrokerCore, ops: list[tuple], name: str) -> list[tuple]:
+    """``ops`` on topic ``name``, followed in a cluster of several groups by the mark of when this group created
+    or deleted it (replicated with them: docs/design/scale-out.md#topic-administration)."""
+    return [*ops, ("mark", (name, None))] if node.groups.many else ops
 
 
 def _listed(items: list[str], sep: str = ", ", shown: int = 10) -> str:
@@ -97,8 +103,11 @@ class AdminService(pb_grpc.AdminServiceServicer):
             did = ", ".join(f"{o.group} {o.outcome}" for o in outcomes) or "no group changed"
             code = (grpc.StatusCode.UNAVAILABLE if any(e.code == grpc.StatusCode.UNAVAILABLE for e in failed)
                     else failed[0].code)
-            after = (" - the leaders' reconcile pass creates it in the groups that lack it once they answer"
-                     if method == "CreateTopic" else f" - run the {what} again once they answer (it is idempotent)")
+            after = {"CreateTopic": " - the leaders' reconcile pass creates it in the groups that lack it once they "
+                                    "answer",
+                     "DeleteTopic": " - the leaders' reconcile pass deletes it in the groups that missed the delete "
+                                    "once they answer"}.get(method, f" - run the {what} again once they answer (it "
+                                                                    "is idempotent)")
             raise RpcError(code, "; ".join(e.message for e in failed) + f" (done: {did}){after}")
         response = done[0]
         del response.groups[:]
@@ -125,10 +134,10 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
                            f"topic {t.name!r} already exists{where}; change it with `raftmq topic update {t.name}` "
                            "(SDK: Admin.update_topic)")
-        [refusal] = await node.run_blocking(node.write_path.change_topics, [("create", cfg)])
+        ops = marked(node, [("create", cfg)], t.name)
+        [refusal, *_] = await node.run_blocking(node.write_path.change_topics, ops)
         if refusal:
             raise self._refused(t.name, refusal)
-        node.topics_deleted.pop(t.name, None)  # created again: the reconcile pass may copy it once more
         return pb.TopicResponse(topic=topic_message(node.existing_topic(t.name)), groups=self._outcome("created"))
 
     @rpc_handler("CreateTopics")
@@ -158,7 +167,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
                            "was created: leave them out, or skip them with skip_existing (`--skip-existing`)")
         skip = set(existing)
         todo = [c for c in cfgs if c.topic_name not in skip]
-        refusals = await self.node.run_blocking(self.node.write_path.change_topics, [("create", c) for c in todo])
+        ops = [marked(self.node, [("create", c)], c.topic_name) for c in todo]  # a create (and its mark)
+        answers = await self.node.run_blocking(self.node.write_path.change_topics, [op for o in ops for op in o])
+        refusals = answers[::len(ops[0])] if ops else []
         created = [c for c, r in zip(todo, refusals, strict=True) if r is None]
         late = [(c.topic_name, r) for c, r in zip(todo, refusals, strict=True) if r is not None]
         for name, refusal in late:
@@ -213,8 +224,10 @@ class AdminService(pb_grpc.AdminServiceServicer):
         start = bisect.bisect_right(names, request.after) if request.after else 0
         page = names[start:start + request.limit] if request.limit else names[start:]
         topics = self.node.store.topics
+        marks = [pb.TopicMark(name=n, deleted=m.deleted, at_ms=m.at_ms)
+                 for n, m in sorted(topics.marks().items())] if request.include_marks else []
         return pb.ListTopicsResponse(topics=[topic_message(c) for n in page if (c := topics.get(n)) is not None],
-                                     matching=len(names), more=start + len(page) < len(names))
+                                     matching=len(names), more=start + len(page) < len(names), marks=marks)
 
     @rpc_handler("DeleteTopic")
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # noqa: N802
@@ -227,12 +240,13 @@ class AdminService(pb_grpc.AdminServiceServicer):
             return pb.DeleteTopicResponse(groups=answer.groups)
         if request.broker and node.topic_config(request.name) is None:
             node.check_leader()  # only the leader's table is current: a follower's may lag a create
-            node.topics_deleted[request.name] = time.time()
+            if node.groups.many:  # the group remembers the delete even so: the reconcile pass must not undo it
+                await node.run_blocking(node.write_path.change_topics, marked(node, [], request.name))
             return pb.DeleteTopicResponse(groups=self._outcome("absent"))
         node.existing_topic(request.name)
-        await node.run_blocking(node.write_path.delete_topic, request.name)
-        if request.broker:
-            node.topics_deleted[request.name] = time.time()
+        refusals = await node.run_blocking(node.write_path.change_topics,
+                                           marked(node, [("delete", request.name)], request.name))
+        raise_refusal(refusals)
         return pb.DeleteTopicResponse(groups=self._outcome("deleted"))
 
     # ------------------------------------------------------------------ cluster
@@ -347,8 +361,27 @@ class AdminService(pb_grpc.AdminServiceServicer):
     # ------------------------------------------------------------------ consumer groups
     @rpc_handler("DescribeConsumerGroup")
     async def DescribeConsumerGroup(self, request, context) -> pb.DescribeConsumerGroupResponse:  # noqa: N802
-        """Live members (the leader's table), who owns which queue, committed offsets and lag per queue."""
-        return await self.node.run_blocking(describe_group, self.node, request.group)
+        """Live members (the leader's table), who owns which queue, committed offsets and lag per queue; in a
+        cluster of several groups without ``broker``, every group's, each member and queue naming its group."""
+        node = self.node
+        node.check_group(request.broker)
+        if request.broker or not node.groups.many:
+            resp = await node.run_blocking(describe_group, node, request.group)
+            if node.groups.many:
+                for part in (*resp.members, *resp.queues):
+                    part.broker = node.groups.own
+            return resp
+        check_group_name(request.group)
+        answers = await node.groups.in_every_group("DescribeConsumerGroup", request, context,
+                                                   done_if_not_found=True)  # a group it never used
+        found = {g: a for g, a in answers.items() if not isinstance(a, RpcError)}
+        resp = pb.DescribeConsumerGroupResponse(group=request.group, settings=group_settings(node, request.group))
+        for a in found.values():
+            resp.members.extend(a.members)
+            resp.queues.extend(a.queues)
+        own = found.get(node.groups.own) or next(iter(found.values()))
+        resp.generations.update(own.generations)  # membership generations are each group's leader's (soft state)
+        return resp
 
     @rpc_handler("UpdateConsumerGroup")
     async def UpdateConsumerGroup(self, request, context) -> pb.UpdateConsumerGroupResponse:  # noqa: N802
@@ -360,16 +393,19 @@ class AdminService(pb_grpc.AdminServiceServicer):
         node = self.node
         group = request.group
         check_group_name(group)
-        node.check_leader()  # a group without settings starts from the leader's configuration, on every member
         given = request.HasField("fifo") or request.HasField("max_delivery_attempts") or bool(request.retry_backoff)
+        if request.reset and given:
+            raise invalid("reset drops the group's settings (the node configuration applies again); give no "
+                          "other setting with it")
+        if not request.reset and not given:
+            raise invalid("nothing to change: give fifo, max_delivery_attempts, retry_backoff or reset")
+        node.check_group(request.broker)
+        if not request.broker and node.groups.many:  # issue 37: the group's settings in every group of the cluster
+            return (await node.groups.in_every_group("UpdateConsumerGroup", request, context))[node.groups.own]
+        node.check_leader()  # a group without settings starts from the leader's configuration, on every member
         if request.reset:
-            if given:
-                raise invalid("reset drops the group's settings (the node configuration applies again); give no "
-                              "other setting with it")
             await node.run_blocking(node.write_path.update_group_config, group, None)
         else:
-            if not given:
-                raise invalid("nothing to change: give fifo, max_delivery_attempts, retry_backoff or reset")
             now = node.pop.policy(group)
             try:  # the node configuration's checks, so both ways of setting a policy refuse the same values
                 policy = parse_policy(

@@ -202,3 +202,30 @@ class GroupDirectory:
                 return group, e
 
         return list(await asyncio.gather(*(one(g) for g in self.names)))
+
+    async def in_every_group(self, method: str, request: Any, context: grpc.aio.ServicerContext, *,
+                             done_if_not_found: bool = False) -> dict[str, Any]:
+        """A change of replicated settings without a group (access rules, consumer-group settings, an offset
+        reset), in a cluster of several: ``request`` pinned (its ``broker``) to every group at once, each group
+        applying it idempotently (docs/design/scale-out.md#settings-in-every-group). Every group's answer by
+        group; if any group refused or did not answer, an RpcError with each refusal naming its group and the
+        groups that did it. ``done_if_not_found`` (a delete): a group answering NOT_FOUND has nothing left to
+        do (its answer is the error), unless every group does (then that is the refusal)."""
+
+        def pinned(group: str) -> Any:
+            copy = type(request)()
+            copy.CopyFrom(request)
+            copy.broker = group
+            return copy
+
+        answers = await self.fan_out(method, pinned, context)
+        failed = [e for _, e in answers if isinstance(e, RpcError)]
+        if done_if_not_found and len(failed) < len(answers):
+            failed = [e for e in failed if e.code != grpc.StatusCode.NOT_FOUND]
+        if failed:
+            did = ", ".join(g for g, a in answers if not isinstance(a, RpcError)) or "no group"
+            code = (grpc.StatusCode.UNAVAILABLE if any(e.code == grpc.StatusCode.UNAVAILABLE for e in failed)
+                    else failed[0].code)
+            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done in: {did}; run it again once "
+                           "every group answers: each group's part is idempotent)")
+        return dict(answers)

@@ -145,17 +145,31 @@ class PopRpcs:
 
     @rpc_handler("ResetGroupOffsets")
     async def ResetGroupOffsets(self, request: pb.ResetGroupOffsetsRequest, context):  # noqa: N802
-        pop = self._pop(request.group, request.topic)
-        which = request.WhichOneof("to")
-        if which is None:
-            raise invalid("set timestamp (ms since the epoch) or offset to reset to")
-        if which == "timestamp" and request.timestamp < 0 or which == "offset" and request.offset < 0:
-            raise invalid("timestamp and offset must be >= 0")
-        if request.topic.startswith(RETRY_PREFIX):
-            raise invalid("reset the group on its topic, not on its retry topic")
-        kwargs = {"timestamp_ms": request.timestamp} if which == "timestamp" else {"offset": request.offset}
-        offsets = await self._run(pop.reset, request.group, request.topic, **kwargs)
+        """A consumer group's positions on a topic's queues; in a cluster of several groups without ``broker``
+        every group resets its own queues (offsets live with the queue: docs/design/scale-out.md#consumers)."""
+        node = self.node
+        if not request.broker and node.groups.many:
+            check_group_name(request.group)
+            check_topic_name(request.topic, allow_system=True)
+            _reset_target(request)
+            answers = await node.groups.in_every_group("ResetGroupOffsets", request, context)
+            return pb.ResetGroupOffsetsResponse(groups=[pb.GroupOffsetReset(group=g, offsets=a.offsets)
+                                                        for g, a in answers.items()])
+        pop = self._pop(request.group, request.topic, request.broker)
+        offsets = await self._run(pop.reset, request.group, request.topic, **_reset_target(request))
         return pb.ResetGroupOffsetsResponse(offsets=offsets)
+
+
+def _reset_target(request: pb.ResetGroupOffsetsRequest) -> dict:
+    """PopCore.reset's target of a ResetGroupOffsets request; RpcError saying what to fix."""
+    which = request.WhichOneof("to")
+    if which is None:
+        raise invalid("set timestamp (ms since the epoch) or offset to reset to")
+    if which == "timestamp" and request.timestamp < 0 or which == "offset" and request.offset < 0:
+        raise invalid("timestamp and offset must be >= 0")
+    if request.topic.startswith(RETRY_PREFIX):
+        raise invalid("reset the group on its topic, not on its retry topic")
+    return {"timestamp_ms": request.timestamp} if which == "timestamp" else {"offset": request.offset}
 
 
 def _send_result(r) -> pb.SendResult:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+import grpc
+
 from raftmq.client.commands.args import UsageError, add_command, security_of, servers_of
 from raftmq.client.commands.output import message_json, ms_to_text, preview, print_json, send_line
 from raftmq.client.connection import ServerPool
-from raftmq.client.errors import NotFoundError
+from raftmq.client.errors import NotFoundError, RaftmqError
 from raftmq.client.producer import Producer
 from raftmq.client.render import body_text, escape
 from raftmq.client.table import render_table
@@ -23,25 +25,39 @@ _SYSTEM = ("KEYS", "TAGS", "UNIQ_KEY", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DLQ_
 
 
 def _dead_letters(args: argparse.Namespace) -> list[MessageView]:
-    """Every message still stored in %DLQ%<group>, oldest first."""
+    """Every message still stored in %DLQ%<group>, oldest first; in a cluster of several Raft groups each group's
+    (a dead letter stays in the group that held the message: docs/design/scale-out.md#consumers), group by
+    group. A group that does not answer fails the command, naming it."""
     topic = DLQ_PREFIX + args.group
     pool = ServerPool(servers_of(args), timeout=args.timeout, retry_timeout=args.timeout,
                       security=security_of(args))
-    out: list[MessageView] = []
     try:
-        offset = 0
-        while True:
-            req = pb.PullMessageRequest(topic=topic, queue_id=0, offset=offset, max_count=256)
-            try:
-                resp, _ = pool.read(lambda s, t, r=req: s.messaging.PullMessage(r, timeout=t))
-            except NotFoundError:
-                return []  # no dead letter yet: the topic is created with the first one
-            out.extend(MessageView.from_pb(m) for m in resp.messages)
-            if resp.status == pb.NO_NEW_MSG or resp.next_offset <= offset:
-                return out
-            offset = resp.next_offset
+        try:
+            route, _ = pool.read(lambda s, t: s.messaging.QueryRoute(pb.QueryRouteRequest(), timeout=t))
+            groups = [g.name for g in route.groups] if len(route.groups) > 1 else [""]
+        except RaftmqError as e:
+            if e.code != grpc.StatusCode.UNIMPLEMENTED:  # a server from before routes: one group
+                raise
+            groups = [""]
+        return [m for g in groups for m in _dead_letters_in(pool, topic, g)]
     finally:
         pool.close()
+
+
+def _dead_letters_in(pool: ServerPool, topic: str, broker: str) -> list[MessageView]:
+    """The messages of ``topic``'s queue 0 in group ``broker`` ("": the answering member's)."""
+    out: list[MessageView] = []
+    offset = 0
+    while True:
+        req = pb.PullMessageRequest(topic=topic, queue_id=0, offset=offset, max_count=256, broker=broker)
+        try:
+            resp, _ = pool.read(lambda s, t, r=req: s.messaging.PullMessage(r, timeout=t))
+        except NotFoundError:
+            return []  # no dead letter yet: the topic is created with the first one
+        out.extend(MessageView.from_pb(m, broker) for m in resp.messages)
+        if resp.status == pb.NO_NEW_MSG or resp.next_offset <= offset:
+            return out
+        offset = resp.next_offset
 
 
 def _find(msgs: list[MessageView], ident: str) -> MessageView:
@@ -63,7 +79,10 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     rows = [[m.uniq_key, m.properties.get("RETRY_TOPIC", ""), m.properties.get("DLQ_DELIVERY_ATTEMPTS", ""),
              ms_to_text(m.store_timestamp), m.properties.get("DLQ_REASON", ""), preview(m.body)]
             for m in msgs]
-    print(render_table(["Uniq key", "From topic", "Attempts", "Dead since", "Reason", "Body"], rows))
+    header = ["Uniq key", "From topic", "Attempts", "Dead since", "Reason", "Body"]
+    if any(m.broker for m in msgs):  # a cluster of several Raft groups: the group that holds each
+        header, rows = ["Group", *header], [[m.broker, *row] for m, row in zip(msgs, rows, strict=True)]
+    print(render_table(header, rows))
     return 0
 
 

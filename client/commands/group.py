@@ -24,23 +24,37 @@ from raftmq.v1 import raftmq_pb2 as pb
 def cmd_group_describe(args: argparse.Namespace) -> int:
     """``group describe``: live members (from the leader), who owns which queue, committed offsets and lag."""
     d = describe_consumer_group(servers_of(args), args.group, security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout)
+    many = any(q.broker for q in d.queues) or any(m.broker for m in d.members)  # several Raft groups: name each
     if args.json:
-        print_json(dataclasses.asdict(d))
+        data = dataclasses.asdict(d)
+        if not many:  # one group: the output it always had
+            for part in (*data["members"], *data["queues"]):
+                del part["broker"]
+        print_json(data)
         return 0
     total_lag = sum(q.lag for q in d.queues)
     print(f"Group: {d.group} ({len({m.client_id for m in d.members})} live members, total lag {total_lag}, "
           f"answered by {d.answered_by})")
     if d.settings is not None:
         print(_settings_line(d.settings))
-    rows = [[m.topic, m.client_id, ",".join(map(str, m.queue_ids)) or "-", ms_to_text(m.last_heartbeat_ms),
-             f"{m.expires_in_ms / 1000:.1f}s"] for m in d.members]
+    rows = [_grouped(many, m.broker, [m.topic, m.client_id, ",".join(map(str, m.queue_ids)) or "-",
+                                      ms_to_text(m.last_heartbeat_ms), f"{m.expires_in_ms / 1000:.1f}s"])
+            for m in d.members]
     if rows:
-        print(render_table(["Topic", "Member", "Queues", "Last heartbeat", "Expires in"], rows, title="Members"))
-    rows = [[q.topic, q.queue_id, q.client_id or "-", q.committed_offset if q.committed else "-", q.max_offset,
-             q.lag] for q in d.queues]
+        print(render_table(_grouped(many, "Group", ["Topic", "Member", "Queues", "Last heartbeat", "Expires in"]),
+                           rows, title="Members"))
+    rows = [_grouped(many, q.broker, [q.topic, q.queue_id, q.client_id or "-",
+                                      q.committed_offset if q.committed else "-", q.max_offset, q.lag])
+            for q in d.queues]
     if rows:
-        print(render_table(["Topic", "Queue", "Owner", "Committed", "Max offset", "Lag"], rows, title="Queues"))
+        print(render_table(_grouped(many, "Group", ["Topic", "Queue", "Owner", "Committed", "Max offset", "Lag"]),
+                           rows, title="Queues"))
     return 0
+
+
+def _grouped(many: bool, group, row: list) -> list:
+    """``row`` with ``group`` after its first cell (the topic) in a cluster of several Raft groups."""
+    return [row[0], group, *row[1:]] if many else row
 
 
 def _duration_text(ms: int) -> str:
@@ -83,6 +97,14 @@ def cmd_group_reset_offsets(args: argparse.Namespace) -> int:
         resp, _ = pool.write(lambda s, t: s.messaging.ResetGroupOffsets(req, timeout=t), idempotent=True)
     finally:
         pool.close()
+    if resp.groups:  # a cluster of several Raft groups: each reset its own queues
+        by_group = {g.group: dict(sorted(g.offsets.items())) for g in resp.groups}
+        if args.json:
+            print_json({"group": args.group, "topic": args.topic, "groups": by_group})
+        else:
+            print(render_table(["Group", "Queue", "New offset"],
+                               [[g, q, o] for g, offsets in by_group.items() for q, o in offsets.items()]))
+        return 0
     offsets = dict(sorted(resp.offsets.items()))
     if args.json:
         print_json({"group": args.group, "topic": args.topic, "offsets": offsets})

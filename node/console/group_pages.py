@@ -190,7 +190,7 @@ def reset_offsets(c: ConsoleContext, form: dict[str, str], address: str) -> Resp
               error=str(e), peer=address)
         raise BadRequest(f"offsets were not reset: {e}", 409) from None
     audit("console_action", user=c.viewer(), action="reset_offsets", group=group, topic=topic,
-          offsets=dict(resp.offsets), peer=address)
+          offsets=dict(resp.offsets) or {g.group: dict(g.offsets) for g in resp.groups}, peer=address)
     return Response(303, b"", headers={"Location": url(f"/ui/groups/{seg(group)}", reset=topic)})
 
 

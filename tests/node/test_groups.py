@@ -4,6 +4,7 @@ failing fast with its name. The 6-process failover tests are in tests/replicatio
 
 from __future__ import annotations
 
+import json
 import time
 
 import grpc
@@ -345,5 +346,88 @@ def test_a_member_with_another_group_list_is_named_in_the_route(tmp_path):
         route = messaging(nodes[0]).QueryRoute(pb.QueryRouteRequest(), timeout=20)
         g1 = {g.name: g for g in route.groups}["g1"]
         assert not g1.available and "has another cluster.groups list" in g1.error, g1
+    finally:
+        stop_all(nodes)
+
+
+def _cli(node, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "raftmq.client", "--server", node.grpc_address, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_group_settings_and_an_offset_reset_act_in_every_group(shared_groups, topic):
+    from raftmq.client import Producer
+    from raftmq.client.consumer_group import describe_consumer_group, update_consumer_group
+
+    g0, g1 = shared_groups
+    settings = update_consumer_group([g1.grpc_address], "cg-every", max_delivery_attempts=7)
+    assert settings.max_delivery_attempts == 7
+    for node in shared_groups:  # the settings a member answers with are its own group's
+        described = admin(node).DescribeConsumerGroup(pb.DescribeConsumerGroupRequest(group="cg-every"), timeout=20)
+        assert (described.settings.max_delivery_attempts, described.settings.source) == (7, "group settings"), node
+    with Producer([g0.grpc_address]) as p:
+        brokers = {p.send(topic, f"m{i}").broker for i in range(16)}
+    assert brokers == {"g0", "g1"}
+    out = _cli(g0, "group", "reset-offsets", "cg-every", topic, "--to-offset", "1000000", "--json")
+    assert out.returncode == 0, out.stderr
+    reset = json.loads(out.stdout)["groups"]
+    for group, node in (("g0", g0), ("g1", g1)):  # each group reset its own queues, to their ends (clamped)
+        ends = {str(q.queue_id): q.max_offset for q in messaging(node).GetQueueOffsets(
+            pb.GetQueueOffsetsRequest(topic=topic), timeout=20).queues}
+        assert reset[group] == ends and sum(ends.values()) > 0, (group, reset)
+        committed = messaging(node).FetchOffset(pb.FetchOffsetRequest(group="cg-every", topic=topic), timeout=20)
+        assert {str(q): o for q, o in committed.offsets.items()} == ends, group
+    described = describe_consumer_group([g1.grpc_address], "cg-every")  # one view: both groups' queues
+    assert sorted((q.broker, q.queue_id) for q in described.queues) == [(g, q) for g in ("g0", "g1") for q in range(4)]
+    assert all(q.committed and q.lag == 0 for q in described.queues), described.queues
+    assert described.settings.max_delivery_attempts == 7
+
+
+def test_a_settings_change_with_a_group_down_fails_naming_it_and_keeps_the_others(two_groups):
+    from raftmq.client.consumer_group import update_consumer_group
+    from raftmq.client.errors import RaftmqError
+
+    g0, g1 = two_groups
+    g1.kill()
+    with pytest.raises(RaftmqError) as e:
+        update_consumer_group([g0.grpc_address], "cg-down", fifo=True, retry_timeout=5)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE, e.value
+    assert "group g1 is unavailable" in str(e.value) and "done in: g0" in str(e.value), e.value
+    described = admin(g0).DescribeConsumerGroup(pb.DescribeConsumerGroupRequest(group="cg-down", broker="g0"),
+                                                timeout=20)  # g0 kept its part
+    assert described.settings.fifo and described.settings.source == "group settings"
+
+
+def test_access_users_and_rules_are_changed_in_every_group(tmp_path):
+    from raftmq.client.acl import AclAdmin
+    from raftmq.client.errors import NotFoundError
+    from raftmq.client.security import ClientSecurity
+
+    security = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
+    specs = group_specs(tmp_path, groups=2, members=1, security=security, cluster={"secret": "cluster-secret"})
+    nodes = start_nodes([s for group in specs for s in group])
+    root = ClientSecurity(access_key="root", secret_key="root-secret-1")
+    try:
+        g0, g1 = nodes
+        with AclAdmin([g0.grpc_address], security=root) as a0, AclAdmin([g1.grpc_address], security=root) as a1:
+            a0.put_user("alice", "alice-secret-1")
+            a0.add_rule("alice", "allow", ["PUB"], ["topic:orders-*"])
+            a1.add_rule("alice", "allow", ["SUB"], ["group:billing"])
+            a0.add_rule("alice", "allow", ["PUB"], ["topic:orders-*"])  # already in every group: nothing added
+            for acl in (a0, a1):
+                [alice] = [u for u in acl.list_users() if u.access_key == "alice"]
+                assert [(r.actions, r.resources) for r in alice.rules] == [(("PUB",), ("topic:orders-*",)),
+                                                                           (("SUB",), ("group:billing",))]
+            a1.remove_rule("alice", 0)  # the rule g1 has at 0, by value in every group
+            for acl in (a0, a1):
+                [alice] = [u for u in acl.list_users() if u.access_key == "alice"]
+                assert [r.actions for r in alice.rules] == [("SUB",)]
+            a1.delete_user("alice")
+            assert all("alice" not in [u.access_key for u in acl.list_users()] for acl in (a0, a1))
+            with pytest.raises(NotFoundError):  # no group has it: a typo is still an error
+                a0.delete_user("alice")
     finally:
         stop_all(nodes)

@@ -376,27 +376,31 @@ class UnregisterConsumerResponse(_message.Message):
     def __init__(self, client_ids: _Optional[_Iterable[str]] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class DescribeConsumerGroupRequest(_message.Message):
-    __slots__ = ("group",)
+    __slots__ = ("group", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
-    def __init__(self, group: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ConsumerGroupMember(_message.Message):
-    __slots__ = ("client_id", "topic", "queue_ids", "last_heartbeat_ms", "expires_in_ms")
+    __slots__ = ("client_id", "topic", "queue_ids", "last_heartbeat_ms", "expires_in_ms", "broker")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     topic: str
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
     last_heartbeat_ms: int
     expires_in_ms: int
-    def __init__(self, client_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., last_heartbeat_ms: _Optional[int] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, client_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_ids: _Optional[_Iterable[int]] = ..., last_heartbeat_ms: _Optional[int] = ..., expires_in_ms: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ConsumerGroupQueue(_message.Message):
-    __slots__ = ("topic", "queue_id", "client_id", "committed", "committed_offset", "max_offset", "lag")
+    __slots__ = ("topic", "queue_id", "client_id", "committed", "committed_offset", "max_offset", "lag", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -404,6 +408,7 @@ class ConsumerGroupQueue(_message.Message):
     COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     client_id: str
@@ -411,7 +416,8 @@ class ConsumerGroupQueue(_message.Message):
     committed_offset: int
     max_offset: int
     lag: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., client_id: _Optional[str] = ..., committed: _Optional[bool] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., client_id: _Optional[str] = ..., committed: _Optional[bool] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class ConsumerGroupSettings(_message.Message):
     __slots__ = ("fifo", "max_delivery_attempts", "retry_backoff_ms", "source")
@@ -447,18 +453,20 @@ class DescribeConsumerGroupResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[ConsumerGroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[ConsumerGroupQueue, _Mapping]]] = ..., generations: _Optional[_Mapping[str, int]] = ..., settings: _Optional[_Union[ConsumerGroupSettings, _Mapping]] = ...) -> None: ...
 
 class UpdateConsumerGroupRequest(_message.Message):
-    __slots__ = ("group", "fifo", "max_delivery_attempts", "retry_backoff", "reset")
+    __slots__ = ("group", "fifo", "max_delivery_attempts", "retry_backoff", "reset", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     FIFO_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
     RESET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     fifo: bool
     max_delivery_attempts: int
     retry_backoff: str
     reset: bool
-    def __init__(self, group: _Optional[str] = ..., fifo: _Optional[bool] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[str] = ..., reset: _Optional[bool] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., fifo: _Optional[bool] = ..., max_delivery_attempts: _Optional[int] = ..., retry_backoff: _Optional[str] = ..., reset: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class UpdateConsumerGroupResponse(_message.Message):
     __slots__ = ("group", "settings")
@@ -579,28 +587,42 @@ class CreateTopicsResponse(_message.Message):
     def __init__(self, created: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., existing: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
-    __slots__ = ("include_system", "filter", "after", "limit", "broker")
+    __slots__ = ("include_system", "filter", "after", "limit", "broker", "include_marks")
     INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     AFTER_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     BROKER_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_MARKS_FIELD_NUMBER: _ClassVar[int]
     include_system: bool
     filter: str
     after: str
     limit: int
     broker: str
-    def __init__(self, include_system: _Optional[bool] = ..., filter: _Optional[str] = ..., after: _Optional[str] = ..., limit: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+    include_marks: bool
+    def __init__(self, include_system: _Optional[bool] = ..., filter: _Optional[str] = ..., after: _Optional[str] = ..., limit: _Optional[int] = ..., broker: _Optional[str] = ..., include_marks: _Optional[bool] = ...) -> None: ...
+
+class TopicMark(_message.Message):
+    __slots__ = ("name", "deleted", "at_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    deleted: bool
+    at_ms: int
+    def __init__(self, name: _Optional[str] = ..., deleted: _Optional[bool] = ..., at_ms: _Optional[int] = ...) -> None: ...
 
 class ListTopicsResponse(_message.Message):
-    __slots__ = ("topics", "matching", "more")
+    __slots__ = ("topics", "matching", "more", "marks")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     MATCHING_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     matching: int
     more: bool
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., matching: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+    marks: _containers.RepeatedCompositeFieldContainer[TopicMark]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., matching: _Optional[int] = ..., more: _Optional[bool] = ..., marks: _Optional[_Iterable[_Union[TopicMark, _Mapping]]] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("name", "broker")
@@ -953,19 +975,36 @@ class SendMessageBackResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
 
 class ResetGroupOffsetsRequest(_message.Message):
-    __slots__ = ("group", "topic", "timestamp", "offset")
+    __slots__ = ("group", "topic", "timestamp", "offset", "broker")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     timestamp: int
     offset: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp: _Optional[int] = ..., offset: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class GroupOffsetReset(_message.Message):
+    __slots__ = ("group", "offsets")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, group: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ResetGroupOffsetsResponse(_message.Message):
-    __slots__ = ("offsets",)
+    __slots__ = ("offsets", "groups")
     class OffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -974,8 +1013,10 @@ class ResetGroupOffsetsResponse(_message.Message):
         value: int
         def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.ScalarMap[int, int]
-    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    groups: _containers.RepeatedCompositeFieldContainer[GroupOffsetReset]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ..., groups: _Optional[_Iterable[_Union[GroupOffsetReset, _Mapping]]] = ...) -> None: ...
 
 class AclRule(_message.Message):
     __slots__ = ("effect", "actions", "resources")
@@ -1002,16 +1043,18 @@ class AclUser(_message.Message):
     def __init__(self, access_key: _Optional[str] = ..., admin: _Optional[bool] = ..., rules: _Optional[_Iterable[_Union[AclRule, _Mapping]]] = ..., bootstrap: _Optional[bool] = ..., networks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PutAclUserRequest(_message.Message):
-    __slots__ = ("access_key", "secret_key", "admin", "networks")
+    __slots__ = ("access_key", "secret_key", "admin", "networks", "broker")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
     SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     NETWORKS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     access_key: str
     secret_key: str
     admin: bool
     networks: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ..., networks: _Optional[_Iterable[str]] = ...) -> None: ...
+    broker: str
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., admin: _Optional[bool] = ..., networks: _Optional[_Iterable[str]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class PutAclUserResponse(_message.Message):
     __slots__ = ("user", "created")
@@ -1022,10 +1065,12 @@ class PutAclUserResponse(_message.Message):
     def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class DeleteAclUserRequest(_message.Message):
-    __slots__ = ("access_key",)
+    __slots__ = ("access_key", "broker")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     access_key: str
-    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+    broker: str
+    def __init__(self, access_key: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class DeleteAclUserResponse(_message.Message):
     __slots__ = ()
@@ -1042,12 +1087,14 @@ class ListAclUsersResponse(_message.Message):
     def __init__(self, users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ...) -> None: ...
 
 class AddAclRuleRequest(_message.Message):
-    __slots__ = ("access_key", "rule")
+    __slots__ = ("access_key", "rule", "broker")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     access_key: str
     rule: AclRule
-    def __init__(self, access_key: _Optional[str] = ..., rule: _Optional[_Union[AclRule, _Mapping]] = ...) -> None: ...
+    broker: str
+    def __init__(self, access_key: _Optional[str] = ..., rule: _Optional[_Union[AclRule, _Mapping]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class AddAclRuleResponse(_message.Message):
     __slots__ = ("user",)
@@ -1056,12 +1103,16 @@ class AddAclRuleResponse(_message.Message):
     def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...
 
 class RemoveAclRuleRequest(_message.Message):
-    __slots__ = ("access_key", "index")
+    __slots__ = ("access_key", "index", "broker", "rule")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
     access_key: str
     index: int
-    def __init__(self, access_key: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+    broker: str
+    rule: AclRule
+    def __init__(self, access_key: _Optional[str] = ..., index: _Optional[int] = ..., broker: _Optional[str] = ..., rule: _Optional[_Union[AclRule, _Mapping]] = ...) -> None: ...
 
 class RemoveAclRuleResponse(_message.Message):
     __slots__ = ("user",)
@@ -1117,12 +1168,14 @@ class PullStreamResponse(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., pull: _Optional[_Union[PullMessageResponse, _Mapping]] = ...) -> None: ...
 
 class SetAclUserNetworksRequest(_message.Message):
-    __slots__ = ("access_key", "networks")
+    __slots__ = ("access_key", "networks", "broker")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
     NETWORKS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     access_key: str
     networks: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, access_key: _Optional[str] = ..., networks: _Optional[_Iterable[str]] = ...) -> None: ...
+    broker: str
+    def __init__(self, access_key: _Optional[str] = ..., networks: _Optional[_Iterable[str]] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class SetAclUserNetworksResponse(_message.Message):
     __slots__ = ("user",)
