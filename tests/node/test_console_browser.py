@@ -123,7 +123,7 @@ def test_cluster_page_shows_every_member_as_the_api_does(cluster, page):
         assert r[2] == m.membership == "voter" and r[3] == "yes" and r[4] == "yes"
         assert number(r[5]) == m.term
         assert number(r[9]) == m.applied_offset  # settled: nothing is written meanwhile
-        assert r[11] == m.grpc_address
+        assert r[12] == m.grpc_address
     assert "(this node)" in rows[follower.spec.id][0]
     assert page.inner_text("header .who").count(status.leader_id) >= 1
     assert f"leader {status.leader_id}" in page.inner_text("header .who")
