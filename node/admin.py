@@ -264,7 +264,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
                            "to transfer leadership to")
         voters = node.write_path.configuration().voter_ids
         if request.to_id and request.to_id not in voters:
-            raise invalid(f"{request.to_id!r} (transfer-leader --to) is not a voter; voters are {voters}")
+            raise invalid(f"{request.to_id!r} (transfer-leader --to) is not a voter of the group (only a voter can "
+                          f"lead; a learner is promoted once it has caught up); voters: {', '.join(voters)}")
         await node.run_blocking(node.write_path.transfer_leadership, request.to_id or None)
         leader = node.write_path.leader()
         return pb.TransferLeaderResponse(leader_id=leader.id if leader else "")

@@ -325,14 +325,11 @@ class ReplicatedLog(SyncObj):
         advances a follower's commit index only on entries that passed the log-matching check, or to the end of
         a snapshot it installed, and so does this: the message is handled with the commit index it already had,
         and raised to what a loaded snapshot covers."""
-        leader_commit = message.get("commit_index", 0)
         self._machine.from_leader = True  # a snapshot loaded now is the leader's, not this member's own
         try:
-            SyncObj._SyncObj__onMessageReceived(
-                self, node, {**message, "commit_index": min(leader_commit, self._SyncObj__raftCommitIndex)})
+            self._receive_with_commit_capped(node, message, self._SyncObj__raftCommitIndex)
         finally:
             self._machine.from_leader = False
-        self._SyncObj__leaderCommitIndex = leader_commit
         installed = self._SyncObj__raftLastApplied  # a loaded snapshot sets it to the snapshot's last index
         if installed > self._SyncObj__raftCommitIndex:
             self._SyncObj__raftCommitIndex = installed
@@ -429,13 +426,17 @@ class ReplicatedLog(SyncObj):
         """pysyncobj's handling of a message that ends inside this member's log (``_skip_known_entries``): its
         truncation after ``prevLogIdx`` is skipped, and the commit index rises no further than that index (pysyncobj
         raises it to our last index, which here would commit entries the leader's message did not vouch for)."""
-        upto = message["prevLogIdx"]
-        leader_commit = message.get("commit_index", 0)
         self._keep_tail = True
         try:
-            SyncObj._SyncObj__onMessageReceived(self, node, {**message, "commit_index": min(leader_commit, upto)})
+            self._receive_with_commit_capped(node, message, message["prevLogIdx"])
         finally:
             self._keep_tail = False
+
+    def _receive_with_commit_capped(self, node: Any, message: dict, cap: int) -> None:
+        """pysyncobj's handling of ``message`` with the commit index it may raise this member's to lowered to
+        ``cap``; the leader's own commit index is still recorded as the leader's (readiness compares with it)."""
+        leader_commit = message.get("commit_index", 0)
+        SyncObj._SyncObj__onMessageReceived(self, node, {**message, "commit_index": min(leader_commit, cap)})
         self._SyncObj__leaderCommitIndex = leader_commit
 
     def _SyncObj__deleteEntriesFrom(self, fromIDx: int) -> None:  # noqa: N802,N803 - pysyncobj's names

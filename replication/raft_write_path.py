@@ -958,8 +958,10 @@ class RaftWritePath:
         if lg.apply_stuck:
             return lg.apply_stuck
         if not lg.caught_up:
-            return (f"catching up with the group's log (applied Raft index {lg.raftLastApplied}, commit index "
-                    f"{lg.raftCommitIndex})")
+            where = f"applied Raft index {lg.raftLastApplied}, commit index {lg.raftCommitIndex}"
+            if self.leader() is None:
+                return f"no leader to catch up with (election in progress or no majority reachable; {where})"
+            return f"catching up with the group's log ({where})"
         return ""
 
     def leader_contact(self) -> tuple[MemberInfo | None, float]:

@@ -179,14 +179,17 @@ class ControlPlane(LoggedProcesses):
         ])
         self._create_fake_nodes()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 3.0) -> None:
+        """SIGTERM every program, then SIGKILL whatever still runs after ``grace_s`` in all: the control plane's
+        data dies with the session, and the API server alone waits out its graceful termination (~20 s)."""
         for name in reversed(list(self.procs)):
             p = self.procs[name]
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
         for p in self.procs.values():
             try:
-                p.wait(15)
+                p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
