@@ -431,3 +431,18 @@ def test_access_users_and_rules_are_changed_in_every_group(tmp_path):
                 a0.delete_user("alice")
     finally:
         stop_all(nodes)
+
+
+def test_dlq_lists_every_groups_dead_letters(shared_groups):
+    g0, g1 = shared_groups
+    dlq = "%DLQ%cg-dead"
+    admin(g0).CreateTopic(pb.CreateTopicRequest(topic=pb.TopicConfig(name=dlq, read_queue_nums=1,
+                                                                      write_queue_nums=1)), timeout=30)
+    for group in ("g0", "g1"):  # a dead letter stays in the group that held the message
+        _send(g0, dlq, broker=group, queue_id=0, uniq_key=f"dead-in-{group}")
+    out = _cli(g1, "dlq", "list", "cg-dead", "--json")
+    assert out.returncode == 0, out.stderr
+    assert sorted((m["uniq_key"], m["broker"]) for m in map(json.loads, out.stdout.splitlines())) == [
+        ("dead-in-g0", "g0"), ("dead-in-g1", "g1")]
+    table = _cli(g0, "dlq", "list", "cg-dead")
+    assert table.returncode == 0 and "Group" in table.stdout and "dead-in-g0" in table.stdout, table
