@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 10.0
+CHANGES_PER_COMMAND = 500  # topics a pass changes in one Raft command (each a create or delete, and its mark)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ def latest(views: dict[str, GroupTopics], name: str) -> tuple[int, bool, str]:
     """``(since_ms, present, group)`` of the latest state of topic ``name`` among ``views``; on a tie a group
     that holds it wins (so a topic no group ever marked is copied to the groups that miss it)."""
     return max((*v.state(name), g) for g, v in sorted(views.items()))
+
+
+def _config(t: pb.TopicConfig) -> TopicConfig:
+    return TopicConfig(topic_name=t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums,
+                       perm=t.perm, order=t.order).with_message_type(t.message_type)
 
 
 class TopicReconcile:
@@ -113,28 +119,27 @@ class TopicReconcile:
             return []
         own = views[groups.own]
         names = sorted({n for v in views.values() for n in (*v.topics, *v.marks) if not is_system_topic(n)})
-        done: list[str] = []
+        plans = []  # (name, the latest state's time, its group, the config to create or None to delete)
         for name in names:
             since_ms, present, source = latest(views, name)
-            if present == (name in own.topics):
-                continue
-            if present:
-                t = views[source].topics[name]
-                ops = [("create", TopicConfig(topic_name=t.name, read_queue_nums=t.read_queue_nums,
-                                              write_queue_nums=t.write_queue_nums, perm=t.perm,
-                                              order=t.order).with_message_type(t.message_type))]
-            else:
-                ops = [("delete", name)]
-            refusal, _ = await node.run_blocking(node.write_path.change_topics, [*ops, ("mark", (name, since_ms))])
-            if refusal:
-                continue  # changed meanwhile: the next pass looks again
-            done.append(f"{'created' if present else 'deleted'} {name}")
-            if present:
-                self.created += 1
-                log.warning("topic reconcile: created topic %r in group %s (%d queues, as group %s has it)", name,
-                            groups.own, t.write_queue_nums, source)
-            else:
-                self.deleted += 1
-                log.warning("topic reconcile: deleted topic %r in group %s, as group %s did at %d ms (its delete had "
-                            "not reached this group)", name, groups.own, source, since_ms)
+            if present != (name in own.topics):
+                plans.append((name, since_ms, source, _config(views[source].topics[name]) if present else None))
+        done: list[str] = []
+        for i in range(0, len(plans), CHANGES_PER_COMMAND):
+            batch = plans[i:i + CHANGES_PER_COMMAND]
+            ops = [op for name, since_ms, _, cfg in batch
+                   for op in ((("create", cfg) if cfg else ("delete", name)), ("mark", (name, since_ms)))]
+            refusals = await node.run_blocking(node.write_path.change_topics, ops)
+            for (name, since_ms, source, cfg), refusal in zip(batch, refusals[::2], strict=True):
+                if refusal:
+                    continue  # changed meanwhile: the next pass looks again
+                done.append(f"{'created' if cfg else 'deleted'} {name}")
+                if cfg:
+                    self.created += 1
+                    log.warning("topic reconcile: created topic %r in group %s (%d queues, as group %s has it)",
+                                name, groups.own, cfg.write_queue_nums, source)
+                else:
+                    self.deleted += 1
+                    log.warning("topic reconcile: deleted topic %r in group %s, as group %s did at %d ms (its "
+                                "delete had not reached this group)", name, groups.own, source, since_ms)
         return done
