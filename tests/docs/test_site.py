@@ -1,6 +1,7 @@
 """The documentation site (issue 42): it builds with --strict (no broken link or anchor, every page in the
-navigation), every repository path and class member the pages name exists, every docs page the code cites exists with the cited
-section, the console's screenshots are on its page, and the metrics page lists what a running cluster exports."""
+navigation), every repository path and class member the pages name exists, every docs page the code cites exists
+with the cited section, the console's screenshots are on its page, and the metrics page lists what a running
+cluster exports."""
 
 from __future__ import annotations
 
