@@ -1,6 +1,7 @@
 """The documentation site (issue 42): it builds with --strict (no broken link or anchor, every page in the
-navigation), every repository path the pages name exists, every docs page the code cites exists with the cited
-section, the console's screenshots are on its page, and the metrics page lists what a running cluster exports."""
+navigation), every repository path and class member the pages name exists, every docs page the code cites exists
+with the cited section, the console's screenshots are on its page, and the metrics page lists what a running
+cluster exports."""
 
 from __future__ import annotations
 
@@ -56,6 +57,45 @@ def test_every_repository_path_a_page_names_exists(page):
 def test_the_path_check_can_fail():
     assert _code_paths("see `store/no_such_module.py` and `bench/peer_bench.py`, not `config/topics.json`") == \
         ["store/no_such_module.py", "bench/peer_bench.py"]
+
+
+CLASS_DEF = re.compile(r"^class (\w+)\b", re.M)
+# `Class.member` (or `module.Class.member()`) in a page; a member in CamelCase is an RPC, checked by the protos
+MEMBER = re.compile(r"`(?:[\w.]+\.)?([A-Z]\w+)\.([a-z_]\w*)(?:\(\))?`")
+
+
+def _class_sources() -> dict[str, list[str]]:
+    """Every class of the package's code, with the text of each module that defines one of that name."""
+    out: dict[str, list[str]] = {}
+    for room in ("store", "replication", "node", "client", "pipeline"):
+        for path in (REPO_ROOT / room).rglob("*.py"):
+            text = path.read_text()
+            for m in CLASS_DEF.finditer(text):
+                out.setdefault(m.group(1), []).append(text)
+    return out
+
+
+def _missing_members(text: str, classes: dict[str, list[str]]) -> list[str]:
+    missing = []
+    for m in MEMBER.finditer(text):
+        cls, member = m.groups()
+        defined = re.compile(rf"\b(?:def|class) {member}\b|^\s+{member}\s*[:=]|self\.{member}\b", re.M)
+        if cls in classes and not any(defined.search(source) for source in classes[cls]):
+            missing.append(m.group(0))
+    return missing
+
+
+@pytest.mark.parametrize("page", [REPO_ROOT / "README.md", *PAGES], ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_class_member_a_page_names_exists(page):
+    """A page that names `RaftWritePath._some_method` after a refactor removed it sends readers to nothing."""
+    missing = _missing_members(page.read_text(), _class_sources())
+    assert missing == [], f"{page.relative_to(REPO_ROOT)} names class members the code does not define: {missing}"
+
+
+def test_the_member_check_can_fail():
+    classes = _class_sources()
+    assert _missing_members("`RaftWritePath._join_as_new_member` and `IndexFile.put_key`", classes) == \
+        ["`RaftWritePath._join_as_new_member`"]
 
 
 def test_the_readme_links_only_into_existing_files():

@@ -71,6 +71,24 @@ def cluster_factory(tmp_path) -> Iterator:
         stop_all(c.nodes, kill=True)
 
 
+@pytest.fixture
+def make_group(tmp_path) -> Iterator:
+    """``make_group(total, seed=3, **kw)``: a membership test's group (tests/replication/membership_util.py),
+    every one made killed at the end."""
+    from tests.replication.membership_util import Group  # it imports this module's tuning
+
+    made: list[Group] = []
+
+    def make(total: int, seed: int = 3, **kw) -> Group:
+        g = Group(tmp_path, total, seed, **kw)
+        made.append(g)
+        return g
+
+    yield make
+    for g in made:
+        g.stop()
+
+
 def open_store(tmp_path, **kw) -> MessageStore:
     """A small single-node store (64 KiB segments) for write-path tests; ``kw`` overrides StoreConfig fields."""
     cfg = StoreConfig(root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=64 * 1024,

@@ -114,6 +114,14 @@ class Group:
         moved = [k for k, (q, off, _) in log.acked.items() if where[k] != (q, off)]
         assert not moved, f"acknowledged messages at other offsets than acknowledged: {moved[:5]}"
 
+    def assert_sound(self, log: ProduceLog, topic: str) -> None:
+        """The checks every membership test ends with: nothing acknowledged lost, at most one leader per term, and
+        ``raftmq cluster check`` proves the live members byte-identical."""
+        self.assert_nothing_lost(log, topic)
+        self.assert_one_leader_per_term()
+        check = self.cluster_check()
+        assert check.returncode == 0, check.stdout + check.stderr
+
     def cluster_check(self) -> subprocess.CompletedProcess:
         """``raftmq cluster check`` over the live members (exit 0: byte-identical)."""
         servers = ",".join(n.grpc_address for n in self.live())
