@@ -32,6 +32,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 from raftmq.replication import catch_up, pysyncobj_patches, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
+from raftmq.replication.deduplicator import Deduplicator
 from raftmq.replication.errors import (
     BusyError,
     NoLeaderError,
@@ -172,11 +173,12 @@ class RaftWritePath:
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), secret: str = "", raft_dir: str | None = None,
                  settings: RaftSettings | None = None, channel_credentials: Any = None,
                  channel_options: Any = (), accept_peer: Callable[[str], bool] | None = None,
-                 raft_tls: Any = None):
+                 raft_tls: Any = None, dedup: Deduplicator | None = None):
         """``channel_credentials`` (a callable returning grpc.ChannelCredentials) and ``channel_options``: how to
         reach the members' gRPC ports when they use TLS. ``accept_peer(ip)``: whether the Raft port keeps a
         connection from that address (the node's member allow-list; None: every address). ``raft_tls``: a
-        replication.raft_tls.RaftTls to run the Raft port over mutual TLS (None: pysyncobj's plain TCP)."""
+        replication.raft_tls.RaftTls to run the Raft port over mutual TLS (None: pysyncobj's plain TCP). ``dedup``:
+        screens puts against the de-duplication window (docs/design/deduplication.md; None: off)."""
         if node_config is not None:  # the node's NodeConfig (node/config.py): one source of truth
             node_id = node_config.node.id
             members = [MemberInfo(m.id, m.raft, m.grpc) for m in node_config.members]
@@ -198,6 +200,7 @@ class RaftWritePath:
                 raise ValueError("cluster.secret needs the 'cryptography' package (pysyncobj encrypts the Raft "
                                  "port with it); install it or leave cluster.secret empty") from e
         self.store = store
+        self.dedup = dedup
         self.node_id = node_id
         self.members = members
         self.me = next(m for m in members if m.id == node_id)
@@ -255,7 +258,7 @@ class RaftWritePath:
         except BaseException:
             applied.close()
             raise
-        machine = StateMachine(self.store, applied)
+        machine = StateMachine(self.store, applied, self.dedup)
         journal = os.path.join(self.raft_dir, "raft.journal")
         dump = os.path.join(self.raft_dir, "raft.dump")
         if os.path.exists(journal) and os.path.getsize(journal) == 0:
@@ -286,6 +289,7 @@ class RaftWritePath:
             os.remove(marker)
             fsync_dir(self.raft_dir)
             time.sleep(self.settings.raft_max_timeout)
+        machine.rebuild_dedup_window()  # from what recovery or the copy from peers left; the journal replays on top
         machine.gap_fetcher = self._fetch_gap
         self.machine = machine
         s = self.settings
@@ -432,6 +436,8 @@ class RaftWritePath:
         self._writable_term = -1
         self._committer.stop(redirect)
         self._fail_inflight(UnknownOutcomeError("node shutting down"))
+        if self.dedup is not None:
+            self.dedup.leadership_lost(UnknownOutcomeError("node shutting down"))
         with self._wake:
             self._wake.notify_all()
         with self._done_cv:
@@ -609,6 +615,8 @@ class RaftWritePath:
                                 self.term())
                     self._committer.fail_queued(self._not_writable_error())
                     self._fail_inflight(UnknownOutcomeError("leadership lost while the write was in flight"))
+                    if self.dedup is not None:  # retries waiting for an original: unknown too
+                        self.dedup.leadership_lost(UnknownOutcomeError(LEADERSHIP_LOST))
                     if self.settings.durability == "sync":  # committed, but not known durable on a majority
                         self._fail_completions(UnknownOutcomeError("leadership lost before the sync round "
                                                                    "completed"))
@@ -656,20 +664,27 @@ class RaftWritePath:
             for p in batch:
                 p.fail(err)
             return
+        now = _now_ms()
+        if self.dedup is not None:
+            batch = self.dedup.screen(batch, now)  # duplicates answered or waiting: not proposed again
+            if not batch:
+                return
         if not self._inflight_slots.acquire(timeout=self.settings.put_timeout_s):
             for p in batch:
                 p.fail(BusyError(f"{self.settings.max_inflight_batches} batches waiting for a majority"))
             return
         try:
-            encoded = self.machine.applier.encode_isolating(batch, _now_ms())
-        except BaseException:
+            encoded = self.machine.applier.encode_isolating(batch, now)
+        except BaseException as e:
             self._inflight_slots.release()
+            for p in batch:
+                p.fail(e)
             raise
         if encoded is None:
             self._inflight_slots.release()
             return
         blob, puts = encoded
-        command = frame_batch(blob)
+        command = frame_batch(blob, self.dedup.keys_of(puts) if self.dedup is not None else ())
         with self._inflight_lock:
             self._next_id += 1
             rid = self._next_id

@@ -24,34 +24,61 @@ from typing import Any
 from raftmq.replication import snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.applier import StoreApplier
+from raftmq.replication.deduplicator import Deduplicator
 
 log = logging.getLogger(__name__)
 
-BATCH_MAGIC = 0x52504231  # "RPB1"
-_BATCH_HEADER = struct.Struct(">II")  # magic, crc32 of the store batch
+BATCH_MAGIC = 0x52504231  # "RPB1": a store batch
+DEDUP_BATCH_MAGIC = 0x52504232  # "RPB2": a store batch and the ids of its judged records (deduplication.md)
+_BATCH_HEADER = struct.Struct(">II")  # magic, crc32 of the rest
+_KEYS_HEADER = struct.Struct(">I")  # RPB2: bytes of the ids that follow, then the store batch
+_KEY_HEAD = struct.Struct(">IH")  # record index, id length (UTF-8 bytes)
 
 
 class CorruptCommandError(Exception):
     """A replicated command failed its checksum: the node must stop applying (never skip an entry)."""
 
 
-def frame_batch(store_blob: bytes) -> bytes:
-    return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
+def frame_batch(store_blob: bytes, keys: list[tuple[int, str]] = ()) -> bytes:
+    """The Raft command of a store batch: RPB1, or RPB2 when records are judged for de-duplication (an older
+    member fences itself on RPB2 instead of applying the batch without its ids, docs/operations/upgrades.md)."""
+    if not keys:
+        return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
+    parts = []
+    for index, key in keys:
+        raw = key.encode()
+        parts.append(_KEY_HEAD.pack(index, len(raw)))
+        parts.append(raw)
+    ids = b"".join(parts)
+    rest = _KEYS_HEADER.pack(len(ids)) + ids + store_blob
+    return _BATCH_HEADER.pack(DEDUP_BATCH_MAGIC, zlib.crc32(rest)) + rest
 
 
-def unframe_batch(blob: bytes, index: int) -> memoryview:
+def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, str]]]:
+    """(store batch, judged ids) of a batch command; CorruptCommandError when it fails its checksum."""
     magic, crc = _BATCH_HEADER.unpack_from(blob, 0)
     body = memoryview(blob)[_BATCH_HEADER.size:]
-    if magic != BATCH_MAGIC or zlib.crc32(body) != crc:
+    if magic not in (BATCH_MAGIC, DEDUP_BATCH_MAGIC) or zlib.crc32(body) != crc:
         raise CorruptCommandError(f"Raft entry {index}: batch command fails its checksum; this replica stops "
                                   "applying. Rebuild it from its peers: `raftmq cluster rebuild-member` with "
                                   "this member's id.")
-    return body
+    if magic == BATCH_MAGIC:
+        return body, []
+    n = _KEYS_HEADER.unpack_from(body, 0)[0]
+    pos, end = _KEYS_HEADER.size, _KEYS_HEADER.size + n
+    keys = []
+    while pos < end:
+        record, length = _KEY_HEAD.unpack_from(body, pos)
+        pos += _KEY_HEAD.size
+        keys.append((record, bytes(body[pos:pos + length]).decode()))
+        pos += length
+    return body[end:], keys
 
 
 class StateMachine:
-    def __init__(self, store: Any, applied: AppliedIndex):
+    def __init__(self, store: Any, applied: AppliedIndex, dedup: Deduplicator | None = None):
         self.store = store
+        self.dedup = dedup                 # the de-duplication window, kept at apply on every member
         self.applier = StoreApplier(store)
         self.applied = applied
         self.lock = threading.Lock()       # held while applying; readers take it for a consistent view
@@ -72,10 +99,11 @@ class StateMachine:
             last_index, end = self.applied.last
             if index <= last_index:
                 return None  # journal replay or already copied from a peer
-            body = unframe_batch(blob, index)
+            body, keys = unframe_batch(blob, index)
             if self.store.commit_log_max_offset > end:  # a withheld tail (after a power cut): prove or cut it
                 adopted = self._adopt(index, body, end)
                 if adopted is not None:
+                    self._judged_applied(keys, adopted[2])
                     return adopted
             start = self.store.commit_log_max_offset
             try:
@@ -86,10 +114,21 @@ class StateMachine:
                 self._fence(index, start, e)
                 raise
             self.store.confirm_offset = end
+            self._judged_applied(keys, results)
             if self.fenced:
                 log.warning("apply recovered at Raft index %d; fence lifted", index)
                 self.fenced = None
             return index, self.entry_term(index), results
+
+    def _judged_applied(self, keys: list[tuple[int, str]], results: list[Any]) -> None:
+        if self.dedup is not None and keys:
+            self.dedup.applied(keys, results)
+
+    def rebuild_dedup_window(self) -> None:
+        """The window from the commit log again: its entries may no longer be this member's log's (a rewind, a
+        snapshot install, a copy from peers)."""
+        if self.dedup is not None:
+            self.dedup.rebuild()
 
     def _adopt(self, index: int, body: memoryview, end: int) -> Any:
         """Entry ``index`` is applied at ``end``, below which every byte is accounted for; beyond it the commit log
@@ -193,6 +232,7 @@ class StateMachine:
         self.store.confirm_offset = end
         if any(start == stop for _i, start, stop in dropped):
             self.metadata_stale = True
+        self.rebuild_dedup_window()
         log.warning("rewound to Raft entry %d (commit-log end %d): %d applied entries are not the group's", idx,
                     end, len(dropped))
 
@@ -262,6 +302,7 @@ class StateMachine:
                 self.metadata_stale = False
                 self.applied.reset([(meta.applied_index, meta.commit_log_end, meta.commit_log_end)])
                 self.store.confirm_offset = meta.commit_log_end
+                self.rebuild_dedup_window()
                 log.info("installed snapshot: Raft index %d, commit log end %d", meta.applied_index,
                          meta.commit_log_end)
         return internal

@@ -62,6 +62,7 @@ from raftmq.store.derived_check import (
     check_index_files,
 )
 from raftmq.store.disk_health import DiskHealth
+from raftmq.store.dispatch import DispatchRequest
 from raftmq.store.errors import (
     ConsumeQueueUnitError,
     DiskFullError,
@@ -89,6 +90,7 @@ from raftmq.store.message import (
     Message,
     MessageExt,
     UniqKeyGenerator,
+    decode_dispatch,
     decode_message_id,
     decode_record,
 )
@@ -1442,6 +1444,35 @@ class MessageStore:
 
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes() if self.reput is not None else 0
+
+    def records_since(self, since_ms: int, end: int) -> Iterator[DispatchRequest]:
+        """The records below ``end`` stored at ``since_ms`` or later, and possibly a few older ones, in log order
+        (each a DispatchRequest with its properties). Store times never decrease along the log
+        (``CommitLog.monotonic_store_timestamp``), so the scan starts at the last segment whose first record is
+        older than ``since_ms``. Bytes that are not whole records end a segment's scan (a torn or damaged
+        record); the next segment goes on."""
+        cl = self._check_open()
+        files = list(cl.mapped_file_queue.mapped_files)
+        start = 0
+        for i, mf in enumerate(files):
+            size = cl.get_record_size(mf.file_from_offset)
+            ts = cl.store_timestamp_at(mf.file_from_offset, size) if size > 0 else -1
+            if 0 <= ts < since_ms:
+                start = i
+        for mf in files[start:]:
+            if mf.file_from_offset >= end:
+                break
+            data = cl.get_data(mf.file_from_offset, end)
+            if data is None:
+                continue
+            pos, limit = 0, len(data)
+            while pos < limit:
+                dr = decode_dispatch(data, pos, check_crc=False, limit=limit)
+                if not dr.success or dr.msg_size <= 0:
+                    break  # a blank record (end of segment) or bytes that are not a record
+                if dr.store_timestamp >= since_ms:
+                    yield dr
+                pos += dr.msg_size
 
     def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None:
         """``fn(topic, queue_id, max_offset)`` from the reput thread, once per queue per pass; must not block."""

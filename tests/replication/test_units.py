@@ -53,11 +53,25 @@ def test_applied_index_survives_reopen_drops_torn_frames_and_cuts_beyond_an_offs
 
 def test_batch_frame_detects_corruption():
     framed = frame_batch(b"payload-bytes")
-    assert bytes(unframe_batch(framed, 7)) == b"payload-bytes"
+    body, keys = unframe_batch(framed, 7)
+    assert bytes(body) == b"payload-bytes" and keys == []
     bad = bytearray(framed)
     bad[-1] ^= 1
     with pytest.raises(CorruptCommandError, match="Raft entry 7"):
         unframe_batch(bytes(bad), 7)
+
+
+def test_batch_frame_with_judged_ids_carries_them_and_detects_corruption():
+    keys = [(0, "T\x00AC1100"), (3, "Tö\x00" + "F" * 300)]
+    framed = frame_batch(b"payload-bytes", keys)
+    assert framed[:4] == b"RPB2"
+    body, got = unframe_batch(framed, 7)
+    assert bytes(body) == b"payload-bytes" and got == keys
+    for i in (5, 12, len(framed) - 1):  # in the header, the ids, the store batch
+        bad = bytearray(framed)
+        bad[i] ^= 1
+        with pytest.raises(CorruptCommandError, match="Raft entry 7"):
+            unframe_batch(bytes(bad), 7)
 
 
 def test_settings_reject_unsafe_timeouts():

@@ -1,0 +1,211 @@
+"""Deduplicator: the leader's screening of puts against the window before they are proposed.
+
+Why on the leader (docs/design/deduplication.md#where-the-decision-is-made): duplicates never enter the log, so a
+window that differs between members can never make their commit logs differ. The leader's view is complete: the
+window holds every applied id (a new leader applied everything before its barrier), and the in-flight map every
+id it proposed and has not applied yet. A retry of an in-flight id waits for the original's result; if the
+original ends UNKNOWN, so does the retry (it is the same message).
+
+Threads: ``screen`` and ``keys_of`` run on the committer thread (one at a time), ``applied`` on the apply thread
+(every member), the rest wherever a put fails; the window's lock keeps the window and the in-flight map in step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from raftmq.replication.dedup_window import DedupWindow
+from raftmq.replication.errors import UnknownOutcomeError
+from raftmq.replication.group_commit import PendingPut, estimate_size
+from raftmq.store.commit_log import AppendResult
+from raftmq.store.message import create_message_id
+
+log = logging.getLogger(__name__)
+
+
+def duplicate_of(original: AppendResult, uniq_key: str | None) -> AppendResult:
+    """The answer to a retry: the original's result, flagged."""
+    r = AppendResult(original.physical_offset, original.queue_offset, original.wrote_bytes,
+                     original.store_timestamp, original.topic, original.queue_id, original._host)
+    r.uniq_key = uniq_key
+    r.duplicate = True
+    return r
+
+
+class _Assembly:
+    """One caller's put whose messages got their results from different places: its own new messages (``inner``,
+    proposed), the window (at once) or another put still in flight (a slot)."""
+
+    __slots__ = ("put", "results", "waiting", "lock")
+
+    def __init__(self, put: PendingPut):
+        self.put = put
+        self.results: list[AppendResult | None] = [None] * len(put.msgs)
+        self.waiting = 0
+        self.lock = threading.Lock()
+
+    def wait_for(self, fut: Future, place: Any) -> None:
+        """``place``: a message index (a slot's result, flagged) or a list of indexes (the inner put's results)."""
+        with self.lock:
+            self.waiting += 1
+        fut.add_done_callback(lambda f: self._done(f, place))
+
+    def _done(self, fut: Future, place: Any) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            self.put.fail(exc)
+            return
+        value = fut.result()
+        with self.lock:
+            if isinstance(place, int):
+                self.results[place] = duplicate_of(value, self.put.msgs[place].uniq_key)
+            else:
+                for i, r in zip(place, value, strict=True):
+                    self.results[i] = r
+            self.waiting -= 1
+            complete = self.waiting == 0
+        if complete:
+            self.put.resolve(self.results)
+
+
+class Deduplicator:
+    """Screens puts on the leader and keeps the window on every member (``applied``)."""
+
+    def __init__(self, window: DedupWindow, store: Any):
+        self.window = window
+        self.store = store
+        self._inflight: dict[str, Future] = {}  # id -> settles with its record's AppendResult when applied here
+
+    # ------------------------------------------------------------------ leader: before proposing
+    def screen(self, puts: list[PendingPut], now_ms: int) -> list[PendingPut]:
+        """The puts to propose in place of ``puts``: each caller's duplicates are answered from the window or
+        wait for the in-flight original; its new messages go on (the caller's own put when all are new)."""
+        out: list[PendingPut] = []
+        window = self.window
+        for put in puts:
+            plan: list[Any] = []   # per message: None (new), an AppendResult (stored) or a Future (in flight)
+            mine: list[str] = []   # ids this put registers as in flight
+            judged = False
+            with window.lock:
+                for m in put.msgs:
+                    key = window.key_of(m.topic, m.properties)
+                    if key is None:
+                        plan.append(None)
+                        continue
+                    slot = self._inflight.get(key)
+                    hit = None if slot is not None else window.find(key, now_ms)
+                    original = self._original(hit, m.uniq_key) if hit is not None else None
+                    if slot is not None or original is not None:
+                        plan.append(slot if slot is not None else original)
+                        window.duplicates[window.topic_of(key)] += 1
+                        judged = True
+                        continue
+                    self._inflight[key] = Future()
+                    mine.append(key)
+                    plan.append(None)
+            if not judged:
+                self._release_on_failure(put, mine)
+                out.append(put)
+                continue
+            asm = _Assembly(put)
+            new = [i for i, p in enumerate(plan) if p is None]
+            if new:
+                inner = PendingPut([put.msgs[i] for i in new], sum(estimate_size(put.msgs[i]) for i in new))
+                self._release_on_failure(inner, mine)
+                asm.wait_for(inner.future, new)
+                out.append(inner)
+            for i, p in enumerate(plan):
+                if isinstance(p, Future):
+                    asm.wait_for(p, i)
+                elif p is not None:
+                    asm.results[i] = duplicate_of(p, put.msgs[i].uniq_key)
+            with asm.lock:
+                if asm.waiting == 0:
+                    put.resolve(asm.results)
+        return out
+
+    def _original(self, hit: tuple[int, int], uniq_key: str | None) -> AppendResult | None:
+        """The result the original send got, read back from its record; None when it cannot be read any more
+        (retention deleted its segment): the message is then stored again."""
+        try:
+            ext = self.store.view_message(hit[1])
+        except Exception as e:  # noqa: BLE001 - a damaged record: store the message again rather than fail it
+            log.warning("the original of a retried message at offset %d cannot be read (%s); storing it again",
+                        hit[1], e)
+            return None
+        if ext is None or ext.properties.get("UNIQ_KEY") != uniq_key:
+            return None
+        host = create_message_id(ext.store_host, 0)[:-16]
+        r = AppendResult(ext.physical_offset, ext.queue_offset, ext.store_size, ext.store_timestamp, ext.topic,
+                         ext.queue_id, host)
+        r.uniq_key = uniq_key
+        return r
+
+    def _release_on_failure(self, put: PendingPut, keys: list[str]) -> None:
+        """A put that fails for sure before its entry could be in the log (refused, invalid, not leader) frees its
+        ids; one whose outcome is unknown keeps them until the entry applies here or the leadership is lost
+        (``leadership_lost``): a retry meanwhile waits instead of storing the message a second time."""
+        if not keys:
+            return
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None and not isinstance(exc, UnknownOutcomeError):
+                self._abandon(keys, exc)
+        put.future.add_done_callback(done)
+
+    def _abandon(self, keys: list[str], exc: BaseException) -> None:
+        with self.window.lock:
+            slots = [self._inflight.pop(k, None) for k in keys]
+        for s in slots:
+            if s is not None and not s.done():
+                s.set_exception(exc)
+
+    def leadership_lost(self, exc: BaseException) -> None:
+        """Every in-flight id's outcome is now unknown here; the next leader's window holds those that commit."""
+        with self.window.lock:
+            slots = list(self._inflight.values())
+            self._inflight.clear()
+        for s in slots:
+            if not s.done():
+                s.set_exception(exc)
+
+    def keys_of(self, puts: list[PendingPut]) -> list[tuple[int, str]]:
+        """(record index, id) of the judged records of a batch encoded from ``puts`` (encoding gave every message
+        a UNIQ_KEY); they travel in the Raft command so that every member adds them at apply."""
+        out = []
+        i = 0
+        key_of = self.window.key_of
+        for put in puts:
+            for m in put.msgs:
+                key = key_of(m.topic, m.properties)
+                if key is not None:
+                    out.append((i, key))
+                i += 1
+        return out
+
+    # ------------------------------------------------------------------ every member: at apply
+    def rebuild(self) -> None:
+        """The window from this member's commit log (start, rewind, snapshot install, copy from peers)."""
+        found = self.window.rebuild(self.store)
+        log.info("de-duplication window rebuilt from the commit log: %d ids", found)
+
+    def applied(self, keys: list[tuple[int, str]], results: list[AppendResult]) -> None:
+        """The batch's judged records were applied: into the window, and settle any retry waiting for them."""
+        if not keys:
+            return
+        ids = [(key, results[i].store_timestamp, results[i].physical_offset) for i, key in keys]
+        settled = []
+        with self.window.lock:
+            self.window.add(ids)
+            if self._inflight:
+                for i, key in keys:
+                    slot = self._inflight.pop(key, None)
+                    if slot is not None:
+                        settled.append((slot, results[i]))
+        for slot, r in settled:
+            if not slot.done():
+                slot.set_result(r)

@@ -1,0 +1,149 @@
+"""De-duplication (docs/design/deduplication.md): the window's rules, and both write paths in-process with a real
+store (a Raft group of one with real pysyncobj, and the single-node path): a retry is answered with the original's
+result and not stored again, also after a restart; a batch mixing new and retried messages stores only the new."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftmq.replication import LocalWritePath, RaftWritePath
+from raftmq.replication.dedup_window import DedupWindow, TopicWindows, dedup_topic
+from raftmq.replication.deduplicator import Deduplicator
+from raftmq.store import Message
+from raftmq.store.topic_config import TopicConfig
+from tests.replication.test_raft_single import FAST, one_member, open_store, wait_writable
+
+
+def uniq(i: int) -> str:
+    return f"7F0000010001000000000000{i:08X}"
+
+
+def msg(topic: str, i: int | None, body: bytes = b"x", **props: str) -> Message:
+    p = dict(props)
+    if i is not None:
+        p["UNIQ_KEY"] = uniq(i)
+    return Message(topic=topic, queue_id=0, body=body, properties=p)
+
+
+# ---------------------------------------------------------------------------------------------------- rules
+def test_a_message_is_judged_in_the_topic_the_user_named_and_a_broker_write_never():
+    assert dedup_topic("T", {"UNIQ_KEY": "A"}) == "T"
+    assert dedup_topic("T", {"UNIQ_KEY": "A", "DELAY": "3"}) == "T"                  # a delayed send
+    assert dedup_topic("SCHEDULE_TOPIC_XXXX", {"REAL_TOPIC": "T"}) == "T"           # ... as stored
+    assert dedup_topic("rmq_sys_wheel_timer", {"REAL_TOPIC": "T"}) == "T"            # a timer send as stored
+    assert dedup_topic("RMQ_SYS_TRANS_HALF_TOPIC", {"REAL_TOPIC": "T"}) == "T"       # a half message as stored
+    assert dedup_topic("T", {"REAL_TOPIC": "T", "DELAY": "3"}) is None                # the delivery into T
+    for broker in ("%RETRY%g", "%DLQ%g", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "rmq_sys_REVIVE_LOG"):
+        assert dedup_topic(broker, {"UNIQ_KEY": "A"}) is None
+
+
+class Topics:
+    def __init__(self, **windows: int | None):
+        self.cfgs = {t: TopicConfig(t).with_dedup_window(w) for t, w in windows.items()}
+
+    def get(self, name):
+        return self.cfgs.get(name)
+
+    def list(self):
+        return list(self.cfgs.values())
+
+
+def test_ids_expire_by_store_time_per_topic_window_and_the_cap_evicts_oldest_first_counting_early_ones():
+    w = DedupWindow(TopicWindows(Topics(Short=1, Off=0), 10), max_entries=3)
+    assert w.key_of("Off", {"UNIQ_KEY": "A"}) is None and w.key_of("T", {}) is None
+    a, s = w.key_of("T", {"UNIQ_KEY": "A"}), w.key_of("Short", {"UNIQ_KEY": "S"})
+    w.add([(a, 1_000, 10), (s, 1_000, 20)])
+    assert w.find(a, 5_000) == (1_000, 10) and w.find(s, 1_500) == (1_000, 20)
+    assert w.find(s, 2_500) is None           # the topic's own 1 s window is over (a lookup checks the age)
+    w.add([(w.key_of("T", {"UNIQ_KEY": "B"}), 2_500, 30)])
+    # expiry pops from the oldest end only: S waits behind A (still in its window), and is never found
+    assert len(w) == 3 and w.find(a, 2_500) == (1_000, 10) and w.find(s, 2_500) is None
+    assert w.find(a, 11_001) is None                           # 10 s (the node's window) later
+    w.add([(w.key_of("T", {"UNIQ_KEY": c}), 3_000, 40) for c in "CD"])
+    # the cap: A went first (early), then S (expired: not counted)
+    assert len(w) == 3 and w.early_evictions == 1 and w.find(a, 3_000) is None
+    w.add([(w.key_of("T", {"UNIQ_KEY": "E"}), 20_000, 50)])
+    assert len(w) == 1 and w.early_evictions == 1              # the rest expired: not counted as early
+    assert w.approx_bytes() > 0
+
+
+def test_a_topic_window_is_checked_when_the_topic_is_created_or_updated():
+    from raftmq.store.errors import StoreError
+
+    TopicConfig("T").with_dedup_window(600).validate()
+    for bad in ("-1", "1.5", "ten", str(10**9)):
+        with pytest.raises(StoreError, match="de-duplication window"):
+            TopicConfig("T", attributes=(("dedup.window.seconds", bad),)).validate()
+
+
+# ---------------------------------------------------------------------------------------------------- write paths
+def dedup_for(store, window_s: int = 120, cap: int = 1000) -> Deduplicator:
+    return Deduplicator(DedupWindow(TopicWindows(store.topics, window_s), cap), store)
+
+
+def raft_path(root, members):
+    from raftmq.replication import RaftSettings
+
+    st = open_store(root)
+    wp = RaftWritePath(st, node_id="n0", members=members, settings=RaftSettings(**FAST), dedup=dedup_for(st))
+    wp.start()
+    wait_writable(wp)
+    return st, wp
+
+
+def local_path(root, members=None):
+    st = open_store(root)
+    wp = LocalWritePath(st, dedup=dedup_for(st))
+    wp.start()
+    return st, wp
+
+
+def stop(st, wp):
+    wp.stop()
+    st.shutdown()
+
+
+def stored_uniq_keys(st, topic: str) -> list[str]:
+    """The UNIQ_KEY of every record of ``topic`` in the commit log, in log order."""
+    return [dr.uniq_key for dr in st.records_since(0, st.commit_log_max_offset) if dr.topic == topic]
+
+
+@pytest.mark.parametrize("make", [raft_path, local_path], ids=["raft", "local"])
+def test_a_retry_gets_the_originals_result_and_is_stored_once_also_after_a_restart(tmp_path, make):
+    members = one_member(tmp_path)
+    st, wp = make(tmp_path / "s", members)
+    try:
+        wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1))
+        wp.create_topic(TopicConfig(topic_name="Off", read_queue_nums=1, write_queue_nums=1).with_dedup_window(0))
+        [first] = wp.put([msg("T", 1, b"one")]).result(10)
+        assert not first.duplicate
+        [again] = wp.put([msg("T", 1, b"one")]).result(10)
+        assert again.duplicate
+        assert (again.msg_id, again.queue_id, again.queue_offset, again.physical_offset, again.store_timestamp,
+                again.topic, again.uniq_key) == (first.msg_id, first.queue_id, first.queue_offset,
+                                                 first.physical_offset, first.store_timestamp, first.topic,
+                                                 first.uniq_key)
+        # a batch mixing new and retried messages, one of them twice: only the new ones are stored, once
+        rs = wp.put([msg("T", 2), msg("T", 1), msg("T", 3), msg("T", 2)]).result(10)
+        assert [r.duplicate for r in rs] == [False, True, False, True]
+        assert rs[1].physical_offset == first.physical_offset and rs[3].physical_offset == rs[0].physical_offset
+        # concurrent puts of the same message: one is stored, the other waits for its result
+        futs = wp.put_many([[msg("T", 4)], [msg("T", 4)]])
+        a, b = (f.result(10)[0] for f in futs)
+        assert (a.duplicate, b.duplicate) == (False, True) and a.physical_offset == b.physical_offset
+        # without a UNIQ_KEY, or in a topic without a window: never a duplicate
+        assert not wp.put([msg("T", None)]).result(10)[0].duplicate
+        assert [r.duplicate for r in wp.put([msg("Off", 9), msg("Off", 9)]).result(10)] == [False, False]
+    finally:
+        stop(st, wp)
+
+    st, wp = make(tmp_path / "s", members)   # the window is rebuilt from the commit log
+    try:
+        [r] = wp.put([msg("T", 3)]).result(10)
+        assert r.duplicate and r.physical_offset == rs[2].physical_offset
+        assert wp.dedup.window.rebuilds == 1
+        stored = stored_uniq_keys(st, "T")
+        assert sorted(stored[:4] + stored[5:]) == [uniq(i) for i in (1, 2, 3, 4)] and len(stored) == 5
+        assert stored_uniq_keys(st, "Off") == [uniq(9), uniq(9)]
+    finally:
+        stop(st, wp)
