@@ -22,11 +22,13 @@ from raftmq.store.message import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
 )
-from raftmq.store.transaction import HALF_TOPIC
 
-# Topics whose records wait for the broker to deliver them into REAL_TOPIC: a send there is judged by REAL_TOPIC.
-_WAITING_TOPICS = frozenset((SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC))
-# Topics only the broker writes (retries, dead letters, op logs, other system topics): never judged.
+# Where a delayed or timer send waits until the broker delivers it into REAL_TOPIC: judged by REAL_TOPIC. Only the
+# send itself is stored there (delivery goes to REAL_TOPIC, nothing is re-put into these topics).
+_WAITING_TOPICS = frozenset((SCHEDULE_TOPIC, TIMER_TOPIC))
+# Topics only the broker writes (retries, dead letters, op logs, other system topics): never judged. Transaction
+# halves (RMQ_SYS_TRANS_HALF_TOPIC) are among them: the broker appends the same half again, same UNIQ_KEY, each time
+# it renews its check count, so a half record does not show a producer's send (docs/design/deduplication.md).
 _BROKER_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
 _SEP = "\x00"  # between topic and UNIQ_KEY in a key; no topic name contains it
 
@@ -39,10 +41,10 @@ def dedup_topic(topic: str, properties: dict[str, str] | None) -> str | None:
     """The topic a message or record is judged in, or None when it is not judged.
 
     The same rule for a message the leader is about to encode and for the record it became
-    (docs/design/deduplication.md#the-guarantee-and-its-limits): a delayed, timer or half message by the topic the
-    user named (REAL_TOPIC once stored); a record the broker wrote itself (it carries REAL_TOPIC in a user topic:
-    a delivery or a transaction commit; or it is in a broker topic) is never judged. Clients cannot set
-    REAL_TOPIC (a reserved property), so a user's send never looks like a delivery."""
+    (docs/design/deduplication.md#the-guarantee-and-its-limits): a delayed or timer message by the topic the user
+    named (REAL_TOPIC once stored); a record the broker wrote itself (it carries REAL_TOPIC in a user topic: a
+    delivery or a transaction commit; or it is in a broker topic, transaction halves included) is never judged.
+    Clients cannot set REAL_TOPIC (a reserved property), so a user's send never looks like a delivery."""
     if topic in _WAITING_TOPICS:
         real = properties.get(PROPERTY_REAL_TOPIC) if properties else None
         return real or None

@@ -31,7 +31,7 @@ def test_a_message_is_judged_in_the_topic_the_user_named_and_a_broker_write_neve
     assert dedup_topic("T", {"UNIQ_KEY": "A", "DELAY": "3"}) == "T"                  # a delayed send
     assert dedup_topic("SCHEDULE_TOPIC_XXXX", {"REAL_TOPIC": "T"}) == "T"           # ... as stored
     assert dedup_topic("rmq_sys_wheel_timer", {"REAL_TOPIC": "T"}) == "T"            # a timer send as stored
-    assert dedup_topic("RMQ_SYS_TRANS_HALF_TOPIC", {"REAL_TOPIC": "T"}) == "T"       # a half message as stored
+    assert dedup_topic("RMQ_SYS_TRANS_HALF_TOPIC", {"REAL_TOPIC": "T"}) is None      # halves: not judged
     assert dedup_topic("T", {"REAL_TOPIC": "T", "DELAY": "3"}) is None                # the delivery into T
     for broker in ("%RETRY%g", "%DLQ%g", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "rmq_sys_REVIVE_LOG"):
         assert dedup_topic(broker, {"UNIQ_KEY": "A"}) is None
@@ -131,6 +131,12 @@ def test_a_retry_gets_the_originals_result_and_is_stored_once_also_after_a_resta
         futs = wp.put_many([[msg("T", 4)], [msg("T", 4)]])
         a, b = (f.result(10)[0] for f in futs)
         assert (a.duplicate, b.duplicate) == (False, True) and a.physical_offset == b.physical_offset
+        # a delayed send is judged in the topic it names (its record waits in SCHEDULE_TOPIC_XXXX)
+        [delayed] = wp.put([msg("T", 5, DELAY="3")]).result(10)
+        assert delayed.topic == "SCHEDULE_TOPIC_XXXX" and not delayed.duplicate
+        [again] = wp.put([msg("T", 5, DELAY="3")]).result(10)
+        assert again.duplicate and (again.topic, again.queue_id, again.physical_offset) == (
+            delayed.topic, delayed.queue_id, delayed.physical_offset)
         # without a UNIQ_KEY, or in a topic without a window: never a duplicate
         assert not wp.put([msg("T", None)]).result(10)[0].duplicate
         assert [r.duplicate for r in wp.put([msg("Off", 9), msg("Off", 9)]).result(10)] == [False, False]
@@ -144,6 +150,9 @@ def test_a_retry_gets_the_originals_result_and_is_stored_once_also_after_a_resta
         assert wp.dedup.window.rebuilds == 1
         stored = stored_uniq_keys(st, "T")
         assert sorted(stored[:4] + stored[5:]) == [uniq(i) for i in (1, 2, 3, 4)] and len(stored) == 5
+        scheduled = [dr.properties_map["UNIQ_KEY"] for dr in st.records_since(0, st.commit_log_max_offset)
+                     if dr.topic == "SCHEDULE_TOPIC_XXXX"]
+        assert scheduled == [uniq(5)]
         assert stored_uniq_keys(st, "Off") == [uniq(9), uniq(9)]
     finally:
         stop(st, wp)
