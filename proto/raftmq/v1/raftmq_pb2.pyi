@@ -457,20 +457,22 @@ class UpdateConsumerGroupResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., settings: _Optional[_Union[ConsumerGroupSettings, _Mapping]] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type")
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type", "dedup_window_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     order: bool
     message_type: str
-    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ...) -> None: ...
+    dedup_window_seconds: int
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ..., dedup_window_seconds: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("topic",)
