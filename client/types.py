@@ -51,11 +51,14 @@ class SendResult:
     physical_offset: int
     store_timestamp: int
     note: str = ""
+    # a re-send of a message stored before (same UNIQ_KEY, within the topic's de-duplication window): this is the
+    # first send's result and nothing was stored again (docs/design/deduplication.md)
+    duplicate: bool = False
 
     @classmethod
     def from_pb(cls, r: pb.SendResult) -> SendResult:
         return cls(r.msg_id, r.uniq_key, r.topic, r.queue_id, r.queue_offset, r.physical_offset,
-                   r.store_timestamp, r.note)
+                   r.store_timestamp, r.note, r.duplicate)
 
 
 @dataclass(frozen=True)
