@@ -159,9 +159,9 @@ class NodeSection:
         "`dedup.window.seconds` attribute (`raftmq topic update --dedup-window`) overrides it; 0: off for topics "
         "without their own (0..86400).", 120)
     dedup_max_entries: int = setting(
-        "De-duplication: ids each member remembers at most (about 0.3 KiB each); beyond, the oldest are forgotten "
-        "before their window ended (metric `raftmq_dedup_early_evictions_total`). 0 turns de-duplication off "
-        "on this node, for every topic.", 1_000_000)
+        "De-duplication: ids each member remembers at most (about 140 B each, 133 MiB per million); beyond, the "
+        "oldest are forgotten before their window ended (metric `raftmq_dedup_early_evictions_total`). 0 turns "
+        "de-duplication off on this node, for every topic.", 1_000_000)
 
 
 @dataclass

@@ -3,17 +3,22 @@
 Why every member: a new leader, a restarted member and one rebuilt from its peers must judge a retry at once
 (docs/design/deduplication.md#the-window-on-every-member). The table is a function of the log: ids are added in
 log order when their entry is applied, with the batch's store time (the leader's clock, the same everywhere); the
-oldest are dropped while older than their topic's window (eager expiry) and, beyond the cap, oldest first (an
-early eviction: counted, because a retry of such an id is stored again). It holds only where each id's record is;
-the original's result is read back from the commit log when a retry needs it.
+oldest are dropped once older than the longest window (eager expiry) and, beyond the cap, oldest first (an early
+eviction: counted, because a retry of such an id is stored again). A lookup checks the id's age against its own
+topic's window.
+
+Why so compact: a busy topic keeps millions of ids in a 2-minute window. An id is a 16-byte BLAKE2b digest of
+topic and UNIQ_KEY (what the Raft command carries, too); the table maps it to one int, store time and physical
+offset packed; the order of arrival is a deque of references plus one (store time, count) run per batch. The
+original's result is read back from the commit log when a retry needs it.
 """
 
 from __future__ import annotations
 
 import collections
-import sys
+import hashlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from raftmq.store.message import (
@@ -30,11 +35,17 @@ _WAITING_TOPICS = frozenset((SCHEDULE_TOPIC, TIMER_TOPIC))
 # halves (RMQ_SYS_TRANS_HALF_TOPIC) are among them: the broker appends the same half again, same UNIQ_KEY, each time
 # it renews its check count, so a half record does not show a producer's send (docs/design/deduplication.md).
 _BROKER_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
-_SEP = "\x00"  # between topic and UNIQ_KEY in a key; no topic name contains it
+KEY_SIZE = 16  # bytes of an id: BLAKE2b-128 of topic, NUL, UNIQ_KEY (no topic name contains a NUL)
+_OFFSET_BITS = 64
 
-# Bytes one id costs besides its key string: its OrderedDict slot and link, the (store time, offset) tuple and
-# its two ints. Measured by bench/dedup_bench.py (tracemalloc over a million ids); see docs/design/deduplication.md.
-ENTRY_OVERHEAD_BYTES = 200
+# Bytes one id costs in the table: its 16-byte digest object, its dict slot, the packed int, its reference in the
+# order deque. Measured by bench/dedup_bench.py (tracemalloc over a million ids); docs/design/deduplication.md.
+ENTRY_BYTES = 140
+
+
+def id_of(topic: str, uniq_key: str) -> bytes:
+    """The id of a message in ``topic`` with ``uniq_key``."""
+    return hashlib.blake2b(f"{topic}\x00{uniq_key}".encode(), digest_size=KEY_SIZE).digest()
 
 
 def dedup_topic(topic: str, properties: dict[str, str] | None) -> str | None:
@@ -61,6 +72,7 @@ class TopicWindows:
     def __init__(self, topics: Any, default_s: float):
         self.topics = topics
         self.default_ms = int(default_s * 1000)
+        self._longest: tuple[Any, int] = (None, 0)  # (the topic table's data version, the longest window)
 
     def __call__(self, topic: str) -> int:
         cfg = self.topics.get(topic)
@@ -68,107 +80,129 @@ class TopicWindows:
         return self.default_ms if own is None else own * 1000
 
     def longest_ms(self) -> int:
+        """The longest window of any topic (how long the table keeps an id); recomputed when topics change."""
+        version = dict(getattr(self.topics, "data_version", {}) or {})
+        seen, longest = self._longest
+        if version and seen == version:
+            return longest
         own = [cfg.dedup_window_seconds for cfg in self.topics.list()]
-        return max([self.default_ms] + [s * 1000 for s in own if s is not None])
+        longest = max([self.default_ms] + [s * 1000 for s in own if s is not None])
+        self._longest = (version, longest)
+        return longest
 
 
 class DedupWindow:
-    """Ids (topic + UNIQ_KEY) in log order with (store time, physical offset); thread-safe through ``lock``.
+    """Ids in log order with their store time and physical offset; thread-safe through ``lock``.
 
-    ``window_ms(topic)``: the topic's window (0: the topic is not de-duplicated; a TopicWindows). ``max_entries``:
-    the cap."""
+    ``windows``: each topic's window in ms (0: the topic is not de-duplicated) and the longest
+    (``TopicWindows``). ``max_entries``: the cap."""
 
-    def __init__(self, window_ms: Callable[[str], int], max_entries: int):
+    def __init__(self, windows: TopicWindows, max_entries: int):
         if max_entries < 1:
             raise ValueError("the de-duplication cap (node.dedup_max_entries) must be at least 1")
-        self.window_ms = window_ms
+        self.windows = windows
         self.max_entries = max_entries
         self.lock = threading.RLock()
-        self._ids: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
-        self._key_bytes = 0
+        self._ids: dict[bytes, int] = {}  # id -> store time << 64 | physical offset
+        self._order: collections.deque[bytes] = collections.deque()  # ids as added (an id re-added: twice)
+        self._runs: collections.deque[list[int]] = collections.deque()  # [store time, ids] per run in _order
         self.early_evictions = 0  # ids dropped by the cap before their window ended (metrics, alert)
         self.duplicates: dict[str, int] = collections.defaultdict(int)  # retries not stored again, per topic
         self.rebuilds = 0
 
-    # ------------------------------------------------------------------ keys
-    def key_of(self, topic: str, properties: dict[str, str] | None) -> str | None:
-        """The id of a message or record, or None when it is not judged (its topic has no window, it has no
-        UNIQ_KEY, or the broker wrote it)."""
+    # ------------------------------------------------------------------ ids
+    def judge(self, topic: str, properties: dict[str, str] | None) -> tuple[str, bytes, int] | None:
+        """(topic judged in, id, its window in ms) of a message or record, or None when it is not judged (its
+        topic has no window, it has no UNIQ_KEY, or the broker wrote it)."""
         judged = dedup_topic(topic, properties)
         if judged is None or not properties:
             return None
         uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if not uniq or self.window_ms(judged) <= 0:
+        if not uniq:
             return None
-        return judged + _SEP + uniq
+        window = self.windows(judged)
+        if window <= 0:
+            return None
+        return judged, id_of(judged, uniq), window
 
-    @staticmethod
-    def topic_of(key: str) -> str:
-        return key.partition(_SEP)[0]
+    def key_of(self, topic: str, properties: dict[str, str] | None) -> bytes | None:
+        judged = self.judge(topic, properties)
+        return None if judged is None else judged[1]
 
     # ------------------------------------------------------------------ reads
-    def find(self, key: str, now_ms: int) -> tuple[int, int] | None:
-        """(store time, physical offset) of the id's record when it was stored within its window before
+    def find(self, key: bytes, now_ms: int, window_ms: int) -> tuple[int, int] | None:
+        """(store time, physical offset) of the id's record when it was stored less than ``window_ms`` before
         ``now_ms``; the caller holds ``lock`` when it must stay true (the leader's screening)."""
-        hit = self._ids.get(key)
-        if hit is None or hit[0] < now_ms - self.window_ms(self.topic_of(key)):
+        packed = self._ids.get(key)
+        if packed is None:
             return None
-        return hit
+        ts = packed >> _OFFSET_BITS
+        if ts < now_ms - window_ms:
+            return None
+        return ts, packed & ((1 << _OFFSET_BITS) - 1)
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def approx_bytes(self) -> int:
-        """Memory the ids take, estimated from their key lengths (metrics)."""
-        return self._key_bytes + len(self._ids) * ENTRY_OVERHEAD_BYTES
+        """Memory the ids take (metrics)."""
+        return len(self._ids) * ENTRY_BYTES + (len(self._order) - len(self._ids)) * 8
 
     # ------------------------------------------------------------------ changes (apply, in log order)
-    def add(self, ids: Iterable[tuple[str, int, int]]) -> None:
-        """Add (key, store time, physical offset) of applied records, then expire and cap."""
+    def add(self, ids: Iterable[tuple[bytes, int, int]]) -> None:
+        """Add (id, store time, physical offset) of applied records, then expire and cap."""
         newest = None
         with self.lock:
-            table = self._ids
+            table, order, runs = self._ids, self._order, self._runs
             for key, ts, offset in ids:
-                old = table.pop(key, None)
-                if old is None:
-                    self._key_bytes += sys.getsizeof(key)
-                table[key] = (ts, offset)
+                table[key] = (ts << _OFFSET_BITS) | offset
+                order.append(key)
+                if runs and runs[-1][0] == ts:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([ts, 1])
                 newest = ts
             if newest is not None:
                 self._expire(newest)
 
     def _expire(self, now_ms: int) -> None:
-        table = self._ids
-        while table:
-            key, (ts, _offset) = next(iter(table.items()))
-            expired = ts < now_ms - self.window_ms(self.topic_of(key))
-            if not expired and len(table) <= self.max_entries:
+        table, order, runs = self._ids, self._order, self._runs
+        limit = now_ms - self.windows.longest_ms()
+        while runs:
+            run = runs[0]
+            ts = run[0]
+            if ts >= limit and len(table) <= self.max_entries:
                 return
-            table.popitem(last=False)
-            self._key_bytes -= sys.getsizeof(key)
-            if not expired:
-                self.early_evictions += 1
+            key = order.popleft()
+            run[1] -= 1
+            if run[1] == 0:
+                runs.popleft()
+            packed = table.get(key)
+            if packed is not None and packed >> _OFFSET_BITS == ts:  # not re-added since
+                del table[key]
+                if ts >= limit:
+                    self.early_evictions += 1
 
     def clear(self) -> None:
         with self.lock:
             self._ids.clear()
-            self._key_bytes = 0
+            self._order.clear()
+            self._runs.clear()
 
-    def rebuild(self, store: Any, longest_window_ms: int | None = None) -> int:
+    def rebuild(self, store: Any) -> int:
         """Start over from the commit log: the records applied within the longest window before the log's last
         store time (start, snapshot install, rewind, copy from peers). Returns the ids found."""
-        if longest_window_ms is None:
-            longest_window_ms = self.window_ms.longest_ms()
+        longest = self.windows.longest_ms()
         end = store.confirm_offset
         if end is None:
             end = store.commit_log_max_offset
         newest = store.commit_log.last_store_timestamp
         with self.lock:
             self.clear()
-            if longest_window_ms <= 0 or end <= 0:
+            if longest <= 0 or end <= 0:
                 return 0
-            batch: list[tuple[str, int, int]] = []
-            for dr in store.records_since(newest - longest_window_ms, end):
+            batch: list[tuple[bytes, int, int]] = []
+            for dr in store.records_since(newest - longest, end):
                 key = self.key_of(dr.topic, dr.properties_map)
                 if key is not None:
                     batch.append((key, dr.store_timestamp, dr.commit_log_offset))

@@ -77,7 +77,10 @@ class Deduplicator:
     def __init__(self, window: DedupWindow, store: Any):
         self.window = window
         self.store = store
-        self._inflight: dict[str, Future] = {}  # id -> settles with its record's AppendResult when applied here
+        self._inflight: dict[bytes, Future] = {}  # id -> settles with its record's AppendResult when applied here
+        # id(put) -> each message's id for ``keys_of``, of the last screened batch only (its puts are alive until
+        # it is encoded; None: not judged; b"": no UNIQ_KEY yet, made by the encoder)
+        self._screened: dict[int, list[bytes | None]] = {}
 
     # ------------------------------------------------------------------ leader: before proposing
     def screen(self, puts: list[PendingPut], now_ms: int) -> list[PendingPut]:
@@ -85,29 +88,35 @@ class Deduplicator:
         wait for the in-flight original; its new messages go on (the caller's own put when all are new)."""
         out: list[PendingPut] = []
         window = self.window
+        self._screened = {}
         for put in puts:
             plan: list[Any] = []   # per message: None (new), an AppendResult (stored) or a Future (in flight)
-            mine: list[str] = []   # ids this put registers as in flight
+            ids: list[bytes | None] = []  # each message's id (None: not judged)
+            mine: list[bytes] = []   # ids this put registers as in flight
             judged = False
             with window.lock:
                 for m in put.msgs:
-                    key = window.key_of(m.topic, m.properties)
-                    if key is None:
+                    j = window.judge(m.topic, m.properties)
+                    if j is None:
                         plan.append(None)
+                        ids.append(b"" if m.properties is not None and "UNIQ_KEY" not in m.properties else None)
                         continue
+                    topic, key, window_ms = j
                     slot = self._inflight.get(key)
-                    hit = None if slot is not None else window.find(key, now_ms)
+                    hit = None if slot is not None else window.find(key, now_ms, window_ms)
                     original = self._original(hit, m.uniq_key) if hit is not None else None
                     if slot is not None or original is not None:
                         plan.append(slot if slot is not None else original)
-                        window.duplicates[window.topic_of(key)] += 1
+                        window.duplicates[topic] += 1
                         judged = True
                         continue
                     self._inflight[key] = Future()
                     mine.append(key)
                     plan.append(None)
+                    ids.append(key)
             if not judged:
                 self._release_on_failure(put, mine)
+                self._screened[id(put)] = ids
                 out.append(put)
                 continue
             asm = _Assembly(put)
@@ -115,6 +124,7 @@ class Deduplicator:
             if new:
                 inner = PendingPut([put.msgs[i] for i in new], sum(estimate_size(put.msgs[i]) for i in new))
                 self._release_on_failure(inner, mine)
+                self._screened[id(inner)] = ids
                 asm.wait_for(inner.future, new)
                 out.append(inner)
             for i, p in enumerate(plan):
@@ -144,7 +154,7 @@ class Deduplicator:
         r.uniq_key = uniq_key
         return r
 
-    def _release_on_failure(self, put: PendingPut, keys: list[str]) -> None:
+    def _release_on_failure(self, put: PendingPut, keys: list[bytes]) -> None:
         """A put that fails for sure before its entry could be in the log (refused, invalid, not leader) frees its
         ids; one whose outcome is unknown keeps them until the entry applies here or the leadership is lost
         (``leadership_lost``): a retry meanwhile waits instead of storing the message a second time."""
@@ -157,7 +167,7 @@ class Deduplicator:
                 self._abandon(keys, exc)
         put.future.add_done_callback(done)
 
-    def _abandon(self, keys: list[str], exc: BaseException) -> None:
+    def _abandon(self, keys: list[bytes], exc: BaseException) -> None:
         with self.window.lock:
             slots = [self._inflight.pop(k, None) for k in keys]
         for s in slots:
@@ -173,15 +183,21 @@ class Deduplicator:
             if not s.done():
                 s.set_exception(exc)
 
-    def keys_of(self, puts: list[PendingPut]) -> list[tuple[int, str]]:
-        """(record index, id) of the judged records of a batch encoded from ``puts`` (encoding gave every message
-        a UNIQ_KEY); they travel in the Raft command so that every member adds them at apply."""
+    def keys_of(self, puts: list[PendingPut]) -> list[tuple[int, bytes]]:
+        """(record index, id) of the judged records of a batch encoded from ``puts`` (screened just before); they
+        travel in the Raft command so that every member adds them at apply. A message that had no UNIQ_KEY when
+        it was screened got one from the encoder: its id is made now."""
         out = []
         i = 0
         key_of = self.window.key_of
         for put in puts:
-            for m in put.msgs:
-                key = key_of(m.topic, m.properties)
+            ids = self._screened.get(id(put))
+            if ids is not None and len(ids) != len(put.msgs):
+                ids = None
+            for j, m in enumerate(put.msgs):
+                key = b"" if ids is None else ids[j]
+                if key == b"":
+                    key = key_of(m.topic, m.properties)
                 if key is not None:
                     out.append((i, key))
                 i += 1
@@ -193,7 +209,7 @@ class Deduplicator:
         found = self.window.rebuild(self.store)
         log.info("de-duplication window rebuilt from the commit log: %d ids", found)
 
-    def applied(self, keys: list[tuple[int, str]], results: list[AppendResult]) -> None:
+    def applied(self, keys: list[tuple[int, bytes]], results: list[AppendResult]) -> None:
         """The batch's judged records were applied: into the window, and settle any retry waiting for them."""
         if not keys:
             return

@@ -32,29 +32,24 @@ BATCH_MAGIC = 0x52504231  # "RPB1": a store batch
 DEDUP_BATCH_MAGIC = 0x52504232  # "RPB2": a store batch and the ids of its judged records (deduplication.md)
 _BATCH_HEADER = struct.Struct(">II")  # magic, crc32 of the rest
 _KEYS_HEADER = struct.Struct(">I")  # RPB2: bytes of the ids that follow, then the store batch
-_KEY_HEAD = struct.Struct(">IH")  # record index, id length (UTF-8 bytes)
+_KEY_HEAD = struct.Struct(">I16s")  # record index, id (replication.dedup_window.id_of)
 
 
 class CorruptCommandError(Exception):
     """A replicated command failed its checksum: the node must stop applying (never skip an entry)."""
 
 
-def frame_batch(store_blob: bytes, keys: list[tuple[int, str]] = ()) -> bytes:
+def frame_batch(store_blob: bytes, keys: list[tuple[int, bytes]] = ()) -> bytes:
     """The Raft command of a store batch: RPB1, or RPB2 when records are judged for de-duplication (an older
     member fences itself on RPB2 instead of applying the batch without its ids, docs/operations/upgrades.md)."""
     if not keys:
         return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
-    parts = []
-    for index, key in keys:
-        raw = key.encode()
-        parts.append(_KEY_HEAD.pack(index, len(raw)))
-        parts.append(raw)
-    ids = b"".join(parts)
+    ids = b"".join([_KEY_HEAD.pack(index, key) for index, key in keys])
     rest = _KEYS_HEADER.pack(len(ids)) + ids + store_blob
     return _BATCH_HEADER.pack(DEDUP_BATCH_MAGIC, zlib.crc32(rest)) + rest
 
 
-def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, str]]]:
+def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, bytes]]]:
     """(store batch, judged ids) of a batch command; CorruptCommandError when it fails its checksum."""
     magic, crc = _BATCH_HEADER.unpack_from(blob, 0)
     body = memoryview(blob)[_BATCH_HEADER.size:]
@@ -65,13 +60,8 @@ def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, 
     if magic == BATCH_MAGIC:
         return body, []
     n = _KEYS_HEADER.unpack_from(body, 0)[0]
-    pos, end = _KEYS_HEADER.size, _KEYS_HEADER.size + n
-    keys = []
-    while pos < end:
-        record, length = _KEY_HEAD.unpack_from(body, pos)
-        pos += _KEY_HEAD.size
-        keys.append((record, bytes(body[pos:pos + length]).decode()))
-        pos += length
+    end = _KEYS_HEADER.size + n
+    keys = list(_KEY_HEAD.iter_unpack(body[_KEYS_HEADER.size:end]))
     return body[end:], keys
 
 
@@ -120,7 +110,7 @@ class StateMachine:
                 self.fenced = None
             return index, self.entry_term(index), results
 
-    def _judged_applied(self, keys: list[tuple[int, str]], results: list[Any]) -> None:
+    def _judged_applied(self, keys: list[tuple[int, bytes]], results: list[Any]) -> None:
         if self.dedup is not None and keys:
             self.dedup.applied(keys, results)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from raftmq.replication import LocalWritePath, RaftWritePath
-from raftmq.replication.dedup_window import DedupWindow, TopicWindows, dedup_topic
+from raftmq.replication.dedup_window import DedupWindow, TopicWindows, dedup_topic, id_of
 from raftmq.replication.deduplicator import Deduplicator
 from raftmq.store import Message
 from raftmq.store.topic_config import TopicConfig
@@ -48,23 +48,27 @@ class Topics:
         return list(self.cfgs.values())
 
 
-def test_ids_expire_by_store_time_per_topic_window_and_the_cap_evicts_oldest_first_counting_early_ones():
+def test_ids_are_judged_by_their_topics_window_kept_for_the_longest_and_capped_oldest_first():
     w = DedupWindow(TopicWindows(Topics(Short=1, Off=0), 10), max_entries=3)
-    assert w.key_of("Off", {"UNIQ_KEY": "A"}) is None and w.key_of("T", {}) is None
+    assert w.judge("Off", {"UNIQ_KEY": "A"}) is None and w.judge("T", {}) is None
+    assert w.judge("Short", {"UNIQ_KEY": "S"}) == ("Short", id_of("Short", "S"), 1_000)
     a, s = w.key_of("T", {"UNIQ_KEY": "A"}), w.key_of("Short", {"UNIQ_KEY": "S"})
+    assert a != w.key_of("U", {"UNIQ_KEY": "A"}) and len(a) == 16      # keyed by topic too
     w.add([(a, 1_000, 10), (s, 1_000, 20)])
-    assert w.find(a, 5_000) == (1_000, 10) and w.find(s, 1_500) == (1_000, 20)
-    assert w.find(s, 2_500) is None           # the topic's own 1 s window is over (a lookup checks the age)
+    assert w.find(a, 5_000, 10_000) == (1_000, 10) and w.find(s, 1_500, 1_000) == (1_000, 20)
+    assert w.find(s, 2_500, 1_000) is None        # the topic's own 1 s window is over
     w.add([(w.key_of("T", {"UNIQ_KEY": "B"}), 2_500, 30)])
-    # expiry pops from the oldest end only: S waits behind A (still in its window), and is never found
-    assert len(w) == 3 and w.find(a, 2_500) == (1_000, 10) and w.find(s, 2_500) is None
-    assert w.find(a, 11_001) is None                           # 10 s (the node's window) later
+    assert len(w) == 3                             # kept for the longest window (10 s), judged by its own
+    assert w.find(a, 11_001, 10_000) is None       # 10 s later
     w.add([(w.key_of("T", {"UNIQ_KEY": c}), 3_000, 40) for c in "CD"])
-    # the cap: A went first (early), then S (expired: not counted)
-    assert len(w) == 3 and w.early_evictions == 1 and w.find(a, 3_000) is None
+    # the cap: the oldest run went first (A and S, both within the longest window: early)
+    assert len(w) == 3 and w.early_evictions == 2 and w.find(a, 3_000, 10_000) is None
     w.add([(w.key_of("T", {"UNIQ_KEY": "E"}), 20_000, 50)])
-    assert len(w) == 1 and w.early_evictions == 1              # the rest expired: not counted as early
-    assert w.approx_bytes() > 0
+    assert len(w) == 1 and w.early_evictions == 2   # the rest expired: not counted as early
+    w.add([(w.key_of("T", {"UNIQ_KEY": "E"}), 21_000, 60)])    # re-added: the newer place counts
+    assert len(w) == 1 and w.find(w.key_of("T", {"UNIQ_KEY": "E"}), 21_000, 10_000) == (21_000, 60)
+    w.add([(w.key_of("T", {"UNIQ_KEY": "F"}), 25_000, 70)])
+    assert len(w) == 2 and w.approx_bytes() > 0     # the stale reference to E's first place went alone
 
 
 def test_a_topic_window_is_checked_when_the_topic_is_created_or_updated():

@@ -62,7 +62,7 @@ def test_batch_frame_detects_corruption():
 
 
 def test_batch_frame_with_judged_ids_carries_them_and_detects_corruption():
-    keys = [(0, "T\x00AC1100"), (3, "Tö\x00" + "F" * 300)]
+    keys = [(0, b"\x01" * 16), (3, bytes(range(16)))]
     framed = frame_batch(b"payload-bytes", keys)
     assert framed[:4] == b"RPB2"
     body, got = unframe_batch(framed, 7)
