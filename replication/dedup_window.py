@@ -56,9 +56,9 @@ def dedup_topic(topic: str, properties: dict[str, str] | None) -> str | None:
     named (REAL_TOPIC once stored); a record the broker wrote itself (it carries REAL_TOPIC in a user topic: a
     delivery or a transaction commit; or it is in a broker topic, transaction halves included) is never judged.
     Clients cannot set REAL_TOPIC (a reserved property), so a user's send never looks like a delivery."""
-    if topic in _WAITING_TOPICS:
+    if topic in _WAITING_TOPICS:  # a consumer's delayed send-back waits there too, for a %RETRY% topic
         real = properties.get(PROPERTY_REAL_TOPIC) if properties else None
-        return real or None
+        return real if real and not real.startswith(_BROKER_TOPIC_PREFIXES) else None
     if topic.startswith(_BROKER_TOPIC_PREFIXES):
         return None
     if properties and PROPERTY_REAL_TOPIC in properties:

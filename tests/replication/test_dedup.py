@@ -33,6 +33,7 @@ def test_a_message_is_judged_in_the_topic_the_user_named_and_a_broker_write_neve
     assert dedup_topic("rmq_sys_wheel_timer", {"REAL_TOPIC": "T"}) == "T"            # a timer send as stored
     assert dedup_topic("RMQ_SYS_TRANS_HALF_TOPIC", {"REAL_TOPIC": "T"}) is None      # halves: not judged
     assert dedup_topic("T", {"REAL_TOPIC": "T", "DELAY": "3"}) is None                # the delivery into T
+    assert dedup_topic("SCHEDULE_TOPIC_XXXX", {"REAL_TOPIC": "%RETRY%g"}) is None    # a delayed send-back
     for broker in ("%RETRY%g", "%DLQ%g", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "rmq_sys_REVIVE_LOG"):
         assert dedup_topic(broker, {"UNIQ_KEY": "A"}) is None
 
