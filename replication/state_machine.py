@@ -53,6 +53,9 @@ def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, 
     """(store batch, judged ids) of a batch command; CorruptCommandError when it fails its checksum."""
     magic, crc = _BATCH_HEADER.unpack_from(blob, 0)
     body = memoryview(blob)[_BATCH_HEADER.size:]
+    if magic >> 8 == BATCH_MAGIC >> 8 and magic not in (BATCH_MAGIC, DEDUP_BATCH_MAGIC) and zlib.crc32(body) == crc:
+        raise CorruptCommandError(f"Raft entry {index}: a batch command of a newer raftmq version "
+                                  f"(RPB{chr(magic & 0xFF)}); upgrade this member (docs/operations/upgrades.md)")
     if magic not in (BATCH_MAGIC, DEDUP_BATCH_MAGIC) or zlib.crc32(body) != crc:
         raise CorruptCommandError(f"Raft entry {index}: batch command fails its checksum; this replica stops "
                                   "applying. Rebuild it from its peers: `raftmq cluster rebuild-member` with "

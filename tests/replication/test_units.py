@@ -61,6 +61,15 @@ def test_batch_frame_detects_corruption():
         unframe_batch(bytes(bad), 7)
 
 
+def test_a_batch_command_of_a_newer_version_says_so_instead_of_damage():
+    import struct
+    import zlib
+
+    newer = struct.pack(">II", 0x52504233, zlib.crc32(b"payload")) + b"payload"
+    with pytest.raises(CorruptCommandError, match="newer raftmq version .RPB3.; upgrade this member"):
+        unframe_batch(newer, 7)
+
+
 def test_batch_frame_with_judged_ids_carries_them_and_detects_corruption():
     keys = [(0, b"\x01" * 16), (3, bytes(range(16)))]
     framed = frame_batch(b"payload-bytes", keys)
