@@ -2,7 +2,8 @@
 
 1. Memory: a ``DedupWindow`` filled with ``--ids`` ids as the write path keys them (a topic name and a 32-hex
    UNIQ_KEY), measured with tracemalloc: bytes per id and per million ids, beside the window's own estimate
-   (``raftmq_dedup_window_bytes``).
+   (``raftmq_dedup_window_bytes``). And the rebuild a restart does: ``--rebuild-records`` records of 100 B
+   written to a store, then read back into a window from the commit log.
 2. Write path: 3 member processes on loopback, producers through the SDK as in ``bench/peer_bench.py`` (1 KiB
    bodies, closed loop), once with ``node.dedup_max_entries: 0`` (off) and once with the defaults (on: every
    message keyed, screened on the leader, its id carried in the Raft command and added to every member's window).
@@ -74,6 +75,25 @@ def _fill(window: DedupWindow, uniq: list[str]) -> None:
         window.add([(k, 1_700_000_000_000 + i // 1000, i * 1024 + j) for j, k in enumerate(ids)])
 
 
+def measure_rebuild(records: int) -> dict:
+    """Seconds to rebuild a window of ``records`` ids from a store's commit log (what a restart does)."""
+    from raftmq.store import Message, MessageStore, StoreConfig
+
+    with tempfile.TemporaryDirectory(prefix="raftmq-dedup-rebuild-") as d:
+        st = MessageStore(StoreConfig(root_dir=d, mapped_file_size_commit_log=256 << 20, preallocate=False))
+        st.open()
+        try:
+            for _ in range(0, records, 500):
+                st.put_messages([Message(topic="orders", queue_id=0, body=b"x" * 100) for _ in range(500)])
+            window = DedupWindow(TopicWindows(st.topics, 120), records + 1)
+            t0 = time.perf_counter()
+            found = window.rebuild(st)
+            elapsed = time.perf_counter() - t0
+        finally:
+            st.shutdown()
+    return {"records": found, "seconds": elapsed}
+
+
 def run_cluster(base: Path, dedup: bool, cases: list[tuple[int, int]], args) -> dict:
     node = {"log_level": "WARNING"} if dedup else {"log_level": "WARNING", "dedup_max_entries": 0}
     specs = node_specs(base / ("on" if dedup else "off"), 3, store=peer_bench.BENCH_STORE, node=node,
@@ -99,7 +119,8 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="producer processes per case")
     ap.add_argument("--rounds", type=peer_bench.at_least_one(), default=3)
     ap.add_argument("--ids", type=peer_bench.at_least_one("ids"), default=1_000_000)
-    ap.add_argument("--skip-cluster", action="store_true", help="only the memory figure")
+    ap.add_argument("--rebuild-records", type=peer_bench.at_least_one("records"), default=200_000)
+    ap.add_argument("--skip-cluster", action="store_true", help="only the memory and rebuild figures")
     peer_bench.add_sdk_arguments(ap)
     args = ap.parse_args()
 
@@ -107,6 +128,10 @@ def main() -> int:
     print(f"de-duplication window, {m['ids']:,} ids: {m['bytes_per_id']:.0f} B per id "
           f"({m['bytes_per_id'] * 1e6 / 2**20:.0f} MiB per million; the metric's estimate {m['estimate_per_id']:.0f} "
           f"B); making and adding one id {m['add_us']:.2f} us", flush=True)
+    r = measure_rebuild(args.rebuild_records)
+    print(f"rebuild from the commit log (a restart): {r['records']:,} ids in {r['seconds']:.2f} s, "
+          f"{r['seconds'] / max(r['records'], 1) * 1e6:.1f} us per record (load average "
+          f"{os.getloadavg()[0]:.1f})", flush=True)
     if args.skip_cluster:
         return 0
 

@@ -22,7 +22,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from raftmq.store.message import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -64,6 +66,19 @@ def dedup_topic(topic: str, properties: dict[str, str] | None) -> str | None:
     if properties and PROPERTY_REAL_TOPIC in properties:
         return None
     return topic
+
+
+def _property(props: str, name: str) -> str | None:
+    """One property of a stored properties string, without parsing the others (the rebuild's hot loop)."""
+    tag = name + NAME_VALUE_SEPARATOR
+    i = props.find(tag)
+    while i > 0 and props[i - 1] != PROPERTY_SEPARATOR:
+        i = props.find(tag, i + 1)
+    if i < 0:
+        return None
+    start = i + len(tag)
+    end = props.find(PROPERTY_SEPARATOR, start)
+    return props[start:] if end < 0 else props[start:end]
 
 
 class TopicWindows:
@@ -202,10 +217,12 @@ class DedupWindow:
             if longest <= 0 or end <= 0:
                 return 0
             batch: list[tuple[bytes, int, int]] = []
-            for dr in store.records_since(newest - longest, end):
-                key = self.key_of(dr.topic, dr.properties_map)
+            for offset, ts, topic, props in store.records_since(newest - longest, end):
+                found = {name: value for name in (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_REAL_TOPIC)
+                         if (value := _property(props, name)) is not None}
+                key = self.key_of(topic, found)
                 if key is not None:
-                    batch.append((key, dr.store_timestamp, dr.commit_log_offset))
+                    batch.append((key, ts, offset))
                     if len(batch) >= 4096:
                         self.add(batch)
                         batch = []

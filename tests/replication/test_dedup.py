@@ -10,6 +10,7 @@ from raftmq.replication import LocalWritePath, RaftWritePath
 from raftmq.replication.dedup_window import DedupWindow, TopicWindows, dedup_topic, id_of
 from raftmq.replication.deduplicator import Deduplicator
 from raftmq.store import Message
+from raftmq.store.message import string_to_properties
 from raftmq.store.topic_config import TopicConfig
 from tests.replication.test_raft_single import FAST, one_member, open_store, wait_writable
 
@@ -72,6 +73,14 @@ def test_ids_are_judged_by_their_topics_window_kept_for_the_longest_and_capped_o
     assert len(w) == 2 and w.approx_bytes() > 0     # the stale reference to E's first place went alone
 
 
+def test_a_property_is_read_from_a_stored_properties_string_alone():
+    from raftmq.replication.dedup_window import _property
+
+    s = "KEYS\x01a\x02XUNIQ_KEY\x01no\x02UNIQ_KEY\x01yes\x02REAL_TOPIC\x01T"
+    assert (_property(s, "UNIQ_KEY"), _property(s, "REAL_TOPIC"), _property(s, "KEYS")) == ("yes", "T", "a")
+    assert _property(s, "DELAY") is None and _property("", "UNIQ_KEY") is None
+
+
 def test_a_topic_window_is_checked_when_the_topic_is_created_or_updated():
     from raftmq.store.errors import StoreError
 
@@ -110,7 +119,8 @@ def stop(st, wp):
 
 def stored_uniq_keys(st, topic: str) -> list[str]:
     """The UNIQ_KEY of every record of ``topic`` in the commit log, in log order."""
-    return [dr.uniq_key for dr in st.records_since(0, st.commit_log_max_offset) if dr.topic == topic]
+    return [string_to_properties(props).get("UNIQ_KEY") for _o, _t, t, props
+            in st.records_since(0, st.commit_log_max_offset) if t == topic]
 
 
 @pytest.mark.parametrize("make", [raft_path, local_path], ids=["raft", "local"])
@@ -155,8 +165,7 @@ def test_a_retry_gets_the_originals_result_and_is_stored_once_also_after_a_resta
         assert wp.dedup.window.rebuilds == 1
         stored = stored_uniq_keys(st, "T")
         assert sorted(stored[:4] + stored[5:]) == [uniq(i) for i in (1, 2, 3, 4)] and len(stored) == 5
-        scheduled = [dr.properties_map["UNIQ_KEY"] for dr in st.records_since(0, st.commit_log_max_offset)
-                     if dr.topic == "SCHEDULE_TOPIC_XXXX"]
+        scheduled = stored_uniq_keys(st, "SCHEDULE_TOPIC_XXXX")
         assert scheduled == [uniq(5)]
         assert stored_uniq_keys(st, "Off") == [uniq(9), uniq(9)]
     finally:
