@@ -22,6 +22,7 @@ from tests.replication.cluster_util import (
     wait_applied_equal,
     wait_leader,
 )
+from tests.replication.tcp_proxy import PausableProxy
 from tests.support.metrics import samples
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
@@ -136,6 +137,32 @@ def test_leader_faults_under_retrying_sdk_load_store_every_acknowledged_message_
         print(f"{fault}: acknowledged {load.count}, duplicates avoided {load.duplicates}, unknown "
               f"{len(load.unknown)}, failed {len(load.failed)}; duplicates answered by leaders "
               f"{sum(_dup_total(n) for n in nodes if n.alive)}")
+        assert not load.unknown, f"the SDK gave up on {len(load.unknown)} sends within its retry_timeout"
+        check_exactly_once(nodes, load)
+
+
+def test_client_cuts_mid_call_with_the_sdk_retrying_store_every_message_once(tmp_path):
+    """The connection between a producer and the cluster stalls (a paused TCP proxy: the request may have
+    arrived, the answer does not) while it sends single messages and batches; its re-sends after each deadline
+    are recognised."""
+    with running_nodes(tmp_path, 3) as nodes:
+        everyone = [n.grpc_address for n in nodes]
+        with Admin(everyone) as admin:
+            admin.create_topic("Cut", queues=QUEUES)
+        entry = nodes[0]   # a member forwards to the leader when it is not the leader itself
+        proxy = PausableProxy(int(entry.grpc_address.rsplit(":", 1)[1]))
+        try:
+            with Load([f"127.0.0.1:{proxy.port}"], "Cut", threads=2) as load:
+                for _cut in range(4):
+                    load.wait_more(100, "before the cut")
+                    proxy.pause()
+                    time.sleep(4.0)  # beyond the SDK's 3 s deadline: the calls in flight end unknown
+                    proxy.resume()
+                load.wait_more(100, "after the last cut")
+        finally:
+            proxy.close()
+        print(f"client cuts: acknowledged {load.count}, duplicates avoided {load.duplicates}, unknown "
+              f"{len(load.unknown)}, failed {len(load.failed)}")
         assert not load.unknown, f"the SDK gave up on {len(load.unknown)} sends within its retry_timeout"
         check_exactly_once(nodes, load)
 
