@@ -41,7 +41,7 @@ class CorruptCommandError(Exception):
 
 def frame_batch(store_blob: bytes, keys: list[tuple[int, bytes]] = ()) -> bytes:
     """The Raft command of a store batch: RPB1, or RPB2 when records are judged for de-duplication (an older
-    member fences itself on RPB2 instead of applying the batch without its ids, docs/operations/upgrades.md)."""
+    member stops applying at RPB2 instead of applying the batch without its ids, docs/operations/upgrades.md)."""
     if not keys:
         return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
     ids = b"".join([_KEY_HEAD.pack(index, key) for index, key in keys])
