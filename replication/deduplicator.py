@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from raftmq.replication.dedup_window import DedupWindow
+from raftmq.replication.dedup_window import DedupWindow, dedup_topic
 from raftmq.replication.errors import UnknownOutcomeError
 from raftmq.replication.group_commit import PendingPut, estimate_size
 from raftmq.store.commit_log import AppendResult
@@ -104,7 +104,7 @@ class Deduplicator:
                     topic, key, window_ms = j
                     slot = self._inflight.get(key)
                     hit = None if slot is not None else window.find(key, now_ms, window_ms)
-                    original = self._original(hit, m.uniq_key) if hit is not None else None
+                    original = self._original(hit, topic, m.uniq_key) if hit is not None else None
                     if slot is not None or original is not None:
                         plan.append(slot if slot is not None else original)
                         window.duplicates[topic] += 1
@@ -137,16 +137,16 @@ class Deduplicator:
                     put.resolve(asm.results)
         return out
 
-    def _original(self, hit: tuple[int, int], uniq_key: str | None) -> AppendResult | None:
+    def _original(self, hit: tuple[int, int], topic: str, uniq_key: str | None) -> AppendResult | None:
         """The result the original send got, read back from its record; None when it cannot be read any more
-        (retention deleted its segment): the message is then stored again."""
+        (retention deleted its segment) or is not that message: the message is then stored again."""
         try:
             ext = self.store.view_message(hit[1])
         except Exception as e:  # noqa: BLE001 - a damaged record: store the message again rather than fail it
             log.warning("the original of a retried message at offset %d cannot be read (%s); storing it again",
                         hit[1], e)
             return None
-        if ext is None or ext.properties.get("UNIQ_KEY") != uniq_key:
+        if ext is None or ext.properties.get("UNIQ_KEY") != uniq_key or dedup_topic(ext.topic, ext.properties) != topic:
             return None
         host = create_message_id(ext.store_host, 0)[:-16]
         r = AppendResult(ext.physical_offset, ext.queue_offset, ext.store_size, ext.store_timestamp, ext.topic,
