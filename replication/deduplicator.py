@@ -77,7 +77,9 @@ class Deduplicator:
     def __init__(self, window: DedupWindow, store: Any):
         self.window = window
         self.store = store
-        self._inflight: dict[bytes, Future] = {}  # id -> settles with its record's AppendResult when applied here
+        # id -> None, or the Future a retry waits on (made only then: most ids never see a retry); it settles with
+        # the record's AppendResult when the id is applied here
+        self._inflight: dict[bytes, Future | None] = {}
         # id(put) -> each message's id for ``keys_of``, of the last screened batch only (its puts are alive until
         # it is encoded; None: not judged; b"": no UNIQ_KEY yet, made by the encoder)
         self._screened: dict[int, list[bytes | None]] = {}
@@ -102,15 +104,15 @@ class Deduplicator:
                         ids.append(b"" if m.properties is not None and "UNIQ_KEY" not in m.properties else None)
                         continue
                     topic, key, window_ms = j
-                    slot = self._inflight.get(key)
-                    hit = None if slot is not None else window.find(key, now_ms, window_ms)
+                    inflight = key in self._inflight
+                    hit = None if inflight else window.find(key, now_ms, window_ms)
                     original = self._original(hit, topic, m.uniq_key) if hit is not None else None
-                    if slot is not None or original is not None:
-                        plan.append(slot if slot is not None else original)
+                    if inflight or original is not None:
+                        plan.append(self._slot(key) if inflight else original)
                         window.duplicates[topic] += 1
                         judged = True
                         continue
-                    self._inflight[key] = Future()
+                    self._inflight[key] = None
                     mine.append(key)
                     plan.append(None)
                     ids.append(key)
@@ -136,6 +138,13 @@ class Deduplicator:
                 if asm.waiting == 0:
                     put.resolve(asm.results)
         return out
+
+    def _slot(self, key: bytes) -> Future:
+        """The Future a retry of in-flight ``key`` waits on (window lock held)."""
+        slot = self._inflight[key]
+        if slot is None:
+            slot = self._inflight[key] = Future()
+        return slot
 
     def _original(self, hit: tuple[int, int], topic: str, uniq_key: str | None) -> AppendResult | None:
         """The result the original send got, read back from its record; None when it cannot be read any more
@@ -180,7 +189,7 @@ class Deduplicator:
             slots = list(self._inflight.values())
             self._inflight.clear()
         for s in slots:
-            if not s.done():
+            if s is not None and not s.done():
                 s.set_exception(exc)
 
     def keys_of(self, puts: list[PendingPut]) -> list[tuple[int, bytes]]:
