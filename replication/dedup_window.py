@@ -159,6 +159,9 @@ class DedupWindow:
     def __len__(self) -> int:
         return len(self._ids)
 
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._ids
+
     def approx_bytes(self) -> int:
         """Memory the ids take (metrics)."""
         return len(self._ids) * ENTRY_BYTES + (len(self._order) - len(self._ids)) * 8

@@ -78,8 +78,14 @@ class Deduplicator:
         self.window = window
         self.store = store
         # id -> None, or the Future a retry waits on (made only then: most ids never see a retry); it settles with
-        # the record's AppendResult when the id is applied here
+        # the record's AppendResult when the id is applied here, or, when ``settle_at_apply`` is off, when its
+        # put is acknowledged
         self._inflight: dict[bytes, Future | None] = {}
+        # False under ``sync`` durability (RaftWritePath): an applied entry is acknowledged only once a majority
+        # made it durable, so a retry waits for the original's acknowledgement, not for its apply. Ids whose put
+        # ended unknown before they applied are ``_orphans``: their apply settles them.
+        self.settle_at_apply = True
+        self._orphans: set[bytes] = set()
         # id(put) -> each message's id for ``keys_of``, of the last screened batch only (its puts are alive until
         # it is encoded; None: not judged; b"": no UNIQ_KEY yet, made by the encoder)
         self._screened: dict[int, list[bytes | None]] = {}
@@ -94,7 +100,7 @@ class Deduplicator:
         for put in puts:
             plan: list[Any] = []   # per message: None (new), an AppendResult (stored) or a Future (in flight)
             ids: list[bytes | None] = []  # each message's id (None: not judged)
-            mine: list[bytes] = []   # ids this put registers as in flight
+            mine: list[tuple[int, bytes]] = []   # (message index, id) this put registers as in flight
             judged = False
             with window.lock:
                 for m in put.msgs:
@@ -113,11 +119,11 @@ class Deduplicator:
                         judged = True
                         continue
                     self._inflight[key] = None
-                    mine.append(key)
+                    mine.append((len(plan), key))
                     plan.append(None)
                     ids.append(key)
             if not judged:
-                self._release_on_failure(put, mine)
+                self._follow(put, mine)
                 self._screened[id(put)] = ids
                 out.append(put)
                 continue
@@ -125,7 +131,7 @@ class Deduplicator:
             new = [i for i, p in enumerate(plan) if p is None]
             if new:
                 inner = PendingPut([put.msgs[i] for i in new], sum(estimate_size(put.msgs[i]) for i in new))
-                self._release_on_failure(inner, mine)
+                self._follow(inner, [(new.index(i), key) for i, key in mine])
                 self._screened[id(inner)] = ids
                 asm.wait_for(inner.future, new)
                 out.append(inner)
@@ -163,22 +169,47 @@ class Deduplicator:
         r.uniq_key = uniq_key
         return r
 
-    def _release_on_failure(self, put: PendingPut, keys: list[bytes]) -> None:
-        """A put that fails for sure before its entry could be in the log (refused, invalid, not leader) frees its
-        ids; one whose outcome is unknown keeps them until the entry applies here or the leadership is lost
-        (``leadership_lost``): a retry meanwhile waits instead of storing the message a second time."""
+    def _follow(self, put: PendingPut, keys: list[tuple[int, bytes]]) -> None:
+        """What the end of a put that registered in-flight ``keys`` (message index, id) does to them: a put that
+        fails for sure before its entry could be in the log (refused, invalid, not leader) frees them; one whose
+        outcome is unknown keeps them until the entry applies here or the leadership is lost
+        (``leadership_lost``), so a retry meanwhile waits instead of storing the message a second time; an
+        acknowledged one settles them when they are not settled at apply."""
         if not keys:
             return
 
         def done(f: Future) -> None:
             exc = f.exception()
-            if exc is not None and not isinstance(exc, UnknownOutcomeError):
-                self._abandon(keys, exc)
+            if exc is None:
+                if not self.settle_at_apply:
+                    results = f.result()
+                    self._settle([(key, results[i]) for i, key in keys])
+            elif isinstance(exc, UnknownOutcomeError):
+                if not self.settle_at_apply:
+                    self._orphan([key for _i, key in keys], exc)
+            else:
+                self._abandon([key for _i, key in keys], exc)
         put.future.add_done_callback(done)
+
+    def _settle(self, done: list[tuple[bytes, AppendResult]]) -> None:
+        with self.window.lock:
+            slots = [(self._inflight.pop(key, None), r) for key, r in done]
+        for slot, r in slots:
+            if slot is not None and not slot.done():
+                slot.set_result(r)
+
+    def _orphan(self, keys: list[bytes], exc: BaseException) -> None:
+        """Ids whose put ended unknown while their apply settles nothing: one already applied is in the window
+        (a retry finds it there; those waiting now hear "unknown" and retry); the others wait for their apply."""
+        with self.window.lock:
+            applied = [k for k in keys if k in self._inflight and k in self.window]
+            self._orphans.update(k for k in keys if k in self._inflight and k not in applied)
+        self._abandon(applied, exc)
 
     def _abandon(self, keys: list[bytes], exc: BaseException) -> None:
         with self.window.lock:
             slots = [self._inflight.pop(k, None) for k in keys]
+            self._orphans.difference_update(keys)
         for s in slots:
             if s is not None and not s.done():
                 s.set_exception(exc)
@@ -188,6 +219,7 @@ class Deduplicator:
         with self.window.lock:
             slots = list(self._inflight.values())
             self._inflight.clear()
+            self._orphans.clear()
         for s in slots:
             if s is not None and not s.done():
                 s.set_exception(exc)
@@ -228,6 +260,9 @@ class Deduplicator:
             self.window.add(ids)
             if self._inflight:
                 for i, key in keys:
+                    if not self.settle_at_apply and key not in self._orphans:
+                        continue  # settled by its put's acknowledgement (``_follow``)
+                    self._orphans.discard(key)
                     slot = self._inflight.pop(key, None)
                     if slot is not None:
                         settled.append((slot, results[i]))

@@ -208,6 +208,8 @@ class RaftWritePath:
         self.cluster_name = cluster_name
         self.store_host = store_host
         self.settings = settings or RaftSettings()
+        if dedup is not None:  # under sync a retry waits for the original's acknowledgement (durable), not its apply
+            dedup.settle_at_apply = self.settings.durability == "async"
         self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
         self.peers = Peers(members, node_id, secret, channel_credentials, channel_options)
         self._secret = secret

@@ -10,6 +10,7 @@ from raftmq.replication import LocalWritePath, RaftWritePath
 from raftmq.replication.dedup_window import DedupWindow, TopicWindows, dedup_topic, id_of
 from raftmq.replication.deduplicator import Deduplicator
 from raftmq.store import Message
+from raftmq.store.commit_log import AppendResult
 from raftmq.store.message import string_to_properties
 from raftmq.store.topic_config import TopicConfig
 from tests.replication.test_raft_single import FAST, one_member, open_store, wait_writable
@@ -88,6 +89,49 @@ def test_a_topic_window_is_checked_when_the_topic_is_created_or_updated():
     for bad in ("-1", "1.5", "ten", str(10**9)):
         with pytest.raises(StoreError, match="de-duplication window"):
             TopicConfig("T", attributes=(("dedup.window.seconds", bad),)).validate()
+
+
+def _result(offset: int) -> AppendResult:
+    return AppendResult(offset, 0, 100, 1_000, "T", 0, "7F0000010000")
+
+
+@pytest.mark.parametrize("settle_at_apply", [True, False], ids=["async", "sync"])
+def test_a_retry_of_an_id_in_flight_waits_for_the_original_and_shares_its_outcome(settle_at_apply):
+    """Under async a waiting retry is answered when the original applies; under sync only once the original is
+    acknowledged (durable on a majority), and at its apply when the original ended unknown before it."""
+    from raftmq.replication.errors import UnknownOutcomeError
+    from raftmq.replication.group_commit import PendingPut
+
+    d = Deduplicator(DedupWindow(TopicWindows(Topics(), 120), 100), store=None)
+    d.settle_at_apply = settle_at_apply
+    first = PendingPut([msg("T", 1)], 10)
+    [proposed] = d.screen([first], 1_000)
+    keys = d.keys_of([proposed])
+    retry = PendingPut([msg("T", 1)], 10)
+    assert d.screen([retry], 1_000) == [] and not retry.future.done()    # waits: nothing proposed again
+    d.applied(keys, [_result(0)])
+    if settle_at_apply:
+        assert retry.future.result(0)[0].duplicate
+    else:
+        assert not retry.future.done()              # applied, not yet durable
+        first.resolve([_result(0)])
+        r = retry.future.result(0)[0]
+        assert r.duplicate and r.physical_offset == 0 and r.uniq_key == uniq(1)
+    # the original ends unknown before it applies: the retry waits for the apply in both modes
+    first, retry = PendingPut([msg("T", 2)], 10), PendingPut([msg("T", 2)], 10)
+    keys = d.keys_of(d.screen([first], 2_000))
+    d.screen([retry], 2_000)
+    first.fail(UnknownOutcomeError("leader paused"))
+    assert not retry.future.done()
+    d.applied(keys, [_result(100)])
+    assert retry.future.result(0)[0].physical_offset == 100
+    # leadership lost: every waiting retry's outcome is unknown as well
+    first, retry = PendingPut([msg("T", 3)], 10), PendingPut([msg("T", 3)], 10)
+    d.screen([first], 3_000)
+    d.screen([retry], 3_000)
+    d.leadership_lost(UnknownOutcomeError("no longer leader"))
+    with pytest.raises(UnknownOutcomeError):
+        retry.future.result(0)
 
 
 # ---------------------------------------------------------------------------------------------------- write paths
