@@ -357,8 +357,8 @@ class RaftCollector(Collector):
              wp.leaderless_seconds),
             ("raftmq_raft_tick_stalls", "Raft tick-thread stalls (starved CPU, slow disk); each got a grace period "
              "instead of a needless election", counters.get("tick_stalls", 0)),
-            ("raftmq_raft_resent_applied_entries", "Already-applied entries a leader re-sent (matching; skipped)",
-             counters.get("resent_applied_entries", 0)),
+            ("raftmq_raft_resent_known_entries", "Entries a leader re-sent that this member held already (matching; skipped)",
+             counters.get("resent_known_entries", 0)),
             ("raftmq_raft_stale_acks_dropped", "Acknowledgements of an earlier term this member ignored as leader "
              "(they say nothing of its own term's entries)", counters.get("stale_acks_dropped", 0)),
             ("raftmq_raft_journal_torn_tail_bytes", "Bytes of a torn Raft-journal tail this member dropped when it "

@@ -31,6 +31,7 @@ PRE_VOTE_RESPONSE = "raftmq_pre_vote_response"
 COMMIT_NOTICE_S = 0.005
 DURABLE_KEY = "durable"  # in a follower's next_node_idx: the acknowledged entries are on disk in its journal
 TERM_KEY = "term"  # in a follower's next_node_idx: the term of the append_entries it answers (pysyncobj sends none)
+_KEEP_TAIL = "raftmq_keep_tail"  # set by _skip_known_entries on a message that ends inside this member's log
 
 
 class ReplicatedLog(SyncObj):
@@ -66,7 +67,8 @@ class ReplicatedLog(SyncObj):
         self.accept_peer = accept_peer
         self.raft_tls = tls
         self.leader_heard_at = 0.0  # time.monotonic() of the last append_entries from a current leader
-        self.resent_applied_entries = 0  # entries a leader re-sent that this member had applied (metrics)
+        self.resent_known_entries = 0  # entries a leader re-sent that this member held already (metrics)
+        self._keep_tail = False  # handling a message that ends inside our log: pysyncobj must not truncate it
         self.stale_acks_dropped = 0  # acknowledgements of another term a leader ignored
         self.pre_votes_started = 0
         self.elections_started = 0
@@ -262,7 +264,9 @@ class ReplicatedLog(SyncObj):
             if "prevLogIdx" not in message:
                 return self._on_snapshot_message(node, message)
             if "transmission" not in message:
-                message = self._skip_applied_entries(message)
+                message = self._skip_known_entries(message)
+                if message.pop(_KEEP_TAIL, False):
+                    return self._on_append_entries(node, message)
         if kind == "next_node_idx" and message.get(TERM_KEY, self.raftCurrentTerm) != self.raftCurrentTerm:
             self.stale_acks_dropped += 1
             return  # answers an append_entries of another term: says nothing of this term's log (see _send...Idx)
@@ -330,55 +334,82 @@ class ReplicatedLog(SyncObj):
         ackers = self._durable_ackers
         return all(n in ackers for n in list(self._SyncObj__otherNodes))
 
-    def _skip_applied_entries(self, message: dict) -> dict:
-        """Drop the part of an append_entries that re-sends entries this member already applied, when they match;
-        roll back the applied ones that do not.
+    def _skip_known_entries(self, message: dict) -> dict:
+        """Raft's append rule on top of pysyncobj's: drop the re-sent entries this member already holds (same index
+        and term), truncate only from the first that conflicts, and never drop matching entries after the message's
+        end. Applied entries that conflict are rolled back.
 
         Why: pysyncobj truncates the follower's log after ``prevLogIdx`` whenever the follower has more entries,
-        even matching ones (Raft truncates only on a conflict), and then logs CRITICAL "truncating already-applied
-        log entries ... state machine may have diverged". Leaders re-send ranges routinely (a follower stalled for a
-        moment, a reconnect, a next-index reset), so the alarm fired with no fault at all.
+        even matching ones. Leaders re-send ranges routinely (a follower stalled for a moment, a reconnect, a
+        next-index reset), and such a re-send dropped entries this member had acknowledged (as durable, under
+        ``sync``) and that counted towards their commit: until the leader sent them again, a committed entry could
+        be on fewer members than a majority, and a power cut of the group then lost acknowledged messages. With
+        applied entries among them pysyncobj also logged CRITICAL "truncating already-applied log entries ... state
+        machine may have diverged" with no fault at all.
 
-        Why this is safe: an applied entry is committed, and by Raft's log-matching and leader-completeness
-        properties the leader holds the very same entries up to our last applied index. If every re-sent entry at
-        or below ``lastApplied`` has the term ours has at that index (same index and term = same entry), the
-        message is equivalent to one with ``prevLogIdx = lastApplied`` carrying only the entries after it; that is
-        what pysyncobj gets, so it never truncates an applied entry.
+        Why skipping is safe: same index and term is the same entry (log matching), so a message whose entries all
+        match ours up to some index is equivalent to one with ``prevLogIdx`` at that index carrying only the rest.
+        When the message ends inside our log, its end becomes ``prevLogIdx`` with no entries: pysyncobj then
+        acknowledges exactly what the message proved (not our whole log), and the entries after it are kept but not
+        committed by it (Raft: the commit index goes no further than the last entry the message covered;
+        ``_on_append_entries``).
 
-        A re-sent entry whose term differs from the applied one breaks that property, and only one thing does:
-        under ``async`` a power cut of a majority lost entries that this member had applied (they were in memory on
-        a majority, on disk only here), and the leader's log has others at those indexes. Those are the group's
-        entries now: this member rewinds its state machine to before the first differing one (``rewind``: their
-        commit-log bytes are withheld, then adopted or cut as the leader's entries apply) and pysyncobj its
-        applied and commit indexes, so the leader's entries are applied when the leader says they are committed.
+        A re-sent entry whose term differs from an *applied* one means one thing: under ``async`` a power cut of a
+        majority lost entries that this member had applied (they were in memory on a majority, on disk only here),
+        and the leader's log has others at those indexes. Those are the group's entries now: this member rewinds
+        its state machine to before the first differing one (``rewind``: their commit-log bytes are withheld, then
+        adopted or cut as the leader's entries apply) and pysyncobj its applied and commit indexes, so the leader's
+        entries are applied when the leader says they are committed.
         """
-        # what this member applied: pysyncobj's cursor, or the store's applied index, which after a restart is ahead
-        # of it until the leader says again what is committed
-        applied = max(self.raftLastApplied, min(self._machine.applied_index(), self._SyncObj__getCurrentLogIndex()))
         prev = message["prevLogIdx"]
-        if prev >= applied:
-            return message  # nothing applied is touched
-        ours = self._SyncObj__getEntries(prev, applied - prev + 1)
-        if len(ours) != applied - prev + 1 or ours[0][1] != prev or ours[0][2] != message["prevLogTerm"]:
+        last = self._SyncObj__getCurrentLogIndex()
+        if prev >= last:
+            return message  # nothing of ours after prevLogIdx: pysyncobj appends (or answers a gap)
+        entries = message.get("entries") or []
+        covered = min(last, prev + len(entries))  # our entries the message can be compared with
+        ours = self._SyncObj__getEntries(prev, covered - prev + 1)
+        if len(ours) != covered - prev + 1 or ours[0][1] != prev or ours[0][2] != message["prevLogTerm"]:
             return message  # compacted away, or a conflict at prevLogIdx: pysyncobj's own handling applies
         term_at = {e[1]: e[2] for e in ours}
-        entries = message.get("entries") or []
-        upto = applied  # entries up to here are ours already
+        upto = covered  # our entries up to here are the message's
         for entry in entries:
-            if entry[1] > applied:
+            if entry[1] > covered:
                 break
-            if term_at.get(entry[1]) != entry[2]:
+            if term_at[entry[1]] != entry[2]:
                 upto = entry[1] - 1
-                self._rewind_applied(upto, applied)
+                # what this member applied: pysyncobj's cursor, or the store's applied index, which after a
+                # restart is ahead of it until the leader says again what is committed
+                applied = max(self.raftLastApplied, min(self._machine.applied_index(), last))
+                if upto < applied:
+                    self._rewind_applied(upto, applied)
                 break
         kept = [e for e in entries if e[1] > upto]
-        self.resent_applied_entries += len(entries) - len(kept)
-        return {**message, "prevLogIdx": upto, "prevLogTerm": term_at[upto], "entries": kept}
+        self.resent_known_entries += len(entries) - len(kept)
+        out = {**message, "prevLogIdx": upto, "prevLogTerm": term_at[upto], "entries": kept}
+        if not kept and upto < last:
+            out[_KEEP_TAIL] = True
+        return out
+
+    def _on_append_entries(self, node: Any, message: dict) -> None:
+        """pysyncobj's handling of a message that ends inside this member's log (``_skip_known_entries``): its
+        truncation after ``prevLogIdx`` is skipped, and the commit index rises no further than that index (pysyncobj
+        raises it to our last index, which here would commit entries the leader's message did not vouch for)."""
+        upto = message["prevLogIdx"]
+        leader_commit = message.get("commit_index", 0)
+        self._keep_tail = True
+        try:
+            SyncObj._SyncObj__onMessageReceived(self, node, {**message, "commit_index": min(leader_commit, upto)})
+        finally:
+            self._keep_tail = False
+        self._SyncObj__leaderCommitIndex = leader_commit
 
     def _SyncObj__deleteEntriesFrom(self, fromIDx: int) -> None:  # noqa: N802,N803 - pysyncobj's names
-        """pysyncobj drops its log from ``fromIDx`` to take the leader's entries. Entries the state machine applied
-        there are not the group's any more: rewind first (``_skip_applied_entries`` keeps matching ones from ever
-        getting here; this covers what it cannot see, e.g. a log compacted past the re-sent range)."""
+        """pysyncobj drops its log from ``fromIDx`` to take the leader's entries. Not when the message ends inside
+        our log with every entry matching (``_on_append_entries``). Entries the state machine applied there are not
+        the group's any more: rewind first (``_skip_known_entries`` keeps matching ones from ever getting here;
+        this covers what it cannot see, e.g. a log compacted past the re-sent range)."""
+        if self._keep_tail:
+            return
         applied = self._machine.applied_index()
         if fromIDx <= applied:
             self._rewind_applied(fromIDx - 1, applied)

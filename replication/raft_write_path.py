@@ -479,7 +479,7 @@ class RaftWritePath:
         lg = self._log
         return {"elections": getattr(lg, "elections_started", 0), "pre_votes": getattr(lg, "pre_votes_started", 0),
                 "tick_stalls": getattr(lg, "tick_stalls", 0),
-                "resent_applied_entries": getattr(lg, "resent_applied_entries", 0),
+                "resent_known_entries": getattr(lg, "resent_known_entries", 0),
                 "stale_acks_dropped": getattr(lg, "stale_acks_dropped", 0),
                 "journal_torn_tail_bytes": getattr(lg, "journal_torn_tail_bytes", 0),
                 "rewound_entries": getattr(lg, "rewound_entries", 0),

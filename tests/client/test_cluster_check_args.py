@@ -7,7 +7,9 @@ import argparse
 
 import pytest
 
-from raftmq.client import cli, commands
+from raftmq.client import cli
+from raftmq.client.commands import args as command_args
+from raftmq.client.commands import cluster, output
 from raftmq.client.replica_check import CheckReport, Difference, MemberCheck, QueueDifference, _split_majority
 
 
@@ -27,10 +29,10 @@ def test_bad_arguments_are_one_usage_line(capsys, args, text):
 
 
 def test_sizes_take_binary_units():
-    assert [commands._size(v) for v in ("4096", "64K", "64kib", "1M", "2G")] == [
+    assert [command_args.size_arg(v) for v in ("4096", "64K", "64kib", "1M", "2G")] == [
         4096, 64 << 10, 64 << 10, 1 << 20, 2 << 30]
     with pytest.raises(argparse.ArgumentTypeError):
-        commands._size("-5")
+        command_args.size_arg("-5")
 
 
 def test_majority_names_the_odd_member_out_or_nobody():
@@ -46,13 +48,13 @@ def test_table_and_summary_name_the_differing_member_and_range():
     report = CheckReport("sha256", 8192, 0, 100_000, members, Difference(4096, 8192, 0, 8192, ["n1"], ["n0"]),
                          queues_compared=2, queue_units=10,
                          queue_difference=QueueDifference("T", 1, 7, 8, ["n1"], ["n0"]))
-    table = commands.check_table(report)
+    table = cluster.check_table(report)
     n1 = next(line for line in table.splitlines() if line.startswith("| n1 "))
     assert "DIFFERS in [4096, 8192)" in n1 and "DIFFERS in T/1 at 7" in n1
     assert "unreachable: Connection refused" in next(line for line in table.splitlines() if line.startswith("| n2 "))
-    assert commands._check_summary(report) == ("first difference: commit-log bytes [4096, 8192) (in chunk [0, 8192)): "
+    assert cluster._check_summary(report) == ("first difference: commit-log bytes [4096, 8192) (in chunk [0, 8192)): "
                                                "n1 differs from n0")
-    assert commands._queue_summary(report) == "first consume-queue difference: T/1 unit at queue offset 7: n1 differs from n0"
+    assert cluster._queue_summary(report) == "first consume-queue difference: T/1 unit at queue offset 7: n1 differs from n0"
     assert report.to_json()["identical"] is False
 
 
@@ -60,6 +62,6 @@ def test_progress_says_how_much_is_checked():
     import io
 
     out = io.StringIO()
-    progress = commands.Progress(8 << 20, stream=out, render=commands._checked_text)
+    progress = output.Progress(8 << 20, stream=out, render=output.checked_text)
     progress.update(2 << 20, force=True)
     assert out.getvalue().startswith("checked 2.0/8.0 MiB (25%), ") and out.getvalue().endswith(" MiB/s\n")

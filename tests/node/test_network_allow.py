@@ -304,8 +304,9 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
     with pytest.raises(grpc.RpcError) as e:
         send_as_bob(leader.grpc_address, forged)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and "cluster secret" in e.value.details()
-    with Admin([n.grpc_address for n in cluster], security=ROOT) as admin:
-        assert sum(q.max_offset for q in admin.queue_offsets("events")) >= 1
+    with Admin([n.grpc_address for n in cluster], security=ROOT) as admin:  # reads any member: wait for its reput
+        wait_for(lambda: sum(q.max_offset for q in admin.queue_offsets("events")) >= 1, "bob's message stored",
+                 timeout=60)
 
 
 def _ok(call):
