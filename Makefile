@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
-.PHONY: install install-run run stop test lint proto bench clean browser-deps powerloss-deps k8s-tools k8s-e2e \
+.PHONY: install install-run run stop test test-fast lint proto bench clean browser-deps powerloss-deps k8s-tools k8s-e2e \
 	rmq5-java k8s-node-deps k8s-local k8s-e2e-local docs docs-serve
 
 install: $(DEV_STAMP)
@@ -104,12 +104,31 @@ k8s-tools:
 rmq5-java:
 	@tests/rocketmq5/java/build.sh >/dev/null
 
-# The whole suite. The Kubernetes tier (tests/k8s) needs `make k8s-tools` and `make k8s-local`; SKIP_K8S_TIER=1
-# leaves those builds out (the tier then skips, except in CI where a missing build is an error).
-test: $(DEV_STAMP) browser-deps powerloss-deps rmq5-java $(if $(SKIP_K8S_TIER),,k8s-tools k8s-local)
+# The whole suite (CI runs this; docs/development/testing.md). TEST_WORKERS=2 runs it on two pytest-xdist workers,
+# each module on one worker (module fixtures start once; the e2e tier's waits overlap the rest); TEST_WORKERS=1
+# runs everything in one process. The Kubernetes tier (tests/k8s) needs `make k8s-tools`
+# and `make k8s-local`: when they are not built yet (a fresh machine), they build in the background while the
+# rest of the suite runs, and tests/k8s runs once they are done. SKIP_K8S_TIER=1 leaves them out (the tier then
+# skips, except in CI where a missing build is an error).
+TEST_WORKERS ?= 2
+PYTEST_WORKERS = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,)
+K8S_TIER_BUILD := helm/raftmq/ci/k8s-tier-build.sh
+test: $(DEV_STAMP) browser-deps powerloss-deps rmq5-java
 	$(VENV)/bin/ruff check .
 	$(LINT_IMPORTS)
-	$(PY) -m pytest -q
+	@if [ -n "$(SKIP_K8S_TIER)" ]; then \
+		$(PY) -m pytest -q $(PYTEST_WORKERS); \
+	elif $(K8S_TIER_BUILD) --built; then \
+		$(K8S_TIER_BUILD) && $(PY) -m pytest -q $(PYTEST_WORKERS); \
+	else \
+		$(K8S_TIER_BUILD) --background && \
+		{ $(PY) -m pytest -q $(PYTEST_WORKERS) --ignore=tests/k8s; rest=$$?; \
+		  $(K8S_TIER_BUILD) --wait; $(PY) -m pytest -q tests/k8s && exit $$rest; }; \
+	fi
+
+# The in-process tier alone (tests that start no process: tests/support/tiers.py), on TEST_WORKERS workers too.
+test-fast: $(DEV_STAMP)
+	$(PY) -m pytest -q -m unit $(PYTEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) build site *.egg-info
@@ -129,8 +148,7 @@ k8s-node-deps:
 	@dpkg -s $(K8S_NODE_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(K8S_NODE_PACKAGES); }
 
 k8s-local: $(DEV_STAMP) k8s-tools k8s-node-deps
-	@helm/raftmq/ci/k8s-local/build-node-tools.sh >/dev/null
-	@helm/raftmq/ci/k8s-local/build-image.sh >/dev/null
+	@$(K8S_TIER_BUILD)
 
 k8s-e2e-local: k8s-local
 	$(PY) -m tests.k8s.e2e_local

@@ -204,6 +204,13 @@ class ReplicatedLog(SyncObj):
                 if last[node] < floor:
                     last[node] = floor
 
+    def campaign_now(self) -> None:
+        """Stand for election as soon as a peer is connected instead of after a random election timeout (on the
+        tick thread). Still through pre-vote, so it disrupts no leader the others already follow: for the first
+        member of a group that starts new (replication/fresh_start.py), where nobody leads yet."""
+        if self._SyncObj__raftState != _LEADER and not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = min(self._SyncObj__raftElectionDeadline, monotonic_time())
+
     def _maybe_pre_vote(self, now: float) -> None:
         """Run pre-vote instead of letting pysyncobj start an election when the timer fires (see the class doc)."""
         if self._SyncObj__selfNode is None or self._SyncObj__raftState == _LEADER:

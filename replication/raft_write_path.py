@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from pysyncobj import FAIL_REASON, SyncObjConf
 
-from raftmq.replication import catch_up, pysyncobj_patches, snapshot
+from raftmq.replication import catch_up, fresh_start, pysyncobj_patches, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
 from raftmq.replication.deduplicator import Deduplicator
@@ -212,6 +212,7 @@ class RaftWritePath:
             dedup.settle_at_apply = self.settings.durability == "async"
         self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
         self.peers = Peers(members, node_id, secret, channel_credentials, channel_options)
+        self.startup = fresh_start.StartupRecord(node_id)  # answers peers' GetStartupState
         self._secret = secret
         self._accept_peer = accept_peer
         self._raft_tls = raft_tls
@@ -265,33 +266,13 @@ class RaftWritePath:
         dump = os.path.join(self.raft_dir, "raft.dump")
         if os.path.exists(journal) and os.path.getsize(journal) == 0:
             os.remove(journal)  # created but never written (crash at first start): pysyncobj cannot map it
+        # no Raft state at all: no journal, no term or vote (the journal's meta file), no snapshot
+        self.startup.set_fresh(not any(os.path.exists(p) for p in (journal, journal + ".meta", dump)))
+        campaign = False
         if not os.path.exists(journal) and self.peers.others:
-            # Fresh or wiped member: copy what the group already has before joining Raft. A wiped member also lost
-            # its term and vote, so it waits one election timeout before voting again (docs/design/replication.md#catching-up-rebuilding-repairing).
-            # The marker says the commit log holds only copied, committed records while the copy runs, so a
-            # restart after an interrupted copy resumes it instead of refusing an "unexplained" commit log.
-            before = self.store.commit_log_max_offset
-            marker = self._copy_marker()
-            with open(marker, "wb") as f:
-                os.fsync(f.fileno())
-            fsync_dir(self.raft_dir)
-            copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
-                                                self.store.config.mapped_file_size_commit_log)
-            self.catch_up_bytes += max(0, self.store.commit_log_max_offset - before)
-            if copied:
-                if os.path.exists(dump):
-                    os.remove(dump)  # a dump without its journal would describe a log this member no longer has
-                self.store.wait_flushed(self.store.commit_log_max_offset, 60.0)
-                applied.fsync()
-            if not copied and applied.last == (0, 0) and self.store.commit_log_max_offset > 0:
-                # half a copy and no peer to finish it from: joining now would apply the log over those bytes
-                machine.applied.close()
-                raise ReplicationError("this member's start-up copy from its peers was interrupted and no peer is "
-                                       "reachable to finish it; start it again once a majority of members is up")
-            os.remove(marker)
-            fsync_dir(self.raft_dir)
-            time.sleep(self.settings.raft_max_timeout)
+            campaign = self._join_as_new_member(machine, applied, dump)
         machine.rebuild_dedup_window()  # from what recovery or the copy from peers left; the journal replays on top
+        self.startup.mark_raft_started()  # from here on this member may vote
         machine.gap_fetcher = self._fetch_gap
         self.machine = machine
         s = self.settings
@@ -322,6 +303,8 @@ class RaftWritePath:
             raise ReplicationError(f"cannot listen for Raft peers on {self.raft_listen} (port in use, or the address "
                                    "is not on this host); fix cluster.raft_listen / the member's raft address") from None
         machine.entry_term = self._log.entry_term
+        if campaign:
+            self._tick_tasks.append((self._log.campaign_now, Future()))
         self.store.before_commit_log_flush = self._before_commit_log_flush
         self._tick_tasks.append((lambda: name_native_thread("raft-tick"), Future()))  # pysyncobj's thread
         self._log.addOnTickCallback(self._on_tick)
@@ -333,6 +316,52 @@ class RaftWritePath:
             self._threads.append(t)
         log.info("Raft write path started: member %s at %s, %d members, durability %s", self.node_id,
                  self.me.raft_address, len(self.members), s.durability)
+
+    def _join_as_new_member(self, machine: StateMachine, applied: AppliedIndex, dump: str) -> bool:
+        """A new or wiped member (no journal): copy what the group already has, then wait out one election timeout
+        since this process started, unless the group provably holds no term or vote from before this process
+        (replication/fresh_start.py, docs/design/fresh-start.md). True when this member should stand for election
+        at once: the group is proven new and this is the first of the configured members (one candidate instead of
+        three random timers racing; through pre-vote, so a leader the others already follow is not disturbed)."""
+        began = time.monotonic()
+        wait = self.settings.raft_max_timeout
+        proof = fresh_start.GroupProof(False, False, "this member has Raft state of its own")
+        if self.startup.fresh:
+            proof = fresh_start.prove_group_younger(self.peers, self.startup, began + wait)
+        # The marker says the commit log holds only copied, committed records while the copy runs, so a restart
+        # after an interrupted copy resumes it instead of refusing an "unexplained" commit log.
+        before = self.store.commit_log_max_offset
+        marker = self._copy_marker()
+        with open(marker, "wb") as f:
+            os.fsync(f.fileno())
+        fsync_dir(self.raft_dir)
+        copied = False
+        if not proof.all_starting:  # every other member still starting holds nothing to copy
+            copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
+                                                self.store.config.mapped_file_size_commit_log)
+        self.catch_up_bytes += max(0, self.store.commit_log_max_offset - before)
+        if copied:
+            if os.path.exists(dump):
+                os.remove(dump)  # a dump without its journal would describe a log this member no longer has
+            self.store.wait_flushed(self.store.commit_log_max_offset, 60.0)
+            applied.fsync()
+        if not copied and applied.last == (0, 0) and self.store.commit_log_max_offset > 0:
+            # half a copy and no peer to finish it from: joining now would apply the log over those bytes
+            machine.applied.close()
+            raise ReplicationError("this member's start-up copy from its peers was interrupted and no peer is "
+                                   "reachable to finish it; start it again once a majority of members is up")
+        os.remove(marker)
+        fsync_dir(self.raft_dir)
+        if proof.proven:
+            log.info("joining Raft at once: %s, so no member holds a vote this member may have given before it "
+                     "started", proof.reason)
+            return self.members[0].id == self.node_id
+        # it may have voted in the current term before it lost its disk: let any such election end first
+        left = began + wait - time.monotonic()
+        log.info("joining Raft after one election timeout (%.1fs more): %s", max(0.0, left), proof.reason)
+        if left > 0:
+            time.sleep(left)
+        return False
 
     def _reconcile_store(self, applied: AppliedIndex) -> None:
         """Restart rule (docs/design/durability.md): the store recovered its commit log to V. Frames whose bytes did
@@ -414,6 +443,11 @@ class RaftWritePath:
         The node calls it before it drains its calls: a leader that drained first refused every write until its
         calls stopped, and under load (clients retrying, members forwarding to it) they never stopped."""
         if not (self._running and self.is_leader() and self.peers.others):
+            return
+        log_ = self._log
+        if not any(log_.isNodeConnected(n) for n in list(log_.otherNodes)):
+            # e.g. the last member of a group stopping (`make stop`): waiting for a transfer would only time out
+            log.info("graceful stop: no other member is connected to hand leadership to")
             return
         try:
             self.transfer_leadership(None, timeout=timeout)

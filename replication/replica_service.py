@@ -57,14 +57,15 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
         self._readiness = readiness
         self._acl_key_ids = acl_key_ids
 
-    async def _write_path(self, context: grpc.aio.ServicerContext) -> Any:
+    async def _write_path(self, context: grpc.aio.ServicerContext, started: bool = True) -> Any:
+        """The write path, once started (``started``) or as soon as it exists; aborts the call otherwise."""
         if self._secret:
             got = dict(context.invocation_metadata()).get(SECRET_METADATA_KEY, "")
             if not hmac.compare_digest(got, self._secret):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, "replica call without the right cluster "
                                     "secret: set the same cluster.secret on every member")
         wp = self._get()
-        if wp is None or getattr(wp, "machine", None) is None:
+        if wp is None or (started and getattr(wp, "machine", None) is None):
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 "this member's Raft write path is not started (single node, or still starting)")
         return wp
@@ -87,6 +88,17 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             raft_applied_index=wp.raft_applied_index(), dispatch_behind_bytes=store.dispatch_behind_bytes(),
             storage_integrity=store.integrity_summary(),
             acl_key_ids=self._acl_key_ids() if self._acl_key_ids is not None else [])
+
+    async def GetStartupState(self, request, context):
+        """Answered while this member is still starting too (replication/fresh_start.py)."""
+        wp = await self._write_path(context, started=False)
+        record = getattr(wp, "startup", None)
+        if record is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this node runs without Raft (single node)")
+        state = record.answer(request.incarnation)
+        if state is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this member is still opening its store")
+        return state
 
     async def FetchCommitLog(self, request, context) -> None:
         """Stream the committed commit log from ``from_offset`` in whole records, paced by the catch-up throttle.

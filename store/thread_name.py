@@ -7,14 +7,13 @@ bytes of a name; the main thread keeps the process's name.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 
 _PR_SET_NAME = 15
 
-try:
-    _prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+try:  # the C library this process has loaded already (dlopen(NULL)): find_library would run /sbin/ldconfig
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux / no prctl: names stay as they are
     _prctl = None
 

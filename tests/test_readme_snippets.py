@@ -18,12 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.support.processes import REPO_ROOT, running_nodes
-
-pytestmark = pytest.mark.slow
 
 README = REPO_ROOT / "README.md"
 MARK = "<!-- runnable -->"

@@ -25,8 +25,6 @@ from tests.client.test_sdk_async import LoopTicks
 from tests.node.test_pop import dead_letters
 from tests.support.processes import running_nodes
 
-pytestmark = pytest.mark.slow
-
 FAST = {"max_delivery_attempts": 3, "retry_backoff": "1s"}
 GROUPS = ("apush-retry", "apush-dlq", "apush-renew", "apush-stop", "apush-cancel")
 

@@ -11,9 +11,7 @@ import time
 
 import pytest
 
-from tests.support.processes import REPO_ROOT, free_ports, running_nodes
-
-pytestmark = pytest.mark.slow
+from tests.support.processes import REPO_ROOT, free_ports
 
 
 def _ctrl_c_works() -> None:
@@ -29,9 +27,8 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("cli-e2e"), 1) as [n0]:
-        yield n0
+def node(shared_node):
+    return shared_node
 
 
 class Cli:

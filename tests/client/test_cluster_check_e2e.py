@@ -12,13 +12,10 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from raftmq.client import Admin, Producer
 from tests.client.test_cli_e2e import _env
 from tests.support.processes import REPO_ROOT, TINY_STORE, running_nodes
 
-pytestmark = pytest.mark.slow
 SECRET = "check-secret"
 BODY = b"B" * 1000
 SEGMENT = TINY_STORE["mapped_file_size_commit_log"]

@@ -6,13 +6,9 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from raftmq.client import Admin, Producer, PullConsumer
 from tests.client.test_cli_e2e import _env, eventually
 from tests.support.processes import REPO_ROOT, running_nodes
-
-pytestmark = pytest.mark.slow
 
 
 def raftmq(*args: str) -> subprocess.CompletedProcess:

@@ -12,16 +12,12 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
 from raftmq.client import Admin
 from raftmq.client.cluster_watch import Watch, events_between
 from raftmq.client.types import ClusterStatus, MemberStatus
 from tests.client.test_cli_e2e import _env
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 
 class _Reader:

@@ -21,16 +21,13 @@ from raftmq.v1 import raftmq_pb2_grpc as pbg
 from tests.client.test_cli_e2e import _env, eventually, one_error_line
 from tests.support.processes import REPO_ROOT, running_nodes
 
-pytestmark = pytest.mark.slow
-
 QUEUES = 4
 DEADLINE = 90.0  # generous: the box is shared; a bug fails here instead of hanging
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("groups-e2e"), 1) as [n0]:
-        yield n0.grpc_address
+def server(shared_node):
+    return shared_node.grpc_address
 
 
 def consumer(servers, topic: str, client_id: str, **kw) -> PullConsumer:

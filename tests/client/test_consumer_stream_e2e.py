@@ -8,15 +8,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 from raftmq.client import Admin, Producer, PullConsumer
 from tests.replication.cluster_util import wait_leader
 from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 
 def _rpc_count(node, method: str) -> int:

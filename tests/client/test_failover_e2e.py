@@ -9,14 +9,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from raftmq.client import Admin, Producer, errors
 from tests.replication.cluster_util import wait_leader
 from tests.replication.tcp_proxy import PausableProxy
 from tests.support.processes import running_nodes
-
-pytestmark = pytest.mark.slow
 
 WRITE_TIMEOUT_S = 3.0
 

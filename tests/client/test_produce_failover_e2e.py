@@ -16,8 +16,6 @@ from tests.client.test_cli_e2e import _env
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 COUNT = 3000
 
 

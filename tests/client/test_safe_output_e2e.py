@@ -10,25 +10,22 @@ import pytest
 
 from raftmq.client import Admin, Producer
 from raftmq.client.cli import run
-from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 EVIL = "\x1b[2K\r\x1b[31mFAKE: all replicas identical\x1b[0m"
 BINARY = bytes(range(256)) * 200  # 51200 bytes, under the test store's 64 KiB message limit
 
 
 @pytest.fixture(scope="module")
-def sent(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("safe"), 1) as [n0]:
-        assert run(["topic", "create", "Safe", "--queues", "1", "-s", n0.grpc_address]) == 0
-        with Producer(n0.grpc_address) as p:
-            evil = p.send("Safe", EVIL, tags="t\x1b[1m", keys=["evil"], properties={"p": "\x1b]0;title\x07"})
-            binary = p.send("Safe", BINARY, keys=["bin"])
-        with Admin(n0.grpc_address) as admin:  # the key index is built after the ack (reput)
-            wait_for(lambda: admin.query_by_key("Safe", "evil"), "the key index")
-        yield n0.grpc_address, evil, binary
+def sent(shared_node):
+    n0 = shared_node
+    assert run(["topic", "create", "Safe", "--queues", "1", "-s", n0.grpc_address]) == 0
+    with Producer(n0.grpc_address) as p:
+        evil = p.send("Safe", EVIL, tags="t\x1b[1m", keys=["evil"], properties={"p": "\x1b]0;title\x07"})
+        binary = p.send("Safe", BINARY, keys=["bin"])
+    with Admin(n0.grpc_address) as admin:  # the key index is built after the ack (reput)
+        wait_for(lambda: admin.query_by_key("Safe", "evil"), "the key index")
+    return n0.grpc_address, evil, binary
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:

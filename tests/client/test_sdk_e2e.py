@@ -6,15 +6,11 @@ import pytest
 
 from raftmq.client import Admin, AlreadyExistsError, Message, Producer, PullConsumer, TopicNotFoundError
 from tests.client.test_cli_e2e import eventually
-from tests.support.processes import running_nodes
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("sdk-e2e"), 1) as [n0]:
-        yield n0.grpc_address
+def server(shared_node):
+    return shared_node.grpc_address
 
 
 def drain(consumer: PullConsumer, expected: int, rounds: int = 40) -> list:

@@ -25,13 +25,10 @@ from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("sdk-stream"), 1) as [n0]:
-        yield n0
+def node(shared_node):
+    return shared_node
 
 
 def _stream_requests(node) -> float:
@@ -167,19 +164,18 @@ def test_node_killed_mid_stream_acknowledged_sends_survive(tmp_path):
         check_stored(addr, acked)
 
 
-def test_stream_opened_at_a_follower_moves_to_the_leader(tmp_path):
+def test_stream_opened_at_a_follower_moves_to_the_leader(shared_cluster):
     """The stream first goes to the only address the producer knows, a follower: its sends come back 'not the
     leader', are re-sent the unary way (redirect), and the next stream opens at the leader."""
-    with running_nodes(tmp_path, 3) as nodes:
-        leader, follower = leader_and_follower(nodes, "StreamMove")
-        before = _stream_requests(leader)
-        with Producer([follower.grpc_address]) as p:
-            first = p.send("StreamMove", b"first")
-            assert p.leader == leader.grpc_address
-            results = _send_from_threads(p, "StreamMove", threads=4, per_thread=10)
-        assert _stream_requests(follower) > 0, "the first stream went to the follower"
-        assert _stream_requests(leader) > before, "later sends streamed to the leader"
-        check_stored(leader.grpc_address, [("first", first)] + results)
+    leader, follower = leader_and_follower(shared_cluster, "StreamMove")
+    before, before_follower = _stream_requests(leader), _stream_requests(follower)
+    with Producer([follower.grpc_address]) as p:
+        first = p.send("StreamMove", b"first")
+        assert p.leader == leader.grpc_address
+        results = _send_from_threads(p, "StreamMove", threads=4, per_thread=10)
+    assert _stream_requests(follower) > before_follower, "the first stream went to the follower"
+    assert _stream_requests(leader) > before, "later sends streamed to the leader"
+    check_stored(leader.grpc_address, [("first", first)] + results)
 
 
 def test_close_lets_the_broker_answer_sends_in_flight(node):

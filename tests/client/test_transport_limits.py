@@ -11,16 +11,15 @@ import pytest
 
 from raftmq.client.cli import run
 from tests.support.odd_servers import Http2NotFound, SilentTcp
-from tests.support.processes import TINY_STORE, running_nodes
+from tests.support.processes import TINY_STORE
 
 SERVER_LIMIT = 2 * TINY_STORE["max_message_size"] + (1 << 20)
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    with running_nodes(tmp_path_factory.mktemp("limits"), 1) as [n0]:
-        assert run(["topic", "create", "Big", "-s", n0.grpc_address]) == 0
-        yield n0
+def node(shared_node):
+    assert run(["topic", "create", "Big", "-s", shared_node.grpc_address]) == 0
+    return shared_node
 
 
 def test_body_over_the_servers_receive_limit_is_refused_at_once_naming_it(node, tmp_path, capsys):

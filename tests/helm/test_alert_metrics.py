@@ -7,12 +7,7 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from tests.helm.chart import objects, one
-from tests.support.processes import running_nodes
-
-pytestmark = pytest.mark.slow
 
 # Series that come from Prometheus itself or the kubelet, not from the node.
 EXTERNAL = {"up", "kubelet_volume_stats_used_bytes", "kubelet_volume_stats_capacity_bytes"}
@@ -37,9 +32,8 @@ def test_the_alerts_use_the_node_metrics_we_expect():
     }
 
 
-def test_a_running_node_exports_every_alerted_metric(tmp_path):
-    with running_nodes(tmp_path, 3) as nodes:  # a replicated member: anti-entropy metrics are a cluster's
-        status, text = nodes[1].http_get("/metrics")
+def test_a_running_node_exports_every_alerted_metric(shared_cluster):
+    status, text = shared_cluster[1].http_get("/metrics")  # a replicated member: anti-entropy metrics are a cluster's
     assert status == 200
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     missing = alert_metrics() - exported

@@ -130,7 +130,6 @@ def _resolve(env_list: list[dict], files: dict[str, str], secrets: dict[str, str
     return out
 
 
-@pytest.mark.slow
 def test_helm_test_script_passes_with_mutual_tls_and_auth(tmp_path):
     values = SECURE["cert-manager-mutual"]
     pod = one(objects(values), "Pod")

@@ -16,7 +16,6 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +156,6 @@ def test_every_package_is_copied_and_let_through_by_dockerignore():
     assert not any("__pycache__" in k for k in kept)
 
 
-@pytest.mark.slow
 def test_the_build_context_builds_the_package(tmp_path):
     """What `pip install .` does in the builder stage, offline, from exactly the files Docker would send."""
     ctx = tmp_path / "ctx"

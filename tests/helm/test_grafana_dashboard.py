@@ -13,7 +13,6 @@ import pytest
 
 from raftmq.client import Admin, Message, Producer, PullConsumer, SimpleConsumer
 from tests.helm.chart import objects, one
-from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
 FUNCTIONS = {"sum", "max", "min", "rate", "increase", "histogram_quantile", "by", "le"}
@@ -73,23 +72,22 @@ def test_panels_are_well_formed():
         assert topic in titles, topic
 
 
-@pytest.mark.slow
-def test_a_running_node_exports_every_metric_the_dashboard_queries(tmp_path):
+def test_a_running_node_exports_every_metric_the_dashboard_queries(shared_node):
     wanted = metric_names()
     assert {"rocketmq_messages_in_total", "raftmq_put_latency_seconds_bucket", "raftmq_raft_term"} <= wanted
-    with running_nodes(tmp_path, 1) as [node]:
-        with Admin([node.grpc_address]) as admin:
-            admin.create_topic("dash", queues=2)
-        with Producer([node.grpc_address]) as producer:
-            producer.send_batch("dash", [Message(b"m1"), Message(b"m2")])
-        with PullConsumer("dash-group", "dash", [node.grpc_address], start_from="first") as consumer:
-            got = []
-            while len(got) < 2:
-                got += consumer.poll(timeout=5.0)
-            with SimpleConsumer("dash-pop", "dash", [node.grpc_address], await_duration=2) as pop:
-                received = wait_for(lambda: pop.receive(1, 30), what="a message for the receive/ack group")
-                pop.ack(received)  # lag and in-flight gauges exist once a receive/ack group has state
-            status, text = node.http_get("/metrics")  # while the pull group is live (its members gauge)
+    node = shared_node
+    with Admin([node.grpc_address]) as admin:
+        admin.create_topic("dash", queues=2)
+    with Producer([node.grpc_address]) as producer:
+        producer.send_batch("dash", [Message(b"m1"), Message(b"m2")])
+    with PullConsumer("dash-group", "dash", [node.grpc_address], start_from="first") as consumer:
+        got = []
+        while len(got) < 2:
+            got += consumer.poll(timeout=5.0)
+        with SimpleConsumer("dash-pop", "dash", [node.grpc_address], await_duration=2) as pop:
+            received = wait_for(lambda: pop.receive(1, 30), what="a message for the receive/ack group")
+            pop.ack(received)  # lag and in-flight gauges exist once a receive/ack group has state
+        status, text = node.http_get("/metrics")  # while the pull group is live (its members gauge)
     assert status == 200
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     missing = wanted - exported

@@ -12,14 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.helm.chart import objects, one
 from tests.support.processes import node_specs, running_nodes, start_nodes, stop_all
 
 BIN = str(Path(sys.executable).parent)
 
-pytestmark = pytest.mark.slow
 
 
 def kubernetes_expand(text: str, env: dict[str, str]) -> str:
@@ -45,12 +42,9 @@ def run_script(server: str, members: list[str], attempts: int = 30) -> subproces
     return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env, timeout=240)
 
 
-def test_helm_test_passes_on_a_healthy_group(tmp_path):
-    nodes = start_nodes(node_specs(tmp_path, 3), timeout=90)
-    try:
-        done = run_script(nodes[0].grpc_address, [n.grpc_address for n in nodes])
-    finally:
-        stop_all(nodes)
+def test_helm_test_passes_on_a_healthy_group(shared_cluster):
+    nodes = shared_cluster
+    done = run_script(nodes[0].grpc_address, [n.grpc_address for n in nodes])
     assert done.returncode == 0, done.stdout + done.stderr
     # each run writes its own key (the shell's `$$` never reached the shell: Kubernetes made it a lone `$`)
     assert re.search(r"^writing helm-test-\d+ through ", done.stdout, re.M), done.stdout

@@ -227,12 +227,8 @@ def test_the_alerts_use_the_metrics_we_expect():
     assert names & EXTERNAL == EXTERNAL
 
 
-@pytest.mark.slow
-def test_every_alerted_series_is_exported_by_a_running_node(tmp_path):
-    from tests.support.processes import running_nodes
-
-    with running_nodes(tmp_path, 3) as nodes:  # the chart runs replicated members (anti-entropy metrics)
-        status, text = nodes[1].http_get("/metrics")
+def test_every_alerted_series_is_exported_by_a_running_node(shared_cluster):
+    status, text = shared_cluster[1].http_get("/metrics")  # the chart runs replicated members (anti-entropy metrics)
     assert status == 200
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     for name, alert in alerts(VALUE_SETS["monitored-defaults"]).items():

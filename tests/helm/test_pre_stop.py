@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import free_ports, node_specs, start_nodes, stop_all
+from tests.support.processes import free_ports
 
 HOOK = Path(__file__).resolve().parents[2] / "helm" / "raftmq" / "files" / "pre-stop.py"
 BIN = str(Path(sys.executable).parent)  # the venv's bin: `raftmq` lives next to python
 
-pytestmark = pytest.mark.slow
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -54,12 +53,8 @@ def run_hook(server: str, member_id: str, timeout: float = 20) -> subprocess.Com
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    nodes = start_nodes(node_specs(tmp_path_factory.mktemp("prestop"), 3), timeout=90)
-    try:
-        yield nodes
-    finally:
-        stop_all(nodes)
+def cluster(shared_cluster):
+    return shared_cluster  # the hook moves the leadership at most: no member is harmed
 
 
 def test_on_a_follower_it_leaves_leadership_alone(cluster):

@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 from tests.helm.chart import CHART_DIR
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 RELEASE = "mq"
 INSTANCE = {"app.kubernetes.io/instance": RELEASE}
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.k8s.control_plane import REPO_ROOT, missing_prerequisite, require_tools
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 NODE_TOOLS = REPO_ROOT / "helm" / "raftmq" / "ci" / "k8s-local" / "build-node-tools.sh"
 
 

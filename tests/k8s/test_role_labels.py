@@ -19,7 +19,7 @@ from tests.k8s.control_plane import in_pod_argv
 from tests.support.processes import NodeProcess, node_specs, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 NS = "roles"
 RELEASE = "rl"
 PODS = [f"{RELEASE}-raftmq-{i}" for i in range(3)]

@@ -1,26 +1,13 @@
-"""One shared node process for the node tests that do not conflict (each uses its own topics)."""
+"""The node tests' raw-stub helper on the session's shared node (tests/support/shared.py)."""
 
 from __future__ import annotations
-
-import itertools
 
 import pytest
 
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
-from tests.support.processes import NodeProcess, start_nodes, stop_all
-
-_names = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def shared_node(tmp_path_factory) -> NodeProcess:
-    from tests.support.processes import node_specs
-
-    [spec] = node_specs(tmp_path_factory.mktemp("shared-node"))
-    nodes = start_nodes([spec])
-    yield nodes[0]
-    stop_all(nodes)
+from tests.support.processes import NodeProcess
+from tests.support.shared import unique_name
 
 
 class Api:
@@ -34,7 +21,7 @@ class Api:
 
     def topic(self, prefix: str = "t", queues: int = 4, perm: int = 0, message_type: str = "") -> str:
         """A new topic; ``message_type`` "" is the server's default (NORMAL)."""
-        name = f"{prefix}-{next(_names)}"
+        name = unique_name(prefix)
         self.admin.CreateTopic(pb.CreateTopicRequest(
             topic=pb.TopicConfig(name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm,
                                  message_type=message_type)), timeout=10)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 
-import pytest
-
 from raftmq.client.admin import Admin
 from raftmq.client.commands.cluster import cluster_table
 from raftmq.v1 import raftmq_pb2 as pb
@@ -14,8 +12,6 @@ from raftmq.v1 import replica_pb2, replica_pb2_grpc
 from tests.support.metrics import samples
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 RAFT_GAUGES = ("raftmq_raft_term", "raftmq_raft_commit_index", "raftmq_raft_applied_index",
                "raftmq_raft_has_leader", "raftmq_raft_is_leader")

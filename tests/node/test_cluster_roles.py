@@ -11,9 +11,6 @@ from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import node_specs, start_nodes, stop_all
 
-pytestmark = pytest.mark.slow
-
-
 REDIRECT = (("x-raftmq-redirect", "1"),)
 
 

@@ -35,7 +35,7 @@ from tests.support.console_scenario import (
 from tests.support.processes import node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import grpc
-import pytest
 
 from raftmq.client import Admin, Producer
 from raftmq.v1 import raftmq_pb2 as pb
@@ -21,7 +20,6 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import GRPC_OPTIONS, REPO_ROOT, TINY_STORE, NodeProcess, node_specs
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
 SEGMENT = TINY_STORE["mapped_file_size_commit_log"]
 BODY = b"S" * 1000
 

@@ -151,7 +151,6 @@ def test_delay_progress_travels_with_catch_up_metadata(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ processes
-@pytest.mark.slow
 def test_single_node_delays_clamps_rejects_and_survives_restart(tmp_path):
     specs = node_specs(tmp_path, 1, store=STORE)
     nodes = start_nodes(specs)
@@ -210,7 +209,6 @@ def test_single_node_delays_clamps_rejects_and_survives_restart(tmp_path):
         stop_all(nodes)
 
 
-@pytest.mark.slow
 def test_single_node_sigkill_while_messages_wait_loses_none(tmp_path):
     specs = node_specs(tmp_path, 1, store=STORE)
     nodes = start_nodes(specs)
@@ -241,7 +239,6 @@ def test_single_node_sigkill_while_messages_wait_loses_none(tmp_path):
         stop_all(nodes)
 
 
-@pytest.mark.slow
 def test_leader_failover_while_messages_wait_loses_none(tmp_path):
     specs = node_specs(tmp_path, 3, store=STORE)
     nodes = start_nodes(specs)
@@ -293,7 +290,6 @@ def test_leader_failover_while_messages_wait_loses_none(tmp_path):
         stop_all(nodes)
 
 
-@pytest.mark.slow
 def test_restored_progress_past_the_queue_end_is_corrected_and_later_messages_arrive(tmp_path):
     """delayOffset.json ahead of the schedule queues (a store restored from an older backup with a newer progress
     file, or an edited one): the node corrects it to the queues' max offsets (RocketMQ's correctDelayOffset), logs

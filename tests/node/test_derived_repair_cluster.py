@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from raftmq.client import Admin, Message, Producer
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
@@ -17,8 +15,6 @@ from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
 from tests.store.store_helpers import segment_files
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 
 def test_a_member_rebuilds_damaged_consume_queues_and_index_identical_to_its_peers(tmp_path):

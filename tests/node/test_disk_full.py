@@ -22,8 +22,6 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import REPO_ROOT, node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 FS_SIZE = 6 << 20
 BALLAST = 2 << 20
 

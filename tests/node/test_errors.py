@@ -7,8 +7,6 @@ import pytest
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-pytestmark = pytest.mark.slow
-
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 

@@ -14,8 +14,6 @@ from tests.replication.cluster_util import REDIRECT, wait_leader
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 SECRET = "fw-secret"
 
 

@@ -16,8 +16,6 @@ from raftmq.client.errors import InvalidArgumentError
 from tests.support.processes import REPO_ROOT, node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 
 def _cli(node, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "raftmq.client", *args, "--server", node.grpc_address],

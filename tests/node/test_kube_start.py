@@ -19,8 +19,7 @@ from tests.node.test_kube import NS, POD, FakeApiServer, role_of
 from tests.support.processes import NodeProcess, node_specs
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a test CA")]
+pytestmark = [pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a test CA")]
 
 
 def test_restarted_member_drops_a_stale_leader_label_before_it_is_ready(tmp_path):

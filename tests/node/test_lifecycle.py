@@ -18,8 +18,6 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.node.conftest import Api
 from tests.support.processes import NodeProcess, free_ports, node_specs, running_nodes
 
-pytestmark = pytest.mark.slow
-
 
 def test_restart_keeps_everything_and_sigterm_is_clean(tmp_path):
     with running_nodes(tmp_path, 1) as [node]:

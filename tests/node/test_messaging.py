@@ -11,8 +11,6 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.support.metrics import metric_sum, samples
 
-pytestmark = pytest.mark.slow
-
 
 def test_send_and_pull_round_trip(api):
     topic = api.topic("rt")

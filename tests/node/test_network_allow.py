@@ -282,7 +282,9 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
     leader, follower = _leader_and_follower(cluster)
     with AclAdmin([n.grpc_address for n in cluster], security=ROOT) as acl:
         acl.put_user("bob", "bob-secret-123", networks=["127.0.0.3"])
-        acl.add_rule("bob", "allow", ["PUB"], ["topic:events"])
+        bob = acl.add_rule("bob", "allow", ["PUB"], ["topic:events"])
+    # the change is committed; each member applies it when it gets there (a loaded box: seconds later)
+    _wait_acl_everywhere(cluster, bob, "events")
     request = pb.SendMessageRequest(message=pb.Message(topic="events", body=b"relayed"))
 
     def send_as_bob(address: str, extra=()):
@@ -307,6 +309,16 @@ def test_a_forwarded_call_is_judged_by_the_original_clients_address(cluster):
     with Admin([n.grpc_address for n in cluster], security=ROOT) as admin:  # reads any member: wait for its reput
         wait_for(lambda: sum(q.max_offset for q in admin.queue_offsets("events")) >= 1, "bob's message stored",
                  timeout=60)
+
+
+def _wait_acl_everywhere(nodes, user, topic: str) -> None:
+    """Until every member's own copy of the ACL holds ``user`` as given (ListAclUsers answers from it) and every
+    member knows ``topic`` (the member that relays a send checks it)."""
+    def applied(node) -> bool:
+        with AclAdmin(node.grpc_address, security=ROOT) as acl, Admin(node.grpc_address, security=ROOT) as admin:
+            return user in acl.list_users() and topic in {t.name for t in admin.list_topics()}
+    wait_for(lambda: all(applied(n) for n in nodes), f"user {user.access_key} and topic {topic} on every member",
+             timeout=60)
 
 
 def _ok(call):

@@ -42,6 +42,14 @@ def make_topic(node, name: str, queues: int = 2, message_type: str = "NORMAL") -
     return name
 
 
+def wait_dispatched(node, topic: str, count: int) -> None:
+    """Until ``count`` messages are in the topic's queues: an acknowledged send is in the commit log at once and in
+    its queue a moment later (dispatch), and a receive that does not wait (await_duration=0) sees only those."""
+    with Admin(node.grpc_address) as admin:
+        wait_for(lambda: sum(q.max_offset for q in admin.queue_offsets(topic)) >= count,
+                 f"{count} messages dispatched to {topic}'s queues")
+
+
 def receive_through_failover(consumer, out: list, n: int, invisible: float) -> bool:
     """One receive that tolerates the election window (no leader yet, the dead one unreachable)."""
     try:
@@ -128,6 +136,7 @@ def test_invisible_message_comes_back_after_its_deadline_and_stale_handles_are_r
     with Producer(node.grpc_address) as p:
         p.send(topic, "a")
         p.send(topic, "b")
+    wait_dispatched(node, topic, 2)
     with SimpleConsumer("simple", topic, node.grpc_address, await_duration=0) as c:
         first: list = []  # the sends are acknowledged before reput makes them receivable: gather until both came
         wait_for(lambda: first.extend(c.receive(2, 60)) or len(first) >= 2, "a and b received", 30)
@@ -179,6 +188,7 @@ def test_sql92_selects_on_properties_in_pull_and_receive(node):
     with Producer(node.grpc_address) as p:
         for i in range(6):
             p.send(topic, f"s{i}", tags="A" if i % 2 else "B", properties={"a": str(i)})
+    wait_dispatched(node, topic, 6)
     expr = "(TAGS is not null and TAGS in ('A', 'B')) and (a is not null and a between 0 and 3)"
     stub = pb_grpc.MessagingServiceStub(node.channel())
     resp = stub.PullMessage(pb.PullMessageRequest(topic=topic, sql_expression=expr, max_count=32), timeout=10)

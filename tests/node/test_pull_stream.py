@@ -12,8 +12,6 @@ import pytest
 
 from raftmq.v1 import raftmq_pb2 as pb
 
-pytestmark = pytest.mark.slow
-
 
 class Reader:
     """A PullStream call read on a thread into a queue, so the test can wait for responses with a timeout."""

@@ -12,8 +12,6 @@ import pytest
 from tests.support.processes import node_specs, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 
 def _ready_reason(node) -> str:
     status, reason = node.http_get("/ready", timeout=5)

@@ -17,7 +17,6 @@ from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
 
-@pytest.mark.slow
 def test_a_diverged_follower_is_rebuilt_from_its_peers_and_ends_identical(tmp_path):
     with running_nodes(tmp_path, 3, cluster={"secret": SECRET}) as nodes:
         servers = [n.grpc_address for n in nodes]
@@ -74,7 +73,6 @@ def test_a_diverged_follower_is_rebuilt_from_its_peers_and_ends_identical(tmp_pa
         assert '"audit": "rebuild_member"' in log and "set aside in" in log
 
 
-@pytest.mark.slow
 def test_a_member_killed_right_after_accepting_a_rebuild_still_rebuilds_at_its_next_start(tmp_path):
     """The mark is on disk before the answer: a crash before the member restarts itself changes nothing."""
     with running_nodes(tmp_path, 3) as nodes:
@@ -99,7 +97,6 @@ def test_a_member_killed_right_after_accepting_a_rebuild_still_rebuilds_at_its_n
             assert admin.queue_offsets("RebuildKill")[0].max_offset == len(acked)
 
 
-@pytest.mark.slow
 def test_a_single_node_has_nothing_to_rebuild_from(tmp_path):
     with running_nodes(tmp_path, 1) as [node]:
         r = raftmq("cluster", "rebuild-member", node.spec.id, "-s", node.grpc_address, secret=None)

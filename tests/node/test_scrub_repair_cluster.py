@@ -5,8 +5,6 @@ cluster)."""
 
 from __future__ import annotations
 
-import pytest
-
 from raftmq.client import Admin, Producer
 from raftmq.store.message import decode_record
 from raftmq.v1 import raftmq_pb2 as pb
@@ -16,8 +14,6 @@ from tests.store.store_helpers import segment_files
 from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 
 def test_scrubber_damage_on_a_running_member_is_repaired_from_a_peer(tmp_path):

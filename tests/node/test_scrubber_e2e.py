@@ -10,8 +10,6 @@ import subprocess
 import sys
 import uuid
 
-import pytest
-
 from raftmq.client import Admin, Producer
 from raftmq.store.message import decode_record
 from raftmq.v1 import raftmq_pb2 as pb
@@ -20,8 +18,6 @@ from tests.store.store_helpers import segment_files
 from tests.support.metrics import metric_sum
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 
 def test_scrubber_finds_damage_reports_it_and_rebuilds_the_consume_queue(tmp_path):

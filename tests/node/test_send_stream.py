@@ -9,8 +9,6 @@ import pytest
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.support.metrics import metric_sum, samples
 
-pytestmark = pytest.mark.slow
-
 
 def _stream(api, requests: list[pb.SendStreamRequest]) -> list[pb.SendStreamResponse]:
     return list(api.msg.SendStream(iter(requests), timeout=30))

@@ -19,8 +19,6 @@ from raftmq.client.errors import InvalidArgumentError
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.support.processes import REPO_ROOT, node_specs, running_nodes, start_nodes, stop_all
 
-pytestmark = pytest.mark.slow
-
 KINDS = {  # kind -> the fields that make a raftmq Message that kind
     "NORMAL": {},
     "FIFO": {"message_group": "g"},

@@ -21,8 +21,6 @@ from tests.support.metrics import samples
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 TX_STORE = {"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100, "transaction_check_max": 3}
 HALF, OP, CHECK_MAX, SCHEDULE = ("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                                  "TRANS_CHECK_MAX_TIME_TOPIC", "SCHEDULE_TOPIC_XXXX")

@@ -24,8 +24,6 @@ from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 from tests.support.processes import REPO_ROOT, node_specs, running_nodes, start_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 # short timeouts so checks happen within a second or two; every check attempt counts, a producer connected or not
 # (as in RocketMQ), so a producer that takes a moment to (re)connect must not see its message discarded first
 TX_STORE = {"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100, "transaction_check_max": 5}

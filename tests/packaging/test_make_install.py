@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # installs raftmq into a new venv
 def test_the_first_install_says_one_line_and_a_second_nothing(tmp_path):
     """Issue 34: the first `make run` printed 109 lines of pip before anything else; it must be one progress
     line (pip's own output only when it fails, on stderr). Run on a copy with no .venv, as on a fresh clone."""

@@ -46,7 +46,7 @@ def fresh_venv(tmp_path_factory) -> Path:
     return venv
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # installs raftmq into a new venv
 def test_base_install_is_lean_and_namespaced(fresh_venv, tmp_path):
     py = str(fresh_venv / "bin" / "python")
     listed = _run([py, "-m", "pip", "list", "--format", "json"], cwd=tmp_path)
@@ -61,7 +61,7 @@ def test_base_install_is_lean_and_namespaced(fresh_venv, tmp_path):
     assert r.stdout.strip() == "[]", "generic top-level modules installed: " + r.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # installs raftmq into a new venv
 def test_cli_has_every_command_and_no_plugin_warning(fresh_venv, tmp_path):
     r = _run([str(fresh_venv / "bin" / "raftmq"), "--help"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -72,7 +72,7 @@ def test_cli_has_every_command_and_no_plugin_warning(fresh_venv, tmp_path):
     assert sample.returncode == 0 and "grpc_listen" in sample.stdout, sample.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # installs raftmq into a new venv
 def test_installed_broker_stores_and_serves_a_message(fresh_venv, tmp_path):
     raftmq = str(fresh_venv / "bin" / "raftmq")
     (spec,) = node_specs(tmp_path, 1)

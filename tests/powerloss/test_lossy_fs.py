@@ -22,7 +22,6 @@ import pytest
 from tests.support.lossy_fs import ANY_FSYNC, STRICT, cut_together
 from tests.support.lossy_fs.file_data import CHUNK
 
-pytestmark = pytest.mark.slow
 PAGE = mmap.PAGESIZE
 
 

@@ -15,7 +15,6 @@ from tests.replication.cluster_util import Producers, admin, read_topic
 from tests.support.lossy_fs import ANY_FSYNC, STRICT
 from tests.support.processes import NodeProcess, node_specs
 
-pytestmark = pytest.mark.slow
 TOPIC, QUEUES = "PowerLossT", 4
 
 

@@ -34,14 +34,15 @@ class RecordingMachine:
 
 @contextlib.contextmanager
 def running_members(log_class: type[ReplicatedLog] = ReplicatedLog, journal_dir: Path | None = None,
-                    **log_kwargs: Any) -> Iterator[list[Any]]:
+                    raft_timeouts: tuple[float, float] = (2.0, 4.0), **log_kwargs: Any) -> Iterator[list[Any]]:
     """Three members of ``log_class`` (journals ``m<i>.journal`` in ``journal_dir``, else in memory), destroyed on
-    leaving. Elections take 2-4 s, compaction never runs."""
+    leaving. Election timers fire after ``raft_timeouts`` (2-4 s), compaction never runs."""
     addresses = [f"127.0.0.1:{p}" for p in free_ports(3)]
     members: list[Any] = []
     try:
         for i, address in enumerate(addresses):
-            conf = SyncObjConf(autoTick=True, raftMinTimeout=2.0, raftMaxTimeout=4.0, connectionTimeout=5.0,
+            conf = SyncObjConf(autoTick=True, raftMinTimeout=raft_timeouts[0], raftMaxTimeout=raft_timeouts[1],
+                               connectionTimeout=max(5.0, raft_timeouts[1]),
                                appendEntriesPeriod=0.05, appendEntriesUseBatch=False,
                                journalFile=None if journal_dir is None else str(journal_dir / f"m{i}.journal"),
                                logCompactionMinEntries=10**9, logCompactionMinTime=10**9)

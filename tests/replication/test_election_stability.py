@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import Producers, admin, create_topic, wait_applied_equal, wait_leader
 from tests.replication.conftest import Cluster
 from tests.replication.tcp_proxy import PausableProxy
 from tests.support.processes import stop_all
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.slow
 
 FROZEN_S = 3.2  # > raft_max_timeout (3.0): the follower's election timer has certainly fired meanwhile
 

@@ -9,12 +9,9 @@ from __future__ import annotations
 import shutil
 import time
 
-import pytest
-
 from tests.replication.cluster_util import Producers, create_topic, wait_applied_equal, wait_leader
 from tests.replication.test_raft_cluster import assert_byte_identical, check_acked, replica_views
 
-pytestmark = pytest.mark.slow
 TOPIC = "ReplT"  # the name replica_views reads
 SLOW_COPY = {"catch_up_bytes_per_s": 128 * 1024}
 

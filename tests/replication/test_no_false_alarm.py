@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.replication.cluster_util import (
     Producers,
     create_topic,
@@ -22,8 +20,6 @@ from tests.replication.cluster_util import (
     wait_applied_equal,
     wait_leader,
 )
-
-pytestmark = pytest.mark.slow
 
 ALARM = "truncating already-applied log entries"
 

@@ -25,8 +25,6 @@ from tests.replication.cluster_util import (
 from tests.replication.test_raft_cluster import QUEUES, TOPIC, assert_byte_identical, check_acked
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
-
 
 def journal_records(path) -> int:
     """Entries in a pysyncobj journal file (header: name 24 B, version 8 B, format 4 B, last-record offset 4 B)."""

@@ -22,7 +22,6 @@ from tests.client.test_cluster_check_e2e import SECRET, converged, raftmq
 from tests.support.processes import GRPC_OPTIONS, TINY_STORE, running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
 SEGMENT = TINY_STORE["mapped_file_size_commit_log"]
 BODY = b"R" * 1000
 

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from raftmq.client import Admin, Producer
 from raftmq.client.security import ClientSecurity
 from tests.client.test_cluster_check_e2e import SECRET
 from tests.replication.test_peer_repair import BODY, _patch
 from tests.support.certs import CertificateAuthority
 from tests.support.processes import running_nodes
-
-pytestmark = pytest.mark.slow
 
 
 def test_damaged_follower_of_a_tls_cluster_repairs_from_its_peers(tmp_path):

@@ -13,8 +13,6 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
-
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import (
     Producers,
@@ -25,7 +23,6 @@ from tests.replication.cluster_util import (
     wait_leader,
 )
 
-pytestmark = pytest.mark.slow
 EVERY_HOUR = ";".join(str(h) for h in range(24))
 RETENTION = {"delete_when": EVERY_HOUR, "clean_resource_interval": 300}
 

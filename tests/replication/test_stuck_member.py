@@ -14,16 +14,12 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from raftmq.client import Admin, Producer
 from raftmq.replication.pysyncobj_patches import journal_span
 from tests.client.test_cli_e2e import _env
 from tests.replication.cluster_util import create_topic, lead_by
 from tests.replication.conftest import Cluster
 from tests.support.processes import REPO_ROOT, stop_all
-
-pytestmark = pytest.mark.slow
 
 
 def raftmq(*args: str) -> subprocess.CompletedProcess:

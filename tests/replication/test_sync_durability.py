@@ -25,8 +25,6 @@ from tests.replication.tcp_proxy import PausableProxy
 from tests.support.metrics import metric_sum
 from tests.support.processes import stop_all
 
-pytestmark = pytest.mark.slow
-
 
 def own_applied(node) -> int:
     st = admin(node).ClusterStatus(pb.ClusterStatusRequest(), timeout=10)

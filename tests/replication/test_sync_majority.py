@@ -20,8 +20,6 @@ from tests.replication.conftest import Cluster
 from tests.replication.tcp_proxy import PausableProxy
 from tests.support.processes import stop_all
 
-pytestmark = pytest.mark.slow
-
 # Shorter than the 3 s each peer used to get in turn; a healthy majority answers in milliseconds.
 WRITE_DEADLINE_S = 2.5
 

@@ -25,7 +25,7 @@ from tests.support.certs import CertificateAuthority
 from tests.support.processes import NodeProcess, node_specs, running_nodes, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 BUILD = Path(__file__).resolve().parent / "java" / "build.sh"
 
@@ -101,33 +101,33 @@ def _endpoints(nodes) -> str:
     return ";".join(n.grpc_address for n in nodes)
 
 
-def test_java_producer_kinds_are_stored_and_the_simple_consumer_reads_both_apis(tmp_path, java):
-    with running_nodes(tmp_path) as nodes:
-        e = _endpoints(nodes)
-        create_topic(nodes[0], "jt", message_type="MIXED")  # every kind of send
-        sent: dict[str, dict] = {}
-        for kind, extra in [("normal", {"tag": "A", "count": 3}), ("fifo", {"group": "order-1", "count": 3}),
-                            ("delay", {"delay_s": 3}), ("tx-commit", {}), ("tx-rollback", {})]:
-            lines = java("produce", endpoints=e, topic="jt", kind=kind, prefix=kind + "-", **extra).all()
-            assert lines and all(x["ok"] for x in lines), lines
-            sent.update({x["body"]: x for x in lines})
-        visible = [b for b in sent if b != "tx-rollback-0"]
-        stored = read_keys(nodes[0], "jt", [sent[b]["message_id"] for b in visible], timeout=60)
-        by_body = {m.body.decode(): m for m in stored.values()}
-        assert by_body["normal-0"].tags == "A" and list(by_body["normal-0"].keys) == ["key-normal-0"]
-        assert by_body["normal-0"].properties["n"] == "0"
-        assert len({by_body[f"fifo-{i}"].queue_id for i in range(3)}) == 1  # one message group, one queue
-        delayed = by_body["delay-0"]
-        assert delayed.store_timestamp >= int(delayed.properties["TIMER_DELIVER_MS"])  # held until its time
-        assert sent["tx-rollback-0"]["message_id"] not in {m.uniq_key for m in read_all(nodes[0], "jt")}
-        with Producer(e.split(";")) as p:  # raftmq's own SDK: the Java consumer reads it too
-            p.send("jt", "from-raftmq", tags="B", properties={"origin": "sdk"})
-        got = java("simple", endpoints=e, topic="jt", group="java-g", count=len(visible) + 1).all()
-        assert got[-1]["op"] == "drained" and got[-1]["ok"] and got[-1]["acked"] == len(visible) + 1, got[-3:]
-        received = {x["body"]: x for x in got if x["op"] == "got"}
-        assert set(received) == set(visible) | {"from-raftmq"}
-        assert received["from-raftmq"]["props"] == {"origin": "sdk"} and received["from-raftmq"]["tag"] == "B"
-        assert received["fifo-0"]["group"] == "order-1" and received["delay-0"]["delivery_ts"] > 0
+def test_java_producer_kinds_are_stored_and_the_simple_consumer_reads_both_apis(shared_node, java):
+    nodes = [shared_node]
+    e = _endpoints(nodes)
+    create_topic(nodes[0], "jt", message_type="MIXED")  # every kind of send
+    sent: dict[str, dict] = {}
+    for kind, extra in [("normal", {"tag": "A", "count": 3}), ("fifo", {"group": "order-1", "count": 3}),
+                        ("delay", {"delay_s": 3}), ("tx-commit", {}), ("tx-rollback", {})]:
+        lines = java("produce", endpoints=e, topic="jt", kind=kind, prefix=kind + "-", **extra).all()
+        assert lines and all(x["ok"] for x in lines), lines
+        sent.update({x["body"]: x for x in lines})
+    visible = [b for b in sent if b != "tx-rollback-0"]
+    stored = read_keys(nodes[0], "jt", [sent[b]["message_id"] for b in visible], timeout=60)
+    by_body = {m.body.decode(): m for m in stored.values()}
+    assert by_body["normal-0"].tags == "A" and list(by_body["normal-0"].keys) == ["key-normal-0"]
+    assert by_body["normal-0"].properties["n"] == "0"
+    assert len({by_body[f"fifo-{i}"].queue_id for i in range(3)}) == 1  # one message group, one queue
+    delayed = by_body["delay-0"]
+    assert delayed.store_timestamp >= int(delayed.properties["TIMER_DELIVER_MS"])  # held until its time
+    assert sent["tx-rollback-0"]["message_id"] not in {m.uniq_key for m in read_all(nodes[0], "jt")}
+    with Producer(e.split(";")) as p:  # raftmq's own SDK: the Java consumer reads it too
+        p.send("jt", "from-raftmq", tags="B", properties={"origin": "sdk"})
+    got = java("simple", endpoints=e, topic="jt", group="java-g", count=len(visible) + 1).all()
+    assert got[-1]["op"] == "drained" and got[-1]["ok"] and got[-1]["acked"] == len(visible) + 1, got[-3:]
+    received = {x["body"]: x for x in got if x["op"] == "got"}
+    assert set(received) == set(visible) | {"from-raftmq"}
+    assert received["from-raftmq"]["props"] == {"origin": "sdk"} and received["from-raftmq"]["tag"] == "B"
+    assert received["fifo-0"]["group"] == "order-1" and received["delay-0"]["delivery_ts"] > 0
 
 
 def test_java_orphan_transaction_is_checked_and_redelivery_counts_attempts(tmp_path, java):

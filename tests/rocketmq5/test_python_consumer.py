@@ -15,7 +15,7 @@ from tests.rocketmq5.raftmq_side import create_topic, leader_of, read_all
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 
 def _endpoints(nodes) -> str:
@@ -28,54 +28,54 @@ def _produce(nodes, topic: str, bodies_tags: list[tuple[str, str, dict]], group:
             p.send(topic, body, tags=tag or None, keys=[f"key-{body}"], properties=props, message_group=group)
 
 
-def test_simple_consumer_receives_acks_changes_and_gets_redeliveries(tmp_path, run_driver):
-    with running_nodes(tmp_path) as nodes:
-        create_topic(nodes[0], "shop")
-        _produce(nodes, "shop", [(f"a{i}", "A", {"n": str(i)}) for i in range(4)] + [("b0", "B", {"n": "9"})])
-        steps = [{"op": "receive", "max": 16, "invisible": 3},
-                 {"op": "ack", "body": "a0"},
-                 {"op": "change", "body": "a1", "invisible": 30},
-                 {"op": "ack", "body": "a1", "handle": "first"},  # the handle before the change: stale
-                 {"op": "ack", "body": "a1", "handle": "latest"},
-                 {"op": "drain", "count": 2, "max": 16, "invisible": 10, "timeout": 60}]  # a2, a3 come back
-        lines = run_driver("consumer.py", {"endpoints": _endpoints(nodes), "group": "g-simple", "topic": "shop",
-                                           "mode": "simple", "filter": {"type": "TAG", "expression": "A"},
-                                           "await_s": 5, "steps": steps}).all()
-        first = lines[0]
-        assert first["op"] == "receive" and first["ok"], lines
-        got = {m["body"]: m for m in first["messages"]}
-        assert set(got) == {"a0", "a1", "a2", "a3"}  # b0 has tag B: filtered out
-        for i in range(4):
-            m = got[f"a{i}"]
-            assert (m["tag"], m["keys"], m["props"], m["attempt"], m["topic"]) == \
-                ("A", [f"key-a{i}"], {"n": str(i)}, 1, "shop")
-            assert not m["corrupted"] and m["message_id"]  # the uppercase MD5 digest checked out
-        assert [x["ok"] for x in lines[1:3]] == [True, True] and lines[2]["new_handle"], lines
-        stale = lines[3]
-        assert stale["ok"] is False and stale["message"].startswith("40013, receipt handle is stale"), stale
-        assert lines[4]["ok"], lines[4]
-        again = [x for x in lines if x["op"] == "got"]
-        assert sorted(x["body"] for x in again) == ["a2", "a3"]  # a1 was acked, a0 too: never again
-        assert {x["attempt"] for x in again} == {2}
-        assert lines[-1] == {"op": "drained", "ok": True, "acked": 2}
+def test_simple_consumer_receives_acks_changes_and_gets_redeliveries(shared_node, run_driver):
+    nodes = [shared_node]
+    create_topic(nodes[0], "shop")
+    _produce(nodes, "shop", [(f"a{i}", "A", {"n": str(i)}) for i in range(4)] + [("b0", "B", {"n": "9"})])
+    steps = [{"op": "receive", "max": 16, "invisible": 3},
+             {"op": "ack", "body": "a0"},
+             {"op": "change", "body": "a1", "invisible": 30},
+             {"op": "ack", "body": "a1", "handle": "first"},  # the handle before the change: stale
+             {"op": "ack", "body": "a1", "handle": "latest"},
+             {"op": "drain", "count": 2, "max": 16, "invisible": 10, "timeout": 60}]  # a2, a3 come back
+    lines = run_driver("consumer.py", {"endpoints": _endpoints(nodes), "group": "g-simple", "topic": "shop",
+                                       "mode": "simple", "filter": {"type": "TAG", "expression": "A"},
+                                       "await_s": 5, "steps": steps}).all()
+    first = lines[0]
+    assert first["op"] == "receive" and first["ok"], lines
+    got = {m["body"]: m for m in first["messages"]}
+    assert set(got) == {"a0", "a1", "a2", "a3"}  # b0 has tag B: filtered out
+    for i in range(4):
+        m = got[f"a{i}"]
+        assert (m["tag"], m["keys"], m["props"], m["attempt"], m["topic"]) == \
+            ("A", [f"key-a{i}"], {"n": str(i)}, 1, "shop")
+        assert not m["corrupted"] and m["message_id"]  # the uppercase MD5 digest checked out
+    assert [x["ok"] for x in lines[1:3]] == [True, True] and lines[2]["new_handle"], lines
+    stale = lines[3]
+    assert stale["ok"] is False and stale["message"].startswith("40013, receipt handle is stale"), stale
+    assert lines[4]["ok"], lines[4]
+    again = [x for x in lines if x["op"] == "got"]
+    assert sorted(x["body"] for x in again) == ["a2", "a3"]  # a1 was acked, a0 too: never again
+    assert {x["attempt"] for x in again} == {2}
+    assert lines[-1] == {"op": "drained", "ok": True, "acked": 2}
 
 
-def test_simple_consumer_sql_filter_and_messages_from_raftmq_produce(tmp_path, run_driver):
-    with running_nodes(tmp_path) as nodes:
-        create_topic(nodes[0], "sq")
-        _produce(nodes, "sq", [(f"m{i}", "T", {"n": str(i)}) for i in range(6)])
-        lines = run_driver("consumer.py", {
-            "endpoints": _endpoints(nodes), "group": "g-sql", "topic": "sq", "mode": "simple",
-            "filter": {"type": "SQL", "expression": "n >= 2 AND n < 4"}, "await_s": 3,
-            "steps": [{"op": "drain", "count": 2, "timeout": 30},
-                      {"op": "receive", "max": 16, "invisible": 10}]}).all()
-        assert sorted(x["body"] for x in lines if x["op"] == "got") == ["m2", "m3"]
-        assert lines[-1]["op"] == "receive" and lines[-1]["messages"] == []  # nothing else matches
-        bad = run_driver("consumer.py", {
-            "endpoints": _endpoints(nodes), "group": "g-sql2", "topic": "sq", "mode": "simple",
-            "filter": {"type": "SQL", "expression": "n >>> 2"}, "await_s": 1,
-            "steps": [{"op": "receive", "max": 1, "invisible": 10}]}).all()
-        assert bad[0]["ok"] is False and "filter expression" in bad[0]["message"], bad
+def test_simple_consumer_sql_filter_and_messages_from_raftmq_produce(shared_node, run_driver):
+    nodes = [shared_node]
+    create_topic(nodes[0], "sq")
+    _produce(nodes, "sq", [(f"m{i}", "T", {"n": str(i)}) for i in range(6)])
+    lines = run_driver("consumer.py", {
+        "endpoints": _endpoints(nodes), "group": "g-sql", "topic": "sq", "mode": "simple",
+        "filter": {"type": "SQL", "expression": "n >= 2 AND n < 4"}, "await_s": 3,
+        "steps": [{"op": "drain", "count": 2, "timeout": 30},
+                  {"op": "receive", "max": 16, "invisible": 10}]}).all()
+    assert sorted(x["body"] for x in lines if x["op"] == "got") == ["m2", "m3"]
+    assert lines[-1]["op"] == "receive" and lines[-1]["messages"] == []  # nothing else matches
+    bad = run_driver("consumer.py", {
+        "endpoints": _endpoints(nodes), "group": "g-sql2", "topic": "sq", "mode": "simple",
+        "filter": {"type": "SQL", "expression": "n >>> 2"}, "await_s": 1,
+        "steps": [{"op": "receive", "max": 1, "invisible": 10}]}).all()
+    assert bad[0]["ok"] is False and "filter expression" in bad[0]["message"], bad
 
 
 def _push_until(driver, stop_file, done) -> list[dict]:

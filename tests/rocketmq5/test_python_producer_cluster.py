@@ -11,10 +11,11 @@ import sys
 import pytest
 
 from tests.rocketmq5.raftmq_side import create_topic, leader_of, read_keys
+from tests.support.metrics import samples
 from tests.support.processes import REPO_ROOT, running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 STORE = {"transaction_timeout_ms": 1000, "transaction_check_interval_ms": 300}
 
@@ -119,25 +120,27 @@ def test_a_leader_sigkill_mid_stream_loses_no_acknowledged_send(tmp_path, run_dr
         assert len({(m.queue_id, m.queue_offset) for m in stored.values()}) == len(stored)
 
 
-def test_a_followers_streaming_call_is_relayed_to_the_leader(tmp_path):
+def test_a_followers_streaming_call_is_relayed_to_the_leader(shared_cluster):
     """ReceiveMessage (a server stream) reaching a follower is answered by the leader through the follower: the
     relay the consumer side builds on (node.rocketmq5.calls.v2_stream)."""
     from raftmq.rocketmq.v2 import definition_pb2 as v2
     from raftmq.rocketmq.v2 import service_pb2 as v2s
     from raftmq.rocketmq.v2 import service_pb2_grpc as v2_grpc
 
-    with running_nodes(tmp_path, 3) as nodes:
-        leader = leader_of(nodes)
-        follower = next(n for n in nodes if n is not leader)
-        request = v2s.ReceiveMessageRequest(group=v2.Resource(name="g"), message_queue=v2.MessageQueue(
-            topic=v2.Resource(name="t")))
-        answers = list(v2_grpc.MessagingServiceStub(follower.channel()).ReceiveMessage(
-            request, metadata=(("x-mq-client-id", "test@1@0@x"),), timeout=10))
-        assert len(answers) == 1 and answers[0].status.code != v2.CODE_UNSPECIFIED
-        _, metrics = follower.http_get("/metrics")
-        assert 'method="rmq5.ReceiveMessage"' in metrics
-        assert any('method="rmq5.ReceiveMessage"' in line and 'code="FORWARDED"' in line
-                   for line in metrics.splitlines()), "the follower did not relay the stream"
-        _, on_leader = leader.http_get("/metrics")
-        assert any('method="rmq5.ReceiveMessage"' in line and 'code="FORWARDED"' not in line
-                   for line in on_leader.splitlines())
+    nodes = shared_cluster
+    leader = leader_of(nodes)
+    follower = next(n for n in nodes if n is not leader)
+    relayed, served = _receive_calls(follower, forwarded=True), _receive_calls(leader, forwarded=False)
+    request = v2s.ReceiveMessageRequest(group=v2.Resource(name="g"), message_queue=v2.MessageQueue(
+        topic=v2.Resource(name="t")))
+    answers = list(v2_grpc.MessagingServiceStub(follower.channel()).ReceiveMessage(
+        request, metadata=(("x-mq-client-id", "test@1@0@x"),), timeout=10))
+    assert len(answers) == 1 and answers[0].status.code != v2.CODE_UNSPECIFIED
+    assert _receive_calls(follower, forwarded=True) > relayed, "the follower did not relay the stream"
+    assert _receive_calls(leader, forwarded=False) > served, "the leader did not answer it"
+
+
+def _receive_calls(node, forwarded: bool) -> float:
+    """rmq5.ReceiveMessage calls ``node`` counted, relayed to the leader (code FORWARDED) or answered itself."""
+    return sum(s.value for s in samples(node) if s.name.endswith(("_total", "_count"))
+               and s.labels.get("method") == "rmq5.ReceiveMessage" and (s.labels.get("code") == "FORWARDED") == forwarded)

@@ -16,7 +16,7 @@ from tests.support.certs import CertificateAuthority
 from tests.support.processes import NodeProcess, node_specs, stop_all
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = [pytest.mark.e2e, pytest.mark.rocketmq5]
 
 AK, SK = "rocketmq-admin", "admin-secret-1"
 

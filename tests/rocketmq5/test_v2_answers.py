@@ -17,7 +17,7 @@ from raftmq.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from tests.rocketmq5.raftmq_side import create_topic, read_keys
 from tests.support.processes import running_nodes
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = pytest.mark.rocketmq5
 
 CLIENT = (("x-mq-client-id", "test@1@0@abc"), ("x-mq-protocol", "GRPC_V2"))
 

@@ -18,7 +18,7 @@ from tests.support.metrics import metric_sum
 from tests.support.processes import running_nodes
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.rocketmq5]
+pytestmark = pytest.mark.rocketmq5
 
 CLIENT = (("x-mq-client-id", "test@2@0@abc"), ("x-mq-protocol", "GRPC_V2"))
 RENEW_S = 6

@@ -182,7 +182,6 @@ def check_against_rebuild(root: Path, work: Path, config: dict, placement, n: in
 
 
 # ---------------------------------------------------------------------------------------------- tests
-@pytest.mark.slow
 @pytest.mark.parametrize("flush", ["SYNC", "ASYNC"])
 def test_sigkill_leaves_exact_prefix(tmp_path: Path, flush: str) -> None:
     """Several kill/recover rounds in one directory; every round continues from what the last recovered."""
@@ -560,7 +559,6 @@ for i in range(start, start + 10**7):
 """
 
 
-@pytest.mark.slow
 def test_consumer_offsets_file_survives_sigkill(tmp_path: Path) -> None:
     """Killed in the middle of persisting consumerOffset.json, the store still opens with an offset at least as
     new as the last persist that returned (the safe write keeps a .bak to fall back on)."""
@@ -592,7 +590,6 @@ def test_consumer_offsets_file_survives_sigkill(tmp_path: Path) -> None:
         start = got.get(0, -1) + 1
 
 
-@pytest.mark.slow
 def test_sigkill_after_seconds_of_writing_keeps_every_key(tmp_path: Path) -> None:
     """Writers killed after seconds of fast writing, with index files far larger than the crash tests above:
     after recovery every key and every UNIQ_KEY must still be found.
@@ -638,7 +635,6 @@ time.sleep(600)
 """
 
 
-@pytest.mark.slow
 def test_sigkill_while_rebuilding_the_index(tmp_path: Path) -> None:
     """Kill a process while its open() re-dispatches a large backlog, then recover: every key is still found.
 

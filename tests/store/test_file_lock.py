@@ -19,7 +19,6 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
 def test_two_processes_cannot_open_one_store(tmp_path):
     root = tmp_path / "s"
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root)], stdin=subprocess.PIPE,

@@ -1,7 +1,9 @@
 """The store's busy threads carry kernel names (store.thread_name), so `top -H` tells reput from flushing."""
 
+import importlib
 import math
 import os
+import sys
 import threading
 import time
 
@@ -50,3 +52,11 @@ def test_process_cpu_counts_every_thread_and_is_nan_for_a_gone_process():
     whole = process_cpu_seconds(os.getpid())
     assert whole > 0 and whole >= by_thread - 0.05  # read a moment later; ticks are 10 ms
     assert math.isnan(process_cpu_seconds(2**22 + 1))  # above Linux's pid_max limit: no such process
+
+
+def test_importing_it_starts_no_process(monkeypatch):
+    """Code that imports it lazily (the CLI's commands) may first do so inside a unit-tier test, where starting a
+    process fails (tests/support/tiers.py): finding the C library must not run /sbin/ldconfig."""
+    monkeypatch.delitem(sys.modules, "raftmq.store.thread_name")
+    fresh = importlib.import_module("raftmq.store.thread_name")
+    assert fresh._prctl is not None  # Linux: threads still get their kernel names

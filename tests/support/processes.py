@@ -11,11 +11,15 @@ a test fails: use ``running_nodes`` (a context manager) or call ``stop_all`` in 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,21 +47,82 @@ TINY_STORE: dict[str, Any] = {
     "flush_interval_consume_queue": 200,
     "preallocate": False,
 }
-GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+# A local subchannel pool: a channel made after a node restarted does not inherit the reconnect backoff of the
+# old process's connection from gRPC's shared pool (seen: seconds of UNAVAILABLE from a node that was up).
+GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
+                ("grpc.use_local_subchannel_pool", 1), ("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 1000)]
+
+
+class _PortReservations:
+    """Ports for test processes, reserved for this whole test process so a node restarted on its ports finds
+    them free.
+
+    They come from below the kernel's ephemeral range: outgoing connections and ``bind(port 0)`` take their
+    local ports from inside it, so neither can take the port of a node that is stopped for a moment. Within the
+    range, ports are reserved in blocks, each by an exclusive lock on a file in a shared directory, held until
+    this process exits: other test processes on the machine (pytest-xdist workers, another checkout's run) skip
+    a locked block, and this process hands out each port once. A port something else listens on is skipped."""
+
+    BLOCK = 64
+    LOCK_DIR = Path(tempfile.gettempdir()) / "raftmq-test-ports"
+
+    def __init__(self) -> None:
+        try:
+            low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            low = 32768
+        self.first, self.end = 10000, max(10000 + 4 * self.BLOCK, low)
+        self._lock = threading.Lock()
+        self._held: list[int] = []  # lock-file descriptors, open (and locked) until this process exits
+        self._next = self._stop = 0
+
+    def take(self, n: int) -> list[int]:
+        with self._lock:
+            ports: list[int] = []
+            while len(ports) < n:
+                if self._next >= self._stop:
+                    self._reserve_block()
+                port = self._next
+                self._next += 1
+                if _bindable(port):
+                    ports.append(port)
+            return ports
+
+    def _reserve_block(self) -> None:
+        self.LOCK_DIR.mkdir(exist_ok=True)
+        starts = list(range(self.first, self.end - self.BLOCK + 1, self.BLOCK))
+        random.shuffle(starts)
+        for start in starts:
+            fd = os.open(self.LOCK_DIR / f"{start}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._held.append(fd)
+            self._next, self._stop = start, start + self.BLOCK
+            return
+        raise RuntimeError(f"every block of test ports in [{self.first}, {self.end}) is held by another test "
+                           f"process (lock files in {self.LOCK_DIR})")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+            return True
+        except OSError:
+            return False
+
+
+_ports = _PortReservations()
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on loopback right now (all held open until all are chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((HOST, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct loopback ports for this test process alone, free now and kept for it (see
+    ``_PortReservations``): a restarted node binds its ports again without racing anyone for them."""
+    return _ports.take(n)
 
 
 @dataclass
@@ -128,6 +193,8 @@ def node_specs(base_dir: Path, n: int = 1, **overrides: dict[str, Any]) -> list[
 class NodeProcess:
     """One running ``python -m raftmq.node node --config FILE`` process."""
 
+    started = 0  # processes started in this test process (tests/support/suite_report.py)
+
     def __init__(self, spec: NodeSpec):
         self.spec = spec
         self.proc: subprocess.Popen | None = None
@@ -174,6 +241,7 @@ class NodeProcess:
         full_env.update(env or {})
         argv = [*(command or [sys.executable, "-m", "raftmq.node", "node"]), "--config", str(self.spec.config_path),
                 *extra_args]
+        NodeProcess.started += 1
         self.proc = subprocess.Popen(
             wrap(argv) if wrap else argv,
             cwd=REPO_ROOT if command is None else self.spec.data_dir.parent,

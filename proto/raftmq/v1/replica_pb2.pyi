@@ -183,3 +183,23 @@ class FetchCommitLogBytesResponse(_message.Message):
     offset: int
     data: bytes
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class GetStartupStateRequest(_message.Message):
+    __slots__ = ("incarnation",)
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    def __init__(self, incarnation: _Optional[str] = ...) -> None: ...
+
+class StartupState(_message.Message):
+    __slots__ = ("member_id", "incarnation", "raft_started", "fresh", "heard_asker_before_raft")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    RAFT_STARTED_FIELD_NUMBER: _ClassVar[int]
+    FRESH_FIELD_NUMBER: _ClassVar[int]
+    HEARD_ASKER_BEFORE_RAFT_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    incarnation: str
+    raft_started: bool
+    fresh: bool
+    heard_asker_before_raft: bool
+    def __init__(self, member_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., raft_started: _Optional[bool] = ..., fresh: _Optional[bool] = ..., heard_asker_before_raft: _Optional[bool] = ...) -> None: ...
