@@ -4,7 +4,10 @@
    UNIQ_KEY), measured with tracemalloc: bytes per id and per million ids, beside the window's own estimate
    (``raftmq_dedup_window_bytes``). And the rebuild a restart does: ``--rebuild-records`` records of 100 B
    written to a store, then read back into a window from the commit log.
-2. Write path: 3 member processes on loopback, producers through the SDK as in ``bench/peer_bench.py`` (1 KiB
+2. The leader's CPU per message, in one process: a Raft group of one (real pysyncobj, real store) taking puts of
+   ``--batch`` messages from 4 threads, with de-duplication on and off in turns (``--rounds``); process CPU time
+   per message, which a busy box inflates far less than throughput.
+3. Write path: 3 member processes on loopback, producers through the SDK as in ``bench/peer_bench.py`` (1 KiB
    bodies, closed loop), once with ``node.dedup_max_entries: 0`` (off) and once with the defaults (on: every
    message keyed, screened on the leader, its id carried in the Raft command and added to every member's window).
    The two clusters take turns for ``--rounds`` rounds, so a busier moment of the box hits both; prints each case's
@@ -94,6 +97,96 @@ def measure_rebuild(records: int) -> dict:
     return {"records": found, "seconds": elapsed}
 
 
+class _TimedDeduplicator:
+    """A Deduplicator whose screening (leader) and apply (every member) CPU time is added up: the cost of
+    de-duplication itself, which a busy box inflates far less than throughput or the process total."""
+
+    def __new__(cls, *args, **kwargs):
+        from raftmq.replication.deduplicator import Deduplicator
+
+        class Timed(Deduplicator):
+            cpu = 0.0
+
+            def screen(self, puts, now_ms):
+                t = time.thread_time()
+                try:
+                    return super().screen(puts, now_ms)
+                finally:
+                    Timed.cpu += time.thread_time() - t
+
+            def keys_of(self, puts):
+                t = time.thread_time()
+                try:
+                    return super().keys_of(puts)
+                finally:
+                    Timed.cpu += time.thread_time() - t
+
+            def applied(self, keys, results):
+                t = time.thread_time()
+                try:
+                    return super().applied(keys, results)
+                finally:
+                    Timed.cpu += time.thread_time() - t
+
+        return Timed(*args, **kwargs)
+
+
+def measure_leader_cpu(base: Path, dedup: bool, batch: int, seconds: float) -> dict:
+    """Process CPU microseconds per message of a Raft group of one under puts of ``batch`` messages (each with
+    its own UNIQ_KEY, as the SDK sends them), and of that the de-duplication code's own."""
+    import itertools
+    import threading
+
+    from raftmq.replication import RaftSettings, RaftWritePath
+    from raftmq.replication.write_path import MemberInfo
+    from raftmq.store import Message, MessageStore, StoreConfig
+    from raftmq.store.topic_config import TopicConfig
+    from tests.support.processes import free_ports
+
+    st = MessageStore(StoreConfig(root_dir=str(base), mapped_file_size_commit_log=256 << 20, preallocate=False))
+    st.open()
+    raft, grpc_port = free_ports(2)
+    dd = _TimedDeduplicator(DedupWindow(TopicWindows(st.topics, 120), 1_000_000), st) if dedup else None
+    wp = RaftWritePath(st, node_id="n0", members=[MemberInfo("n0", f"127.0.0.1:{raft}", f"127.0.0.1:{grpc_port}")],
+                       settings=RaftSettings(), dedup=dd)
+    wp.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not wp.is_writable():
+            assert time.monotonic() < deadline, "the group of one never became writable"
+            time.sleep(0.01)
+        wp.create_topic(TopicConfig(topic_name="orders", read_queue_nums=8, write_queue_nums=8))
+        body = os.urandom(1024)
+        sent = [0]
+        stop = threading.Event()
+        ids = itertools.count()
+
+        def producer(t: int) -> None:
+            n = 0
+            while not stop.is_set():
+                wp.put([Message(topic="orders", queue_id=t, body=body,
+                                properties={"UNIQ_KEY": f"0A0000020002{t:04X}{next(ids):016X}"})
+                        for _ in range(batch)]).result(30)
+                n += batch
+            sent[0] += n
+
+        threads = [threading.Thread(target=producer, args=(t,)) for t in range(4)]
+        cpu0, t0 = time.process_time(), time.monotonic()
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        cpu, elapsed = time.process_time() - cpu0, time.monotonic() - t0
+    finally:
+        wp.stop()
+        st.shutdown()
+    own = type(dd).cpu if dd is not None else 0.0
+    return {"cpu_us": cpu / max(sent[0], 1) * 1e6, "dedup_us": own / max(sent[0], 1) * 1e6,
+            "msgs_s": sent[0] / elapsed}
+
+
 def run_cluster(base: Path, dedup: bool, cases: list[tuple[int, int]], args) -> dict:
     node = {"log_level": "WARNING"} if dedup else {"log_level": "WARNING", "dedup_max_entries": 0}
     specs = node_specs(base / ("on" if dedup else "off"), 3, store=peer_bench.BENCH_STORE, node=node,
@@ -132,6 +225,19 @@ def main() -> int:
     print(f"rebuild from the commit log (a restart): {r['records']:,} ids in {r['seconds']:.2f} s, "
           f"{r['seconds'] / max(r['records'], 1) * 1e6:.1f} us per record (load average "
           f"{os.getloadavg()[0]:.1f})", flush=True)
+    with tempfile.TemporaryDirectory(prefix="raftmq-dedup-leader-") as d:
+        for batch in (1, 32):
+            got: dict[bool, list[dict]] = {True: [], False: []}
+            for round_no in range(args.rounds):
+                for dedup in ((True, False) if round_no % 2 == 0 else (False, True)):
+                    got[dedup].append(measure_leader_cpu(Path(d) / f"{batch}-{round_no}-{dedup}", dedup, batch,
+                                                         args.seconds))
+            on = sorted(r["cpu_us"] for r in got[True])[len(got[True]) // 2]
+            off = sorted(r["cpu_us"] for r in got[False])[len(got[False]) // 2]
+            own = sorted(r["dedup_us"] for r in got[True])[len(got[True]) // 2]
+            print(f"leader CPU per message, group of one, puts of {batch}: off {off:.1f} us, on {on:.1f} us "
+                  f"({on / off - 1:+.1%}); the de-duplication code's own {own:.2f} us ({own / off:.1%} of off); "
+                  f"median of {args.rounds} rounds", flush=True)
     if args.skip_cluster:
         return 0
 

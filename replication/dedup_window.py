@@ -129,11 +129,13 @@ class DedupWindow:
     def judge(self, topic: str, properties: dict[str, str] | None) -> tuple[str, bytes, int] | None:
         """(topic judged in, id, its window in ms) of a message or record, or None when it is not judged (its
         topic has no window, it has no UNIQ_KEY, or the broker wrote it)."""
-        judged = dedup_topic(topic, properties)
-        if judged is None or not properties:
+        if not properties:
             return None
         uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
+            return None
+        judged = dedup_topic(topic, properties)
+        if judged is None:
             return None
         window = self.windows(judged)
         if window <= 0:
@@ -182,6 +184,19 @@ class DedupWindow:
                 newest = ts
             if newest is not None:
                 self._expire(newest)
+
+    def add_batch(self, store_timestamp: int, keys: list[bytes], offsets: list[int]) -> None:
+        """``add`` for the records of one applied batch (they share its store time): the apply's fast path."""
+        with self.lock:
+            base = store_timestamp << _OFFSET_BITS
+            self._ids.update(zip(keys, [base | o for o in offsets], strict=True))
+            self._order.extend(keys)
+            runs = self._runs
+            if runs and runs[-1][0] == store_timestamp:
+                runs[-1][1] += len(keys)
+            else:
+                runs.append([store_timestamp, len(keys)])
+            self._expire(store_timestamp)
 
     def _expire(self, now_ms: int) -> None:
         table, order, runs = self._ids, self._order, self._runs

@@ -254,10 +254,10 @@ class Deduplicator:
         """The batch's judged records were applied: into the window, and settle any retry waiting for them."""
         if not keys:
             return
-        ids = [(key, results[i].store_timestamp, results[i].physical_offset) for i, key in keys]
         settled = []
         with self.window.lock:
-            self.window.add(ids)
+            self.window.add_batch(results[0].store_timestamp, [key for _i, key in keys],
+                                  [results[i].physical_offset for i, _key in keys])
             if self._inflight:
                 for i, key in keys:
                     if not self.settle_at_apply and key not in self._orphans:
