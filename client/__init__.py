@@ -42,12 +42,14 @@ from raftmq.client.types import (
     QueueOffsets,
     SendResult,
     TopicConfig,
+    TopicPage,
 )
 
 __all__ = [
     "Admin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "AsyncSimpleConsumer", "AsyncTransactionProducer", "PullConsumer", "Producer", "SimpleConsumer", "PushConsumer", "ConsumeResult", "ReceivedMessage",
     "StaleReceiptHandleError", "TransactionProducer", "TransactionResult", "TransactionState",
     "ClusterStatus", "MemberStatus", "Message", "MessageView", "QueueOffsets", "SendResult", "TopicConfig",
+    "TopicPage",
     "RaftmqError", "InvalidArgumentError", "NotFoundError", "TopicNotFoundError", "AlreadyExistsError",
     "NotLeaderError", "PermissionDeniedError", "UnavailableError", "BusyError", "ConnectionError", "UnknownOutcomeError",
     "StorageFullError",

@@ -9,7 +9,13 @@ from collections.abc import Iterable
 import grpc
 
 from raftmq.client.connection import ServerPool
-from raftmq.client.errors import InvalidArgumentError, TopicNotFoundError, UnavailableError, from_rpc_error
+from raftmq.client.errors import (
+    InvalidArgumentError,
+    RaftmqError,
+    TopicNotFoundError,
+    UnavailableError,
+    from_rpc_error,
+)
 from raftmq.client.security import ClientSecurity
 from raftmq.client.types import (
     MESSAGE_TYPES,
@@ -19,10 +25,13 @@ from raftmq.client.types import (
     MessageView,
     QueueOffsets,
     TopicConfig,
+    TopicPage,
 )
 from raftmq.v1 import raftmq_pb2 as pb
 
 MAX_QUERY_PER_CALL = 64
+CREATE_TOPICS_PER_REQUEST = 1000  # Admin.create_topics: one Raft command each
+LIST_TOPICS_PAGE = 1000  # Admin.list_topics fetches this many per call
 
 
 def _message_type(value: str) -> str:
@@ -59,11 +68,33 @@ class Admin:
         resp, _ = self._pool.write(lambda s, t: s.admin.CreateTopic(pb.CreateTopicRequest(topic=cfg), timeout=t))
         return TopicConfig.from_pb(resp.topic)
 
+    def create_topics(self, topics: Iterable[TopicConfig], *, skip_existing: bool = False,
+                      per_request: int = CREATE_TOPICS_PER_REQUEST) -> tuple[list[TopicConfig], list[str]]:
+        """Create many topics (``TopicConfig``: queue counts 0 take the default of 4), ``per_request`` per call;
+        each call is checked whole and applied as one change of the broker's topic table (one Raft command).
+        Returns (created, names that existed and were left alone). Without ``skip_existing`` a topic that exists
+        raises ``AlreadyExistsError`` and nothing of that call is created (earlier calls' topics are)."""
+        created: list[TopicConfig] = []
+        existing: list[str] = []
+        todo = [t.to_pb() for t in topics]
+        for start in range(0, len(todo), per_request):
+            batch = todo[start:start + per_request]
+            req = pb.CreateTopicsRequest(topics=batch, skip_existing=skip_existing)
+            try:
+                resp, _ = self._pool.write(lambda s, t, req=req: s.admin.CreateTopics(req, timeout=t),
+                                           idempotent=skip_existing)
+            except RaftmqError as e:
+                if created:  # said with the error: the earlier requests' topics stay
+                    e.message = f"{e.message} ({len(created)} topics of earlier requests were created)"
+                    e.args = (e.message,)
+                raise
+            created += [TopicConfig.from_pb(t) for t in resp.created]
+            existing += list(resp.existing)
+        return created, existing
+
     def get_topic(self, name: str) -> TopicConfig | None:
-        for t in self.list_topics(include_system=True):
-            if t.name == name:
-                return t
-        return None
+        page = self.list_topics_page(include_system=True, filter=name, limit=0)
+        return next((t for t in page.topics if t.name == name), None)
 
     def update_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
                      write_queues: int | None = None, perm: int | None = None,
@@ -88,10 +119,31 @@ class Admin:
                                    idempotent=True)
         return TopicConfig.from_pb(resp.topic)
 
-    def list_topics(self, *, include_system: bool = False) -> list[TopicConfig]:
-        req = pb.ListTopicsRequest(include_system=include_system)
+    def list_topics(self, *, include_system: bool = False, filter: str = "") -> list[TopicConfig]:
+        """Every topic (whose name contains ``filter``, any case), by name; fetched a page at a time."""
+        out: list[TopicConfig] = []
+        after = ""
+        while True:
+            page = self.list_topics_page(include_system=include_system, filter=filter, after=after,
+                                         limit=LIST_TOPICS_PAGE)
+            out += page.topics
+            if not page.more or not page.topics:
+                return out
+            after = page.topics[-1].name
+
+    def list_topics_page(self, *, include_system: bool = False, filter: str = "", after: str = "",
+                         limit: int = 100) -> TopicPage:
+        """Up to ``limit`` topics (0: all) whose name contains ``filter`` (any case), by name, from the first
+        one after ``after``. (A broker from before paging lists every topic, in one page.)"""
+        if limit < 0:
+            raise InvalidArgumentError(f"limit {limit} is negative")
+        req = pb.ListTopicsRequest(include_system=include_system, filter=filter, after=after, limit=limit)
         resp, _ = self._pool.read(lambda s, t: s.admin.ListTopics(req, timeout=t))
-        return sorted((TopicConfig.from_pb(t) for t in resp.topics), key=lambda t: t.name)
+        topics = sorted((TopicConfig.from_pb(t) for t in resp.topics), key=lambda t: t.name)
+        if limit and len(topics) > limit:  # a broker from before paging
+            topics = [t for t in topics if t.name > after and filter.lower() in t.name.lower()]
+            return TopicPage(topics, len(topics), False)
+        return TopicPage(topics, resp.matching, resp.more)
 
     def delete_topic(self, name: str) -> None:
         self._pool.write(lambda s, t: s.admin.DeleteTopic(pb.DeleteTopicRequest(name=name), timeout=t))

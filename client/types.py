@@ -141,6 +141,16 @@ class TopicConfig:
 
 
 @dataclass(frozen=True)
+class TopicPage:
+    """One page of ``Admin.list_topics_page``: the topics by name, how many match on every page together, and
+    whether more follow the last one (ask again with ``after=topics[-1].name``)."""
+
+    topics: list[TopicConfig]
+    matching: int
+    more: bool
+
+
+@dataclass(frozen=True)
 class MemberStatus:
     """One cluster member as the answering node sees it."""
 

@@ -7,6 +7,7 @@ its local table directly would disagree with its peers after a failover.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from raftmq.node.cluster_views import cluster_status, describe_group, group_sett
 from raftmq.node.errors import RpcError, invalid
 from raftmq.node.rpc import rpc_handler
 from raftmq.node.validation import (
+    ValidationError,
     check_group_name,
     check_message_type_name,
     check_perm,
@@ -31,8 +33,45 @@ if TYPE_CHECKING:
     from raftmq.node.core import BrokerCore
 
 DEFAULT_QUEUE_NUMS = 4
+MAX_CREATE_TOPICS = 10_000  # CreateTopics: topics in one request (~3 MB as a Raft command)
 DEFAULT_PERM = 6
 REBUILD_CHECK_S = 5.0  # RebuildMember: how long the group may take to show a leader and a majority without us
+
+
+def new_topic_config(t: pb.TopicConfig):
+    """The store config of a topic to create (defaults filled in); ValidationError saying what to fix."""
+    from raftmq.store.topic_config import TopicConfig
+
+    check_topic_name(t.name)
+    read = t.read_queue_nums or DEFAULT_QUEUE_NUMS
+    write = t.write_queue_nums or DEFAULT_QUEUE_NUMS
+    perm = t.perm or DEFAULT_PERM
+    check_queue_nums("read_queue_nums", read)
+    check_queue_nums("write_queue_nums", write)
+    check_perm(perm)
+    message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
+    cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
+                      order=t.order).with_message_type(message_type)
+    if t.HasField("dedup_window_seconds"):
+        cfg = cfg.with_dedup_window(_dedup_window(t, update=False))
+    return cfg
+
+
+def _dedup_window(t: pb.TopicConfig, update: bool) -> int | None:
+    """The topic's own de-duplication window asked for (None: the node's); checked here to name the field."""
+    seconds = t.dedup_window_seconds
+    if update and seconds == -1:
+        return None
+    if not 0 <= seconds <= MAX_DEDUP_WINDOW_SECONDS:
+        raise ValidationError(f"dedup_window_seconds {seconds} must be 0 (off) to {MAX_DEDUP_WINDOW_SECONDS}"
+                              + (", or -1 to use the node's window again" if update else ""))
+    return seconds
+
+
+def _listed(items: list[str], sep: str = ", ", shown: int = 10) -> str:
+    """The first ``shown`` of ``items``, and how many more."""
+    more = f"{sep}and {len(items) - shown} more" if len(items) > shown else ""
+    return sep.join(items[:shown]) + more
 
 
 def topic_message(cfg) -> pb.TopicConfig:
@@ -42,18 +81,6 @@ def topic_message(cfg) -> pb.TopicConfig:
                           message_type=cfg.message_type or MIXED, dedup_window_seconds=cfg.dedup_window_seconds)
 
 
-def _dedup_window(t: pb.TopicConfig, update: bool) -> int | None:
-    """The topic's own de-duplication window asked for (None: the node's); checked here to name the field."""
-    seconds = t.dedup_window_seconds
-    if update and seconds == -1:
-        return None
-    if not 0 <= seconds <= MAX_DEDUP_WINDOW_SECONDS:
-        raise RpcError(grpc.StatusCode.INVALID_ARGUMENT,
-                       f"dedup_window_seconds {seconds} must be 0 (off) to {MAX_DEDUP_WINDOW_SECONDS}"
-                       + (", or -1 to use the node's window again" if update else ""))
-    return seconds
-
-
 class AdminService(pb_grpc.AdminServiceServicer):
     def __init__(self, node: BrokerCore):
         self.node = node
@@ -61,27 +88,60 @@ class AdminService(pb_grpc.AdminServiceServicer):
     # ------------------------------------------------------------------ topics
     @rpc_handler("CreateTopic")
     async def CreateTopic(self, request: pb.CreateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
-        from raftmq.store.topic_config import TopicConfig
-
         t = request.topic
-        check_topic_name(t.name)
-        read = t.read_queue_nums or DEFAULT_QUEUE_NUMS
-        write = t.write_queue_nums or DEFAULT_QUEUE_NUMS
-        perm = t.perm or DEFAULT_PERM
-        check_queue_nums("read_queue_nums", read)
-        check_queue_nums("write_queue_nums", write)
-        check_perm(perm)
+        cfg = new_topic_config(t)
         if self.node.topic_config(t.name) is not None:
             raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
                            f"topic {t.name!r} already exists; change it with `raftmq topic update {t.name}` "
                            "(SDK: Admin.update_topic)")
-        message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
-        cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
-                          order=t.order).with_message_type(message_type)
-        if t.HasField("dedup_window_seconds"):
-            cfg = cfg.with_dedup_window(_dedup_window(t, update=False))
-        await self.node.run_blocking(self.node.write_path.create_topic, cfg)
+        [refusal] = await self.node.run_blocking(self.node.write_path.change_topics, [("create", cfg)])
+        if refusal:
+            raise self._refused(t.name, refusal)
         return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)))
+
+    @rpc_handler("CreateTopics")
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context) -> pb.CreateTopicsResponse:  # noqa: N802
+        """Every topic checked first, then one change of the topic table for all of them (one Raft command)."""
+        given = request.topics
+        if not given:
+            raise invalid("no topics given; set topics (one TopicConfig per topic)")
+        if len(given) > MAX_CREATE_TOPICS:
+            raise invalid(f"{len(given)} topics in one request; at most {MAX_CREATE_TOPICS}: split them over "
+                          "several requests")
+        cfgs, problems, seen = [], [], set()
+        for i, t in enumerate(given):
+            try:
+                cfgs.append(new_topic_config(t))
+                if t.name in seen:
+                    raise ValidationError("given twice")
+                seen.add(t.name)
+            except ValidationError as e:
+                problems.append(f"topics[{i}] {t.name!r}: {e}")
+        if problems:
+            raise invalid(_listed(problems, "; ") + "; nothing was created")
+        existing = [c.topic_name for c in cfgs if self.node.topic_config(c.topic_name) is not None]
+        if existing and not request.skip_existing:
+            raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
+                           f"{len(existing)} of the {len(cfgs)} topics exist already ({_listed(existing)}); nothing "
+                           "was created: leave them out, or skip them with skip_existing (`--skip-existing`)")
+        skip = set(existing)
+        todo = [c for c in cfgs if c.topic_name not in skip]
+        refusals = await self.node.run_blocking(self.node.write_path.change_topics, [("create", c) for c in todo])
+        created = [c for c, r in zip(todo, refusals, strict=True) if r is None]
+        late = [(c.topic_name, r) for c, r in zip(todo, refusals, strict=True) if r is not None]
+        for name, refusal in late:
+            if not request.skip_existing or self.node.topic_config(name) is None:
+                raise RpcError(self._refused(name, refusal).code,
+                               f"{len(created)} topics created; {len(late)} refused ({_listed([n for n, _ in late])}):"
+                               f" {refusal}")
+        return pb.CreateTopicsResponse(created=[topic_message(c) for c in created],
+                                       existing=existing + [n for n, _ in late])
+
+    def _refused(self, name: str, refusal: str) -> RpcError:
+        """The status of a create the topic table refused: the topic was created meanwhile, or invalid."""
+        if self.node.topic_config(name) is not None:
+            return RpcError(grpc.StatusCode.ALREADY_EXISTS, f"topic {name!r} already exists ({refusal})")
+        return invalid(refusal)
 
     @rpc_handler("UpdateTopic")
     async def UpdateTopic(self, request: pb.UpdateTopicRequest, context) -> pb.TopicResponse:  # noqa: N802
@@ -110,10 +170,16 @@ class AdminService(pb_grpc.AdminServiceServicer):
 
     @rpc_handler("ListTopics")
     async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:  # noqa: N802
-        topics = [c for c in self.node.store.topics.list()
-                  if request.include_system or not is_system_topic(c.topic_name)]
-        topics.sort(key=lambda c: c.topic_name)
-        return pb.ListTopicsResponse(topics=[topic_message(c) for c in topics])
+        if request.limit < 0:
+            raise invalid(f"limit {request.limit} is negative; give the page size (0: every topic)")
+        text = request.filter.lower()
+        names = [n for n in self.node.store.topics.names()
+                 if (request.include_system or not is_system_topic(n)) and text in n.lower()]
+        start = bisect.bisect_right(names, request.after) if request.after else 0
+        page = names[start:start + request.limit] if request.limit else names[start:]
+        topics = self.node.store.topics
+        return pb.ListTopicsResponse(topics=[topic_message(c) for n in page if (c := topics.get(n)) is not None],
+                                     matching=len(names), more=start + len(page) < len(names))
 
     @rpc_handler("DeleteTopic")
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # noqa: N802

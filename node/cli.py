@@ -7,6 +7,8 @@ same subcommands on its own parser, so the broker can start even where the clien
 from __future__ import annotations
 
 import argparse
+import logging
+import resource
 import sys
 
 from raftmq.node import store_cli
@@ -72,10 +74,23 @@ def print_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def raise_descriptor_limit() -> None:
+    """The soft descriptor limit (``ulimit -n``) up to the hard one: every mapped store file holds a descriptor,
+    and a node with thousands of topics maps thousands of queue files (docs/operations/capacity.md#descriptors)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as e:  # some platforms cap it below an unlimited hard limit
+        logging.getLogger("raftmq.node").warning("cannot raise the descriptor limit from %d: %s", soft, e)
+
+
 def run_node(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
+    raise_descriptor_limit()
     from raftmq.node.server import run_broker
 
     return run_broker(cfg)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,6 +43,15 @@ class _Server(ThreadingHTTPServer):
                             "other side does not trust?)", client_address[0], reason)
                 return
         super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address) -> None:
+        """socketserver prints a traceback for every failed request; a client that drops its connection (a probe
+        that timed out, a browser leaving a page, a scraper cut off) is ordinary: one debug line."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError, ssl.SSLError)):
+            log.debug("HTTP client %s went away: %s", client_address[0], error)
+            return
+        log.exception("HTTP request from %s failed", client_address[0])
 
 
 class _IPv6Server(_Server):

@@ -85,22 +85,38 @@ class StoreApplier:
 
     # ------------------------------------------------------------------ metadata
     def apply_topic(self, op: str, arg: Any, timestamp_ms: int) -> None:
-        """Create/update (``arg`` = store.topic_config.TopicConfig) or delete (``arg`` = name) a topic.
-
-        ``timestamp_ms`` stamps topics.json's dataVersion; the leader chose it, so replicas write the same file.
-        """
-        store = self.store
+        """One topic change of the commands from before batched topic changes (``topic_create`` /
+        ``topic_update`` / ``topic_delete`` entries still in a journal): create and update replace the topic,
+        a delete of a missing topic does nothing, as they did."""
         if op in ("create", "update"):
-            store.topics.put(arg, timestamp_ms)
+            self.store.topics.put(arg, timestamp_ms)
         elif op == "delete":
-            store.topics.delete(arg, timestamp_ms)
-            store.delete_topic_files(arg)
-            if store.consumer_offsets.delete_topic(arg):
-                store.consumer_offsets.persist()
-            if store.pop_state.delete_topic(arg):
-                store.pop_state.persist()
+            self.apply_topics([("delete", arg)], timestamp_ms)
         else:
             raise ValueError(f"unknown topic operation {op!r}")
+
+    def apply_topics(self, ops: list[tuple[str, Any]], timestamp_ms: int) -> list[str | None]:
+        """Topic operations as ONE change of the table (one line of its change log, one sync): ``("create",
+        TopicConfig)`` (refused when the topic exists), ``("update", TopicConfig)`` (replaces it) or
+        ``("delete", name)`` (also drops its consume queues, offsets and pop state). Returns a refusal or None
+        per operation, the same on every replica. ``timestamp_ms`` (the leader's clock) stamps topics.json's
+        dataVersion, so replicas write the same file."""
+        from raftmq.store.topic_config import CREATE, DELETE, PUT
+
+        store = self.store
+        table_ops = {"create": CREATE, "update": PUT, "delete": DELETE}
+        try:
+            refusals = store.topics.apply([(table_ops[op], arg) for op, arg in ops], timestamp_ms)
+        except KeyError as e:
+            raise ValueError(f"unknown topic operation {e}") from None
+        for (op, arg), refusal in zip(ops, refusals, strict=True):
+            if op == "delete" and refusal is None:
+                store.delete_topic_files(arg)
+                if store.consumer_offsets.delete_topic(arg):
+                    store.consumer_offsets.persist()
+                if store.pop_state.delete_topic(arg):
+                    store.pop_state.persist()
+        return refusals
 
     def apply_offsets(self, commits: list[tuple[str, str, dict[int, int]]]) -> list[str]:
         """Apply each group's commit on its own, so one invalid commit cannot sink the others coalesced with it;
@@ -164,6 +180,15 @@ class StoreApplier:
     @staticmethod
     def topic_to_dict(cfg: Any) -> dict:
         return cfg.to_json()
+
+    @classmethod
+    def topic_ops_to_json(cls, ops: list[tuple[str, Any]]) -> list[list]:
+        """Topic operations as a replicated command carries them (a config as topics.json holds it)."""
+        return [[op, arg if op == "delete" else cls.topic_to_dict(arg)] for op, arg in ops]
+
+    @classmethod
+    def topic_ops_from_json(cls, ops: list[list]) -> list[tuple[str, Any]]:
+        return [(str(op), str(arg) if op == "delete" else cls.topic_from_dict(arg)) for op, arg in ops]
 
     @staticmethod
     def topic_from_dict(d: dict) -> Any:

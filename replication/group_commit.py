@@ -63,8 +63,10 @@ class GroupCommitter:
     def __init__(self, commit_fn: Callable[[list[PendingPut]], None], *, name: str,
                  max_batch_bytes: int = 256 * 1024, max_batch_msgs: int = 4096, linger_s: float = 0.001,
                  max_pending_bytes: int = 64 * 1024 * 1024, max_pending_puts: int = 20_000,
-                 should_linger: Callable[[], bool] | None = None):
+                 should_linger: Callable[[], bool] | None = None, size_of: Callable[[Any], int] = estimate_size):
+        """``size_of(item)``: the bytes an item of a put counts for (default: an encoded message's)."""
         self._commit_fn = commit_fn
+        self._size_of = size_of
         self._should_linger = should_linger or (lambda: True)
         self._name = name
         self.max_batch_bytes = max_batch_bytes
@@ -122,7 +124,8 @@ class GroupCommitter:
     def submit_many(self, puts: list[list[Any]]) -> list[Future]:
         """Queue several independent puts at once (one lock round, one wake-up): they land in the same batch
         unless it is full. Each has its own future and fails or succeeds on its own."""
-        pending = [PendingPut(msgs, sum(estimate_size(m) for m in msgs)) for msgs in puts]
+        size_of = self._size_of
+        pending = [PendingPut(msgs, sum(size_of(m) for m in msgs)) for msgs in puts]
         with self._cond:
             was_empty = not self._queue
             for p in pending:

@@ -22,7 +22,7 @@ from typing import Any
 from raftmq.replication.applier import StoreApplier
 from raftmq.replication.deduplicator import Deduplicator
 from raftmq.replication.group_commit import GroupCommitter, PendingPut, estimate_size
-from raftmq.replication.write_path import MemberInfo
+from raftmq.replication.write_path import MemberInfo, raise_refusal
 from raftmq.store.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -192,17 +192,18 @@ class LocalWritePath:
             i += n
 
     # ------------------------------------------------------------------ metadata
-    def create_topic(self, cfg: Any) -> None:
+    def change_topics(self, ops: list[tuple[str, Any]]) -> list[str | None]:
         with self._meta_lock:
-            self._applier.apply_topic("create", cfg, int(time.time() * 1000))
+            return self._applier.apply_topics(list(ops), int(time.time() * 1000))
+
+    def create_topic(self, cfg: Any) -> None:
+        raise_refusal(self.change_topics([("create", cfg)]))
 
     def update_topic(self, cfg: Any) -> None:
-        with self._meta_lock:
-            self._applier.apply_topic("update", cfg, int(time.time() * 1000))
+        raise_refusal(self.change_topics([("update", cfg)]))
 
     def delete_topic(self, name: str) -> None:
-        with self._meta_lock:
-            self._applier.apply_topic("delete", name, int(time.time() * 1000))
+        raise_refusal(self.change_topics([("delete", name)]))
 
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Applied at once; the store persists offsets on its own schedule (as RocketMQ does)."""

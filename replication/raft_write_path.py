@@ -31,6 +31,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 
 from raftmq.replication import catch_up, fresh_start, pysyncobj_patches, snapshot
 from raftmq.replication.applied_index import AppliedIndex
+from raftmq.replication.applier import StoreApplier
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
 from raftmq.replication.deduplicator import Deduplicator
 from raftmq.replication.errors import (
@@ -46,7 +47,7 @@ from raftmq.replication.group_commit import GroupCommitter, PendingPut
 from raftmq.replication.peers import Peers
 from raftmq.replication.raft_log import ReplicatedLog
 from raftmq.replication.state_machine import StateMachine, frame_batch
-from raftmq.replication.write_path import MemberInfo
+from raftmq.replication.write_path import MemberInfo, raise_refusal
 from raftmq.store.json_file import fsync_dir, makedirs_durably
 from raftmq.store.mapped_file import sync_fd
 from raftmq.store.setting import setting
@@ -69,6 +70,11 @@ LEADERSHIP_LOST = "this member lost the leadership before the entry was confirme
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _topic_op_size(op: tuple[str, Any]) -> int:
+    """What one topic operation adds to a ``topics`` command (a config in topics.json's shape, ~250 bytes)."""
+    return 300
 
 
 def _named(target: Callable[[], None], name: str) -> Callable[[], None]:
@@ -222,6 +228,11 @@ class RaftWritePath:
             self._commit, name="raftmq-raft-commit", max_batch_bytes=self.settings.max_batch_bytes,
             linger_s=self.settings.linger_s, max_pending_bytes=self.settings.max_pending_bytes,
             should_linger=lambda: bool(self._inflight))
+        # topic changes of concurrent callers share one Raft command: proposed at once when none is in flight,
+        # otherwise with those that arrived while it was (a create costs one round, not one round per topic)
+        self._topic_committer = GroupCommitter(
+            self._commit_topics, name="raftmq-topic-commit", max_batch_bytes=self.settings.max_batch_bytes,
+            linger_s=0.0, max_pending_puts=1_000_000, size_of=_topic_op_size)
         self._inflight_slots = threading.BoundedSemaphore(self.settings.max_inflight_batches)
         self._inflight: dict[int, _InFlight] = {}
         self._inflight_lock = threading.Lock()
@@ -309,6 +320,7 @@ class RaftWritePath:
         self._tick_tasks.append((lambda: name_native_thread("raft-tick"), Future()))  # pysyncobj's thread
         self._log.addOnTickCallback(self._on_tick)
         self._committer.start()
+        self._topic_committer.start()
         for name, target in (("raftmq-raft-roles", self._role_loop), ("raftmq-raft-housekeeping", self._housekeeping),
                              ("raftmq-raft-completion", self._completion_loop)):
             t = threading.Thread(target=_named(target, name.removeprefix("raftmq-")), name=name, daemon=True)
@@ -471,6 +483,7 @@ class RaftWritePath:
         self.store.before_commit_log_flush = None
         self._writable_term = -1
         self._committer.stop(redirect)
+        self._topic_committer.stop(redirect)
         self._fail_inflight(UnknownOutcomeError("node shutting down"))
         if self.dedup is not None:
             self.dedup.leadership_lost(UnknownOutcomeError("node shutting down"))
@@ -650,6 +663,7 @@ class RaftWritePath:
                     log.warning("member %s is no longer leader (term %d); failing in-flight writes", self.node_id,
                                 self.term())
                     self._committer.fail_queued(self._not_writable_error())
+                    self._topic_committer.fail_queued(self._not_writable_error())
                     self._fail_inflight(UnknownOutcomeError("leadership lost while the write was in flight"))
                     if self.dedup is not None:  # retries waiting for an original: unknown too
                         self.dedup.leadership_lost(UnknownOutcomeError(LEADERSHIP_LOST))
@@ -952,16 +966,31 @@ class RaftWritePath:
             from raftmq.store.errors import StoreError
             raise StoreError(refusal)
 
+    def change_topics(self, ops: list[tuple[str, Any]]) -> list[str | None]:
+        if not self.is_writable():
+            raise self._not_writable_error()
+        for op, arg in ops:
+            if op != "delete":
+                arg.validate()
+        return self._topic_committer.submit(list(ops)).result()
+
+    def _commit_topics(self, batch: list[PendingPut]) -> None:
+        """The topic committer's thread: every queued caller's operations as one ``topics`` command."""
+        ops = [op for p in batch for op in p.msgs]
+        refusals = self._propose_meta("topics", {"ops": StoreApplier.topic_ops_to_json(ops), "ts": _now_ms()})
+        i = 0
+        for p in batch:
+            p.resolve(refusals[i:i + len(p.msgs)])
+            i += len(p.msgs)
+
     def create_topic(self, cfg: Any) -> None:
-        cfg.validate()
-        self._meta_or_raise("topic_create", {"cfg": self.machine.applier.topic_to_dict(cfg), "ts": _now_ms()})
+        raise_refusal(self.change_topics([("create", cfg)]))
 
     def update_topic(self, cfg: Any) -> None:
-        cfg.validate()
-        self._meta_or_raise("topic_update", {"cfg": self.machine.applier.topic_to_dict(cfg), "ts": _now_ms()})
+        raise_refusal(self.change_topics([("update", cfg)]))
 
     def delete_topic(self, name: str) -> None:
-        self._meta_or_raise("topic_delete", {"name": name, "ts": _now_ms()})
+        raise_refusal(self.change_topics([("delete", name)]))
 
     def update_group_config(self, group: str, cfg: Any) -> None:
         """Replicate a consumer group's settings (store.subscription_groups.SubscriptionGroup), or drop them
@@ -1157,7 +1186,7 @@ class RaftWritePath:
             st, last_index = {}, 0
             health = "stalled: the Raft tick thread did not answer within 2 s (overloaded host or stuck apply)"
         leader = self.leader()
-        _, end, _ = self.machine.status_view()
+        _, end = self.machine.applied_position()  # not status_view: exporting every topic and offset per poll
         me = {
             "id": self.node_id, "address": self.me.grpc_address, "raft_address": self.me.raft_address,
             "role": _ROLE_NAMES.get(st.get("state"), "unknown"), "term": st.get("raft_term", self.term()),

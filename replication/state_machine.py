@@ -162,7 +162,8 @@ class StateMachine:
             return index, self.entry_term(index), outcome
 
     def _apply_meta(self, kind: str, arg: Any, index: int = 0) -> Any:
-        """Returns an error message (str) for a deterministic refusal, else None ("pop": one of those per op)."""
+        """Returns an error message (str) for a deterministic refusal, else None ("pop", "topics": one of those
+        per op)."""
         from raftmq.store.errors import StoreError
 
         try:
@@ -171,6 +172,8 @@ class StateMachine:
                                          self.applier.topic_from_dict(arg["cfg"]), arg["ts"])
             elif kind == "topic_delete":
                 self.applier.apply_topic("delete", arg["name"], arg["ts"])
+            elif kind == "topics":  # one refusal or None per operation
+                return self.applier.apply_topics(self.applier.topic_ops_from_json(arg["ops"]), arg["ts"])
             elif kind == "offsets":
                 self.applier.apply_offsets([(g, t, {int(q): o for q, o in offs.items()}) for g, t, offs in arg])
             elif kind == "delay_offsets":

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from raftmq.replication.peers import Peers
 
 
+def raise_refusal(refusals: list[str | None]) -> None:
+    """A lone operation's refusal (``change_topics``) as the StoreError the single-topic calls raise."""
+    if refusals and refusals[0]:
+        from raftmq.store.errors import StoreError
+
+        raise StoreError(refusals[0])
+
+
 @runtime_checkable
 class WritePath(Protocol):
     """Writes (messages, topic configs, consumer offsets) go through here; reads go to the store directly."""
@@ -59,14 +67,20 @@ class WritePath(Protocol):
         """Several independent puts queued together (one group commit when they fit); one future each, with
         ``put``'s contract."""
 
+    def change_topics(self, ops: list[tuple[str, Any]]) -> list[str | None]:
+        """Topic operations applied as one change, in order: ``("create", TopicConfig)`` (refused when the topic
+        exists), ``("update", TopicConfig)`` (replaces it) or ``("delete", name)``; one replicated command when
+        clustered (concurrent callers' operations may share it). Returns once applied here and durable, with one
+        refusal (str) or None per operation."""
+
     def create_topic(self, cfg: Any) -> None:
-        """Create a topic (store.topic_config.TopicConfig); replicated when clustered."""
+        """Create a topic (store.topic_config.TopicConfig); StoreError when it exists or is invalid."""
 
     def update_topic(self, cfg: Any) -> None:
-        """Replace a topic's config; replicated when clustered."""
+        """Replace a topic's config; StoreError when invalid."""
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic's config and consume queues; replicated when clustered."""
+        """Delete a topic's config and consume queues; StoreError when it does not exist."""
 
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Record a consumer group's next offsets ({queue_id: offset}); replicated (coalesced) when clustered."""

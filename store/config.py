@@ -37,6 +37,17 @@ class StoreConfig:
     mapped_file_size_consume_queue: int = setting(
         "Bytes of one consume-queue file (20-byte units, one per message; rounded up to whole units).",
         300_000 * CQ_STORE_UNIT_SIZE)
+    max_mapped_consume_queue_files: int = setting(
+        "Consume-queue files mapped at once at most (each also holds a file descriptor); a file is mapped when it "
+        "is read or written, and the one mapped longest ago and not used since is unmapped to make room "
+        "(docs/operations/capacity.md).", 4096)
+    consume_queue_idle_seconds: int = setting(
+        "Seconds after which a consume-queue file nobody read or wrote is unmapped (its descriptor closed, its "
+        "pages left to the page cache).", 60)
+    shutdown_dispatch_wait_seconds: float = setting(
+        "At a clean stop, seconds to wait for dispatch (reput) to catch up with the commit log, so the next start is "
+        "clean; past them the stop goes on and the next start recovers as after a crash. Keep it inside the "
+        "pod's termination grace period.", 20.0)
     max_hash_slot_num: int = setting("Hash slots of one index file (4 bytes each).", 5_000_000)
     max_index_num: int = setting(
         "Index entries of one index file (20 bytes each): with the slots about 400 MB per file by default.",
@@ -215,9 +226,12 @@ class StoreConfig:
         for name in ("transaction_timeout_ms", "transaction_check_interval_ms", "transaction_check_max"):
             if getattr(self, name) < 1:
                 raise StoreError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.shutdown_dispatch_wait_seconds < 0:
+            raise StoreError(f"shutdown_dispatch_wait_seconds must be >= 0, got {self.shutdown_dispatch_wait_seconds}")
         if self.timer_max_delay_seconds < 1:
             raise StoreError(f"timer_max_delay_seconds must be at least 1, got {self.timer_max_delay_seconds}")
-        for name in ("max_hash_slot_num", "max_index_num", "max_message_size", "max_msgs_num_batch"):
+        for name in ("max_hash_slot_num", "max_index_num", "max_message_size", "max_msgs_num_batch",
+                     "max_mapped_consume_queue_files", "consume_queue_idle_seconds"):
             if getattr(self, name) <= 0:
                 raise StoreError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 < self.disk_max_used_space_ratio <= 1.0:

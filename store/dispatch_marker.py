@@ -3,10 +3,13 @@
 Why: the start-up check of the derived files used to walk the whole commit log (3.4 s of a 5.2 s start with 600k
 records, and it grows with the log). After a clean stop nothing is new: reput had dispatched everything and the
 files were flushed. The stop writes ``dispatched.json`` (fsynced, renamed, directory fsynced) before it removes the
-``abort`` marker: the commit-log offset dispatch had reached, and each queue's next offset. The next start reads and deletes it, checks only the log after that offset, and compares every
-queue's recovered end with its line: a queue that came back shorter (a deleted or rotten queue file cut by
-recovery) is re-dispatched from the end of its last unit, and its next offset is never lowered. Older damage is
-the scrubber's (its first pass starts a minute after the start) and every read checks the units it uses.
+``abort`` marker: the commit-log offset dispatch had reached, and each queue's range. The next start reads and
+deletes it, checks only the log after that offset, and opens no queue file (issue 43: with 10,000 topics, opening
+and recovering every queue was most of a 12 s start): each queue is taken as its line describes it, and checked
+against it when it is first used (``store.consume_queue.ConsumeQueue``): a queue that comes back shorter (a
+deleted or rotten queue file) is re-dispatched from the end of its last unit, and its next offset is never
+lowered. Older damage is the scrubber's (its first pass starts a minute after the start) and every read checks
+the units it uses.
 
 Without the file (a crash, a store from before it existed) the start checks what recovery re-dispatches anyway,
 from the checkpoint's segment after a machine crash, or the whole log after a clean stop without it.
@@ -29,10 +32,12 @@ FILE_NAME = "dispatched.json"
 @dataclass
 class DispatchMarker:
     """``end``: every record below it was in the consume queues and index; ``queues``: ``"topic/queueId"`` ->
-    ``(first queue offset, next queue offset)``; ``index_files``: the index file names in order."""
+    ``(first queue offset, next queue offset, commit-log offset of the first unit's record, end of the last unit's
+    record)`` (the last two -1 when not known; a marker from before them has the first two only);
+    ``index_files``: the index file names in order."""
 
     end: int
-    queues: dict[str, tuple[int, int]] = field(default_factory=dict)
+    queues: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     index_files: list[str] = field(default_factory=list)
 
 
@@ -49,6 +54,11 @@ def write(root: str, marker: DispatchMarker) -> None:
     fsync_dir(root)
 
 
+def _queue_line(v: list) -> tuple[int, int, int, int]:
+    first, nxt = int(v[0]), int(v[1])
+    return (first, nxt, int(v[2]), int(v[3])) if len(v) >= 4 else (first, nxt, -1, -1)
+
+
 def take(root: str) -> DispatchMarker | None:
     """Read and delete the marker (it describes the files as the last clean stop left them: once the store runs
     again, or crashes, it no longer does). None when there is none or it cannot be read."""
@@ -56,7 +66,7 @@ def take(root: str) -> DispatchMarker | None:
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
-        marker = DispatchMarker(int(raw["end"]), {str(k): (int(v[0]), int(v[1])) for k, v in raw["queues"].items()},
+        marker = DispatchMarker(int(raw["end"]), {str(k): _queue_line(v) for k, v in raw["queues"].items()},
                                 [str(n) for n in raw["index_files"]])
     except FileNotFoundError:
         return None

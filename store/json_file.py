@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from raftmq.store.errors import StoreLoadError
@@ -23,9 +24,18 @@ _BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
 def dumps(obj: Any) -> str:
     """fastjson ``toJSONString(obj, prettyFormat=true)``: tabs, no space after ':', int keys unquoted."""
+    if _plain(obj):  # string keys and no lists (topics.json): json's own indenting writes the same bytes, 10x faster
+        return json.dumps(obj, indent="\t", separators=(",", ":"), ensure_ascii=False)
     out: list[str] = []
     _write(obj, 0, out)
     return "".join(out)
+
+
+def _plain(obj: Any) -> bool:
+    """Nested dicts with string keys and scalar leaves only."""
+    if not isinstance(obj, dict):
+        return not isinstance(obj, list)
+    return all(isinstance(k, str) and _plain(v) for k, v in obj.items())
 
 
 def _key(k: Any) -> str:
@@ -83,9 +93,10 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def makedirs_durably(directory: str) -> None:
+def makedirs_durably(directory: str, sync_parent: Callable[[str], None] = fsync_dir) -> None:
     """``os.makedirs(directory, exist_ok=True)`` whose new directories survive a power loss: each created one's
-    parent is synced (a file fsynced inside a directory whose own name was never synced is lost with it)."""
+    parent is synced (a file fsynced inside a directory whose own name was never synced is lost with it).
+    ``sync_parent`` is called with that parent: ``fsync_dir`` by default, or something that batches the syncs."""
     directory = os.path.abspath(directory)
     if os.path.isdir(directory):
         return
@@ -99,7 +110,7 @@ def makedirs_durably(directory: str) -> None:
         except FileExistsError:
             if not os.path.isdir(d):
                 raise
-        fsync_dir(os.path.dirname(d))
+        sync_parent(os.path.dirname(d))
 
 
 def read_leniently(path: str) -> Any | None:

@@ -14,13 +14,15 @@ import threading
 
 from raftmq.store.config import OS_PAGE_SIZE
 from raftmq.store.errors import StoreLoadError
+from raftmq.store.json_file import fsync_dir
+from raftmq.store.lazy_files import LazyFiles
 
 log = logging.getLogger("raftmq.store.mapped_file")
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
-def sync_mapped(path: str, inode: int, mapping: mmap.mmap) -> None:
+def sync_mapped(path: str, inode: int, mapping: mmap.mmap | None) -> None:
     """Make every write through ``mapping`` (of file ``path``, inode ``inode``) durable.
 
     Why not just ``mapping.flush()``: CPython holds the GIL for the whole msync, so each flush stalled every other
@@ -29,17 +31,23 @@ def sync_mapped(path: str, inode: int, mapping: mmap.mmap) -> None:
     page cache, so an fdatasync of the file does the same with the GIL released (only a segment's tail is dirty,
     so the whole file costs no more than the range). When the file cannot be opened again as the same file (no
     descriptor to spare, the name gone or replaced) it msyncs as before: that is no disk fault.
+    ``mapping`` is None for a file not mapped now (store.lazy_files): its writes are in the page cache, and only
+    the descriptor can sync them.
     """
     try:
         fd = os.open(path, os.O_RDWR)
     except OSError:
+        if mapping is None:
+            raise
         mapping.flush()
         return
     try:
-        if os.fstat(fd).st_ino != inode:
+        if os.fstat(fd).st_ino == inode:
+            sync_fd(fd)
+        elif mapping is not None:
             mapping.flush()
         else:
-            sync_fd(fd)
+            raise OSError(errno.ESTALE, f"{path} was replaced by another file; its writes cannot be synced")
     finally:
         os.close(fd)
 
@@ -56,9 +64,12 @@ class MappedFile:
     full disk fails here rather than with SIGBUS on a later write into the mapping). An existing file must
     have exactly ``file_size`` bytes. Positions of an existing file start at ``file_size`` (RocketMQ's rule)
     until recovery sets them; a new file starts empty.
+
+    With ``lazy`` (store.lazy_files) the file is mapped only while it is used, and its creation leaves the
+    directory to be synced later; without, it stays mapped until ``close``.
     """
 
-    def __init__(self, path: str, file_size: int, *, preallocate: bool = True) -> None:
+    def __init__(self, path: str, file_size: int, *, preallocate: bool = True, lazy: LazyFiles | None = None) -> None:
         self.path = path
         self.file_name = os.path.basename(path)
         try:
@@ -66,8 +77,12 @@ class MappedFile:
         except ValueError:
             raise StoreLoadError(f"segment file name {path!r} is not a 20-digit offset") from None
         self.file_size = file_size
+        self._lazy = lazy
+        self._mm: mmap.mmap | None = None
+        self._map_lock = threading.Lock()
+        self.used = False  # touched since LazyFiles last looked
         exists = os.path.exists(path)
-        fd = os.open(path, os.O_RDWR) if exists else self._create(path, file_size, preallocate)
+        fd = os.open(path, os.O_RDWR) if exists else self._create(path, file_size, preallocate, lazy)
         try:
             st = os.fstat(fd)
             actual, self._inode = st.st_size, st.st_ino
@@ -77,7 +92,8 @@ class MappedFile:
                     "the store was written with a different segment size (fix the size setting) "
                     "or the file is damaged"
                 )
-            self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            if lazy is None:
+                self._mm = self._map_fd(fd)
         finally:
             os.close(fd)  # the mapping keeps its own descriptor: one open file per segment, not two
         start = 0 if not exists else file_size
@@ -87,12 +103,40 @@ class MappedFile:
         self.store_timestamp = 0  # store timestamp of the last message appended (commit log)
         self.closed = False
 
+    def _map_fd(self, fd: int) -> mmap.mmap:
+        return mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+    def _map(self) -> mmap.mmap:
+        """Map a lazy file on its first use since it was unmapped (ValueError once closed, as a closed mapping)."""
+        with self._map_lock:
+            mm = self._mm
+            if mm is not None:
+                return mm
+            if self.closed:
+                raise ValueError(f"segment {self.path} is closed")
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                mm = self._map_fd(fd)
+            finally:
+                os.close(fd)
+            mm.madvise(mmap.MADV_RANDOM)  # a touch faults in its page, not the device's read-ahead window
+            self._mm = mm
+        assert self._lazy is not None
+        self._lazy.mapped(self)
+        return mm
+
+    def unmap(self) -> None:
+        """LazyFiles: drop this file's mapping; whoever still holds it (a reader's view, a writer mid-copy) keeps it
+        alive until done, then it is unmapped and its descriptor closed."""
+        self._mm = None
+
     @classmethod
-    def _create(cls, path: str, size: int, preallocate: bool) -> int:
+    def _create(cls, path: str, size: int, preallocate: bool, lazy: LazyFiles | None = None) -> int:
         """Create the file at full size under a temporary name, then rename it into place.
 
         A process killed meanwhile leaves only a ``.*.creating`` file (removed at the next load), never a
-        short segment that would stop the store from opening.
+        short segment that would stop the store from opening. The new name must survive a power loss too: its
+        directory is synced now, or by ``lazy`` before the checkpoint counts on the file.
         """
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, f".{name}.creating")
@@ -100,11 +144,10 @@ class MappedFile:
         try:
             cls._allocate(fd, size, preallocate)
             os.rename(tmp, path)
-            dfd = os.open(directory or ".", os.O_RDONLY)  # the new name must survive a power loss too
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            if lazy is not None:
+                lazy.created_in(directory or ".")
+            else:
+                fsync_dir(directory or ".")
         except BaseException:
             os.close(fd)
             _unlink_quietly(tmp)
@@ -141,8 +184,11 @@ class MappedFile:
 
     @property
     def buffer(self) -> mmap.mmap:
-        """The writable mapping (for in-place patches by the owner of the segment)."""
-        return self._mm
+        """The writable mapping (for in-place patches by the owner of the segment). Keep it in a local while
+        using it: a lazy file may be unmapped meanwhile, and the local keeps the mapping alive."""
+        mm = self._mm
+        self.used = True
+        return mm if mm is not None else self._map()
 
     def is_full(self) -> bool:
         return self._wrote >= self.file_size
@@ -157,7 +203,7 @@ class MappedFile:
         pos = self._wrote
         if pos + n > self.file_size:
             return False
-        self._mm[pos : pos + n] = data
+        self.buffer[pos : pos + n] = data
         self._wrote = pos + n
         return True
 
@@ -166,16 +212,16 @@ class MappedFile:
         n = len(data)
         if pos < 0 or pos + n > self.file_size:
             raise ValueError(f"write of {n} bytes at {pos} outside segment {self.path} of {self.file_size}")
-        self._mm[pos : pos + n] = data
+        self.buffer[pos : pos + n] = data
 
     def read(self, pos: int, size: int) -> memoryview:
         """A view of ``size`` bytes at ``pos`` (clipped to the segment). Release it promptly."""
         end = min(pos + size, self.file_size)
-        return memoryview(self._mm)[pos:end]
+        return memoryview(self.buffer)[pos:end]
 
     def read_bytes(self, pos: int, size: int) -> bytes:
         """A copy of ``size`` bytes at ``pos`` (clipped to the segment)."""
-        return self._mm[pos : min(pos + size, self.file_size)]
+        return self.buffer[pos : min(pos + size, self.file_size)]
 
     def is_able_to_flush(self, least_pages: int) -> bool:
         """RocketMQ's rule: full; or >= least_pages new 4 KiB pages; or (least_pages == 0) anything new."""
@@ -217,8 +263,14 @@ class MappedFile:
             if self.closed:
                 return
             self.closed = True
+            with self._map_lock:
+                mm, self._mm = self._mm, None
+            if self._lazy is not None:
+                self._lazy.forget(self)
+            if mm is None:
+                return
             try:
-                self._mm.close()
+                mm.close()
             except BufferError:
                 log.debug("segment %s still has readers; its mapping is released with the last view", self.path)
 

@@ -16,6 +16,7 @@ import time
 from raftmq.store.errors import StoreLoadError
 from raftmq.store.java import offset_to_file_name
 from raftmq.store.json_file import makedirs_durably
+from raftmq.store.lazy_files import LazyFiles
 from raftmq.store.mapped_file import MappedFile, remove_unfinished_segments
 
 log = logging.getLogger("raftmq.store.mapped_file_queue")
@@ -27,10 +28,13 @@ DELETE_FILES_BATCH_MAX = 10
 class MappedFileQueue:
     """Segments of ``mapped_file_size`` bytes in ``store_path`` named by their 20-digit start offset."""
 
-    def __init__(self, store_path: str, mapped_file_size: int, *, preallocate: bool = True) -> None:
+    def __init__(self, store_path: str, mapped_file_size: int, *, preallocate: bool = True,
+                 lazy: LazyFiles | None = None) -> None:
+        """``lazy``: segments mapped only while used, created without a directory sync each (store.lazy_files)."""
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
+        self.lazy = lazy
         self.mapped_files: list[MappedFile] = []
         self.flushed_where = 0
         self._lock = threading.Lock()  # serialises changes to the list
@@ -66,7 +70,7 @@ class MappedFileQueue:
                         f"{self.mapped_file_size} bytes; the store was written with a different segment size "
                         "(fix the size setting) or the file is damaged"
                     )
-                files.append(MappedFile(path, self.mapped_file_size, preallocate=self.preallocate))
+                files.append(MappedFile(path, self.mapped_file_size, preallocate=self.preallocate, lazy=self.lazy))
         except BaseException:
             for mf in files:
                 mf.close()
@@ -96,9 +100,12 @@ class MappedFileQueue:
                 create_offset = start_offset - start_offset % self.mapped_file_size
             else:
                 create_offset = last.file_from_offset + self.mapped_file_size
-            makedirs_durably(self.store_path)
+            if self.lazy is not None:
+                self.lazy.makedirs(self.store_path)
+            else:
+                makedirs_durably(self.store_path)
             path = os.path.join(self.store_path, offset_to_file_name(create_offset))
-            mf = MappedFile(path, self.mapped_file_size, preallocate=self.preallocate)
+            mf = MappedFile(path, self.mapped_file_size, preallocate=self.preallocate, lazy=self.lazy)
             mf.wrote_position = 0
             mf.flushed_position = 0
             self.mapped_files = [*files, mf]

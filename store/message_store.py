@@ -52,7 +52,7 @@ from raftmq.store import dispatch_marker
 from raftmq.store.checkpoint import StoreCheckpoint
 from raftmq.store.commit_log import AppendResult, CommitLog, PutStatus
 from raftmq.store.config import CQ_STORE_UNIT_SIZE, StoreConfig
-from raftmq.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable
+from raftmq.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable, KnownRange, LoadDamage
 from raftmq.store.consumer_offsets import ConsumerOffsetTable
 from raftmq.store.delay_offsets import DelayOffsetTable
 from raftmq.store.derived_check import (
@@ -118,6 +118,7 @@ from raftmq.store.topic_config import TopicConfigTable
 
 log = logging.getLogger("raftmq.store.message_store")
 POP_STATE_PERSIST_INTERVAL_MS = 1000
+TOPIC_FOLD_INTERVAL_MS = 30_000  # topics.json catches up with its change log at least this often
 
 _INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC", "rmq_sys_wheel_timer"})
 # RocketMQ scans at most 16,000 bytes of consume queue per pull when filtering (800 units).
@@ -125,6 +126,7 @@ MAX_FILTER_UNITS = 16_000 // CQ_STORE_UNIT_SIZE
 NO_DAMAGE = "no damage found"  # how integrity_summary starts when nothing was found (cluster status, console)
 HEAL_ROUNDS = 4  # runs of wrong consume-queue units one pull rebuilds before it answers
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
+QUEUE_REBUILD_WAIT_S = 30.0  # a read that found a queue damaged waits this long at most for its rebuild
 
 
 class GetStatus(enum.Enum):
@@ -208,6 +210,7 @@ class MessageStore:
         # replication sets this: called on the flush thread before commit-log bytes are flushed, to make durable
         # first what describes them (the Raft journal, the applied index; docs/design/durability.md)
         self.before_commit_log_flush: Callable[[], None] | None = None
+        self._rewind_to: int | None = None  # re-dispatch point asked for by a queue opened while the store opens
         self._heal_lock = threading.Lock()  # one rebuild of wrong consume-queue units at a time (reads find them)
         self._healing: set[tuple[str, int, int]] = set()  # rebuilds running in the background
         self._unhealed_units: set[tuple[str, int, int]] = set()  # counted once as damage that stays
@@ -268,7 +271,6 @@ class MessageStore:
             cl.verify_before_recovery(self.last_exit_ok)  # corruption stops here, before any file changes
         except CorruptionError as e:
             raise CorruptionError(e.records, hint=self.corruption_hint()) from None
-        self.consume_queues.load()
         self.index_service = IndexService.from_config(cfg, self.checkpoint) if cfg.message_index_enable else None
         if self.index_service is not None:
             remove_unfinished_segments(cfg.index_dir)
@@ -287,7 +289,6 @@ class MessageStore:
         marker = dispatch_marker.take(cfg.root_dir) if self.last_exit_ok else None
         if self.last_exit_ok:
             self._touch_abort()
-        max_phy_of_cq = self.consume_queues.recover()
         if self.last_exit_ok:
             end = cl.recover_normally()
             redispatch_from = None
@@ -297,12 +298,23 @@ class MessageStore:
                         else "the machine may have restarted")
             end = cl.recover_abnormally()
             redispatch_from = cl.abnormal_recovery_start  # reput re-dispatches from there (deduplicated)
+        if marker is not None and marker.end > end:
+            log.warning("store %s: %s says dispatch reached commit-log offset %d but the log ends at %d: opening "
+                        "every consume queue", cfg.root_dir, dispatch_marker.FILE_NAME, marker.end, end)
+            marker = None
+        if marker is not None:  # a clean stop described every queue: none is opened before it is used
+            self.consume_queues.adopt({(topic, int(qid)): KnownRange(*line) for key, line in marker.queues.items()
+                                       for topic, _, qid in [key.rpartition("/")]})
+            max_phy_of_cq = self.consume_queues.max_physic_offset()
+        else:
+            self.consume_queues.load()
+            max_phy_of_cq = self.consume_queues.recover()
         if not cl.mapped_file_queue.mapped_files:
             self.consume_queues.destroy()
             if self.index_service is not None:
                 self.index_service.destroy()
             max_phy_of_cq = -1
-        elif max_phy_of_cq >= end:
+        elif max_phy_of_cq > end:  # a unit ending exactly at the end is whole
             self._truncate_consume_queues(end)
             max_phy_of_cq = self.consume_queues.max_physic_offset()
         if self.index_service is not None and self.index_service.index_files:
@@ -311,6 +323,8 @@ class MessageStore:
         self.consume_queues.correct_min_offsets(cl.min_offset)
         # dispatch what the consume queues / index miss, before anyone reads or writes (RocketMQ start())
         reput_from = max(max_phy_of_cq, cl.min_offset, 0)
+        if marker is not None:  # the clean stop had dispatched everything below its end
+            reput_from = max(reput_from, marker.end)
         if redispatch_from is not None:
             # After a crash re-dispatch what may be missing (CQ and index writes skip what they already have):
             # from the checkpoint's segment when the machine may have lost dirty pages (consume queues can
@@ -332,9 +346,13 @@ class MessageStore:
             reput_from = max(min(reput_from, self.redispatch_from_hint), cl.min_offset)
             check_from = min(check_from, reput_from)
             self.redispatch_from_hint = None
+        self.consume_queues.on_load_damage = self._queue_damaged_at_first_use
+        self._rewind_to = None
         rebuild_from, log_queue_offsets = self._check_derived_files(end, reput_from, check_from)
-        if marker is not None and marker.end <= end:
+        if marker is not None:
             rebuild_from = self._compare_with_marker(marker, rebuild_from, log_queue_offsets)
+        if self._rewind_to is not None:  # a queue used by the check above lacked what the stop left
+            rebuild_from = self._rewind_to if rebuild_from is None else min(rebuild_from, self._rewind_to)
         if rebuild_from is not None:
             reput_from = max(min(reput_from, rebuild_from), cl.min_offset)
         self.reput = ReputMessageService(cl, self.consume_queues, self.index_service,
@@ -444,48 +462,14 @@ class MessageStore:
 
     def _compare_with_marker(self, marker: dispatch_marker.DispatchMarker, rebuild_from: int | None,
                              next_offsets: dict[str, int]) -> int | None:
-        """After a clean stop, every queue must come back as the stop left it (``store.dispatch_marker``), and
-        every index file: what lost units (a deleted or rotten queue file that recovery cut, a hole between its
-        files, a lost head) is re-dispatched from the end of the last unit kept, units past its end are cut,
-        missing index files are rebuilt from the end of the file before; no queue's next offset goes below the
-        marker's. Returns the new re-dispatch point."""
-        cl = self.commit_log
-        assert cl is not None
-
-        def damaged(desc: str, kind: str, restart: int | None) -> None:
-            nonlocal rebuild_from
-            log.error("store %s: %s", self.config.root_dir, desc)
-            self.derived_damage.append(desc)
-            self.corruption_found[kind] += 1
-            if restart is not None:
-                rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
-
-        for key, (first_qo, next_qo) in marker.queues.items():
+        """After a clean stop, no queue's next offset goes below what the stop recorded (each queue's files are
+        checked against its line when first used: ``_queue_damaged_at_first_use``), and every index file must
+        come back: missing ones are rebuilt from the end of the file before. Returns the new re-dispatch point."""
+        for key, (_first, next_qo, _phy, _end) in marker.queues.items():
             topic, _, qid = key.rpartition("/")
             name = f"{topic}-{qid}"
-            next_offsets[name] = max(next_offsets.get(name, 0), next_qo)
-            cq = self.consume_queues.get(topic, int(qid))
-            if cq is None or not cq.mapped_file_queue.mapped_files:
-                damaged(f"consume queue {name} is missing (the last clean stop left units {first_qo}..{next_qo - 1}): "
-                        "rebuilding it from the commit log", "consumequeue", cl.min_offset)
-                continue
-            low, have, hole = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue(), cq.first_missing_unit()
-            if low > first_qo:
-                cq.cut_at(0)
-                damaged(f"consume queue {name} starts at queue offset {low}, the last clean stop left it at {first_qo}: "
-                        "rebuilding it from the commit log", "consumequeue", cl.min_offset)
-            elif hole is not None and hole < have:
-                restart = self._end_of_unit(cq, hole - 1)
-                cq.cut_at(hole)
-                damaged(f"consume queue {name}: the file of queue offset {hole} is missing: rebuilding from there",
-                        "consumequeue", restart)
-            elif have < next_qo:
-                damaged(f"consume queue {name} ends at queue offset {have}, the last clean stop left it at {next_qo}: "
-                        "rebuilding it from the commit log", "consumequeue", self._end_of_unit(cq, have - 1))
-            elif have > next_qo:
-                cq.cut_at(next_qo)
-                damaged(f"consume queue {name}: units {next_qo}..{have - 1} lie past where the last clean stop left "
-                        "it; cut", "consumequeue", None)
+            if next_offsets.get(name, 0) < next_qo:
+                next_offsets[name] = next_qo
         index = self.index_service
         if index is not None:
             names = [f.file_name for f in index.index_files]
@@ -493,8 +477,34 @@ class MessageStore:
             if lost is not None:
                 desc = (f"index file {os.path.join(index.store_path, marker.index_files[lost])} is missing: rebuilding "
                         "the index from the end of the file before")
-                damaged(desc, "index", index.drop_from(lost))
+                log.error("store %s: %s", self.config.root_dir, desc)
+                self.derived_damage.append(desc)
+                self.corruption_found["index"] += 1
+                restart = index.drop_from(lost)
+                rebuild_from = restart if rebuild_from is None else min(rebuild_from, restart)
         return rebuild_from
+
+    def _queue_damaged_at_first_use(self, cq, damage: LoadDamage) -> None:
+        """A queue the last clean stop described, opened on first use, lacks units (a file deleted or rotten
+        while the store was stopped) or holds some past its end: the damage is counted, the queue cut, and the
+        commit log re-dispatched from the end of its last good unit. A reader waits for that rebuild; the reput
+        thread (a dispatch opened the queue) goes on and does it."""
+        desc = f"consume queue {cq.topic}-{cq.queue_id} {damage.reason}"
+        self.derived_damage.append(desc)
+        self.corruption_found["consumequeue"] += 1
+        reput = self.reput
+        with reput.paused() if reput is not None else contextlib.nullcontext():
+            if damage.cut_at is not None:
+                cq.cut_at(damage.cut_at)
+            if damage.rebuild_after is None:
+                return
+            restart = self._end_of_unit(cq, damage.rebuild_after)
+            if reput is None:  # still opening: the start re-dispatches from there
+                self._rewind_to = restart if self._rewind_to is None else min(self._rewind_to, restart)
+                return
+            reput.rewind(restart)
+        if not reput.on_reput_thread():
+            reput.wait_dispatched(timeout=QUEUE_REBUILD_WAIT_S)
 
     def _end_of_unit(self, cq, queue_offset: int) -> int:
         """Where re-dispatch must start to rebuild a queue after ``queue_offset``: the end of that unit's record (the
@@ -507,7 +517,8 @@ class MessageStore:
 
     def _truncate_consume_queues(self, offset: int) -> None:
         """Drop units at or beyond ``offset`` and zero the dropped bytes, so a restart cannot recover them."""
-        before = [(cq, cq.mapped_file_queue.get_max_offset()) for cq in self.consume_queues.queues()]
+        before = [(cq, cq.mapped_file_queue.get_max_offset()) for cq in self.consume_queues.queues()
+                  if cq.may_hold_units_from(offset)]
         self.consume_queues.truncate_dirty_logic_files(offset)
         for cq, old_end in before:
             mfq = cq.mapped_file_queue
@@ -575,6 +586,9 @@ class MessageStore:
         self._services.append(PeriodicFlushService(  # pop state changes often; Raft replays what a crash lost
             "PopStatePersistService", lambda _least: self.pop_state.persist(only_if_dirty=True),
             POP_STATE_PERSIST_INTERVAL_MS, 0, POP_STATE_PERSIST_INTERVAL_MS))
+        self._services.append(PeriodicFlushService(  # changes are durable in the log; this keeps topics.json fresh
+            "TopicTableFoldService", lambda _least: self.topics.fold(), TOPIC_FOLD_INTERVAL_MS, 0,
+            TOPIC_FOLD_INTERVAL_MS))
         for s in self._services:
             s.start()
         self.retention = RetentionService(cfg, cl, self.consume_queues, self.index_service,
@@ -772,7 +786,7 @@ class MessageStore:
                 if self.retention is not None:
                     self.retention.shutdown()
                 if self.reput is not None:
-                    self.reput.shutdown()
+                    self.reput.shutdown(drain_timeout=self.config.shutdown_dispatch_wait_seconds)
                     caught_up = self.reput.dispatch_behind_bytes() == 0 and self.reput.index_behind_bytes() == 0
                 for s in reversed(self._services):
                     s.shutdown()
@@ -788,6 +802,7 @@ class MessageStore:
                 self.pop_state.persist(only_if_dirty=True)
             finally:
                 self._close_files()
+                self.topics.close()
                 if caught_up:
                     try:
                         os.unlink(self.config.abort_path)
@@ -801,8 +816,8 @@ class MessageStore:
 
     def _write_dispatch_marker(self) -> None:
         assert self.reput is not None
-        queues = {f"{cq.topic}/{cq.queue_id}": (cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue())
-                  for cq in self.consume_queues.queues() if cq.mapped_file_queue.mapped_files}
+        queues = {f"{cq.topic}/{cq.queue_id}": cq.known_range() for cq in self.consume_queues.queues()
+                  if cq.has_files()}
         index = [f.file_name for f in self.index_service.index_files] if self.index_service is not None else []
         try:
             dispatch_marker.write(self.config.root_dir, dispatch_marker.DispatchMarker(self.reput.reput_from_offset,
@@ -1523,7 +1538,7 @@ class MessageStore:
             "commit_log_files": len(cl.mapped_file_queue.mapped_files) if cl is not None else 0,
             "consume_queues": sum(1 for _ in self.consume_queues.queues()),
             "index_files": len(self.index_service.index_files) if self.index_service is not None else 0,
-            "topics": len(self.topics.names()),
+            "topics": len(self.topics),
             "disk_used_ratio": self.disk_used_ratio(),
             "disk_full": self.retention.disk_full if self.retention is not None else False,
             "last_exit_ok": self.last_exit_ok,

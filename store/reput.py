@@ -97,6 +97,8 @@ class ReputMessageService(ServiceThread):
         self._pending = False
         self._progress = threading.Condition()
         self._bad_offset = -1  # where a corrupt record stopped dispatch (logged once)
+        self._rewind: int | None = None  # asked for by ``rewind`` during a pass
+        self._in_pass = False
         # the index could not take records from here on (ENOSPC creating its next file): consume queues go on,
         # catch_up_index fills the index in later
         self.index_behind_from: int | None = None
@@ -154,6 +156,26 @@ class ReputMessageService(ServiceThread):
                     return False
                 self._progress.wait(remaining if remaining is not None else 1.0)
 
+    def rewind(self, offset: int) -> None:
+        """Dispatch again from ``offset`` (a queue was found lacking units: dispatch skips what queues and index
+        already hold). From any thread: inside a pass (a dispatch opened the damaged queue) it takes effect once
+        the slice being dispatched is done."""
+        with self._pass_lock:
+            self._rewind = offset if self._rewind is None else min(self._rewind, offset)
+            if not self._in_pass:
+                self._apply_rewind()
+        self.notify()
+
+    def _apply_rewind(self) -> None:
+        offset, self._rewind = self._rewind, None
+        if offset is not None and offset < self.reput_from_offset:
+            log.warning("reput: dispatching again from commit-log offset %d (was at %d)", offset,
+                        self.reput_from_offset)
+            self.reput_from_offset = offset
+
+    def on_reput_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Hold dispatch (no pass runs) while the caller truncates or resets offsets."""
@@ -165,7 +187,13 @@ class ReputMessageService(ServiceThread):
     def do_reput(self) -> int:
         """Dispatch everything currently dispatchable; returns the number of messages dispatched."""
         with self._pass_lock:
-            return self._do_reput()
+            self._in_pass = True
+            try:
+                return self._do_reput()
+            finally:
+                self._in_pass = False
+                if self._rewind is not None:
+                    self._apply_rewind()
 
     def _do_reput(self) -> int:
         cl = self.commit_log
@@ -196,6 +224,8 @@ class ReputMessageService(ServiceThread):
             finally:
                 view.release()
             self.reput_from_offset = new_offset
+            if self._rewind is not None:  # a queue this slice opened lacked units: go back for them
+                self._apply_rewind()
             total += count
             last_cq_ts = cq_ts or last_cq_ts
             if stop != _STOP_NONE or new_offset == offset:

@@ -8,19 +8,27 @@ Like RocketMQ's ``TopicConfigManager`` constructor, the table starts with the br
 write on, without a ``dataVersion`` bump, identically on every member (a function of the code only, not of the
 node's config). The transaction system topics are not built in: RocketMQ (and the transaction service) registers
 them on first use, through a replicated command.
+
+Changes go to the change log beside the file (store.topic_changes) and are folded into the file now and then
+(docs/design/topic-table.md): a change costs the same with 10 topics or 10,000.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from raftmq.store import json_file
-from raftmq.store.errors import StoreError
+from raftmq.store.errors import StoreError, StoreLoadError
 from raftmq.store.message import SCHEDULE_TOPIC, check_topic
+from raftmq.store.topic_changes import Change, TopicChangeLog, Version
+
+log = logging.getLogger("raftmq.store.topic_config")
 
 PERM_INHERIT = 1
 PERM_WRITE = 2
@@ -155,31 +163,69 @@ def _with_builtins(topics: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
     return {**{t.topic_name: t for t in BUILTIN_TOPICS}, **topics}
 
 
+CREATE, PUT, DELETE = "create", "put", "delete"  # TopicConfigTable.apply's operations
+
+
 class TopicConfigTable:
-    """Topics of one store, persisted to ``{config_dir}/topics.json`` on every change."""
+    """Topics of one store: ``{config_dir}/topics.json`` in RocketMQ's shape plus the change log beside it
+    (store.topic_changes, docs/design/topic-table.md).
+
+    A change is appended to the log and synced before it is visible or acknowledged, at a cost that does not
+    grow with the table; the log is folded into ``topics.json`` once it outgrows the file (so the work of a fold
+    is spread over as many changes as the table has topics), every ``fold`` call of the store's periodic thread
+    and at a clean stop, so the file RocketMQ's tools read is whole and current after a stop.
+    """
 
     FILE_NAME = "topics.json"
+    LOG_NAME = "topics.json.changes"
+    FOLD_MIN_BYTES = 64 * 1024  # a log smaller than this is never folded on size alone
 
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.FILE_NAME)
+        self.changes = TopicChangeLog(os.path.join(config_dir, self.LOG_NAME))
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = _with_builtins({})
         self.data_version = {"counter": 0, "timestamp": 0}
+        self._file_version: Version = (0, 0)  # what topics.json on disk holds
+        self._file_bytes = 0
+        self.folds = 0
 
     def load(self) -> None:
+        """``topics.json`` (or its ``.bak``), then the changes of the log it does not hold yet."""
         data = json_file.read_leniently(self.path)
-        if data is None:
-            return
+        topics: dict[str, TopicConfig] = {}
+        version: Version = (0, 0)
+        if data is not None:
+            try:
+                table = data.get("topicConfigTable", {})
+                topics = {name: TopicConfig.from_json(v) for name, v in table.items()}
+                dv = data.get("dataVersion", {})
+                version = (int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
+            except (AttributeError, KeyError, TypeError, ValueError) as e:
+                raise StoreError(f"{self.path} does not have the topics.json shape: {e}") from None
+        file_version = version
+        self.changes.read()
+        later = self.changes.after(version)
+        if later is None:
+            raise StoreLoadError(
+                f"{self.path} (dataVersion {version[0]}) is older than its change log {self.changes.path}, which "
+                f"holds changes up to dataVersion {self.changes.changes[-1].version[0]} but none that continues the "
+                "file: topics changed since the file was last written would be lost. Restore the topics.json the "
+                "log continues (its .bak?), or move the log away to start from the file as it is")
         try:
-            table = data.get("topicConfigTable", {})
-            topics = {name: TopicConfig.from_json(v) for name, v in table.items()}
-            dv = data.get("dataVersion", {})
-            version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
+            for change in later:
+                _apply_ops(topics, change.ops)
+                version = change.version
         except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise StoreError(f"{self.path} does not have the topics.json shape: {e}") from None
+            raise StoreLoadError(f"{self.changes.path} holds a change of the wrong shape: {e}") from None
         with self._lock:
             self._topics = _with_builtins(topics)
-            self.data_version = version
+            self.data_version = {"counter": version[0], "timestamp": version[1]}
+            self._file_version = file_version
+            self._file_bytes = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        if later:
+            log.info("topics: %d change(s) replayed from %s (dataVersion %d)", len(later), self.changes.path,
+                     version[0])
 
     # ------------------------------------------------------------------ reads
     def get(self, name: str) -> TopicConfig | None:
@@ -187,6 +233,9 @@ class TopicConfigTable:
 
     def __contains__(self, name: object) -> bool:
         return name in self._topics
+
+    def __len__(self) -> int:
+        return len(self._topics)
 
     def list(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda t: t.topic_name)
@@ -202,12 +251,9 @@ class TopicConfigTable:
 
     def put(self, cfg: TopicConfig, timestamp_ms: int) -> TopicConfig:
         """Create or replace a topic; ``timestamp_ms`` stamps the data version."""
-        cfg.validate()
-        self._refuse_builtin(cfg.topic_name, "created or changed")
-        with self._lock:
-            self._topics[cfg.topic_name] = cfg
-            self._bump(timestamp_ms)
-            self._persist_locked()
+        refusal = self.apply([(PUT, cfg)], timestamp_ms)[0]
+        if refusal:
+            raise StoreError(refusal)
         return cfg
 
     def update(self, name: str, timestamp_ms: int, **changes: Any) -> TopicConfig:
@@ -218,19 +264,59 @@ class TopicConfigTable:
 
     def delete(self, name: str, timestamp_ms: int) -> bool:
         self._refuse_builtin(name, "deleted")  # its queues hold the delayed messages not yet delivered
+        return self.apply([(DELETE, name)], timestamp_ms)[0] is None
+
+    def apply(self, ops: Sequence[tuple[str, Any]], timestamp_ms: int) -> list[str | None]:
+        """Apply topic operations in order as ONE change (one line of the log, one sync): ``(CREATE, cfg)`` (refused
+        when the topic exists), ``(PUT, cfg)`` (create or replace) or ``(DELETE, name)`` (refused when absent).
+        Returns a refusal (str) or None per operation, the same on every replica; the data version grows by one
+        per operation applied and takes ``timestamp_ms``."""
+        refusals: list[str | None] = []
+        accepted: list[tuple[str, Any]] = []
         with self._lock:
-            if self._topics.pop(name, None) is None:
-                return False
-            self._bump(timestamp_ms)
-            self._persist_locked()
-            return True
+            pending: dict[str, TopicConfig | None] = {}  # this change's effect so far, over the table
+
+            def exists(name: str) -> bool:
+                return pending[name] is not None if name in pending else name in self._topics
+
+            for op, arg in ops:
+                try:
+                    if op in (CREATE, PUT):
+                        arg.validate()
+                        self._refuse_builtin(arg.topic_name, "created or changed")
+                        if op == CREATE and exists(arg.topic_name):
+                            raise StoreError(f"topic {arg.topic_name} already exists")
+                        pending[arg.topic_name] = arg
+                        accepted.append(("put", arg.to_json()))
+                    elif op == DELETE:
+                        self._refuse_builtin(arg, "deleted")
+                        if not exists(arg):
+                            raise StoreError(f"topic {arg} does not exist")
+                        pending[arg] = None
+                        accepted.append(("del", arg))
+                    else:
+                        raise ValueError(f"unknown topic operation {op!r}")
+                    refusals.append(None)
+                except StoreError as e:
+                    refusals.append(str(e))
+            if not accepted:
+                return refusals
+            before = (self.data_version["counter"], self.data_version["timestamp"])
+            version = (before[0] + len(accepted), int(timestamp_ms))
+            self.changes.append(Change(version, tuple(accepted)), before)  # durable before anyone sees it
+            for name, cfg in pending.items():
+                if cfg is None:
+                    self._topics.pop(name, None)
+                else:
+                    self._topics[name] = cfg
+            self.data_version = {"counter": version[0], "timestamp": version[1]}
+            if self.changes.size > max(self.FOLD_MIN_BYTES, self._file_bytes):
+                self._fold_locked()
+        return refusals
 
     def _refuse_builtin(self, name: str, what: str) -> None:
         if self.is_builtin(name):
             raise StoreError(f"topic {name} is a system topic the broker registers itself; it cannot be {what}")
-
-    def _bump(self, timestamp_ms: int) -> None:
-        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": int(timestamp_ms)}
 
     # ------------------------------------------------------------------ persistence / snapshots
     def to_json(self) -> dict[str, Any]:
@@ -244,18 +330,54 @@ class TopicConfigTable:
             return json_file.dumps(self.to_json())
 
     def restore(self, text: str) -> None:
-        """Replace the table with a ``snapshot`` (replica catch-up) and persist it."""
+        """Replace the table with a ``snapshot`` (replica catch-up) and write it to ``topics.json``."""
         data = json_file.loads(text)
         with self._lock:
             self._topics = _with_builtins(
                 {n: TopicConfig.from_json(v) for n, v in data.get("topicConfigTable", {}).items()})
             dv = data.get("dataVersion", {})
             self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
-            self._persist_locked()
+            # the log first: a crash before the file is written leaves a log that continues neither file (ignored)
+            self.changes.restart(self._version())
+            self._write_file_locked()
 
-    def persist(self) -> None:
+    def fold(self, only_if_changed: bool = True) -> None:
+        """Write the whole table to ``topics.json`` (the store's periodic thread, a clean stop)."""
         with self._lock:
-            self._persist_locked()
+            if only_if_changed and self._file_version == self._version():
+                return
+            self._fold_locked()
 
-    def _persist_locked(self) -> None:
-        json_file.write_safely(self.path, json_file.dumps(self.to_json()))
+    persist = fold
+
+    def close(self) -> None:
+        self.changes.close()
+
+    def _version(self) -> Version:
+        return self.data_version["counter"], self.data_version["timestamp"]
+
+    def _fold_locked(self) -> None:
+        """topics.json first (its old content becomes the .bak), then a log that keeps only what that .bak lacks:
+        a crash between the two leaves a log whose lines the new file already holds (skipped at load)."""
+        bak = self._file_version
+        self._write_file_locked()
+        self.changes.restart(bak, self.changes.after(bak) or ())
+        self.folds += 1
+
+    def _write_file_locked(self) -> None:
+        text = json_file.dumps(self.to_json())
+        json_file.write_safely(self.path, text)
+        self._file_version = self._version()
+        self._file_bytes = len(text.encode())
+
+
+def _apply_ops(topics: dict[str, TopicConfig], ops: Sequence[tuple[str, Any]]) -> None:
+    """Replay one change of the log onto ``topics``."""
+    for op, arg in ops:
+        if op == "put":
+            cfg = TopicConfig.from_json(arg)
+            topics[cfg.topic_name] = cfg
+        elif op == "del":
+            topics.pop(str(arg), None)
+        else:
+            raise ValueError(f"unknown operation {op!r}")

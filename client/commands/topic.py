@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 
 from raftmq.client.admin import Admin
@@ -12,14 +13,16 @@ from raftmq.client.commands.args import (
     add_command,
     format_perm,
     message_type_arg,
+    non_negative_int,
     parse_perm,
     positive_int,
     security_of,
     servers_of,
 )
 from raftmq.client.commands.output import ms_to_text, print_json
-from raftmq.client.errors import TopicNotFoundError
+from raftmq.client.errors import RaftmqError, TopicNotFoundError
 from raftmq.client.table import render_table
+from raftmq.client.topic_file import TopicFileError, read_topic_file
 from raftmq.client.types import MESSAGE_TYPES, PERM_READ, PERM_WRITE
 
 
@@ -42,11 +45,46 @@ def _window_text(t) -> str:
 
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
+    if (args.name is None) == (args.from_file is None):
+        raise UsageError("give a topic name, or --from-file PATH with one topic per line (not both)")
+    if args.from_file is not None:
+        return create_topics_from_file(args)
+    if args.skip_existing:
+        raise UsageError("--skip-existing goes with --from-file")
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         t = admin.create_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order,
                                message_type=args.message_type, dedup_window_seconds=args.dedup_window)
     print_json(_topic_json(t)) if args.json else print(_topic_line("created", t))
+    return 0
+
+
+def create_topics_from_file(args: argparse.Namespace) -> int:
+    """``topic create --from-file``: every line checked first (each problem named with its line), then the
+    topics created, 1,000 per request (one change of the broker's topic table each)."""
+    defaults = {k: getattr(args, k) for k in ("queues", "read_queues", "write_queues", "perm", "order",
+                                              "message_type")}
+    try:
+        lines = read_topic_file(args.from_file, lambda p: _topic_fields(p, update=False), defaults)
+    except TopicFileError as e:
+        for problem in e.problems[:20]:
+            print(f"raftmq: {problem}", file=sys.stderr)
+        shown = "" if len(e.problems) <= 20 else f" (the first 20 of {len(e.problems)} shown)"
+        raise UsageError(str(e) + shown) from None
+    line_of = {t.name: n for n, t in lines}
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
+        try:
+            created, existing = admin.create_topics([t for _, t in lines], skip_existing=args.skip_existing)
+        except RaftmqError as e:  # the broker names topics by position in its request: say the file's line
+            e.message = re.sub(r"topics\[\d+\] '([^']*)'", lambda m: f"line {line_of.get(m[1], '?')} '{m[1]}'",
+                               e.message)
+            e.args = (e.message,)
+            raise
+    if args.json:
+        print_json({"created": [t.name for t in created], "existing": existing})
+    else:
+        print(f"created {len(created)} topics from {args.from_file}"
+              + (f"; {len(existing)} existed already and were left as they are" if existing else ""))
     return 0
 
 
@@ -88,7 +126,16 @@ def cmd_topic_update(args: argparse.Namespace) -> int:
 
 def cmd_topic_list(args: argparse.Namespace) -> int:
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
-        topics = admin.list_topics(include_system=args.system)
+        if args.limit:
+            page = admin.list_topics_page(include_system=args.system, filter=args.filter, after=args.after,
+                                          limit=args.limit)
+            topics = page.topics
+            if page.more:
+                print(f"raftmq: {len(topics)} of {page.matching} topics shown; next page: --after "
+                      f"{topics[-1].name}", file=sys.stderr)
+        else:
+            topics = [t for t in admin.list_topics(include_system=args.system, filter=args.filter)
+                      if t.name > args.after]
     if args.json:
         print_json([_topic_json(t) for t in topics])
         return 0
@@ -128,7 +175,20 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 
 def _topic_options(p: argparse.ArgumentParser, *, update: bool) -> None:
-    p.add_argument("name", metavar="TOPIC")
+    if update:
+        p.add_argument("name", metavar="TOPIC")
+    else:
+        p.add_argument("name", metavar="TOPIC", nargs="?")
+        p.add_argument("--from-file", metavar="PATH",
+                       help="create the topics of a file, one per line: a name and, optionally, these options "
+                            "(those given here are every line's defaults); '-' reads standard input; checked whole "
+                            "before anything is created")
+        p.add_argument("--skip-existing", action="store_true",
+                       help="with --from-file: leave topics that exist as they are and create the others")
+    _topic_fields(p, update=update)
+
+
+def _topic_fields(p: argparse.ArgumentParser, *, update: bool) -> None:
     p.add_argument("--queues", type=positive_int, help="read and write queue count" +
                    ("" if update else " (default 4)"))
     p.add_argument("--read-queues", type=positive_int, help="read queue count")
@@ -180,5 +240,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", metavar="TOPIC")
     p = add_command(tsub, "list", cmd_topic_list, "list topics")
     p.add_argument("--system", action="store_true", help="include system topics")
+    p.add_argument("--filter", default="", metavar="TEXT", help="only topics whose name contains TEXT (any case)")
+    p.add_argument("--limit", type=non_negative_int, default=0, metavar="N",
+                   help="a page of at most N topics (0: all); stderr says how to ask for the next page")
+    p.add_argument("--after", default="", metavar="TOPIC", help="start after this topic name (the last of a page)")
     p = add_command(tsub, "delete", cmd_topic_delete, "delete a topic and its consume queues", json_flag=False)
     p.add_argument("name", metavar="TOPIC")

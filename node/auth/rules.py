@@ -48,6 +48,7 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.MessagingService/SendMessageBack": (("SUB", "topic", "topic"), ("SUB", "group", "group")),
     "/raftmq.v1.MessagingService/ResetGroupOffsets": (("ADMIN", "group", "group"),),
     "/raftmq.v1.AdminService/CreateTopic": (("ADMIN", "topic", "topic.name"),),
+    "/raftmq.v1.AdminService/CreateTopics": (("ADMIN", "topic", "topics[].name"),),
     "/raftmq.v1.AdminService/UpdateTopic": (("ADMIN", "topic", "topic.name"),),
     "/raftmq.v1.AdminService/DeleteTopic": (("ADMIN", "topic", "name"),),
     "/raftmq.v1.AdminService/ListTopics": (),

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from raftmq.node.console.charts import Series, line_chart
 from raftmq.node.console.history import rates
-from raftmq.node.console.layout import BadRequest, Response, cards, link, page, section, table, utc
+from raftmq.node.console.layout import BadRequest, Response, cards, int_arg, link, page, section, table, utc
 from raftmq.node.console.safe import html, join, seg, url
 from raftmq.node.validation import is_system_topic
 
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from raftmq.node.console.context import ConsoleContext
 
 BROWSE_DEFAULT = 20  # "browse latest" links show this many messages
+PAGE_SIZE = 100  # topics per page of the list (a node may hold thousands: docs/operations/console.md#topics)
+MAX_PAGE_SIZE = 1000
 
 
 def topics_page(c: ConsoleContext, query: dict[str, str], name: str | None = None) -> Response:
@@ -21,36 +23,59 @@ def topics_page(c: ConsoleContext, query: dict[str, str], name: str | None = Non
         return _topic_page(c, name)
     st = c.store()
     show_system = query.get("system") == "1"
+    wanted = query.get("filter", "").strip()
+    after = query.get("after", "")
+    size = int_arg(query, "size", PAGE_SIZE, 1, MAX_PAGE_SIZE)
     snap = c.history.snapshot()
-    rows = []
     configs = sorted(st.topics.list(), key=lambda t: t.topic_name)
     readable = {cfg.topic_name for cfg in configs if c.may("SUB", "topic", cfg.topic_name)}
-    for cfg in configs:
+    matching = [cfg for cfg in configs if cfg.topic_name in readable and (show_system or not is_system_topic(
+        cfg.topic_name)) and wanted.lower() in cfg.topic_name.lower()]
+    start = next((i for i, cfg in enumerate(matching) if cfg.topic_name > after), len(matching)) if after else 0
+    shown = matching[start:start + size]
+    rows = []
+    for cfg in shown:  # offsets and rates of this page's topics only
         t = cfg.topic_name
-        if (is_system_topic(t) and not show_system) or t not in readable:
-            continue
         lo = sum(st.min_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
         hi = sum(st.max_offset_in_queue(t, q) for q in range(cfg.read_queue_nums))
         rin, rout = rates(snap.samples, "stored", t), rates(snap.samples, "consumed", t)
         rows.append([link(f"/ui/topics/{seg(t)}", t), f"{cfg.read_queue_nums} / {cfg.write_queue_nums}",
                      _perm(cfg.perm), "yes" if cfg.order else "", _message_type(cfg), hi - lo, hi,
                      _rate(rin), _rate(rout), sum(c.may("SUB", "group", g) for g in st.consumer_offsets.groups(t))])
+    empty = (f"no topic name contains {wanted!r}" if wanted else
+             "no topics yet: create one with `raftmq topic create NAME`")
     topics = table(["topic", "queues (read / write)", "perm", "ordered", "message type", "messages kept",
                     "messages ever", "in /s", "consumed /s", "groups"], rows, table_id="topics",
-                   numeric=(5, 6, 7, 8, 9),
-                   empty="no topics yet: create one with `raftmq topic create NAME`")
+                   numeric=(5, 6, 7, 8, 9), empty=empty)
     # with authentication on, the totals are of the topics this user may read: others' traffic is theirs
     charted, title = (None, "all topics") if c.sees_everything else (readable, "the topics you may read")
     chart = line_chart([Series("in (stored)", rates(snap.samples, "stored", charted)),
                         Series("consumed (committed)", rates(snap.samples, "consumed", charted))],
                        title=f"{title}, messages/s", unit="/s", chart_id="chart-all", width=1180, height=170)
-    toggle = link(url("/ui/topics", system="" if show_system else "1"),
+    system = "1" if show_system else ""
+    toggle = link(url("/ui/topics", system="" if show_system else "1", filter=wanted),
                   "hide system topics" if show_system else "show system topics")
+    size_arg = size if size != PAGE_SIZE else ""
+    form = html('<form method="get" action="/ui/topics" class="inline" id="topic-filter"><label>topics whose '
+                'name contains <input name="filter" value="{}" size="24"></label>'
+                '<input type="hidden" name="system" value="{}"><input type="hidden" name="size" value="{}"> '
+                '<button type="submit">filter</button></form>', wanted, system, size_arg)
+    pages = []
+    if start > 0:
+        pages.append(link(url("/ui/topics", system=system, filter=wanted, size=size_arg), "first page"))
+    if start + size < len(matching):
+        pages.append(link(url("/ui/topics", system=system, filter=wanted, size=size_arg,
+                              after=shown[-1].topic_name), "next page"))
+    counted = html('<span id="topics-shown">{}</span>',
+                   f"topics {start + 1}-{start + len(shown)} of {len(matching)}" if shown
+                   else f"0 of {len(matching)} topics")
+    # the filter stays outside what the live refresh replaces, so typing in it is never undone
+    listing = html('<div id="topics-live" data-live="1"><p>{} {}</p>{}</div>', counted, join(pages, " · "), topics)
     body = join([
         section("Throughput", chart, "throughput", live=True,
                 note="in = messages stored (replicated queue offsets); consumed = progress of the groups' "
                      "committed offsets, summed over groups"),
-        section("Topics", html("<p>{}</p>{}", toggle, topics), "topics-section", live=True),
+        section("Topics", join([html("<div>{} {}</div>", form, toggle), listing]), "topics-section"),
     ])
     return page(c.frame(), "topics", "Topics", body)
 

@@ -12,6 +12,7 @@ def test_topics_json_shape_and_reload(tmp_path):
     t.put(TopicConfig("TopicTest", read_queue_nums=4, write_queue_nums=4), 1700000000000)
     t.put(TopicConfig("B", perm=4), 1700000000001)
     assert t.delete("B", 1700000000002) and not t.delete("B", 1700000000003)
+    t.fold()  # the file is written when the change log is folded (periodically, at a clean stop)
     text = (tmp_path / "topics.json").read_text()
     assert text.startswith("{\n\t\"dataVersion\":{\n\t\t\"counter\":3,")
     assert '"topicName":"TopicTest"' in text and '"perm":6' in text
@@ -78,6 +79,7 @@ def test_schedule_topic_is_built_in_like_rocketmqs_topic_config_manager(tmp_path
     assert t.get(SCHEDULE_TOPIC) == builtin and t.data_version == {"counter": 0, "timestamp": 0}
     assert not (tmp_path / "topics.json").exists()  # registering writes nothing
     t.put(TopicConfig("Orders"), 1700000000000)
+    t.fold()
     text = (tmp_path / "topics.json").read_text()
     assert '"topicName":"SCHEDULE_TOPIC_XXXX"' in text and '"readQueueNums":18' in text
     assert '"counter":1,' in text
@@ -98,6 +100,8 @@ def test_schedule_topic_is_built_in_like_rocketmqs_topic_config_manager(tmp_path
     for table in (a, b):
         table.put(TopicConfig("X", read_queue_nums=2, write_queue_nums=2), 5)
         table.delete("X", 6)
+        table.fold()
+    assert (tmp_path / "a" / "topics.json.changes").read_bytes() == (tmp_path / "b" / "topics.json.changes").read_bytes()
     assert (tmp_path / "a" / "topics.json").read_bytes() == (tmp_path / "b" / "topics.json").read_bytes()
     for change in (lambda: t.put(TopicConfig(SCHEDULE_TOPIC, read_queue_nums=1, write_queue_nums=1), 9),
                    lambda: t.update(SCHEDULE_TOPIC, 9, perm=4), lambda: t.delete(SCHEDULE_TOPIC, 9)):
@@ -112,6 +116,7 @@ def test_topic_message_type_is_rocketmq_5s_attribute_and_other_attributes_are_ke
     t = TopicConfigTable(str(tmp_path))
     t.put(TopicConfig("Plain"), 1)
     t.put(TopicConfig("Fifo").with_message_type("FIFO"), 2)
+    t.fold()
     text = (tmp_path / "topics.json").read_text()
     assert '"attributes":{\n\t\t\t\t"message.type":"FIFO"\n\t\t\t},\n\t\t\t"order":false' in text, text
     assert text.count('"attributes"') == 1  # not on Plain: 4.9's shape

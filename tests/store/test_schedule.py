@@ -247,12 +247,12 @@ def test_progress_past_the_queue_end_waits_while_the_queue_is_still_dispatching(
         assert st.delay_offsets.all() == {1: 2}
 
 
-def test_progress_below_the_queue_minimum_moves_up_with_a_log_line(tmp_path, caplog, monkeypatch):
+def test_progress_below_the_queue_minimum_moves_up_with_a_log_line(tmp_path, caplog):
     with MessageStore(_cfg(tmp_path)) as st:
         st.put_messages([Message(topic="T", body=b"x%d" % i, properties={"DELAY": "1"}) for i in range(3)])
         _wait_dispatched(st)
         cq = st.consume_queues.get(SCHEDULE_TOPIC, 0)
-        monkeypatch.setattr(cq, "get_min_offset_in_queue", lambda: 2)  # as if retention removed units 0 and 1
+        cq.min_logic_offset = 2 * 20  # as if retention removed units 0 and 1 (20-byte units)
         ts = st.view_message(0).store_timestamp
         with caplog.at_level("ERROR", logger="raftmq.store.schedule"):
             assert _service(st).run_once(now_ms=ts + 5000) == 1

@@ -492,17 +492,43 @@ class TopicResponse(_message.Message):
     topic: TopicConfig
     def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
 
+class CreateTopicsRequest(_message.Message):
+    __slots__ = ("topics", "skip_existing")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    SKIP_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    skip_existing: bool
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., skip_existing: _Optional[bool] = ...) -> None: ...
+
+class CreateTopicsResponse(_message.Message):
+    __slots__ = ("created", "existing")
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_FIELD_NUMBER: _ClassVar[int]
+    created: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    existing: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, created: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., existing: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ListTopicsRequest(_message.Message):
-    __slots__ = ("include_system",)
+    __slots__ = ("include_system", "filter", "after", "limit")
     INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     include_system: bool
-    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+    filter: str
+    after: str
+    limit: int
+    def __init__(self, include_system: _Optional[bool] = ..., filter: _Optional[str] = ..., after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ListTopicsResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "matching", "more")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MATCHING_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    matching: int
+    more: bool
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., matching: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("name",)

@@ -890,6 +890,11 @@ class AdminServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.TopicResponse.FromString,
                 _registered_method=True)
+        self.CreateTopics = channel.unary_unary(
+                '/raftmq.v1.AdminService/CreateTopics',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsResponse.FromString,
+                _registered_method=True)
         self.UpdateTopic = channel.unary_unary(
                 '/raftmq.v1.AdminService/UpdateTopic',
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateTopicRequest.SerializeToString,
@@ -937,6 +942,13 @@ class AdminServiceServicer:
 
     def CreateTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTopics(self, request, context):
+        """issue 43
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -997,6 +1009,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.CreateTopic,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.TopicResponse.SerializeToString,
+            ),
+            'CreateTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTopics,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsResponse.SerializeToString,
             ),
             'UpdateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateTopic,
@@ -1066,6 +1083,33 @@ class AdminService:
             '/raftmq.v1.AdminService/CreateTopic',
             raftmq_dot_v1_dot_raftmq__pb2.CreateTopicRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.TopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/CreateTopics',
+            raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.CreateTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
