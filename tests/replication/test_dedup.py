@@ -4,6 +4,8 @@ result and not stored again, also after a restart; a batch mixing new and retrie
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from raftmq.replication import LocalWritePath, RaftWritePath
@@ -201,6 +203,10 @@ def test_a_retry_gets_the_originals_result_and_is_stored_once_also_after_a_resta
         assert [r.duplicate for r in wp.put([msg("Off", 9), msg("Off", 9)]).result(10)] == [False, False]
     finally:
         stop(st, wp)
+
+    # the topic's window is a topic attribute, as RocketMQ 5 stores attributes (written at a clean stop)
+    topics = json.loads((tmp_path / "s" / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert topics["Off"]["attributes"] == {"dedup.window.seconds": "0"}
 
     st, wp = make(tmp_path / "s", members)   # the window is rebuilt from the commit log
     try:
