@@ -372,6 +372,9 @@ class RaftCollector(Collector):
              counters.get("withheld_bytes_cut", 0)),
             ("raftmq_raft_rewound_entries", "Applied entries this member rewound because the leader's log held "
              "others at their indexes (async, after a power cut of a majority)", counters.get("rewound_entries", 0)),
+            ("raftmq_raft_stale_batches_dropped", "Message batches dropped at apply because a deposed leader had "
+             "screened them for duplicates in an earlier term (their sends ended unknown and were retried)",
+             counters.get("stale_batches_dropped", 0)),
         ):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))

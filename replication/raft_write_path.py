@@ -531,7 +531,8 @@ class RaftWritePath:
                 "journal_torn_tail_bytes": getattr(lg, "journal_torn_tail_bytes", 0),
                 "rewound_entries": getattr(lg, "rewound_entries", 0),
                 "withheld_bytes_adopted": self.machine.tail_bytes_adopted if self.machine is not None else 0,
-                "withheld_bytes_cut": self.machine.tail_bytes_cut if self.machine is not None else 0}
+                "withheld_bytes_cut": self.machine.tail_bytes_cut if self.machine is not None else 0,
+                "stale_batches_dropped": self.machine.stale_batches_dropped if self.machine is not None else 0}
 
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
@@ -734,7 +735,7 @@ class RaftWritePath:
             self._inflight_slots.release()
             return
         blob, puts = encoded
-        command = frame_batch(blob, self.dedup.keys_of(puts) if self.dedup is not None else ())
+        command = frame_batch(blob, self.dedup.keys_of(puts) if self.dedup is not None else (), self.term())
         with self._inflight_lock:
             self._next_id += 1
             rid = self._next_id

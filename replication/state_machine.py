@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 BATCH_MAGIC = 0x52504231  # "RPB1": a store batch
 DEDUP_BATCH_MAGIC = 0x52504232  # "RPB2": a store batch and the ids of its judged records (deduplication.md)
 _BATCH_HEADER = struct.Struct(">II")  # magic, crc32 of the rest
-_KEYS_HEADER = struct.Struct(">I")  # RPB2: bytes of the ids that follow, then the store batch
+_KEYS_HEADER = struct.Struct(">QI")  # RPB2: the proposer's term, bytes of the ids that follow; then the store batch
 _KEY_HEAD = struct.Struct(">I16s")  # record index, id (replication.dedup_window.id_of)
 
 
@@ -39,18 +39,20 @@ class CorruptCommandError(Exception):
     """A replicated command failed its checksum: the node must stop applying (never skip an entry)."""
 
 
-def frame_batch(store_blob: bytes, keys: list[tuple[int, bytes]] = ()) -> bytes:
+def frame_batch(store_blob: bytes, keys: list[tuple[int, bytes]] = (), term: int = 0) -> bytes:
     """The Raft command of a store batch: RPB1, or RPB2 when records are judged for de-duplication (an older
-    member stops applying at RPB2 instead of applying the batch without its ids, docs/operations/upgrades.md)."""
+    member stops applying at RPB2 instead of applying the batch without its ids, docs/operations/upgrades.md).
+    ``term``: the term the proposer led when it screened the batch (RPB2 only; see ``StateMachine.apply_batch``)."""
     if not keys:
         return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
     ids = b"".join([_KEY_HEAD.pack(index, key) for index, key in keys])
-    rest = _KEYS_HEADER.pack(len(ids)) + ids + store_blob
+    rest = _KEYS_HEADER.pack(term, len(ids)) + ids + store_blob
     return _BATCH_HEADER.pack(DEDUP_BATCH_MAGIC, zlib.crc32(rest)) + rest
 
 
-def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, bytes]]]:
-    """(store batch, judged ids) of a batch command; CorruptCommandError when it fails its checksum."""
+def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, bytes]], int | None]:
+    """(store batch, judged ids, the proposer's term or None) of a batch command; CorruptCommandError when it
+    fails its checksum."""
     magic, crc = _BATCH_HEADER.unpack_from(blob, 0)
     body = memoryview(blob)[_BATCH_HEADER.size:]
     if magic >> 8 == BATCH_MAGIC >> 8 and magic not in (BATCH_MAGIC, DEDUP_BATCH_MAGIC) and zlib.crc32(body) == crc:
@@ -61,11 +63,11 @@ def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, 
                                   "applying. Rebuild it from its peers: `raftmq cluster rebuild-member` with "
                                   "this member's id.")
     if magic == BATCH_MAGIC:
-        return body, []
-    n = _KEYS_HEADER.unpack_from(body, 0)[0]
+        return body, [], None
+    term, n = _KEYS_HEADER.unpack_from(body, 0)
     end = _KEYS_HEADER.size + n
     keys = list(_KEY_HEAD.iter_unpack(body[_KEYS_HEADER.size:end]))
-    return body[end:], keys
+    return body[end:], keys, term
 
 
 class StateMachine:
@@ -82,6 +84,7 @@ class StateMachine:
         self.applied_raft_index = 0        # pysyncobj's index of the last entry handed to us
         self.tail_bytes_adopted = 0        # withheld commit-log bytes proven by replayed entries (metrics)
         self.tail_bytes_cut = 0            # withheld bytes an entry showed were not the group's (metrics)
+        self.stale_batches_dropped = 0     # RPB2 batches screened in an earlier term than their entry's (apply_batch)
         self.metadata_stale = False        # rewound metadata entries: take the leader's metadata (``rewind``)
         self.from_leader = False           # deserialize is installing a snapshot the leader sent (not our own)
 
@@ -92,7 +95,17 @@ class StateMachine:
             last_index, end = self.applied.last
             if index <= last_index:
                 return None  # journal replay or already copied from a peer
-            body, keys = unframe_batch(blob, index)
+            body, keys, term = unframe_batch(blob, index)
+            entry_term = self.entry_term(index) if term is not None else None
+            if entry_term is not None and term != entry_term:
+                # Screened by a member that led an earlier term, with the window it had then, and carried to the
+                # log by someone else: pysyncobj forwards a command a deposed leader proposed to the new leader.
+                # Its duplicates were never judged by the leader of this entry's term: dropped on every member
+                # alike (the entry's term is part of the log), and its puts end unknown
+                # (docs/design/deduplication.md#where-the-decision-is-made).
+                self.applied.append(index, end, end)
+                self.stale_batches_dropped += 1
+                return index, None, []
             if self.store.commit_log_max_offset > end:  # a withheld tail (after a power cut): prove or cut it
                 adopted = self._adopt(index, body, end)
                 if adopted is not None:
