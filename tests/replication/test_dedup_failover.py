@@ -111,6 +111,10 @@ def check_exactly_once(nodes, load: Load) -> None:
         assert all(c == 1 for c in load.acked.values()), "a UNIQ_KEY was acknowledged twice"
 
 
+def _metric(node, name: str) -> float:
+    return sum(s.value for s in samples(node) if s.name == name)
+
+
 def _dup_total(node) -> float:
     return sum(s.value for s in samples(node) if s.name == "raftmq_dedup_duplicates_total")
 
@@ -136,7 +140,8 @@ def test_leader_faults_under_retrying_sdk_load_store_every_acknowledged_message_
                 load.wait_more(100, "after the fault")
         print(f"{fault}: acknowledged {load.count}, duplicates avoided {load.duplicates}, unknown "
               f"{len(load.unknown)}, failed {len(load.failed)}; duplicates answered by leaders "
-              f"{sum(_dup_total(n) for n in nodes if n.alive)}")
+              f"{sum(_dup_total(n) for n in nodes if n.alive)}, stale batches dropped "
+              f"{max(_metric(n, 'raftmq_raft_stale_batches_dropped_total') for n in nodes if n.alive)}")
         assert not load.unknown, f"the SDK gave up on {len(load.unknown)} sends within its retry_timeout"
         check_exactly_once(nodes, load)
 
