@@ -107,10 +107,10 @@ class _TimedDeduplicator:
         class Timed(Deduplicator):
             cpu = 0.0
 
-            def screen(self, puts, now_ms):
+            def screen(self, puts, now_ms, term=0):
                 t = time.thread_time()
                 try:
-                    return super().screen(puts, now_ms)
+                    return super().screen(puts, now_ms, term)
                 finally:
                     Timed.cpu += time.thread_time() - t
 

@@ -89,57 +89,76 @@ class Deduplicator:
         # id(put) -> each message's id for ``keys_of``, of the last screened batch only (its puts are alive until
         # it is encoded; None: not judged; b"": no UNIQ_KEY yet, made by the encoder)
         self._screened: dict[int, list[bytes | None]] = {}
+        # the term this member leads with a complete window (``lead``); 0 for the single-node path, which always
+        # leads; None: no term (a replicated member until its barrier applied, and after it lost leadership)
+        self._term: int | None = 0
 
     # ------------------------------------------------------------------ leader: before proposing
-    def screen(self, puts: list[PendingPut], now_ms: int) -> list[PendingPut]:
+    def lead(self, term: int | None) -> None:
+        """This member leads ``term`` with a complete window (its barrier entry applied), or None: it leads no term
+        (``leadership_lost`` sets it too). Screening registers in-flight ids for that term only."""
+        with self.window.lock:
+            self._term = term
+
+    def screen(self, puts: list[PendingPut], now_ms: int, term: int = 0) -> list[PendingPut] | None:
         """The puts to propose in place of ``puts``: each caller's duplicates are answered from the window or
-        wait for the in-flight original; its new messages go on (the caller's own put when all are new)."""
-        out: list[PendingPut] = []
+        wait for the in-flight original; its new messages go on (the caller's own put when all are new).
+
+        None when this member no longer leads ``term`` (the term the caller read before screening): nothing is
+        registered or answered, and the caller fails the puts. An id registered after ``leadership_lost`` cleared
+        the in-flight map would stay there for good, and every retry of it would wait for an original that never
+        applies."""
         window = self.window
-        self._screened = {}
-        for put in puts:
-            plan: list[Any] = []   # per message: None (new), an AppendResult (stored) or a Future (in flight)
-            ids: list[bytes | None] = []  # each message's id (None: not judged)
-            mine: list[tuple[int, bytes]] = []   # (message index, id) this put registers as in flight
-            judged = False
-            with window.lock:
-                for m in put.msgs:
-                    j = window.judge(m.topic, m.properties)
+        inflight = self._inflight
+        judge, find = window.judge, window.find
+        screened: list[tuple[PendingPut, list[bytes | None], dict[int, Any] | None]] = []
+        with window.lock:
+            if term != self._term:
+                return None
+            for put in puts:
+                ids: list[bytes | None] = []  # each proposed message's id (None: not judged; b"": no UNIQ_KEY yet)
+                dups: dict[int, Any] | None = None  # message index -> its original's result, or the Future of one
+                for i, m in enumerate(put.msgs):
+                    j = judge(m.topic, m.properties)
                     if j is None:
-                        plan.append(None)
                         ids.append(b"" if m.properties is not None and "UNIQ_KEY" not in m.properties else None)
                         continue
                     topic, key, window_ms = j
-                    inflight = key in self._inflight
-                    hit = None if inflight else window.find(key, now_ms, window_ms)
-                    original = self._original(hit, topic, m.uniq_key) if hit is not None else None
-                    if inflight or original is not None:
-                        plan.append(self._slot(key) if inflight else original)
-                        window.duplicates[topic] += 1
-                        judged = True
-                        continue
-                    self._inflight[key] = None
-                    mine.append((len(plan), key))
-                    plan.append(None)
-                    ids.append(key)
-            if not judged:
-                self._follow(put, mine)
-                self._screened[id(put)] = ids
+                    if key in inflight:
+                        dup: Any = self._slot(key)
+                    else:
+                        hit = find(key, now_ms, window_ms)
+                        dup = self._original(hit, topic, m.uniq_key) if hit is not None else None
+                        if dup is None:
+                            inflight[key] = None
+                            ids.append(key)
+                            continue
+                    window.duplicates[topic] += 1
+                    if dups is None:
+                        dups = {}
+                    dups[i] = dup
+                screened.append((put, ids, dups))
+        out: list[PendingPut] = []
+        self._screened = by_put = {}
+        for put, ids, dups in screened:
+            if dups is None:
+                self._follow(put, ids)
+                by_put[id(put)] = ids
                 out.append(put)
                 continue
             asm = _Assembly(put)
-            new = [i for i, p in enumerate(plan) if p is None]
+            new = [i for i in range(len(put.msgs)) if i not in dups]
             if new:
                 inner = PendingPut([put.msgs[i] for i in new], sum(estimate_size(put.msgs[i]) for i in new))
-                self._follow(inner, [(new.index(i), key) for i, key in mine])
-                self._screened[id(inner)] = ids
+                self._follow(inner, ids)
+                by_put[id(inner)] = ids
                 asm.wait_for(inner.future, new)
                 out.append(inner)
-            for i, p in enumerate(plan):
-                if isinstance(p, Future):
-                    asm.wait_for(p, i)
-                elif p is not None:
-                    asm.results[i] = duplicate_of(p, put.msgs[i].uniq_key)
+            for i, dup in dups.items():
+                if isinstance(dup, Future):
+                    asm.wait_for(dup, i)
+                else:
+                    asm.results[i] = duplicate_of(dup, put.msgs[i].uniq_key)
             with asm.lock:
                 if asm.waiting == 0:
                     put.resolve(asm.results)
@@ -169,13 +188,13 @@ class Deduplicator:
         r.uniq_key = uniq_key
         return r
 
-    def _follow(self, put: PendingPut, keys: list[tuple[int, bytes]]) -> None:
-        """What the end of a put that registered in-flight ``keys`` (message index, id) does to them: a put that
-        fails for sure before its entry could be in the log (refused, invalid, not leader) frees them; one whose
-        outcome is unknown keeps them until the entry applies here or the leadership is lost
-        (``leadership_lost``), so a retry meanwhile waits instead of storing the message a second time; an
-        acknowledged one settles them when they are not settled at apply."""
-        if not keys:
+    def _follow(self, put: PendingPut, ids: list[bytes | None]) -> None:
+        """What the end of a put whose messages have ``ids`` (those it registered in flight are the non-empty
+        ones) does to them: a put that fails for sure before its entry could be in the log (refused, invalid,
+        not leader) frees them; one whose outcome is unknown keeps them until the entry applies here or the
+        leadership is lost (``leadership_lost``), so a retry meanwhile waits instead of storing the message a
+        second time; an acknowledged one settles them when they are not settled at apply."""
+        if not any(ids):
             return
 
         def done(f: Future) -> None:
@@ -183,12 +202,12 @@ class Deduplicator:
             if exc is None:
                 if not self.settle_at_apply:
                     results = f.result()
-                    self._settle([(key, results[i]) for i, key in keys])
+                    self._settle([(key, results[i]) for i, key in enumerate(ids) if key])
             elif isinstance(exc, UnknownOutcomeError):
                 if not self.settle_at_apply:
-                    self._orphan([key for _i, key in keys], exc)
+                    self._orphan([key for key in ids if key], exc)
             else:
-                self._abandon([key for _i, key in keys], exc)
+                self._abandon([key for key in ids if key], exc)
         put.future.add_done_callback(done)
 
     def _settle(self, done: list[tuple[bytes, AppendResult]]) -> None:
@@ -217,6 +236,7 @@ class Deduplicator:
     def leadership_lost(self, exc: BaseException) -> None:
         """Every in-flight id's outcome is now unknown here; the next leader's window holds those that commit."""
         with self.window.lock:
+            self._term = None
             slots = list(self._inflight.values())
             self._inflight.clear()
             self._orphans.clear()
@@ -228,20 +248,22 @@ class Deduplicator:
         """(record index, id) of the judged records of a batch encoded from ``puts`` (screened just before); they
         travel in the Raft command so that every member adds them at apply. A message that had no UNIQ_KEY when
         it was screened got one from the encoder: its id is made now."""
-        out = []
+        out: list[tuple[int, bytes]] = []
         i = 0
         key_of = self.window.key_of
+        screened = self._screened
         for put in puts:
-            ids = self._screened.get(id(put))
-            if ids is not None and len(ids) != len(put.msgs):
-                ids = None
-            for j, m in enumerate(put.msgs):
-                key = b"" if ids is None else ids[j]
+            msgs = put.msgs
+            ids = screened.get(id(put))
+            if ids is None or len(ids) != len(msgs):
+                ids = [b""] * len(msgs)
+            for j, key in enumerate(ids):
                 if key == b"":
+                    m = msgs[j]
                     key = key_of(m.topic, m.properties)
                 if key is not None:
-                    out.append((i, key))
-                i += 1
+                    out.append((i + j, key))
+            i += len(msgs)
         return out
 
     # ------------------------------------------------------------------ every member: at apply
@@ -258,14 +280,21 @@ class Deduplicator:
         with self.window.lock:
             self.window.add_batch(results[0].store_timestamp, [key for _i, key in keys],
                                   [results[i].physical_offset for i, _key in keys])
-            if self._inflight:
-                for i, key in keys:
-                    if not self.settle_at_apply and key not in self._orphans:
-                        continue  # settled by its put's acknowledgement (``_follow``)
-                    self._orphans.discard(key)
-                    slot = self._inflight.pop(key, None)
-                    if slot is not None:
-                        settled.append((slot, results[i]))
+            inflight = self._inflight
+            if inflight:
+                if self.settle_at_apply:
+                    for i, key in keys:
+                        slot = inflight.pop(key, None)
+                        if slot is not None:
+                            settled.append((slot, results[i]))
+                elif self._orphans:  # the others are settled by their put's acknowledgement (``_follow``)
+                    orphans = self._orphans
+                    for i, key in keys:
+                        if key in orphans:
+                            orphans.discard(key)
+                            slot = inflight.pop(key, None)
+                            if slot is not None:
+                                settled.append((slot, results[i]))
         for slot, r in settled:
             if not slot.done():
                 slot.set_result(r)

@@ -216,6 +216,7 @@ class RaftWritePath:
         self.settings = settings or RaftSettings()
         if dedup is not None:  # under sync a retry waits for the original's acknowledgement (durable), not its apply
             dedup.settle_at_apply = self.settings.durability == "async"
+            dedup.lead(None)  # screening waits for this member's barrier of a term (``_become_leader``)
         self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
         self.peers = Peers(members, node_id, secret, channel_credentials, channel_options)
         self.startup = fresh_start.StartupRecord(node_id)  # answers peers' GetStartupState
@@ -680,6 +681,8 @@ class RaftWritePath:
             log.warning("barrier for term %d failed (%s); not accepting writes", term, e)
             return
         if self.is_leader() and self.term() == term:
+            if self.dedup is not None:  # before writes are taken: screening registers ids for this term only
+                self.dedup.lead(term)
             self._writable_term = term
             log.info("member %s is leader for term %d and accepts writes", self.node_id, term)
 
@@ -710,14 +713,25 @@ class RaftWritePath:
 
     def _commit(self, batch: list[PendingPut]) -> None:
         """Committer thread: one Raft command per group commit."""
-        if not self.is_writable():
+        # The term whose window the screening below trusts, read before anything else: the command carries it, and
+        # a command appended in any other term is dropped at apply (StateMachine.apply_batch). Read later, a term
+        # this member learned meanwhile as a follower would let pysyncobj's forward of the batch to the new leader
+        # pass as screened by it.
+        term = self._writable_term
+        if not self.is_writable() or term != self.term():
             err = self._not_writable_error()
             for p in batch:
                 p.fail(err)
             return
         now = _now_ms()
         if self.dedup is not None:
-            batch = self.dedup.screen(batch, now)  # duplicates answered or waiting: not proposed again
+            screened = self.dedup.screen(batch, now, term)  # duplicates answered or waiting: not proposed again
+            if screened is None:  # leadership of ``term`` lost meanwhile: nothing registered, nothing proposed
+                err = self._not_writable_error()
+                for p in batch:
+                    p.fail(err)
+                return
+            batch = screened
             if not batch:
                 return
         if not self._inflight_slots.acquire(timeout=self.settings.put_timeout_s):
@@ -735,7 +749,7 @@ class RaftWritePath:
             self._inflight_slots.release()
             return
         blob, puts = encoded
-        command = frame_batch(blob, self.dedup.keys_of(puts) if self.dedup is not None else (), self.term())
+        command = frame_batch(blob, self.dedup.keys_of(puts) if self.dedup is not None else (), term)
         with self._inflight_lock:
             self._next_id += 1
             rid = self._next_id

@@ -45,9 +45,11 @@ def frame_batch(store_blob: bytes, keys: list[tuple[int, bytes]] = (), term: int
     ``term``: the term the proposer led when it screened the batch (RPB2 only; see ``StateMachine.apply_batch``)."""
     if not keys:
         return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
-    ids = b"".join([_KEY_HEAD.pack(index, key) for index, key in keys])
-    rest = _KEYS_HEADER.pack(term, len(ids)) + ids + store_blob
-    return _BATCH_HEADER.pack(DEDUP_BATCH_MAGIC, zlib.crc32(rest)) + rest
+    pack = _KEY_HEAD.pack
+    ids = b"".join([pack(index, key) for index, key in keys])
+    head = _KEYS_HEADER.pack(term, len(ids)) + ids
+    crc = zlib.crc32(store_blob, zlib.crc32(head))  # the store batch is copied once, into the command
+    return b"".join((_BATCH_HEADER.pack(DEDUP_BATCH_MAGIC, crc), head, store_blob))
 
 
 def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, bytes]], int | None]:

@@ -136,6 +136,24 @@ def test_a_retry_of_an_id_in_flight_waits_for_the_original_and_shares_its_outcom
         retry.future.result(0)
 
 
+def test_a_batch_screened_for_a_term_this_member_no_longer_leads_registers_nothing():
+    """A paused and resumed leader's committer may screen one more batch after the role change cleared the ids in
+    flight: none of its ids may stay there (no apply would ever free them, and every retry of them would wait for
+    an original that never comes); the batch is not proposed, and the next term's screening judges the retry."""
+    from raftmq.replication.errors import UnknownOutcomeError
+    from raftmq.replication.group_commit import PendingPut
+
+    d = Deduplicator(DedupWindow(TopicWindows(Topics(), 120), 100), store=None)
+    d.lead(5)
+    d.leadership_lost(UnknownOutcomeError("no longer leader"))
+    late = PendingPut([msg("T", 1)], 10)
+    assert d.screen([late], 1_000, term=5) is None and not late.future.done()
+    d.lead(7)
+    retry = PendingPut([msg("T", 1)], 10)
+    assert d.screen([retry], 2_000, term=7) == [retry]      # proposed, not waiting for the late batch
+    assert d.keys_of([retry]) == [(0, id_of("T", uniq(1)))]
+
+
 # ---------------------------------------------------------------------------------------------------- write paths
 def dedup_for(store, window_s: int = 120, cap: int = 1000) -> Deduplicator:
     return Deduplicator(DedupWindow(TopicWindows(store.topics, window_s), cap), store)
@@ -220,3 +238,33 @@ def test_a_retry_gets_the_originals_result_and_is_stored_once_also_after_a_resta
         assert stored_uniq_keys(st, "Off") == [uniq(9), uniq(9)]
     finally:
         stop(st, wp)
+
+
+def test_a_batch_screened_in_another_term_than_its_entrys_is_dropped_at_apply(tmp_path):
+    """pysyncobj forwards a command a deposed leader proposed to the new leader, which appends it in its own term:
+    the batch was screened against the deposed leader's window, so every member drops it at apply (the entry's
+    term is part of the log) and nothing of it is stored or kept in the window."""
+    from raftmq.replication.applied_index import AppliedIndex
+    from raftmq.replication.group_commit import PendingPut
+    from raftmq.replication.state_machine import StateMachine, frame_batch
+
+    st = open_store(tmp_path / "s")
+    applied = AppliedIndex(str(tmp_path / "applied.idx"))
+    try:
+        d = dedup_for(st)
+        machine = StateMachine(st, applied, d)
+        machine.entry_term = lambda index: 4
+        d.lead(3)
+        put = PendingPut([msg("T", 1)], 10)
+        blob, puts = machine.applier.encode_isolating(d.screen([put], 1_000, term=3), 1_000)
+        keys = d.keys_of(puts)
+        end = st.commit_log_max_offset
+        assert machine.apply_batch(1, frame_batch(blob, keys, term=3)) == (1, None, [])
+        assert st.commit_log_max_offset == end and machine.stale_batches_dropped == 1
+        assert keys[0][1] not in d.window and applied.last == (1, end)
+        # the batch in the term it was screened in is stored, and its id kept
+        index, term, results = machine.apply_batch(2, frame_batch(blob, keys, term=4))
+        assert (index, term, len(results)) == (2, 4, 1) and keys[0][1] in d.window
+    finally:
+        applied.close()
+        st.shutdown()
