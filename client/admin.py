@@ -22,6 +22,7 @@ from raftmq.client.types import (
     PERM_READ,
     PERM_WRITE,
     ClusterStatus,
+    MembershipChange,
     MessageView,
     QueueOffsets,
     TopicConfig,
@@ -226,6 +227,22 @@ class Admin:
         except grpc.RpcError as e:
             raise from_rpc_error(e, member.grpc_address) from None
         return member.grpc_address, resp.set_aside
+
+    def add_member(self, member_id: str, raft_address: str, grpc_address: str, *, replaces: str = "",
+                   dry_run: bool = False) -> MembershipChange:
+        """Add ``member_id`` as a learner; the leader makes it a voter once it has caught up (and then removes
+        ``replaces``, a voter, when given). Refused (``RaftmqError``) when another change is in progress or the
+        group would have no healthy majority. Returns at once; follow it with ``cluster_status``."""
+        req = pb.AddMemberRequest(id=member_id, raft_address=raft_address, grpc_address=grpc_address,
+                                  replaces=replaces, dry_run=dry_run)
+        resp, _ = self._pool.write(lambda s, t: s.admin.AddMember(req, timeout=t))
+        return MembershipChange.from_pb(resp)
+
+    def remove_member(self, member_id: str, *, dry_run: bool = False) -> MembershipChange:
+        """Remove a learner or a voter (a leader hands leadership away first); returns once committed."""
+        req = pb.RemoveMemberRequest(id=member_id, dry_run=dry_run)
+        resp, _ = self._pool.write(lambda s, t: s.admin.RemoveMember(req, timeout=t))
+        return MembershipChange.from_pb(resp)
 
     def close(self) -> None:
         self._pool.close()

@@ -168,12 +168,29 @@ class MemberStatus:
     ready: bool
     error: str = ""
     storage_integrity: str = ""  # damage found and scrub progress (issue 10), "" from an older server
+    membership: str = ""  # "voter" or "learner" (issue 39), "" from an older server
+    progress: str = ""  # a learner's catch-up as the leader measures it
 
     @classmethod
     def from_pb(cls, m: pb.MemberStatus) -> MemberStatus:
         return cls(m.id, m.grpc_address, m.raft_address, m.role, m.term, m.commit_index, m.applied_index,
                    m.applied_offset, m.dispatch_behind_bytes, m.lag_bytes, m.healthy, m.ready, m.error,
-                   m.storage_integrity)
+                   m.storage_integrity, m.membership, m.progress)
+
+
+@dataclass(frozen=True)
+class MembershipChange:
+    """What a membership request did (or, with dry_run, would do): the plan in words, the configuration after
+    it, and the Raft index of the entry that made it (0 when nothing was proposed)."""
+
+    plan: str
+    voters: list[str]
+    learners: list[str]
+    index: int
+
+    @classmethod
+    def from_pb(cls, r: pb.MembershipChangeResponse) -> MembershipChange:
+        return cls(r.plan, list(r.voters), list(r.learners), r.index)
 
 
 @dataclass(frozen=True)

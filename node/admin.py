@@ -74,6 +74,18 @@ def _listed(items: list[str], sep: str = ", ", shown: int = 10) -> str:
     return sep.join(items[:shown]) + more
 
 
+def _principal() -> str:
+    from raftmq.node.auth import current_principal
+
+    principal = current_principal.get()
+    return principal.access_key if principal is not None else ""
+
+
+def _change_response(done: dict) -> pb.MembershipChangeResponse:
+    return pb.MembershipChangeResponse(plan=done["plan"], voters=done["voters"], learners=done["learners"],
+                                       index=done["index"])
+
+
 def topic_message(cfg) -> pb.TopicConfig:
     # a topic from before message types takes every kind: MIXED is what it does
     return pb.TopicConfig(name=cfg.topic_name, read_queue_nums=cfg.read_queue_nums,
@@ -201,12 +213,53 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                            "this is a single-node deployment (cluster.members is empty): there is no other member "
                            "to transfer leadership to")
-        if request.to_id and request.to_id not in {m.id for m in node.config.members}:
-            raise invalid(f"{request.to_id!r} (transfer-leader --to) is not a member; members are "
-                          f"{sorted(m.id for m in node.config.members)}")
+        voters = node.write_path.configuration().voter_ids
+        if request.to_id and request.to_id not in voters:
+            raise invalid(f"{request.to_id!r} (transfer-leader --to) is not a voter of the group (only a voter can "
+                          f"lead; a learner is promoted once it has caught up); voters: {', '.join(voters)}")
         await node.run_blocking(node.write_path.transfer_leadership, request.to_id or None)
         leader = node.write_path.leader()
         return pb.TransferLeaderResponse(leader_id=leader.id if leader else "")
+
+    @rpc_handler("AddMember")
+    async def AddMember(self, request, context) -> pb.MembershipChangeResponse:  # noqa: N802
+        """Record a learner (issue 39); the leader promotes it to voter once it is caught up and, with
+        ``replaces``, removes that voter afterwards. Served by the leader (others forward or redirect)."""
+        from raftmq.node.config import member_id_problem, parse_host_port
+        from raftmq.replication.write_path import MemberInfo
+
+        problem = member_id_problem(request.id)
+        if problem:
+            raise invalid(f"member id {problem}")
+        for what, address in (("--raft", request.raft_address), ("--grpc", request.grpc_address)):
+            try:
+                parse_host_port(address)
+            except ValueError as e:
+                raise invalid(f"{what} {address!r}: {e}") from None
+        if request.raft_address == request.grpc_address:
+            raise invalid("--raft and --grpc must be different ports")
+        changes = self._changes()
+        member = MemberInfo(request.id, request.raft_address, request.grpc_address)
+        done = await asyncio.to_thread(changes.add, member, replaces=request.replaces, dry_run=request.dry_run,
+                                       by=_principal())
+        return _change_response(done)
+
+    @rpc_handler("RemoveMember")
+    async def RemoveMember(self, request, context) -> pb.MembershipChangeResponse:  # noqa: N802
+        """Remove a learner or a voter (issue 39), refused when the voters left would have no healthy majority."""
+        if not request.id:
+            raise invalid("name the member to remove (its id, as `raftmq cluster status` shows it)")
+        changes = self._changes()
+        done = await asyncio.to_thread(changes.remove, request.id, dry_run=request.dry_run, by=_principal())
+        return _change_response(done)
+
+    def _changes(self):
+        wp = self.node.write_path
+        if not self.node.config.members or not hasattr(wp, "changes"):
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this is a single-node deployment (cluster.members is empty): it runs without Raft and "
+                           "cannot grow; to make it a group of one that can, list it alone in cluster.members")
+        return wp.changes
 
     @rpc_handler("RebuildMember", needs_ready=False)
     async def RebuildMember(self, request, context) -> pb.RebuildMemberResponse:  # noqa: N802
@@ -222,7 +275,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                            f"this is member {node.node_id}, not {request.member_id!r}: send the request to the "
                            "member to rebuild (`raftmq cluster rebuild-member ID` finds it)")
-        majority = len(cfg.members) // 2 + 1
+        voters = node.write_path.configuration().voter_ids
+        majority = len(voters) // 2 + 1
         deadline = asyncio.get_running_loop().time() + REBUILD_CHECK_S
         while True:  # a moment after a transfer or a restart the others may not be ready yet: look again briefly
             status = await asyncio.to_thread(cluster_status, node)
@@ -230,7 +284,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
                 raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"{node.node_id} leads the group: move leadership first "
                                f"(`raftmq cluster transfer-leader`), then rebuild it")
-            others_up = sorted(m.id for m in status.members if m.id != node.node_id and m.healthy and m.ready)
+            others_up = sorted(m.id for m in status.members if m.id != node.node_id and m.healthy and m.ready
+                               and m.id in voters)
             if status.leader_id and len(others_up) >= majority:
                 break
             if asyncio.get_running_loop().time() >= deadline:
@@ -238,9 +293,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
                     raise RpcError(grpc.StatusCode.UNAVAILABLE,
                                    "the group has no leader right now: a rebuild copies from a working group; try "
                                    "again once `raftmq cluster status` shows a leader")
-                down = sorted(m.id for m in status.members if m.id != node.node_id and m.id not in others_up)
+                down = sorted(m for m in voters if m != node.node_id and m not in others_up)
                 raise RpcError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"while {node.node_id} rebuilds, only {len(others_up)} of {len(cfg.members)} members "
+                               f"while {node.node_id} rebuilds, only {len(others_up)} of {len(voters)} voters "
                                f"({', '.join(others_up) or 'none'}) would be up, not a majority ({majority}): the "
                                f"group would stop taking writes. Bring {', '.join(down)} back first")
             await asyncio.sleep(0.5)

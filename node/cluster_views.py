@@ -59,6 +59,7 @@ def cluster_status(node: BrokerCore) -> pb.ClusterStatusResponse:
             applied_offset=num(s, "applied_offset"), dispatch_behind_bytes=num(s, "dispatch_behind_bytes"),
             lag_bytes=num(s, "lag"), healthy=healthy, ready=ready, error=error,
             storage_integrity=node.store.integrity_summary() if me else str(s.get("storage_integrity") or ""),
+            membership=str(s.get("membership") or ""), progress=str(s.get("progress") or ""),
         ))
     return resp
 

@@ -27,6 +27,13 @@ DURABILITY_MODES = ("async", "sync")
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
+def member_id_problem(member_id: str) -> str:
+    """What is wrong with a member id ("" when nothing): the rule of node.id."""
+    if _NODE_ID.match(member_id):
+        return ""
+    return f"{member_id!r} must be 1-63 letters, digits, '_', '.', '-' (starting with a letter or digit)"
+
+
 class ConfigError(Exception):
     """The configuration has problems; ``problems`` holds one line per problem."""
 
@@ -182,9 +189,15 @@ class ClusterSection:
         "Checked (`host:port`) but not used: peers dial the `raft` address of this member's entry in "
         "`cluster.members`. The chart sets it to the pod's stable name.", "")
     members: list = setting(
-        "Every voting member, this one included: `[{id: n0, raft: 'h0:8091', grpc: 'h0:8081'}, ...]`; empty: a "
-        "single node without Raft. The same list on every member; changing it needs a full restart "
-        "(docs/operations/failover.md).", default_factory=list)
+        "The seed of the replication group, this member included: `[{id: n0, raft: 'h0:8091', grpc: "
+        "'h0:8081'}, ...]`; empty: a single node without Raft (a one-member list is a group of one that can grow). "
+        "Read only until the group has recorded its membership: afterwards members are added and removed with "
+        "`raftmq cluster add-member` / `remove-member` (docs/design/membership.md), and a new member lists the "
+        "group's members and itself here.", default_factory=list)
+    auto_join: bool = setting(
+        "A member the group does not list asks the leader to add it as a learner (it becomes a voter once caught "
+        "up), and the leader accepts such requests. The chart turns it on so `replicas` changes the group.",
+        False)
     secret: str = setting(
         "Password of the Raft port (pysyncobj's encryption) and of member-to-member calls (replica service, "
         "forwarding); required with authentication in a cluster. Taken verbatim from the environment and "
@@ -204,6 +217,10 @@ class KubernetesSection:
     role_label: str = setting(
         "Keep the pod's `raftmq.io/role` label in step with the Raft role (the leader Service selects on it): "
         "`auto`: when running in a pod.", "auto", choices=("auto", "true", "false"))
+    membership: str = setting(
+        "Follow the StatefulSet's `replicas` (issue 39): as leader, remove members whose pod ordinal is at or "
+        "beyond it, one at a time, and refuse join requests from them; `auto`: when running in a pod "
+        "(needs `get` on the StatefulSet).", "auto", choices=("auto", "true", "false"))
     role_label_clear_timeout_s: float = setting(
         "At start the pod's role label is set to `unknown` before the node joins Raft or serves; seconds to "
         "wait for the API server before starting anyway (and saying so in the log).", 30.0)

@@ -99,7 +99,8 @@ class BrokerCore:
         saw a leader since it started, or lost it for longer, is not ready.
         """
         if not self.serving:
-            return False, f"not ready: {self.phase}"
+            phase = getattr(self.write_path, "phase", "") if self.write_path is not None else ""
+            return False, f"not ready: {phase or self.phase}"
         behind = self.write_path.not_ready_reason()
         if behind:  # it cannot apply, or it is behind the group: it would serve an old store
             return False, f"not ready: {behind}"
@@ -131,6 +132,9 @@ class BrokerCore:
     def request_stop(self) -> None:
         """Make a running start-up give up at its next step (SIGTERM during recovery)."""
         self.stopping = True
+        cancel = getattr(self.write_path, "cancel_start", None)
+        if cancel is not None:
+            cancel()
 
     def restart_to_rebuild(self) -> None:
         """``RebuildMember`` marked the data directory: stop as on SIGTERM; run_broker then starts the process

@@ -12,6 +12,7 @@ import grpc
 from raftmq.node.validation import ValidationError
 from raftmq.replication.errors import (
     BusyError,
+    MembershipChangeError,
     NoLeaderError,
     NotLeaderError,
     ReplicationError,
@@ -71,7 +72,7 @@ def to_rpc_error(exc: BaseException) -> RpcError | None:
         return RpcError(code.RESOURCE_EXHAUSTED, str(exc))
     if isinstance(exc, UnknownOutcomeError):
         return RpcError(code.UNKNOWN, str(exc))
-    if isinstance(exc, TransferLeadershipError):
+    if isinstance(exc, (TransferLeadershipError, MembershipChangeError)):
         return RpcError(code.FAILED_PRECONDITION, str(exc))
     if isinstance(exc, (CorruptReadError, ConsumeQueueUnitError)):
         return RpcError(code.DATA_LOSS, str(exc))

@@ -115,51 +115,13 @@ class RoleLabeler:
         if parsed == "false":
             return None
         env = os.environ if environ is None else environ
-        # RAFTMQ_SERVICE_ACCOUNT_DIR: credentials mounted somewhere else than Kubernetes' usual place
-        account_dir = env.get("RAFTMQ_SERVICE_ACCOUNT_DIR") or SERVICE_ACCOUNT_DIR
-        token_path = token_path or f"{account_dir}/token"
-        ca_path = ca_path or f"{account_dir}/ca.crt"
-        missing = [
-            name
-            for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAME", "POD_NAMESPACE")
-            if not env.get(name)
-        ]
-        if not os.path.isfile(token_path):
-            missing.append(f"service-account token {token_path}")
-        if missing:
-            if parsed == "true":
-                raise RoleLabelerError(
-                    "kubernetes.role_label is true but this process is not set up to label its pod; missing: "
-                    + ", ".join(missing)
-                    + " (set POD_NAME/POD_NAMESPACE from the downward API and mount a service-account token)"
-                )
-            log.debug("role labeler off: not running in a pod (missing %s)", ", ".join(missing))
+        client = in_cluster_api_client("kubernetes.role_label", parsed == "true", env, token_path, ca_path,
+                                       RoleLabelerError)
+        if client is None:
             return None
-        try:
-            from kubernetes import client as k8s
-            from kubernetes.config import incluster_config
-            from kubernetes.config.config_exception import ConfigException
-        except ImportError as exc:
-            if parsed == "true":
-                raise RoleLabelerError(
-                    f"kubernetes.role_label is true but the Kubernetes client is not installed ({exc}); "
-                    "install raftmq with the k8s extra: pip install 'raftmq[k8s]'"
-                ) from exc
-            log.warning("role labeler off: the Kubernetes client is not installed (pip install 'raftmq[k8s]')")
-            return None
-        configuration = k8s.Configuration()
-        try:
-            incluster_config.InClusterConfigLoader(
-                token_filename=token_path, cert_filename=ca_path, environ=env
-            ).load_and_set(configuration)
-        except ConfigException as exc:
-            if parsed == "true":
-                raise RoleLabelerError(f"kubernetes.role_label is true but the in-cluster config failed: {exc}") from exc
-            log.warning("role labeler off: in-cluster Kubernetes config failed: %s", exc)
-            return None
-        # Retries are ours (with backoff, in the background); urllib3's own would only hide failures.
-        configuration.retries = False
-        api = k8s.CoreV1Api(k8s.ApiClient(configuration))
+        from kubernetes import client as k8s
+
+        api = k8s.CoreV1Api(client)
         return cls(api, env["POD_NAME"], env["POD_NAMESPACE"], **options)
 
     # ------------------------------------------------------------------ public API
@@ -285,6 +247,57 @@ class RoleLabeler:
             _content_type=_MERGE_PATCH,
             _request_timeout=self._request_timeout,
         )
+
+
+def in_cluster_api_client(setting_name: str, required: bool, env: Mapping[str, str], token_path: str | None = None,
+                          ca_path: str | None = None, error: type[Exception] = RoleLabelerError):
+    """A kubernetes ApiClient with this pod's service account, or None when not in a pod (logged). ``required``
+    (the setting is ``true``): raise ``error`` naming what is missing instead."""
+    # RAFTMQ_SERVICE_ACCOUNT_DIR: credentials mounted somewhere else than Kubernetes' usual place
+    account_dir = env.get("RAFTMQ_SERVICE_ACCOUNT_DIR") or SERVICE_ACCOUNT_DIR
+    token_path = token_path or f"{account_dir}/token"
+    ca_path = ca_path or f"{account_dir}/ca.crt"
+    missing = [
+        name
+        for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAME", "POD_NAMESPACE")
+        if not env.get(name)
+    ]
+    if not os.path.isfile(token_path):
+        missing.append(f"service-account token {token_path}")
+    if missing:
+        if required:
+            raise error(
+                f"{setting_name} is true but this process is not set up to reach the Kubernetes API; missing: "
+                + ", ".join(missing)
+                + " (set POD_NAME/POD_NAMESPACE from the downward API and mount a service-account token)"
+            )
+        log.debug("%s off: not running in a pod (missing %s)", setting_name, ", ".join(missing))
+        return None
+    try:
+        from kubernetes import client as k8s
+        from kubernetes.config import incluster_config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as exc:
+        if required:
+            raise error(
+                f"{setting_name} is true but the Kubernetes client is not installed ({exc}); "
+                "install raftmq with the k8s extra: pip install 'raftmq[k8s]'"
+            ) from exc
+        log.warning("%s off: the Kubernetes client is not installed (pip install 'raftmq[k8s]')", setting_name)
+        return None
+    configuration = k8s.Configuration()
+    try:
+        incluster_config.InClusterConfigLoader(
+            token_filename=token_path, cert_filename=ca_path, environ=env
+        ).load_and_set(configuration)
+    except ConfigException as exc:
+        if required:
+            raise error(f"{setting_name} is true but the in-cluster config failed: {exc}") from exc
+        log.warning("%s off: in-cluster Kubernetes config failed: %s", setting_name, exc)
+        return None
+    # Retries are ours (with backoff, in the background); urllib3's own would only hide failures.
+    configuration.retries = False
+    return k8s.ApiClient(configuration)
 
 
 def _brief(exc: Exception) -> str:

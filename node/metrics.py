@@ -337,6 +337,9 @@ class RaftCollector(Collector):
              "compacted log)", wp.snapshot_installs),
             ("raftmq_raft_catch_up_bytes", "Commit-log bytes copied from peers (start-up rebuild and snapshot "
              "gaps)", wp.catch_up_bytes),
+            ("raftmq_raft_snapshot_bytes_kept", "Commit-log bytes a snapshot install kept instead of copying them "
+             "again: this member held them (a learner's copy) and a peer's digests proved them the group's",
+             wp.snapshot_bytes_kept),
             ("raftmq_raft_durable_ack_rounds", "sync durability: committed batches made durable on a majority by "
              "this leader's own fsync, the followers having fsynced before acknowledging (no SyncJournal round)",
              wp.durable_ack_rounds),

@@ -121,14 +121,16 @@ class Broker:
         if cfg.members:
             tls = cfg.tls_files()
             accept = self.raft_peer_allowed if self.core.networks.members else None
+            membership = self._membership_options()
             if tls is None:
-                return RaftWritePath(self.core.store, cfg, accept_peer=accept, dedup=self._deduplicator())
+                return RaftWritePath(self.core.store, cfg, accept_peer=accept, dedup=self._deduplicator(),
+                                     **membership)
             from raftmq.node.tls import member_channel_options
 
             return RaftWritePath(self.core.store, cfg, channel_credentials=self.core.member_channel_credentials,
                                  channel_options=member_channel_options(tls), accept_peer=accept,
                                  raft_tls=self._raft_tls(tls) if cfg.security.tls_raft else None,
-                                 dedup=self._deduplicator())
+                                 dedup=self._deduplicator(), **membership)
         return LocalWritePath(self.core.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
                               grpc_address=cfg.advertised_address, linger_s=0.0, dedup=self._deduplicator())
 
@@ -140,6 +142,17 @@ class Broker:
         store = self.core.store
         return Deduplicator(DedupWindow(TopicWindows(store.topics, n.dedup_window_seconds), n.dedup_max_entries),
                             store)
+
+    def _membership_options(self) -> dict:
+        """Membership changes (issue 39): each one an audit line; on Kubernetes the StatefulSet's replicas retire
+        members and refuse pods that are being scaled away (node/kube_members.py)."""
+        from raftmq.node.auth import audit
+        from raftmq.node.kube_members import StatefulSetMembers
+
+        sts = StatefulSetMembers.from_environment(self.config.kubernetes.membership)
+        return {"join_policy": sts.join_refusal if sts is not None else None,
+                "retiring": sts.retiring if sts is not None else None,
+                "on_membership_event": lambda event, **fields: audit(event, by=self.node_id, **fields)}
 
     def _raft_tls(self, tls):
         """security.tls_raft: the Raft port speaks mutual TLS with the members' certificates (same files as gRPC)."""
@@ -336,7 +349,7 @@ class Broker:
             return
         from raftmq.replication.anti_entropy import AntiEntropy
 
-        self.anti_entropy = AntiEntropy(self.core.store, self.core.write_path.peers, len(self.config.members),
+        self.anti_entropy = AntiEntropy(self.core.store, self.core.write_path.peers,
                                         settings.anti_entropy_bytes_per_s, settings.anti_entropy_interval_s)
         self.anti_entropy.start()
 
@@ -431,8 +444,11 @@ class Broker:
             catching_up = self.core.write_path.not_ready_reason()
             if behind == 0 and leader is not None and not catching_up:
                 return
+            if getattr(self.core.write_path, "removed", False) and self.config.cluster.auto_join:
+                self._rejoin()
+                return
             self.core.phase = (f"dispatching recovered messages ({behind} bytes behind)" if behind
-                           else "waiting for a leader" if leader is None else catching_up)
+                               else catching_up or "waiting for a leader")
             if time.monotonic() - last_log > 5:
                 log.info("node %s not ready yet: %s", self.node_id, self.core.phase)
                 last_log = time.monotonic()
@@ -521,6 +537,9 @@ class Broker:
         with an I/O error hands leadership to a healthy member (it takes no writes any more)."""
         handed_off = False
         while not self.core.stopping:
+            if getattr(self.core.write_path, "removed", False) and self.config.cluster.auto_join:
+                self._rejoin()  # removed while running (issue 39)
+                return
             if self._labeler is not None and self.core.write_path is not None:
                 leader = self.core.write_path.leader()
                 role = "unknown" if leader is None else "leader" if leader.id == self.node_id else "follower"
@@ -535,6 +554,19 @@ class Broker:
                     log.error("node %s: leadership hand-off after the I/O error failed: %s", self.node_id, e)
                     handed_off = False
             await asyncio.sleep(ROLE_POLL_SECONDS)
+
+    def _rejoin(self) -> None:
+        """The group removed this member and ``cluster.auto_join`` is on (Kubernetes: a pod scaled away earlier
+        is back with its old volume): its data is not the group's any more. Discard it and restart empty; the new
+        start asks to join as a learner and copies the group's data (as ``raftmq cluster rebuild-member
+        --discard`` does)."""
+        from raftmq.node import rebuild
+
+        log.warning("node %s: %s; cluster.auto_join: discarding its data and starting again empty to join as a "
+                    "learner", self.node_id, self.core.write_path.not_member)
+        rebuild.request(self.config.node.data_dir, "auto-join", True)
+        self.core.restart_to_rebuild()
+        self.core.stopping = True
 
     async def _drain(self, grace: float) -> None:
         """Answer UNAVAILABLE until in-flight calls are done and callers have noticed (no call for a moment).

@@ -172,10 +172,9 @@ def record_replaced(store: Any, replaced: Sequence[tuple[int, str]]) -> None:
 class AntiEntropy(ServiceThread):
     """The background pass of one member; see the module docstring. ``stats()`` feeds metrics."""
 
-    def __init__(self, store: Any, peers: Peers, group_size: int, rate_bytes_per_s: int, interval_s: float) -> None:
+    def __init__(self, store: Any, peers: Peers, rate_bytes_per_s: int, interval_s: float) -> None:
         self.store = store
         self.peers = peers
-        self.group_size = group_size
         self.rate = max(1, rate_bytes_per_s)
         self.interval_s = interval_s
         super().__init__("anti-entropy")
@@ -190,6 +189,11 @@ class AntiEntropy(ServiceThread):
         self.blocks_repaired = 0
         self.unrepaired: set[int] = set()  # block offsets that differ without a majority (retried each pass)
         self.last_problem = ""
+
+    @property
+    def group_size(self) -> int:
+        """The voters of the group now (the configuration changes: docs/design/membership.md)."""
+        return self.peers.group_size()
 
     # ------------------------------------------------------------------ one pass
     def run_pass(self) -> int:

@@ -22,9 +22,11 @@ class StoreApplier:
         import os
 
         from raftmq.replication.acl_table import FILE_NAME, AclTable
+        from raftmq.replication.membership import MembershipFile
 
         root = getattr(getattr(store, "config", None), "root_dir", None)
         self.acl = AclTable(os.path.join(root, "config", FILE_NAME) if root else None)
+        self.membership = MembershipFile(os.path.join(root, "config") if root else None)  # replicated groups only
 
     # ------------------------------------------------------------------ messages
     def encode_isolating(self, batch: list[PendingPut], now_ms: int) -> tuple[bytes, list[PendingPut]] | None:
@@ -173,6 +175,7 @@ class StoreApplier:
     def persist_metadata(self) -> None:
         """Make replicated metadata as durable as the applied index that will record it."""
         self.acl.persist(only_if_dirty=True)
+        self.membership.persist()
         self.store.consumer_offsets.persist(only_if_dirty=True)
         self.store.delay_offsets.persist(only_if_dirty=True)
         self.store.timer_progress.persist(only_if_dirty=True)
@@ -202,7 +205,8 @@ class StoreApplier:
                 "delay_offsets": self.store.delay_offsets.snapshot(),
                 "timer_progress": self.store.timer_progress.snapshot(), "pop_state": self.store.pop_state.snapshot(),
                 "queue_offsets": self.store.queue_offset_table(), "acl": self.acl.snapshot(),
-                "ended_console_sessions": self.acl.snapshot_ended_sessions()}
+                "ended_console_sessions": self.acl.snapshot_ended_sessions(),
+                "membership": self.membership.snapshot()}
 
     def import_metadata(self, d: dict) -> None:
         """Replace topics and offsets with a peer's (catch-up, snapshot install); drops consume queues of topics
@@ -223,6 +227,7 @@ class StoreApplier:
             self.acl.restore(d["acl"])
         if "ended_console_sessions" in d:  # absent in snapshots of members from before server-side log-outs
             self.acl.restore_ended_sessions(d["ended_console_sessions"])
+        self.membership.restore(d.get("membership"))  # absent (None) from members before membership records
         if "queue_offsets" in d:  # absent before catch-up from a retained-away start; see merge_queue_offsets
             store.merge_queue_offsets(d["queue_offsets"])
         for gone in before - set(store.topics.names()):

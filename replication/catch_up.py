@@ -13,10 +13,12 @@ import logging
 import random
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
+from raftmq.replication.commit_log_digest import digest_commit_log
 from raftmq.replication.peers import Peers
 from raftmq.store.errors import StoreError
 from raftmq.v1 import replica_pb2
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 600.0   # bulk catch-up before joining Raft
 INLINE_FETCH_TIMEOUT_S = 20.0  # a gap fetched on pysyncobj's tick thread (snapshot install): fail, let it retry
 MAX_FRUITLESS_RECONNECTS = 3  # cut streams in a row that copied nothing before giving up on a peer
+DIGEST_CHUNK = 1 << 20  # bytes per SHA-256 when a held copy is compared with a peer's (``range_matches``)
 BUSY_BACKOFF_S = (0.5, 8.0)    # first and longest wait after a peer's RESOURCE_EXHAUSTED (catch_up_max_streams)
 
 
@@ -152,13 +155,43 @@ def _adopt_withheld(store: Any, offset: int, data: bytes, local_end: int) -> int
     return 0
 
 
+def range_matches(peers: Peers, member_id: str, store: Any, start: int, stop: int,
+                  timeout: float = INLINE_FETCH_TIMEOUT_S) -> bool:
+    """True when the local commit-log bytes [start, stop) are exactly the ones peer ``member_id`` applied there:
+    the SHA-256 of every chunk matches its ``ChecksumCommitLog`` answer. Digests cross the network, not the bytes,
+    so proving a copy this member already holds costs a read of it, not a rate-limited copy again."""
+    req = replica_pb2.ChecksumCommitLogRequest(to_offset=stop, chunk_bytes=DIGEST_CHUNK)
+    pos = start
+    try:
+        while pos < stop:
+            req.from_offset = pos
+            resp = peers.stub(member_id).ChecksumCommitLog(req, timeout=timeout, metadata=peers.metadata)
+            if resp.end_offset <= pos:
+                return False
+            ours, end = digest_commit_log(store, pos, resp.end_offset, DIGEST_CHUNK, resp.end_offset - pos,
+                                          len(resp.chunks))
+            if end != resp.end_offset or [c.sha256 for c in ours] != [c.sha256 for c in resp.chunks]:
+                log.warning("the commit log [%d, %d) differs from %s's committed copy", pos, end, member_id)
+                return False
+            pos = end
+    except grpc.RpcError as e:
+        log.info("could not compare the commit log [%d, %d) with %s: %s", start, stop, member_id, e.code().name)
+        return False
+    except StoreError as e:  # our own bytes unreadable there
+        log.warning("could not digest the local commit log [%d, %d): %s", start, stop, e)
+        return False
+    return True
+
+
 def peer_statuses(peers: Peers, timeout: float = 2.0, errors: dict[str, str] | None = None,
-                  with_metadata: bool = True) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
-    """Ask every other member at once (a stopped peer costs one ``timeout``, not one per peer); members that did
-    not answer are missing from the result and, when ``errors`` is given, named there with the reason."""
+                  with_metadata: bool = True, members: list | None = None,
+                  ) -> dict[str, replica_pb2.GetReplicaStatusResponse]:
+    """Ask every other voter (or ``members``) at once (a stopped peer costs one ``timeout``, not one per peer);
+    members that did not answer are missing from the result and, when ``errors`` is given, named there with the
+    reason."""
     req = replica_pb2.GetReplicaStatusRequest(skip_metadata=not with_metadata)
     calls = {m.id: peers.stub(m.id).GetReplicaStatus.future(req, timeout=timeout, metadata=peers.metadata)
-             for m in peers.others}
+             for m in (peers.others if members is None else members)}
     out = {}
     for mid, call in calls.items():
         try:
@@ -170,8 +203,10 @@ def peer_statuses(peers: Peers, timeout: float = 2.0, errors: dict[str, str] | N
     return out
 
 
-def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file_size: int) -> bool:
-    """Copy the commit log and metadata from the most advanced reachable peer. True when something was copied."""
+def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file_size: int,
+                      copying: Callable[[str, int, int], None] | None = None) -> bool:
+    """Copy the commit log and metadata from the most advanced reachable peer. True when something was copied.
+    ``copying(peer, from offset, to offset)`` is told before the copy starts (progress reports)."""
     statuses = peer_statuses(peers)
     if not statuses:
         log.warning("no peer reachable for catch-up; starting from local data only")
@@ -202,6 +237,8 @@ def rebuild_from_peer(peers: Peers, store: Any, applier: Any, applied: Any, file
                            "its data directory away and start it empty to rebuild it from the group")
     log.info("catching up from %s: commit log %d -> %d (Raft index %d -> %d)", member_id, local_end,
              st.commit_log_max_offset, local_index, st.applied_index)
+    if copying is not None:
+        copying(member_id, local_end, st.commit_log_max_offset)
     end_offset, end_index = fetch_range(peers, member_id, store, local_end, st.applied_index)
     applier.import_metadata(json.loads(st.metadata))
     applied.reset([(st.applied_index, end_offset, end_offset)])

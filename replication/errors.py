@@ -62,3 +62,8 @@ class WritePathStoppedError(ReplicationError):
 
 class TransferLeadershipError(ReplicationError):
     """A leadership transfer could not be done; the message says why and what to check."""
+
+
+class MembershipChangeError(ReplicationError):
+    """A membership change was refused (another one in progress, no healthy majority after it, an unknown or
+    conflicting member); the message says why and what to do (docs/design/membership.md)."""

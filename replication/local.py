@@ -41,6 +41,7 @@ class LocalWritePath:
     leaderless_seconds = 0.0
     snapshot_installs = 0
     catch_up_bytes = 0
+    snapshot_bytes_kept = 0
     durable_ack_rounds = 0
 
     def __init__(self, store: Any, cluster_name: str = "DefaultCluster",

@@ -172,7 +172,7 @@ def repair_range_live(peers: Peers, store: Any, r: CorruptRecord) -> str:
     the bytes; raises ``PeerRepairError`` with every peer's reason otherwise."""
     with futures.ThreadPoolExecutor(max_workers=max(1, len(peers.others)), thread_name_prefix="repair") as pool:
         try:
-            healed = heal_range(peers, store, len(peers.members), r.start - BLOCK, r.end, pool,
+            healed = heal_range(peers, store, peers.group_size(), r.start - BLOCK, r.end, pool,
                                 known_bad=(r.start, r.end))
         except StoreError as e:  # retention deleted the segment meanwhile
             raise PeerRepairError(f"[{r.start}, {r.end}) could not be compared: {e}") from None

@@ -1,7 +1,8 @@
 """gRPC channels to the other members' ReplicaService, with the cluster secret attached.
 
 Why a small class: catch-up, the sync-durability round and the status call all talk to peers; one place owns
-channel reuse and the secret metadata.
+channel reuse and the secret metadata. The members follow the group's configuration (``update``): ``others`` are
+the other voters, ``learners`` the other learners (docs/design/membership.md).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Peers:
         self.members = {m.id: m for m in members}
         self.self_id = self_id
         self.others = [m for m in members if m.id != self_id]
+        self.learners: list[MemberInfo] = []
+        self.is_voter = True  # this member is one of the voters (the seed lists it)
+        self._known = dict(self.members)  # every member ever seen: a caller may still hold a removed one's id
         self.metadata = ((SECRET_METADATA_KEY, secret),) if secret else ()
         self._stubs: dict[str, replica_pb2_grpc.ReplicaServiceStub] = {}
         self._channels: list[grpc.Channel] = []
@@ -40,11 +44,33 @@ class Peers:
         self._credentials = channel_credentials
         self._options = _CHANNEL_OPTIONS + list(channel_options)
 
+    def update(self, voters: Sequence[MemberInfo], learners: Sequence[MemberInfo]) -> None:
+        """Follow the configuration. A member whose gRPC address changed gets a new channel."""
+        members = {m.id: m for m in (*voters, *learners)}
+        with self._lock:
+            for mid, m in members.items():
+                old = self._known.get(mid)
+                if old is not None and old.grpc_address != m.grpc_address:
+                    self._stubs.pop(mid, None)
+                self._known[mid] = m
+            self.members = members
+            self.others = [m for m in voters if m.id != self.self_id]
+            self.learners = [m for m in learners if m.id != self.self_id]
+            self.is_voter = any(m.id == self.self_id for m in voters)
+
+    def group_size(self) -> int:
+        """The number of voters, the size a majority is counted against."""
+        return len(self.others) + (1 if self.is_voter else 0)
+
+    def everyone(self) -> list[MemberInfo]:
+        """The other voters and the learners."""
+        return [*self.others, *self.learners]
+
     def stub(self, member_id: str) -> replica_pb2_grpc.ReplicaServiceStub:
         with self._lock:
             s = self._stubs.get(member_id)
             if s is None:
-                address = self.members[member_id].grpc_address
+                address = self._known[member_id].grpc_address
                 if self._credentials is not None:
                     ch = grpc.secure_channel(address, self._credentials(), options=self._options)
                 else:

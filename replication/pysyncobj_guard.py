@@ -33,12 +33,17 @@ TOUCHED: dict[str, tuple[str, ...]] = {
         "_SyncObj__raftCommitIndex", "_SyncObj__raftElectionDeadline", "_SyncObj__raftLastApplied",
         "_SyncObj__raftLeader", "_SyncObj__raftLog", "_SyncObj__raftState", "_SyncObj__selfNode",
         "_SyncObj__transferInProgress", "_SyncObj__transport", "_SyncObj__votedForNodeId",
+        "_SyncObj__connectedNodes", "_SyncObj__noopIDx", "_SyncObj__raftMatchIndex",
         # methods called or overridden
-        "_SyncObj__applyLogEntries", "_SyncObj__deleteEntriesFrom", "_SyncObj__getCurrentLogIndex",
+        "_SyncObj__applyLogEntries", "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
+        "_SyncObj__getCurrentLogIndex",
         "_SyncObj__getCurrentLogTerm", "_SyncObj__getEntries", "_SyncObj__onMessageReceived",
         "_SyncObj__sendAppendEntries", "_SyncObj__sendNextNodeIdx", "_onTick", "_checkCommandsToApply",
         "_isLeader", "_getLeader", "addOnTickCallback", "forceLogCompaction", "getStatus", "destroy",
         "transferLeadership", "waitBinded", "raftCommitIndex", "raftCurrentTerm", "raftLastApplied",
+        # membership changes (raft_log, docs/design/membership.md)
+        "_SyncObj__changeCluster", "_SyncObj__doChangeCluster", "_SyncObj__doApplyCommand", "_SyncObj__setState",
+        "_SyncObj__updateClusterConfiguration",
     ),
     "pysyncobj.transport:TCPTransport": ("_onTick", "_onNewIncomingConnection", "addNode", "_syncObj"),
     "pysyncobj.tcp_connection": ("TcpConnection", "CONNECTION_STATE", "zlib"),

@@ -128,19 +128,39 @@ class JournalSpan:
 def journal_span(path: str) -> JournalSpan | None:
     """Walk the journal at ``path`` record by record (sizes at both ends, consecutive indexes, terms that never
     fall), stopping at the first record that is not whole; None when there is no journal file."""
+    walked = _walk_journal(path, None)
+    if walked is None:
+        return None
+    records, records_end, header_end = walked
+    first = records[0][:2] if records else None
+    last = records[-1][:2] if records else None
+    return JournalSpan(first, last, records_end, header_end)
+
+
+def journal_commands(path: str, command_type: int) -> list[tuple[int, bytes]]:
+    """(index, command) of the whole records of the journal at ``path`` (as ``journal_span`` walks them) whose
+    command is of pysyncobj type ``command_type`` (its first byte); empty when there is no journal. Read before
+    pysyncobj opens the file (the membership replay at start)."""
+    walked = _walk_journal(path, command_type)
+    return [(index, command) for index, _term, command in walked[0] if command] if walked is not None else []
+
+
+def _walk_journal(path: str, command_type: int | None) -> tuple[list, int, int] | None:
+    """(records, file offset after the last whole record, the header's end-of-records offset); a record is
+    (index, term, command), the command only when its type is ``command_type`` (else b"")."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
         return None
+    records: list[tuple[int, int, bytes]] = []
     with f:
         size = os.fstat(f.fileno()).st_size
         if size < _journal.FIRST_RECORD_OFFSET:
-            return JournalSpan(None, None, _journal.FIRST_RECORD_OFFSET, _journal.FIRST_RECORD_OFFSET)
+            return records, _journal.FIRST_RECORD_OFFSET, _journal.FIRST_RECORD_OFFSET
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             end = _U32.unpack_from(mm, _journal.LAST_RECORD_OFFSET_OFFSET)[0]
             limit = min(end, size)
             pos = _journal.FIRST_RECORD_OFFSET
-            first: tuple[int, int] | None = None
             last: tuple[int, int] | None = None
             while pos + _RECORD_HEAD.size + 4 <= limit:
                 n, index, term = _RECORD_HEAD.unpack_from(mm, pos)
@@ -149,9 +169,10 @@ def journal_span(path: str) -> JournalSpan | None:
                 if last is not None and (index != last[0] + 1 or term < last[1]):
                     break
                 last = (index, term)
-                first = first or last
+                wanted = command_type is not None and n > 16 and mm[pos + 20] == command_type
+                records.append((index, term, mm[pos + 20:pos + 4 + n] if wanted else b""))
                 pos += n + 8
-    return JournalSpan(first, last, pos, end)
+    return records, pos, end
 
 
 def drop_torn_tail(path: str) -> int:

@@ -19,6 +19,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
+from raftmq.replication import membership
 from raftmq.replication.raft_tls import RaftTls, TlsTcpConnection
 from raftmq.store.mapped_file import sync_fd
 
@@ -51,16 +52,25 @@ class ReplicatedLog(SyncObj):
 
     And one to its message count (issue 17): one append_entries per tick for the entries it added, with the
     commit index riding on the next one instead of a message of its own (see ``_checkCommandsToApply``).
+
+    Membership (docs/design/membership.md): pysyncobj's ``MEMBERSHIP`` entries change the voters when appended; this
+    class enforces one uncommitted change at a time (pysyncobj's guard is never armed), records a committed change
+    in the replicated membership instead of performing it again, and runs a learner as a pysyncobj read-only
+    node (``self_address`` None): it receives and applies the log, never votes and never counts.
     """
 
-    def __init__(self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, machine: Any,
+    def __init__(self, self_address: str | None, peer_addresses: list[str], conf: SyncObjConf, machine: Any,
                  accept_peer: Callable[[str], bool] | None = None, tls: RaftTls | None = None,
-                 durable_acks: bool = False):
+                 durable_acks: bool = False, learner_address: str = ""):
         """``accept_peer(ip)``: whether an incoming Raft connection from that address is kept (None: all);
         ``tls``: mutual TLS on the Raft connections (replication.raft_tls; None: pysyncobj's plain TCP);
         ``durable_acks`` (``sync`` durability): as a follower, sync the journal to disk before acknowledging
-        entries; as the leader, right after sending them."""
+        entries; as the leader, right after sending them. ``self_address`` None: a learner, whose own Raft
+        address is ``learner_address`` (it becomes a voter when that address joins the voters)."""
         self._machine = machine  # set before SyncObj.__init__ so pysyncobj never treats it as replicated state
+        self.own_address = self_address or learner_address
+        self.voter_addresses: frozenset[str] = frozenset()  # the configuration (this member's view), any thread
+        self.on_config_change: Callable[[], None] = lambda: None  # tick thread, after the voters changed
         self.durable_acks = durable_acks
         self._durable_ackers: set[Any] = set()  # peers whose last acknowledgement said its entries were on disk
         self.journal_synced: tuple[int, int] = (0, -1)  # (last index, term) on disk at the leader's last own sync
@@ -82,6 +92,7 @@ class ReplicatedLog(SyncObj):
         self._stall_s = max(0.5, conf.raftMinTimeout / 3)
         self._stall_grace_s = max(0.2, 4 * conf.appendEntriesPeriod)
         super().__init__(self_address, peer_addresses, conf, transportClass=RaftTransport)
+        self._note_voters()
         poll = self._poller.poll
 
         def poll_until_append_entries_due(timeout: float) -> None:
@@ -102,10 +113,11 @@ class ReplicatedLog(SyncObj):
         self._maybe_pre_vote(now)
         term_before = self.raftCurrentTerm
         SyncObj._onTick(self, timeToWait)
-        if self.raftCurrentTerm > term_before and self._SyncObj__votedForNodeId == getattr(
-                self._SyncObj__selfNode, "id", None):
+        if self.raftCurrentTerm > term_before and self._SyncObj__selfNode is not None and \
+                self._SyncObj__votedForNodeId == self._SyncObj__selfNode.id:
             self.elections_started += 1  # this member raised the term to campaign (not: learned a higher one)
-        if self._SyncObj__raftLog[0][1] > self._SyncObj__raftLastApplied + 1:
+        journal = self._SyncObj__raftLog
+        if len(journal) and journal[0][1] > self._SyncObj__raftLastApplied + 1:
             self._resume_past_compaction()
         elif self.apply_stuck:
             self.apply_stuck = ""  # a snapshot from the leader brought what was missing
@@ -150,6 +162,22 @@ class ReplicatedLog(SyncObj):
                                 f"{self._machine.applied_index()}, and no snapshot covers the entries between; "
                                 "rebuild it from its peers with `raftmq cluster rebuild-member`")
             log.error("member cannot catch up: %s", self.apply_stuck)
+
+    def _SyncObj__deleteEntriesTo(self, toIDx: int) -> None:  # noqa: N802,N803 - pysyncobj's names
+        """pysyncobj's compaction once a dump is written (drop the journal entries before ``toIDx``), never of
+        entries the journal no longer holds.
+
+        The dump is written on one tick and the journal compacted on a later one. A snapshot the leader sends in
+        between replaces the journal with the snapshot's last two entries; when its index is below the dump's,
+        pysyncobj's compaction deleted them all, and every later tick failed on the empty journal (IndexError
+        on its first entry): the member never applied or voted again. The journal then stays as the leader's
+        snapshot left it; the next dump compacts it."""
+        journal = self._SyncObj__raftLog
+        if not len(journal) or toIDx > journal[-1][1]:
+            log.warning("not compacting the Raft journal to entry %d: it ends at entry %s (a leader's snapshot "
+                        "replaced it after this member's dump)", toIDx, journal[-1][1] if len(journal) else None)
+            return
+        SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
 
     # ------------------------------------------------------------------ append_entries per entry, not per event
     # pysyncobj (appendEntriesUseBatch=False) sends every follower an append_entries for each command it adds and
@@ -297,14 +325,11 @@ class ReplicatedLog(SyncObj):
         advances a follower's commit index only on entries that passed the log-matching check, or to the end of
         a snapshot it installed, and so does this: the message is handled with the commit index it already had,
         and raised to what a loaded snapshot covers."""
-        leader_commit = message.get("commit_index", 0)
         self._machine.from_leader = True  # a snapshot loaded now is the leader's, not this member's own
         try:
-            SyncObj._SyncObj__onMessageReceived(
-                self, node, {**message, "commit_index": min(leader_commit, self._SyncObj__raftCommitIndex)})
+            self._receive_with_commit_capped(node, message, self._SyncObj__raftCommitIndex)
         finally:
             self._machine.from_leader = False
-        self._SyncObj__leaderCommitIndex = leader_commit
         installed = self._SyncObj__raftLastApplied  # a loaded snapshot sets it to the snapshot's last index
         if installed > self._SyncObj__raftCommitIndex:
             self._SyncObj__raftCommitIndex = installed
@@ -401,13 +426,17 @@ class ReplicatedLog(SyncObj):
         """pysyncobj's handling of a message that ends inside this member's log (``_skip_known_entries``): its
         truncation after ``prevLogIdx`` is skipped, and the commit index rises no further than that index (pysyncobj
         raises it to our last index, which here would commit entries the leader's message did not vouch for)."""
-        upto = message["prevLogIdx"]
-        leader_commit = message.get("commit_index", 0)
         self._keep_tail = True
         try:
-            SyncObj._SyncObj__onMessageReceived(self, node, {**message, "commit_index": min(leader_commit, upto)})
+            self._receive_with_commit_capped(node, message, message["prevLogIdx"])
         finally:
             self._keep_tail = False
+
+    def _receive_with_commit_capped(self, node: Any, message: dict, cap: int) -> None:
+        """pysyncobj's handling of ``message`` with the commit index it may raise this member's to lowered to
+        ``cap``; the leader's own commit index is still recorded as the leader's (readiness compares with it)."""
+        leader_commit = message.get("commit_index", 0)
+        SyncObj._SyncObj__onMessageReceived(self, node, {**message, "commit_index": min(leader_commit, cap)})
         self._SyncObj__leaderCommitIndex = leader_commit
 
     def _SyncObj__deleteEntriesFrom(self, fromIDx: int) -> None:  # noqa: N802,N803 - pysyncobj's names
@@ -431,6 +460,79 @@ class ReplicatedLog(SyncObj):
         if self._SyncObj__raftCommitIndex > index:
             self._SyncObj__raftCommitIndex = index
         self.rewound_entries += applied - index
+
+    def _SyncObj__setState(self, newState: int) -> None:  # noqa: N802,N803 - pysyncobj's names
+        """pysyncobj's role change, logged when this member takes leadership: one line per term led, so a test (or
+        an operator) can check that no term ever had two leaders."""
+        if newState == _LEADER and self._SyncObj__raftState != _LEADER:
+            log.info("became the Raft leader of term %d", self.raftCurrentTerm)
+        SyncObj._SyncObj__setState(self, newState)
+
+    # ------------------------------------------------------------------ membership
+    @property
+    def is_learner(self) -> bool:
+        return self._SyncObj__selfNode is None
+
+    def _note_voters(self) -> None:
+        voters = {n.address for n in list(self._SyncObj__otherNodes)}
+        if self._SyncObj__selfNode is not None:
+            voters.add(self._SyncObj__selfNode.address)
+        self.voter_addresses = frozenset(voters)
+
+    def _SyncObj__doChangeCluster(self, request: list, reverse: bool = False) -> bool:  # noqa: N802
+        """pysyncobj's change of the voters (a ``MEMBERSHIP`` entry appended, or reversed by a truncation), then
+        the write path is told (peers follow the configuration; a learner sees its own promotion)."""
+        changed = SyncObj._SyncObj__doChangeCluster(self, request, reverse)
+        if changed:
+            self._note_voters()
+            log.warning("Raft configuration %s: voters now %s", ("reverted" if reverse else "changed"),
+                        ", ".join(sorted(self.voter_addresses)))
+            self.on_config_change()
+        return changed
+
+    def _SyncObj__updateClusterConfiguration(self, newNodes: list) -> None:  # noqa: N802,N803 - pysyncobj's names
+        """pysyncobj replaces the voters with a loaded snapshot's (``StateMachine.deserialize`` chose them)."""
+        SyncObj._SyncObj__updateClusterConfiguration(self, newNodes)
+        self._note_voters()
+        self.on_config_change()
+
+    def _SyncObj__changeCluster(self, request: list) -> bool:  # noqa: N802 - pysyncobj's name
+        """The leader's check before appending a ``MEMBERSHIP`` entry. pysyncobj refuses while a previous change is
+        uncommitted only if ``__changeClusterIDx`` is set, and nothing sets it: with two changes in flight the
+        majorities of configurations two voters apart need not overlap. Refused here while any ``MEMBERSHIP``
+        entry lies beyond the applied index, and before this term's no-op is applied (a new leader may hold an
+        uncommitted change of the previous term that it does not know is committed)."""
+        noop = self._SyncObj__noopIDx
+        if noop is None or self.raftLastApplied < noop or self.uncommitted_change():
+            return False
+        return self._SyncObj__doChangeCluster(request)
+
+    def uncommitted_change(self) -> bool:
+        """A ``MEMBERSHIP`` entry this member holds beyond its applied index (tick thread)."""
+        entries = self._SyncObj__getEntries(self.raftLastApplied + 1)
+        return any(e[0][:1] == bytes([membership.MEMBERSHIP_COMMAND]) for e in entries)
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802 - pysyncobj's name
+        """A committed ``MEMBERSHIP`` entry updates the replicated record; pysyncobj would perform the change again
+        (it already took effect when appended, and a later appended change may have superseded it)."""
+        change = membership.decode_change(command)
+        if change is None:
+            return SyncObj._SyncObj__doApplyCommand(self, command)
+        return self._machine.apply_membership(self.raftLastApplied + 1, change)
+
+    def voter_health(self) -> dict[str, tuple[bool, int, float]]:
+        """Leader, tick thread: per other voter (Raft address): connected, entries behind this member's last one,
+        seconds since it last answered."""
+        last, now = self._SyncObj__getCurrentLogIndex(), monotonic_time()
+        match, answered = self._SyncObj__raftMatchIndex, self._SyncObj__lastResponseTime
+        connected = self._SyncObj__connectedNodes
+        return {n.address: (n in connected, last - match.get(n, 0), now - answered.get(n, 0.0))
+                for n in list(self._SyncObj__otherNodes)}
+
+    def propose_voter_change(self, change: membership.VoterChange, callback: Callable[[Any, int], None]) -> None:
+        """Append a ``MEMBERSHIP`` entry (leader only; refused with REQUEST_DENIED while another is uncommitted,
+        before this term's no-op is applied, or when it changes nothing)."""
+        self._applyCommand(membership.encode_change(change), callback, membership.MEMBERSHIP_COMMAND)
 
     @replicated
     def apply_batch(self, blob: bytes) -> Any:
@@ -484,9 +586,20 @@ class ReplicatedLog(SyncObj):
 
 
 class RaftTransport(TCPTransport):
-    """pysyncobj's TCP transport with raftmq's two guards: incoming connections from addresses the node does not
-    allow (``ReplicatedLog.accept_peer``) are dropped before a byte of them is read, and with
-    ``ReplicatedLog.raft_tls`` every connection, both ways, speaks mutual TLS (replication.raft_tls)."""
+    """pysyncobj's TCP transport with raftmq's guards: incoming connections from addresses the node does not
+    allow (``ReplicatedLog.accept_peer``) are dropped before a byte of them is read, with
+    ``ReplicatedLog.raft_tls`` every connection, both ways, speaks mutual TLS (replication.raft_tls), and the
+    utility messages that would change the voters or the code version (``syncobj_admin -add/-remove``) are not
+    answered: membership changes go through raftmq's checks (docs/design/membership.md)."""
+
+    REFUSED_UTILITY_MESSAGES = ("add", "remove", "set_version")
+
+    def _onUtilityMessage(self, conn: Any, message: list) -> bool:  # noqa: N802 - pysyncobj's name
+        if message and message[0] in self.REFUSED_UTILITY_MESSAGES:
+            conn.send(f"FAIL {message[0]}: refused by raftmq: change members with `raftmq cluster add-member` / "
+                      "`remove-member`")
+            return True
+        return super()._onUtilityMessage(conn, message)
 
     def _onTick(self) -> None:  # noqa: N802 - pysyncobj's name
         self._drop_stuck_connects()

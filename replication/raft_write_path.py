@@ -23,13 +23,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from pysyncobj import FAIL_REASON, SyncObjConf
 
-from raftmq.replication import catch_up, fresh_start, pysyncobj_patches, snapshot
+from raftmq.replication import catch_up, fresh_start, membership, pysyncobj_patches, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.applier import StoreApplier
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
@@ -44,6 +44,7 @@ from raftmq.replication.errors import (
     WritePathStoppedError,
 )
 from raftmq.replication.group_commit import GroupCommitter, PendingPut
+from raftmq.replication.member_changes import MembershipChanges
 from raftmq.replication.peers import Peers
 from raftmq.replication.raft_log import ReplicatedLog
 from raftmq.replication.state_machine import StateMachine, frame_batch
@@ -62,6 +63,39 @@ CATCH_UP_POLL_S = 0.002  # catch_up_with_leader: how often a follower looks at i
 PEER_STATUS_TIMEOUT_S = 1.0  # members_status asks all peers at once; a stopped one costs this, once
 SYNC_ROUND_TIMEOUT_S = 3.0  # one durability round; the write's own deadline cuts it shorter
 INLINE_RESOLVE_MAX_PUTS = 64  # async batches this small are resolved on the tick thread (bigger: completion thread)
+
+
+MEMBERSHIP_POLL_S = 0.5  # the membership thread looks at promotions, learners and the group this often
+MAX_COPY_ROUNDS = 20  # a new member copies again what the group wrote during its copy, at most this often
+GROUP_CHECK_S = 2.0  # at most this often a member asks its peers for the group's membership
+
+
+@dataclass
+class _GroupView:
+    """What the peers said about the group: the newest record, and the leader of the highest term."""
+
+    answered: bool = False
+    record: membership.Membership | None = None
+    leader_id: str | None = None
+    leader_term: int = -1
+    leader_voters: set[str] = field(default_factory=set)
+    leader_record: membership.Membership | None = None
+
+    @classmethod
+    def of(cls, statuses: dict) -> _GroupView:
+        """From the peers' GetReplicaStatus answers."""
+        view = cls(answered=bool(statuses))
+        for st in statuses.values():
+            record = membership.Membership.from_dict(json.loads(st.membership)) if st.membership else None
+            if record is not None and (view.record is None or record.index > view.record.index):
+                view.record = record
+            if st.is_leader and st.raft_term >= view.leader_term:
+                view.leader_id, view.leader_term = st.member_id, st.raft_term
+                view.leader_voters = set(st.voters)
+                view.leader_record = record
+        if view.leader_record is not None:
+            view.record = view.leader_record  # the leader applies first: its record is the newest committed one
+        return view
 
 
 _ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -141,6 +175,11 @@ class RaftSettings:
         "Anti-entropy: bytes per second of commit log this member compares with its peers' (SHA-256 of 1 MiB "
         "chunks, then 4 KiB blocks); a block that differs from the copy a majority holds is replaced with a "
         "verified copy (0: off).", 8 << 20)
+    learner_max_lag_entries: int = setting(
+        "A learner becomes a voter once it is within this many Raft entries of the leader's commit index (and "
+        "`learner_max_lag_bytes`); a voter this far behind does not count as healthy for a membership change.", 100)
+    learner_max_lag_bytes: int = setting(
+        "A learner becomes a voter once its commit log is within this many bytes of the leader's.", 4 << 20)
     anti_entropy_interval_s: float = setting(
         "Anti-entropy: seconds between the end of a pass and the start of the next (the first starts 30 s after "
         "the start, or after this interval when shorter).", 600.0)
@@ -158,6 +197,8 @@ class RaftSettings:
             raise ValueError("catch_up_bytes_per_s must be >= 0 (0 = unlimited)")
         if self.catch_up_max_streams < 1:
             raise ValueError("catch_up_max_streams must be >= 1")
+        if self.learner_max_lag_entries < 1 or self.learner_max_lag_bytes < 0:
+            raise ValueError("learner_max_lag_entries must be >= 1 and learner_max_lag_bytes >= 0")
         if self.anti_entropy_bytes_per_s < 0:
             raise ValueError("anti_entropy_bytes_per_s must be >= 0 (0 = off)")
 
@@ -179,12 +220,21 @@ class RaftWritePath:
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), secret: str = "", raft_dir: str | None = None,
                  settings: RaftSettings | None = None, channel_credentials: Any = None,
                  channel_options: Any = (), accept_peer: Callable[[str], bool] | None = None,
-                 raft_tls: Any = None, dedup: Deduplicator | None = None):
+                 raft_tls: Any = None, auto_join: bool = False, join_policy: Callable[[str], str] | None = None,
+                 retiring: Callable[[list[str]], list[str]] | None = None,
+                 on_membership_event: Callable[..., None] | None = None, dedup: Deduplicator | None = None):
         """``channel_credentials`` (a callable returning grpc.ChannelCredentials) and ``channel_options``: how to
         reach the members' gRPC ports when they use TLS. ``accept_peer(ip)``: whether the Raft port keeps a
         connection from that address (the node's member allow-list; None: every address). ``raft_tls``: a
         replication.raft_tls.RaftTls to run the Raft port over mutual TLS (None: pysyncobj's plain TCP). ``dedup``:
-        screens puts against the de-duplication window (docs/design/deduplication.md; None: off)."""
+        screens puts against the de-duplication window (docs/design/deduplication.md; None: off).
+
+        Membership (docs/design/membership.md): ``members`` is the seed configuration (the group's own record
+        wins once it has one). ``auto_join``: a member the group does not list asks the leader to add it as a
+        learner, and as leader this member accepts such requests, when ``join_policy(id)`` has no objection (it
+        returns the refusal). ``retiring(member ids)``: as leader, the members that must leave (Kubernetes: pods
+        beyond the StatefulSet's replicas), removed one at a time. ``on_membership_event(event, **fields)``: an
+        audit line for every change this member makes as leader."""
         if node_config is not None:  # the node's NodeConfig (node/config.py): one source of truth
             node_id = node_config.node.id
             members = [MemberInfo(m.id, m.raft, m.grpc) for m in node_config.members]
@@ -193,6 +243,7 @@ class RaftWritePath:
             store_host = node_config.store_host
             secret = node_config.cluster.secret
             settings = settings or node_config.raft_settings()  # cluster.raft + cluster.durability
+            auto_join = node_config.cluster.auto_join
         members = list(members)
         ids = [m.id for m in members]
         if node_id not in ids:
@@ -219,6 +270,21 @@ class RaftWritePath:
             dedup.lead(None)  # screening waits for this member's barrier of a term (``_become_leader``)
         self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
         self.peers = Peers(members, node_id, secret, channel_credentials, channel_options)
+        # membership (docs/design/membership.md)
+        self.seed = membership.Membership(tuple(sorted(members, key=lambda m: m.id)))
+        self.role: str | None = None  # membership.VOTER / LEARNER while the Raft member runs, else None
+        self.not_member = ""  # why this member runs no Raft member: not added yet, or removed (not ready)
+        self.removed = False  # the group removed this member (its data is not the group's any more)
+        self._phase = ""  # what start() is doing, for the node's readiness (``phase``)
+        self._copying: tuple[str, int, int] | None = None  # a copy from a peer running: (peer, from, to offset)
+        self.auto_join = auto_join
+        self.changes = MembershipChanges(self, join_policy=join_policy, retiring=retiring,
+                                         on_event=on_membership_event or (lambda event, **fields: None))
+        self._startup_voters: list[str] = []
+        self._group_hint: membership.Membership | None = None  # the group's record as a peer last told it
+        self._stop_event = threading.Event()
+        self._membership_event = threading.Event()
+        self._last_group_check = 0.0
         self.startup = fresh_start.StartupRecord(node_id)  # answers peers' GetStartupState
         self._secret = secret
         self._accept_peer = accept_peer
@@ -265,6 +331,11 @@ class RaftWritePath:
 
     # ================================================================== lifecycle
     def start(self) -> None:
+        """Recover, find this member's place in the group, catch up if new, run the Raft member.
+
+        A voter or learner starts its Raft member before this returns; a member the group does not list (new and
+        not added yet, or removed) starts without one and the membership thread takes it from there
+        (docs/design/membership.md)."""
         pysyncobj_patches.apply()
         makedirs_durably(self.raft_dir)
         applied = AppliedIndex(os.path.join(self.raft_dir, "applied.idx"))
@@ -274,97 +345,123 @@ class RaftWritePath:
             applied.close()
             raise
         machine = StateMachine(self.store, applied, self.dedup)
-        journal = os.path.join(self.raft_dir, "raft.journal")
-        dump = os.path.join(self.raft_dir, "raft.dump")
+        machine.seed_membership = self.seed
+        machine.snapshot_voters = self._snapshot_voters
+        machine.on_membership = self._on_membership_applied
+        machine.gap_fetcher = self._fetch_gap
+        machine.gap_prover = self._prove_gap
+        self.machine = machine
+        journal = self._journal_path()
         if os.path.exists(journal) and os.path.getsize(journal) == 0:
             os.remove(journal)  # created but never written (crash at first start): pysyncobj cannot map it
+        dump = os.path.join(self.raft_dir, "raft.dump")
         # no Raft state at all: no journal, no term or vote (the journal's meta file), no snapshot
         self.startup.set_fresh(not any(os.path.exists(p) for p in (journal, journal + ".meta", dump)))
-        campaign = False
-        if not os.path.exists(journal) and self.peers.others:
-            campaign = self._join_as_new_member(machine, applied, dump)
-        machine.rebuild_dedup_window()  # from what recovery or the copy from peers left; the journal replays on top
-        self.startup.mark_raft_started()  # from here on this member may vote
-        machine.gap_fetcher = self._fetch_gap
-        self.machine = machine
-        s = self.settings
-        conf = SyncObjConf(
-            journalFile=journal, fullDumpFile=dump,
-            serializer=machine.serialize, deserializer=machine.deserialize,
-            appendEntriesUseBatch=False, appendEntriesPeriod=s.append_entries_period,
-            appendEntriesBatchSizeBytes=max(8 << 20, 2 * self.store.config.max_message_size + s.max_batch_bytes),
-            raftMinTimeout=s.raft_min_timeout, raftMaxTimeout=s.raft_max_timeout,
-            leaderFallbackTimeout=s.leader_fallback_timeout, connectionTimeout=s.connection_timeout,
-            connectionRetryTime=s.connection_retry_time,
-            commandsQueueSize=4 * s.max_inflight_batches + 64, commandsWaitLeader=False,
-            logCompactionMinEntries=s.compaction_min_entries, logCompactionMinTime=s.compaction_min_time,
-            logCompactionSplit=True, sendBufferSize=1 << 20, recvBufferSize=1 << 20,
-            dnsCacheTime=s.dns_cache_time, dnsFailCacheTime=1.0, bindAddress=self.raft_listen,
-            onStateChanged=self._on_state_changed, password=self._secret or None,
-            maxBindRetries=BIND_RETRIES, bindRetryTime=1.0,
-        )
-        self._running = True
-        self._log = ReplicatedLog(self.me.raft_address, [m.raft_address for m in self.peers.others], conf, machine,
-                                  accept_peer=self._accept_peer, tls=self._raft_tls,
-                                  durable_acks=s.durability == "sync")
         try:
-            self._log.waitBinded()
-        except Exception:
+            if not os.path.exists(journal) and self.peers.others:
+                role = self._role_of_new_member()
+            else:
+                role = self._configuration().role(self.node_id) or self._role_in_group()
+            self._running = True
+            if role is not None:
+                campaign = False
+                if not os.path.exists(journal) and self.peers.others:
+                    campaign = self._copy_from_peers(voter=role == membership.VOTER)
+                machine.rebuild_dedup_window()  # from what recovery or the copy left; the journal replays on top
+                self._start_log(role, campaign=campaign)
+        except BaseException:
             self._running = False
-            self._log.destroy()
-            raise ReplicationError(f"cannot listen for Raft peers on {self.raft_listen} (port in use, or the address "
-                                   "is not on this host); fix cluster.raft_listen / the member's raft address") from None
-        machine.entry_term = self._log.entry_term
-        if campaign:
-            self._tick_tasks.append((self._log.campaign_now, Future()))
+            machine.applied.close()
+            raise
         self.store.before_commit_log_flush = self._before_commit_log_flush
-        self._tick_tasks.append((lambda: name_native_thread("raft-tick"), Future()))  # pysyncobj's thread
-        self._log.addOnTickCallback(self._on_tick)
         self._committer.start()
         self._topic_committer.start()
         for name, target in (("raftmq-raft-roles", self._role_loop), ("raftmq-raft-housekeeping", self._housekeeping),
-                             ("raftmq-raft-completion", self._completion_loop)):
+                             ("raftmq-raft-completion", self._completion_loop),
+                             ("raftmq-raft-membership", self._membership_loop)):
             t = threading.Thread(target=_named(target, name.removeprefix("raftmq-")), name=name, daemon=True)
             t.start()
             self._threads.append(t)
-        log.info("Raft write path started: member %s at %s, %d members, durability %s", self.node_id,
-                 self.me.raft_address, len(self.members), s.durability)
+        log.info("Raft write path started: member %s at %s as %s, durability %s; %s", self.node_id,
+                 self.me.raft_address, role or "no member of the group", self.settings.durability,
+                 self._configuration().describe())
 
-    def _join_as_new_member(self, machine: StateMachine, applied: AppliedIndex, dump: str) -> bool:
-        """A new or wiped member (no journal): copy what the group already has, then wait out one election timeout
-        since this process started, unless the group provably holds no term or vote from before this process
-        (replication/fresh_start.py, docs/design/fresh-start.md). True when this member should stand for election
-        at once: the group is proven new and this is the first of the configured members (one candidate instead of
-        three random timers racing; through pre-vote, so a leader the others already follow is not disturbed)."""
+    @property
+    def phase(self) -> str:
+        """What ``start`` (or a learner's start) is doing, for the node's readiness; "" when nothing."""
+        copying = self._copying
+        if copying is not None:
+            peer, start, end = copying
+            done = max(0, self.store.commit_log_max_offset - start)
+            return (f"copying the group's commit log from {peer}: {done} of {max(0, end - start)} bytes "
+                    f"({100 * done // max(1, end - start)}%)")
+        return self._phase
+
+    def _journal_path(self) -> str:
+        return os.path.join(self.raft_dir, "raft.journal")
+
+    def _copy_from_peers(self, voter: bool) -> bool:
+        """Fresh or wiped member: copy what the group already has before joining Raft. A wiped voter also lost its
+        term and vote, so it waits out one election timeout since this process started, unless the group provably
+        holds no term or vote from before this process (replication/fresh_start.py, docs/design/fresh-start.md).
+        The marker says the commit log holds only copied, committed records while the copy runs, so a restart after
+        an interrupted copy resumes it instead of refusing an "unexplained" commit log. What the group wrote while
+        the first round copied is copied by another round, and so on until a round copies at most
+        ``learner_max_lag_bytes``: Raft then brings the rest, from the leader's journal or in one snapshot's gap
+        (fetched on its tick thread, so it must be small). True when this voter should stand for election at once:
+        the group is proven new and this is the first of the configured members."""
         began = time.monotonic()
         wait = self.settings.raft_max_timeout
         proof = fresh_start.GroupProof(False, False, "this member has Raft state of its own")
-        if self.startup.fresh:
+        if self.startup.fresh and voter:
             proof = fresh_start.prove_group_younger(self.peers, self.startup, began + wait)
-        # The marker says the commit log holds only copied, committed records while the copy runs, so a restart
-        # after an interrupted copy resumes it instead of refusing an "unexplained" commit log.
+        machine = self.machine
+        applied = machine.applied
         before = self.store.commit_log_max_offset
         marker = self._copy_marker()
         with open(marker, "wb") as f:
             os.fsync(f.fileno())
         fsync_dir(self.raft_dir)
-        copied = False
-        if not proof.all_starting:  # every other member still starting holds nothing to copy
-            copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
-                                                self.store.config.mapped_file_size_commit_log)
+        self._phase = "copying the group's commit log from a peer"
+        copied_any = False
+        for round_no in range(1, MAX_COPY_ROUNDS + 1):
+            if proof.all_starting:  # every other member still starting holds nothing to copy
+                break
+            round_start = self.store.commit_log_max_offset
+            try:
+                copied = catch_up.rebuild_from_peer(self.peers, self.store, machine.applier, applied,
+                                                    self.store.config.mapped_file_size_commit_log,
+                                                    copying=lambda peer, start, end: setattr(
+                                                        self, "_copying", (peer, start, end)))
+            except catch_up.CatchUpError as e:
+                if not copied_any:
+                    raise
+                log.warning("copy round %d failed (%s): Raft brings the rest", round_no, e)
+                break
+            finally:
+                self._copying = None
+            if copied:
+                copied_any = True
+                dump = os.path.join(self.raft_dir, "raft.dump")
+                if os.path.exists(dump):
+                    os.remove(dump)  # a dump without its journal would describe a log this member no longer has
+                self.store.wait_flushed(self.store.commit_log_max_offset, 60.0)
+                applied.fsync()
+            behind = self.store.commit_log_max_offset - round_start
+            if not copied or (round_no > 1 and behind <= self.settings.learner_max_lag_bytes) or \
+                    self._stop_event.is_set():
+                break
+            log.info("copy round %d copied %d bytes; copying what the group wrote meanwhile", round_no, behind)
         self.catch_up_bytes += max(0, self.store.commit_log_max_offset - before)
-        if copied:
-            if os.path.exists(dump):
-                os.remove(dump)  # a dump without its journal would describe a log this member no longer has
-            self.store.wait_flushed(self.store.commit_log_max_offset, 60.0)
-            applied.fsync()
-        if not copied and applied.last == (0, 0) and self.store.commit_log_max_offset > 0:
+        if not copied_any and applied.last == (0, 0) and self.store.commit_log_max_offset > 0:
             # half a copy and no peer to finish it from: joining now would apply the log over those bytes
-            machine.applied.close()
             raise ReplicationError("this member's start-up copy from its peers was interrupted and no peer is "
                                    "reachable to finish it; start it again once a majority of members is up")
         os.remove(marker)
         fsync_dir(self.raft_dir)
+        self._phase = ""
+        if not voter:
+            return False
         if proof.proven:
             log.info("joining Raft at once: %s, so no member holds a vote this member may have given before it "
                      "started", proof.reason)
@@ -373,8 +470,277 @@ class RaftWritePath:
         left = began + wait - time.monotonic()
         log.info("joining Raft after one election timeout (%.1fs more): %s", max(0.0, left), proof.reason)
         if left > 0:
-            time.sleep(left)
+            self._stop_event.wait(left)
         return False
+
+    def _start_log(self, role: str, campaign: bool = False) -> None:
+        """Run the Raft member as a voter, or as a learner (a pysyncobj read-only node), with the configuration
+        from the log (``_configuration``); ``campaign``: stand for election at once (``_copy_from_peers``)."""
+        self.startup.mark_raft_started()  # from here on this member may vote
+        s = self.settings
+        voter = role == membership.VOTER
+        config = self._configuration()
+        self._startup_voters = [m.raft_address for m in config.voters]
+        conf = SyncObjConf(
+            journalFile=self._journal_path(), fullDumpFile=os.path.join(self.raft_dir, "raft.dump"),
+            serializer=self.machine.serialize, deserializer=self.machine.deserialize,
+            appendEntriesUseBatch=False, appendEntriesPeriod=s.append_entries_period,
+            appendEntriesBatchSizeBytes=max(8 << 20, 2 * self.store.config.max_message_size + s.max_batch_bytes),
+            raftMinTimeout=s.raft_min_timeout, raftMaxTimeout=s.raft_max_timeout,
+            leaderFallbackTimeout=s.leader_fallback_timeout, connectionTimeout=s.connection_timeout,
+            connectionRetryTime=s.connection_retry_time,
+            commandsQueueSize=4 * s.max_inflight_batches + 64, commandsWaitLeader=False,
+            logCompactionMinEntries=s.compaction_min_entries, logCompactionMinTime=s.compaction_min_time,
+            # the split schedules compactions by the member's place among the voters: a learner has none
+            logCompactionSplit=voter, sendBufferSize=1 << 20, recvBufferSize=1 << 20,
+            dnsCacheTime=s.dns_cache_time, dnsFailCacheTime=1.0, bindAddress=self.raft_listen if voter else None,
+            onStateChanged=self._on_state_changed, password=self._secret or None,
+            maxBindRetries=BIND_RETRIES, bindRetryTime=1.0, dynamicMembershipChange=True,
+        )
+        others = [a for a in self._startup_voters if a != self.me.raft_address]
+        lg = ReplicatedLog(self.me.raft_address if voter else None, others, conf, self.machine,
+                           accept_peer=self._accept_peer, tls=self._raft_tls,
+                           durable_acks=s.durability == "sync", learner_address=self.me.raft_address)
+        try:
+            if voter:  # a read-only node listens on no port (pysyncobj never signals its bind)
+                lg.waitBinded()
+        except Exception:
+            lg.destroy()
+            raise ReplicationError(f"cannot listen for Raft peers on {self.raft_listen} (port in use, or the address "
+                                   "is not on this host); fix cluster.raft_listen / the member's raft address") from None
+        lg.on_config_change = self._on_config_change
+        self.machine.entry_term = lg.entry_term
+        if campaign:
+            self._tick_tasks.append((lg.campaign_now, Future()))
+        self._tick_tasks.append((lambda: name_native_thread("raft-tick"), Future()))  # pysyncobj's thread
+        lg.addOnTickCallback(self._on_tick)
+        self._log = lg
+        self.role = role
+        self._refresh_peers()
+
+    def _stop_log(self) -> None:
+        """Stop the Raft member (a role change or a removal); the write path keeps running."""
+        lg, self._log = self._log, None
+        if lg is None:
+            return
+        lg.destroy()
+        deadline = time.monotonic() + 5
+        while lg.tick_thread_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    # ================================================================== membership (docs/design/membership.md)
+    def _record(self) -> membership.Membership:
+        """The group's membership record as of this member's applied index, else the seed (``cluster.members``)."""
+        record = self.machine.membership if self.machine is not None else None
+        return record if record is not None else self._group_hint or self.seed
+
+    def configuration(self) -> membership.Membership:
+        """This member's view of the configuration: who votes now (appended changes count) and who learns."""
+        return self._configuration()
+
+    def _configuration(self) -> membership.Membership:
+        """The record plus the voter changes appended after it: before the Raft member runs, the journal's
+        ``MEMBERSHIP`` entries replayed in order; while it runs, pysyncobj's voters (it applies each change as it
+        is appended or truncated), named by the record."""
+        record = self._record()
+        lg = self._log
+        if lg is None:
+            changes = []
+            for index, command in pysyncobj_patches.journal_commands(self._journal_path(),
+                                                                     membership.MEMBERSHIP_COMMAND):
+                change = membership.decode_change(command)
+                if change is not None:
+                    changes.append((index, change))
+            return membership.replay(record, changes)
+        addresses = lg.voter_addresses
+        known = {m.raft_address: m for m in (*self.seed.voters, *record.voters, *record.learners)}
+        voters = tuple(sorted((known.get(a) or MemberInfo(a, a, "") for a in addresses), key=lambda m: m.id))
+        learners = tuple(m for m in record.learners if m.raft_address not in addresses)
+        return membership.Membership(voters, learners, record.replaces, record.index)
+
+    def _snapshot_voters(self, record: membership.Membership | None, from_leader: bool) -> list[str]:
+        """The voters pysyncobj runs with after loading a snapshot (tick thread). Its dump names the voters as they
+        were when it was written, uncommitted changes included (PySyncObj#133): at start the configuration from
+        the log is used instead, for a leader's snapshot the committed record it carries."""
+        if from_leader and record is not None:
+            return [m.raft_address for m in record.voters]
+        if from_leader and self._log is not None:  # a leader of a version without records: keep ours
+            return sorted(self._log.voter_addresses)
+        return list(self._startup_voters)
+
+    def _on_membership_applied(self) -> None:
+        """The state machine applied a change to the record (tick thread, under its lock): wake the membership
+        thread, nothing more."""
+        self._membership_event.set()
+
+    def _on_config_change(self) -> None:
+        """pysyncobj changed the voters (tick thread): wake the membership thread."""
+        self._membership_event.set()
+
+    def _refresh_peers(self) -> None:
+        config = self._configuration()
+        self.peers.update(config.voters, config.learners)
+
+    def _role_of_new_member(self) -> str | None:
+        """A member without a Raft journal: its place in the group's record (asked from the peers). A brand-new
+        group has no record yet: every member of ``cluster.members`` is then a voter (a simultaneous start)."""
+        deadline = time.monotonic() + 3 * self.settings.raft_max_timeout
+        while True:
+            view = self._ask_group()
+            if view.answered or time.monotonic() >= deadline or self._stop_event.is_set():
+                break
+            self._phase = "asking the members of cluster.members for the group's membership"
+            self._stop_event.wait(0.5)
+        self._phase = ""
+        if view.record is None:
+            if view.answered:
+                log.info("no member has a membership record yet: joining as a voter of cluster.members")
+            else:
+                log.warning("no member of cluster.members answered: starting as a voter of cluster.members")
+            return membership.VOTER
+        return self._role_from(view, fresh=True)
+
+    def _role_in_group(self) -> str | None:
+        """A member whose own configuration does not list it: the group may have added it back as a learner;
+        otherwise it was removed."""
+        return self._role_from(self._ask_group(), fresh=False)
+
+    def _role_from(self, view: _GroupView, fresh: bool) -> str | None:
+        if view.leader_voters and self.me.raft_address in view.leader_voters:
+            return membership.VOTER  # promoted, the record not applied yet
+        role = view.record.role(self.node_id) if view.record is not None else None
+        if role is not None:
+            return role
+        if view.record is None:
+            self.not_member = ("its own membership record does not list it and no member has answered with the "
+                               "group's yet; asking again")
+        elif fresh:
+            self._not_a_member(view)
+        else:
+            self._become_removed(f"removed from the group (its membership is {view.record.describe()})")
+        return None
+
+    def _not_a_member(self, view: _GroupView) -> None:
+        voters = view.record.describe() if view.record is not None else "unknown"
+        how = ("it asks the leader to add it as a learner (cluster.auto_join)" if self.auto_join else
+               f"add it with `raftmq cluster add-member {self.node_id} --raft {self.me.raft_address} --grpc "
+               f"{self.me.grpc_address}`")
+        self.not_member = f"not a member of the group yet ({voters}): {how}"
+
+    def _become_removed(self, why: str) -> None:
+        """The group no longer lists this member: stop the Raft member, keep the data, report it (not ready)."""
+        if self._log is not None:
+            self._stop_log()
+        self.role = None
+        self.removed = True
+        self.not_member = (f"{why}; it no longer takes part in the group. Its data is kept: to add it again, move its "
+                           "data directory away and add it with `raftmq cluster add-member`")
+        log.error("member %s: %s", self.node_id, self.not_member)
+
+    def cancel_start(self) -> None:
+        """The node is stopping while ``start`` waits for the group: give up waiting."""
+        self._stop_event.set()
+
+    def _ask_group(self) -> _GroupView:
+        """Ask every member this one knows of (voters and learners of its configuration and of the seed) for its
+        record, role and voters; the leader of the highest term among the answers speaks for the group."""
+        statuses = catch_up.peer_statuses(self.peers, timeout=PEER_STATUS_TIMEOUT_S, with_metadata=False,
+                                          members=self.peers.everyone())
+        view = _GroupView.of(statuses)
+        if view.record is not None:
+            self._group_hint = view.record  # names the group for a member without a record of its own
+        return view
+
+    def _membership_loop(self) -> None:
+        while self._running:
+            self._membership_event.wait(MEMBERSHIP_POLL_S)
+            self._membership_event.clear()
+            if not self._running:
+                return
+            try:
+                self._membership_step()
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad step; it is retried
+                log.exception("membership step failed; retrying")
+
+    def _membership_step(self) -> None:
+        self._refresh_peers()
+        lg = self._log
+        now = time.monotonic()
+        if lg is None:
+            if not self.removed and now - self._last_group_check >= GROUP_CHECK_S:
+                self._last_group_check = now
+                self._try_to_join()
+            return
+        if self.role == membership.LEARNER and self.me.raft_address in lg.voter_addresses:
+            log.warning("member %s was promoted to voter: restarting its Raft member as a voter", self.node_id)
+            self._switch(membership.VOTER)
+            return
+        leader, age = self.leader_contact()
+        record = self.machine.membership
+        suspicious = leader is None or age > self.settings.raft_max_timeout or (
+            record is not None and record.role(self.node_id) is None)
+        if suspicious and now - self._last_group_check >= GROUP_CHECK_S:
+            self._last_group_check = now
+            self._check_still_member(lg)
+        if lg.is_leader() and self.is_writable():
+            self.changes.leader_step()
+
+    def _check_still_member(self, lg: ReplicatedLog) -> None:
+        """No leader for a while, or this member's record does not list it: ask the group's leader whether this
+        member is still in its configuration (a removed voter is never told: the leader stops talking to it)."""
+        view = self._ask_group()
+        if view.leader_id is None or view.leader_id == self.node_id or view.leader_term < lg.raftCurrentTerm:
+            return
+        if self.me.raft_address in view.leader_voters:
+            return
+        group_role = view.leader_record.role(self.node_id) if view.leader_record is not None else None
+        if group_role == membership.LEARNER and self.role == membership.VOTER:
+            log.warning("member %s: the leader %s (term %d) does not count it as a voter (its promotion did not "
+                        "commit): running as a learner again", self.node_id, view.leader_id, view.leader_term)
+            self._switch(membership.LEARNER)
+        elif group_role is None and view.leader_record is not None:
+            self._become_removed(f"removed from the group: the leader {view.leader_id} (term {view.leader_term}) "
+                                 f"no longer lists it (the group's membership is {view.leader_record.describe()})")
+
+    def _try_to_join(self) -> None:
+        """Not a member yet: start once the group lists this member; with ``auto_join`` ask the leader first."""
+        view = self._ask_group()
+        if not view.answered:
+            return
+        fresh = not os.path.exists(self._journal_path())
+        role = self._role_from(view, fresh=fresh)
+        if self.removed:
+            return
+        if role is not None:
+            log.info("member %s is a %s of the group (%s): starting its Raft member", self.node_id, role,
+                     view.record.describe())
+            self.not_member = ""
+            campaign = self._copy_from_peers(voter=role == membership.VOTER) if fresh else False
+            self.machine.rebuild_dedup_window()  # what the copy brought
+            self._start_log(role, campaign=campaign)
+            return
+        if not self.auto_join or view.leader_id is None or not fresh:
+            return
+        try:
+            resp = self.peers.stub(view.leader_id).JoinGroup(replica_pb2.JoinGroupRequest(
+                member_id=self.node_id, raft_address=self.me.raft_address, grpc_address=self.me.grpc_address),
+                timeout=self.settings.put_timeout_s + 2, metadata=self.peers.metadata)
+        except grpc.RpcError as e:
+            self.not_member = (f"not a member of the group yet: asking the leader {view.leader_id} to add it "
+                               f"failed: {e.code().name} {e.details()}")
+            log.warning("member %s: %s", self.node_id, self.not_member)
+            return
+        if resp.refusal:
+            self.not_member = f"not a member of the group: the leader {view.leader_id} refused to add it: {resp.refusal}"
+            log.warning("member %s: %s", self.node_id, self.not_member)
+        else:
+            log.info("member %s: the leader %s added it as a learner", self.node_id, view.leader_id)
+            self._membership_event.set()
+
+    def _switch(self, role: str) -> None:
+        """Restart the Raft member in another role on the same journal (promotion, or a promotion undone)."""
+        self._stop_log()
+        self._start_log(role)
 
     def _reconcile_store(self, applied: AppliedIndex) -> None:
         """Restart rule (docs/design/durability.md): the store recovered its commit log to V. Frames whose bytes did
@@ -474,6 +840,7 @@ class RaftWritePath:
             log.warning("graceful stop could not hand off leadership: %s", e)
 
     def stop(self) -> None:
+        self._stop_event.set()
         if not self._running:
             return
         self.hand_off_leadership()  # the node did it already, unless this member became leader again meanwhile
@@ -492,14 +859,11 @@ class RaftWritePath:
             self._wake.notify_all()
         with self._done_cv:
             self._done_cv.notify_all()
+        self._membership_event.set()
         for t in self._threads:
             t.join(timeout=5)
         self._threads.clear()
-        if self._log is not None:
-            self._log.destroy()
-            deadline = time.monotonic() + 5
-            while self._log.tick_thread_alive() and time.monotonic() < deadline:
-                time.sleep(0.02)
+        self._stop_log()
         if self.machine is not None:
             self.machine.applied.close()
         self.peers.close()
@@ -521,6 +885,11 @@ class RaftWritePath:
     def snapshot_installs(self) -> int:
         """Snapshots received from a leader since start; a steady rise means compaction outruns a lagging member."""
         return self.machine.snapshot_installs if self.machine is not None else 0
+
+    @property
+    def snapshot_bytes_kept(self) -> int:
+        """Commit-log bytes a snapshot install kept because a peer's digests proved them (not copied again)."""
+        return self.machine.snapshot_bytes_proven if self.machine is not None else 0
 
     def election_counters(self) -> dict[str, int]:
         """Elections this member started, pre-votes it asked for, tick-thread stalls it survived (metrics)."""
@@ -596,12 +965,14 @@ class RaftWritePath:
         (``ReplicatedLog.caught_up``), so it would serve a store that is behind the group's."""
         lg = self._log
         if lg is None:
-            return "the Raft write path is not started"
+            return self.not_member or self.phase or "the Raft write path is not started"
         if lg.apply_stuck:
             return lg.apply_stuck
         if not lg.caught_up:
-            return (f"catching up with the group's log (applied Raft index {lg.raftLastApplied}, commit index "
-                    f"{lg.raftCommitIndex})")
+            where = f"applied Raft index {lg.raftLastApplied}, commit index {lg.raftCommitIndex}"
+            if self.leader() is None:
+                return f"no leader to catch up with (election in progress or no majority reachable; {where})"
+            return f"catching up with the group's log ({where})"
         return ""
 
     def leader_contact(self) -> tuple[MemberInfo | None, float]:
@@ -856,7 +1227,6 @@ class RaftWritePath:
         """Resolve committed batches off the tick thread: every ``sync`` batch and the ``async`` ones too big to
         resolve there. In ``sync`` mode, first one fsync round on a majority covers every batch committed since the
         previous round (group commit for durability)."""
-        majority = len(self.members) // 2 + 1
         while self._running:
             with self._done_cv:
                 while self._running and not self._done_q:
@@ -867,6 +1237,8 @@ class RaftWritePath:
                 continue
             ok = True
             if self.settings.durability == "sync":
+                lg = self._log
+                majority = len(lg.voter_addresses) // 2 + 1 if lg is not None else 1  # the configuration now
                 index, term = max((it[0], it[1]) for it in items)
                 deadline = max(it[4] for it in items)
                 ok = False
@@ -957,7 +1329,12 @@ class RaftWritePath:
                 p.fail(exc)
 
     # ================================================================== metadata commands
-    def _propose_meta(self, kind: str, arg: Any, require_writable: bool = True) -> Any:
+    def _propose_meta_indexed(self, kind: str, arg: Any) -> tuple[Any, int]:
+        """``_propose_meta`` that also says at which Raft index the command was applied."""
+        res = self._propose_meta(kind, arg, with_index=True)
+        return res[2], res[0]
+
+    def _propose_meta(self, kind: str, arg: Any, require_writable: bool = True, with_index: bool = False) -> Any:
         if require_writable and not self.is_writable():
             raise self._not_writable_error()
         done = threading.Event()
@@ -973,7 +1350,7 @@ class RaftWritePath:
         res, err, ok = box[0]
         if not ok:
             raise self._error_for(err)
-        return res[2]
+        return res if with_index else res[2]
 
     def _meta_or_raise(self, kind: str, arg: Any) -> None:
         refusal = self._propose_meta(kind, arg)
@@ -1124,12 +1501,23 @@ class RaftWritePath:
         log.warning("took the leader's metadata (%s, applied index %d) after rewinding entries that changed it",
                     leader.id, status.applied_index)
 
+    def _gap_sources(self) -> list[str]:
+        """Who supplies or proves a snapshot's commit-log gap: the leader first, then the other voters."""
+        leader = self.leader()
+        return ([leader.id] if leader and leader.id != self.node_id else []) + \
+            [m.id for m in self.peers.others if not leader or m.id != leader.id]
+
+    def _prove_gap(self, from_offset: int, to_offset: int) -> bool:
+        """Snapshot install (tick thread): True when the leader (else a voter, as ``_fetch_gap`` would copy from it)
+        applied exactly the local commit-log bytes [from_offset, to_offset), compared by digest
+        (``catch_up.range_matches``)."""
+        return any(catch_up.range_matches(self.peers, mid, self.store, from_offset, to_offset)
+                   for mid in self._gap_sources())
+
     def _fetch_gap(self, from_offset: int, up_to_index: int) -> tuple[int, int]:
         """Snapshot install (tick thread): copy the commit-log gap from the leader, else any peer. On failure the
         deserializer raises, pysyncobj keeps its old state and the leader sends the snapshot again."""
-        leader = self.leader()
-        order = ([leader.id] if leader and leader.id != self.node_id else []) + \
-            [m.id for m in self.peers.others if not leader or m.id != leader.id]
+        order = self._gap_sources()
         last_err: Exception | None = None
         for mid in order:
             try:
@@ -1149,10 +1537,12 @@ class RaftWritePath:
         if to_id == self.node_id:
             return  # already the leader: nothing to hand over
         if to_id is not None:
-            if to_id not in self.peers.members:
-                raise TransferLeadershipError(f"unknown member id {to_id!r}; choose one of "
+            voter = next((m for m in self.peers.others if m.id == to_id), None)
+            if voter is None:
+                what = "a learner, not a voter" if any(m.id == to_id for m in self.peers.learners) else "unknown"
+                raise TransferLeadershipError(f"member id {to_id!r} is {what}; choose one of "
                                               f"{[m.id for m in self.peers.others]}")
-            target = self.peers.members[to_id].raft_address
+            target = voter.raft_address
         deadline = time.monotonic() + timeout
         self._transferring = True
         try:
@@ -1190,39 +1580,56 @@ class RaftWritePath:
             self._transferring = False
 
     def members_status(self) -> list[dict]:
+        """One row per voter and learner of this member's configuration (this member first), as it sees them:
+        role, Raft indexes, applied offset, lag; a learner's catch-up progress as the leader measured it."""
         def read() -> tuple[dict, int]:  # on the tick thread: the journal may be rewritten by compaction
             return self._log.getStatus(), self._log.last_log_index()
 
-        stuck = self._log.apply_stuck if self._log is not None else ""
+        lg = self._log
+        stuck = lg.apply_stuck if lg is not None else ""
         health = ("fenced: " + self.machine.fenced) if self.machine.fenced else ("stuck: " + stuck) if stuck else "ok"
         try:
-            st, last_index = self._on_tick_thread(read, 2.0) if self._log is not None else ({}, 0)
+            st, last_index = self._on_tick_thread(read, 2.0) if lg is not None else ({}, 0)
         except TimeoutError:
             st, last_index = {}, 0
             health = "stalled: the Raft tick thread did not answer within 2 s (overloaded host or stuck apply)"
         leader = self.leader()
+        config = self._configuration()
         _, end = self.machine.applied_position()  # not status_view: exporting every topic and offset per poll
+        if lg is None:
+            role = "removed" if self.removed else "not a member"
+            health = self.not_member or health
+        elif self.role == membership.LEARNER:
+            role = "learner"
+        else:
+            role = _ROLE_NAMES.get(st.get("state"), "unknown")
         me = {
             "id": self.node_id, "address": self.me.grpc_address, "raft_address": self.me.raft_address,
-            "role": _ROLE_NAMES.get(st.get("state"), "unknown"), "term": st.get("raft_term", self.term()),
+            "role": role, "membership": config.role(self.node_id) or "", "term": st.get("raft_term", self.term()),
             "commit_index": st.get("commit_idx", 0), "applied_index": st.get("last_applied", 0),
             "applied_offset": end, "dispatch_behind_bytes": self.store.dispatch_behind_bytes(),
             "lag": 0, "health": health,
         }
         out = [me]
         errors: dict[str, str] = {}
+        members = self.peers.everyone()
         statuses = catch_up.peer_statuses(self.peers, timeout=PEER_STATUS_TIMEOUT_S, errors=errors,
-                                          with_metadata=False)
-        for m in self.peers.others:
+                                          with_metadata=False, members=members)
+        progress = self.changes.learner_progress() if self.is_leader() else {}
+        for m in members:
+            kind = config.role(m.id) or ""
             # an unreachable member has no known indexes or lag (None), only the reason it could not be asked
             row = {"id": m.id, "address": m.grpc_address, "raft_address": m.raft_address, "role": "unreachable",
-                   "term": None, "commit_index": None, "applied_index": None, "applied_offset": None,
-                   "dispatch_behind_bytes": None, "lag": None, "health": "unreachable", "ready": False,
-                   "error": errors.get(m.id, "no answer")}
+                   "membership": kind, "term": None, "commit_index": None, "applied_index": None,
+                   "applied_offset": None, "dispatch_behind_bytes": None, "lag": None, "health": "unreachable",
+                   "ready": False, "error": errors.get(m.id, "no answer")}
             rs = statuses.get(m.id)
             if rs is not None:
-                role = "leader" if rs.is_leader else ("follower" if leader and leader.id != m.id else "unknown")
-                row.update(role=role, term=rs.raft_term, commit_index=rs.commit_index,
+                if kind == membership.LEARNER:
+                    peer_role = "learner"
+                else:
+                    peer_role = "leader" if rs.is_leader else ("follower" if leader and leader.id != m.id else "unknown")
+                row.update(role=peer_role, term=rs.raft_term, commit_index=rs.commit_index,
                            applied_index=rs.raft_applied_index, applied_offset=rs.commit_log_max_offset,
                            dispatch_behind_bytes=rs.dispatch_behind_bytes, health="ok", error="",
                            ready=rs.ready if rs.HasField("ready") else None,
@@ -1232,6 +1639,8 @@ class RaftWritePath:
                 row["lag_entries"] = max(0, last_index - match)
                 if st.get("partner_node_status_server_" + m.raft_address) != 2:
                     row["health"] = "disconnected"
+            if m.id in progress:
+                row["progress"] = progress[m.id]
             out.append(row)
         leader_row = next((r for r in out if r["role"] == "leader"), None)
         if leader_row is not None:  # lag: bytes of commit log behind the leader's applied end

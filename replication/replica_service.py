@@ -20,6 +20,7 @@ from raftmq.replication.catch_up import next_chunk_offset
 from raftmq.replication.commit_log_digest import digest_commit_log
 from raftmq.replication.consume_queue_digest import digest_consume_queue
 from raftmq.replication.peers import SECRET_METADATA_KEY
+from raftmq.replication.write_path import MemberInfo
 from raftmq.store.errors import StoreError
 from raftmq.v1 import replica_pb2, replica_pb2_grpc
 
@@ -44,6 +45,15 @@ MAX_CHECKSUM_BYTES_PER_CALL = 64 << 20  # one call digests at most this much; th
 MAX_CHECKSUM_CHUNKS_PER_CALL = 4096     # and answers at most this many digests (tiny chunks stay small answers)
 MAX_CHECKSUM_QUEUE_UNITS_PER_CALL = 1 << 20  # consume-queue units (20 bytes each) one call digests in all
 MAX_BLOCK_FETCH = 1 << 20  # bytes one FetchCommitLogBytes call returns
+
+
+def membership_fields(wp: Any) -> dict:
+    """GetReplicaStatus's membership fields: the applied record, the voters of the configuration, own role."""
+    record = wp.machine.membership
+    lg = wp._log
+    return {"membership": json.dumps(record.to_dict()) if record is not None else "",
+            "voters": sorted(lg.voter_addresses) if lg is not None else [],
+            "membership_role": wp.role or ""}
 
 
 class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
@@ -87,7 +97,22 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServiceServicer):
             metadata=json.dumps(metadata).encode() if metadata is not None else b"", commit_index=wp.commit_index(),
             raft_applied_index=wp.raft_applied_index(), dispatch_behind_bytes=store.dispatch_behind_bytes(),
             storage_integrity=store.integrity_summary(),
-            acl_key_ids=self._acl_key_ids() if self._acl_key_ids is not None else [])
+            acl_key_ids=self._acl_key_ids() if self._acl_key_ids is not None else [],
+            **membership_fields(wp))
+
+    async def JoinGroup(self, request, context) -> replica_pb2.JoinGroupResponse:  # noqa: N802
+        """A member the group does not list asks to be added as a learner (docs/design/membership.md)."""
+        wp = await self._write_path(context)
+        if not request.member_id or not request.raft_address or not request.grpc_address:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "JoinGroup needs member_id, raft_address and "
+                                "grpc_address")
+        if not wp.is_leader():
+            leader = wp.leader()
+            return replica_pb2.JoinGroupResponse(refusal=f"{wp.node_id} is not the leader (the leader is "
+                                                 f"{leader.id if leader else 'unknown'}); ask it")
+        member = MemberInfo(request.member_id, request.raft_address, request.grpc_address)
+        refusal = await asyncio.to_thread(wp.changes.admit, member)
+        return replica_pb2.JoinGroupResponse(refusal=refusal)
 
     async def GetStartupState(self, request, context):
         """Answered while this member is still starting too (replication/fresh_start.py)."""

@@ -21,10 +21,11 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from raftmq.replication import snapshot
+from raftmq.replication import membership, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.applier import StoreApplier
 from raftmq.replication.deduplicator import Deduplicator
+from raftmq.replication.write_path import MemberInfo
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,20 @@ class StateMachine:
         self.fenced: str | None = None     # set when an apply failed; cleared when the retry succeeds
         self.entry_term: Callable[[int], int | None] = lambda index: None
         self.gap_fetcher: Callable[[int, int], tuple[int, int]] | None = None
+        # True when a peer holds exactly the local commit-log bytes [start, stop) (snapshot install keeps them)
+        self.gap_prover: Callable[[int, int], bool] | None = None
         self.snapshot_installs = 0
+        self.snapshot_bytes_proven = 0     # withheld bytes a snapshot install kept, proven by a peer's digests
         self.applied_raft_index = 0        # pysyncobj's index of the last entry handed to us
         self.tail_bytes_adopted = 0        # withheld commit-log bytes proven by replayed entries (metrics)
         self.tail_bytes_cut = 0            # withheld bytes an entry showed were not the group's (metrics)
         self.stale_batches_dropped = 0     # RPB2 batches screened in an earlier term than their entry's (apply_batch)
         self.metadata_stale = False        # rewound metadata entries: take the leader's metadata (``rewind``)
         self.from_leader = False           # deserialize is installing a snapshot the leader sent (not our own)
+        self.seed_membership: membership.Membership | None = None  # cluster.members, until the group records one
+        # the voters pysyncobj must run with after a snapshot is loaded (``deserialize``): Raft addresses
+        self.snapshot_voters: Callable[[membership.Membership | None, bool], list[str]] | None = None
+        self.on_membership: Callable[[], None] = lambda: None  # a change to the record was applied (tick thread)
 
     # ------------------------------------------------------------------ apply (tick thread)
     def apply_batch(self, index: int, blob: bytes) -> Any:
@@ -207,6 +215,8 @@ class StateMachine:
                     return refusal
             elif kind == "barrier":
                 pass
+            elif kind in ("membership_init", "learner_add", "learner_remove"):
+                return self._apply_membership_meta(kind, arg, index)
             else:
                 raise CorruptCommandError(f"unknown replicated command {kind!r}; is a member running a newer "
                                           "raftmq version? Upgrade every member.")
@@ -214,6 +224,58 @@ class StateMachine:
             return f"{type(e).__name__}: {e}"
         self.applier.persist_metadata()
         return None
+
+    # ------------------------------------------------------------------ membership (docs/design/membership.md)
+    @property
+    def membership(self) -> membership.Membership | None:
+        """The group's record as of the applied index (None: not recorded yet, the seed applies)."""
+        return self.applier.membership.record
+
+    def _apply_membership_meta(self, kind: str, arg: dict, index: int) -> str | None:
+        """Learner changes and the first record; a refusal (str) is the same on every member."""
+        record = self.membership
+        if kind == "membership_init":
+            if record is not None:
+                return None  # an earlier leader recorded it already
+            voters = tuple(MemberInfo(r["id"], r["raft"], r["grpc"]) for r in arg["voters"])
+            record = membership.Membership(voters, index=index)
+        else:
+            record = record or self.seed_membership
+            if record is None:
+                return "the group has no membership record yet; retry once its leader has written it"
+            if kind == "learner_add":
+                new = MemberInfo(arg["id"], arg["raft"], arg["grpc"])
+                conflict = record.conflict(new)
+                if conflict:
+                    return conflict
+                replaces = arg.get("replaces") or ""
+                if replaces and record.role(replaces) != membership.VOTER:
+                    return f"{replaces} (the member to replace) is not a voter"
+                record = record.with_learner(new, index, replaces)
+            else:
+                if record.role(arg["id"]) != membership.LEARNER:
+                    return f"{arg['id']} is not a learner"
+                record = record.without_learner(arg["id"], index)
+        self.applier.membership.set(record)
+        self.applier.membership.persist()
+        self.on_membership()
+        return None
+
+    def apply_membership(self, index: int, change: membership.VoterChange) -> Any:
+        """A pysyncobj ``MEMBERSHIP`` entry, committed: pysyncobj changed the voters when it was appended; the
+        record follows when it is applied, so it always says what the group committed."""
+        with self.lock:
+            self.applied_raft_index = index
+            last_index, end = self.applied.last
+            if index <= last_index:
+                return None
+            base = self.membership or self.seed_membership
+            if base is not None:
+                self.applier.membership.set(base.with_change(change, index))
+                self.applier.membership.persist()
+            self.applied.append(index, end, end)
+            self.on_membership()
+            return index, self.entry_term(index), None
 
     def _fence(self, index: int, start: int | None, exc: Exception) -> None:
         if start is not None:
@@ -244,8 +306,37 @@ class StateMachine:
         if any(start == stop for _i, start, stop in dropped):
             self.metadata_stale = True
         self.rebuild_dedup_window()
-        log.warning("rewound to Raft entry %d (commit-log end %d): %d applied entries are not the group's", idx,
-                    end, len(dropped))
+        log.warning("rewound to Raft entry %d (commit-log end %d): %d applied entries are not known to be the "
+                    "group's; their bytes are withheld until its log proves them", idx, end, len(dropped))
+
+    def _prove_withheld(self, start: int, stop: int) -> bool:
+        """True when the commit log already holds the snapshot's gap [start, stop) as withheld bytes (a copy from
+        a peer, rewound because its frame lies past the snapshot) and a peer's digests prove them the group's:
+        they are kept, not copied again. Unproven bytes stay withheld, and the gap is fetched over them."""
+        if self.store.commit_log_max_offset < stop or self.gap_prover is None:
+            return False
+        from raftmq.store.errors import StoreError
+
+        if not self.gap_prover(start, stop):
+            return False
+        try:
+            self.store.confirm_withheld(stop)
+        except StoreError as e:
+            log.warning("kept commit-log bytes not confirmed (%s); fetching the snapshot's gap instead", e)
+            return False
+        self.snapshot_bytes_proven += stop - start
+        log.info("snapshot install: commit log [%d, %d) held here matches the group's; kept, not copied again",
+                 start, stop)
+        return True
+
+    def _fetch_gap(self, start: int, meta: snapshot.SnapshotMeta) -> None:
+        if self.gap_fetcher is None:
+            raise snapshot.SnapshotError("snapshot is ahead of the local commit log and no peer to fetch the gap "
+                                         "from")
+        end_offset, _end_index = self.gap_fetcher(start, meta.applied_index)
+        if end_offset < meta.commit_log_end:
+            raise snapshot.SnapshotError(f"fetched the commit log only up to {end_offset}, snapshot needs "
+                                         f"{meta.commit_log_end}")
 
     # ------------------------------------------------------------------ consistent views (any thread)
     def status_view(self) -> tuple[int, int, dict]:
@@ -286,21 +377,18 @@ class StateMachine:
         with self.lock:
             local_index, local_end = self.applied.last
             if self.from_leader and local_index > meta.applied_index:
-                # A leader sends its snapshot only when this member's log does not match its own past it: the
-                # entries applied here after the snapshot's are not the group's (see rewind). Its metadata, exact
-                # at that point, replaces ours below.
+                # A leader sends its snapshot when this member's log does not match its own past it (the
+                # entries applied here after the snapshot's are not the group's, see rewind), or when this member
+                # has no Raft log (a learner that copied the commit log from a peer). Either way the bytes are
+                # withheld, not cut: the gap below keeps those a peer's digests prove. The snapshot's metadata,
+                # exact at that point, replaces ours below.
                 self._rewind(meta.applied_index)
                 local_index, local_end = self.applied.last
             if local_index < meta.applied_index or (self.from_leader and local_end != meta.commit_log_end):
                 self.snapshot_installs += 1
                 if local_end < meta.commit_log_end:
-                    if self.gap_fetcher is None:
-                        raise snapshot.SnapshotError("snapshot is ahead of the local commit log and no peer to "
-                                                     "fetch the gap from")
-                    end_offset, end_index = self.gap_fetcher(local_end, meta.applied_index)
-                    if end_offset < meta.commit_log_end:
-                        raise snapshot.SnapshotError(f"fetched the commit log only up to {end_offset}, snapshot "
-                                                     f"needs {meta.commit_log_end}")
+                    if not self._prove_withheld(local_end, meta.commit_log_end):
+                        self._fetch_gap(local_end, meta)
                     # the frame written below says these bytes are applied: they reach the disk first
                     if not self.store.wait_flushed(meta.commit_log_end, 30.0):
                         raise snapshot.SnapshotError(f"the commit log copied up to {meta.commit_log_end} did not "
@@ -316,4 +404,9 @@ class StateMachine:
                 self.rebuild_dedup_window()
                 log.info("installed snapshot: Raft index %d, commit log end %d", meta.applied_index,
                          meta.commit_log_end)
+            if self.snapshot_voters is not None:  # pysyncobj takes the dump's cluster as its voters
+                record = meta.metadata.get("membership")
+                voters = self.snapshot_voters(membership.Membership.from_dict(record) if record else None,
+                                              self.from_leader)
+                internal = (*internal[:2], voters, *internal[3:])
         return internal

@@ -44,6 +44,7 @@ class WritePath(Protocol):
     leaderless_seconds: float
     snapshot_installs: int
     catch_up_bytes: int
+    snapshot_bytes_kept: int
     durable_ack_rounds: int
 
     def start(self) -> None:

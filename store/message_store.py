@@ -538,7 +538,7 @@ class MessageStore:
         offset = self.reput.reput_from_offset
         end = cl.max_offset if upto is None else min(upto, cl.max_offset)
         while offset < end:
-            view = cl.get_data(offset)
+            view = cl.get_data(offset, end)
             if view is None:
                 break
             next_offset: int | None = None
@@ -1146,6 +1146,18 @@ class MessageStore:
             self._rebuild_queue_offset_table(upto=offset)
         log.warning("store %s: commit log [%d, %d) kept but withheld until the Raft log confirms it",
                     self.config.root_dir, offset, cl.max_offset)
+
+    def confirm_withheld(self, offset: int) -> None:
+        """The withheld commit-log bytes up to ``offset`` (a record boundary) were proven the group's (a peer's
+        digests of them match): their records count for the next queue offsets, and reput dispatches them once
+        ``confirm_offset`` passes them. Nothing is written; the bytes beyond ``offset`` stay withheld."""
+        cl = self._check_open()
+        assert self.reput is not None
+        with cl.put_lock, self.reput.paused():
+            if not self.reput.reput_from_offset <= offset <= cl.max_offset or not cl.is_record_boundary(offset):
+                raise StoreError(f"cannot confirm the withheld commit log up to {offset}: it must be a record "
+                                 f"boundary in [{self.reput.reput_from_offset}, {cl.max_offset}]")
+            self._rebuild_queue_offset_table(upto=offset)
 
     def adopt_batch(self, batch: bytes | bytearray | memoryview, at: int) -> list[AppendResult] | None:
         """Results of applying ``batch`` at ``at`` when the withheld commit log already holds exactly the bytes the

@@ -1,5 +1,5 @@
 """The client subcommands of ``raftmq``, one module per command family: produce, messages (consume, query, view,
-offsets), topic, cluster, group, dlq, acl; args and output hold what they share.
+offsets), topic, cluster (with members), group, dlq, acl; args and output hold what they share.
 
 Human-readable output on stdout by default, ``--json`` where a script wants it; progress on stderr. Failures
 are raised (``RaftmqError``, ``UsageError``) and turned into one line and an exit code by ``client.cli``.

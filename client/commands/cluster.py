@@ -1,4 +1,5 @@
-"""``raftmq cluster status|check|transfer-leader|rebuild-member``."""
+"""``raftmq cluster status|check|transfer-leader|rebuild-member``; the membership changes are in
+``commands.members``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 
 from raftmq.client.admin import Admin
+from raftmq.client.commands import members
 from raftmq.client.commands.args import (
     UsageError,
     add_command,
@@ -63,7 +65,10 @@ def cluster_table(status: ClusterStatus) -> str:
     table = render_table(headers, rows, title=title)
     storage = [f"  {m.id}: {m.storage_integrity}" for m in sorted(status.members, key=lambda m: m.id)
                if m.storage_integrity]
-    return table + ("\nStorage integrity:\n" + "\n".join(storage) if storage else "")
+    learners = [f"  {m.id}: {m.progress or m.error or 'catching up'}" for m in sorted(status.members, key=lambda m: m.id)
+                if m.membership == "learner"]
+    return (table + ("\nLearners (not voting yet):\n" + "\n".join(learners) if learners else "")
+            + ("\nStorage integrity:\n" + "\n".join(storage) if storage else ""))
 
 
 def _status_json(status: ClusterStatus) -> dict:
@@ -248,8 +253,9 @@ def cmd_cluster_check(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    c = sub.add_parser("cluster", help="cluster status, replica check and leadership")
-    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,rebuild-member}")
+    c = sub.add_parser("cluster", help="cluster status, replica check, leadership and membership")
+    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,rebuild-member,"
+                                                            "add-member,remove-member,replace-member}")
     csub.required = True
     p = add_command(csub, "status", cmd_cluster_status, "members, roles, terms, indexes and lag")
     p.add_argument("--watch", "-w", nargs="?", const=2.0, type=positive_float, metavar="SECONDS",
@@ -289,3 +295,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true", help="return once the member has accepted the request")
     p.add_argument("--wait-timeout", type=positive_float, default=600.0, metavar="SECONDS",
                    help="how long to wait for it to be back (default 600)")
+    members.register(csub)  # add-member, remove-member, replace-member (issue 39)

@@ -55,6 +55,8 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AdminService/ClusterStatus": (),
     "/raftmq.v1.AdminService/TransferLeader": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AdminService/RebuildMember": (("ADMIN", CLUSTER, ""),),
+    "/raftmq.v1.AdminService/AddMember": (("ADMIN", CLUSTER, ""),),
+    "/raftmq.v1.AdminService/RemoveMember": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AdminService/DescribeConsumerGroup": (("SUB", "group", "group"),),
     "/raftmq.v1.AdminService/UpdateConsumerGroup": (("ADMIN", "group", "group"),),
     "/raftmq.v1.TransactionService/SendHalfMessage": (("PUB", "topic", "message.topic"),),

@@ -49,12 +49,17 @@ def cluster_page(c: ConsoleContext, query: dict[str, str]) -> Response:
         rows.append([
             html('<b title="Raft {}">{}</b>{}', m.raft_address or "-", m.id,
                  Markup(" (this node)") if m.id == c.node.node_id else Markup("")),
-            badge(role), yes_no(m.ready), yes_no(m.healthy), *numbers, m.grpc_address, error,
+            badge(role), m.membership or "-", yes_no(m.ready), yes_no(m.healthy), *numbers, m.grpc_address, error,
         ])
     members_table = table(
-        ["member", "role", "ready", "healthy", "term", "commit index", "applied index", "apply lag",
+        ["member", "role", "membership", "ready", "healthy", "term", "commit index", "applied index", "apply lag",
          "applied offset", "behind leader", "undispatched", "gRPC address", "error"],
-        rows, table_id="members", numeric=(4, 5, 6, 7, 8, 9, 10), wrap=(12,))
+        rows, table_id="members", numeric=(5, 6, 7, 8, 9, 10, 11), wrap=(13,))
+    learners = [m for m in members if m.membership == "learner"]
+    if learners:  # issue 39: a new member catching up before it votes
+        members_table = join([members_table, table(
+            ["learner", "progress (as the leader measures it)"],
+            [[m.id, esc_or_dash(m.progress or m.error)] for m in learners], table_id="learners", wrap=(1,))])
     terms = [m.term for m in members if m.term and m.role != "unreachable"]
     summary = cards([
         ("cluster", status.cluster_name), ("leader", status.leader_id or "none (election)"),
@@ -88,7 +93,8 @@ def cluster_page(c: ConsoleContext, query: dict[str, str]) -> Response:
         summary,
         section("Members", members_table, "members-section", live=True,
                 note="as this node sees them right now: peers are asked directly, an unreachable one shows "
-                     "its error"),
+                     "its error; a learner copies and follows the log without voting until the leader makes "
+                     "it a voter (raftmq cluster add-member)"),
         section("Storage integrity", integrity, "integrity-section", live=True,
                 note="damage each member found in its files since it started (at start, by the scrubber, by a "
                      "read, by comparing with its peers), as raftmq cluster status shows it"),

@@ -70,7 +70,7 @@ VALUE_SETS = {
         "nodeSelector": {"pool": "mq"},
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "mq", "effect": "NoSchedule"}],
         "service": {"type": "LoadBalancer", "annotations": {"x": "y"}},
-        "scaleDown": {"removedMembers": ["mq-3", "mq-4"]},
+        "membership": {"auto": False},
     },
 }
 
@@ -112,14 +112,6 @@ BAD_VALUES = {
 }
 
 # Refused by a template `fail` (needs the other values to decide).
-BAD_RENDER = {
-    "removed-member-still-kept": ({"scaleDown": {"removedMembers": [f"{FULL}-1"]}}, "is still a member"),
-    "removed-member-other-release": ({"scaleDown": {"removedMembers": ["other-raftmq-3"]}}, "not a member id"),
-    "added-member-beyond-replicas": ({"scaleUp": {"addedMembers": [f"{FULL}-3"]}}, "is not a member with"),
-    "added-member-garbage": ({"scaleUp": {"addedMembers": ["raftmq"]}}, "not a member id"),
-}
-
-
 @pytest.fixture(scope="module", params=sorted(VALUE_SETS))
 def value_set(request):
     return request.param, VALUE_SETS[request.param]
@@ -204,18 +196,17 @@ def test_values_schema_rejects_bad_values(case):
     assert report["errors"], f"helm lint --strict accepted {values}"
 
 
-@pytest.mark.parametrize("case", sorted(BAD_RENDER))
-def test_template_refuses_inconsistent_scale_down_lists(case):
-    values, fragment = BAD_RENDER[case]
-    with pytest.raises(helm.HelmRenderError, match=fragment):
-        render(values)
-
-
-def test_membership_lists_that_match_replicas_are_accepted():
-    objs = objects({"scaleDown": {"removedMembers": [f"{FULL}-3", f"{FULL}-4"]}})
-    assert sts(objs)["spec"]["replicas"] == 3
-    objs = objects({"replicas": 5, "scaleUp": {"addedMembers": [f"{FULL}-3", f"{FULL}-4"]}})
-    assert sts(objs)["spec"]["replicas"] == 5
+def test_a_scale_changes_the_membership_by_itself_and_rolls_no_pod():
+    """membership.auto: new pods ask to join, the leader retires pods beyond replicas (docs/design/membership.md);
+    the member list in the config is only the seed, so a scale must not restart the running members."""
+    three, five = objects(), objects({"replicas": 5})
+    for objs in (three, five):
+        config = yaml.safe_load(one(objs, "ConfigMap")["data"]["raftmq.yaml"])
+        assert config["cluster"]["auto_join"] is True and config["kubernetes"]["membership"] == "auto"
+    annotations = [sts(o)["spec"]["template"]["metadata"]["annotations"]["checksum/config"] for o in (three, five)]
+    assert annotations[0] == annotations[1]
+    manual = yaml.safe_load(one(objects({"membership": {"auto": False}}), "ConfigMap")["data"]["raftmq.yaml"])
+    assert manual["cluster"]["auto_join"] is False and manual["kubernetes"]["membership"] == "false"
 
 
 # ---------------------------------------------------------------- StatefulSet
@@ -428,7 +419,7 @@ def test_rbac_is_minimal(default_objects):
     assert role["rules"] == [{
         "apiGroups": [""], "resources": ["pods"], "verbs": ["patch"],
         "resourceNames": [f"{FULL}-{i}" for i in range(3)],
-    }]
+    }, {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"], "resourceNames": [FULL]}]
     binding = one(default_objects, "RoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
@@ -447,8 +438,15 @@ def test_role_names_follow_replicas():
     assert role["rules"][0]["resourceNames"] == [f"{FULL}-{i}" for i in range(5)]
 
 
-def test_no_api_access_without_role_labels():
+def test_only_the_statefulset_is_read_without_role_labels():
     objs = objects({"roleLabel": {"enabled": False}})
+    assert one(objs, "Role")["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"], "resourceNames": [FULL]}]
+    assert sts(objs)["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+
+
+def test_no_api_access_without_role_labels_and_automatic_membership():
+    objs = objects({"roleLabel": {"enabled": False}, "membership": {"auto": False}})
     assert not all_of(objs, "Role") and not all_of(objs, "RoleBinding")
     assert sts(objs)["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     config = yaml.safe_load(one(objs, "ConfigMap")["data"]["raftmq.yaml"])

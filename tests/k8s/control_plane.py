@@ -259,7 +259,7 @@ class ControlPlane(LoggedProcesses):
                 "metadata": {"name": "local", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
                 "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate",
             })
-            for i in range(12):
+            for i in range(16):  # the session's releases: 3 (helm), 3 (role labels), 5 (scaling), spares
                 (volumes / f"pv-{i}").mkdir(parents=True, exist_ok=True)
                 (volumes / f"pv-{i}").chmod(0o777)
                 core.create_persistent_volume({

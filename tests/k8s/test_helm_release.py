@@ -82,14 +82,6 @@ def test_upgrade_rolls_the_pods_when_the_config_changes(control_plane, release):
     wait_for(rolled, timeout=180, what="every member pod replaced by the upgrade")
 
 
-def test_scale_guard_refuses_a_real_scale_up_without_added_members(control_plane, release):
-    with helm.Config(kubeconfig_path=str(control_plane.kubeconfig), namespace=release) as cfg:
-        with pytest.raises(Exception, match=r"refusing to scale mq-raftmq from 3 to 5 replicas"):
-            cfg.upgrade(str(CHART_DIR), RELEASE, {"replicas": 5, "rbac": {"admissionPolicy": {"enabled": True}},
-                                                  "persistence": {"size": "4Gi"}}, namespace=release, timeout=60)
-        assert int(cfg.status(RELEASE)["revision"]) == 2  # nothing changed
-
-
 def test_pod_bound_token_may_label_only_its_own_pod_and_only_the_role(control_plane, release, tmp_path):
     env = control_plane.pod_environment(release, f"{RELEASE}-raftmq-0", f"{RELEASE}-raftmq", tmp_path / "sa")
     conf = k8s.Configuration()

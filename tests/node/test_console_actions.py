@@ -43,9 +43,9 @@ def test_an_admin_transfers_leadership_from_the_cluster_page(cluster):
     assert _leader(cluster) == target
     code, _, body = web.request("GET", headers["location"], cookie=root)
     assert code == 200 and f"leadership transferred: the leader is now {target}" in body
-    # a member that is not one is refused with the reason, and nothing moves
+    # a member that is not a voter is refused with the reason, and nothing moves
     code, _, body = web.request("POST", "/ui/cluster/transfer-leader", cookie=root, form={"to": "n9"})
-    assert code == 409 and "&#x27;n9&#x27; (transfer-leader --to) is not a member" in body
+    assert code == 409 and "&#x27;n9&#x27; (transfer-leader --to) is not a voter of the group" in body
     assert _leader(cluster) == target
 
 

@@ -120,10 +120,10 @@ def test_cluster_page_shows_every_member_as_the_api_does(cluster, page):
     for m in status.members:
         r = rows[m.id]
         assert r[1] == m.role, r
-        assert r[2] == "yes" and r[3] == "yes"
-        assert number(r[4]) == m.term
-        assert number(r[8]) == m.applied_offset  # settled: nothing is written meanwhile
-        assert r[11] == m.grpc_address
+        assert r[2] == m.membership == "voter" and r[3] == "yes" and r[4] == "yes"
+        assert number(r[5]) == m.term
+        assert number(r[9]) == m.applied_offset  # settled: nothing is written meanwhile
+        assert r[12] == m.grpc_address
     assert "(this node)" in rows[follower.spec.id][0]
     assert page.inner_text("header .who").count(status.leader_id) >= 1
     assert f"leader {status.leader_id}" in page.inner_text("header .who")
@@ -369,7 +369,7 @@ def test_cluster_page_shows_an_election_after_the_leader_is_killed(cluster, page
             f"→ {new.leader_id}" in e for e in events) else None
 
     rows, events = wait_for(shown, "the election on the survivor's cluster page", timeout=60, interval=1.0)
-    assert rows[new.leader_id][1] == "leader" and number(rows[new.leader_id][4]) > old_term
+    assert rows[new.leader_id][1] == "leader" and number(rows[new.leader_id][5]) > old_term
     assert rows[leader.spec.id][12] != "-"  # says why it could not be asked
 
 

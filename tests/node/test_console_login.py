@@ -376,5 +376,5 @@ def test_console_issue_34_log_out_on_every_member_unknown_numbers_and_what_a_vis
         assert row, body
         cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)
         assert "unreachable" in cells[1]
-        assert cells[4:11] == ["-"] * 7, cells  # term .. undispatched
+        assert cells[2] == "voter" and cells[5:12] == ["-"] * 7, cells  # membership (from the group), term .. undispatched
         assert "connection refused" in cells[-1] and "failed to connect" not in cells[-1].split(">", 1)[-1], cells

@@ -10,11 +10,11 @@ import threading
 
 
 class PausableProxy:
-    def __init__(self, target_port: int, host: str = "127.0.0.1"):
+    def __init__(self, target_port: int, host: str = "127.0.0.1", listen_port: int = 0):
         self.target = (host, target_port)
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((host, 0))
+        self.listener.bind((host, listen_port))
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         self.flowing = threading.Event()

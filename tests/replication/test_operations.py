@@ -146,50 +146,57 @@ def test_compaction_bounds_the_journal_and_a_full_restart_loses_nothing(cluster_
     assert_byte_identical(c.nodes, crashed=True)
 
 
-def test_add_then_remove_a_member_with_the_documented_full_restart(tmp_path):
+def test_an_edited_member_list_and_a_full_restart_change_nothing_and_the_new_node_says_how_to_join(tmp_path):
+    """The procedure of the static-membership days (edit ``cluster.members`` everywhere, restart the whole group)
+    must not split or silently change a group that records its membership (docs/design/membership.md): the
+    group keeps its voters, the new node waits, not ready, naming the command that adds it, and that command
+    (then ``remove-member``) changes the group with every acknowledged message kept."""
+    from raftmq.client import Admin
     from tests.replication.conftest import Cluster
+    from tests.replication.membership_util import ready_text
     from tests.support.processes import stop_all
 
     c = Cluster(tmp_path, n=4)
     all_members = list(c.specs[0].members)
-    first_three = [m for m in all_members if m["id"] != "n3"]
     newcomer = c.by_id("n3")
     running = [n for n in c.nodes if n is not newcomer]
     try:
         for s in c.specs:
-            s.members = first_three
-        for n in running:
-            n.start(env=c.env)
-        for n in running:
-            n.wait_ready(90)
+            s.members = [m for m in all_members if m["id"] != "n3"]
+        c.restart(running)
         create_topic(running, TOPIC, QUEUES)
         p = Producers(running, TOPIC, n=3, queues=QUEUES).start()
         p.wait_acked(300)
         log1 = p.stop()
 
-        # add n3: stop all, give everyone the 4-member list, start all; n3 copies the group's data first
         for n in running:
             assert n.stop() == 0
         for s in c.specs:
             s.members = all_members
-        c.restart()
-        p = Producers(c.nodes, TOPIC, n=3, queues=QUEUES, prefix="Q").start()
-        p.wait_acked(300)
-        log2 = p.stop()
-        wait_applied_equal(c.nodes)
-        log2.acked.update(log1.acked)
-        check_acked(log2, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
-        assert_byte_identical(c.nodes)
+        c.restart(running)
+        newcomer.start(env=c.env)
+        wait_for(lambda: "not a member of the group yet" in ready_text(newcomer), what="n3 waiting to be added",
+                 timeout=120)
+        assert "raftmq cluster add-member n3" in ready_text(newcomer)
+        with Admin([n.grpc_address for n in running], timeout=15) as admin:
+            assert {m.id for m in admin.cluster_status().members if m.membership == "voter"} == {"n0", "n1", "n2"}
+            admin.add_member("n3", newcomer.spec.raft_address, newcomer.grpc_address)
+            p = Producers(c.nodes, TOPIC, n=3, queues=QUEUES, prefix="Q").start()
+            newcomer.wait_ready(300)
+            wait_for(lambda: {m.id for m in admin.cluster_status().members if m.membership == "voter"}
+                     == {"n0", "n1", "n2", "n3"}, what="n3 promoted to a voter", timeout=300, interval=0.5)
+            p.wait_acked(300)
+            log2 = p.stop()
+            wait_applied_equal(c.nodes)
+            log2.acked.update(log1.acked)
+            check_acked(log2, {n.spec.id: read_topic(n, TOPIC, QUEUES) for n in c.nodes})
+            assert_byte_identical(c.nodes)
 
-        # remove n0 the same way
-        for n in c.nodes:
-            assert n.stop() == 0
-        rest = [n for n in c.nodes if n.spec.id != "n0"]
-        for n in rest:
-            n.spec.members = [m for m in all_members if m["id"] != "n0"]
-            n.start(env=c.env)
-        for n in rest:
-            n.wait_ready(120)
+            rest = [n for n in c.nodes if n.spec.id != "n0"]
+            admin.remove_member("n0")
+        with Admin([n.grpc_address for n in rest], timeout=15) as admin:
+            wait_for(lambda: {m.id for m in admin.cluster_status().members if m.membership == "voter"}
+                     == {"n1", "n2", "n3"}, what="n0 removed", timeout=120, interval=0.5)
         p = Producers(rest, TOPIC, n=3, queues=QUEUES, prefix="R").start()
         p.wait_acked(200)
         log3 = p.stop()

@@ -165,3 +165,20 @@ def test_a_conflict_with_applied_entries_rewinds_them_and_a_match_does_not(membe
                                          "prevLogTerm": 1, "entries": [(NOOP, 4, 1), (NOOP, 5, 2)]})
     assert member._machine.applied_index() == 4 and member.rewound_entries == 2
     assert member.last_log_index() == 5 and member.entry_term(5) == 2
+
+
+def test_a_dump_that_finishes_after_a_leaders_snapshot_does_not_empty_the_journal(member):
+    # (seen in a bench run: a replacement member received several snapshots in a row, then every tick failed with
+    # IndexError on the empty journal and it never became a voter)
+    _follow_with_uncommitted_tail(member)
+    journal = member._SyncObj__raftLog
+    # this member wrote its own dump of entry 4; before the next tick compacts the journal to it, the leader's
+    # snapshot of entry 3 replaces the journal with the snapshot's last two entries (pysyncobj's __loadDumpFile)
+    journal.clear()
+    journal.add(NOOP, 2, 1)
+    journal.add(NOOP, 3, 2)
+    member._SyncObj__deleteEntriesTo(4)  # pysyncobj's compaction once the dump is reported written
+    assert [e[1] for e in journal] == [2, 3] and member.last_log_index() == 3
+    member._onTick(0.0)  # ticks go on
+    member._SyncObj__deleteEntriesTo(3)  # a dump the journal holds compacts as before
+    assert [e[1] for e in journal] == [3]

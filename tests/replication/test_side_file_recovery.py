@@ -9,6 +9,7 @@ trusted beyond what the Raft log still holds; a journal compacted without its sn
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import time
@@ -59,6 +60,14 @@ def cut_applied_index(raft_dir, keep_frames: int) -> None:
         f.truncate(keep_frames * FRAME)
 
 
+def add_voter_to_record(root, member: MemberInfo) -> None:
+    """The state of a group that had added ``member`` as a voter: its replicated membership record lists it."""
+    path = root / "config" / "membership.json"
+    record = json.loads(path.read_text())
+    record["voters"].append({"id": member.id, "raft": member.raft_address, "grpc": member.grpc_address})
+    path.write_text(json.dumps(record))
+
+
 def written_member(tmp_path, members, n: int = 40):
     """A member that stored ``n`` acknowledged puts and stopped cleanly: (root, acked results, commit-log end)."""
     root = tmp_path / "s"
@@ -84,6 +93,7 @@ def test_commit_log_beyond_a_lost_applied_index_is_kept_not_cut(tmp_path):
     from tests.support.processes import free_ports
 
     absent = MemberInfo("n1", *(f"127.0.0.1:{p}" for p in free_ports(2)))
+    add_voter_to_record(root, absent)  # the group's membership decides, not cluster.members (issue 39)
     st, wp = start(root, [*members, absent])
     try:
         time.sleep(1.0)  # elections come and go; no majority, so no entry is applied

@@ -1,8 +1,12 @@
-"""preStop hook: if this member leads the Raft group, hand leadership to the most caught-up healthy follower.
+"""preStop hook: if a scale-down removes this pod, take it out of the Raft group first; otherwise, if this member
+leads the Raft group, hand leadership to the most caught-up healthy follower.
 
 Why: a leader that simply exits leaves the group leaderless for an election timeout and fails in-flight writes;
-a transfer first makes the switch orderly. Runs in the broker container before SIGTERM, uses only the `raftmq`
-CLI against the local node, never fails the shutdown (always exits 0) and stays within --timeout seconds.
+a transfer first makes the switch orderly. A pod beyond the StatefulSet's replicas is going for good: removed
+before it stops, the group keeps its full fault tolerance instead of counting a dead voter until the leader
+removes it (issue 39). Runs in the broker container before SIGTERM, uses the `raftmq` CLI against the local node
+(and the node's own Kubernetes glue to read the StatefulSet), never fails the shutdown (always exits 0) and stays
+within --timeout seconds.
 """
 
 import argparse
@@ -17,8 +21,9 @@ def log(message):
     print(f"raftmq pre-stop: {message}", file=sys.stderr, flush=True)
 
 
-def raftmq(args, server, seconds):
-    """Run a `raftmq` command against the local node; returns stdout, or None on failure."""
+def raftmq(args, server, seconds, failed=None):
+    """Run a `raftmq` command against the local node; returns stdout, or None on failure (its stderr appended to
+    ``failed`` when given)."""
     cmd = ["raftmq", *args, "--server", server, "--timeout", f"{max(seconds, 1.0):.1f}"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(seconds, 1.0) + 5)
@@ -27,6 +32,8 @@ def raftmq(args, server, seconds):
         return None
     if done.returncode != 0:
         log(f"{' '.join(cmd[:3])} exited {done.returncode}: {done.stderr.strip()}")
+        if failed is not None:
+            failed.append(done.stderr)
         return None
     return done.stdout
 
@@ -56,6 +63,34 @@ def best_follower(st, me):
     return candidates[0]["id"] if candidates else None
 
 
+def scaled_away(member_id):
+    """This pod is at or beyond its StatefulSet's replicas (a scale-down deletes it); False when unknown."""
+    try:
+        from raftmq.node.kube_members import StatefulSetMembers
+
+        members = StatefulSetMembers.from_environment("auto")
+        return members is not None and member_id in members.retiring([member_id])
+    except Exception as exc:  # noqa: BLE001 - never fail the shutdown over it
+        log(f"cannot tell whether a scale-down removes this pod: {exc}")
+        return False
+
+
+def leave_group(args, left):
+    """Remove this member (the leader hands leadership away first); retried while another change runs (the other
+    pods of the same scale-down remove themselves too)."""
+    log(f"{args.id} is beyond the StatefulSet's replicas: removing it from the Raft group")
+    while left() > 1.0:
+        failed = []
+        out = raftmq(["cluster", "remove-member", args.id], args.server, min(15.0, left()), failed)
+        if out is not None:
+            log(out.strip())
+            return
+        if failed and "is not a member" in failed[0]:
+            return  # the leader removed it already
+        time.sleep(min(1.0, max(left() - 1.0, 0)))
+    log("not removed within the timeout; the leader removes it once it is gone")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--server", default="127.0.0.1:8081", help="the local node's gRPC address")
@@ -68,6 +103,9 @@ def main(argv=None):
     def left():
         return deadline - time.monotonic()
 
+    if args.id and scaled_away(args.id):
+        leave_group(args, left)
+        return 0
     st = status(args.server, min(5.0, left()))
     if st is None:
         log("cannot read cluster status; stopping without a transfer")

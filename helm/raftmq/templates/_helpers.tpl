@@ -87,53 +87,6 @@ app.kubernetes.io/component: broker
 {{- end }}
 {{- end -}}
 
-{{/* Refuse a membership change that Raft has not been told about (see the chart README, "Changing the number of members").
-     Changing the member list by restarting pods with a new config is unsafe: members with the old and the new
-     list could elect two leaders at once. So removedMembers may only name pods the new replica count really
-     removes, addedMembers only pods it keeps, and when the live StatefulSet differs from .Values.replicas, every
-     pod that leaves or joins must be listed (after `raftmq cluster remove-member` / `add-member`). */}}
-{{- define "raftmq.validateScaleDown" -}}
-{{- $fullname := include "raftmq.fullname" . -}}
-{{- $replicas := int .Values.replicas -}}
-{{- range $id := .Values.scaleDown.removedMembers -}}
-{{- $ordinal := trimPrefix (printf "%s-" $fullname) $id -}}
-{{- if or (eq $ordinal $id) (not (regexMatch "^[0-9]+$" $ordinal)) -}}
-{{- fail (printf "scaleDown.removedMembers: %q is not a member id of this release (expected %s-<ordinal>)" $id $fullname) -}}
-{{- end -}}
-{{- if lt (atoi $ordinal) $replicas -}}
-{{- fail (printf "scaleDown.removedMembers: %q is still a member with replicas=%d; list only the pods the scale-down removes (ordinals >= %d)" $id $replicas $replicas) -}}
-{{- end -}}
-{{- end -}}
-{{- range $id := .Values.scaleUp.addedMembers -}}
-{{- $ordinal := trimPrefix (printf "%s-" $fullname) $id -}}
-{{- if or (eq $ordinal $id) (not (regexMatch "^[0-9]+$" $ordinal)) -}}
-{{- fail (printf "scaleUp.addedMembers: %q is not a member id of this release (expected %s-<ordinal>)" $id $fullname) -}}
-{{- end -}}
-{{- if ge (atoi $ordinal) $replicas -}}
-{{- fail (printf "scaleUp.addedMembers: %q is not a member with replicas=%d; list only pods the scale-up adds (ordinals < %d)" $id $replicas $replicas) -}}
-{{- end -}}
-{{- end -}}
-{{- $live := lookup "apps/v1" "StatefulSet" .Release.Namespace $fullname -}}
-{{- if $live -}}
-{{- $current := int $live.spec.replicas -}}
-{{- if lt $replicas $current -}}
-{{- range $i := untilStep $replicas $current 1 -}}
-{{- $id := printf "%s-%d" $fullname $i -}}
-{{- if not (has $id $.Values.scaleDown.removedMembers) -}}
-{{- fail (printf "refusing to scale %s from %d to %d replicas: member %s is still in the Raft group. Remove it first (raftmq cluster remove-member %s), check `raftmq cluster status`, then add it to scaleDown.removedMembers. See the chart README, \"Changing the number of members\"." $fullname $current $replicas $id $id) -}}
-{{- end -}}
-{{- end -}}
-{{- else if gt $replicas $current -}}
-{{- range $i := untilStep $current $replicas 1 -}}
-{{- $id := printf "%s-%d" $fullname $i -}}
-{{- if not (has $id $.Values.scaleUp.addedMembers) -}}
-{{- fail (printf "refusing to scale %s from %d to %d replicas: member %s is not in the Raft group yet. Add it first (raftmq cluster add-member %s), then list it in scaleUp.addedMembers. See the chart README, \"Changing the number of members\"." $fullname $current $replicas $id $id) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-
 {{/* issue 14: the Secret holding tls.crt, tls.key and ca.crt. */}}
 {{- define "raftmq.tlsSecretName" -}}
 {{- if .Values.tls.certManager.enabled -}}

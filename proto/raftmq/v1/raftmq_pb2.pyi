@@ -545,7 +545,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class MemberStatus(_message.Message):
-    __slots__ = ("id", "grpc_address", "raft_address", "role", "term", "commit_index", "applied_index", "applied_offset", "dispatch_behind_bytes", "lag_bytes", "healthy", "ready", "error", "storage_integrity")
+    __slots__ = ("id", "grpc_address", "raft_address", "role", "term", "commit_index", "applied_index", "applied_offset", "dispatch_behind_bytes", "lag_bytes", "healthy", "ready", "error", "storage_integrity", "membership", "progress")
     ID_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -560,6 +560,8 @@ class MemberStatus(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STORAGE_INTEGRITY_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     grpc_address: str
     raft_address: str
@@ -574,7 +576,9 @@ class MemberStatus(_message.Message):
     ready: bool
     error: str
     storage_integrity: str
-    def __init__(self, id: _Optional[str] = ..., grpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., applied_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., healthy: _Optional[bool] = ..., ready: _Optional[bool] = ..., error: _Optional[str] = ..., storage_integrity: _Optional[str] = ...) -> None: ...
+    membership: str
+    progress: str
+    def __init__(self, id: _Optional[str] = ..., grpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., applied_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., healthy: _Optional[bool] = ..., ready: _Optional[bool] = ..., error: _Optional[str] = ..., storage_integrity: _Optional[str] = ..., membership: _Optional[str] = ..., progress: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("cluster_name", "leader_id", "members", "durability")
@@ -613,6 +617,40 @@ class RebuildMemberResponse(_message.Message):
     SET_ASIDE_FIELD_NUMBER: _ClassVar[int]
     set_aside: str
     def __init__(self, set_aside: _Optional[str] = ...) -> None: ...
+
+class AddMemberRequest(_message.Message):
+    __slots__ = ("id", "raft_address", "grpc_address", "dry_run", "replaces")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    REPLACES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    raft_address: str
+    grpc_address: str
+    dry_run: bool
+    replaces: str
+    def __init__(self, id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., dry_run: _Optional[bool] = ..., replaces: _Optional[str] = ...) -> None: ...
+
+class RemoveMemberRequest(_message.Message):
+    __slots__ = ("id", "dry_run")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    dry_run: bool
+    def __init__(self, id: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class MembershipChangeResponse(_message.Message):
+    __slots__ = ("plan", "voters", "learners", "index")
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    plan: str
+    voters: _containers.RepeatedScalarFieldContainer[str]
+    learners: _containers.RepeatedScalarFieldContainer[str]
+    index: int
+    def __init__(self, plan: _Optional[str] = ..., voters: _Optional[_Iterable[str]] = ..., learners: _Optional[_Iterable[str]] = ..., index: _Optional[int] = ...) -> None: ...
 
 class SendHalfMessageRequest(_message.Message):
     __slots__ = ("message", "producer_group")

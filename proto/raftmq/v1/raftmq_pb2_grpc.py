@@ -935,6 +935,16 @@ class AdminServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.FromString,
                 _registered_method=True)
+        self.AddMember = channel.unary_unary(
+                '/raftmq.v1.AdminService/AddMember',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.AddMemberRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveMember = channel.unary_unary(
+                '/raftmq.v1.AdminService/RemoveMember',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveMemberRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -1002,6 +1012,20 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddMember(self, request, context):
+        """issue 39
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveMember(self, request, context):
+        """issue 39
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1054,6 +1078,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.UpdateConsumerGroup,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.SerializeToString,
+            ),
+            'AddMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMember,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.AddMemberRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.SerializeToString,
+            ),
+            'RemoveMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMember,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.RemoveMemberRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1326,6 +1360,60 @@ class AdminService:
             '/raftmq.v1.AdminService/UpdateConsumerGroup',
             raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.UpdateConsumerGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/AddMember',
+            raftmq_dot_v1_dot_raftmq__pb2.AddMemberRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/RemoveMember',
+            raftmq_dot_v1_dot_raftmq__pb2.RemoveMemberRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.MembershipChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

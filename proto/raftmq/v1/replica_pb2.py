@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftmq/v1/replica.proto\x12\traftmq.v1\"0\n\x17GetReplicaStatusRequest\x12\x15\n\rskip_metadata\x18\x01 \x01(\x08\"\xa4\x03\n\x18GetReplicaStatusResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x11\n\tis_leader\x18\x02 \x01(\x08\x12\x11\n\tleader_id\x18\x03 \x01(\t\x12\x11\n\traft_term\x18\x04 \x01(\x03\x12\x15\n\rapplied_index\x18\x05 \x01(\x03\x12\x1d\n\x15\x63ommit_log_min_offset\x18\x06 \x01(\x03\x12\x1d\n\x15\x63ommit_log_max_offset\x18\x07 \x01(\x03\x12\x1c\n\x14\x63ommit_log_file_size\x18\x08 \x01(\x05\x12\x10\n\x08metadata\x18\t \x01(\x0c\x12\x14\n\x0c\x63ommit_index\x18\n \x01(\x03\x12\x1a\n\x12raft_applied_index\x18\x0b \x01(\x03\x12\x1d\n\x15\x64ispatch_behind_bytes\x18\x0c \x01(\x03\x12\x12\n\x05ready\x18\r \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10not_ready_reason\x18\x0e \x01(\t\x12\x19\n\x11storage_integrity\x18\x0f \x01(\t\x12\x13\n\x0b\x61\x63l_key_ids\x18\x10 \x03(\tB\x08\n\x06_ready\"Z\n\x15\x46\x65tchCommitLogRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x13\n\x0bup_to_index\x18\x02 \x01(\x03\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\x05\"c\n\x0e\x43ommitLogChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x11\n\tend_index\x18\x05 \x01(\x03\"1\n\x12SyncJournalRequest\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\"=\n\x13SyncJournalResponse\x12\x0f\n\x07\x64urable\x18\x01 \x01(\x08\x12\x15\n\rdurable_index\x18\x02 \x01(\x03\"W\n\x18\x43hecksumCommitLogRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tto_offset\x18\x02 \x01(\x03\x12\x13\n\x0b\x63hunk_bytes\x18\x03 \x01(\x05\"A\n\x0f\x43ommitLogDigest\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x05\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\"\xb1\x01\n\x19\x43hecksumCommitLogResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12*\n\x06\x63hunks\x18\x02 \x03(\x0b\x32\x1a.raftmq.v1.CommitLogDigest\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x16\n\x0e\x61pplied_offset\x18\x04 \x01(\x03\x12\x15\n\rapplied_index\x18\x05 \x01(\x03\x12\x12\n\nmin_offset\x18\x06 \x01(\x03\"\\\n\x11\x43onsumeQueueRange\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x13\n\x0b\x66rom_offset\x18\x03 \x01(\x03\x12\x11\n\tto_offset\x18\x04 \x01(\x03\"L\n\x1c\x43hecksumConsumeQueuesRequest\x12,\n\x06ranges\x18\x01 \x03(\x0b\x32\x1c.raftmq.v1.ConsumeQueueRange\"\x95\x01\n\x12\x43onsumeQueueDigest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x12\n\nmin_offset\x18\x03 \x01(\x03\x12\x12\n\nmax_offset\x18\x04 \x01(\x03\x12\x13\n\x0b\x66rom_offset\x18\x05 \x01(\x03\x12\x11\n\tto_offset\x18\x06 \x01(\x03\x12\x0e\n\x06sha256\x18\x07 \x01(\x0c\"a\n\x1d\x43hecksumConsumeQueuesResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12-\n\x06queues\x18\x02 \x03(\x0b\x32\x1d.raftmq.v1.ConsumeQueueDigest\"D\n\x1a\x46\x65tchCommitLogBytesRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tto_offset\x18\x02 \x01(\x03\";\n\x1b\x46\x65tchCommitLogBytesResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"-\n\x16GetStartupStateRequest\x12\x13\n\x0bincarnation\x18\x01 \x01(\t\"|\n\x0cStartupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\x14\n\x0craft_started\x18\x03 \x01(\x08\x12\r\n\x05\x66resh\x18\x04 \x01(\x08\x12\x1f\n\x17heard_asker_before_raft\x18\x05 \x01(\x08\x32\x8d\x05\n\x0eReplicaService\x12[\n\x10GetReplicaStatus\x12\".raftmq.v1.GetReplicaStatusRequest\x1a#.raftmq.v1.GetReplicaStatusResponse\x12O\n\x0e\x46\x65tchCommitLog\x12 .raftmq.v1.FetchCommitLogRequest\x1a\x19.raftmq.v1.CommitLogChunk0\x01\x12L\n\x0bSyncJournal\x12\x1d.raftmq.v1.SyncJournalRequest\x1a\x1e.raftmq.v1.SyncJournalResponse\x12^\n\x11\x43hecksumCommitLog\x12#.raftmq.v1.ChecksumCommitLogRequest\x1a$.raftmq.v1.ChecksumCommitLogResponse\x12j\n\x15\x43hecksumConsumeQueues\x12\'.raftmq.v1.ChecksumConsumeQueuesRequest\x1a(.raftmq.v1.ChecksumConsumeQueuesResponse\x12\x64\n\x13\x46\x65tchCommitLogBytes\x12%.raftmq.v1.FetchCommitLogBytesRequest\x1a&.raftmq.v1.FetchCommitLogBytesResponse\x12M\n\x0fGetStartupState\x12!.raftmq.v1.GetStartupStateRequest\x1a\x17.raftmq.v1.StartupStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftmq/v1/replica.proto\x12\traftmq.v1\"0\n\x17GetReplicaStatusRequest\x12\x15\n\rskip_metadata\x18\x01 \x01(\x08\"\xe1\x03\n\x18GetReplicaStatusResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x11\n\tis_leader\x18\x02 \x01(\x08\x12\x11\n\tleader_id\x18\x03 \x01(\t\x12\x11\n\traft_term\x18\x04 \x01(\x03\x12\x15\n\rapplied_index\x18\x05 \x01(\x03\x12\x1d\n\x15\x63ommit_log_min_offset\x18\x06 \x01(\x03\x12\x1d\n\x15\x63ommit_log_max_offset\x18\x07 \x01(\x03\x12\x1c\n\x14\x63ommit_log_file_size\x18\x08 \x01(\x05\x12\x10\n\x08metadata\x18\t \x01(\x0c\x12\x14\n\x0c\x63ommit_index\x18\n \x01(\x03\x12\x1a\n\x12raft_applied_index\x18\x0b \x01(\x03\x12\x1d\n\x15\x64ispatch_behind_bytes\x18\x0c \x01(\x03\x12\x12\n\x05ready\x18\r \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10not_ready_reason\x18\x0e \x01(\t\x12\x19\n\x11storage_integrity\x18\x0f \x01(\t\x12\x13\n\x0b\x61\x63l_key_ids\x18\x10 \x03(\t\x12\x12\n\nmembership\x18\x11 \x01(\t\x12\x0e\n\x06voters\x18\x12 \x03(\t\x12\x17\n\x0fmembership_role\x18\x13 \x01(\tB\x08\n\x06_ready\"Z\n\x15\x46\x65tchCommitLogRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x13\n\x0bup_to_index\x18\x02 \x01(\x03\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\x05\"c\n\x0e\x43ommitLogChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x11\n\tend_index\x18\x05 \x01(\x03\"1\n\x12SyncJournalRequest\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\"=\n\x13SyncJournalResponse\x12\x0f\n\x07\x64urable\x18\x01 \x01(\x08\x12\x15\n\rdurable_index\x18\x02 \x01(\x03\"W\n\x18\x43hecksumCommitLogRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tto_offset\x18\x02 \x01(\x03\x12\x13\n\x0b\x63hunk_bytes\x18\x03 \x01(\x05\"A\n\x0f\x43ommitLogDigest\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x05\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\"\xb1\x01\n\x19\x43hecksumCommitLogResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12*\n\x06\x63hunks\x18\x02 \x03(\x0b\x32\x1a.raftmq.v1.CommitLogDigest\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x16\n\x0e\x61pplied_offset\x18\x04 \x01(\x03\x12\x15\n\rapplied_index\x18\x05 \x01(\x03\x12\x12\n\nmin_offset\x18\x06 \x01(\x03\"\\\n\x11\x43onsumeQueueRange\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x13\n\x0b\x66rom_offset\x18\x03 \x01(\x03\x12\x11\n\tto_offset\x18\x04 \x01(\x03\"L\n\x1c\x43hecksumConsumeQueuesRequest\x12,\n\x06ranges\x18\x01 \x03(\x0b\x32\x1c.raftmq.v1.ConsumeQueueRange\"\x95\x01\n\x12\x43onsumeQueueDigest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x12\n\nmin_offset\x18\x03 \x01(\x03\x12\x12\n\nmax_offset\x18\x04 \x01(\x03\x12\x13\n\x0b\x66rom_offset\x18\x05 \x01(\x03\x12\x11\n\tto_offset\x18\x06 \x01(\x03\x12\x0e\n\x06sha256\x18\x07 \x01(\x0c\"a\n\x1d\x43hecksumConsumeQueuesResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12-\n\x06queues\x18\x02 \x03(\x0b\x32\x1d.raftmq.v1.ConsumeQueueDigest\"D\n\x1a\x46\x65tchCommitLogBytesRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tto_offset\x18\x02 \x01(\x03\";\n\x1b\x46\x65tchCommitLogBytesResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"Q\n\x10JoinGroupRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x14\n\x0craft_address\x18\x02 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x03 \x01(\t\"$\n\x11JoinGroupResponse\x12\x0f\n\x07refusal\x18\x01 \x01(\t\"-\n\x16GetStartupStateRequest\x12\x13\n\x0bincarnation\x18\x01 \x01(\t\"|\n\x0cStartupState\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\x12\x14\n\x0craft_started\x18\x03 \x01(\x08\x12\r\n\x05\x66resh\x18\x04 \x01(\x08\x12\x1f\n\x17heard_asker_before_raft\x18\x05 \x01(\x08\x32\xd5\x05\n\x0eReplicaService\x12[\n\x10GetReplicaStatus\x12\".raftmq.v1.GetReplicaStatusRequest\x1a#.raftmq.v1.GetReplicaStatusResponse\x12O\n\x0e\x46\x65tchCommitLog\x12 .raftmq.v1.FetchCommitLogRequest\x1a\x19.raftmq.v1.CommitLogChunk0\x01\x12L\n\x0bSyncJournal\x12\x1d.raftmq.v1.SyncJournalRequest\x1a\x1e.raftmq.v1.SyncJournalResponse\x12^\n\x11\x43hecksumCommitLog\x12#.raftmq.v1.ChecksumCommitLogRequest\x1a$.raftmq.v1.ChecksumCommitLogResponse\x12j\n\x15\x43hecksumConsumeQueues\x12\'.raftmq.v1.ChecksumConsumeQueuesRequest\x1a(.raftmq.v1.ChecksumConsumeQueuesResponse\x12\x64\n\x13\x46\x65tchCommitLogBytes\x12%.raftmq.v1.FetchCommitLogBytesRequest\x1a&.raftmq.v1.FetchCommitLogBytesResponse\x12\x46\n\tJoinGroup\x12\x1b.raftmq.v1.JoinGroupRequest\x1a\x1c.raftmq.v1.JoinGroupResponse\x12M\n\x0fGetStartupState\x12!.raftmq.v1.GetStartupStateRequest\x1a\x17.raftmq.v1.StartupStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,37 +34,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETREPLICASTATUSREQUEST']._serialized_start=38
   _globals['_GETREPLICASTATUSREQUEST']._serialized_end=86
   _globals['_GETREPLICASTATUSRESPONSE']._serialized_start=89
-  _globals['_GETREPLICASTATUSRESPONSE']._serialized_end=509
-  _globals['_FETCHCOMMITLOGREQUEST']._serialized_start=511
-  _globals['_FETCHCOMMITLOGREQUEST']._serialized_end=601
-  _globals['_COMMITLOGCHUNK']._serialized_start=603
-  _globals['_COMMITLOGCHUNK']._serialized_end=702
-  _globals['_SYNCJOURNALREQUEST']._serialized_start=704
-  _globals['_SYNCJOURNALREQUEST']._serialized_end=753
-  _globals['_SYNCJOURNALRESPONSE']._serialized_start=755
-  _globals['_SYNCJOURNALRESPONSE']._serialized_end=816
-  _globals['_CHECKSUMCOMMITLOGREQUEST']._serialized_start=818
-  _globals['_CHECKSUMCOMMITLOGREQUEST']._serialized_end=905
-  _globals['_COMMITLOGDIGEST']._serialized_start=907
-  _globals['_COMMITLOGDIGEST']._serialized_end=972
-  _globals['_CHECKSUMCOMMITLOGRESPONSE']._serialized_start=975
-  _globals['_CHECKSUMCOMMITLOGRESPONSE']._serialized_end=1152
-  _globals['_CONSUMEQUEUERANGE']._serialized_start=1154
-  _globals['_CONSUMEQUEUERANGE']._serialized_end=1246
-  _globals['_CHECKSUMCONSUMEQUEUESREQUEST']._serialized_start=1248
-  _globals['_CHECKSUMCONSUMEQUEUESREQUEST']._serialized_end=1324
-  _globals['_CONSUMEQUEUEDIGEST']._serialized_start=1327
-  _globals['_CONSUMEQUEUEDIGEST']._serialized_end=1476
-  _globals['_CHECKSUMCONSUMEQUEUESRESPONSE']._serialized_start=1478
-  _globals['_CHECKSUMCONSUMEQUEUESRESPONSE']._serialized_end=1575
-  _globals['_FETCHCOMMITLOGBYTESREQUEST']._serialized_start=1577
-  _globals['_FETCHCOMMITLOGBYTESREQUEST']._serialized_end=1645
-  _globals['_FETCHCOMMITLOGBYTESRESPONSE']._serialized_start=1647
-  _globals['_FETCHCOMMITLOGBYTESRESPONSE']._serialized_end=1706
-  _globals['_GETSTARTUPSTATEREQUEST']._serialized_start=1708
-  _globals['_GETSTARTUPSTATEREQUEST']._serialized_end=1753
-  _globals['_STARTUPSTATE']._serialized_start=1755
-  _globals['_STARTUPSTATE']._serialized_end=1879
-  _globals['_REPLICASERVICE']._serialized_start=1882
-  _globals['_REPLICASERVICE']._serialized_end=2535
+  _globals['_GETREPLICASTATUSRESPONSE']._serialized_end=570
+  _globals['_FETCHCOMMITLOGREQUEST']._serialized_start=572
+  _globals['_FETCHCOMMITLOGREQUEST']._serialized_end=662
+  _globals['_COMMITLOGCHUNK']._serialized_start=664
+  _globals['_COMMITLOGCHUNK']._serialized_end=763
+  _globals['_SYNCJOURNALREQUEST']._serialized_start=765
+  _globals['_SYNCJOURNALREQUEST']._serialized_end=814
+  _globals['_SYNCJOURNALRESPONSE']._serialized_start=816
+  _globals['_SYNCJOURNALRESPONSE']._serialized_end=877
+  _globals['_CHECKSUMCOMMITLOGREQUEST']._serialized_start=879
+  _globals['_CHECKSUMCOMMITLOGREQUEST']._serialized_end=966
+  _globals['_COMMITLOGDIGEST']._serialized_start=968
+  _globals['_COMMITLOGDIGEST']._serialized_end=1033
+  _globals['_CHECKSUMCOMMITLOGRESPONSE']._serialized_start=1036
+  _globals['_CHECKSUMCOMMITLOGRESPONSE']._serialized_end=1213
+  _globals['_CONSUMEQUEUERANGE']._serialized_start=1215
+  _globals['_CONSUMEQUEUERANGE']._serialized_end=1307
+  _globals['_CHECKSUMCONSUMEQUEUESREQUEST']._serialized_start=1309
+  _globals['_CHECKSUMCONSUMEQUEUESREQUEST']._serialized_end=1385
+  _globals['_CONSUMEQUEUEDIGEST']._serialized_start=1388
+  _globals['_CONSUMEQUEUEDIGEST']._serialized_end=1537
+  _globals['_CHECKSUMCONSUMEQUEUESRESPONSE']._serialized_start=1539
+  _globals['_CHECKSUMCONSUMEQUEUESRESPONSE']._serialized_end=1636
+  _globals['_FETCHCOMMITLOGBYTESREQUEST']._serialized_start=1638
+  _globals['_FETCHCOMMITLOGBYTESREQUEST']._serialized_end=1706
+  _globals['_FETCHCOMMITLOGBYTESRESPONSE']._serialized_start=1708
+  _globals['_FETCHCOMMITLOGBYTESRESPONSE']._serialized_end=1767
+  _globals['_JOINGROUPREQUEST']._serialized_start=1769
+  _globals['_JOINGROUPREQUEST']._serialized_end=1850
+  _globals['_JOINGROUPRESPONSE']._serialized_start=1852
+  _globals['_JOINGROUPRESPONSE']._serialized_end=1888
+  _globals['_GETSTARTUPSTATEREQUEST']._serialized_start=1890
+  _globals['_GETSTARTUPSTATEREQUEST']._serialized_end=1935
+  _globals['_STARTUPSTATE']._serialized_start=1937
+  _globals['_STARTUPSTATE']._serialized_end=2061
+  _globals['_REPLICASERVICE']._serialized_start=2064
+  _globals['_REPLICASERVICE']._serialized_end=2789
 # @@protoc_insertion_point(module_scope)

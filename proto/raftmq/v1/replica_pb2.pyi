@@ -13,7 +13,7 @@ class GetReplicaStatusRequest(_message.Message):
     def __init__(self, skip_metadata: _Optional[bool] = ...) -> None: ...
 
 class GetReplicaStatusResponse(_message.Message):
-    __slots__ = ("member_id", "is_leader", "leader_id", "raft_term", "applied_index", "commit_log_min_offset", "commit_log_max_offset", "commit_log_file_size", "metadata", "commit_index", "raft_applied_index", "dispatch_behind_bytes", "ready", "not_ready_reason", "storage_integrity", "acl_key_ids")
+    __slots__ = ("member_id", "is_leader", "leader_id", "raft_term", "applied_index", "commit_log_min_offset", "commit_log_max_offset", "commit_log_file_size", "metadata", "commit_index", "raft_applied_index", "dispatch_behind_bytes", "ready", "not_ready_reason", "storage_integrity", "acl_key_ids", "membership", "voters", "membership_role")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     IS_LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,9 @@ class GetReplicaStatusResponse(_message.Message):
     NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     STORAGE_INTEGRITY_FIELD_NUMBER: _ClassVar[int]
     ACL_KEY_IDS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_ROLE_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     is_leader: bool
     leader_id: str
@@ -46,7 +49,10 @@ class GetReplicaStatusResponse(_message.Message):
     not_ready_reason: str
     storage_integrity: str
     acl_key_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, member_id: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_id: _Optional[str] = ..., raft_term: _Optional[int] = ..., applied_index: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_file_size: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_index: _Optional[int] = ..., raft_applied_index: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., ready: _Optional[bool] = ..., not_ready_reason: _Optional[str] = ..., storage_integrity: _Optional[str] = ..., acl_key_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    membership: str
+    voters: _containers.RepeatedScalarFieldContainer[str]
+    membership_role: str
+    def __init__(self, member_id: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_id: _Optional[str] = ..., raft_term: _Optional[int] = ..., applied_index: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_file_size: _Optional[int] = ..., metadata: _Optional[bytes] = ..., commit_index: _Optional[int] = ..., raft_applied_index: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., ready: _Optional[bool] = ..., not_ready_reason: _Optional[str] = ..., storage_integrity: _Optional[str] = ..., acl_key_ids: _Optional[_Iterable[str]] = ..., membership: _Optional[str] = ..., voters: _Optional[_Iterable[str]] = ..., membership_role: _Optional[str] = ...) -> None: ...
 
 class FetchCommitLogRequest(_message.Message):
     __slots__ = ("from_offset", "up_to_index", "max_chunk_bytes")
@@ -183,6 +189,22 @@ class FetchCommitLogBytesResponse(_message.Message):
     offset: int
     data: bytes
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class JoinGroupRequest(_message.Message):
+    __slots__ = ("member_id", "raft_address", "grpc_address")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    raft_address: str
+    grpc_address: str
+    def __init__(self, member_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
+
+class JoinGroupResponse(_message.Message):
+    __slots__ = ("refusal",)
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    refusal: str
+    def __init__(self, refusal: _Optional[str] = ...) -> None: ...
 
 class GetStartupStateRequest(_message.Message):
     __slots__ = ("incarnation",)

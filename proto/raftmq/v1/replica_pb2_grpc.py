@@ -64,6 +64,11 @@ class ReplicaServiceStub:
                 request_serializer=raftmq_dot_v1_dot_replica__pb2.FetchCommitLogBytesRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_replica__pb2.FetchCommitLogBytesResponse.FromString,
                 _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/raftmq.v1.ReplicaService/JoinGroup',
+                request_serializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
         self.GetStartupState = channel.unary_unary(
                 '/raftmq.v1.ReplicaService/GetStartupState',
                 request_serializer=raftmq_dot_v1_dot_replica__pb2.GetStartupStateRequest.SerializeToString,
@@ -110,6 +115,12 @@ class ReplicaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStartupState(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -148,6 +159,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     servicer.FetchCommitLogBytes,
                     request_deserializer=raftmq_dot_v1_dot_replica__pb2.FetchCommitLogBytesRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_replica__pb2.FetchCommitLogBytesResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_replica__pb2.JoinGroupResponse.SerializeToString,
             ),
             'GetStartupState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStartupState,
@@ -317,6 +333,33 @@ class ReplicaService:
             '/raftmq.v1.ReplicaService/FetchCommitLogBytes',
             raftmq_dot_v1_dot_replica__pb2.FetchCommitLogBytesRequest.SerializeToString,
             raftmq_dot_v1_dot_replica__pb2.FetchCommitLogBytesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.ReplicaService/JoinGroup',
+            raftmq_dot_v1_dot_replica__pb2.JoinGroupRequest.SerializeToString,
+            raftmq_dot_v1_dot_replica__pb2.JoinGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
