@@ -98,8 +98,9 @@ def measure_rebuild(records: int) -> dict:
 
 
 class _TimedDeduplicator:
-    """A Deduplicator whose screening (leader) and apply (every member) CPU time is added up: the cost of
-    de-duplication itself, which a busy box inflates far less than throughput or the process total."""
+    """A Deduplicator whose screening and the end of each put (leader) and apply (every member) CPU time is added
+    up: the cost of de-duplication itself, which a busy box inflates far less than throughput or the process
+    total."""
 
     def __new__(cls, *args, **kwargs):
         from raftmq.replication.deduplicator import Deduplicator
@@ -125,6 +126,13 @@ class _TimedDeduplicator:
                 t = time.thread_time()
                 try:
                     return super().applied(keys, results)
+                finally:
+                    Timed.cpu += time.thread_time() - t
+
+            def _ended(self, ids, outcome):
+                t = time.thread_time()
+                try:
+                    return super()._ended(ids, outcome)
                 finally:
                     Timed.cpu += time.thread_time() - t
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from raftmq.replication.dedup_window import DedupWindow, dedup_topic
@@ -190,25 +191,24 @@ class Deduplicator:
 
     def _follow(self, put: PendingPut, ids: list[bytes | None]) -> None:
         """What the end of a put whose messages have ``ids`` (those it registered in flight are the non-empty
-        ones) does to them: a put that fails for sure before its entry could be in the log (refused, invalid,
-        not leader) frees them; one whose outcome is unknown keeps them until the entry applies here or the
-        leadership is lost (``leadership_lost``), so a retry meanwhile waits instead of storing the message a
-        second time; an acknowledged one settles them when they are not settled at apply."""
-        if not any(ids):
-            return
+        ones) does to them (``_ended``)."""
+        if any(ids):
+            put.on_end = partial(self._ended, ids)
 
-        def done(f: Future) -> None:
-            exc = f.exception()
-            if exc is None:
-                if not self.settle_at_apply:
-                    results = f.result()
-                    self._settle([(key, results[i]) for i, key in enumerate(ids) if key])
-            elif isinstance(exc, UnknownOutcomeError):
-                if not self.settle_at_apply:
-                    self._orphan([key for key in ids if key], exc)
-            else:
-                self._abandon([key for key in ids if key], exc)
-        put.future.add_done_callback(done)
+    def _ended(self, ids: list[bytes | None], outcome: Any) -> None:
+        """A put that registered ``ids`` ended with ``outcome`` (its results or an exception). One that failed for
+        sure before its entry could be in the log (refused, invalid, not leader) frees them; one whose outcome is
+        unknown keeps them until the entry applies here or the leadership is lost (``leadership_lost``), so a
+        retry meanwhile waits instead of storing the message a second time; an acknowledged one settles them
+        when they are not settled at apply."""
+        if not isinstance(outcome, BaseException):
+            if not self.settle_at_apply:
+                self._settle([(key, outcome[i]) for i, key in enumerate(ids) if key])
+        elif isinstance(outcome, UnknownOutcomeError):
+            if not self.settle_at_apply:
+                self._orphan([key for key in ids if key], outcome)
+        else:
+            self._abandon([key for key in ids if key], outcome)
 
     def _settle(self, done: list[tuple[bytes, AppendResult]]) -> None:
         with self.window.lock:
