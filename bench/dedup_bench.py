@@ -5,8 +5,12 @@
    (``raftmq_dedup_window_bytes``). And the rebuild a restart does: ``--rebuild-records`` records of 100 B
    written to a store, then read back into a window from the commit log.
 2. The leader's CPU per message, in one process: a Raft group of one (real pysyncobj, real store) taking puts of
-   ``--batch`` messages from 4 threads, with de-duplication on and off in turns (``--rounds``); process CPU time
-   per message, which a busy box inflates far less than throughput.
+   1 and of 32 messages from 4 threads, with de-duplication on and off in turns (``--rounds``); process CPU time
+   per message, which a busy box inflates far less than throughput. A third turn adds up the de-duplication
+   code's own CPU time; each of its clock reads is a system call (about 0.7 us), which would be most of the
+   figure at one message per put, so the reads are counted and taken off. Even so, at one message per put
+   the threads' contention moves these figures by more than the code costs: the code alone, on one thread,
+   gives that cost (``measure_code_alone``).
 3. Write path: 3 member processes on loopback, producers through the SDK as in ``bench/peer_bench.py`` (1 KiB
    bodies, closed loop), once with ``node.dedup_max_entries: 0`` (off) and once with the defaults (on: every
    message keyed, screened on the leader, its id carried in the Raft command and added to every member's window).
@@ -78,6 +82,48 @@ def _fill(window: DedupWindow, uniq: list[str]) -> None:
         window.add([(k, 1_700_000_000_000 + i // 1000, i * 1024 + j) for j, k in enumerate(ids)])
 
 
+def measure_code_alone(puts_of: int, batches: int = 3000) -> dict:
+    """CPU microseconds per put that de-duplication adds, on one thread with nothing else running (the threaded
+    measures below cannot resolve a few microseconds at one message per put): what the leader does for a group
+    commit of puts of ``puts_of`` messages (screening, the ids of the command, framing them) and every member at
+    apply (reading them back, adding them to the window), and the end of each put; against the same steps without
+    it (messages, puts, an RPB1 command framed and read back, results resolved)."""
+    from raftmq.replication.deduplicator import Deduplicator
+    from raftmq.replication.group_commit import PendingPut
+    from raftmq.replication.state_machine import frame_batch, unframe_batch
+    from raftmq.store import Message
+    from raftmq.store.commit_log import AppendResult
+
+    per = max(1, 16 // puts_of)  # puts per group commit
+    body, blob = os.urandom(1024), b"x" * (per * puts_of * 1200)
+    seq = iter(range(1 << 62))
+
+    def one_run(dedup: bool) -> float:
+        d = Deduplicator(DedupWindow(TopicWindows(_NoTopics(), 120), 1_000_000), None) if dedup else None
+        t0 = time.process_time()
+        for _ in range(batches):
+            puts = [PendingPut([Message(topic="orders", queue_id=0, body=body,
+                                        properties={"UNIQ_KEY": f"0A0000020002{next(seq):020X}"})
+                                for _ in range(puts_of)], 1200) for _ in range(per)]
+            if d is not None:
+                puts = d.screen(puts, 1_700_000_000_000)
+            _body, keys, _term = unframe_batch(frame_batch(blob, d.keys_of(puts) if d else (), 5), 1)
+            results = [AppendResult(i * 1200, i, 1200, 1_700_000_000_000, "orders", 0, "0A00000200002A9F")
+                       for i in range(per * puts_of)]
+            if d is not None:
+                d.applied(keys, results)
+            for i, p in enumerate(puts):
+                p.resolve(results[i * puts_of:(i + 1) * puts_of])
+        return (time.process_time() - t0) / (batches * per) * 1e6
+
+    runs = {True: [], False: []}
+    for _ in range(5):
+        for dedup in (False, True):
+            runs[dedup].append(one_run(dedup))
+    on, off = (sorted(runs[k])[2] for k in (True, False))
+    return {"puts_of": puts_of, "off_us": off, "added_us": on - off}
+
+
 def measure_rebuild(records: int) -> dict:
     """Seconds to rebuild a window of ``records`` ids from a store's commit log (what a restart does)."""
     from raftmq.store import Message, MessageStore, StoreConfig
@@ -107,6 +153,7 @@ class _TimedDeduplicator:
 
         class Timed(Deduplicator):
             cpu = 0.0
+            calls = 0  # timed calls: each adds about one clock read to ``cpu`` (``clock_read_us``)
 
             def screen(self, puts, now_ms, term=0):
                 t = time.thread_time()
@@ -114,6 +161,7 @@ class _TimedDeduplicator:
                     return super().screen(puts, now_ms, term)
                 finally:
                     Timed.cpu += time.thread_time() - t
+                    Timed.calls += 1
 
             def keys_of(self, puts):
                 t = time.thread_time()
@@ -121,6 +169,7 @@ class _TimedDeduplicator:
                     return super().keys_of(puts)
                 finally:
                     Timed.cpu += time.thread_time() - t
+                    Timed.calls += 1
 
             def applied(self, keys, results):
                 t = time.thread_time()
@@ -128,6 +177,7 @@ class _TimedDeduplicator:
                     return super().applied(keys, results)
                 finally:
                     Timed.cpu += time.thread_time() - t
+                    Timed.calls += 1
 
             def _ended(self, ids, outcome):
                 t = time.thread_time()
@@ -135,13 +185,24 @@ class _TimedDeduplicator:
                     return super()._ended(ids, outcome)
                 finally:
                     Timed.cpu += time.thread_time() - t
+                    Timed.calls += 1
 
         return Timed(*args, **kwargs)
 
 
-def measure_leader_cpu(base: Path, dedup: bool, batch: int, seconds: float) -> dict:
+def clock_read_us() -> float:
+    """CPU microseconds one ``time.thread_time()`` costs (a system call, not a vDSO read: about 0.7 us idle)."""
+    n = 100_000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        time.thread_time()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def measure_leader_cpu(base: Path, mode: str, batch: int, seconds: float) -> dict:
     """Process CPU microseconds per message of a Raft group of one under puts of ``batch`` messages (each with
-    its own UNIQ_KEY, as the SDK sends them), and of that the de-duplication code's own."""
+    its own UNIQ_KEY, as the SDK sends them). ``mode``: "off", "on", or "timed": on, with the de-duplication
+    code's own CPU time added up (its clock reads cost CPU too, so the process total of "timed" is not "on")."""
     import itertools
     import threading
 
@@ -154,7 +215,14 @@ def measure_leader_cpu(base: Path, dedup: bool, batch: int, seconds: float) -> d
     st = MessageStore(StoreConfig(root_dir=str(base), mapped_file_size_commit_log=256 << 20, preallocate=False))
     st.open()
     raft, grpc_port = free_ports(2)
-    dd = _TimedDeduplicator(DedupWindow(TopicWindows(st.topics, 120), 1_000_000), st) if dedup else None
+    window = DedupWindow(TopicWindows(st.topics, 120), 1_000_000)
+    if mode == "timed":
+        dd = _TimedDeduplicator(window, st)
+        type(dd).cpu, type(dd).calls = 0.0, 0
+    else:
+        from raftmq.replication.deduplicator import Deduplicator
+
+        dd = Deduplicator(window, st) if mode == "on" else None
     wp = RaftWritePath(st, node_id="n0", members=[MemberInfo("n0", f"127.0.0.1:{raft}", f"127.0.0.1:{grpc_port}")],
                        settings=RaftSettings(), dedup=dd)
     wp.start()
@@ -190,9 +258,9 @@ def measure_leader_cpu(base: Path, dedup: bool, batch: int, seconds: float) -> d
     finally:
         wp.stop()
         st.shutdown()
-    own = type(dd).cpu if dd is not None else 0.0
-    return {"cpu_us": cpu / max(sent[0], 1) * 1e6, "dedup_us": own / max(sent[0], 1) * 1e6,
-            "msgs_s": sent[0] / elapsed}
+    own, calls = (type(dd).cpu, type(dd).calls) if mode == "timed" else (0.0, 0)
+    n = max(sent[0], 1)
+    return {"cpu_us": cpu / n * 1e6, "dedup_us": own / n * 1e6, "reads": calls / n, "msgs_s": sent[0] / elapsed}
 
 
 def run_cluster(base: Path, dedup: bool, cases: list[tuple[int, int]], args) -> dict:
@@ -233,19 +301,27 @@ def main() -> int:
     print(f"rebuild from the commit log (a restart): {r['records']:,} ids in {r['seconds']:.2f} s, "
           f"{r['seconds'] / max(r['records'], 1) * 1e6:.1f} us per record (load average "
           f"{os.getloadavg()[0]:.1f})", flush=True)
+    for puts_of in (1, 32):
+        c = measure_code_alone(puts_of)
+        print(f"the de-duplication code alone, one thread, puts of {puts_of}: {c['added_us']:.2f} us added per put "
+              f"({c['added_us'] / puts_of:.2f} per message) to the {c['off_us']:.2f} us of the same steps without it; "
+              f"median of 5", flush=True)
     with tempfile.TemporaryDirectory(prefix="raftmq-dedup-leader-") as d:
+        read_us = clock_read_us()
         for batch in (1, 32):
-            got: dict[bool, list[dict]] = {True: [], False: []}
+            modes = ["on", "off", "timed"]
+            got: dict[str, list[dict]] = {m: [] for m in modes}
             for round_no in range(args.rounds):
-                for dedup in ((True, False) if round_no % 2 == 0 else (False, True)):
-                    got[dedup].append(measure_leader_cpu(Path(d) / f"{batch}-{round_no}-{dedup}", dedup, batch,
-                                                         args.seconds))
-            on = sorted(r["cpu_us"] for r in got[True])[len(got[True]) // 2]
-            off = sorted(r["cpu_us"] for r in got[False])[len(got[False]) // 2]
-            own = sorted(r["dedup_us"] for r in got[True])[len(got[True]) // 2]
+                for mode in modes[round_no % 3:] + modes[:round_no % 3]:  # each goes first in turn
+                    got[mode].append(measure_leader_cpu(Path(d) / f"{batch}-{round_no}-{mode}", mode, batch,
+                                                        args.seconds))
+            on, off = (sorted(r["cpu_us"] for r in got[m])[args.rounds // 2] for m in ("on", "off"))
+            timed = sorted(got["timed"], key=lambda r: r["dedup_us"])[args.rounds // 2]
+            own = timed["dedup_us"] - timed["reads"] * read_us
             print(f"leader CPU per message, group of one, puts of {batch}: off {off:.1f} us, on {on:.1f} us "
-                  f"({on / off - 1:+.1%}); the de-duplication code's own {own:.2f} us ({own / off:.1%} of off); "
-                  f"median of {args.rounds} rounds", flush=True)
+                  f"({on / off - 1:+.1%}); the de-duplication code's own {own:.2f} us ({own / off:.1%} of off; "
+                  f"{timed['dedup_us']:.2f} us measured, less its {timed['reads']:.2f} clock reads per message at "
+                  f"{read_us:.2f} us); median of {args.rounds} rounds", flush=True)
     if args.skip_cluster:
         return 0
 
