@@ -189,7 +189,7 @@ def send_result(r, msg: Message) -> pb.SendResult:
                 f"{msg.topic}-{msg.queue_id}")
     return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
                          queue_id=queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
-                         store_timestamp=r.store_timestamp, note=note)
+                         store_timestamp=r.store_timestamp, note=note, duplicate=r.duplicate)
 
 
 def add_send_results(field, results: list, msgs: list[Message]) -> None:
@@ -204,7 +204,8 @@ def add_send_results(field, results: list, msgs: list[Message]) -> None:
             field.append(send_result(r, m))
             continue
         add(msg_id=r.msg_id, uniq_key=m.uniq_key or "", topic=topic, queue_id=r.queue_id,
-            queue_offset=r.queue_offset, physical_offset=r.physical_offset, store_timestamp=r.store_timestamp)
+            queue_offset=r.queue_offset, physical_offset=r.physical_offset, store_timestamp=r.store_timestamp,
+            duplicate=r.duplicate)
 
 
 def message_view(m) -> pb.MessageView:
