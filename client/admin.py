@@ -59,13 +59,14 @@ class Admin:
 
     def create_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
                      write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE,
-                     order: bool = False, message_type: str = "NORMAL") -> TopicConfig:
+                     order: bool = False, message_type: str = "NORMAL",
+                     dedup_window_seconds: int | None = None) -> TopicConfig:
         """Create a topic (``queues`` sets both read and write queue counts; default 4) that takes messages of
-        ``message_type`` (types.MESSAGE_TYPES; MIXED takes every kind). Raises ``AlreadyExistsError`` if it
-        exists."""
+        ``message_type`` (types.MESSAGE_TYPES; MIXED takes every kind), with its own de-duplication window
+        (``dedup_window_seconds``, 0: off; None: the node's). Raises ``AlreadyExistsError`` if it exists."""
         cfg = pb.TopicConfig(name=name, read_queue_nums=read_queues or queues or 0,
                              write_queue_nums=write_queues or queues or 0, perm=perm, order=order,
-                             message_type=_message_type(message_type))
+                             message_type=_message_type(message_type), dedup_window_seconds=dedup_window_seconds)
         resp, _ = self._pool.write(lambda s, t: s.admin.CreateTopic(pb.CreateTopicRequest(topic=cfg), timeout=t))
         return TopicConfig.from_pb(resp.topic)
 
@@ -99,8 +100,10 @@ class Admin:
 
     def update_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
                      write_queues: int | None = None, perm: int | None = None,
-                     order: bool | None = None, message_type: str | None = None) -> TopicConfig:
-        """Change the given fields of an existing topic, keeping the others (raises ``TopicNotFoundError``)."""
+                     order: bool | None = None, message_type: str | None = None,
+                     dedup_window_seconds: int | None = None) -> TopicConfig:
+        """Change the given fields of an existing topic, keeping the others (raises ``TopicNotFoundError``).
+        ``dedup_window_seconds``: the topic's own de-duplication window (0: off; -1: the node's again)."""
         if perm == 0:
             raise InvalidArgumentError("perm 0 cannot be set on an existing topic; use 1 (inherit only) to close it")
         cur = self.get_topic(name)
@@ -112,7 +115,8 @@ class Admin:
             write_queue_nums=write_queues or queues or cur.write_queue_nums,
             perm=cur.perm if perm is None else perm,
             order=cur.order if order is None else order,
-            message_type="" if message_type is None else _message_type(message_type))
+            message_type="" if message_type is None else _message_type(message_type),
+            dedup_window_seconds=dedup_window_seconds)
         resp, _ = self._pool.write(lambda s, t: s.admin.UpdateTopic(pb.UpdateTopicRequest(topic=cfg), timeout=t),
                                    idempotent=True)
         return TopicConfig.from_pb(resp.topic)

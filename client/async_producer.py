@@ -34,7 +34,7 @@ class AsyncProducer:
     """Sends messages from coroutines: ``async with AsyncProducer(servers) as p: await p.send(topic, body)``."""
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
-                 retry_timeout: float = 15.0, unknown_outcome_retries: int = 0,
+                 retry_timeout: float = 15.0, unknown_outcome_retries: int | None = None,
                  linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = DEFAULT_STREAM_WINDOW,
                  security: ClientSecurity | None = None):
         check_stream_options(linger_ms, stream_window)

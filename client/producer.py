@@ -13,12 +13,14 @@ resend. A send is re-sent automatically only when it cannot have been stored:
   (RESOURCE_EXHAUSTED) - back off and try again, until ``retry_timeout``.
 
 When the outcome is unknown - the deadline passed, the connection broke mid-call, or the server answered
-UNKNOWN - the message may or may not be stored. By default ``UnknownOutcomeError`` is raised (with the
-UNIQ_KEYs). With ``unknown_outcome_retries=N`` the producer re-sends it up to N times instead; such a resend can
-store the message twice: two records with the same UNIQ_KEY, body and properties but different msgIds and queue
-offsets (possibly in different queues unless ``queue_id`` is fixed). A batch re-sent this way can be duplicated
-as a whole, never in part (a batch is stored atomically). Consumers that must not see duplicates drop messages
-whose UNIQ_KEY they have already processed.
+UNKNOWN - the message may or may not be stored. By default the producer re-sends it with the same UNIQ_KEYs
+until it gets a definite answer or ``retry_timeout`` seconds have passed since the first unknown outcome, then
+raises ``UnknownOutcomeError`` (with the UNIQ_KEYs). That is safe because the broker de-duplicates by UNIQ_KEY
+(on by default, 2 minutes: docs/design/deduplication.md): a message that was stored is not stored again, and the
+re-send gets the first send's result with ``SendResult.duplicate`` set; each message of a batch is judged alone.
+``unknown_outcome_retries=N`` re-sends at most N times instead, and 0 raises at once. On a topic whose
+de-duplication window is off (``raftmq topic update T --dedup-window 0``) a re-send can store the message twice:
+two records with the same UNIQ_KEY, body and properties but different msgIds and queue offsets.
 """
 
 from __future__ import annotations
@@ -73,10 +75,13 @@ class Producer:
     asyncio applications use ``AsyncProducer`` (same sends, same outcomes, awaited)."""
 
     def __init__(self, servers: str | Iterable[str] | None = None, *, timeout: float = 10.0,
-                 retry_timeout: float = 15.0, unknown_outcome_retries: int = 0,
+                 retry_timeout: float = 15.0, unknown_outcome_retries: int | None = None,
                  linger_ms: float = DEFAULT_LINGER_MS, stream_window: int = DEFAULT_STREAM_WINDOW,
                  security: ClientSecurity | None = None):
         check_stream_options(linger_ms, stream_window)
+        if unknown_outcome_retries is not None and unknown_outcome_retries < 0:
+            raise ValueError(f"unknown_outcome_retries must be >= 0 or None (until retry_timeout), got "
+                             f"{unknown_outcome_retries}")
         self._pool = ServerPool(servers, timeout=timeout, retry_timeout=retry_timeout, security=security)
         # issue 37: a cluster of several groups: one pool per group, from the topic's route (client/routing.py)
         self._router = Router(self._pool, lambda addresses: ServerPool(
@@ -128,14 +133,23 @@ class Producer:
             return acc
 
     def _write(self, call, uniq_keys: list[str], attempts: int = 0, pool: ServerPool | None = None):
+        deadline = None if attempts == 0 else time.monotonic() + self._pool.retry_timeout
         while True:
             try:
                 response, _ = (pool or self._pool).write(call, uniq_keys=uniq_keys)
                 return response
             except errors.UnknownOutcomeError:
-                if attempts >= self.unknown_outcome_retries:
+                if deadline is None:
+                    deadline = time.monotonic() + self._pool.retry_timeout
+                if not self._may_resend(attempts, deadline):
                     raise
                 attempts += 1
+
+    def _may_resend(self, attempts: int, deadline: float) -> bool:
+        """After an unknown outcome: re-send (same UNIQ_KEYs) once more? See the module docstring."""
+        if self.unknown_outcome_retries is None:
+            return time.monotonic() < deadline
+        return attempts < self.unknown_outcome_retries
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: list[str] | str | None = None, properties: Mapping[str, str] | None = None,
@@ -207,7 +221,7 @@ class Producer:
         """A stream send failed: the attempts it used before the unary way takes over, or raise ``failure``."""
         if isinstance(failure, Resend):
             return 0  # definitely not stored: the unary path redirects / backs off / tries other addresses
-        if self.unknown_outcome_retries < 1:
+        if self.unknown_outcome_retries == 0:
             raise failure
         return 1  # the stream attempt counts as the first; resend the same UNIQ_KEYs
 

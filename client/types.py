@@ -52,11 +52,14 @@ class SendResult:
     store_timestamp: int
     note: str = ""
     broker: str = ""  # the group that stored it (its queue is topic, broker, queue_id); "" from older nodes
+    # a re-send of a message stored before (same UNIQ_KEY, within the topic's de-duplication window): this is the
+    # first send's result and nothing was stored again (docs/design/deduplication.md)
+    duplicate: bool = False
 
     @classmethod
     def from_pb(cls, r: pb.SendResult) -> SendResult:
         return cls(r.msg_id, r.uniq_key, r.topic, r.queue_id, r.queue_offset, r.physical_offset,
-                   r.store_timestamp, r.note, r.broker)
+                   r.store_timestamp, r.note, r.broker, r.duplicate)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 @dataclass(frozen=True)
 class TopicConfig:
     """A topic's configuration. ``perm`` uses RocketMQ's bits: read 4, write 2, inherit 1; ``message_type`` one
-    of ``MESSAGE_TYPES``."""
+    of ``MESSAGE_TYPES``; ``dedup_window_seconds`` the topic's own de-duplication window (0: off; None: the
+    node's, ``node.dedup_window_seconds``)."""
 
     name: str
     read_queue_nums: int = 4
@@ -125,15 +129,17 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
     order: bool = False
     message_type: str = "NORMAL"
+    dedup_window_seconds: int | None = None
 
     @classmethod
     def from_pb(cls, t: pb.TopicConfig) -> TopicConfig:
-        return cls(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order, t.message_type or "NORMAL")
+        return cls(t.name, t.read_queue_nums, t.write_queue_nums, t.perm, t.order, t.message_type or "NORMAL",
+                   t.dedup_window_seconds if t.HasField("dedup_window_seconds") else None)
 
     def to_pb(self) -> pb.TopicConfig:
         return pb.TopicConfig(name=self.name, read_queue_nums=self.read_queue_nums,
                               write_queue_nums=self.write_queue_nums, perm=self.perm, order=self.order,
-                              message_type=self.message_type)
+                              message_type=self.message_type, dedup_window_seconds=self.dedup_window_seconds)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from raftmq.node.validation import (
     is_system_topic,
 )
 from raftmq.replication.write_path import raise_refusal
-from raftmq.store.topic_config import MIXED, NORMAL
+from raftmq.store.topic_config import MAX_DEDUP_WINDOW_SECONDS, MIXED, NORMAL
 from raftmq.v1 import raftmq_pb2 as pb
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
 
@@ -51,8 +51,22 @@ def new_topic_config(t: pb.TopicConfig):
     check_queue_nums("write_queue_nums", write)
     check_perm(perm)
     message_type = check_message_type_name(t.message_type, allow_empty=True) or NORMAL
-    return TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
-                       order=t.order).with_message_type(message_type)
+    cfg = TopicConfig(topic_name=t.name, read_queue_nums=read, write_queue_nums=write, perm=perm,
+                      order=t.order).with_message_type(message_type)
+    if t.HasField("dedup_window_seconds"):
+        cfg = cfg.with_dedup_window(_dedup_window(t, update=False))
+    return cfg
+
+
+def _dedup_window(t: pb.TopicConfig, update: bool) -> int | None:
+    """The topic's own de-duplication window asked for (None: the node's); checked here to name the field."""
+    seconds = t.dedup_window_seconds
+    if update and seconds == -1:
+        return None
+    if not 0 <= seconds <= MAX_DEDUP_WINDOW_SECONDS:
+        raise ValidationError(f"dedup_window_seconds {seconds} must be 0 (off) to {MAX_DEDUP_WINDOW_SECONDS}"
+                              + (", or -1 to use the node's window again" if update else ""))
+    return seconds
 
 
 def marked(node: BrokerCore, ops: list[tuple], name: str) -> list[tuple]:
@@ -83,7 +97,7 @@ def topic_message(cfg) -> pb.TopicConfig:
     # a topic from before message types takes every kind: MIXED is what it does
     return pb.TopicConfig(name=cfg.topic_name, read_queue_nums=cfg.read_queue_nums,
                           write_queue_nums=cfg.write_queue_nums, perm=cfg.perm, order=cfg.order,
-                          message_type=cfg.message_type or MIXED)
+                          message_type=cfg.message_type or MIXED, dedup_window_seconds=cfg.dedup_window_seconds)
 
 
 class AdminService(pb_grpc.AdminServiceServicer):
@@ -210,6 +224,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         cfg = dataclasses.replace(current, **changes)
         if t.message_type:
             cfg = cfg.with_message_type(check_message_type_name(t.message_type))
+        if t.HasField("dedup_window_seconds"):
+            cfg = cfg.with_dedup_window(_dedup_window(t, update=True))
         await self.node.run_blocking(self.node.write_path.update_topic, cfg)
         return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)), groups=self._outcome("updated"))
 

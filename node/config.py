@@ -175,6 +175,15 @@ class NodeSection:
     rocketmq5_auto_renew_seconds: float = setting(
         "RocketMQ 5 PushConsumers: seconds a received message stays invisible between two renewals by the "
         "leader, which renews it until it is acked or nacked, for at most 3 h (1..43200).", 30.0)
+    dedup_window_seconds: int = setting(
+        "De-duplication: a send whose UNIQ_KEY was stored in the same topic this many seconds before or less is "
+        "not stored again; the retry gets the original's result (docs/design/deduplication.md). A topic's "
+        "`dedup.window.seconds` attribute (`raftmq topic update --dedup-window`) overrides it; 0: off for topics "
+        "without their own (0..86400).", 120)
+    dedup_max_entries: int = setting(
+        "De-duplication: ids each member remembers at most (about 140 B each, 133 MiB per million); beyond, the "
+        "oldest are forgotten before their window ended (metric `raftmq_dedup_early_evictions_total`). 0 turns "
+        "de-duplication off on this node, for every topic.", 1_000_000)
 
 
 @dataclass
@@ -757,6 +766,10 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
                         "invisible between renewals)")
     if not c.topic_reconcile_interval_s > 0:
         problems.append("cluster.topic_reconcile_interval_s: must be > 0 (seconds between reconcile passes)")
+    if not 0 <= n.dedup_window_seconds <= 86400:
+        problems.append("node.dedup_window_seconds: must be 0..86400 (seconds; 0 turns de-duplication off)")
+    if n.dedup_max_entries < 0:
+        problems.append("node.dedup_max_entries: must be >= 0 (0 turns de-duplication off)")
     if not n.rocketmq5_max_delay_seconds > 0:
         problems.append("node.rocketmq5_max_delay_seconds: must be > 0 (seconds; RocketMQ's proxy allows 86400)")
     problems.extend(_pop_problems(n))

@@ -167,8 +167,9 @@ def check_put_results(results: list) -> None:
         raise RpcError(code.INTERNAL, f"{status}: the store could not write the message (see the node log)")
 
 
-def send_result(r, msg: Message, broker: str = "") -> pb.SendResult:
-    """``r``: the store's PutResult or AppendResult for ``msg``; ``broker``: the group that stored it.
+def send_result(r, msg: Message, broker: str = "", duplicate: bool | None = None) -> pb.SendResult:
+    """``r``: the store's PutResult or AppendResult for ``msg``, or the stored record itself (``duplicate`` then
+    says whether this answers a repeat: a stored record carries no such flag); ``broker``: the group that stored it.
 
     A delayed message is stored in SCHEDULE_TOPIC_XXXX queue ``level - 1`` until due: topic and queue_id are the
     real ones, queue_offset is its offset in the schedule queue (as RocketMQ reports it), and the note says so and
@@ -189,7 +190,8 @@ def send_result(r, msg: Message, broker: str = "") -> pb.SendResult:
                 f"{msg.topic}-{msg.queue_id}")
     return pb.SendResult(msg_id=r.msg_id, uniq_key=msg.uniq_key or "", topic=msg.topic,
                          queue_id=queue_id, queue_offset=r.queue_offset, physical_offset=r.physical_offset,
-                         store_timestamp=r.store_timestamp, note=note, broker=broker)
+                         store_timestamp=r.store_timestamp, note=note, broker=broker,
+                         duplicate=r.duplicate if duplicate is None else duplicate)
 
 
 def add_send_results(field, results: list, msgs: list[Message], broker: str = "") -> None:
@@ -206,7 +208,7 @@ def add_send_results(field, results: list, msgs: list[Message], broker: str = ""
             continue
         add(msg_id=r.msg_id, uniq_key=m.uniq_key or "", topic=topic, queue_id=r.queue_id,
             queue_offset=r.queue_offset, physical_offset=r.physical_offset, store_timestamp=r.store_timestamp,
-            broker=broker)
+            broker=broker, duplicate=r.duplicate)
 
 
 def message_view(m) -> pb.MessageView:

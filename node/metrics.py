@@ -375,6 +375,9 @@ class RaftCollector(Collector):
              counters.get("withheld_bytes_cut", 0)),
             ("raftmq_raft_rewound_entries", "Applied entries this member rewound because the leader's log held "
              "others at their indexes (async, after a power cut of a majority)", counters.get("rewound_entries", 0)),
+            ("raftmq_raft_stale_batches_dropped", "Message batches dropped at apply because a deposed leader had "
+             "screened them for duplicates in an earlier term (their sends ended unknown and were retried)",
+             counters.get("stale_batches_dropped", 0)),
         ):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))
@@ -391,6 +394,7 @@ class RaftCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))
             yield c
+        yield from self._dedup(wp)
         throttle = wp.catch_up_throttle  # commit-log copies this node serves to peers
         if throttle is not None:
             for name, doc, value in (
@@ -404,3 +408,27 @@ class RaftCollector(Collector):
                 yield c
             yield self._gauge("raftmq_raft_catch_up_streams", "Catch-up fetches this node is serving now",
                               float(throttle.streams))
+
+    def _dedup(self, wp: WritePath) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        """De-duplication (docs/design/deduplication.md): retries answered without storing, the window's size."""
+        dedup = wp.dedup
+        if dedup is None:
+            return
+        window = dedup.window
+        with window.lock:
+            duplicates = sorted(window.duplicates.items())
+            entries, nbytes, early = len(window), window.approx_bytes(), window.early_evictions
+        labels, values = list(self._labels), list(self._labels.values())
+        c = CounterMetricFamily("raftmq_dedup_duplicates", "Sends this member (as leader) answered with the "
+                                "result of an earlier send of the same UNIQ_KEY instead of storing them again",
+                                labels=[*labels, "topic"])
+        for topic, n in duplicates:
+            c.add_metric([*values, topic], float(n))
+        yield c
+        c = CounterMetricFamily("raftmq_dedup_early_evictions", "Ids the de-duplication window forgot before their "
+                                "window ended because node.dedup_max_entries was reached (a retry of one is stored "
+                                "again)", labels=labels)
+        c.add_metric(values, float(early))
+        yield c
+        yield self._gauge("raftmq_dedup_window_entries", "Ids in this member's de-duplication window", entries)
+        yield self._gauge("raftmq_dedup_window_bytes", "Memory the de-duplication window takes (estimated)", nbytes)

@@ -37,6 +37,8 @@ from raftmq.node.read_path import MAX_PULL_BYTES, ReadPath
 from raftmq.node.receive_path import ReceivePath
 from raftmq.node.send_path import SendPath
 from raftmq.replication import LocalWritePath, RaftWritePath
+from raftmq.replication.dedup_window import DedupWindow, TopicWindows
+from raftmq.replication.deduplicator import Deduplicator
 from raftmq.store import StoreError, StoreLockedError
 from raftmq.store.integrity import CorruptionError
 from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
@@ -121,14 +123,25 @@ class Broker:
             accept = self.raft_peer_allowed if self.core.networks.members else None
             membership = self._membership_options()
             if tls is None:
-                return RaftWritePath(self.core.store, cfg, accept_peer=accept, **membership)
+                return RaftWritePath(self.core.store, cfg, accept_peer=accept, dedup=self._deduplicator(),
+                                     **membership)
             from raftmq.node.tls import member_channel_options
 
             return RaftWritePath(self.core.store, cfg, channel_credentials=self.core.member_channel_credentials,
                                  channel_options=member_channel_options(tls), accept_peer=accept,
-                                 raft_tls=self._raft_tls(tls) if cfg.security.tls_raft else None, **membership)
+                                 raft_tls=self._raft_tls(tls) if cfg.security.tls_raft else None,
+                                 dedup=self._deduplicator(), **membership)
         return LocalWritePath(self.core.store, cfg.cluster.name, cfg.store_host, node_id=cfg.node.id,
-                              grpc_address=cfg.advertised_address, linger_s=0.0)
+                              grpc_address=cfg.advertised_address, linger_s=0.0, dedup=self._deduplicator())
+
+    def _deduplicator(self) -> Deduplicator | None:
+        """node.dedup_*: the de-duplication window (docs/design/deduplication.md); None when turned off."""
+        n = self.config.node
+        if n.dedup_max_entries <= 0:
+            return None
+        store = self.core.store
+        return Deduplicator(DedupWindow(TopicWindows(store.topics, n.dedup_window_seconds), n.dedup_max_entries),
+                            store)
 
     def _membership_options(self) -> dict:
         """Membership changes (issue 39): each one an audit line; on Kubernetes the StatefulSet's replicas retire

@@ -205,7 +205,7 @@ class TransactionService(pb_grpc.TransactionServiceServicer):
             return None
         if e.committed is None:  # committed, but retention removed the record: nothing to point at
             return pb.SendResult(note="already committed; the committed record is no longer kept")
-        return convert.send_result(e.committed, e.committed)
+        return convert.send_result(e.committed, e.committed, duplicate=True)  # the first commit's, nothing stored
 
     # ------------------------------------------------------------------ producers' check streams
     @rpc_handler("CheckTransactions", long_lived=True)

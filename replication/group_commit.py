@@ -38,22 +38,31 @@ def estimate_size(msg: Any) -> int:
 
 
 class PendingPut:
-    """One caller's messages and the future it waits on."""
+    """One caller's messages and the future it waits on.
 
-    __slots__ = ("msgs", "future", "nbytes", "enqueued_at")
+    ``on_end(results or exception)``, when set, runs just before the future settles, on the thread that settles
+    it: the de-duplicator's bookkeeping of the ids the put registered (replication/deduplicator.py). Cheaper than
+    a done-callback per put, and it runs before the caller wakes, so a caller's retry never finds them stale."""
+
+    __slots__ = ("msgs", "future", "nbytes", "enqueued_at", "on_end")
 
     def __init__(self, msgs: list[Any], nbytes: int):
         self.msgs = msgs
         self.future: Future = Future()
         self.nbytes = nbytes
         self.enqueued_at = time.monotonic()
+        self.on_end: Callable[[Any], None] | None = None
 
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
+            if self.on_end is not None:
+                self.on_end(exc)
             self.future.set_exception(exc)
 
     def resolve(self, results: list[Any]) -> None:
         if not self.future.done():
+            if self.on_end is not None:
+                self.on_end(results)
             self.future.set_result(results)
 
 

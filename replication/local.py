@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from raftmq.replication.applier import StoreApplier
+from raftmq.replication.deduplicator import Deduplicator
 from raftmq.replication.group_commit import GroupCommitter, PendingPut, estimate_size
 from raftmq.replication.write_path import MemberInfo, raise_refusal
 from raftmq.store.errors import StoreError
@@ -47,8 +48,10 @@ class LocalWritePath:
                  store_host: tuple[str, int] = ("127.0.0.1", 10911), *, node_id: str = "n0",
                  grpc_address: str = "", max_batch_bytes: int = 1 << 20, linger_s: float = 0.0,
                  max_pending_bytes: int = 64 << 20, max_inline_bytes: int = 64 << 10,
-                 max_inline_flush_behind: int = 32 << 20):
+                 max_inline_flush_behind: int = 32 << 20, dedup: Deduplicator | None = None):
+        """``dedup``: screens puts against the de-duplication window (docs/design/deduplication.md; None: off)."""
         self._store = store
+        self.dedup = dedup
         self._applier = StoreApplier(store)
         self.cluster_name = cluster_name
         self.store_host = store_host
@@ -69,6 +72,8 @@ class LocalWritePath:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        if self.dedup is not None:
+            self.dedup.rebuild()
         self._committer.start()
         self._started = True
 
@@ -157,6 +162,11 @@ class LocalWritePath:
         frame to checksum and parse again (half the CPU of a 1 KiB put). A batch with an invalid message is
         retried put by put, so only the put holding it fails."""
         store = self._store
+        dedup = self.dedup
+        if dedup is not None:
+            batch = dedup.screen(batch, int(time.time() * 1000))
+            if not batch:
+                return
         msgs = batch[0].msgs if len(batch) == 1 else [m for p in batch for m in p.msgs]
         try:
             results = store.put_messages(msgs)
@@ -166,10 +176,16 @@ class LocalWritePath:
                 return
             for p in batch:
                 try:
-                    p.resolve(store.put_messages(p.msgs))
+                    one = store.put_messages(p.msgs)
                 except StoreError as e1:
                     p.fail(e1)
+                    continue
+                if dedup is not None:
+                    dedup.applied(dedup.keys_of([p]), one)
+                p.resolve(one)
             return
+        if dedup is not None:
+            dedup.applied(dedup.keys_of(batch), results)
         i = 0
         for p in batch:
             n = len(p.msgs)

@@ -33,6 +33,7 @@ from raftmq.replication import catch_up, fresh_start, membership, pysyncobj_patc
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.applier import NAMED_TOPIC_OPS, StoreApplier
 from raftmq.replication.catch_up_throttle import CatchUpThrottle
+from raftmq.replication.deduplicator import Deduplicator
 from raftmq.replication.errors import (
     BusyError,
     NoLeaderError,
@@ -221,11 +222,12 @@ class RaftWritePath:
                  channel_options: Any = (), accept_peer: Callable[[str], bool] | None = None,
                  raft_tls: Any = None, auto_join: bool = False, join_policy: Callable[[str], str] | None = None,
                  retiring: Callable[[list[str]], list[str]] | None = None,
-                 on_membership_event: Callable[..., None] | None = None):
+                 on_membership_event: Callable[..., None] | None = None, dedup: Deduplicator | None = None):
         """``channel_credentials`` (a callable returning grpc.ChannelCredentials) and ``channel_options``: how to
         reach the members' gRPC ports when they use TLS. ``accept_peer(ip)``: whether the Raft port keeps a
         connection from that address (the node's member allow-list; None: every address). ``raft_tls``: a
-        replication.raft_tls.RaftTls to run the Raft port over mutual TLS (None: pysyncobj's plain TCP).
+        replication.raft_tls.RaftTls to run the Raft port over mutual TLS (None: pysyncobj's plain TCP). ``dedup``:
+        screens puts against the de-duplication window (docs/design/deduplication.md; None: off).
 
         Membership (docs/design/membership.md): ``members`` is the seed configuration (the group's own record
         wins once it has one). ``auto_join``: a member the group does not list asks the leader to add it as a
@@ -255,6 +257,7 @@ class RaftWritePath:
                 raise ValueError("cluster.secret needs the 'cryptography' package (pysyncobj encrypts the Raft "
                                  "port with it); install it or leave cluster.secret empty") from e
         self.store = store
+        self.dedup = dedup
         self.node_id = node_id
         self.members = members
         self.me = next(m for m in members if m.id == node_id)
@@ -262,6 +265,9 @@ class RaftWritePath:
         self.cluster_name = cluster_name
         self.store_host = store_host
         self.settings = settings or RaftSettings()
+        if dedup is not None:  # under sync a retry waits for the original's acknowledgement (durable), not its apply
+            dedup.settle_at_apply = self.settings.durability == "async"
+            dedup.lead(None)  # screening waits for this member's barrier of a term (``_become_leader``)
         self.raft_dir = raft_dir or os.path.join(store.config.root_dir, "raft")
         self.peers = Peers(members, node_id, secret, channel_credentials, channel_options)
         # membership (docs/design/membership.md)
@@ -338,7 +344,7 @@ class RaftWritePath:
         except BaseException:
             applied.close()
             raise
-        machine = StateMachine(self.store, applied)
+        machine = StateMachine(self.store, applied, self.dedup)
         machine.seed_membership = self.seed
         machine.snapshot_voters = self._snapshot_voters
         machine.on_membership = self._on_membership_applied
@@ -361,6 +367,7 @@ class RaftWritePath:
                 campaign = False
                 if not os.path.exists(journal) and self.peers.others:
                     campaign = self._copy_from_peers(voter=role == membership.VOTER)
+                machine.rebuild_dedup_window()  # from what recovery or the copy left; the journal replays on top
                 self._start_log(role, campaign=campaign)
         except BaseException:
             self._running = False
@@ -709,6 +716,7 @@ class RaftWritePath:
                      view.record.describe())
             self.not_member = ""
             campaign = self._copy_from_peers(voter=role == membership.VOTER) if fresh else False
+            self.machine.rebuild_dedup_window()  # what the copy brought
             self._start_log(role, campaign=campaign)
             return
         if not self.auto_join or view.leader_id is None or not fresh:
@@ -845,6 +853,8 @@ class RaftWritePath:
         self._committer.stop(redirect)
         self._topic_committer.stop(redirect)
         self._fail_inflight(UnknownOutcomeError("node shutting down"))
+        if self.dedup is not None:
+            self.dedup.leadership_lost(UnknownOutcomeError("node shutting down"))
         with self._wake:
             self._wake.notify_all()
         with self._done_cv:
@@ -891,7 +901,8 @@ class RaftWritePath:
                 "journal_torn_tail_bytes": getattr(lg, "journal_torn_tail_bytes", 0),
                 "rewound_entries": getattr(lg, "rewound_entries", 0),
                 "withheld_bytes_adopted": self.machine.tail_bytes_adopted if self.machine is not None else 0,
-                "withheld_bytes_cut": self.machine.tail_bytes_cut if self.machine is not None else 0}
+                "withheld_bytes_cut": self.machine.tail_bytes_cut if self.machine is not None else 0,
+                "stale_batches_dropped": self.machine.stale_batches_dropped if self.machine is not None else 0}
 
     def is_writable(self) -> bool:
         return (self._running and not self._transferring and self.machine is not None and not self.machine.fenced
@@ -1027,6 +1038,8 @@ class RaftWritePath:
                     self._committer.fail_queued(self._not_writable_error())
                     self._topic_committer.fail_queued(self._not_writable_error())
                     self._fail_inflight(UnknownOutcomeError("leadership lost while the write was in flight"))
+                    if self.dedup is not None:  # retries waiting for an original: unknown too
+                        self.dedup.leadership_lost(UnknownOutcomeError(LEADERSHIP_LOST))
                     if self.settings.durability == "sync":  # committed, but not known durable on a majority
                         self._fail_completions(UnknownOutcomeError("leadership lost before the sync round "
                                                                    "completed"))
@@ -1039,6 +1052,8 @@ class RaftWritePath:
             log.warning("barrier for term %d failed (%s); not accepting writes", term, e)
             return
         if self.is_leader() and self.term() == term:
+            if self.dedup is not None:  # before writes are taken: screening registers ids for this term only
+                self.dedup.lead(term)
             self._writable_term = term
             log.info("member %s is leader for term %d and accepts writes", self.node_id, term)
 
@@ -1069,25 +1084,43 @@ class RaftWritePath:
 
     def _commit(self, batch: list[PendingPut]) -> None:
         """Committer thread: one Raft command per group commit."""
-        if not self.is_writable():
+        # The term whose window the screening below trusts, read before anything else: the command carries it, and
+        # a command appended in any other term is dropped at apply (StateMachine.apply_batch). Read later, a term
+        # this member learned meanwhile as a follower would let pysyncobj's forward of the batch to the new leader
+        # pass as screened by it.
+        term = self._writable_term
+        if not self.is_writable() or term != self.term():
             err = self._not_writable_error()
             for p in batch:
                 p.fail(err)
             return
+        now = _now_ms()
+        if self.dedup is not None:
+            screened = self.dedup.screen(batch, now, term)  # duplicates answered or waiting: not proposed again
+            if screened is None:  # leadership of ``term`` lost meanwhile: nothing registered, nothing proposed
+                err = self._not_writable_error()
+                for p in batch:
+                    p.fail(err)
+                return
+            batch = screened
+            if not batch:
+                return
         if not self._inflight_slots.acquire(timeout=self.settings.put_timeout_s):
             for p in batch:
                 p.fail(BusyError(f"{self.settings.max_inflight_batches} batches waiting for a majority"))
             return
         try:
-            encoded = self.machine.applier.encode_isolating(batch, _now_ms())
-        except BaseException:
+            encoded = self.machine.applier.encode_isolating(batch, now)
+        except BaseException as e:
             self._inflight_slots.release()
+            for p in batch:
+                p.fail(e)
             raise
         if encoded is None:
             self._inflight_slots.release()
             return
         blob, puts = encoded
-        command = frame_batch(blob)
+        command = frame_batch(blob, self.dedup.keys_of(puts) if self.dedup is not None else (), term)
         with self._inflight_lock:
             self._next_id += 1
             rid = self._next_id

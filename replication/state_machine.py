@@ -24,35 +24,59 @@ from typing import Any
 from raftmq.replication import membership, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.applier import StoreApplier
+from raftmq.replication.deduplicator import Deduplicator
 from raftmq.replication.write_path import MemberInfo
 
 log = logging.getLogger(__name__)
 
-BATCH_MAGIC = 0x52504231  # "RPB1"
-_BATCH_HEADER = struct.Struct(">II")  # magic, crc32 of the store batch
+BATCH_MAGIC = 0x52504231  # "RPB1": a store batch
+DEDUP_BATCH_MAGIC = 0x52504232  # "RPB2": a store batch and the ids of its judged records (deduplication.md)
+_BATCH_HEADER = struct.Struct(">II")  # magic, crc32 of the rest
+_KEYS_HEADER = struct.Struct(">QI")  # RPB2: the proposer's term, bytes of the ids that follow; then the store batch
+_KEY_HEAD = struct.Struct(">I16s")  # record index, id (replication.dedup_window.id_of)
 
 
 class CorruptCommandError(Exception):
     """A replicated command failed its checksum: the node must stop applying (never skip an entry)."""
 
 
-def frame_batch(store_blob: bytes) -> bytes:
-    return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
+def frame_batch(store_blob: bytes, keys: list[tuple[int, bytes]] = (), term: int = 0) -> bytes:
+    """The Raft command of a store batch: RPB1, or RPB2 when records are judged for de-duplication (an older
+    member stops applying at RPB2 instead of applying the batch without its ids, docs/operations/upgrades.md).
+    ``term``: the term the proposer led when it screened the batch (RPB2 only; see ``StateMachine.apply_batch``)."""
+    if not keys:
+        return _BATCH_HEADER.pack(BATCH_MAGIC, zlib.crc32(store_blob)) + store_blob
+    pack = _KEY_HEAD.pack
+    ids = b"".join([pack(index, key) for index, key in keys])
+    head = _KEYS_HEADER.pack(term, len(ids)) + ids
+    crc = zlib.crc32(store_blob, zlib.crc32(head))  # the store batch is copied once, into the command
+    return b"".join((_BATCH_HEADER.pack(DEDUP_BATCH_MAGIC, crc), head, store_blob))
 
 
-def unframe_batch(blob: bytes, index: int) -> memoryview:
+def unframe_batch(blob: bytes, index: int) -> tuple[memoryview, list[tuple[int, bytes]], int | None]:
+    """(store batch, judged ids, the proposer's term or None) of a batch command; CorruptCommandError when it
+    fails its checksum."""
     magic, crc = _BATCH_HEADER.unpack_from(blob, 0)
     body = memoryview(blob)[_BATCH_HEADER.size:]
-    if magic != BATCH_MAGIC or zlib.crc32(body) != crc:
+    if magic >> 8 == BATCH_MAGIC >> 8 and magic not in (BATCH_MAGIC, DEDUP_BATCH_MAGIC) and zlib.crc32(body) == crc:
+        raise CorruptCommandError(f"Raft entry {index}: a batch command of a newer raftmq version "
+                                  f"(RPB{chr(magic & 0xFF)}); upgrade this member (docs/operations/upgrades.md)")
+    if magic not in (BATCH_MAGIC, DEDUP_BATCH_MAGIC) or zlib.crc32(body) != crc:
         raise CorruptCommandError(f"Raft entry {index}: batch command fails its checksum; this replica stops "
                                   "applying. Rebuild it from its peers: `raftmq cluster rebuild-member` with "
                                   "this member's id.")
-    return body
+    if magic == BATCH_MAGIC:
+        return body, [], None
+    term, n = _KEYS_HEADER.unpack_from(body, 0)
+    end = _KEYS_HEADER.size + n
+    keys = list(_KEY_HEAD.iter_unpack(body[_KEYS_HEADER.size:end]))
+    return body[end:], keys, term
 
 
 class StateMachine:
-    def __init__(self, store: Any, applied: AppliedIndex):
+    def __init__(self, store: Any, applied: AppliedIndex, dedup: Deduplicator | None = None):
         self.store = store
+        self.dedup = dedup                 # the de-duplication window, kept at apply on every member
         self.applier = StoreApplier(store)
         self.applied = applied
         self.lock = threading.Lock()       # held while applying; readers take it for a consistent view
@@ -66,6 +90,7 @@ class StateMachine:
         self.applied_raft_index = 0        # pysyncobj's index of the last entry handed to us
         self.tail_bytes_adopted = 0        # withheld commit-log bytes proven by replayed entries (metrics)
         self.tail_bytes_cut = 0            # withheld bytes an entry showed were not the group's (metrics)
+        self.stale_batches_dropped = 0     # RPB2 batches screened in an earlier term than their entry's (apply_batch)
         self.metadata_stale = False        # rewound metadata entries: take the leader's metadata (``rewind``)
         self.from_leader = False           # deserialize is installing a snapshot the leader sent (not our own)
         self.seed_membership: membership.Membership | None = None  # cluster.members, until the group records one
@@ -80,10 +105,21 @@ class StateMachine:
             last_index, end = self.applied.last
             if index <= last_index:
                 return None  # journal replay or already copied from a peer
-            body = unframe_batch(blob, index)
+            body, keys, term = unframe_batch(blob, index)
+            entry_term = self.entry_term(index) if term is not None else None
+            if entry_term is not None and term != entry_term:
+                # Screened by a member that led an earlier term, with the window it had then, and carried to the
+                # log by someone else: pysyncobj forwards a command a deposed leader proposed to the new leader.
+                # Its duplicates were never judged by the leader of this entry's term: dropped on every member
+                # alike (the entry's term is part of the log), and its puts end unknown
+                # (docs/design/deduplication.md#where-the-decision-is-made).
+                self.applied.append(index, end, end)
+                self.stale_batches_dropped += 1
+                return index, None, []
             if self.store.commit_log_max_offset > end:  # a withheld tail (after a power cut): prove or cut it
                 adopted = self._adopt(index, body, end)
                 if adopted is not None:
+                    self._judged_applied(keys, adopted[2])
                     return adopted
             start = self.store.commit_log_max_offset
             try:
@@ -94,10 +130,21 @@ class StateMachine:
                 self._fence(index, start, e)
                 raise
             self.store.confirm_offset = end
+            self._judged_applied(keys, results)
             if self.fenced:
                 log.warning("apply recovered at Raft index %d; fence lifted", index)
                 self.fenced = None
             return index, self.entry_term(index), results
+
+    def _judged_applied(self, keys: list[tuple[int, bytes]], results: list[Any]) -> None:
+        if self.dedup is not None and keys:
+            self.dedup.applied(keys, results)
+
+    def rebuild_dedup_window(self) -> None:
+        """The window from the commit log again: its entries may no longer be this member's log's (a rewind, a
+        snapshot install, a copy from peers)."""
+        if self.dedup is not None:
+            self.dedup.rebuild()
 
     def _adopt(self, index: int, body: memoryview, end: int) -> Any:
         """Entry ``index`` is applied at ``end``, below which every byte is accounted for; beyond it the commit log
@@ -258,6 +305,7 @@ class StateMachine:
         self.store.confirm_offset = end
         if any(start == stop for _i, start, stop in dropped):
             self.metadata_stale = True
+        self.rebuild_dedup_window()
         log.warning("rewound to Raft entry %d (commit-log end %d): %d applied entries are not known to be the "
                     "group's; their bytes are withheld until its log proves them", idx, end, len(dropped))
 
@@ -353,6 +401,7 @@ class StateMachine:
                 self.metadata_stale = False
                 self.applied.reset([(meta.applied_index, meta.commit_log_end, meta.commit_log_end)])
                 self.store.confirm_offset = meta.commit_log_end
+                self.rebuild_dedup_window()
                 log.info("installed snapshot: Raft index %d, commit log end %d", meta.applied_index,
                          meta.commit_log_end)
             if self.snapshot_voters is not None:  # pysyncobj takes the dump's cluster as its voters

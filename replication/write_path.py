@@ -15,6 +15,7 @@ from raftmq.replication.members import MemberInfo
 
 if TYPE_CHECKING:
     from raftmq.replication.catch_up_throttle import CatchUpThrottle
+    from raftmq.replication.deduplicator import Deduplicator
     from raftmq.replication.peers import Peers
 
 
@@ -35,6 +36,8 @@ class WritePath(Protocol):
     peers: Peers | None
     # commit-log copies this member serves to catching-up peers (metrics); None on a single node
     catch_up_throttle: CatchUpThrottle | None
+    # the de-duplication window and the leader's screening (docs/design/deduplication.md); None when turned off
+    dedup: Deduplicator | None
     # counters since start (metrics); 0 on a single node
     leader_changes: int
     term_changes: int

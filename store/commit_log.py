@@ -126,11 +126,12 @@ class AppendResult:
     """Where one record landed (offsets are final once the apply returns); also the facade's ``PutResult``.
 
     ``status`` and ``uniq_key`` are filled by ``MessageStore.put_messages``; after ``apply_batch`` they are
-    PUT_OK and None (the leader knows the uniq keys of the messages it encoded).
+    PUT_OK and None (the leader knows the uniq keys of the messages it encoded). ``duplicate``: the result of an
+    earlier send of the same message, returned to a retry that was not stored again (docs/design/deduplication.md).
     """
 
     __slots__ = ("physical_offset", "queue_offset", "wrote_bytes", "store_timestamp", "topic", "queue_id",
-                 "_host", "status", "uniq_key")
+                 "_host", "status", "uniq_key", "duplicate")
 
     def __init__(self, physical_offset: int, queue_offset: int, wrote_bytes: int, store_timestamp: int,
                  topic: str, queue_id: int, host: str) -> None:
@@ -143,6 +144,7 @@ class AppendResult:
         self._host = host  # upper-case hex of store ip + port: the msgId prefix
         self.status = PutStatus.PUT_OK
         self.uniq_key: str | None = None
+        self.duplicate = False
 
     @property
     def msg_id(self) -> str:

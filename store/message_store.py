@@ -42,6 +42,7 @@ import enum
 import logging
 import os
 import shutil
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -89,6 +90,7 @@ from raftmq.store.message import (
     Message,
     MessageExt,
     UniqKeyGenerator,
+    check_frame,
     decode_message_id,
     decode_record,
 )
@@ -1469,6 +1471,42 @@ class MessageStore:
 
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes() if self.reput is not None else 0
+
+    def records_since(self, since_ms: int, end: int) -> Iterator[tuple[int, int, str, str]]:
+        """(physical offset, store time, topic, properties string) of the records below ``end`` stored at
+        ``since_ms`` or later, and possibly a few older ones, in log order; the properties string is RocketMQ's
+        (``string_to_properties`` parses it). Store times never decrease along the log
+        (``CommitLog.monotonic_store_timestamp``), so the scan starts at the last segment whose first record is
+        older than ``since_ms``. Bytes that are not whole records end a segment's scan (a torn or damaged record);
+        the next segment goes on. Light on purpose: a restart reads a whole de-duplication window this way."""
+        cl = self._check_open()
+        files = list(cl.mapped_file_queue.mapped_files)
+        start = 0
+        for i, mf in enumerate(files):
+            size = cl.get_record_size(mf.file_from_offset)
+            ts = cl.store_timestamp_at(mf.file_from_offset, size) if size > 0 else -1
+            if 0 <= ts < since_ms:
+                start = i
+        for mf in files[start:]:
+            if mf.file_from_offset >= end:
+                break
+            data = cl.get_data(mf.file_from_offset, end)
+            if data is None:
+                continue
+            pos, limit = 0, len(data)
+            while pos < limit:
+                try:
+                    status, size, _reason, parts = check_frame(data, pos, limit, False)
+                except (struct.error, IndexError, ValueError):
+                    break
+                if parts is None:
+                    break  # a blank record (end of segment) or bytes that are not a record
+                f, _bw, _body_pos, _body_len, tpos, topic_len, ppos, props_len = parts
+                if f[11] >= since_ms:
+                    topic = bytes(data[tpos + 1:tpos + 1 + topic_len]).decode("utf-8", "replace")
+                    props = bytes(data[ppos + 2:ppos + 2 + props_len]).decode("utf-8", "replace")
+                    yield f[6], f[11], topic, props
+                pos += size
 
     def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None:
         """``fn(topic, queue_id, max_offset)`` from the reput thread, once per queue per pass; must not block."""

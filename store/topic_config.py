@@ -48,6 +48,10 @@ FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
 NORMAL, FIFO, DELAY, TRANSACTION, MIXED = "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"
 MESSAGE_TYPES = (NORMAL, FIFO, DELAY, TRANSACTION, MIXED)
+# The topic's de-duplication window in seconds (issue 40, docs/design/deduplication.md), overriding the node's
+# ``node.dedup_window_seconds``; 0 turns it off for the topic. Absent: the node's window.
+DEDUP_WINDOW_ATTRIBUTE = "dedup.window.seconds"
+MAX_DEDUP_WINDOW_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,20 @@ class TopicConfig:
         attrs[MESSAGE_TYPE_ATTRIBUTE] = message_type
         return replace(self, attributes=tuple(sorted(attrs.items())))
 
+    @cached_property  # read on every send when de-duplication is on
+    def dedup_window_seconds(self) -> int | None:
+        """The topic's own de-duplication window (None: the node's)."""
+        value = dict(self.attributes).get(DEDUP_WINDOW_ATTRIBUTE)
+        return int(value) if value is not None and value.isdigit() else None
+
+    def with_dedup_window(self, seconds: int | None) -> TopicConfig:
+        attrs = dict(self.attributes)
+        if seconds is None:
+            attrs.pop(DEDUP_WINDOW_ATTRIBUTE, None)
+        else:
+            attrs[DEDUP_WINDOW_ATTRIBUTE] = str(seconds)
+        return replace(self, attributes=tuple(sorted(attrs.items())))
+
     def accepts(self, message_type: str) -> bool:
         """Whether a message of ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION) may be sent to this topic."""
         return self.message_type in ("", MIXED, message_type)
@@ -96,6 +114,10 @@ class TopicConfig:
         if self.message_type and self.message_type not in MESSAGE_TYPES:
             raise StoreError(f"topic {self.topic_name}: message type must be one of {', '.join(MESSAGE_TYPES)}, got "
                              f"{self.message_type!r}")
+        window = dict(self.attributes).get(DEDUP_WINDOW_ATTRIBUTE)
+        if window is not None and not (window.isdigit() and int(window) <= MAX_DEDUP_WINDOW_SECONDS):
+            raise StoreError(f"topic {self.topic_name}: the de-duplication window must be whole seconds from 0 (off) "
+                             f"to {MAX_DEDUP_WINDOW_SECONDS}, got {window!r}")
 
     @property
     def readable(self) -> bool:

@@ -48,6 +48,7 @@ def message_line(m: MessageView, *, full: bool = False) -> str:
 def send_line(r: SendResult) -> str:
     line = (f"SEND_OK msgId={r.msg_id} topic={r.topic} queue={r.queue_id} offset={r.queue_offset} "
             f"uniqKey={r.uniq_key}")
+    line += " duplicate=true" if r.duplicate else ""  # a re-send answered with the first send's result
     return line + (f" note={r.note}" if r.note else "")
 
 

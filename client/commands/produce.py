@@ -82,7 +82,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise UsageError("--size generates the body; drop --size, or drop --body/--file")
     if not load and (args.batch != 1 or args.concurrency != 1 or args.on_unknown is not None):
         raise UsageError("--batch, --concurrency and --on-unknown apply to a load (--count N [--size B])")
-    args.on_unknown = args.on_unknown or "count"
+    args.on_unknown = args.on_unknown or "retry"
     if args.transactional:
         if deliver_at:
             raise UsageError("--transactional messages cannot be timer messages; drop --deliver-at/--delay-seconds")
@@ -91,7 +91,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
                              "group of the servers given (--server a member of that group)")
         return _produce_transactional(args, body, keys, props, load)
     args.deliver_at_ms = deliver_at
-    with Producer(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as producer:
+    # retry: the producer re-sends an unknown outcome with the same UNIQ_KEYs (the broker de-duplicates them)
+    with Producer(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout,
+                  unknown_outcome_retries=None if args.on_unknown == "retry" else 0) as producer:
         if load:
             return _produce_load(args, producer, body, keys, props)
         if body is not None:
@@ -154,8 +156,8 @@ class _LoadTally:
 
     def __init__(self, start: float):
         self.ok = self.unknown = self.failed = self.retried = 0
+        self.duplicates = 0  # re-sends the broker recognised as already stored (not stored again)
         self.unknown_uniq_keys: list[str] = []
-        self.resent_uniq_keys: list[str] = []  # unknown at first, re-sent and acknowledged: maybe stored twice
         self.last_ack = start
         self.start = start
         self.longest_gap = 0.0
@@ -173,7 +175,7 @@ class _LoadTally:
         return time.monotonic() - self.last_ack
 
 
-MAX_LOAD_RESENDS = 3  # per send: re-sends after a refusal (never stored) or, with --on-unknown retry, an unknown
+MAX_LOAD_RESENDS = 3  # per send: re-sends after a refusal (never stored)
 
 
 def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str], props: dict) -> int:
@@ -189,30 +191,30 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
     tally = _LoadTally(progress.start)
     stop: BaseException | None = None  # why no more sends are submitted
 
-    def send_once(n: int) -> None:
+    def send_once(n: int) -> int:
+        """Send ``n`` messages; how many of them the broker answered as already stored (duplicates)."""
         if args.batch == 1:
-            producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
-                          delay_level=args.delay_level, deliver_at=deliver_at or None, broker=args.broker)
-        else:
-            producer.send_batch(args.topic, [msg] * n, queue_id=args.queue, broker=args.broker)
+            r = producer.send(args.topic, payload, tags=args.tags, keys=keys, properties=props, queue_id=args.queue,
+                              delay_level=args.delay_level, deliver_at=deliver_at or None, broker=args.broker)
+            return int(r.duplicate)
+        return sum(r.duplicate for r in producer.send_batch(args.topic, [msg] * n, queue_id=args.queue,
+                                                            broker=args.broker))
 
-    def send(n: int) -> tuple[str, int, list[str], RaftmqError | None, int]:
-        """(outcome, n, unknown UNIQ_KEYs, error, re-sends) of one send and its re-sends."""
+    def send(n: int) -> tuple[str, int, int, list[str], RaftmqError | None, int]:
+        """(outcome, n, duplicates, unknown UNIQ_KEYs, error, re-sends) of one send and its re-sends. An unknown
+        outcome was re-sent by the producer already (--on-unknown retry) or is counted; a new send would get
+        new UNIQ_KEYs, which no broker can recognise."""
         resends = 0
-        unknown: list[str] = []
         while True:
             try:
-                send_once(n)
-                return ("ok" if not unknown else "ok-after-unknown"), n, unknown, None, resends
+                return "ok", n, send_once(n), [], None, resends
             except UnknownOutcomeError as exc:
-                unknown.extend(exc.uniq_keys)
-                if args.on_unknown != "retry" or resends >= MAX_LOAD_RESENDS:
-                    return "unknown", n, unknown, exc, resends
+                return "unknown", n, 0, list(exc.uniq_keys), exc, resends
             except UnavailableError as exc:  # refused or unreachable: nothing was stored
                 if resends >= MAX_LOAD_RESENDS:
-                    return "failed", n, unknown, exc, resends
+                    return "failed", n, 0, [], exc, resends
             except RaftmqError as exc:  # a definite refusal (bad topic, body too large, ...): resending cannot help
-                return "fatal", n, unknown, exc, resends
+                return "fatal", n, 0, [], exc, resends
             resends += 1
 
     pool = futures.ThreadPoolExecutor(max_workers=args.concurrency, thread_name_prefix="raftmq-produce")
@@ -226,12 +228,11 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
                 submitted += n
             done, inflight = futures.wait(inflight, timeout=0.25, return_when=futures.FIRST_COMPLETED)
             for fut in done:
-                outcome, n, unknown, exc, resends = fut.result()
+                outcome, n, duplicates, unknown, exc, resends = fut.result()
                 tally.retried += resends
-                if outcome.startswith("ok"):
+                if outcome == "ok":
                     tally.acked(n)
-                    # re-sent after an unknown outcome: acknowledged now, possibly stored twice
-                    tally.resent_uniq_keys.extend(unknown)
+                    tally.duplicates += duplicates
                     continue
                 tally.last_error = exc
                 if outcome == "unknown":
@@ -260,7 +261,7 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
                "failed": tally.failed, "not_sent": not_sent, "retried": tally.retried,
                "longest_gap_s": round(tally.longest_gap, 3), "longest_gap_at_s": round(tally.longest_gap_at, 3),
                "on_unknown": args.on_unknown, "unknown_uniq_keys": tally.unknown_uniq_keys,
-               "resent_after_unknown_uniq_keys": tally.resent_uniq_keys,
+               "duplicates_avoided": tally.duplicates,
                "body_bytes": len(payload), "batch": args.batch, "concurrency": args.concurrency,
                "seconds": round(elapsed, 3), "msgs_per_sec": round(tally.ok / elapsed, 1),
                "mib_per_sec": round(mib / elapsed, 3)}
@@ -274,6 +275,7 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
               f"(batch {args.batch}, concurrency {args.concurrency})", flush=True)
         print(f"ok {tally.ok}, unknown {tally.unknown}, failed {tally.failed}, retried {tally.retried}"
               + (f", not sent {not_sent}" if not_sent else "")
+              + (f", duplicates avoided {tally.duplicates}" if tally.duplicates else "")
               + f"; longest gap without an ack {tally.longest_gap:.2f} s (from {tally.longest_gap_at:.2f} s)",
               flush=True)
         if tally.unknown_uniq_keys:
@@ -281,9 +283,6 @@ def _produce_load(args, producer: Producer, body: bytes | None, keys: list[str],
             more = len(tally.unknown_uniq_keys) - len(shown)
             print(f"outcome unknown (may or may not be stored; --json lists all): UNIQ_KEY {', '.join(shown)}"
                   + (f" and {more} more" if more else ""), flush=True)
-        if tally.resent_uniq_keys:
-            print(f"{len(tally.resent_uniq_keys)} message(s) re-sent after an unknown outcome may be stored twice "
-                  f"(--json lists their first UNIQ_KEYs)", flush=True)
     if isinstance(stop, KeyboardInterrupt):
         raise stop
     if stop is not None:
@@ -338,9 +337,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", "-c", type=positive_int, default=1, metavar="C",
                    help="load: requests in flight (default 1)")
     p.add_argument("--on-unknown", choices=("count", "retry", "stop"),
-                   help="load: a send whose outcome is unknown (the leader died mid-call) is counted and the load "
-                        "goes on (count, default), re-sent (retry: it may then be stored twice), or stops the load "
-                        "(stop). The summary lists every unknown UNIQ_KEY with --json; exit 7 when any remain")
+                   help="load: a send whose outcome is unknown (the leader died mid-call) is re-sent with the same "
+                        "UNIQ_KEYs until answered or --timeout passed (retry, default: the broker de-duplicates, "
+                        "so nothing is stored twice; the summary counts the duplicates avoided), counted while the "
+                        "load goes on (count), or stops the load (stop). The summary lists every unknown UNIQ_KEY "
+                        "with --json; exit 7 when any remain")
     p.add_argument("--transactional", choices=("commit", "rollback"),
                    help="send one transactional message: a half message, then commit or roll it back")
     p.add_argument("--group", default="raftmq-cli", metavar="GROUP",

@@ -35,7 +35,14 @@ def _topic_json(t) -> dict:
 
 def _topic_line(verb: str, t) -> str:
     return (f"{verb} topic {t.name}: read queues {t.read_queue_nums}, write queues {t.write_queue_nums}, "
-            f"perm {format_perm(t.perm)}, order {'yes' if t.order else 'no'}, message type {t.message_type}")
+            f"perm {format_perm(t.perm)}, order {'yes' if t.order else 'no'}, message type {t.message_type}, "
+            f"de-duplication window {_window_text(t)}")
+
+
+def _window_text(t) -> str:
+    if t.dedup_window_seconds is None:
+        return "the node's"
+    return "off" if t.dedup_window_seconds == 0 else f"{t.dedup_window_seconds} s"
 
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
@@ -48,7 +55,7 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         t = admin.create_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order,
-                               message_type=args.message_type)
+                               message_type=args.message_type, dedup_window_seconds=args.dedup_window)
     print_json(_topic_json(t)) if args.json else print(_topic_line("created", t))
     return 0
 
@@ -104,15 +111,16 @@ def _removed_queues_check(admin: Admin, args: argparse.Namespace) -> None:
 
 
 def cmd_topic_update(args: argparse.Namespace) -> int:
-    changes = [args.queues, args.read_queues, args.write_queues, args.perm, args.order, args.message_type]
+    changes = [args.queues, args.read_queues, args.write_queues, args.perm, args.order, args.message_type,
+               args.dedup_window]
     if all(c is None for c in changes):
         raise UsageError("nothing to update: give --queues, --read-queues, --write-queues, --perm, "
-                         "--order/--no-order or --message-type")
+                         "--order/--no-order, --message-type or --dedup-window")
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         _removed_queues_check(admin, args)
         t = admin.update_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order,
-                               message_type=args.message_type)
+                               message_type=args.message_type, dedup_window_seconds=args.dedup_window)
     print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t))
     return 0
 
@@ -173,7 +181,7 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
     print(f"Topic: {t.name}\n  message type:  {t.message_type}\n  read queues:   {t.read_queue_nums}"
           f"{' per group' if len(groups) > 1 else ''}\n  write queues:  {t.write_queue_nums}\n"
           f"  perm:          {format_perm(t.perm)}\n  order:         {'yes' if t.order else 'no'}\n"
-          f"  messages kept: {stored}")
+          f"  de-duplication window: {_window_text(t)}\n  messages kept: {stored}")
     if len(groups) > 1:
         for g in groups:
             got = by_group[g.name]
@@ -220,6 +228,9 @@ def _topic_fields(p: argparse.ArgumentParser, *, update: bool) -> None:
         p.add_argument("--order", action=argparse.BooleanOptionalAction, default=None, help="ordered topic")
         p.add_argument("--message-type", type=message_type_arg, metavar="TYPE",
                        help=f"what the topic takes from now on: {', '.join(MESSAGE_TYPES)}")
+        p.add_argument("--dedup-window", type=_dedup_window_arg, metavar="SECONDS",
+                       help="the topic's own de-duplication window: a send whose UNIQ_KEY was stored this many "
+                            "seconds before or less is not stored again (0: off; 'node': the node's window again)")
         p.add_argument("--force", action="store_true",
                        help="lower the read queue count even though the removed queues' messages become unreadable")
     else:
@@ -228,6 +239,23 @@ def _topic_fields(p: argparse.ArgumentParser, *, update: bool) -> None:
                        help="what the topic takes: NORMAL (default: no message group, delay or delivery time), "
                             "FIFO (a message group), DELAY (a delay level or delivery time), TRANSACTION "
                             "(transactional messages) or MIXED (every kind); a send of another kind is refused")
+        p.add_argument("--dedup-window", type=_dedup_window_arg, metavar="SECONDS",
+                       help="the topic's own de-duplication window: a send whose UNIQ_KEY was stored this many "
+                            "seconds before or less is not stored again (0: off; default: the node's "
+                            "node.dedup_window_seconds, 120 s)")
+
+
+def _dedup_window_arg(text: str) -> int:
+    """Seconds (0: off), or ``node`` (-1 on the wire: the node's window again)."""
+    if text.strip().lower() == "node":
+        return -1
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds (or 'node')") from None
+    if not 0 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{seconds} must be 0 (off) to 86400 seconds")
+    return seconds
 
 
 def register(sub: argparse._SubParsersAction) -> None:

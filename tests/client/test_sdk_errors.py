@@ -138,7 +138,8 @@ def test_unavailable_and_busy_give_up_after_retry_timeout(scripted):
 def test_deadline_on_write_is_unknown_outcome_and_not_resent(scripted):
     s = scripted()
     s.push("SendMessage", Sleep(1.0, None))
-    with Producer(s.address, timeout=0.2) as p, pytest.raises(UnknownOutcomeError) as exc_info:
+    with Producer(s.address, timeout=0.2, unknown_outcome_retries=0) as p, \
+            pytest.raises(UnknownOutcomeError) as exc_info:
         p.send("T", "x")
     sent = s.received["SendMessage"]
     assert len(sent) == 1
@@ -157,11 +158,27 @@ def test_unknown_outcome_retries_resend_the_same_uniq_key(scripted):
     assert len(sent) == 2 and sent[0].message.uniq_key == sent[1].message.uniq_key == r.uniq_key
 
 
+def test_by_default_an_unknown_outcome_is_resent_with_the_same_uniq_key_until_retry_timeout(scripted):
+    s = scripted()
+    s.push("SendMessage", Abort(C.UNKNOWN, "outcome unknown: leadership changed"),
+           Abort(C.UNKNOWN, "outcome unknown: leadership changed"))
+    s.defaults["SendMessage"] = ok_send
+    with Producer(s.address) as p:
+        r = p.send("T", "x")
+    sent = s.received["SendMessage"]
+    assert len(sent) == 3 and {m.message.uniq_key for m in sent} == {r.uniq_key}
+    s.defaults["SendMessage"] = Abort(C.UNKNOWN, "outcome unknown: leadership changed")
+    with Producer(s.address, retry_timeout=0.5) as p, pytest.raises(UnknownOutcomeError) as exc_info:
+        p.send("T", "y")
+    later = s.received["SendMessage"][3:]
+    assert len(later) >= 2 and {m.message.uniq_key for m in later} == set(exc_info.value.uniq_keys)
+
+
 def test_connection_broken_mid_write_is_unknown_outcome(scripted):
     s = scripted()
     s.push("SendMessage", Sleep(2.0, None))
     threading.Timer(0.3, lambda: s.server.stop(grace=None)).start()
-    with Producer(s.address, timeout=5) as p, pytest.raises(UnknownOutcomeError):
+    with Producer(s.address, timeout=5, unknown_outcome_retries=0) as p, pytest.raises(UnknownOutcomeError):
         p.send("T", "x")
 
 
@@ -219,7 +236,7 @@ def test_unrecognised_unavailable_on_write_is_unknown_outcome_not_resent(scripte
     s = scripted()
     s.push("SendMessage", Abort(C.UNAVAILABLE, "something went away"))
     s.defaults["SendMessage"] = ok_send
-    with Producer(s.address) as p, pytest.raises(UnknownOutcomeError):
+    with Producer(s.address, unknown_outcome_retries=0) as p, pytest.raises(UnknownOutcomeError):
         p.send("T", "x")
     assert len(s.received["SendMessage"]) == 1
 

@@ -222,6 +222,7 @@ def test_the_alerts_use_the_metrics_we_expect():
         "rocketmq_storage_dispatch_behind_bytes", "raftmq_store_disk_used_ratio",
         "rocketmq_storage_corruption_total", "raftmq_store_disk_writable", "raftmq_raft_rewound_entries_total",
         "raftmq_raft_withheld_bytes_cut_total", "raftmq_anti_entropy_unrepaired_blocks",
+        "raftmq_dedup_early_evictions_total",
     }
     assert names & EXTERNAL == EXTERNAL
 

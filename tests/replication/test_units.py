@@ -53,11 +53,34 @@ def test_applied_index_survives_reopen_drops_torn_frames_and_cuts_beyond_an_offs
 
 def test_batch_frame_detects_corruption():
     framed = frame_batch(b"payload-bytes")
-    assert bytes(unframe_batch(framed, 7)) == b"payload-bytes"
+    body, keys, term = unframe_batch(framed, 7)
+    assert bytes(body) == b"payload-bytes" and keys == [] and term is None
     bad = bytearray(framed)
     bad[-1] ^= 1
     with pytest.raises(CorruptCommandError, match="Raft entry 7"):
         unframe_batch(bytes(bad), 7)
+
+
+def test_a_batch_command_of_a_newer_version_says_so_instead_of_damage():
+    import struct
+    import zlib
+
+    newer = struct.pack(">II", 0x52504233, zlib.crc32(b"payload")) + b"payload"
+    with pytest.raises(CorruptCommandError, match="newer raftmq version .RPB3.; upgrade this member"):
+        unframe_batch(newer, 7)
+
+
+def test_batch_frame_with_judged_ids_carries_them_and_detects_corruption():
+    keys = [(0, b"\x01" * 16), (3, bytes(range(16)))]
+    framed = frame_batch(b"payload-bytes", keys, term=12)
+    assert framed[:4] == b"RPB2"
+    body, got, term = unframe_batch(framed, 7)
+    assert bytes(body) == b"payload-bytes" and got == keys and term == 12
+    for i in (5, 12, len(framed) - 1):  # in the header, the ids, the store batch
+        bad = bytearray(framed)
+        bad[i] ^= 1
+        with pytest.raises(CorruptCommandError, match="Raft entry 7"):
+            unframe_batch(bytes(bad), 7)
 
 
 def test_settings_reject_unsafe_timeouts():

@@ -75,7 +75,7 @@ class Message(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., flag: _Optional[int] = ..., uniq_key: _Optional[str] = ..., delay_level: _Optional[int] = ..., message_group: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_timestamp", "note", "broker")
+    __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_timestamp", "note", "duplicate", "broker")
     MSG_ID_FIELD_NUMBER: _ClassVar[int]
     UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class SendResult(_message.Message):
     PHYSICAL_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     BROKER_FIELD_NUMBER: _ClassVar[int]
     msg_id: str
     uniq_key: str
@@ -93,8 +94,9 @@ class SendResult(_message.Message):
     physical_offset: int
     store_timestamp: int
     note: str
+    duplicate: bool
     broker: str
-    def __init__(self, msg_id: _Optional[str] = ..., uniq_key: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., physical_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., note: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
+    def __init__(self, msg_id: _Optional[str] = ..., uniq_key: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., physical_offset: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., note: _Optional[str] = ..., duplicate: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class MessageView(_message.Message):
     __slots__ = ("msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset", "store_size", "body", "tags", "keys", "properties", "born_timestamp", "born_host", "store_timestamp", "store_host", "sys_flag", "flag", "reconsume_times", "body_crc", "prepared_transaction_offset")
@@ -523,20 +525,22 @@ class QueryRouteResponse(_message.Message):
     def __init__(self, cluster_name: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[GroupRoute, _Mapping]]] = ..., answered_by: _Optional[str] = ..., group: _Optional[str] = ..., groups_digest: _Optional[str] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type")
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "order", "message_type", "dedup_window_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     order: bool
     message_type: str
-    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ...) -> None: ...
+    dedup_window_seconds: int
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., order: _Optional[bool] = ..., message_type: _Optional[str] = ..., dedup_window_seconds: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("topic", "broker")
