@@ -297,9 +297,18 @@ class StateMachine:
         with self.lock:
             self._rewind(index)
 
+    def _applied_end(self) -> tuple[int, int]:
+        """(applied index, the commit-log end it accounts for), the end never below the commit log's first byte: a
+        member that copied the group's log after retention deleted its oldest segments starts its log there, and
+        with no frame left (none written yet, or all rewound) the end would read 0, a range no peer holds any
+        more to prove or to send (the snapshot install then failed on every try and the member never got ready)."""
+        idx, end = self.applied.last
+        return idx, max(end, self.store.commit_log_min_offset)
+
     def _rewind(self, index: int) -> None:
         dropped = self.applied.frames_after(index)
-        idx, end = self.applied.drop_beyond_index(index)
+        self.applied.drop_beyond_index(index)
+        idx, end = self._applied_end()
         if self.store.commit_log_max_offset > end:
             self.store.withhold_tail(end)
         self.store.confirm_offset = end
@@ -375,7 +384,7 @@ class StateMachine:
         (``from_leader``, set by raft_log around the snapshot message)."""
         meta, internal = snapshot.read_file(path)
         with self.lock:
-            local_index, local_end = self.applied.last
+            local_index, local_end = self._applied_end()
             if self.from_leader and local_index > meta.applied_index:
                 # A leader sends its snapshot when this member's log does not match its own past it (the
                 # entries applied here after the snapshot's are not the group's, see rewind), or when this member
@@ -383,7 +392,7 @@ class StateMachine:
                 # withheld, not cut: the gap below keeps those a peer's digests prove. The snapshot's metadata,
                 # exact at that point, replaces ours below.
                 self._rewind(meta.applied_index)
-                local_index, local_end = self.applied.last
+                local_index, local_end = self._applied_end()
             if local_index < meta.applied_index or (self.from_leader and local_end != meta.commit_log_end):
                 self.snapshot_installs += 1
                 if local_end < meta.commit_log_end:

@@ -236,3 +236,41 @@ def test_a_copy_no_peer_proves_is_fetched_again_over_the_withheld_bytes(machine,
     with pytest.raises(RuntimeError):
         machine.deserialize(leader.dump)
     assert fetched == [(0, 6)] and machine.snapshot_bytes_proven == 0
+
+
+def test_a_copy_made_after_retention_is_proven_from_its_first_byte_not_from_zero(machine, tmp_path):
+    """Retention deleted the group's oldest segment before this member copied the log, so its commit log starts
+    at a segment boundary; the leader's snapshot is older than the copy and rewinds every applied frame. The
+    range to prove (or fetch) starts at the first byte it holds: from 0 no peer can answer any more, and the
+    install failed on every try (a rebuilt member never got ready)."""
+    from raftmq.replication.state_machine import frame_batch
+    from tests.replication.conftest import open_store
+
+    st = open_store(tmp_path / "leader")
+    applied = AppliedIndex(str(tmp_path / "leader-applied.idx"))
+    lead = StateMachine(st, applied)
+    try:
+        dump = str(tmp_path / "leader.dump")
+        for i, b in enumerate(_batches(st, 80), 1):
+            lead.apply_batch(i, frame_batch(b))
+            if i == 60:
+                lead.serialize(dump, ((b"", 60, 1), (b"", 59, 1), set()))
+                snapshot_end = st.commit_log_max_offset
+        end = st.commit_log_max_offset
+        first = st.config.mapped_file_size_commit_log  # the oldest segment is gone on every peer
+        assert first < snapshot_end < end
+        while machine.store.commit_log_max_offset < end:  # the copy, as FetchCommitLog sends it
+            at = max(first, machine.store.commit_log_max_offset)
+            machine.store.append_commit_log_raw(at, st.read_commit_log(at, 1 << 20))
+        machine.applied.reset([(80, end, end)])
+        machine.store.confirm_offset = end
+        proved = []
+        machine.gap_fetcher = lambda start, index: pytest.fail(f"the copy was fetched again from {start}")
+        machine.gap_prover = lambda a, b: proved.append((a, b)) or _digests(machine.store, a, b) == _digests(st, a, b)
+        machine.from_leader = True
+        machine.deserialize(dump)
+        assert proved == [(first, snapshot_end)]
+        assert machine.applied.last == (60, snapshot_end) and machine.store.commit_log_max_offset == end
+    finally:
+        applied.close()
+        st.shutdown()
