@@ -124,14 +124,22 @@ class ConsumeQueue:
             mfq = self._open()
         return bool(mfq.mapped_files)
 
-    def _new_file_queue(self) -> MappedFileQueue:
-        return MappedFileQueue(self.queue_dir, self.mapped_file_size, preallocate=self.preallocate, lazy=self._lazy)
+    def _load_file_queue(self) -> MappedFileQueue:
+        """This queue's files, opened; a file of the wrong size or one the OS will not open raises
+        ``StoreLoadError`` naming the queue."""
+        mfq = MappedFileQueue(self.queue_dir, self.mapped_file_size, preallocate=self.preallocate, lazy=self._lazy)
+        try:
+            mfq.load()
+        except StoreLoadError:
+            raise
+        except OSError as e:
+            raise StoreLoadError(f"cannot load consume queue {self.queue_dir}: {e}") from e
+        return mfq
 
     def load(self) -> None:
-        """Open this queue's files now, for ``recover`` (a file of the wrong size raises ``StoreLoadError``)."""
+        """Open this queue's files now, for ``recover``."""
         with self._load_lock:
-            mfq = self._new_file_queue()
-            mfq.load()
+            mfq = self._load_file_queue()
             self._known = None
             self._mfq = mfq
 
@@ -142,13 +150,7 @@ class ConsumeQueue:
             mfq = self._mfq
             if mfq is not None:
                 return mfq
-            mfq = self._new_file_queue()
-            try:
-                mfq.load()
-            except StoreLoadError:
-                raise
-            except OSError as e:
-                raise StoreLoadError(f"cannot load consume queue {self.queue_dir}: {e}") from e
+            mfq = self._load_file_queue()
             known, self._known = self._known, None
             zeroed = False
             if known is not None:
@@ -768,13 +770,7 @@ class ConsumeQueueTable:
                     continue
                 if not os.path.isdir(os.path.join(topic_dir, name)):
                     continue
-                cq = self.find_or_create(topic, queue_id)
-                try:
-                    cq.load()
-                except StoreLoadError:
-                    raise
-                except OSError as e:
-                    raise StoreLoadError(f"cannot load consume queue {cq.queue_dir}: {e}") from e
+                self.find_or_create(topic, queue_id).load()
 
     def adopt(self, known: dict[tuple[str, int], KnownRange]) -> None:
         """Take the queues the last clean stop recorded without opening a file: each is opened, and checked
