@@ -853,6 +853,21 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
     problems.extend(check_networks(s.allowed_member_networks, "security.allowed_member_networks"))
 
 
+_MEMBER_KEYS = ("id", "raft", "grpc")
+
+
+def _member_entry(m: Any, where: str, problems: list[str]) -> dict[str, str] | None:
+    """One member of ``cluster.members`` or of a group: ``{id, raft, grpc}`` as text, exactly as written, its
+    addresses checked; None (the problem named) when it is not such a mapping."""
+    if not isinstance(m, Mapping) or set(m) != set(_MEMBER_KEYS):
+        problems.append(f"{where}: must be a mapping with exactly the keys id, raft, grpc; got {m!r}")
+        return None
+    entry = {k: _text(m[k]) for k in _MEMBER_KEYS}
+    _check_address(f"{where}.raft", entry["raft"], problems)
+    _check_address(f"{where}.grpc", entry["grpc"], problems)
+    return entry
+
+
 def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
     members = cfg.cluster.members
     if not isinstance(members, list):
@@ -860,21 +875,19 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
         cfg.cluster.members = []
         return
     seen: set[str] = set()
-    ok = True
+    entries = []
     for i, m in enumerate(members):
         where = f"cluster.members[{i}]"
-        if not isinstance(m, Mapping) or set(m) != {"id", "raft", "grpc"}:
-            problems.append(f"{where}: must be a mapping with exactly the keys id, raft, grpc; got {m!r}")
-            ok = False
+        entry = _member_entry(m, where, problems)
+        entries.append(entry)
+        if entry is None:
             continue
-        mid = _text(m["id"])
-        if mid in seen:
-            problems.append(f"{where}: duplicate member id {mid!r}")
-        seen.add(mid)
-        _check_address(f"{where}.raft", _text(m["raft"]), problems)
-        _check_address(f"{where}.grpc", _text(m["grpc"]), problems)
-    if ok:  # ids and addresses as text, exactly as written
-        cfg.cluster.members = [{k: _text(m[k]) for k in ("id", "raft", "grpc")} for m in members]
+        if entry["id"] in seen:
+            problems.append(f"{where}: duplicate member id {entry['id']!r}")
+        seen.add(entry["id"])
+    ok = None not in entries
+    if ok:
+        cfg.cluster.members = entries
     if ok and members and cfg.node.id not in seen:
         problems.append(f"cluster.members: this node's id {cfg.node.id!r} is not among the members {sorted(seen)}")
 
@@ -945,25 +958,23 @@ def _check_groups(cfg: NodeConfig, problems: list[str]) -> None:
             continue
         for j, m in enumerate(members):
             mw = f"{where}.members[{j}]"
-            if not isinstance(m, Mapping) or set(m) != {"id", "raft", "grpc"}:
-                problems.append(f"{mw}: must be a mapping with exactly the keys id, raft, grpc; got {m!r}")
+            entry = _member_entry(m, mw, problems)
+            if entry is None:
                 ok = False
                 continue
-            mid, raft = _text(m["id"]), _text(m["raft"])
+            mid, raft = entry["id"], entry["raft"]
             if mid in ids:
                 problems.append(f"{mw}: member id {mid!r} is already in group {ids[mid]} (ids are unique across groups)")
             ids.setdefault(mid, name)
             if raft in rafts:
                 problems.append(f"{mw}.raft: {raft} is already a member's of group {rafts[raft]}")
             rafts.setdefault(raft, name)
-            _check_address(f"{mw}.raft", raft, problems)
-            _check_address(f"{mw}.grpc", _text(m["grpc"]), problems)
     if not ok:
         return
     c.groups = [{"name": _text(g["name"]), "store_host": _text(g["store_host"]),
                  "endpoints": [_text(e) for e in ([g["endpoints"]] if isinstance(g.get("endpoints"), str)
                                                   else g.get("endpoints", []))],
-                 "members": [{k: _text(m[k]) for k in ("id", "raft", "grpc")} for m in g["members"]]}
+                 "members": [{k: _text(m[k]) for k in _MEMBER_KEYS} for m in g["members"]]}
                 for g in groups]
     if c.group not in names:
         problems.append(f"cluster.group: {c.group!r} is not one of cluster.groups' names {sorted(names)}; set this "
