@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from raftmq.node.auth.audit import REFUSAL_PORTS, REFUSALS
@@ -394,6 +394,12 @@ class RaftCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))
             yield c
+        stages = SummaryMetricFamily("raftmq_write_stage_seconds", "Where the leader's group commits spent their "
+                                     "time, by stage (replicated only; divide sum by count for the mean per batch: "
+                                     "replication/stage_times.py)", labels=[*self._labels, "stage"])
+        for stage, (count, seconds) in wp.write_stage_seconds().items():
+            stages.add_metric([*self._labels.values(), stage], count, seconds)
+        yield stages
         yield from self._dedup(wp)
         throttle = wp.catch_up_throttle  # commit-log copies this node serves to peers
         if throttle is not None:

@@ -122,6 +122,9 @@ class LocalWritePath:
                 self._commit_lock.release()
         return self._committer.submit_many([p.msgs for p in pending])
 
+    def write_stage_seconds(self) -> dict[str, tuple[int, float]]:
+        return {}  # no Raft stages: a put is a store append (raftmq_put_latency_seconds)
+
     def group_commit_stats(self) -> tuple[int, int, int]:
         """(store appends, messages, requests) so far: an inline commit is one append of one request."""
         c = self._committer

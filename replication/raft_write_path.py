@@ -204,12 +204,13 @@ class RaftSettings:
 
 
 class _InFlight:
-    __slots__ = ("puts", "deadline", "done")
+    __slots__ = ("puts", "deadline", "done", "proposed_at")
 
-    def __init__(self, puts: list[PendingPut], deadline: float):
+    def __init__(self, puts: list[PendingPut], deadline: float, proposed_at: float):
         self.puts = puts
         self.deadline = deadline
         self.done = False
+        self.proposed_at = proposed_at  # time.monotonic() when handed to pysyncobj (the raft_round stage)
 
 
 class RaftWritePath:
@@ -1082,6 +1083,9 @@ class RaftWritePath:
         c = self._committer
         return c.batches, c.batched_msgs, c.batched_puts
 
+    def write_stage_seconds(self) -> dict[str, tuple[int, float]]:
+        return self.machine.stage_times.snapshot() if self.machine is not None else {}
+
     def _commit(self, batch: list[PendingPut]) -> None:
         """Committer thread: one Raft command per group commit."""
         # The term whose window the screening below trusts, read before anything else: the command carries it, and
@@ -1094,6 +1098,7 @@ class RaftWritePath:
             for p in batch:
                 p.fail(err)
             return
+        took = time.monotonic()
         now = _now_ms()
         if self.dedup is not None:
             screened = self.dedup.screen(batch, now, term)  # duplicates answered or waiting: not proposed again
@@ -1121,10 +1126,14 @@ class RaftWritePath:
             return
         blob, puts = encoded
         command = frame_batch(blob, self.dedup.keys_of(puts) if self.dedup is not None else (), term)
+        proposed = time.monotonic()
+        stages = self.machine.stage_times
+        stages.add("group_commit_wait", took - batch[0].enqueued_at)
+        stages.add("propose", proposed - took)
         with self._inflight_lock:
             self._next_id += 1
             rid = self._next_id
-            self._inflight[rid] = _InFlight(puts, time.monotonic() + self.settings.put_timeout_s)
+            self._inflight[rid] = _InFlight(puts, proposed + self.settings.put_timeout_s, proposed)
         self._proposed_bytes += len(command)
         self._log.apply_batch(command, callback=lambda res, err, rid=rid: self._on_batch_done(rid, res, err))
 
@@ -1148,6 +1157,7 @@ class RaftWritePath:
             if ok:
                 index, term, results = res
                 self.acked_batches += 1
+                self.machine.stage_times.add("raft_round", time.monotonic() - rec.proposed_at)
                 if not hold and len(rec.puts) <= INLINE_RESOLVE_MAX_PUTS:
                     # nothing left to wait for: a hop to the completion thread would only add a wake-up
                     self._resolve(rec.puts, results)

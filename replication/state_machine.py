@@ -17,6 +17,7 @@ import json
 import logging
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ from raftmq.replication import membership, snapshot
 from raftmq.replication.applied_index import AppliedIndex
 from raftmq.replication.applier import StoreApplier
 from raftmq.replication.deduplicator import Deduplicator
+from raftmq.replication.stage_times import StageTimes
 from raftmq.replication.write_path import MemberInfo
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ class StateMachine:
         # the voters pysyncobj must run with after a snapshot is loaded (``deserialize``): Raft addresses
         self.snapshot_voters: Callable[[membership.Membership | None, bool], list[str]] | None = None
         self.on_membership: Callable[[], None] = lambda: None  # a change to the record was applied (tick thread)
+        self.stage_times = StageTimes()    # the ``apply`` stage (replication/stage_times.py)
 
     # ------------------------------------------------------------------ apply (tick thread)
     def apply_batch(self, index: int, blob: bytes) -> Any:
@@ -122,8 +125,10 @@ class StateMachine:
                     self._judged_applied(keys, adopted[2])
                     return adopted
             start = self.store.commit_log_max_offset
+            began = time.monotonic()
             try:
                 results = self.store.apply_batch(bytes(body))
+                self.stage_times.add("apply", time.monotonic() - began)
                 end = self.store.commit_log_max_offset
                 self.applied.append(index, start, end)
             except Exception as e:

@@ -148,6 +148,10 @@ class WritePath(Protocol):
     def group_commit_stats(self) -> tuple[int, int, int]:
         """(group commits, messages, send requests) since start: how well sends share one entry (metrics)."""
 
+    def write_stage_seconds(self) -> dict[str, tuple[int, float]]:
+        """{stage: (batches, seconds)} since start: where the leader's puts spent their time
+        (replication/stage_times.py); empty on a single node."""
+
     def members_status(self) -> list[dict]:
         """One dict per member: id, address, role, term, commit_index, applied_offset,
         dispatch_behind_bytes, lag, health."""

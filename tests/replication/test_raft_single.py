@@ -197,6 +197,32 @@ def test_put_many_shares_one_raft_entry_and_isolates_a_bad_put(tmp_path):
         st.shutdown()
 
 
+def test_write_stages_are_timed_once_per_raft_entry(tmp_path):
+    """issue 41: every group commit adds one sample to each stage of raftmq_write_stage_seconds (never one per
+    message), and the leader's apply is timed inside its Raft round."""
+    members = one_member(tmp_path)
+    st, wp = make(tmp_path / "s", members)
+    wp.start()
+    try:
+        wait_writable(wp)
+        wp.create_topic(TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1))
+        before, commits0 = wp.write_stage_seconds(), wp.group_commit_stats()[0]
+        for _ in range(3):
+            futs = wp.put_many([[Message(topic="T", queue_id=0, body=b"a" * 100)] for _ in range(5)])
+            for f in futs:
+                f.result(10)
+        after, commits = wp.write_stage_seconds(), wp.group_commit_stats()[0] - commits0
+        assert 3 <= commits < 15  # five puts queued together share an entry (the committer may split them)
+        counts = {s: after[s][0] - before[s][0] for s in after}
+        seconds = {s: after[s][1] - before[s][1] for s in after}
+        assert counts == {"group_commit_wait": commits, "propose": commits, "raft_round": commits, "apply": commits}
+        assert all(v > 0 for v in seconds.values()), seconds
+        assert seconds["apply"] <= seconds["raft_round"]
+    finally:
+        wp.stop()
+        st.shutdown()
+
+
 @pytest.mark.parametrize("durability", ["async", "sync"])
 def test_small_async_batches_resolve_on_the_tick_thread_others_on_the_completion_thread(tmp_path, durability):
     """An async batch of up to INLINE_RESOLVE_MAX_PUTS puts has nothing left to wait for once applied, so it is
