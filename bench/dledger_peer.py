@@ -11,13 +11,11 @@ The jars come from Maven Central through ``bench/rocketmq_dledger/build.sh`` (ca
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
-from bench.peer_processes import cpu_seconds, wait_port
+from bench.peer_processes import broker_port_bases, cpu_seconds, wait_port
 
 HERE = Path(__file__).resolve().parent
 VERSION = "4.9.7"
@@ -48,25 +46,6 @@ def classpath() -> str:
                           text=True).stdout.strip()
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ports(count: int) -> list[int]:
-    """``count`` bases B with B-2, B, B+1 free (a broker's fast, main and HA ports) plus a free DLedger port B+7."""
-    out: list[int] = []
-    while len(out) < count:
-        base = random.randrange(20000, 40000, 10)
-        if all(_free(base + d) for d in (-2, 0, 1, 7)):
-            out.append(base)
-    return out
-
-
 class DledgerCluster:
     """A name server and a 3-broker DLedger group under ``base``; a context manager."""
 
@@ -91,7 +70,7 @@ class DledgerCluster:
         for name in ("namesrv", "broker"):
             (conf / f"logback_{name}.xml").write_text(_LOGBACK.format(name=name))
         try:
-            ns_port, *brokers = _ports(4)
+            ns_port, *brokers = broker_port_bases(4)
             (self.base / "namesrv.properties").write_text(f"listenPort={ns_port}\n")
             ns = self._java("namesrv", "org.apache.rocketmq.namesrv.NamesrvStartup", "-c",
                             str(self.base / "namesrv.properties"))

@@ -3,6 +3,7 @@ and the CPU all of them used."""
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
@@ -29,3 +30,23 @@ def wait_port(port: int, what: str, procs: Iterable[subprocess.Popen] = (), time
 def cpu_seconds(pids: Iterable[int]) -> float:
     """CPU seconds of all ``pids`` together (NaN when one of them is gone)."""
     return sum(process_cpu_seconds(pid) for pid in pids)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def broker_port_bases(count: int) -> list[int]:
+    """``count`` ports B for RocketMQ brokers, each with B-2, B, B+1 and B+7 free: a broker listening on B also
+    binds its fast remoting port B-2 and its HA port B+1 (a DLedger member: B+7 for its peers)."""
+    out: list[int] = []
+    while len(out) < count:
+        base = random.randrange(20000, 40000, 10)
+        if all(_free(base + d) for d in (-2, 0, 1, 7)):
+            out.append(base)
+    return out

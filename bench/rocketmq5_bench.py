@@ -1,22 +1,26 @@
-"""The official RocketMQ 5 Java and Python Producers against raftmq, next to raftmq's own SDK in the same run (issue 13).
+"""The official RocketMQ 5 Java and Python Producers against raftmq and against Apache RocketMQ 5 (issues 13, 41).
 
-Both send synchronously from ``threads`` threads (one send in flight per thread) for ``--seconds``, 1 KiB bodies
-by default, to one node and to a 3-member group (async durability: acknowledged once a majority has it). The
-Python client runs in its own venv and process (tests/rocketmq5/client_venv.py builds it, cached), the Java
-client (rocketmq-client-java 5.0.8) in a JVM (tests/rocketmq5/java/build.sh builds its driver, cached); raftmq's
-SDK rows use its unary path (``linger_ms=0``: one SendMessage per send, like the official client) and its
-default streaming path. Then the same Java client against a real Apache RocketMQ 5 (name server + proxy with its
-broker, from Maven Central: bench/rocketmq5_proxy.py; ASYNC_FLUSH, one broker), next to raftmq's single node.
-Prints msgs/s and p50/p99 latency; never fails on time.
+First the comparison: a real Apache RocketMQ 5.3.3 (name server + proxy in local mode with its broker inside,
+ASYNC_FLUSH, one broker; started from Maven Central's jars, fetched once by Maven: bench/rocketmq5_proxy.py) and
+raftmq (one node and a 3-member group, async durability: acknowledged once a majority applied it) run at the same
+time; the same Java client (rocketmq-client-java 5.0.8, tests/rocketmq5/java/build.sh builds its driver, cached)
+and the Python client (its own venv and process, tests/rocketmq5/client_venv.py) send synchronously from
+``threads`` threads (one send in flight each, one message per SendMessage) for ``--seconds`` to each target in
+turn, ``--rounds`` interleaved rounds; prints the medians and raftmq's rate over RocketMQ's for each client.
+
+Then every client against raftmq alone, next to raftmq's own SDK (its unary path, ``linger_ms=0``: one
+SendMessage per send like the official clients, and its default streaming path), and the SimpleConsumers
+receiving. Prints msgs/s and p50/p99 latency; never fails on time.
 
     .venv/bin/python bench/rocketmq5_bench.py [--seconds 5] [--size 1024] [--threads 8,64] [--members 1,3]
-                                              [--skip-rocketmq]
+                                              [--rounds 3] [--only-compare] [--skip-rocketmq]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,11 +148,25 @@ def main() -> None:
     ap.add_argument("--members", default="1,3")
     ap.add_argument("--receive", type=int, default=5000, help="messages each consumer receives and acks")
     ap.add_argument("--skip-rocketmq", action="store_true", help="no rows against a real RocketMQ 5")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the comparison with RocketMQ")
+    ap.add_argument("--only-compare", action="store_true", help="only the comparison with a real RocketMQ 5")
     args = ap.parse_args()
-    java_rates: dict[tuple[int, str], float] = {}  # (members, what) -> msgs/s of the Java client on raftmq
     python = build_client_venv()
     classpath = subprocess.run([str(REPO / "tests/rocketmq5/java/build.sh")], capture_output=True, text=True,
                                check=True).stdout.strip().splitlines()[-1]
+    if not args.skip_rocketmq:
+        compare(classpath, python, args)
+    if args.only_compare:
+        return
+    java_rates = raftmq_clients(classpath, python, args)
+    if not args.skip_rocketmq:
+        rocketmq_receive(classpath, args, java_rates)
+
+
+def raftmq_clients(classpath: str, python: Path, args: argparse.Namespace) -> dict[tuple[int, str], float]:
+    """Every client against raftmq alone, ``--members`` by ``--threads``; the Java client's rates by (members,
+    what)."""
+    java_rates: dict[tuple[int, str], float] = {}  # (members, what) -> msgs/s of the Java client on raftmq
     for members in [int(x) for x in args.members.split(",")]:
         with tempfile.TemporaryDirectory() as d:
             nodes = start_nodes(node_specs(Path(d), members, store={"max_message_size": 4 << 20,
@@ -181,22 +199,71 @@ def main() -> None:
                 java_rates[(members, "receive")] = java_rate
             finally:
                 stop_all(nodes)
-    if not args.skip_rocketmq:
-        rocketmq(classpath, args, java_rates)
+    return java_rates
 
 
-def rocketmq(classpath: str, args: argparse.Namespace, java_rates: dict[tuple[int, str], float]) -> None:
-    """The same Java client against Apache RocketMQ's own broker + proxy; ratios against raftmq's single node."""
+def compare(classpath: str, python: Path, args: argparse.Namespace) -> None:
+    """The official clients against Apache RocketMQ 5 and against raftmq, all running at once, each client's runs
+    interleaved target by target, ``--rounds`` times: medians, and raftmq's rate over RocketMQ's."""
+    members = [int(x) for x in args.members.split(",")]
+    threads = [int(x) for x in args.threads.split(",")]
+    clusters: list[list] = []
+    with RocketMQ5(topic="bench") as rmq, tempfile.TemporaryDirectory() as d:
+        try:
+            targets = [("RocketMQ", rmq.endpoint)]
+            for m in members:
+                nodes = start_nodes(node_specs(Path(d) / f"group{m}", m, store={
+                    "max_message_size": 4 << 20, "mapped_file_size_commit_log": 64 << 20}))
+                clusters.append(nodes)
+                create_topic(leader_of(nodes), "bench")
+                targets.append((f"raftmq {m}", ";".join(n.grpc_address for n in nodes)))
+            runs: dict[tuple[str, int, str], list[dict]] = {}
+            for r in range(args.rounds):
+                for t in threads:
+                    for target, endpoints in targets:
+                        runs.setdefault(("Java", t, target), []).append(
+                            java_official(classpath, endpoints, "bench", args.size, t, args.seconds))
+                        runs.setdefault(("Python", t, target), []).append(
+                            official(python, endpoints, "bench", args.size, t, args.seconds,
+                                     Path(d) / f"home-{r}-{t}-{len(runs)}"))
+            _compare_table(runs, targets, threads, args)
+        finally:
+            for nodes in clusters:
+                stop_all(nodes)
+
+
+def _compare_table(runs: dict[tuple[str, int, str], list[dict]], targets: list[tuple[str, str]],
+                   threads: list[int], args: argparse.Namespace) -> None:
+    names = [name for name, _ in targets]
+    print(f"== official RocketMQ 5 clients (sync sends, one per SendMessage): Apache RocketMQ {ROCKETMQ_VERSION} "
+          f"(name server + proxy in local mode, ASYNC_FLUSH, one broker) vs raftmq (async durability), all running "
+          f"together; {args.size} B bodies, {args.seconds:g} s per run, {args.rounds} interleaved rounds: medians")
+    head = "".join(f"{n + ' msgs/s':>18}" for n in names) + "".join(f"{n + '/RocketMQ':>20}" for n in names[1:])
+    print(f"  {'client':<18}{head}   (p50 ms in brackets)")
+    for client in ("Java", "Python"):
+        for t in threads:
+            rates, cells = {}, ""
+            for name in names:
+                rs = runs[(client, t, name)]
+                rates[name] = statistics.median(r["sent"] / r["seconds"] if r["seconds"] else 0.0 for r in rs)
+                p50s = [r["p50_ms"] for r in rs if r["p50_ms"] is not None]
+                p50 = f"({statistics.median(p50s):.2f})" if p50s else "(-)"
+                errors = sum(r["errors"] for r in rs)
+                cells += f"{rates[name]:>10.0f} {p50:>7}" + (f" errors {errors}" if errors else "")
+            base = rates["RocketMQ"] or float("nan")
+            ratios = "".join(f"{rates[n] / base:>20.2f}" for n in names[1:])
+            print(f"  {f'{client}, {t} threads':<18}{cells}{ratios}")
+
+
+def rocketmq_receive(classpath: str, args: argparse.Namespace, java_rates: dict[tuple[int, str], float]) -> None:
+    """The Java SimpleConsumer against Apache RocketMQ's own broker + proxy; ratio against raftmq's single node."""
     with RocketMQ5(topic="bench") as rmq:
-        print(f"== Apache RocketMQ {ROCKETMQ_VERSION}: name server + proxy (local mode, broker inside), ASYNC_FLUSH, "
-              f"{args.size} B bodies, {args.seconds:.0f} s per row")
-        print(f"  {'client (sync sends)':<34} {'msgs/s':>9} {'p50 ms':>7} {'p99 ms':>7}  vs raftmq 1 node, same client")
-        for threads in [int(x) for x in args.threads.split(",")]:
-            r = java_official(classpath, rmq.endpoint, "bench", args.size, threads, args.seconds)
-            print(row(f"RocketMQ 5 Java client, {threads} thr", r, java_rates.get((1, f"send {threads}"))))
+        java_official(classpath, rmq.endpoint, "bench", args.size, 8, args.seconds)  # messages to receive
         rate = java_receive(classpath, rmq.endpoint, "bench", "java-receivers", args.receive)
         ours = java_rates.get((1, "receive"))
-        print(f"  {'RocketMQ 5 Java SimpleConsumer':<34} {rate:9.0f}" + (f"{'':18}{rate / ours:5.2f}" if ours else ""))
+        print(f"== Apache RocketMQ {ROCKETMQ_VERSION}: receive + ack {args.receive} stored messages, 16 per receive")
+        print(f"  {'RocketMQ 5 Java SimpleConsumer':<34} {rate:9.0f}"
+              + (f"  raftmq 1 node / RocketMQ {ours / rate:5.2f}" if ours else ""))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.peer_processes import wait_port
+from bench.peer_processes import broker_port_bases, wait_port
 from tests.support.processes import free_ports
 
 VERSION = "5.3.3"
@@ -54,10 +54,20 @@ class RocketMQ5:
         self.endpoint = ""
 
     def __enter__(self) -> RocketMQ5:
+        try:
+            return self._start_all()
+        except BaseException:
+            self._stop()  # no JVM is left behind when the start fails; its logs stay in self.home
+            raise
+
+    def _start_all(self) -> RocketMQ5:
         lib = jars()
         conf = self.home / "conf"
         conf.mkdir()
-        namesrv_port, grpc_port, remoting_port, broker_port = free_ports(4)
+        # the broker also binds broker_port - 2 (fast remoting) and + 1 (HA): none of them may be the others'
+        broker_port = broker_port_bases(1)[0]
+        namesrv_port, grpc_port, remoting_port = [p for p in free_ports(6)
+                                                  if not broker_port - 2 <= p <= broker_port + 1][:3]
         namesrv = f"127.0.0.1:{namesrv_port}"
         (conf / "namesrv.conf").write_text(f"listenPort={namesrv_port}\n")
         (conf / "broker.conf").write_text("\n".join([
@@ -100,6 +110,10 @@ class RocketMQ5:
         wait_port(port, f"RocketMQ (logs in {self.home})", self.procs)
 
     def __exit__(self, *exc) -> None:
+        self._stop()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def _stop(self) -> None:
         for p in reversed(self.procs):
             p.terminate()
         for p in self.procs:
@@ -108,4 +122,4 @@ class RocketMQ5:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        shutil.rmtree(self.home, ignore_errors=True)
+        self.procs = []
