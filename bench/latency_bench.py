@@ -12,14 +12,18 @@ over ``/metrics`` before and after each run (no per-message tracing; docs/benchm
   * **hand-back**: the rest of the put (``raftmq_put_latency_seconds``): the completion reaching the event loop;
   * **checks + answer**: the rest of the handler (prepare, convert, the response);
 * **wire**: gRPC on both sides and loopback, estimated in the same run by a cheap unary call
-  (``GetQueueOffsets``: its client round trip minus its handler time);
+  (``GetQueueOffsets``: its median client round trip minus its mean handler time);
 * **SDK**: the rest of the client's time (the producer's threads, hand-offs, (de)serialization).
 
 Several producer variants (``--variants stream,unary``) run interleaved, ``--rounds`` times each (A B A B ...);
-the table shows the median of the rounds per row and each variant's ratio to the first. Also prints the three
-members' CPU per message. Never fails on time.
+``--raft KEY=V1,V2`` starts one group per value of that ``cluster.raft`` setting (all running at once) and runs
+every producer variant against each, interleaved too: a same-run A/B of a server setting (half of the rounds
+with the groups started in reverse order, so no value keeps the better-placed group). The table shows the
+median of the rounds per row and each variant's ratio to the first. Also prints the three members' CPU per
+message. Never fails on time.
 
     .venv/bin/python bench/latency_bench.py [--seconds 4] [--rounds 3] [--size 1024] [--variants stream,unary]
+                                            [--raft inline_propose_bytes=0,65536] [--threads 1]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -96,8 +101,10 @@ def probe_wire(leader, seconds: float) -> list[float]:
     return out
 
 
-def run_variant(name: str, servers: list[str], leader, nodes, size: int, seconds: float) -> dict:
-    """One closed-loop run of lone sends with producer variant ``name``; client and server figures."""
+def run_variant(name: str, servers: list[str], leader, nodes, size: int, seconds: float, threads: int) -> dict:
+    """One closed-loop run of sends from ``threads`` threads sharing one producer of variant ``name`` (1: lone
+    sends); client and server figures."""
+    name = name.split(" ")[0]  # "stream raft.x=1": the producer variant, against the group of raft.x=1
     linger = VARIANTS[name]
     producer = Producer(servers) if linger is None else Producer(servers, linger_ms=linger)
     body = b"x" * size
@@ -109,10 +116,20 @@ def run_variant(name: str, servers: list[str], leader, nodes, size: int, seconds
         cpu0, client0 = cpu_seconds(pids), time.process_time()
         latencies: list[float] = []
         stop = time.monotonic() + seconds
-        while time.monotonic() < stop:
-            t0 = time.perf_counter()
-            producer.send(TOPIC, body)
-            latencies.append(time.perf_counter() - t0)
+
+        def sender() -> None:
+            mine = []
+            while time.monotonic() < stop:
+                t0 = time.perf_counter()
+                producer.send(TOPIC, body)
+                mine.append(time.perf_counter() - t0)
+            latencies.extend(mine)
+
+        senders = [threading.Thread(target=sender) for _ in range(threads)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
         cpu1, client1 = cpu_seconds(pids), time.process_time()
         mid = server_figures(leader)
         probes = probe_wire(leader, min(1.0, seconds / 4))
@@ -128,7 +145,7 @@ def run_variant(name: str, servers: list[str], leader, nodes, size: int, seconds
     fig["put"] = mean_between(before, mid, "put")
     for stage in STAGES:
         fig[stage] = mean_between(before, mid, f"stage:{stage}")
-    fig["wire"] = statistics.fmean(probes) - mean_between(mid, after, f"rpc:{PROBE}")
+    fig["wire"] = statistics.median(probes) - mean_between(mid, after, f"rpc:{PROBE}")
     fig["raft_round_only"] = fig["raft_round"] - fig["apply"]
     fig["hand_back"] = fig["put"] - fig["group_commit_wait"] - fig["propose"] - fig["raft_round"]
     fig["checks"] = fig["handler"] - fig["put"]
@@ -149,10 +166,13 @@ ROWS = (  # (label, key, indent): ms rows of the table
 def report(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
     names = list(results)
     med = {v: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for v, rs in results.items()}
-    print(f"== lone sends: 1 producer, 3 members, async durability, {args.size} B bodies, {args.seconds:g} s x "
+    who = "lone sends: 1 thread" if args.threads == 1 else f"{args.threads} threads sharing it (sync sends)"
+    print(f"== 1 producer, {who}, 3 members, async durability, {args.size} B bodies, {args.seconds:g} s x "
           f"{args.rounds} rounds per variant, interleaved; medians of the rounds (ms)")
-    head = "".join(f"{v:>12}" for v in names)
-    ratios = "".join(f"{f'{v}/{names[0]}':>14}" for v in names[1:])
+    print("  " + "; ".join(f"{chr(65 + i)} = {v}" for i, v in enumerate(names)))
+    names_ = [chr(65 + i) for i in range(len(names))]
+    head = "".join(f"{v:>12}" for v in names_)
+    ratios = "".join(f"{f'{v}/A':>14}" for v in names_[1:])
     print(f"  {'':<34}{head}{ratios}")
     for label, key, indent in ROWS:
         cells = "".join(f"{med[v][key] * 1e3:12.3f}" for v in names)
@@ -173,24 +193,51 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per variant and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=1, help="sending threads sharing the producer (1: lone sends)")
     ap.add_argument("--variants", default="stream,unary", help=f"producer variants, of {', '.join(VARIANTS)}")
+    ap.add_argument("--raft", default="", help="KEY=V1,V2: one group per value of cluster.raft.KEY (an A/B)")
     args = ap.parse_args()
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    groups: list[tuple[str, dict]] = [("", {})]
+    if args.raft:
+        key, _, values = args.raft.partition("=")
+        if not key or not values:
+            ap.error("--raft takes KEY=V1,V2 (a cluster.raft setting and its values)")
+        groups = [(f" raft.{key}={v}", {key: float(v) if "." in v else int(v)}) for v in values.split(",")]
+    results: dict[str, list[dict]] = {}
+    # groups of one run differ by where they happen to run (an A/A run showed 0.69x between two identical groups
+    # on a loaded box), so with several groups the rounds are split in two and the groups started again in
+    # reverse order for the second half: each value runs in each position
+    halves = [groups] if len(groups) == 1 else [groups, groups[::-1]]
     with tempfile.TemporaryDirectory() as d:
-        nodes = start_nodes(node_specs(Path(d), 3, store=STORE))
-        try:
+        for h, order in enumerate(halves):
+            rounds = args.rounds if len(halves) == 1 else (args.rounds + 1 - h) // 2
+            run_groups(Path(d) / f"half{h}", order, variants, rounds, args, results)
+    report(results, args)
+
+
+def run_groups(base: Path, groups: list[tuple[str, dict]], variants: list[str], rounds: int,
+               args: argparse.Namespace, results: dict[str, list[dict]]) -> None:
+    """Start ``groups`` (3 members each, all at once) and run every variant against each, ``rounds`` times."""
+    clusters: list[list] = []
+    try:
+        targets = []  # (variant label, servers, leader, nodes)
+        for i, (label, raft) in enumerate(groups):
+            nodes = start_nodes(node_specs(base / f"g{i}", 3, store=STORE, cluster={"raft": raft}))
+            clusters.append(nodes)
             leader = leader_of(nodes)
             create_topic(leader, TOPIC)
-            servers = [n.grpc_address for n in nodes]
-            results: dict[str, list[dict]] = {v: [] for v in variants}
-            for _ in range(args.rounds):
-                for v in variants:
-                    results[v].append(run_variant(v, servers, leader, nodes, args.size, args.seconds))
-            report(results, args)
-        finally:
+            for v in variants:
+                targets.append((v + label, [n.grpc_address for n in nodes], leader, nodes))
+        for _ in range(rounds):
+            for name, servers, leader, nodes in targets:
+                results.setdefault(name, []).append(
+                    run_variant(name, servers, leader, nodes, args.size, args.seconds, args.threads))
+    finally:
+        for nodes in clusters:
             stop_all(nodes)
 
 
