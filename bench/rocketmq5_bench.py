@@ -6,14 +6,15 @@ raftmq (one node and a 3-member group, async durability: acknowledged once a maj
 time; the same Java client (rocketmq-client-java 5.0.8, tests/rocketmq5/java/build.sh builds its driver, cached)
 and the Python client (its own venv and process, tests/rocketmq5/client_venv.py) send synchronously from
 ``threads`` threads (one send in flight each, one message per SendMessage) for ``--seconds`` to each target in
-turn, ``--rounds`` interleaved rounds; prints the medians and raftmq's rate over RocketMQ's for each client.
+turn, ``--rounds`` interleaved rounds after ``--warmup`` seconds of Java sends to each (not counted: RocketMQ's
+JVMs compile their hot paths); prints the medians and raftmq's rate over RocketMQ's for each client.
 
 Then every client against raftmq alone, next to raftmq's own SDK (its unary path, ``linger_ms=0``: one
 SendMessage per send like the official clients, and its default streaming path), and the SimpleConsumers
 receiving. Prints msgs/s and p50/p99 latency; never fails on time.
 
     .venv/bin/python bench/rocketmq5_bench.py [--seconds 5] [--size 1024] [--threads 8,64] [--members 1,3]
-                                              [--rounds 3] [--only-compare] [--skip-rocketmq]
+                                              [--rounds 3] [--warmup 5] [--only-compare] [--skip-rocketmq]
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ def main() -> None:
     ap.add_argument("--receive", type=int, default=5000, help="messages each consumer receives and acks")
     ap.add_argument("--skip-rocketmq", action="store_true", help="no rows against a real RocketMQ 5")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the comparison with RocketMQ")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds of Java sends to each target before the "
+                    "comparison's rounds (not counted): RocketMQ's JVMs compile their hot paths")
     ap.add_argument("--only-compare", action="store_true", help="only the comparison with a real RocketMQ 5")
     args = ap.parse_args()
     python = build_client_venv()
@@ -217,6 +220,8 @@ def compare(classpath: str, python: Path, args: argparse.Namespace) -> None:
                 clusters.append(nodes)
                 create_topic(leader_of(nodes), "bench")
                 targets.append((f"raftmq {m}", ";".join(n.grpc_address for n in nodes)))
+            for _, endpoints in targets:  # JIT-compile RocketMQ's broker and proxy (and warm raftmq) first
+                java_official(classpath, endpoints, "bench", args.size, max(threads), args.warmup)
             runs: dict[tuple[str, int, str], list[dict]] = {}
             for r in range(args.rounds):
                 for t in threads:
