@@ -307,12 +307,29 @@ def test_cluster_status_lists_every_group(shared_groups, topic):
 
     from tests.support.processes import REPO_ROOT
 
-    g0, _ = shared_groups
+    g0, g1 = shared_groups
     env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster", "status"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
+
+    def status(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster",
+                               "status", *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
+
+    # issue 38: one table, a row per member of every group (g1's asked through g0), each naming its group
+    out = status()
     assert out.returncode == 0, out.stderr
-    assert "Groups" in out.stdout and "g1" in out.stdout and shared_groups[1].grpc_address in out.stdout, out.stdout
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]]
+            for line in out.stdout.splitlines() if line.startswith("| g")}
+    assert set(rows) == {"g0-n0", "g1-n0"}, out.stdout
+    assert rows["g1-n0"][:4] == ["g1", "g1-n0", g1.grpc_address, "Leader"], out.stdout
+    assert rows["g0-n0"][0] == "g0" and rows["g1-n0"][-1] == "running", out.stdout
+    assert "leaders: g0: g0-n0, g1: g1-n0" in out.stdout, out.stdout
+    as_json = json.loads(status("--json").stdout)
+    assert [(g["group"], [m["id"] for m in g["members"]]) for g in as_json["groups"]] == [
+        ("g0", ["g0-n0"]), ("g1", ["g1-n0"])]
+    narrowed = status("--group", "g1")
+    assert narrowed.returncode == 0 and "g1-n0" in narrowed.stdout and "g0-n0" not in narrowed.stdout, narrowed
+    unknown = status("--group", "g7")
+    assert unknown.returncode == 3 and "unknown group 'g7'" in unknown.stderr and "g0, g1" in unknown.stderr, unknown
 
 
 def test_the_async_producer_routes_like_the_blocking_one(shared_groups, topic):
@@ -446,3 +463,31 @@ def test_dlq_lists_every_groups_dead_letters(shared_groups):
         ("dead-in-g0", "g0"), ("dead-in-g1", "g1")]
     table = _cli(g0, "dlq", "list", "cg-dead")
     assert table.returncode == 0 and "Group" in table.stdout and "dead-in-g0" in table.stdout, table
+
+
+def test_status_watch_shows_events_of_every_group(two_groups):
+    """Issue 38: `cluster status --watch` through g0 reports g1 going away, naming the group."""
+    import subprocess
+    import sys
+    import threading
+
+    from tests.support.processes import REPO_ROOT
+
+    g0, g1 = two_groups
+    env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster", "status",
+                             "--watch", "0.3", "--timeout", "3"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    try:
+        wait_for(lambda: any("g1 leader g1-n0: g1-n0 leader running" in line for line in lines),
+                 "a first look at both groups", timeout=60)
+        assert any(line.startswith("| g1 ") for line in lines), lines
+        g1.kill()
+        wait_for(lambda: any(line.startswith("event: group g1 unavailable (") for line in lines),
+                 "the event naming g1", timeout=60)
+        assert proc.poll() is None, lines  # it keeps watching
+    finally:
+        proc.terminate()
+        proc.wait(30)
