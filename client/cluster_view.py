@@ -1,7 +1,7 @@
 """Every group's members in one view (issue 38): what ``raftmq cluster status`` and ``cluster check`` walk.
 
-Why: a cluster of several Raft groups is one cluster to its operator (docs/design/scale-out.md#status-check-and-
-the-console-across-groups). The groups come from the route (``Admin.groups``); each group's members from
+Why: a cluster of several Raft groups is one cluster to its operator
+(docs/design/scale-out.md#status-check-and-the-console-across-groups). The groups come from the route (``Admin.groups``); each group's members from
 ``ClusterStatus`` pinned to that group, which the answering member relays to one of the group's members as it
 relays every call for another group (node/groups.py). So there is one read path for a group's status, whichever
 member the client reached.

@@ -491,3 +491,16 @@ def test_status_watch_shows_events_of_every_group(two_groups):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_every_metric_carries_the_members_group(shared_groups, topic):
+    """Issue 38: each member's /metrics is its group's: every sample has group=<its group>, so dashboards and
+    alerts aggregate per group (raftmq_consumer_group_members names the consumer group consumer_group)."""
+    from tests.support.metrics import samples
+
+    _send(shared_groups[0], topic, broker="g1")
+    for node, group in zip(shared_groups, ("g0", "g1"), strict=True):
+        found = samples(node)
+        assert {s.name for s in found} >= {"raftmq_raft_term", "raftmq_node_ready", "raftmq_rpc_latency_seconds_count"}
+        assert {s.labels.get("group") for s in found} == {group}, {s.name for s in found
+                                                                   if s.labels.get("group") != group}
