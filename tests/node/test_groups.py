@@ -446,6 +446,42 @@ def test_access_users_and_rules_are_changed_in_every_group(tmp_path):
             assert all("alice" not in [u.access_key for u in acl.list_users()] for acl in (a0, a1))
             with pytest.raises(NotFoundError):  # no group has it: a typo is still an error
                 a0.delete_user("alice")
+
+            # issue 38: `acl user list` and `acl policy list` show every group's users, each line naming its group,
+            # and warn of a user the groups disagree on (a change that reached only g1)
+            a0.put_user("carol", "carol-secret-1")
+            a0.add_rule("carol", "allow", ["PUB"], ["topic:a"])
+            from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+            signed = root.channel(g0.grpc_address, [])
+            pb_grpc.AclServiceStub(signed).PutAclUser(pb.PutAclUserRequest(
+                access_key="bob", secret_key="bob-secret-1", broker="g1"), timeout=20)
+            signed.close()
+            assert "bob" in [u.access_key for u in a0.list_users(group="g1")]
+            assert "bob" not in [u.access_key for u in a0.list_users(group="g0")]
+        import os
+        import subprocess
+        import sys
+
+        env = {**os.environ, "RAFTMQ_ACCESS_KEY": "root", "RAFTMQ_SECRET_KEY": "root-secret-1"}
+
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, *args],
+                                  capture_output=True, text=True, timeout=60, env=env)
+
+        users = cli("acl", "user", "list")
+        assert users.returncode == 0, users.stderr
+        lines = users.stdout.splitlines()
+        assert "g1\tbob\t0 rule(s)\tnetworks: any" in lines and not any(line.startswith("g0\tbob") for line in lines)
+        assert {line.split("\t")[0] for line in lines if "\tcarol\t" in line} == {"g0", "g1"}, lines
+        assert "user bob differs between groups (g0: absent, g1: present)" in users.stderr, users.stderr
+        rules = cli("acl", "policy", "list", "carol", "--json")
+        assert rules.returncode == 0, rules.stderr
+        assert sorted(u["group"] for u in json.loads(rules.stdout)) == ["g0", "g1"], rules.stdout
+        g1.kill()
+        down = cli("acl", "user", "list", "--timeout", "3")
+        assert down.returncode == 5 and "group g1:" in down.stderr and "listed: g0" in down.stderr, down
+        assert "g0\tcarol\t1 rule(s)" in down.stdout, down.stdout
     finally:
         stop_all(nodes)
 

@@ -1085,8 +1085,10 @@ class DeleteAclUserResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ListAclUsersRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("broker",)
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    def __init__(self, broker: _Optional[str] = ...) -> None: ...
 
 class ListAclUsersResponse(_message.Message):
     __slots__ = ("users",)
