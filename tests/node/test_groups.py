@@ -540,3 +540,38 @@ def test_every_metric_carries_the_members_group(shared_groups, topic):
         assert {s.name for s in found} >= {"raftmq_raft_term", "raftmq_node_ready", "raftmq_rpc_latency_seconds_count"}
         assert {s.labels.get("group") for s in found} == {group}, {s.name for s in found
                                                                    if s.labels.get("group") != group}
+
+
+def test_console_shows_every_group_and_each_topics_queues_per_group(shared_groups, topic):
+    """Issue 38: g0's console lists both groups, shows g1's members on g1's cluster page (asked through g0), and a
+    topic's queues in both groups."""
+    import re
+
+    g0, g1 = shared_groups
+    _send(g0, topic, broker="g1", queue_id=3)
+
+    def cells(text: str, table_id: str) -> list[list[str]]:
+        body = text[text.index(f'<table id="{table_id}">'):]
+        body = body[:body.index("</table>")]
+        return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+                for row in re.findall(r"<tr>(.*?)</tr>", body) if "<td" in row]
+
+    status, text = g0.http_get("/ui/cluster")
+    assert status == 200, text[:300]
+    assert [r[:4] for r in cells(text, "groups")] == [["g0 (this node&#x27;s group)", "g0-n0", "1 / 1", "ok"],
+                                                      ["g1", "g1-n0", "1 / 1", "ok"]], text
+    assert '<a href="/ui/cluster?group=g1">g1</a>' in text
+    status, text = g0.http_get("/ui/cluster?group=g1")
+    assert status == 200 and "<h1>Cluster: group g1</h1>" in text, text[:500]
+    members = cells(text, "members")
+    assert [(r[0], r[1], r[12]) for r in members] == [("g1-n0", "leader", g1.grpc_address)], members
+    status, text = g0.http_get("/ui/cluster?group=g7")
+    assert status == 404 and "unknown group" in text and "g0, g1" in text, text[:500]
+
+    def queues() -> list[list[str]]:
+        status, text = g0.http_get(f"/ui/topics/{topic}")
+        assert status == 200, text[:300]
+        return [r[:5] for r in cells(text, "queues")]
+
+    wait_for(lambda: ["g1", "3", "0", "1", "1"] in queues(), "g1's queue 3 holding the message, shown by g0")
+    assert sorted({(r[0], r[1]) for r in queues()}) == [(g, str(q)) for g in ("g0", "g1") for q in range(4)]
