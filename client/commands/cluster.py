@@ -125,12 +125,12 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
             view = cluster_view(admin, args.group)
+            if all(g.status is None for g in view.groups):  # nothing answered: an error, not an empty table
+                raise UnavailableError("; ".join(f"group {g.name}: {g.error}" for g in view.groups))
             if args.json:
                 print_json(_view_json(view) if view.many else _status_json(view.groups[0].status))
             else:
                 print(_view_table(view))
-            if all(g.status is None for g in view.groups):
-                raise UnavailableError("; ".join(f"group {g.name}: {g.error}" for g in view.groups))
             return 0
         try:
             many = cluster_view(admin, args.group).many
@@ -306,6 +306,7 @@ def _warn_report(report: CheckReport, group: str = "") -> None:
 
 
 def cmd_cluster_check(args: argparse.Namespace) -> int:
+    _read_secret(args)  # a bad --secret-file is a usage error before anything is asked
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout,
                retry_timeout=args.timeout) as admin:
         routes, many = groups_of(admin, args.group)
