@@ -575,3 +575,13 @@ def test_console_shows_every_group_and_each_topics_queues_per_group(shared_group
 
     wait_for(lambda: ["g1", "3", "0", "1", "1"] in queues(), "g1's queue 3 holding the message, shown by g0")
     assert sorted({(r[0], r[1]) for r in queues()}) == [(g, str(q)) for g in ("g0", "g1") for q in range(4)]
+
+    # a consumer group's page: its queues in both groups (asked through g0 from each group's leader)
+    for broker, offsets in (("g0", {0: 0}), ("g1", {3: 1})):
+        messaging(g0).CommitOffset(pb.CommitOffsetRequest(group="cg-console", topic=topic, offsets=offsets,
+                                                          broker=broker), timeout=20)
+    status, text = g0.http_get("/ui/groups/cg-console")
+    assert status == 200, text[:500]
+    rows = cells(text, "group-queues")
+    assert ["g1", topic, "3", "-", "1", "1", "0"] in [r[:7] for r in rows], rows
+    assert {r[0] for r in rows} == {"g0", "g1"}, rows
