@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import grpc
+
 from raftmq.client.connection import ServerPool
+from raftmq.client.errors import RaftmqError
 from raftmq.client.security import ClientSecurity
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -61,9 +64,22 @@ class AclAdmin:
         req = pb.DeleteAclUserRequest(access_key=access_key)
         self._pool.write(lambda s, t: s.acl.DeleteAclUser(req, timeout=t))
 
-    def list_users(self) -> list[AclUser]:
-        resp, _ = self._pool.read(lambda s, t: s.acl.ListAclUsers(pb.ListAclUsersRequest(), timeout=t))
+    def list_users(self, group: str = "") -> list[AclUser]:
+        """The users and rules of ``group`` (a cluster of several groups keeps them in each group), else of the
+        answering member's group."""
+        req = pb.ListAclUsersRequest(broker=group)
+        resp, _ = self._pool.read(lambda s, t: s.acl.ListAclUsers(req, timeout=t))
         return [AclUser.from_pb(u) for u in resp.users]
+
+    def groups(self) -> list[str]:
+        """The cluster's group names in configuration order ([] from a server without routes)."""
+        try:
+            resp, _ = self._pool.read(lambda s, t: s.messaging.QueryRoute(pb.QueryRouteRequest(), timeout=t))
+        except RaftmqError as e:
+            if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                return []
+            raise
+        return [g.name for g in resp.groups]
 
     def add_rule(self, access_key: str, effect: str, actions: Sequence[str], resources: Sequence[str]) -> AclUser:
         req = pb.AddAclRuleRequest(access_key=access_key, rule=pb.AclRule(effect=effect, actions=list(actions),

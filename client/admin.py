@@ -210,10 +210,11 @@ class Admin:
 
     # ------------------------------------------------------------------ cluster
 
-    def cluster_status(self) -> ClusterStatus:
-        """Every member's role, term, indexes and lag, as the answering node sees them."""
+    def cluster_status(self, group: str = "") -> ClusterStatus:
+        """Every member's role, term, indexes and lag, as the answering node sees them; ``group``: the members
+        of that group of the cluster, as one of them sees them (relayed there), else the answering member's."""
         resp, address = self._pool.read(
-            lambda s, t: s.admin.ClusterStatus(pb.ClusterStatusRequest(), timeout=t))
+            lambda s, t: s.admin.ClusterStatus(pb.ClusterStatusRequest(broker=group), timeout=t))
         return ClusterStatus.from_pb(resp, address)
 
     def transfer_leader(self, to_id: str | None = None) -> str:

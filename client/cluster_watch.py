@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from raftmq.client.cluster_view import ClusterView
 from raftmq.client.errors import RaftmqError
 from raftmq.client.types import ClusterStatus, MemberStatus
 from raftmq.text import short_reason
@@ -67,13 +68,46 @@ def summary_line(status: ClusterStatus, at: str) -> str:
     return f"{at} leader {status.leader_id or 'none'}: {members}"
 
 
+def view_events(old: ClusterView | None, new: ClusterView, at: str) -> list[str]:
+    """What changed in every group (issue 38): each group's events as ``events_between`` finds them, named
+    "group g1: ...", and a group that stopped or started answering."""
+    if old is None:
+        return []
+    before = {g.name: g for g in old.groups}
+    out = []
+    for g in new.groups:
+        was = before.get(g.name)
+        if was is None:
+            continue
+        if g.status is None:
+            if was.status is not None:
+                out.append(f"group {g.name} unavailable ({short_reason(g.error)}) at {at}")
+            continue
+        if was.status is None:
+            out.append(f"group {g.name} answers again (leader {g.status.leader_id or 'none'}) at {at}")
+            continue
+        out += [f"group {g.name}: {e}" for e in events_between(was.status, g.status, at)]
+    return out
+
+
+def view_summary(view: ClusterView, at: str) -> str:
+    """One line per look at every group: each group's leader and members, or why it did not answer."""
+    parts = [f"{g.name} unavailable ({short_reason(g.error)})" if g.status is None else
+             f"{g.name} " + summary_line(g.status, "").strip() for g in view.groups]
+    return f"{at} " + "; ".join(parts)
+
+
 class Watch:
     """One look per ``tick()``; ``table(status)`` renders the full table."""
 
     def __init__(self, fetch: Callable[[], ClusterStatus], table: Callable[[ClusterStatus], str], *,
-                 out: TextIO | None = None, tty: bool | None = None):
+                 out: TextIO | None = None, tty: bool | None = None, events=events_between, summary=summary_line):
+        """``events`` and ``summary``: how two looks differ and one look in a line (``view_events`` and
+        ``view_summary`` watch every group of a ClusterView)."""
         self.fetch = fetch
         self.table = table
+        self.events_of = events
+        self.summary = summary
         self.out = out or sys.stdout
         self.tty = self.out.isatty() if tty is None else tty
         self.last: ClusterStatus | None = None
@@ -95,7 +129,7 @@ class Watch:
         if self.failing is not None:
             self._event(f"cluster status answered again by {status.answered_by} at {at}")
             self.failing = None
-        for e in events_between(self.last, status, at):
+        for e in self.events_of(self.last, status, at):
             self._event(e)
         first = self.last is None
         self.last = status
@@ -104,7 +138,7 @@ class Watch:
         else:
             if first:
                 self.out.write(self.table(status) + "\n")
-            self.out.write(summary_line(status, at) + "\n")
+            self.out.write(self.summary(status, at) + "\n")
             self.out.flush()
 
     def _event(self, text: str) -> None:

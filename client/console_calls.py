@@ -59,3 +59,19 @@ def check_replicas(address: str, secret: str, credentials: Mapping[str, Any], *,
     """``raftmq cluster check`` from ``address``: every member's commit log (and consume queues) compared."""
     with ReplicaChecker(address, secret=secret, security=ClientSecurity(**credentials)) as checker:
         return checker.check(max_bytes=max_bytes, queues=queues)
+
+
+def cluster_view(address: str, credentials: Mapping[str, Any], group: str | None = None) -> Any:
+    """``raftmq cluster status`` from ``address``: every group's members (``group``: that group's), each group
+    asked through ``address``, which relays it to one of that group's members (client/cluster_view.py)."""
+    from raftmq.client.cluster_view import cluster_view as view_of
+
+    with Admin(address, security=ClientSecurity(**credentials), timeout=5, retry_timeout=5) as admin:
+        return view_of(admin, group)
+
+
+def queue_offsets(address: str, credentials: Mapping[str, Any], topic: str, group: str) -> list:
+    """A topic's queues in ``group`` (min / max offsets), asked through ``address`` as ``raftmq topic describe``
+    asks them."""
+    with Admin(address, security=ClientSecurity(**credentials), timeout=5, retry_timeout=5) as admin:
+        return admin.queue_offsets(topic, broker=group)

@@ -128,6 +128,10 @@ class CheckReport:
         return d
 
 
+class NothingToCompareError(RaftmqError):
+    """The group has one member: there are no replicas to compare."""
+
+
 class _Unreachable(Exception):
     """A member that did not answer (connection refused, deadline, not started)."""
 
@@ -145,7 +149,7 @@ class ReplicaChecker:
 
     def check(self, *, from_offset: int = 0, max_bytes: int | None = None, chunk_bytes: int = DEFAULT_CHUNK,
               progress: Callable[[int, int], None] | None = None, queues: bool = True,
-              lag_wait_s: float = DEFAULT_LAG_WAIT_S) -> CheckReport:
+              lag_wait_s: float = DEFAULT_LAG_WAIT_S, group: str = "") -> CheckReport:
         """Digest and compare [max(from_offset, common start), common end), at most ``max_bytes`` of it; with
         ``queues`` also every consume queue over the range all members have dispatched.
 
@@ -154,7 +158,8 @@ class ReplicaChecker:
         has not within ``lag_wait_s`` gets the LAGS verdict and a ``lag`` reason.
 
         Raises ``InvalidArgumentError`` for bad bounds, ``PermissionDeniedError`` for a wrong or missing secret,
-        ``RaftmqError`` when there is nothing to compare (a single member)."""
+        ``NothingToCompareError`` when there is nothing to compare (a single member). ``group``: the members of that
+        group of the cluster (issue 38; the answering member relays the question of its members there)."""
         if from_offset < 0:
             raise InvalidArgumentError(f"from offset {from_offset} is negative: commit-log offsets start at 0")
         if not MIN_CHUNK <= chunk_bytes <= MAX_CHUNK:
@@ -166,9 +171,10 @@ class ReplicaChecker:
         self._lag_wait_s = lag_wait_s
         with Admin(self._servers, timeout=self._timeout, retry_timeout=self._timeout,
                    security=self._security) as admin:
-            status = admin.cluster_status()
+            status = admin.cluster_status(group=group)
         if len(status.members) < 2:
-            raise RaftmqError(f"{status.answered_by} is a single-member cluster: there are no replicas to compare")
+            what = f"group {group} has a single member" if group else f"{status.answered_by} is a single-member cluster"
+            raise NothingToCompareError(f"{what}: there are no replicas to compare")
         members = [MemberCheck(m.id, m.grpc_address) for m in sorted(status.members, key=lambda m: m.id)]
         with futures.ThreadPoolExecutor(max_workers=len(members), thread_name_prefix="check") as pool:
             self._pool = pool

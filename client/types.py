@@ -202,8 +202,9 @@ class ClusterStatus:
     durability: str
     members: list[MemberStatus] = field(default_factory=list)
     answered_by: str = ""  # the address that answered
+    group: str = ""  # the group these members form (issue 38), "" from an older server
 
     @classmethod
     def from_pb(cls, r: pb.ClusterStatusResponse, answered_by: str) -> ClusterStatus:
         return cls(r.cluster_name, r.leader_id, r.durability, [MemberStatus.from_pb(m) for m in r.members],
-                   answered_by)
+                   answered_by, r.group)

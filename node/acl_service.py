@@ -130,6 +130,7 @@ class AclService(pb_grpc.AclServiceServicer):
 
     @rpc_handler("ListAclUsers")
     async def ListAclUsers(self, request: pb.ListAclUsersRequest, context) -> pb.ListAclUsersResponse:  # noqa: N802
+        self.node.check_group(request.broker)  # issue 38: another group's users, relayed there
         return pb.ListAclUsersResponse(users=[_user_message(u) for u in self._auth().users()])
 
     @rpc_handler("AddAclRule")

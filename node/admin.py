@@ -268,6 +268,7 @@ class AdminService(pb_grpc.AdminServiceServicer):
     # ------------------------------------------------------------------ cluster
     @rpc_handler("ClusterStatus", needs_ready=False)
     async def ClusterStatus(self, request, context) -> pb.ClusterStatusResponse:  # noqa: N802
+        self.node.check_group(request.broker)  # issue 38: another group's members, relayed to one of them
         # its own thread, not the read pool: asking peers may wait out a short timeout and pulls must not queue
         return await asyncio.to_thread(cluster_status, self.node)
 

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 def cluster_status(node: BrokerCore) -> pb.ClusterStatusResponse:
     """Every member's role, term, Raft indexes and lag, as this node sees them (peers are asked directly)."""
     cfg = node.config
-    resp = pb.ClusterStatusResponse(cluster_name=cfg.cluster.name, durability=cfg.cluster.durability)
+    resp = pb.ClusterStatusResponse(cluster_name=cfg.cluster.name, durability=cfg.cluster.durability,
+                                    group=node.groups.own)
     if node.write_path is None:  # still opening the store
         resp.members.append(pb.MemberStatus(id=node.node_id, grpc_address=cfg.advertised_address,
                                             role="starting", healthy=True, ready=False,

@@ -56,7 +56,7 @@ class BrokerCore:
         self.config = cfg
         self.node_id = cfg.node.id
         self.store_config = cfg.store_config()
-        self.metrics = BrokerMetrics(cfg.cluster.name, cfg.node.id)
+        self.metrics = BrokerMetrics(cfg.cluster.name, cfg.node.id, cfg.group_name)
         self.converter = StoreMessageBuilder(max_message_size=self.store_config.max_message_size,
                                              uniq_key_ip=cfg.store_host[0])
         # set by the server as the node comes up (None until then; services run only once ``serving``)

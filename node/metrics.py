@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from raftmq.node.auth.audit import REFUSAL_PORTS, REFUSALS
@@ -22,11 +22,30 @@ from raftmq.store.thread_name import cpu_seconds_by_thread
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
-class BrokerMetrics:
-    """The per-request instruments of one broker; labels carry cluster and node id like RocketMQ 5's."""
+class GroupLabelled(Collector):
+    """Every sample of ``registry`` with the constant label ``group`` (issue 38): a process is a member of one
+    group, so its whole /metrics is that group's, and dashboards and alerts select or aggregate by it in a
+    cluster of several groups (a one-group cluster's group is its name)."""
 
-    def __init__(self, cluster: str, node_id: str):
+    def __init__(self, registry: CollectorRegistry, group: str):
+        self._registry = registry
+        self._group = group
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._registry.collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            out.samples = [s._replace(labels={**s.labels, "group": self._group}) for s in family.samples]
+            yield out
+
+
+class BrokerMetrics:
+    """The per-request instruments of one broker; labels carry cluster and node id like RocketMQ 5's, and
+    ``exposition`` (what /metrics serves) adds the member's group to every sample."""
+
+    def __init__(self, cluster: str, node_id: str, group: str):
         self.registry = CollectorRegistry(auto_describe=True)
+        self.exposition = CollectorRegistry(auto_describe=False)
+        self.exposition.register(GroupLabelled(self.registry, group))
         self._base = (cluster, node_id)
         base = ["cluster", "node_id"]
         self.messages_in = Counter(
@@ -193,7 +212,7 @@ class ConsumerGroupCollector(Collector):
         if not self._is_leader():
             return
         g = GaugeMetricFamily("raftmq_consumer_group_members", "Live consumers of a group (heartbeating to this "
-                              "leader), summed over the topics they consume", labels=["cluster", "node_id", "group"])
+                              "leader), summed over the topics they consume", labels=["cluster", "node_id", "consumer_group"])
         for group, n in sorted(self._registry.group_sizes().items()):
             g.add_metric([*self._base, group], float(n))
         yield g

@@ -206,7 +206,7 @@ class Broker:
         http_tls = self._http_tls()
         self.console.secure_cookies = http_tls is not None  # session cookies then travel only over TLS
         try:
-            self._http = HealthServer(http.host, http.port, self.core.metrics.registry, self.core.readiness,
+            self._http = HealthServer(http.host, http.port, self.core.metrics.exposition, self.core.readiness,
                                       self.console.handle, tls=http_tls, guard=self.http_guard,
                                       client_address=self.http_client_address,
                                       identity=f"node={cfg.node.id} pid={os.getpid()}")

@@ -4,7 +4,7 @@
     raftmq acl user add ALICE --network 10.1.0.0/16 --network fd00::/8   # may sign only from these networks
     raftmq acl user networks ALICE --network 10.2.0.0/16 | --any
     raftmq acl user delete ALICE
-    raftmq acl user list
+    raftmq acl user list                         # every group's users, each line naming its group (issue 38)
     raftmq acl policy add ALICE --allow PUB,SUB --resource topic:orders-* --resource group:billing
     raftmq acl policy add ALICE --deny SUB --resource topic:orders.secret
     raftmq acl policy remove ALICE INDEX
@@ -20,7 +20,7 @@ import sys
 
 from raftmq.client.acl import AclAdmin, AclUser
 from raftmq.client.commands.args import UsageError, add_command, security_of, servers_of
-from raftmq.client.errors import NotFoundError
+from raftmq.client.errors import NotFoundError, RaftmqError
 
 
 def _admin(args: argparse.Namespace) -> AclAdmin:
@@ -89,16 +89,59 @@ def cmd_user_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _users_of_every_group(admin: AclAdmin) -> list[tuple[str, list[AclUser] | RaftmqError]]:
+    """Issue 38: each group keeps its own users and rules (a change is made in every group), so a list asks each
+    group (relayed there by the answering member); a one-group cluster is one unnamed entry, asked as before."""
+    names = admin.groups()
+    if len(names) <= 1:
+        return [("", admin.list_users())]
+    out: list[tuple[str, list[AclUser] | RaftmqError]] = []
+    for name in names:
+        try:
+            out.append((name, admin.list_users(group=name)))
+        except RaftmqError as exc:
+            out.append((name, exc))
+    return out
+
+
+def _finish_listing(by_group: list[tuple[str, list[AclUser] | RaftmqError]]) -> int:
+    """After a list of several groups: warn of users the groups disagree on, fail naming groups not asked."""
+    answered = {g: users for g, users in by_group if not isinstance(users, RaftmqError)}
+    if len(answered) > 1:
+        keys = sorted({u.access_key for users in answered.values() for u in users})
+        for key in keys:
+            held = {g: next((u for u in users if u.access_key == key), None) for g, users in answered.items()}
+            if len({u for u in held.values()}) > 1:
+                print(f"raftmq: warning: user {key} differs between groups ("
+                      + ", ".join(f"{g}: {'absent' if u is None else 'present'}" for g, u in held.items())
+                      + "): a change missed a group; run it again (each group's part is idempotent)", file=sys.stderr)
+    failed = [(g, e) for g, e in by_group if isinstance(e, RaftmqError)]
+    if failed:
+        raise type(failed[0][1])("; ".join(f"group {g}: {' '.join(e.message.split())}" for g, e in failed)
+                                 + f" (listed: {', '.join(answered) or 'no group'})")
+    return 0
+
+
+def _listing_json(by_group: list[tuple[str, list[AclUser] | RaftmqError]], users_of) -> list[dict]:
+    if len(by_group) == 1 and not by_group[0][0]:
+        return [_user_json(u) for u in users_of(by_group[0][1])]
+    return [{"group": g, **_user_json(u)} for g, users in by_group if not isinstance(users, RaftmqError)
+            for u in users_of(users)]
+
+
 def cmd_user_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        users = admin.list_users()
+        by_group = _users_of_every_group(admin)
     if args.json:
-        print(json.dumps([_user_json(u) for u in users]))
-        return 0
-    for u in users:
-        kind = "bootstrap admin" if u.bootstrap else "admin" if u.admin else f"{len(u.rules)} rule(s)"
-        print(f"{u.access_key}\t{kind}\tnetworks: {_networks_text(u)}")
-    return 0
+        print(json.dumps(_listing_json(by_group, lambda users: users)))
+        return _finish_listing(by_group)
+    for group, users in by_group:
+        if isinstance(users, RaftmqError):
+            continue
+        for u in users:
+            kind = "bootstrap admin" if u.bootstrap else "admin" if u.admin else f"{len(u.rules)} rule(s)"
+            print(f"{group}\t" * bool(group) + f"{u.access_key}\t{kind}\tnetworks: {_networks_text(u)}")
+    return _finish_listing(by_group)
 
 
 def _rules_text(u: AclUser) -> list[str]:
@@ -129,20 +172,27 @@ def cmd_policy_remove(args: argparse.Namespace) -> int:
 
 def cmd_policy_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        users = admin.list_users()
-    if args.user:
-        users = [u for u in users if u.access_key == args.user]
-        if not users:
-            raise NotFoundError(f"no user with access key {args.user!r}")
+        by_group = _users_of_every_group(admin)
+
+    def chosen(users: list[AclUser]) -> list[AclUser]:
+        return [u for u in users if u.access_key == args.user] if args.user else users
+
+    if args.user and not any(chosen(users) for _, users in by_group if not isinstance(users, RaftmqError)):
+        _finish_listing(by_group)  # a group that did not answer may hold the user: say so first
+        raise NotFoundError(f"no user with access key {args.user!r}")
     if args.json:
-        print(json.dumps([_user_json(u) for u in users]))
-        return 0
-    for u in users:
-        if u.admin:
-            print(f"{u.access_key}\t-\tadmin: every action on every resource")
-        for line in _rules_text(u):
-            print(line)
-    return 0
+        print(json.dumps(_listing_json(by_group, chosen)))
+        return _finish_listing(by_group)
+    for group, users in by_group:
+        if isinstance(users, RaftmqError):
+            continue
+        for u in chosen(users):
+            prefix = f"{group}\t" * bool(group)
+            if u.admin:
+                print(f"{prefix}{u.access_key}\t-\tadmin: every action on every resource")
+            for line in _rules_text(u):
+                print(prefix + line)
+    return _finish_listing(by_group)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

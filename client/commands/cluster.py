@@ -11,6 +11,7 @@ import sys
 import time
 
 from raftmq.client.admin import Admin
+from raftmq.client.cluster_view import ClusterView, cluster_view, groups_of
 from raftmq.client.commands import members
 from raftmq.client.commands.args import (
     UsageError,
@@ -24,12 +25,19 @@ from raftmq.client.commands.args import (
     size_arg,
 )
 from raftmq.client.commands.output import Progress, checked_text, print_json
-from raftmq.client.errors import RaftmqError, ReplicaLagsError, ReplicasDifferError, UnavailableError
+from raftmq.client.errors import (
+    NotFoundError,
+    RaftmqError,
+    ReplicaLagsError,
+    ReplicasDifferError,
+    UnavailableError,
+)
 from raftmq.client.replica_check import (
     DEFAULT_CHUNK,
     DEFAULT_LAG_WAIT_S,
     SECRET_ENV,
     CheckReport,
+    NothingToCompareError,
     ReplicaChecker,
 )
 from raftmq.client.table import render_table
@@ -49,26 +57,52 @@ def member_state(m: MemberStatus, *, full: bool = False) -> str:
     return "running" if m.ready else "not ready"
 
 
+STATUS_HEADERS = ["Member", "Address", "Role", "Term", "Commit index", "Applied offset", "Dispatch behind (B)",
+                  "Lag (B)", "State"]
+
+
+def _member_row(m: MemberStatus) -> list:
+    role = m.role.capitalize() if m.role else ""
+    # an unreachable member's numbers are unknown, not zero
+    numbers = ["-"] * 5 if m.role == "unreachable" else [m.term, m.commit_index, m.applied_offset,
+                                                         m.dispatch_behind_bytes, m.lag_bytes]
+    return [m.id, m.grpc_address, role, *numbers, member_state(m)]
+
+
+def _notes(members: list[MemberStatus]) -> str:
+    """Learners' progress and storage integrity below a status table."""
+    members = sorted(members, key=lambda m: m.id)
+    storage = [f"  {m.id}: {m.storage_integrity}" for m in members if m.storage_integrity]
+    learners = [f"  {m.id}: {m.progress or m.error or 'catching up'}" for m in members if m.membership == "learner"]
+    return (("\nLearners (not voting yet):\n" + "\n".join(learners) if learners else "")
+            + ("\nStorage integrity:\n" + "\n".join(storage) if storage else ""))
+
+
 def cluster_table(status: ClusterStatus) -> str:
     """The ``cluster status`` table, one row per member, in the style of ``patronictl list``."""
-    rows = []
-    for m in sorted(status.members, key=lambda m: m.id):
-        role = m.role.capitalize() if m.role else ""
-        # an unreachable member's numbers are unknown, not zero
-        numbers = ["-"] * 5 if m.role == "unreachable" else [m.term, m.commit_index, m.applied_offset,
-                                                             m.dispatch_behind_bytes, m.lag_bytes]
-        rows.append([m.id, m.grpc_address, role, *numbers, member_state(m)])
+    rows = [_member_row(m) for m in sorted(status.members, key=lambda m: m.id)]
     title = (f"Cluster: {status.cluster_name or '?'} (leader: {status.leader_id or 'none'}, "
              f"durability: {status.durability or '?'})")
-    headers = ["Member", "Address", "Role", "Term", "Commit index", "Applied offset", "Dispatch behind (B)",
-               "Lag (B)", "State"]
-    table = render_table(headers, rows, title=title)
-    storage = [f"  {m.id}: {m.storage_integrity}" for m in sorted(status.members, key=lambda m: m.id)
-               if m.storage_integrity]
-    learners = [f"  {m.id}: {m.progress or m.error or 'catching up'}" for m in sorted(status.members, key=lambda m: m.id)
-                if m.membership == "learner"]
-    return (table + ("\nLearners (not voting yet):\n" + "\n".join(learners) if learners else "")
-            + ("\nStorage integrity:\n" + "\n".join(storage) if storage else ""))
+    return render_table(STATUS_HEADERS, rows, title=title) + _notes(status.members)
+
+
+def groups_table(view: ClusterView) -> str:
+    """``cluster status`` of a cluster of several groups (issue 38): one table, a row per member of every group
+    (a group that did not answer: one row saying why), like ``patronictl list`` over several clusters."""
+    rows = []
+    for g in view.groups:
+        if g.status is None:
+            rows.append([g.name, "-", "-", "-", "-", "-", "-", "-", "-", f"unavailable: {short_reason(g.error)}"])
+            continue
+        rows += [[g.name, *_member_row(m)] for m in sorted(g.status.members, key=lambda m: m.id)]
+    leaders = ", ".join(f"{g.name}: {(g.status.leader_id or 'none') if g.status else '?'}" for g in view.groups)
+    durability = next((g.status.durability for g in view.groups if g.status is not None), "") or "?"
+    title = f"Cluster: {view.cluster_name or '?'} (leaders: {leaders}; durability: {durability})"
+    return render_table(["Group", *STATUS_HEADERS], rows, title=title) + _notes([m for _, m in view.members()])
+
+
+def _view_table(view: ClusterView) -> str:
+    return groups_table(view) if view.many else cluster_table(view.groups[0].status)
 
 
 def _status_json(status: ClusterStatus) -> dict:
@@ -78,48 +112,54 @@ def _status_json(status: ClusterStatus) -> dict:
     return d
 
 
+def _view_json(view: ClusterView) -> dict:
+    """``cluster status --json`` of several groups: each group's status (as one group's) or its error."""
+    return {"cluster_name": view.cluster_name, "answered_by": view.answered_by,
+            "groups": [{"group": g.name, **(_status_json(g.status) if g.status is not None else {}),
+                        "error": g.error} for g in view.groups]}
+
+
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    from raftmq.client.cluster_watch import Watch
+    from raftmq.client.cluster_watch import Watch, view_events, view_summary
 
     with Admin(servers_of(args), security=security_of(args), timeout=args.timeout, retry_timeout=args.timeout) as admin:
         if args.watch is None:
-            status = admin.cluster_status()
-            try:
-                groups = admin.groups()
-            except RaftmqError:  # the status is what was asked: the groups line is extra
-                groups = []
+            view = cluster_view(admin, args.group)
+            if all(g.status is None for g in view.groups):  # nothing answered: an error, not an empty table
+                raise UnavailableError("; ".join(f"group {g.name}: {g.error}" for g in view.groups))
             if args.json:
-                print_json({**_status_json(status), **({"groups": [_group_json(g) for g in groups]}
-                                                        if len(groups) > 1 else {})})
-                return 0
-            print(cluster_table(status))
-            if len(groups) > 1:  # issue 37: the answering member's group above; every group in one line each
-                print(render_table(["Group", "Leader", "Answers", "Endpoints"],
-                                   [[g.name, g.leader or "-", "yes" if g.available else f"no: {g.error}",
-                                     ", ".join(g.endpoints)] for g in groups], title="Groups"))
+                print_json(_view_json(view) if view.many else _status_json(view.groups[0].status))
+            else:
+                print(_view_table(view))
             return 0
-        watch = None if args.json else Watch(admin.cluster_status, cluster_table)
+        try:
+            many = cluster_view(admin, args.group).many
+        except NotFoundError:
+            raise
+        except RaftmqError:  # not answering yet: watch the way a one-group cluster is watched
+            many = False
+        if many:
+            watch = Watch(lambda: cluster_view(admin, args.group), _view_table, events=view_events,
+                          summary=view_summary)
+        else:
+            watch = Watch(lambda: admin.cluster_status(group=args.group or ""), cluster_table)
         try:
             while True:
-                _json_once(admin) if watch is None else watch.tick()
+                _json_once(admin, args.group, many) if args.json else watch.tick()
                 time.sleep(args.watch)
         except KeyboardInterrupt:
             return 0
 
 
-def _group_json(g) -> dict:
-    return {"name": g.name, "leader": g.leader, "available": g.available, "error": g.error,
-            "endpoints": list(g.endpoints)}
-
-
-def _json_once(admin: Admin) -> None:
+def _json_once(admin: Admin, group: str | None, many: bool) -> None:
     stamp = dt.datetime.now().isoformat(sep=" ", timespec="seconds")
     try:
-        status = admin.cluster_status()
+        answer = _view_json(cluster_view(admin, group)) if many else \
+            _status_json(admin.cluster_status(group=group or ""))
     except RaftmqError as exc:  # keep watching through a failover or a restart
         print(f"{stamp}  raftmq: error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
         return
-    print_json({"time": stamp, **_status_json(status)})
+    print_json({"time": stamp, **answer})
 
 
 def cmd_transfer_leader(args: argparse.Namespace) -> int:
@@ -165,8 +205,9 @@ def _range_text(start: int, end: int) -> str:
     return f"[{start}, {end})"
 
 
-def check_table(report: CheckReport) -> str:
-    """The ``cluster check`` table: one row per member, its checked range, bytes and verdicts."""
+def check_table(report: CheckReport, group: str = "") -> str:
+    """The ``cluster check`` table: one row per member, its checked range, bytes and verdicts (``group``: the
+    group these members form, in the title)."""
     rows = []
     queues = any(m.queue_verdict for m in report.members)
     for m in report.members:
@@ -186,7 +227,8 @@ def check_table(report: CheckReport) -> str:
             cells.append(f"DIFFERS in {q.topic}/{q.queue_id} at {q.from_offset}"
                          if q is not None and m.id in q.differing else m.queue_verdict)
         rows.append(cells)
-    title = f"Commit-log check: {report.algorithm} in {report.chunk_bytes}-byte chunks"
+    title = (f"Group {group}: commit" if group else "Commit") + \
+        f"-log check: {report.algorithm} in {report.chunk_bytes}-byte chunks"
     headers = ["Member", "Address", "Range checked", "Bytes", "Verdict"] + (["Consume queues"] if queues else [])
     return render_table(headers, rows, title=title)
 
@@ -229,44 +271,120 @@ def _read_secret(args: argparse.Namespace) -> str:
             from None
 
 
+def _check_failure(report: CheckReport) -> RaftmqError | None:
+    """What a report fails with (differ, lags, unreachable), None when the replicas were proven identical."""
+    lost = ", ".join(f"{m.id} ({m.address}): {m.error}" for m in report.unreachable)
+    if report.lagging and report.difference is None and report.queue_difference is None:
+        return ReplicaLagsError("; ".join(f"{m.id} lags: {m.lag}" for m in report.lagging)
+                                + " (rebuild a stuck member with `raftmq cluster rebuild-member`)"
+                                + (f"; also unreachable: {lost}" if lost else ""))
+    if report.difference is not None or report.queue_difference is not None:
+        found = [_check_summary(report)] if report.difference is not None else []
+        found += [_queue_summary(report)] if report.queue_difference is not None else []
+        return ReplicasDifferError("; ".join(found) + (f"; also unreachable: {lost}" if lost else ""))
+    if lost:
+        return UnavailableError(f"member(s) not checked, unreachable: {lost}")
+    return None
+
+
+def _print_report(report: CheckReport, group: str = "") -> None:
+    prefix = f"group {group}: " if group else ""
+    print(check_table(report, group))
+    print(prefix + _check_summary(report))
+    if any(m.queue_verdict for m in report.members):
+        print(prefix + _queue_summary(report))
+
+
+def _warn_report(report: CheckReport, group: str = "") -> None:
+    prefix = f"group {group}: " if group else ""
+    for name in report.queues_not_everywhere:
+        print(f"raftmq: warning: {prefix}consume queue {name}: not compared (still dispatching, or lost there)",
+              file=sys.stderr)
+    if report.range_to <= report.range_from:
+        print(f"raftmq: note: {prefix}no committed commit-log bytes held by every member in "
+              f"{_range_text(report.range_from, report.range_to)}: nothing to compare", file=sys.stderr)
+
+
 def cmd_cluster_check(args: argparse.Namespace) -> int:
+    _read_secret(args)  # a bad --secret-file is a usage error before anything is asked
+    with Admin(servers_of(args), security=security_of(args), timeout=args.timeout,
+               retry_timeout=args.timeout) as admin:
+        routes, many = groups_of(admin, args.group)
+    if many or args.group is not None:
+        return _check_groups([g.name for g in routes], args)
+    report = _check_one(args, "")
+    if args.json:
+        print_json(report.to_json())
+    else:
+        _print_report(report)
+    _warn_report(report)
+    failure = _check_failure(report)
+    if failure is not None:
+        raise failure
+    return 0
+
+
+def _check_one(args: argparse.Namespace, group: str) -> CheckReport:
     progress = Progress(0, render=checked_text)
 
     def show(done: int, total: int) -> None:
         progress.total = total
         progress.update(done)
 
-    with ReplicaChecker(servers_of(args), secret=_read_secret(args), timeout=args.timeout,
-                         security=security_of(args)) as checker:
-        report = checker.check(from_offset=args.from_offset, max_bytes=args.bytes, chunk_bytes=args.chunk,
-                               progress=show, queues=not args.no_queues, lag_wait_s=args.lag_wait)
-    progress.finish()
-    queues = any(m.queue_verdict for m in report.members)
+    try:
+        with ReplicaChecker(servers_of(args), secret=_read_secret(args), timeout=args.timeout,
+                            security=security_of(args)) as checker:
+            return checker.check(from_offset=args.from_offset, max_bytes=args.bytes, chunk_bytes=args.chunk,
+                                 progress=show, queues=not args.no_queues, lag_wait_s=args.lag_wait, group=group)
+    finally:
+        progress.finish()
+
+
+# which failure a check of several groups exits with: the worst found in any group
+_FAILURE_ORDER = (ReplicasDifferError, ReplicaLagsError, UnavailableError)
+
+
+def _check_groups(names: list[str], args: argparse.Namespace) -> int:
+    """``cluster check`` of every group (issue 38): each group's members compared among themselves, one after
+    the other; the exit status covers all of them (9 when any group's replicas differ, else 11 when a member of
+    any lags, else 5 when any member or group could not be asked) and every failure names its group."""
+    reports: list[tuple[str, CheckReport | None, RaftmqError | None]] = []
+    for name in names:
+        print(f"checking group {name} ...", file=sys.stderr, flush=True)
+        try:
+            report = _check_one(args, name)
+        except NothingToCompareError as exc:
+            reports.append((name, None, exc))
+            continue
+        except RaftmqError as exc:
+            if isinstance(exc, UnavailableError):
+                exc = UnavailableError(f"could not ask its members: {exc.message}")
+            reports.append((name, None, exc))
+            continue
+        reports.append((name, report, _check_failure(report)))
     if args.json:
-        print_json(report.to_json())
-    else:
-        print(check_table(report))
-        print(_check_summary(report))
-        if queues:
-            print(_queue_summary(report))
-    for name in report.queues_not_everywhere:
-        print(f"raftmq: warning: consume queue {name}: not compared (still dispatching, or lost there)",
-              file=sys.stderr)
-    lost = ", ".join(f"{m.id} ({m.address}): {m.error}" for m in report.unreachable)
-    if report.lagging and report.difference is None and report.queue_difference is None:
-        raise ReplicaLagsError("; ".join(f"{m.id} lags: {m.lag}" for m in report.lagging)
-                               + " (rebuild a stuck member with `raftmq cluster rebuild-member`)"
-                               + (f"; also unreachable: {lost}" if lost else ""))
-    if report.difference is not None or report.queue_difference is not None:
-        found = [_check_summary(report)] if report.difference is not None else []
-        found += [_queue_summary(report)] if report.queue_difference is not None else []
-        raise ReplicasDifferError("; ".join(found) + (f"; also unreachable: {lost}" if lost else ""))
-    if lost:
-        raise UnavailableError(f"member(s) not checked, unreachable: {lost}")
-    if report.range_to <= report.range_from:
-        print(f"raftmq: note: no committed commit-log bytes held by every member in "
-              f"{_range_text(report.range_from, report.range_to)}: nothing to compare", file=sys.stderr)
-    return 0
+        print_json({"groups": [{"group": name, **(report.to_json() if report is not None else {}),
+                                "error": exc.message if exc is not None else ""}
+                               for name, report, exc in reports],
+                    "identical": all(exc is None for _, _, exc in reports)})
+    for name, report, exc in reports:
+        if report is not None:
+            if not args.json:
+                _print_report(report, name)
+            _warn_report(report, name)
+        elif not args.json:
+            print(f"Group {name}: not checked: {exc.message}")
+    failures = [(name, exc) for name, _, exc in reports if exc is not None
+                and not isinstance(exc, NothingToCompareError)]
+    if not failures:
+        if all(isinstance(exc, NothingToCompareError) for _, _, exc in reports):
+            raise NothingToCompareError("every group has a single member: there are no replicas to compare")
+        return 0
+    text = "; ".join(f"group {name}: {exc.message}" for name, exc in failures)
+    for kind in _FAILURE_ORDER:
+        if any(isinstance(exc, kind) for _, exc in failures):
+            raise kind(text)
+    raise type(failures[0][1])(text)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -274,9 +392,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,rebuild-member,"
                                                             "add-member,remove-member,replace-member}")
     csub.required = True
-    p = add_command(csub, "status", cmd_cluster_status, "members, roles, terms, indexes and lag")
+    p = add_command(csub, "status", cmd_cluster_status, "members of every group: roles, terms, indexes and lag")
     p.add_argument("--watch", "-w", nargs="?", const=2.0, type=positive_float, metavar="SECONDS",
                    help="refresh every SECONDS (default 2) until Ctrl-C")
+    p.add_argument("--group", metavar="NAME", help="only this group of the cluster (default: every group)")
     p = add_command(csub, "check", cmd_cluster_check, "prove the members' commit logs byte-identical",
                     description="Ask every member for SHA-256 digests of its commit log over the range all members have "
                                 "committed and applied ([largest first retained offset, smallest applied end)), compare "
@@ -286,6 +405,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "when all agree, 9 when they differ, 5 when a member cannot be reached (the others are "
                                 "still compared), 11 when a member stays behind what the others had applied when the check "
                                 "began for all of --lag-wait (stuck or far behind: the common range cannot vouch for it). "
+                                "In a cluster of several groups every group is checked, each among its own members, "
+                                "and the exit status covers all of them (every failure names its group). "
                                 f"The cluster secret, when set, comes from ${SECRET_ENV} or --secret-file.")
     p.add_argument("--from", dest="from_offset", type=non_negative_int, default=0, metavar="OFFSET",
                    help="start at this commit-log offset (default: the first one every member holds)")
@@ -297,6 +418,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lag-wait", type=non_negative_float, default=DEFAULT_LAG_WAIT_S, metavar="SECONDS",
                    help="how long a member behind the others may take to catch up before it LAGS (default 10)")
     p.add_argument("--secret-file", metavar="PATH", help=f"file holding cluster.secret (default ${SECRET_ENV})")
+    p.add_argument("--group", metavar="NAME", help="only this group of the cluster (default: every group, each "
+                   "compared among its own members)")
     p = add_command(csub, "transfer-leader", cmd_transfer_leader, "hand leadership to another member", json_flag=False)
     p.add_argument("--to", metavar="ID", help="member id (default: any up-to-date follower)")
     p = add_command(csub, "rebuild-member", cmd_rebuild_member, "rebuild a diverged or damaged member from its peers",

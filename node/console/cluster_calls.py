@@ -37,6 +37,10 @@ class ClusterCalls(Protocol):
     def check_replicas(self, address: str, secret: str, credentials: Mapping[str, Any], *,
                        max_bytes: int | None, queues: bool) -> Any: ...
 
+    def cluster_view(self, address: str, credentials: Mapping[str, Any], group: str | None = None) -> Any: ...
+
+    def queue_offsets(self, address: str, credentials: Mapping[str, Any], topic: str, group: str) -> list: ...
+
 
 @functools.cache
 def cluster_calls() -> ClusterCalls:

@@ -16,6 +16,7 @@ from raftmq.node.console.layout import (
     badge,
     cards,
     esc_or_dash,
+    link,
     notice,
     page,
     section,
@@ -33,9 +34,78 @@ if TYPE_CHECKING:
 
 
 def cluster_page(c: ConsoleContext, query: dict[str, str]) -> Response:
+    groups = c.node.groups
+    group = query.get("group", "").strip()
+    if group and group not in groups.specs:
+        raise BadRequest(f"unknown group {group!r}: this cluster's groups are {', '.join(groups.names)}", 404)
+    if group and group != groups.own:
+        return _other_group_page(c, group)
     status = cluster_status(c.node)
     snap = c.history.snapshot()
     members = sorted(status.members, key=lambda m: m.id)
+    members_table = _members_table(c, members)
+    terms = [m.term for m in members if m.term and m.role != "unreachable"]
+    summary = cards([
+        ("cluster", status.cluster_name), *([("group", groups.own)] if groups.many else []),
+        ("leader", status.leader_id or "none (election)"),
+        ("term", max(terms) if terms else 0), ("durability", status.durability or "-"),
+        ("members ready", f"{sum(m.ready for m in members)} / {len(members)}"),
+        # the same record as the list below, so the two always agree (issue 34)
+        (f"leader changes seen here since {utc(int(snap.since * 1000))[11:19]} UTC", snap.takeovers),
+    ], card_id="summary")
+    return _own_group_page(c, query, status, members, members_table, summary, snap)
+
+
+def _groups_section(c: ConsoleContext, shown: str) -> Markup:
+    """Issue 38: every group of the cluster, each linking to its page (its members asked through this node, as
+    `raftmq cluster status` asks them)."""
+    calls = cluster_calls()
+    try:
+        view = calls.cluster_view(c.node.config.advertised_address, member_credentials(c.node.config))
+    except calls.Error as e:
+        return section("Groups", notice(f"the groups could not be asked: {e}", "bad"), "groups-section")
+    rows = []
+    for g in view.groups:
+        name = html("<b>{}</b>", g.name) if g.name == shown else link(url("/ui/cluster", group=g.name), g.name)
+        mine = " (this node's group)" if g.name == c.node.groups.own else ""
+        if g.status is None:
+            rows.append([html("{}{}", name, mine), "-", "-", badge("unavailable", "bad"), shorten(g.error)])
+            continue
+        members = g.status.members
+        rows.append([html("{}{}", name, mine), g.status.leader_id or "none (election)",
+                     f"{sum(m.ready for m in members)} / {len(members)}",
+                     badge("ok" if g.status.leader_id else "no leader", "ok" if g.status.leader_id else "bad"), "-"])
+    return section("Groups", table(["group", "leader", "members ready", "state", "error"], rows,
+                                   table_id="groups", wrap=(4,)), "groups-section", live=True,
+                   note="every Raft group of the cluster; a group's page lists its members, asked through this "
+                        "node (docs/operations/console.md#a-cluster-of-several-raft-groups)")
+
+
+def _other_group_page(c: ConsoleContext, group: str) -> Response:
+    """Another group's members, asked through this node (relayed to one of that group's members)."""
+    calls = cluster_calls()
+    try:
+        view = calls.cluster_view(c.node.config.advertised_address, member_credentials(c.node.config), group)
+        found = view.groups[0]
+        status, error = found.status, found.error
+    except calls.Error as e:
+        status, error = None, str(e)
+    parts = [_groups_section(c, group)]
+    if status is None:
+        parts.append(notice(f"group {group} did not answer: {error}", "bad"))
+    else:
+        members = sorted(status.members, key=lambda m: m.id)
+        terms = [m.term for m in members if m.term and m.role != "unreachable"]
+        parts += [cards([("cluster", status.cluster_name), ("group", group),
+                         ("leader", status.leader_id or "none (election)"), ("term", max(terms) if terms else 0),
+                         ("members ready", f"{sum(m.ready for m in members)} / {len(members)}")], card_id="summary"),
+                  section("Members", _members_table(c, members), "members-section", live=True,
+                          note=f"as a member of group {group} sees them, asked through {c.node.node_id}; the "
+                               "charts and leader changes are on each group's own members' consoles")]
+    return page(c.frame(), "cluster", f"Cluster: group {group}", join(parts))
+
+
+def _members_table(c: ConsoleContext, members: list) -> Markup:
     rows = []
     for m in members:
         role = m.role or "unknown"
@@ -60,14 +130,11 @@ def cluster_page(c: ConsoleContext, query: dict[str, str]) -> Response:
         members_table = join([members_table, table(
             ["learner", "progress (as the leader measures it)"],
             [[m.id, esc_or_dash(m.progress or m.error)] for m in learners], table_id="learners", wrap=(1,))])
-    terms = [m.term for m in members if m.term and m.role != "unreachable"]
-    summary = cards([
-        ("cluster", status.cluster_name), ("leader", status.leader_id or "none (election)"),
-        ("term", max(terms) if terms else 0), ("durability", status.durability or "-"),
-        ("members ready", f"{sum(m.ready for m in members)} / {len(members)}"),
-        # the same record as the list below, so the two always agree (issue 34)
-        (f"leader changes seen here since {utc(int(snap.since * 1000))[11:19]} UTC", snap.takeovers),
-    ], card_id="summary")
+    return members_table
+
+
+def _own_group_page(c: ConsoleContext, query: dict[str, str], status, members: list, members_table: Markup,
+                    summary: Markup, snap) -> Response:
     samples = snap.samples
     term_chart = line_chart([Series("term", [(s.at, s.term) for s in samples], step=True)],
                             title="Raft term (each step = an election)", chart_id="chart-term", width=580)
@@ -90,6 +157,7 @@ def cluster_page(c: ConsoleContext, query: dict[str, str]) -> Response:
               table_id="integrity", wrap=(1,)),
     ])
     body = join([
+        _groups_section(c, c.node.groups.own) if c.node.groups.many else Markup(""),
         summary,
         section("Members", members_table, "members-section", live=True,
                 note="as this node sees them right now: peers are asked directly, an unreachable one shows "

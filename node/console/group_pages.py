@@ -46,6 +46,8 @@ def _group_view(c: ConsoleContext, group: str) -> tuple[pb.DescribeConsumerGroup
     """The group as the leader describes it (asked over gRPC when this node follows); when the leader cannot
     be asked, the replicated offsets from here with a note saying members are unknown."""
     node = c.node
+    if node.groups.many:  # issue 38: every group's members and queues, each naming its group
+        return _every_groups_view(c, group)
     leader = node.write_path.leader() if node.write_path is not None else None
     if leader is not None and leader.id == node.node_id:
         return describe_group(node, group), ""
@@ -62,6 +64,25 @@ def _group_view(c: ConsoleContext, group: str) -> tuple[pb.DescribeConsumerGroup
         why = "there is no leader right now"
     return describe_group(node, group, with_members=False), f"live members unknown: {why}; offsets and lag " \
                                                              f"below are {node.node_id}'s replicated copy"
+
+def _every_groups_view(c: ConsoleContext, group: str) -> tuple[pb.DescribeConsumerGroupResponse, str]:
+    """In a cluster of several groups: DescribeConsumerGroup through this node, which asks every group's leader
+    (as `raftmq group describe`); when that fails, this group's replicated offsets with a note."""
+    node = c.node
+    try:
+        with cluster_calls().channel(node.config.advertised_address, member_credentials(node.config)) as ch:
+            return pb_grpc.AdminServiceStub(ch).DescribeConsumerGroup(
+                pb.DescribeConsumerGroupRequest(group=group), timeout=2 * LEADER_CALL_TIMEOUT_S), ""
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.NOT_FOUND:
+            raise BadRequest(e.details() or f"consumer group {group!r} not found", 404) from None
+        why = f"{e.code().name}: {shorten(e.details() or '')}"
+    view = describe_group(node, group, with_members=False)
+    for q in view.queues:
+        q.broker = node.groups.own
+    return view, (f"the groups' leaders could not be asked ({why}); live members unknown, offsets and lag below "
+                  f"are {node.node_id}'s replicated copy of group {node.groups.own}'s queues only")
+
 
 def _known_groups(c: ConsoleContext) -> list[str]:
     st = c.store()
@@ -109,19 +130,24 @@ def _group_page(c: ConsoleContext, group: str, query: dict[str, str]) -> Respons
     except RpcError as e:
         raise BadRequest(e.message, 404 if e.code == grpc.StatusCode.NOT_FOUND else 400) from None
     now_ms = int(time.time() * 1000)
-    mrows = [[m.client_id, m.topic, ", ".join(map(str, m.queue_ids)) or "-",
+    many = c.node.groups.many  # issue 38: a group column; members and queues of every group
+    own = c.node.groups.own
+    mrows = [[*([m.broker] if many else []), m.client_id, m.topic, ", ".join(map(str, m.queue_ids)) or "-",
               f"{max(0, now_ms - m.last_heartbeat_ms) / 1000:.1f} s ago", f"{m.expires_in_ms / 1000:.1f} s"]
              for m in view.members]
-    mtable = table(["client id", "topic", "queues", "last heartbeat", "expires in"], mrows, table_id="members",
-                   empty="no live members" if not note else "unknown (see above)")
-    qrows = [[link(f"/ui/topics/{seg(q.topic)}", q.topic), q.queue_id, esc_or_dash(q.client_id),
+    mtable = table((["group"] if many else []) + ["client id", "topic", "queues", "last heartbeat", "expires in"],
+                   mrows, table_id="members", empty="no live members" if not note else "unknown (see above)")
+    qrows = [[*([q.broker] if many else []), link(f"/ui/topics/{seg(q.topic)}", q.topic), q.queue_id,
+              esc_or_dash(q.client_id),
               q.committed_offset if q.committed else Markup('<span class="muted">never committed</span>'),
               q.max_offset, q.lag,
               link(url("/ui/messages", by="offset", topic=q.topic, queue=q.queue_id,
-                       offset=q.committed_offset), "browse from committed") if q.committed else ""]
+                       offset=q.committed_offset), "browse from committed")
+              if q.committed and (not many or q.broker == own) else ""]  # the browser reads this node's group
              for q in view.queues]
-    qtable = table(["topic", "queue", "owner", "committed offset", "max offset", "lag", ""], qrows,
-                   table_id="group-queues", numeric=(1, 3, 4, 5))
+    qtable = table((["group"] if many else []) + ["topic", "queue", "owner", "committed offset", "max offset", "lag",
+                                                  ""], qrows,
+                   table_id="group-queues", numeric=(2, 4, 5, 6) if many else (1, 3, 4, 5))
     dlq = DLQ_PREFIX + group
     summary = cards([("topics", len({q.topic for q in view.queues})),
                      ("live members", len({m.client_id for m in view.members}) if not note else "?"),

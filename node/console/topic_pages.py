@@ -91,8 +91,12 @@ def _topic_page(c: ConsoleContext, name: str) -> Response:
              link(url("/ui/messages", by="offset", topic=name, queue=q.queue_id,
                       offset=max(q.min_offset, q.max_offset - BROWSE_DEFAULT)), "browse latest")]
             for q in queues]
-    qtable = table(["queue", "min offset", "max offset", "messages", "last stored (UTC)", ""], rows,
-                   table_id="queues", numeric=(0, 1, 2, 3))
+    many = c.node.groups.many
+    if many:  # issue 38: a topic has queues in every group; this node's own from its store, the others asked
+        rows = [[c.node.groups.own, *r] for r in rows] + _other_groups_queues(c, name)
+    qtable = table((["group"] if many else []) + ["queue", "min offset", "max offset", "messages",
+                                                   "last stored (UTC)", ""], rows,
+                   table_id="queues", numeric=(1, 2, 3, 4) if many else (0, 1, 2, 3))
     grows = []
     for g in st.consumer_offsets.groups(name):
         if not c.may("SUB", "group", g):
@@ -112,9 +116,34 @@ def _topic_page(c: ConsoleContext, name: str) -> Response:
                      ("message type", _message_type(cfg)),
                      ("messages kept", sum(q.max_offset - q.min_offset for q in queues))], card_id="summary")
     body = join([summary, section("Throughput", chart, "throughput", live=True),
-                 section("Queues", qtable, "queues-section", live=True),
+                 section("Queues", qtable, "queues-section", live=True,
+                         note=f"the queues of every group: {c.node.node_id}'s group {c.node.groups.own} from its "
+                              "own store, the others asked through it (as raftmq topic describe does); the "
+                              "browse links, the rates and the consumer groups below are this group's"
+                         if many else ""),
                  section("Consumer groups", gtable, "groups-section", live=True)])
     return page(c.frame(), "topics", f"Topic {name}", body)
+
+
+def _other_groups_queues(c: ConsoleContext, name: str) -> list[list]:
+    """Rows of the topic's queues in every other group (min / max offsets relayed there), or one row saying
+    why a group did not answer."""
+    from raftmq.node.console.cluster_calls import cluster_calls, member_credentials
+
+    calls = cluster_calls()
+    rows: list[list] = []
+    for group in c.node.groups.names:
+        if group == c.node.groups.own:
+            continue
+        try:
+            queues = calls.queue_offsets(c.node.config.advertised_address, member_credentials(c.node.config), name,
+                                         group)
+        except calls.Error as e:
+            rows.append([group, "-", "-", "-", "-", "-", f"did not answer: {e}"])
+            continue
+        rows += [[group, q.queue_id, q.min_offset, q.max_offset, q.max_offset - q.min_offset,
+                  utc(q.last_store_timestamp), ""] for q in queues]
+    return rows
 
 
 def _message_type(cfg) -> str:

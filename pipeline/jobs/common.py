@@ -44,6 +44,21 @@ def add_store_geometry(p: argparse.ArgumentParser) -> None:
                    help="messageDelayLevel of the broker (tags codes of SCHEDULE_TOPIC_XXXX)")
 
 
+STORES_HELP = ("store root directory (holds commitlog/); for a cluster of several Raft groups, one member's store "
+               "of each group or a directory holding every member's store: reported per group")
+
+
+def add_stores(p: argparse.ArgumentParser) -> None:
+    """The store(s) a job reads: one store root as before groups, or a many-group layout (pipeline/groups.py)."""
+    p.add_argument("stores", nargs="+", metavar="STORE", help=STORES_HELP)
+
+
+def group_heading(group: Any, member: Any) -> str:
+    """The line that opens a group's part of a report."""
+    return (f"== group at {group.name}: member {member.label} ({member.layout.root}; "
+            f"{len(group.members)} member store(s) of this group given)")
+
+
 def run_job(name: str, fn: Callable[[Any], int], args: Any) -> int:
     """Run a job; a ``PipelineError`` becomes ``raftmq pipeline <job>: error: <reason>`` and its exit code."""
     try:

@@ -3,7 +3,9 @@
 Columns are the reader's explicit schema (topic, queueId, queueOffset, physicalOffset, storeTimestamp,
 bornTimestamp, bornHost, storeHost, sysFlag, tags, keys, uniqKey, properties, body, bodyCrcOk, ...) plus
 ``date`` (``yyyy-MM-dd`` of storeTimestamp in UTC). Read it back with
-``spark.read.parquet(OUT)`` (topic and date come back from the directory names).
+``spark.read.parquet(OUT)`` (topic and date come back from the directory names). A many-group layout (members'
+stores of several Raft groups) exports each group once, from one of its members, under ``OUT/group=<group>/``,
+so ``group`` comes back as a column too.
 """
 
 from __future__ import annotations
@@ -12,14 +14,21 @@ import argparse
 import sys
 from typing import Any
 
-from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main
+from raftmq.pipeline.jobs.common import (
+    JobContext,
+    add_spark_options,
+    add_stores,
+    group_heading,
+    standalone_main,
+)
 
 HELP = "write messages to Parquet partitioned by topic and date"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store", help="store root directory (holds commitlog/)")
-    p.add_argument("output", help="Parquet output directory (must not exist or be empty)")
+    add_stores(p)
+    p.add_argument("output", help="Parquet output directory (must not exist or be empty); for a many-group layout, "
+                                  "each group's messages under OUTPUT/group=<group>/ (a partition column)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
     p.add_argument("--compression", default="zstd", choices=("zstd", "snappy", "gzip", "none"),
@@ -28,13 +37,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
+    import os
+
+    from raftmq.pipeline.groups import group_stores, per_group
     from raftmq.pipeline.layout import open_layout, prepare_output
 
-    layout = open_layout(args.store)
+    if not per_group(args.stores):
+        layout = open_layout(args.stores[0])
+        out = prepare_output(args.output, overwrite=args.overwrite)
+        with JobContext("export", args) as ctx:
+            n = export(ctx, layout, out, args.topic, args.compression)
+            ctx.progress.phase(f"done: {n} message(s) written to {out}")
+        return 0
+    groups = group_stores(args.stores)
     out = prepare_output(args.output, overwrite=args.overwrite)
     with JobContext("export", args) as ctx:
-        n = export(ctx, layout, out, args.topic, args.compression)
-        ctx.progress.phase(f"done: {n} message(s) written to {out}")
+        for g in groups:  # a group's replicas hold the same messages: its first member's are exported
+            member = g.members[0]
+            print(group_heading(g, member))
+            target = os.path.join(out, f"group={g.dir_name}")
+            n = export(ctx, member.layout, target, args.topic, args.compression)
+            print(f"  {n} message(s) written to {target}")
     return 0
 
 

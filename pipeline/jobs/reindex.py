@@ -1,7 +1,8 @@
 """Rebuild a store's ConsumeQueue and IndexFile files from its commit log into an output directory.
 
 The output (``OUT/consumequeue/...`` and ``OUT/index/...``) is byte-identical to what the broker's reput
-writes; copy it into a stopped store's root to replace lost or damaged queues and index.
+writes; copy it into a stopped store's root to replace lost or damaged queues and index. A many-group layout
+(members' stores of several Raft groups) rebuilds every member's into ``OUT/<group>/<member>/``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from raftmq.pipeline.jobs.common import (
     JobContext,
     add_spark_options,
     add_store_geometry,
+    add_stores,
     delay_levels,
+    group_heading,
     resolve_geometry,
     standalone_main,
 )
@@ -24,8 +27,9 @@ HELP = "rebuild consume queues and index files from the commit log (byte-identic
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store", help="store root directory (holds commitlog/)")
-    p.add_argument("output", help="directory to write consumequeue/ and index/ into (must be empty)")
+    add_stores(p)
+    p.add_argument("output", help="directory to write consumequeue/ and index/ into (must be empty); for a "
+                                  "many-group layout, each member's into OUTPUT/<group>/<member>/")
     p.add_argument("--overwrite", action="store_true", help="allow a non-empty output directory")
     p.add_argument("--no-index", action="store_true", help="rebuild consume queues only")
     p.add_argument("--index-names", choices=("store", "time"), default="store",
@@ -35,21 +39,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
+    from raftmq.pipeline.groups import group_stores, per_group
     from raftmq.pipeline.layout import open_layout, prepare_output
 
-    layout = open_layout(args.store)
-    if os.path.abspath(args.output) == layout.root:
-        from raftmq.pipeline.errors import OutputError
+    if not per_group(args.stores):
+        targets = [(open_layout(args.stores[0]), args.output, "")]
+    else:
+        targets = [(m.layout, os.path.join(args.output, g.dir_name, m.label.replace(os.sep, "-")),
+                    group_heading(g, m)) for g in group_stores(args.stores) for m in g.members]
+    for layout, _, _ in targets:
+        if os.path.abspath(args.output) == layout.root:
+            from raftmq.pipeline.errors import OutputError
 
-        raise OutputError("output must not be the store itself; write elsewhere and copy the files in")
-    out = prepare_output(args.output, overwrite=args.overwrite)
-    cq_size, geometry = resolve_geometry(layout, args)
+            raise OutputError("output must not be the store itself; write elsewhere and copy the files in")
+    prepare_output(args.output, overwrite=args.overwrite)
     with JobContext("reindex", args) as ctx:
-        result = reindex(ctx, layout, out, cq_size, None if args.no_index else geometry,
-                         layout.index_file_names() if args.index_names == "store" else [], delay_levels(args))
-        ctx.progress.phase(
-            f"done: {result.queues} queue(s) / {result.cq_files} CQ file(s), {len(result.index_files)} index "
-            f"file(s) written to {out}")
+        for layout, output, heading in targets:
+            if heading:
+                print(heading)
+            out = prepare_output(output, overwrite=args.overwrite)
+            cq_size, geometry = resolve_geometry(layout, args)
+            result = reindex(ctx, layout, out, cq_size, None if args.no_index else geometry,
+                             layout.index_file_names() if args.index_names == "store" else [], delay_levels(args))
+            ctx.progress.phase(
+                f"done: {result.queues} queue(s) / {result.cq_files} CQ file(s), {len(result.index_files)} index "
+                f"file(s) written to {out}")
+            if heading:
+                print(f"  {result.queues} queue(s), {result.cq_files} CQ file(s), {len(result.index_files)} index "
+                      f"file(s) written to {out}")
     return 0
 
 

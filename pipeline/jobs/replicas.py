@@ -6,7 +6,10 @@ the first differing byte is found and explained: its physical offset and the rec
 queue, queue offset) in the first replica. Raft keeps replicas byte-identical, so any difference below
 the shorter replica's end of data is a real divergence; a replica that only lacks the newest bytes is behind.
 
-Exit code 0 when all replicas agree, 1 when they differ, 2 on bad input.
+Members of several Raft groups (a many-group layout: directories holding the members' stores) are grouped by
+the STOREHOST their records carry and compared within each group only (pipeline/groups.py).
+
+Exit code 0 when all replicas agree, 1 when they differ (in any group), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -22,21 +25,60 @@ HELP = "compare several replicas' commit logs (per-segment checksums, first diff
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("stores", nargs="+", metavar="STORE", help="store root directories of the replicas (two or more)")
+    p.add_argument("stores", nargs="+", metavar="STORE",
+                   help="store root directories of the replicas (two or more), or directories holding members' "
+                        "stores; members of several Raft groups are compared within each group only")
     add_spark_options(p)
 
 
 def run(args: Any) -> int:
     from raftmq.pipeline.errors import PipelineError
+    from raftmq.pipeline.groups import group_stores, is_store
 
-    if len(args.stores) < 2:
-        raise PipelineError("give at least two replica store directories to compare")
+    if all(is_store(s) for s in args.stores) and len(args.stores) < 2:
+        raise PipelineError("give at least two replica store directories to compare (or a directory holding "
+                            "the members' stores)")
+    groups = group_stores(args.stores, allow_empty=True)
+    # stores given one by one of (at most) one group are compared as given, as before groups: a replica whose
+    # first record is damaged is still compared with the others
+    if all(is_store(s) for s in args.stores) and len({g.store_host for g in groups if g.store_host}) <= 1:
+        with JobContext("replicas", args) as ctx:
+            report = compare(ctx, args.stores)
+        for line in report["lines"]:
+            print(line)
+        print("verdict: replicas agree" if report["agree"] else "verdict: replicas DIFFER")
+        return 0 if report["agree"] else 1
+    return _compare_groups(args, groups)
+
+
+def _compare_groups(args: Any, groups: list) -> int:
+    """Issue 38: each group's members compared among themselves (stores of different groups never match: each
+    group holds its own messages); the verdict covers every group and names the groups that differ."""
+    differ, alone = [], []
     with JobContext("replicas", args) as ctx:
-        report = compare(ctx, args.stores)
-    for line in report["lines"]:
-        print(line)
-    print("verdict: replicas agree" if report["agree"] else "verdict: replicas DIFFER")
-    return 0 if report["agree"] else 1
+        for g in groups:
+            print(f"== group at {g.name}: {len(g.members)} member store(s): "
+                  + ", ".join(m.label for m in g.members))
+            if len(g.members) < 2:
+                alone.append(g.name)
+                print("  only one member store of this group given: nothing to compare")
+                continue
+            report = compare(ctx, [m.layout.root for m in g.members])
+            for line in report["lines"]:
+                print("  " + line)
+            print(f"  group at {g.name}: " + ("replicas agree" if report["agree"] else "replicas DIFFER"))
+            if not report["agree"]:
+                differ.append(g.name)
+    if differ:
+        print(f"verdict: replicas DIFFER in {len(differ)} group(s): " + "; ".join(f"group at {n}" for n in differ))
+        return 1
+    if len(alone) == len(groups):
+        from raftmq.pipeline.errors import PipelineError
+
+        raise PipelineError("no group has two member stores given: nothing to compare (give every member's store, "
+                            "or the directory holding them)")
+    print(f"verdict: replicas agree in every group compared ({len(groups) - len(alone)} of {len(groups)})")
+    return 0
 
 
 def _labels(roots: list[str]) -> list[str]:

@@ -2,6 +2,8 @@
 
 Counts are records in the commit log, grouped by the topic and queue written in each record (transaction
 half/rollback records included, under the topic they were stored in). ``--json`` prints one JSON object.
+A many-group layout (members' stores of several Raft groups) is reported per group, each from one of its
+members (``{"groups": [...]}`` with ``--json``).
 """
 
 from __future__ import annotations
@@ -12,27 +14,51 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from raftmq.pipeline.jobs.common import JobContext, add_spark_options, standalone_main
+from raftmq.pipeline.jobs.common import (
+    JobContext,
+    add_spark_options,
+    add_stores,
+    group_heading,
+    standalone_main,
+)
 
 HELP = "per-topic and per-queue counts, bytes, time ranges and key cardinality"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store", help="store root directory (holds commitlog/)")
+    add_stores(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add_spark_options(p)
 
 
 def run(args: Any) -> int:
+    from raftmq.pipeline.groups import group_stores, per_group
     from raftmq.pipeline.layout import open_layout
 
-    layout = open_layout(args.store)
+    if not per_group(args.stores):
+        layout = open_layout(args.stores[0])
+        with JobContext("stats", args) as ctx:
+            result = compute(ctx, layout)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print_tables(result)
+        return 0
+    groups = group_stores(args.stores)
+    results = []
     with JobContext("stats", args) as ctx:
-        result = compute(ctx, layout)
+        for g in groups:  # a group's replicas hold the same bytes: its first member speaks for it
+            member = g.members[0]
+            results.append((g, member, compute(ctx, member.layout)))
     if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_tables(result)
+        print(json.dumps({"groups": [{"group": g.name, "storeHost": g.store_host, "member": m.label,
+                                      "members": [x.label for x in g.members], **r} for g, m, r in results]},
+                         indent=2))
+        return 0
+    for g, m, r in results:
+        print(group_heading(g, m))
+        print_tables(r)
+        print()
     return 0
 
 

@@ -10,6 +10,9 @@ then compared with the store's: each consume-queue unit (phy offset, size, tagsC
 index file's header fields, hash slots and entries. Exit code 0 when everything matches, 1 when there are
 differences (each printed on its own line), 2 on bad input.
 
+A many-group layout (members' stores of several Raft groups) verifies every member store, each against its own
+commit log, reported per group; the exit code covers all of them.
+
 Run it on a stopped store, or accept that units the live broker wrote after the scan are reported.
 """
 
@@ -26,7 +29,9 @@ from raftmq.pipeline.jobs.common import (
     JobContext,
     add_spark_options,
     add_store_geometry,
+    add_stores,
     delay_levels,
+    group_heading,
     resolve_geometry,
     standalone_main,
 )
@@ -35,7 +40,7 @@ HELP = "check consume queues and index files against the commit log, list every 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store", help="store root directory (holds commitlog/)")
+    add_stores(p)
     p.add_argument("--no-index", action="store_true", help="check consume queues only")
     p.add_argument("--scratch", default=None,
                    help="directory for the rebuilt files (default: a temporary directory, removed afterwards)")
@@ -46,27 +51,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: Any) -> int:
-    from raftmq.pipeline.layout import open_layout, prepare_output
+    from raftmq.pipeline.groups import group_stores, per_group
+    from raftmq.pipeline.layout import open_layout
 
-    layout = open_layout(args.store)
-    cq_size, geometry = resolve_geometry(layout, args)
-    scratch = prepare_output(args.scratch or tempfile.mkdtemp(prefix="raftmq-verify-"), overwrite=True)
-    try:
+    if not per_group(args.stores):
+        layout = open_layout(args.stores[0])
         with JobContext("verify", args) as ctx:
-            ctx.progress.phase("scanning the commit log for damaged records")
-            damage = commit_log_damage(layout)
-            diffs = damage + verify(ctx, layout, scratch, cq_size, None if args.no_index else geometry, delay_levels(args))
+            return 1 if _verify_one(ctx, layout, "", "") else 0
+    failed = []
+    groups = group_stores(args.stores)
+    with JobContext("verify", args) as ctx:
+        for g in groups:  # every member: each one's queues and index against its own commit log
+            for m in g.members:
+                print(group_heading(g, m))
+                if _verify_one(ctx, m.layout, "  ", m.label.replace(os.sep, "-")):
+                    failed.append(f"{m.label} (group at {g.name})")
+    if failed:
+        print(f"verdict: DIFFERENT in {len(failed)} member store(s): {', '.join(failed)}")
+        return 1
+    print("verdict: OK in every member store of every group")
+    return 0
+
+
+def _verify_one(ctx: JobContext, layout: Any, indent: str, scratch_name: str) -> bool:
+    """Verify one store, printing its differences and verdict; True when it has differences. ``scratch_name``:
+    its own directory inside --scratch (a many-group layout verifies several stores)."""
+    from raftmq.pipeline.layout import prepare_output
+
+    args = ctx.args
+    cq_size, geometry = resolve_geometry(layout, args)
+    given = os.path.join(args.scratch, scratch_name) if args.scratch and scratch_name else args.scratch
+    scratch = prepare_output(given or tempfile.mkdtemp(prefix="raftmq-verify-"), overwrite=True)
+    try:
+        ctx.progress.phase("scanning the commit log for damaged records")
+        damage = commit_log_damage(layout)
+        diffs = damage + verify(ctx, layout, scratch, cq_size, None if args.no_index else geometry, delay_levels(args))
     finally:
         if args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)
     shown = diffs if args.limit <= 0 else diffs[: args.limit]
     for line in shown:
-        print(line)
+        print(indent + line)
     if len(shown) < len(diffs):
-        print(f"... {len(diffs) - len(shown)} more")
+        print(f"{indent}... {len(diffs) - len(shown)} more")
     verdict = "OK" if not diffs else "DIFFERENT"
-    print(f"verdict: {verdict}: {len(diffs)} difference(s) between {layout.root} and its commit log")
-    return 1 if diffs else 0
+    print(f"{indent}verdict: {verdict}: {len(diffs)} difference(s) between {layout.root} and its commit log")
+    return bool(diffs)
 
 
 def verify(ctx: JobContext, layout: Any, scratch: str, cq_size: int, geometry: Any, delay_ms: list[int]) -> list[str]:

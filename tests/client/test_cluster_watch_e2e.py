@@ -105,3 +105,28 @@ def test_plain_output_when_piped(capsys):
     assert out[0] == "Cluster: table" and out[1].endswith("leader n1: n1 leader running")
     assert out[2].startswith("event: leader n1 -> n2 at ")
     assert out[3].startswith("event: n1 leader running -> follower running at ") and "n2 joined" in out[4]
+
+
+def test_events_of_every_group_name_their_group():
+    """Issue 38: --watch over a cluster of several groups reports each group's events, naming the group, and a
+    group that stops or starts answering."""
+    from raftmq.client.cluster_view import ClusterView, GroupStatus
+    from raftmq.client.cluster_watch import view_events, view_summary
+
+    def view(g0: ClusterStatus | None, g1: ClusterStatus | None) -> ClusterView:
+        return ClusterView("c", [GroupStatus("g0", g0, "" if g0 else "group g0 is unavailable: no leader"),
+                                 GroupStatus("g1", g1, "" if g1 else "group g1 is unavailable: none answers")],
+                           "n0:1", many=True)
+
+    a = _status("a1", ("a0", "follower", ""), ("a1", "leader", ""))
+    b = _status("b0", ("b0", "leader", ""), ("b1", "follower", ""))
+    b_failed_over = _status("b1", ("b0", "unreachable", "connection refused"), ("b1", "leader", ""))
+    first, second, third = view(a, b), view(a, b_failed_over), view(a, None)
+    assert view_events(None, first, "t") == []
+    assert view_events(first, second, "t") == ["group g1: leader b0 -> b1 at t (term 3)",
+                                               "group g1: b0 leader running -> unreachable (connection refused) at t",
+                                               "group g1: b1 follower running -> leader running at t"]
+    assert view_events(second, third, "t") == ["group g1 unavailable (group g1 is unavailable: none answers) at t"]
+    assert view_events(third, first, "t") == ["group g1 answers again (leader b0) at t"]
+    assert view_summary(third, "t") == "t g0 leader a1: a0 follower running, a1 leader running; g1 unavailable " \
+                                       "(group g1 is unavailable: none answers)"

@@ -223,7 +223,7 @@ def test_leader_failover_moves_heartbeats_and_loses_nothing(tmp_path):
             new_leader = next(n for n in nodes if n.grpc_address == d.answered_by)
             status, metrics = new_leader.http_get("/metrics")
             assert status == 200
-            assert any(line.startswith("raftmq_consumer_group_members{") and 'group="workers"' in line
+            assert any(line.startswith("raftmq_consumer_group_members{") and 'consumer_group="workers"' in line
                        and line.endswith(" 2.0") for line in metrics.splitlines()), "members gauge on the leader"
         finally:
             a.close()

@@ -66,6 +66,12 @@ def test_panels_are_well_formed():
         # every series is scoped to the release the ServiceMonitor labels, so two releases never mix
         for selector in re.findall(r"(?:raftmq|rocketmq)_[a-zA-Z0-9_]+\{([^}]*)\}", expr):
             assert 'namespace="$namespace"' in selector and 'job="$job"' in selector, expr
+            assert 'group=~"$group"' in selector, expr  # issue 38: the group variable narrows every panel
+        # ... and every aggregation keeps the groups apart
+        for by in re.findall(r"\b(?:sum|max|min)\s*(by \([^)]*\))?\s*\(", expr):
+            assert by and "group" in by, expr
+    group = next(v for v in dash["templating"]["list"] if v["name"] == "group")
+    assert group["multi"] and group["includeAll"] and "group)" in group["query"]["query"]
     titles = " ".join(p["title"].lower() for p in panels)
     for topic in ("messages in", "latency", "disk", "role", "term", "commit lag", "leader changes", "consumers",
                   "consumer lag", "refused requests"):
@@ -92,3 +98,7 @@ def test_a_running_node_exports_every_metric_the_dashboard_queries(shared_node):
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     missing = wanted - exported
     assert not missing, f"dashboard queries metrics the node does not export: {sorted(missing)}"
+    # issue 38: a one-group cluster's member labels every sample with its group, the cluster's name
+    unlabelled = [line for line in text.splitlines() if line and not line.startswith("#")
+                  and 'group="DefaultCluster"' not in line]
+    assert not unlabelled, unlabelled[:5]

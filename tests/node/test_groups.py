@@ -307,12 +307,29 @@ def test_cluster_status_lists_every_group(shared_groups, topic):
 
     from tests.support.processes import REPO_ROOT
 
-    g0, _ = shared_groups
+    g0, g1 = shared_groups
     env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster", "status"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
+
+    def status(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster",
+                               "status", *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
+
+    # issue 38: one table, a row per member of every group (g1's asked through g0), each naming its group
+    out = status()
     assert out.returncode == 0, out.stderr
-    assert "Groups" in out.stdout and "g1" in out.stdout and shared_groups[1].grpc_address in out.stdout, out.stdout
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]]
+            for line in out.stdout.splitlines() if line.startswith("| g")}
+    assert set(rows) == {"g0-n0", "g1-n0"}, out.stdout
+    assert rows["g1-n0"][:4] == ["g1", "g1-n0", g1.grpc_address, "Leader"], out.stdout
+    assert rows["g0-n0"][0] == "g0" and rows["g1-n0"][-1] == "running", out.stdout
+    assert "leaders: g0: g0-n0, g1: g1-n0" in out.stdout, out.stdout
+    as_json = json.loads(status("--json").stdout)
+    assert [(g["group"], [m["id"] for m in g["members"]]) for g in as_json["groups"]] == [
+        ("g0", ["g0-n0"]), ("g1", ["g1-n0"])]
+    narrowed = status("--group", "g1")
+    assert narrowed.returncode == 0 and "g1-n0" in narrowed.stdout and "g0-n0" not in narrowed.stdout, narrowed
+    unknown = status("--group", "g7")
+    assert unknown.returncode == 3 and "unknown group 'g7'" in unknown.stderr and "g0, g1" in unknown.stderr, unknown
 
 
 def test_the_async_producer_routes_like_the_blocking_one(shared_groups, topic):
@@ -429,6 +446,42 @@ def test_access_users_and_rules_are_changed_in_every_group(tmp_path):
             assert all("alice" not in [u.access_key for u in acl.list_users()] for acl in (a0, a1))
             with pytest.raises(NotFoundError):  # no group has it: a typo is still an error
                 a0.delete_user("alice")
+
+            # issue 38: `acl user list` and `acl policy list` show every group's users, each line naming its group,
+            # and warn of a user the groups disagree on (a change that reached only g1)
+            a0.put_user("carol", "carol-secret-1")
+            a0.add_rule("carol", "allow", ["PUB"], ["topic:a"])
+            from raftmq.v1 import raftmq_pb2_grpc as pb_grpc
+
+            signed = root.channel(g0.grpc_address, [])
+            pb_grpc.AclServiceStub(signed).PutAclUser(pb.PutAclUserRequest(
+                access_key="bob", secret_key="bob-secret-1", broker="g1"), timeout=20)
+            signed.close()
+            assert "bob" in [u.access_key for u in a0.list_users(group="g1")]
+            assert "bob" not in [u.access_key for u in a0.list_users(group="g0")]
+        import os
+        import subprocess
+        import sys
+
+        env = {**os.environ, "RAFTMQ_ACCESS_KEY": "root", "RAFTMQ_SECRET_KEY": "root-secret-1"}
+
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, *args],
+                                  capture_output=True, text=True, timeout=60, env=env)
+
+        users = cli("acl", "user", "list")
+        assert users.returncode == 0, users.stderr
+        lines = users.stdout.splitlines()
+        assert "g1\tbob\t0 rule(s)\tnetworks: any" in lines and not any(line.startswith("g0\tbob") for line in lines)
+        assert {line.split("\t")[0] for line in lines if "\tcarol\t" in line} == {"g0", "g1"}, lines
+        assert "user bob differs between groups (g0: absent, g1: present)" in users.stderr, users.stderr
+        rules = cli("acl", "policy", "list", "carol", "--json")
+        assert rules.returncode == 0, rules.stderr
+        assert sorted(u["group"] for u in json.loads(rules.stdout)) == ["g0", "g1"], rules.stdout
+        g1.kill()
+        down = cli("acl", "user", "list", "--timeout", "3")
+        assert down.returncode == 5 and "group g1:" in down.stderr and "listed: g0" in down.stderr, down
+        assert "g0\tcarol\t1 rule(s)" in down.stdout, down.stdout
     finally:
         stop_all(nodes)
 
@@ -446,3 +499,89 @@ def test_dlq_lists_every_groups_dead_letters(shared_groups):
         ("dead-in-g0", "g0"), ("dead-in-g1", "g1")]
     table = _cli(g0, "dlq", "list", "cg-dead")
     assert table.returncode == 0 and "Group" in table.stdout and "dead-in-g0" in table.stdout, table
+
+
+def test_status_watch_shows_events_of_every_group(two_groups):
+    """Issue 38: `cluster status --watch` through g0 reports g1 going away, naming the group."""
+    import subprocess
+    import sys
+    import threading
+
+    from tests.support.processes import REPO_ROOT
+
+    g0, g1 = two_groups
+    env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster", "status",
+                             "--watch", "0.3", "--timeout", "3"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    try:
+        wait_for(lambda: any("g1 leader g1-n0: g1-n0 leader running" in line for line in lines),
+                 "a first look at both groups", timeout=60)
+        assert any(line.startswith("| g1 ") for line in lines), lines
+        g1.kill()
+        wait_for(lambda: any(line.startswith("event: group g1 unavailable (") for line in lines),
+                 "the event naming g1", timeout=60)
+        assert proc.poll() is None, lines  # it keeps watching
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_every_metric_carries_the_members_group(shared_groups, topic):
+    """Issue 38: each member's /metrics is its group's: every sample has group=<its group>, so dashboards and
+    alerts aggregate per group (raftmq_consumer_group_members names the consumer group consumer_group)."""
+    from tests.support.metrics import samples
+
+    _send(shared_groups[0], topic, broker="g1")
+    for node, group in zip(shared_groups, ("g0", "g1"), strict=True):
+        found = samples(node)
+        assert {s.name for s in found} >= {"raftmq_raft_term", "raftmq_node_ready", "raftmq_rpc_latency_seconds_count"}
+        assert {s.labels.get("group") for s in found} == {group}, {s.name for s in found
+                                                                   if s.labels.get("group") != group}
+
+
+def test_console_shows_every_group_and_each_topics_queues_per_group(shared_groups, topic):
+    """Issue 38: g0's console lists both groups, shows g1's members on g1's cluster page (asked through g0), and a
+    topic's queues in both groups."""
+    import re
+
+    g0, g1 = shared_groups
+    _send(g0, topic, broker="g1", queue_id=3)
+
+    def cells(text: str, table_id: str) -> list[list[str]]:
+        body = text[text.index(f'<table id="{table_id}">'):]
+        body = body[:body.index("</table>")]
+        return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+                for row in re.findall(r"<tr>(.*?)</tr>", body) if "<td" in row]
+
+    status, text = g0.http_get("/ui/cluster")
+    assert status == 200, text[:300]
+    assert [r[:4] for r in cells(text, "groups")] == [["g0 (this node&#x27;s group)", "g0-n0", "1 / 1", "ok"],
+                                                      ["g1", "g1-n0", "1 / 1", "ok"]], text
+    assert '<a href="/ui/cluster?group=g1">g1</a>' in text
+    status, text = g0.http_get("/ui/cluster?group=g1")
+    assert status == 200 and "<h1>Cluster: group g1</h1>" in text, text[:500]
+    members = cells(text, "members")
+    assert [(r[0], r[1], r[12]) for r in members] == [("g1-n0", "leader", g1.grpc_address)], members
+    status, text = g0.http_get("/ui/cluster?group=g7")
+    assert status == 404 and "unknown group" in text and "g0, g1" in text, text[:500]
+
+    def queues() -> list[list[str]]:
+        status, text = g0.http_get(f"/ui/topics/{topic}")
+        assert status == 200, text[:300]
+        return [r[:5] for r in cells(text, "queues")]
+
+    wait_for(lambda: ["g1", "3", "0", "1", "1"] in queues(), "g1's queue 3 holding the message, shown by g0")
+    assert sorted({(r[0], r[1]) for r in queues()}) == [(g, str(q)) for g in ("g0", "g1") for q in range(4)]
+
+    # a consumer group's page: its queues in both groups (asked through g0 from each group's leader)
+    for broker, offsets in (("g0", {0: 0}), ("g1", {3: 1})):
+        messaging(g0).CommitOffset(pb.CommitOffsetRequest(group="cg-console", topic=topic, offsets=offsets,
+                                                          broker=broker), timeout=20)
+    status, text = g0.http_get("/ui/groups/cg-console")
+    assert status == 200, text[:500]
+    rows = cells(text, "group-queues")
+    assert ["g1", topic, "3", "-", "1", "1", "0"] in [r[:7] for r in rows], rows
+    assert {r[0] for r in rows} == {"g0", "g1"}, rows

@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from raftmq.client import Producer, errors
+from raftmq.client import Admin, Producer, errors
 from raftmq.v1 import raftmq_pb2 as pb
 from tests.replication.cluster_util import admin, messaging, read_topic, wait_leader
 from tests.support.processes import group_specs, start_nodes, stop_all
@@ -188,3 +188,51 @@ def test_a_delete_that_reached_one_group_completes_after_that_groups_leader_dies
                  timeout=60)
     finally:
         stop_all(nodes, kill=True)
+
+
+def test_status_and_check_cover_every_group_and_name_the_group_that_differs(cluster):
+    """Issue 38: `cluster status` lists both groups' members through one member of g0; `cluster check` proves
+    each group's replicas identical (each among its own members) and, after one unit of a g1 follower's
+    consume queue is changed, exits 9 naming g1 and that member; `--group g0` still passes."""
+    import json
+    import re
+
+    from tests.client.test_cluster_check_e2e import converged, flip_tags_code, raftmq
+
+    g0, g1 = cluster
+    with Producer([n.grpc_address for n in g0]) as p:
+        for broker in ("g0", "g1"):
+            p.send_batch(TOPIC, [f"{broker}-{i}".encode() for i in range(10)], broker=broker, queue_id=0)
+    for group in cluster:
+        converged([n.grpc_address for n in group])
+    entry = g0[0].grpc_address
+
+    status = raftmq("cluster", "status", "-s", entry, secret=None)
+    assert status.returncode == 0, status.stderr
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in status.stdout.splitlines()
+            if line.startswith("| g")]
+    assert sorted((r[0], r[1]) for r in rows) == [(f"g{gi}", f"g{gi}-n{j}") for gi in range(2) for j in range(3)]
+    assert {r[0] for r in rows if r[3] == "Leader"} == {"g0", "g1"}, status.stdout
+    assert all(r[-1] == "running" for r in rows), status.stdout
+
+    ok = raftmq("cluster", "check", "-s", entry, "--json", secret=None)
+    assert ok.returncode == 0, (ok.stdout, ok.stderr)
+    report = json.loads(ok.stdout)
+    assert report["identical"] and [g["group"] for g in report["groups"]] == ["g0", "g1"], report
+    for g, members in zip(report["groups"], cluster, strict=True):
+        assert g["identical"] and g["error"] == "" and g["queues_compared"] >= 1, g
+        assert sorted(m["id"] for m in g["members"]) == sorted(n.spec.id for n in members), g
+
+    with Admin([n.grpc_address for n in g1]) as a:
+        leader = a.cluster_status().leader_id
+    victim = next(n for n in g1 if n.spec.id != leader)
+    flip_tags_code(victim.spec.data_dir, TOPIC, 0, 5)
+    bad = raftmq("cluster", "check", "-s", entry, secret=None)
+    assert bad.returncode == 9, (bad.stdout, bad.stderr)
+    assert re.search(rf"group g1: first consume-queue difference: {TOPIC}/0 unit at queue offset 5: "
+                     rf"{victim.spec.id} differs", bad.stderr), bad.stderr
+    assert "group g0" not in bad.stderr.split("raftmq: error:")[-1], bad.stderr
+    assert f"DIFFERS in {TOPIC}/0 at 5" in next(line for line in bad.stdout.splitlines()
+                                                if line.startswith(f"| {victim.spec.id} ")), bad.stdout
+    only_g0 = raftmq("cluster", "check", "-s", entry, "--group", "g0", secret=None)
+    assert only_g0.returncode == 0 and "g1-n" not in only_g0.stdout, (only_g0.stdout, only_g0.stderr)

@@ -643,8 +643,10 @@ class DeleteTopicResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupTopicOutcome, _Mapping]]] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("broker",)
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    def __init__(self, broker: _Optional[str] = ...) -> None: ...
 
 class MemberStatus(_message.Message):
     __slots__ = ("id", "grpc_address", "raft_address", "role", "term", "commit_index", "applied_index", "applied_offset", "dispatch_behind_bytes", "lag_bytes", "healthy", "ready", "error", "storage_integrity", "membership", "progress")
@@ -683,16 +685,18 @@ class MemberStatus(_message.Message):
     def __init__(self, id: _Optional[str] = ..., grpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., applied_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., healthy: _Optional[bool] = ..., ready: _Optional[bool] = ..., error: _Optional[str] = ..., storage_integrity: _Optional[str] = ..., membership: _Optional[str] = ..., progress: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("cluster_name", "leader_id", "members", "durability")
+    __slots__ = ("cluster_name", "leader_id", "members", "durability", "group")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     leader_id: str
     members: _containers.RepeatedCompositeFieldContainer[MemberStatus]
     durability: str
-    def __init__(self, cluster_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ..., durability: _Optional[str] = ...) -> None: ...
+    group: str
+    def __init__(self, cluster_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ..., durability: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class TransferLeaderRequest(_message.Message):
     __slots__ = ("to_id",)
@@ -1081,8 +1085,10 @@ class DeleteAclUserResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ListAclUsersRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("broker",)
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    def __init__(self, broker: _Optional[str] = ...) -> None: ...
 
 class ListAclUsersResponse(_message.Message):
     __slots__ = ("users",)
