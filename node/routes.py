@@ -28,7 +28,9 @@ def own_route(node: BrokerCore, topic: str) -> pb.GroupRoute:
     leader = wp.leader() if wp is not None else None
     route = pb.GroupRoute(name=node.groups.own, endpoints=spec.client_addresses() or [node.config.advertised_address],
                           leader=(leader.grpc_address or "") if leader is not None else "", available=True,
-                          store_host=spec.store_host, preferred_leader=node.groups.preferred.get(node.groups.own, ""))
+                          store_host=spec.store_host,
+                          # a single node (no members listed) is its own group's only possible leader
+                          preferred_leader=node.groups.preferred.get(node.groups.own, node.node_id))
     cfg = node.topic_config(topic) if topic else None
     if cfg is not None:
         route.has_topic = True

@@ -44,3 +44,19 @@ def test_nothing_answering_is_unavailable_in_one_line(capsys):
     assert run(["cluster", "balance-leaders", "--server", f"127.0.0.1:{port}", "--timeout", "2"]) == 5
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("raftmq: error: "), err
+
+
+def test_a_single_node_and_a_one_group_cluster_are_balanced_by_their_own_rule(tmp_path, capsys):
+    from tests.replication.cluster_util import lead_by, wait_leader
+    from tests.support.processes import running_nodes
+
+    with running_nodes(tmp_path / "single") as (node,):
+        assert run(["cluster", "balance-leaders", "--dry-run", "--server", node.grpc_address]) == 0
+        assert "every group (1) is led by its preferred leader" in capsys.readouterr().out
+    with running_nodes(tmp_path / "three", 3) as nodes:
+        lead_by(nodes, nodes[2].spec.id)  # a one-group cluster prefers its first member
+        servers = ",".join(n.grpc_address for n in nodes)
+        assert run(["cluster", "balance-leaders", "--dry-run", "--server", servers]) == 12
+        assert run(["cluster", "balance-leaders", "--json", "--server", servers]) == 0
+        assert '"result": "moved"' in capsys.readouterr().out
+        assert wait_leader(nodes).spec.id == nodes[0].spec.id
