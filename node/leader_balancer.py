@@ -34,6 +34,7 @@ class LeaderBalancer:
         self.poll_s = min(poll_s, max(after_s / 2, 0.2))
         self.preferred = node.groups.preferred.get(node.groups.own, "")
         self.fit_since: float | None = None  # monotonic time the preferred leader was first seen fit, in a row
+        self.waiting_for = ""  # why the preferred leader may not take over, as last logged
 
     async def run(self) -> None:
         if not self.preferred:
@@ -69,7 +70,13 @@ class LeaderBalancer:
         if wp is None or self.preferred == self.node.node_id or not wp.is_leader():
             self.fit_since = None
             return False
-        if self.unfit_reason():
+        reason = self.unfit_reason()
+        if reason != self.waiting_for:  # said once per change, not every look
+            if reason:
+                log.info("leader balance: group %s stays led by %s for now: its preferred leader %s: %s",
+                         self.node.groups.own, self.node.node_id, self.preferred, reason)
+            self.waiting_for = reason
+        if reason:
             self.fit_since = None
             return False
         if self.fit_since is None:

@@ -195,9 +195,15 @@ def test_auto_balance_hands_leadership_back_to_the_preferred_leader(tmp_path, ca
         wait_for(lambda: wait_leader(g0, timeout=60).spec.id == first.spec.id,
                  f"{first.spec.id} leading g0 again once healthy for 2 s", timeout=120)
         took = time.monotonic() - back
-        after = moves()
+        # the leader that handed over counts it once its transfer call returns (a moment after the new leader
+        # is visible) ...
+        def counted() -> dict[str, float] | None:
+            now = moves()
+            return now if now != before else None
+
+        after = wait_for(counted, f"a hand-over to {first.spec.id} counted", timeout=30)
         movers = [n for n in others if after[n.spec.id] > before[n.spec.id]]
-        assert movers, (before, after)  # the leader that handed over counted it ...
+        assert movers, (before, after)
         for n in movers:  # ... and wrote the event line
             assert '"audit": "leader_balance"' in n.spec.log_path.read_text()
         assert _leaders(groups) == preferred
