@@ -119,8 +119,8 @@ class Balancer:
                         last = f"leader {st.leader_id or 'none'}"
                     time.sleep(POLL_S)
             p.result = f"FAILED: {p.preferred} was not the ready leader within {self.wait_timeout:.0f}s ({last})"
-        except RaftmqError as e:
-            p.result = f"FAILED: {short_reason(e.message)}"
+        except RaftmqError as e:  # the whole reason: the leader says what to fix ("'n9' ... is not a voter ...")
+            p.result = "FAILED: " + " ".join(e.message.split())
         p.seconds = time.monotonic() - started
 
 

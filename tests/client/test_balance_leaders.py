@@ -4,8 +4,9 @@ when nothing answers. The moves themselves run against real clusters in tests/re
 from __future__ import annotations
 
 from raftmq.client.cli import run
-from raftmq.client.commands.balance import BALANCED, MOVE, plan_for
+from raftmq.client.commands.balance import BALANCED, MOVE, Balancer, GroupPlan, plan_for
 from raftmq.client.routing import GroupRoute
+from raftmq.client.security import ClientSecurity
 from raftmq.client.types import ClusterStatus, MemberStatus
 from tests.support.processes import free_ports
 
@@ -60,3 +61,8 @@ def test_a_single_node_and_a_one_group_cluster_are_balanced_by_their_own_rule(tm
         assert run(["cluster", "balance-leaders", "--json", "--server", servers]) == 0
         assert '"result": "moved"' in capsys.readouterr().out
         assert wait_leader(nodes).spec.id == nodes[0].spec.id
+        # a move the leader refuses is a failure with the server's reason (here: a member the group does not have)
+        route = GroupRoute("c", tuple(n.grpc_address for n in nodes), "", True, "", False, 0, 0, 0, "n9")
+        plan = GroupPlan("c", nodes[0].spec.id, "n9", MOVE)
+        Balancer(route.endpoints, ClientSecurity(), timeout=10, wait_timeout=10).move(route, plan)
+        assert plan.result.startswith("FAILED: 'n9' (transfer-leader --to) is not a voter"), plan.result
