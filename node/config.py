@@ -212,7 +212,8 @@ class ClusterSection:
         "`cluster.members`. The chart sets it to the pod's stable name.", "")
     members: list = setting(
         "The seed of the replication group, this member included: `[{id: n0, raft: 'h0:8091', grpc: "
-        "'h0:8081'}, ...]`; empty: a single node without Raft (a one-member list is a group of one that can grow). "
+        "'h0:8081'}, ...]` (optionally with the `host` each runs on, docs/design/leader-balance.md); empty: a "
+        "single node without Raft (a one-member list is a group of one that can grow). "
         "Read only until the group has recorded its membership: afterwards members are added and removed with "
         "`raftmq cluster add-member` / `remove-member` (docs/design/membership.md), and a new member lists the "
         "group's members and itself here.", default_factory=list)
