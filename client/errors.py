@@ -148,6 +148,13 @@ class ReplicaLagsError(RaftmqError):
     exit_code = 11
 
 
+class LeadersNotBalancedError(RaftmqError):
+    """``raftmq cluster balance-leaders``: some group is not led by its preferred leader (a dry run that would move
+    one, a member that cannot take over now, or a move that failed)."""
+
+    exit_code = 12
+
+
 class UnknownOutcomeError(RaftmqError):
     """A write whose outcome is unknown: it may or may not have been stored.
 

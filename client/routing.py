@@ -47,11 +47,12 @@ class GroupRoute:
     read_queue_nums: int
     write_queue_nums: int
     perm: int
+    preferred_leader: str = ""  # the member id that should lead it; "" from a server before issue 38
 
     @classmethod
     def from_pb(cls, g: pb.GroupRoute) -> GroupRoute:
         return cls(g.name, tuple(g.endpoints), g.leader, g.available, g.error, g.has_topic, g.read_queue_nums,
-                   g.write_queue_nums, g.perm)
+                   g.write_queue_nums, g.perm, g.preferred_leader)
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,12 @@ class Member:
     id: str
     raft: str
     grpc: str
+    host: str = ""  # the machine / Kubernetes node it runs on, when configured (docs/design/leader-balance.md)
+
+    @property
+    def machine(self) -> str:
+        """Where it runs, for spreading leaders: its ``host``, else the host part of its Raft address."""
+        return self.host or parse_host_port(self.raft).host
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,7 @@ class GroupSpec:
     store_host: str
     endpoints: tuple[str, ...]  # client-facing gRPC addresses; empty: its members' grpc addresses
     members: tuple[Member, ...]
+    preferred_leader: str = ""  # a member id pinned as its preferred leader; empty: the rule picks one
 
     def client_addresses(self) -> list[str]:
         """Where a client reaches this group: its ``endpoints``, else its members' gRPC addresses."""
@@ -205,7 +212,8 @@ class ClusterSection:
         "`cluster.members`. The chart sets it to the pod's stable name.", "")
     members: list = setting(
         "The seed of the replication group, this member included: `[{id: n0, raft: 'h0:8091', grpc: "
-        "'h0:8081'}, ...]`; empty: a single node without Raft (a one-member list is a group of one that can grow). "
+        "'h0:8081'}, ...]` (optionally with the `host` each runs on, docs/design/leader-balance.md); empty: a "
+        "single node without Raft (a one-member list is a group of one that can grow). "
         "Read only until the group has recorded its membership: afterwards members are added and removed with "
         "`raftmq cluster add-member` / `remove-member` (docs/design/membership.md), and a new member lists the "
         "group's members and itself here.", default_factory=list)
@@ -225,10 +233,21 @@ class ClusterSection:
         "endpoints: ['svc-g0:8081'], members: [{id, raft, grpc}, ...]}, ...]`, the same list on every member of "
         "every group. Each group is a replicated group as `cluster.members` describes one, with its own "
         "`store_host` (unique: it is in every msgId) and optional client-facing `endpoints` (default: its "
-        "members' grpc addresses). Exclusive with `cluster.members`; empty: one group.", default_factory=list)
+        "members' grpc addresses). Exclusive with `cluster.members`; empty: one group. A member may name the "
+        "`host` (machine or Kubernetes node) it runs on, and a group may pin its `preferred_leader` (a member "
+        "id); both only steer which member should lead (docs/design/leader-balance.md).", default_factory=list)
     topic_reconcile_interval_s: float = setting(
         "With `cluster.groups`: seconds between two passes in which each group's leader creates in its group "
         "every topic another group has and it lacks (a group that missed a `topic create`).", 30.0)
+    auto_balance_leaders: bool = setting(
+        "A group's leader hands leadership to the group's preferred leader (docs/design/leader-balance.md) once "
+        "that member has been healthy, ready and caught up for `cluster.auto_balance_after_s`: leaders move back "
+        "where they belong after a failover, without `raftmq cluster balance-leaders`. Off: leaders stay where "
+        "elections put them.", False)
+    auto_balance_after_s: float = setting(
+        "With `cluster.auto_balance_leaders`: seconds the preferred leader must have been healthy, ready and "
+        "caught up (lag 0) before leadership is handed to it; a member that just came back is not given the lead "
+        "at once.", 30.0)
     forward_to_leader: bool = setting(
         "A member that is not the leader relays write and admin calls to the leader (authenticated with "
         "`secret`); off: it only answers with a redirect to the leader.", True)
@@ -355,7 +374,7 @@ class NodeConfig:
         if not self.cluster.groups:
             return [GroupSpec(self.cluster.name, self.cluster.store_host, (), tuple(self.members))]
         return [GroupSpec(_text(g["name"]), _text(g["store_host"]), tuple(_text(e) for e in g.get("endpoints", ())),
-                          tuple(Member(_text(m["id"]), _text(m["raft"]), _text(m["grpc"])) for m in g["members"]))
+                          tuple(_member(m) for m in g["members"]), _text(g.get("preferred_leader", "")))
                 for g in self.cluster.groups]
 
     @property
@@ -372,7 +391,7 @@ class NodeConfig:
         """The members of this member's own Raft group (``cluster.members``, or its entry of ``cluster.groups``)."""
         own = self.own_group_entry()
         entries = own["members"] if own is not None else self.cluster.members
-        return [Member(_text(m["id"]), _text(m["raft"]), _text(m["grpc"])) for m in entries]
+        return [_member(m) for m in entries]
 
     def raft_settings(self):
         """The ``replication.RaftSettings`` for this node: ``cluster.raft`` overrides, ``cluster.durability``."""
@@ -766,6 +785,9 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
                         "invisible between renewals)")
     if not c.topic_reconcile_interval_s > 0:
         problems.append("cluster.topic_reconcile_interval_s: must be > 0 (seconds between reconcile passes)")
+    if not c.auto_balance_after_s >= 0:
+        problems.append("cluster.auto_balance_after_s: must be >= 0 (seconds the preferred leader must have been "
+                        "healthy and caught up)")
     if not 0 <= n.dedup_window_seconds <= 86400:
         problems.append("node.dedup_window_seconds: must be 0..86400 (seconds; 0 turns de-duplication off)")
     if n.dedup_max_entries < 0:
@@ -854,15 +876,21 @@ def _check_security(cfg: NodeConfig, problems: list[str]) -> None:
 
 
 _MEMBER_KEYS = ("id", "raft", "grpc")
+_MEMBER_OPTIONAL_KEYS = ("host",)
+
+
+def _member(m: Mapping) -> Member:
+    return Member(_text(m["id"]), _text(m["raft"]), _text(m["grpc"]), _text(m.get("host", "")))
 
 
 def _member_entry(m: Any, where: str, problems: list[str]) -> dict[str, str] | None:
-    """One member of ``cluster.members`` or of a group: ``{id, raft, grpc}`` as text, exactly as written, its
-    addresses checked; None (the problem named) when it is not such a mapping."""
-    if not isinstance(m, Mapping) or set(m) != set(_MEMBER_KEYS):
-        problems.append(f"{where}: must be a mapping with exactly the keys id, raft, grpc; got {m!r}")
+    """One member of ``cluster.members`` or of a group: ``{id, raft, grpc[, host]}`` as text, exactly as written,
+    its addresses checked; None (the problem named) when it is not such a mapping."""
+    if (not isinstance(m, Mapping) or not set(_MEMBER_KEYS) <= set(m)
+            or set(m) - set(_MEMBER_KEYS) - set(_MEMBER_OPTIONAL_KEYS)):
+        problems.append(f"{where}: must be a mapping with the keys id, raft, grpc and optionally host; got {m!r}")
         return None
-    entry = {k: _text(m[k]) for k in _MEMBER_KEYS}
+    entry = {k: _text(m[k]) for k in (*_MEMBER_KEYS, *_MEMBER_OPTIONAL_KEYS) if k in m}
     _check_address(f"{where}.raft", entry["raft"], problems)
     _check_address(f"{where}.grpc", entry["grpc"], problems)
     return entry
@@ -893,7 +921,7 @@ def _check_members(cfg: NodeConfig, problems: list[str]) -> None:
 
 
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-_GROUP_KEYS = {"name", "store_host", "members", "endpoints"}
+_GROUP_KEYS = {"name", "store_host", "members", "endpoints", "preferred_leader"}
 
 
 def _check_groups(cfg: NodeConfig, problems: list[str]) -> None:
@@ -956,6 +984,7 @@ def _check_groups(cfg: NodeConfig, problems: list[str]) -> None:
             problems.append(f"{where}.members: must be a non-empty list of {{id, raft, grpc}}")
             ok = False
             continue
+        own_ids = []
         for j, m in enumerate(members):
             mw = f"{where}.members[{j}]"
             entry = _member_entry(m, mw, problems)
@@ -963,18 +992,24 @@ def _check_groups(cfg: NodeConfig, problems: list[str]) -> None:
                 ok = False
                 continue
             mid, raft = entry["id"], entry["raft"]
+            own_ids.append(mid)
             if mid in ids:
                 problems.append(f"{mw}: member id {mid!r} is already in group {ids[mid]} (ids are unique across groups)")
             ids.setdefault(mid, name)
             if raft in rafts:
                 problems.append(f"{mw}.raft: {raft} is already a member's of group {rafts[raft]}")
             rafts.setdefault(raft, name)
+        pinned = _text(g.get("preferred_leader", ""))
+        if pinned and pinned not in own_ids:
+            problems.append(f"{where}.preferred_leader: {pinned!r} is not one of its members {own_ids}")
     if not ok:
         return
     c.groups = [{"name": _text(g["name"]), "store_host": _text(g["store_host"]),
                  "endpoints": [_text(e) for e in ([g["endpoints"]] if isinstance(g.get("endpoints"), str)
                                                   else g.get("endpoints", []))],
-                 "members": [{k: _text(m[k]) for k in _MEMBER_KEYS} for m in g["members"]]}
+                 "members": [{k: _text(m[k]) for k in (*_MEMBER_KEYS, *_MEMBER_OPTIONAL_KEYS) if k in m}
+                             for m in g["members"]],
+                 **({"preferred_leader": _text(g["preferred_leader"])} if g.get("preferred_leader") else {})}
                 for g in groups]
     if c.group not in names:
         problems.append(f"cluster.group: {c.group!r} is not one of cluster.groups' names {sorted(names)}; set this "

@@ -11,7 +11,6 @@ short back-off, so the sends that follow fail at once, naming the group, instead
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import time
@@ -22,6 +21,7 @@ import grpc
 
 from raftmq.node.errors import RpcError, not_found
 from raftmq.node.forwarding import NotSent
+from raftmq.node.preferred_leaders import preferred_leaders
 from raftmq.routing import fifo_queue
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -72,9 +72,13 @@ class GroupDirectory:
         self.specs: dict[str, GroupSpec] = {g.name: g for g in cfg.groups}
         self.names = [g.name for g in cfg.groups]
         self.many = len(self.names) > 1
-        # what every member's list must agree with: names, store hosts and members of every group, in order
-        self.digest = hashlib.sha256(json.dumps([[g.name, g.store_host, [dataclasses.astuple(m) for m in g.members]]
-                                                 for g in cfg.groups]).encode()).hexdigest()[:16]
+        # what every member's list must agree with: names, store hosts and members of every group, in order (a
+        # member's host and a group's pinned leader only when set: lists written before them keep their digest)
+        self.digest = hashlib.sha256(json.dumps([
+            [g.name, g.store_host, [[m.id, m.raft, m.grpc, *([m.host] if m.host else [])] for m in g.members],
+             *([g.preferred_leader] if g.preferred_leader else [])]
+            for g in cfg.groups]).encode()).hexdigest()[:16]
+        self.preferred = preferred_leaders(cfg.groups)  # group -> the member id that should lead it
         self._forwarder = forwarder
         self._leaders: dict[str, str] = {}  # group -> the leader's gRPC address, as last seen
         self._down: dict[str, tuple[float, float, str]] = {}  # group -> (down until, back-off, why)

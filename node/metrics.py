@@ -108,6 +108,11 @@ class BrokerMetrics:
             "raftmq_security_refusals", "Requests refused by authentication, access rules or network allow-lists "
             "(one audit line each), by reason and port", base + ["reason", "port"], registry=self.registry,
         )
+        self.leader_moves = Counter(
+            "raftmq_leader_balance_moves", "Leadership handed to the group's preferred leader by the automatic "
+            "rebalance (cluster.auto_balance_leaders), by target member and outcome (moved, failed)",
+            base + ["to_member", "outcome"], registry=self.registry,
+        )
         for reason in REFUSALS:  # every series exists at 0 from the start, so rate() sees the first refusal
             for port in REFUSAL_PORTS:
                 self.security_refusals.labels(*self._base, reason, port)
@@ -149,6 +154,10 @@ class BrokerMetrics:
     def record_transaction(self, counter: Counter, *labels: str, count: int = 1) -> None:
         """Count ``count`` events on one of the transaction counters (once per batch, not per message)."""
         counter.labels(*self._base, *labels).inc(count)
+
+    def record_leader_move(self, to_member: str, outcome: str) -> None:
+        """One hand-over by the automatic leader rebalance (node/leader_balancer.py)."""
+        self.leader_moves.labels(*self._base, to_member, outcome).inc()
 
     def record_refusal(self, reason: str, port: str) -> None:
         """One refused request (``node.auth.refusal_listeners``): reason is the audit event, port grpc/http/raft."""

@@ -28,7 +28,9 @@ def own_route(node: BrokerCore, topic: str) -> pb.GroupRoute:
     leader = wp.leader() if wp is not None else None
     route = pb.GroupRoute(name=node.groups.own, endpoints=spec.client_addresses() or [node.config.advertised_address],
                           leader=(leader.grpc_address or "") if leader is not None else "", available=True,
-                          store_host=spec.store_host)
+                          store_host=spec.store_host,
+                          # a single node (no members listed) is its own group's only possible leader
+                          preferred_leader=node.groups.preferred.get(node.groups.own, node.node_id))
     cfg = node.topic_config(topic) if topic else None
     if cfg is not None:
         route.has_topic = True
@@ -48,7 +50,7 @@ async def route(node: BrokerCore, topic: str, context: grpc.aio.ServicerContext)
                                              context)
         except RpcError as e:
             return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False, error=e.message,
-                                 store_host=spec.store_host)
+                                 store_host=spec.store_host, preferred_leader=node.groups.preferred.get(group, ""))
         found = next((g for g in answer.groups if g.name == group), None)
         if found is None or answer.groups_digest != node.groups.digest:  # a half-rolled-out change of the list
             log.warning("group %s: its member %s has another cluster.groups list than this member (%s): roll the "
@@ -56,7 +58,8 @@ async def route(node: BrokerCore, topic: str, context: grpc.aio.ServicerContext)
             return pb.GroupRoute(name=group, endpoints=spec.client_addresses(), available=False,
                                  error=f"its member {answer.answered_by} (of group {answer.group!r}) has another "
                                        f"cluster.groups list than {node.node_id}: roll the same list out to every "
-                                       "member", store_host=spec.store_host)
+                                       "member", store_host=spec.store_host,
+                                 preferred_leader=node.groups.preferred.get(group, ""))
         return found
 
     others = [n for n in node.groups.names if n != node.groups.own]

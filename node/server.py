@@ -669,8 +669,15 @@ async def serve(cfg: NodeConfig) -> int:
 
             reconcile = asyncio.ensure_future(
                 TopicReconcile(broker.core, cfg.cluster.topic_reconcile_interval_s).run())
+        balance = None
+        if cfg.cluster.auto_balance_leaders and cfg.members:  # issue 38: leaders back to the preferred members
+            from raftmq.node.leader_balancer import LeaderBalancer
+
+            balance = asyncio.ensure_future(LeaderBalancer(broker.core, cfg.cluster.auto_balance_after_s).run())
         await stopped
         role.cancel()
+        if balance is not None:
+            balance.cancel()
         if reconcile is not None:
             reconcile.cancel()
         if reseal is not None:

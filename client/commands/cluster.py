@@ -1,5 +1,5 @@
 """``raftmq cluster status|check|transfer-leader|rebuild-member``; the membership changes are in
-``commands.members``."""
+``commands.members``, leader balancing in ``commands.balance``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 
 from raftmq.client.admin import Admin
 from raftmq.client.cluster_view import ClusterView, cluster_view, groups_of
-from raftmq.client.commands import members
+from raftmq.client.commands import balance, members
 from raftmq.client.commands.args import (
     UsageError,
     add_command,
@@ -389,8 +389,8 @@ def _check_groups(names: list[str], args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("cluster", help="cluster status, replica check, leadership and membership")
-    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,rebuild-member,"
-                                                            "add-member,remove-member,replace-member}")
+    csub = c.add_subparsers(dest="cluster_command", metavar="{status,check,transfer-leader,balance-leaders,"
+                                                            "rebuild-member,add-member,remove-member,replace-member}")
     csub.required = True
     p = add_command(csub, "status", cmd_cluster_status, "members of every group: roles, terms, indexes and lag")
     p.add_argument("--watch", "-w", nargs="?", const=2.0, type=positive_float, metavar="SECONDS",
@@ -436,3 +436,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait-timeout", type=positive_float, default=600.0, metavar="SECONDS",
                    help="how long to wait for it to be back (default 600)")
     members.register(csub)  # add-member, remove-member, replace-member (issue 39)
+    balance.register(csub)  # balance-leaders (issue 38)

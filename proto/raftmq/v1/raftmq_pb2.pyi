@@ -487,7 +487,7 @@ class QueryRouteRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., local: _Optional[bool] = ...) -> None: ...
 
 class GroupRoute(_message.Message):
-    __slots__ = ("name", "endpoints", "leader", "available", "error", "has_topic", "read_queue_nums", "write_queue_nums", "perm", "store_host")
+    __slots__ = ("name", "endpoints", "leader", "available", "error", "has_topic", "read_queue_nums", "write_queue_nums", "perm", "store_host", "preferred_leader")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
@@ -498,6 +498,7 @@ class GroupRoute(_message.Message):
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_LEADER_FIELD_NUMBER: _ClassVar[int]
     name: str
     endpoints: _containers.RepeatedScalarFieldContainer[str]
     leader: str
@@ -508,7 +509,8 @@ class GroupRoute(_message.Message):
     write_queue_nums: int
     perm: int
     store_host: str
-    def __init__(self, name: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ..., leader: _Optional[str] = ..., available: _Optional[bool] = ..., error: _Optional[str] = ..., has_topic: _Optional[bool] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., store_host: _Optional[str] = ...) -> None: ...
+    preferred_leader: str
+    def __init__(self, name: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ..., leader: _Optional[str] = ..., available: _Optional[bool] = ..., error: _Optional[str] = ..., has_topic: _Optional[bool] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., store_host: _Optional[str] = ..., preferred_leader: _Optional[str] = ...) -> None: ...
 
 class QueryRouteResponse(_message.Message):
     __slots__ = ("cluster_name", "groups", "answered_by", "group", "groups_digest")
