@@ -86,6 +86,9 @@ class ReplicatedLog(SyncObj):
         self.apply_stuck = ""  # why this member cannot apply the next committed entry ("" when it can)
         self.rewound_entries = 0  # applied entries the leader's log replaced (async + a majority's power cut)
         self.caught_up = False  # applied what the leader had committed in its term, once since start
+        # a member stopping gracefully still votes but never stands for election again (``_maybe_pre_vote``):
+        # it handed leadership away and would only have to hand it away again, stalling the group's writes
+        self.retiring = False
         self._last_tick_start = 0.0
         self._pre_vote_term = -1  # the term this member is asking pre-votes for (-1: none in progress)
         self._pre_vote_grants: set = set()
@@ -246,6 +249,9 @@ class ReplicatedLog(SyncObj):
         if self._SyncObj__transferInProgress or self._SyncObj__raftElectionDeadline == 0:
             return  # a leader asked for this election (TimeoutNow) or the pre-vote already succeeded
         if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+            return
+        if self.retiring:  # the timer fired on a member that is stopping: let the others elect among themselves
+            self._SyncObj__raftElectionDeadline = now + self._SyncObj__conf.raftMinTimeout
             return
         # The timer fired: ask first; pysyncobj's own election waits unless the pre-vote wins. A lost pre-vote is
         # asked again soon (it changes nobody's term, so it is cheap): a peer that heard the old leader just

@@ -214,3 +214,18 @@ def test_campaign_now_elects_that_member_without_waiting_for_an_election_timeout
         first = members[1]
         first.campaign_now()
         wait_for(first.is_leader, "the member that campaigned to lead", timeout=30)
+
+
+def test_a_retiring_member_votes_but_never_stands_for_election():
+    """A member stopping gracefully (``retiring``, set by RaftWritePath.hand_off_leadership) lets the others elect
+    a leader among themselves: it asks for no pre-vote and starts no election, even when told to campaign."""
+    with running_members() as members:
+        leader = wait_for(lambda: next((m for m in members if m.is_leader()), None), "a leader", timeout=60)
+        retiring, other = [m for m in members if m is not leader]
+        retiring.retiring = True
+        asked, stood = retiring.pre_votes_started, retiring.elections_started
+        leader.destroy()
+        retiring.campaign_now()  # its election timer fired at once: without the flag it would stand first
+        wait_for(other.is_leader, "the member that is not retiring to lead", timeout=60)
+        assert not retiring.is_leader()
+        assert (retiring.pre_votes_started, retiring.elections_started) == (asked, stood)
