@@ -69,15 +69,40 @@ class GroupDirectory:
 
     def __init__(self, cfg: NodeConfig, forwarder: Forwarder):
         self.own = cfg.group_name
-        self.specs: dict[str, GroupSpec] = {g.name: g for g in cfg.groups}
-        self.names = [g.name for g in cfg.groups]
-        self.many = len(self.names) > 1
-        # what every member's list must agree with: names, store hosts and members of every group, in order
-        self.digest = hashlib.sha256(json.dumps([[g.name, g.store_host, [dataclasses.astuple(m) for m in g.members]]
-                                                 for g in cfg.groups]).encode()).hexdigest()[:16]
+        self._configured = list(cfg.groups)
+        self._discovered = bool(cfg.cluster.group_discovery)
         self._forwarder = forwarder
         self._leaders: dict[str, str] = {}  # group -> the leader's gRPC address, as last seen
         self._down: dict[str, tuple[float, float, str]] = {}  # group -> (down until, back-off, why)
+        self._set(self._configured)
+
+    def _set(self, groups: list[GroupSpec]) -> None:
+        self.specs: dict[str, GroupSpec] = {g.name: g for g in groups}
+        self.names = [g.name for g in groups]
+        self.many = len(self.names) > 1
+        # what every member's list must agree with, in order: names, store hosts and members of every group; with
+        # discovery the groups' client addresses (what a group tells about itself: node/group_discovery.py)
+        rows = ([[g.name, g.store_host, g.client_addresses()] for g in groups] if self._discovered else
+                [[g.name, g.store_host, [dataclasses.astuple(m) for m in g.members]] for g in groups])
+        self.digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+    def learn(self, found: list[GroupSpec]) -> tuple[list[str], list[str]]:
+        """The groups discovery found (node/group_discovery.py), in their order: they become the cluster's
+        groups, a configured group's own entry winning over what was found for it, and a configured group not
+        found kept after them. (added, removed) names."""
+        configured = {g.name: g for g in self._configured}
+        merged = [configured.get(g.name, g) for g in found]
+        seen = {g.name for g in merged}
+        merged += [g for g in self._configured if g.name not in seen]
+        before = set(self.names)
+        if [(g.name, g.store_host, g.client_addresses()) for g in merged] != [
+                (g.name, g.store_host, g.client_addresses()) for g in self.specs.values()]:
+            self._set(merged)
+        after = set(self.names)
+        for gone in before - after:
+            self._leaders.pop(gone, None)
+            self._down.pop(gone, None)
+        return [n for n in self.names if n not in before], sorted(before - after)
 
     @property
     def answer_name(self) -> str:
