@@ -111,7 +111,11 @@ class GroupDiscovery:
                 for gone in [i for i in self._known if i >= index]:
                     del self._known[gone]
                 break
-            spec = await self._ask([str(HostPort(a, hp.port)) for a in addresses]) or self._known.get(index)
+            # a name from DNS is called by its name (TLS checks the certificate against it), a hosts-file one by
+            # its addresses
+            listed = hp.host.lower() in hosts
+            spec = (await self._ask([str(HostPort(a, hp.port)) for a in addresses] if listed else [str(hp)])
+                    or self._known.get(index))
             if spec is None:
                 log.info("group discovery: no member at %s (%s) answers yet", hp, ", ".join(addresses))
                 continue
