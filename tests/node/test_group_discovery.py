@@ -69,6 +69,8 @@ def test_a_group_started_later_is_learned_without_a_restart(tmp_path):
                                            timeout=20).result
         assert before.broker == ""  # a one-group cluster answers exactly as before groups
         pid = g0.proc.pid
+        producer = Producer([g0.grpc_address], retry_timeout=10)  # a running client, from before g1 exists
+        assert producer.send(TOPIC, b"x").broker == ""
 
         (g1,) = start_nodes([g1_spec])
         nodes.append(g1)
@@ -91,14 +93,18 @@ def test_a_group_started_later_is_learned_without_a_restart(tmp_path):
         r = messaging(g0).SendMessage(pb.SendMessageRequest(message=pb.Message(
             topic=TOPIC, body=b"b", broker="g1", queue_id=1, uniq_key="K-g1")), timeout=20).result
         assert (r.broker, r.queue_id) == ("g1", 1)
-        pulled = messaging(g1).PullMessage(pb.PullMessageRequest(topic=TOPIC, queue_id=1, offset=r.queue_offset),
-                                           timeout=20)
-        assert [m.uniq_key for m in pulled.messages] == ["K-g1"]
 
-        # the SDK's route, given only g0's address, names both groups and writes to both
-        with Producer([g0.grpc_address], retry_timeout=10) as p:
-            wait_for(lambda: {p.send(TOPIC, b"x").broker for _ in range(8)} == {CLUSTER, "g1"},
-                     "the SDK sends to both groups", timeout=60)
+        def pulled_from_g1() -> list[str]:
+            pulled = messaging(g1).PullMessage(pb.PullMessageRequest(topic=TOPIC, queue_id=1,
+                                                                     offset=r.queue_offset), timeout=20)
+            return [m.uniq_key for m in pulled.messages]
+
+        wait_for(lambda: pulled_from_g1() == ["K-g1"], "the message in g1's queue 1", timeout=30)
+
+        # the running SDK client asks for its one-group route again (after ROUTE_TTL_S): both groups, both written
+        with producer:
+            wait_for(lambda: {producer.send(TOPIC, b"x").broker for _ in range(8)} == {CLUSTER, "g1"},
+                     "the running SDK client sends to both groups", timeout=120, interval=1)
 
         env = {"PYTHONPATH": str(REPO_ROOT / "proto"), "PATH": "/usr/bin:/bin"}
         out = subprocess.run([sys.executable, "-m", "raftmq.client", "--server", g0.grpc_address, "cluster",
