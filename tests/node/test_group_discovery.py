@@ -112,6 +112,11 @@ def test_a_group_started_later_is_learned_without_a_restart(tmp_path):
         assert out.returncode == 0, out.stderr
         assert "g1" in out.stdout and g1.grpc_address in out.stdout, out.stdout
         assert "group discovery: group g1 joined the cluster" in g0.spec.log_path.read_text()
+
+        # the group's name gone (its Service deleted after a drain): the others stop routing to it
+        hosts.write_text("127.0.0.1 raftmq-g0-headless.test\n")
+        wait_for(lambda: [g.name for g in _route(g0).groups] == [CLUSTER], "g0 forgets g1", timeout=60)
+        assert "group discovery: group g1 is gone" in g0.spec.log_path.read_text()
     finally:
         stop_all(nodes)
 
