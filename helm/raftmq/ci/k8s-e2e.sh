@@ -17,7 +17,7 @@
 #    the namespace (KEEP=1 keeps them for debugging).
 #
 # Needs: kubectl, helm (3.8+ or 4), a cluster that can pull $IMAGE (for kind: `docker build -t raftmq:e2e .` and
-# `kind load docker-image raftmq:e2e`, then IMAGE=raftmq:e2e), a default StorageClass, and room for 3 pods.
+# `kind load docker-image raftmq:e2e`, then IMAGE=raftmq:e2e), a default StorageClass, and room for 6 pods.
 # Single-node clusters (kind, minikube) need ANTI_AFFINITY=soft (the default here); use hard on real clusters.
 # CI cannot run this: no cluster is reachable there. The same checks of the rendered chart run in tests/helm/.
 set -euo pipefail
@@ -35,6 +35,9 @@ DIAG_DIR="${DIAG_DIR:-}"  # on failure, every pod's whole log (and its previous 
 # from labelling a peer.
 ADMISSION_POLICY="${ADMISSION_POLICY:-0}"
 GROUPS_UPGRADE="${GROUPS_UPGRADE:-1}"
+# Each member's CPU request: the chart's 500m fits 4 members on a 2-CPU node; the second group needs 6 (set at
+# install: changing it later would roll group 0).
+CPU_REQUEST="${CPU_REQUEST:-250m}"
 
 repo="${IMAGE%:*}"
 tag="${IMAGE##*:}"
@@ -109,6 +112,7 @@ kubectl create namespace "$NAMESPACE"
 helm install "$RELEASE" "$CHART_DIR" -n "$NAMESPACE" \
   --set image.repository="$repo" --set image.tag="$tag" \
   --set podAntiAffinity="$ANTI_AFFINITY" --set persistence.size="$STORAGE_SIZE" \
+  --set resources.requests.cpu="$CPU_REQUEST" \
   --set rbac.admissionPolicy.enabled="$([[ "$ADMISSION_POLICY" == 1 ]] && echo true || echo false)" \
   --wait --timeout "$TIMEOUT"
 kc rollout status "statefulset/$FULL" --timeout "$TIMEOUT"
