@@ -227,29 +227,33 @@ if [[ "$GROUPS_UPGRADE" == "1" ]]; then
   # the members learn the group through DNS (every 5 s); its leader's reconcile pass creates the topic in it
   g1_marker="in-group-1-$(date +%s)"
   for attempt in $(seq 1 60); do
-    if cli "$writer" produce e2e --body "$g1_marker" --keys "$g1_marker" --broker "$group1" --json \
-        --server "$CLIENT_SVC" | grep -q "\"broker\": \"$group1\""; then
+    sent="$(cli "$writer" produce e2e --body "$g1_marker" --keys "$g1_marker" --broker "$group1" --json \
+      --server "$CLIENT_SVC" 2>&1 || true)"
+    if grep -q "\"broker\": \"$group1\"" <<<"$sent"; then
+      echo "sent through $CLIENT_SVC: $sent"
       break
     fi
     [[ $attempt -eq 60 ]] && die "no write through the client Service landed in group $group1"
     sleep 3
   done
   for attempt in $(seq 1 30); do
-    if cli "$writer" query e2e --key "$g1_marker" --begin=-1h --json --server "$g1_member" | grep -q "\"$g1_marker\""; then
+    found="$(cli "$writer" query e2e --key "$g1_marker" --begin=-1h --json --server "$g1_member" 2>&1 || true)"
+    if grep -q "\"$g1_marker\"" <<<"$found"; then
       echo "ok: $g1_member (group $group1) has $g1_marker, written through $CLIENT_SVC"
       break
     fi
     [[ $attempt -eq 30 ]] && die "$g1_member does not have $g1_marker"
     sleep 2
   done
-  cli "$writer" cluster status --server "$CLIENT_SVC" | tee /dev/stderr | grep -q "$group1" \
-    || die "cluster status does not list group $group1"
+  status="$(cli "$writer" cluster status --server "$CLIENT_SVC")"
+  echo "$status"
+  grep -q "$group1" <<<"$status" || die "cluster status does not list group $group1"
 
   log "groups 2 -> 1 without draining is refused"
   if out="$(helm upgrade "$RELEASE" "$CHART_DIR" -n "$NAMESPACE" --reuse-values --set groups=1 2>&1)"; then
     die "helm upgrade to groups: 1 was accepted without groupsDrained"
   fi
-  echo "$out" | grep -q "groupsDrained" || die "the refusal does not say how to confirm: $out"
+  grep -q "groupsDrained" <<<"$out" || die "the refusal does not say how to confirm: $out"
   echo "refused: $out"
 fi
 
