@@ -26,6 +26,7 @@ import grpc
 
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
+from raftmq.client.types import PERM_WRITE
 from raftmq.routing import fifo_queue
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -170,7 +171,11 @@ class Router:
             group, qid = fifo_queue(message_group, route.names, n)
             return group, qid, True
         now = time.monotonic()
-        live = [g.name for g in route.groups if g.available and self._down.get(g.name, 0.0) <= now] or route.names
+        # as RocketMQ's producer picks only writable queues: a group whose copy of the topic is read-only (drained
+        # before it is removed, docs/operations/kubernetes.md#removing-a-group) takes no round-robin sends
+        writable = [g for g in route.groups if not (g.has_topic and g.perm and not g.perm & PERM_WRITE)] or route.groups
+        live = [g.name for g in writable if g.available and self._down.get(g.name, 0.0) <= now] or [
+            g.name for g in writable]
         return live[next(self._next) % len(live)], None, False
 
     def mark_down(self, group: str) -> None:
