@@ -21,7 +21,9 @@ def _error(call, req) -> grpc.RpcError:
 
 
 def test_lone_member_not_ready_then_followers_redirect(tmp_path):
-    specs = node_specs(tmp_path, 3)
+    # a short grace (node.ready_without_leader_seconds, 15 s by default): the member that loses its majority at
+    # the end stops reporting ready after it, and the test waits for exactly that state
+    specs = node_specs(tmp_path, 3, node={"ready_without_leader_seconds": 3})
     nodes = start_nodes(specs[:1], wait=False)
     try:
         lone = nodes[0]
