@@ -152,3 +152,13 @@ def test_values_yaml_documents_groups():
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     assert values["groups"] == 1 and values["groupsDrained"] == []
     assert all_of(objects(), "StatefulSet")[0]["metadata"]["name"] == FULL
+
+
+def test_notes_name_every_groups_members_and_leader():
+    from tests.helm.chart import notes
+
+    text = notes({"groups": 2})
+    assert "2 Raft groups of 3 Raft members" in text
+    assert f"group DefaultCluster-g1: members {FULL}-g1-<0..2>.{FULL}-g1-headless.{DOMAIN}:8081" in text
+    assert f"leader {FULL}-g1-leader" in text
+    assert "Raft groups" not in notes({"groups": 1})
