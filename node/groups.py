@@ -6,6 +6,8 @@ relays it to that group's leader over the cluster channel, as a follower relays 
 (node/forwarding.py: the same trust rules and outcome semantics). The directory remembers each group's leader
 from the answers (a redirect's hint names a new one), and a group none of whose members answers is *down* for a
 short back-off, so the sends that follow fail at once, naming the group, instead of each waiting on a connection.
+The groups themselves are configuration (``cluster.groups``), or learned from DNS while running
+(``cluster.group_discovery``: node/group_discovery.py hands them to ``learn``).
 """
 
 from __future__ import annotations
