@@ -88,6 +88,19 @@ def test_a_group_started_later_is_learned_without_a_restart(tmp_path):
         g1_route = next(g for g in _route(g0).groups if g.name == "g1")
         assert list(g1_route.endpoints) == [g1.grpc_address] and g1_route.store_host == "127.0.0.1:10912"
         wait_for(lambda: [g.name for g in _route(g1).groups] == [CLUSTER, "g1"], "g1 learns g0", timeout=60)
+        # RocketMQ 5's QueryRoute: the queues of both groups, each group as a broker with its own endpoints
+        from raftmq.rocketmq.v2 import definition_pb2 as v2
+        from raftmq.rocketmq.v2 import service_pb2 as v2s
+        from raftmq.rocketmq.v2 import service_pb2_grpc as v2_grpc
+
+        v2_route = v2_grpc.MessagingServiceStub(g0.channel()).QueryRoute(
+            v2s.QueryRouteRequest(topic=v2.Resource(name=TOPIC)),
+            metadata=(("x-mq-client-id", "test@1@0@abc"), ("x-mq-protocol", "GRPC_V2")), timeout=20)
+        assert v2_route.status.code == v2.OK, v2_route.status
+        brokers = {q.broker.name: [(a.host, a.port) for a in q.broker.endpoints.addresses]
+                   for q in v2_route.message_queues}
+        assert brokers == {CLUSTER: [("127.0.0.1", g0.spec.grpc_port)], "g1": [("127.0.0.2", g1.spec.grpc_port)]}
+        assert len(v2_route.message_queues) == 8
 
         # one address (g0's) for everything: a send naming g1 is stored in g1
         r = messaging(g0).SendMessage(pb.SendMessageRequest(message=pb.Message(
