@@ -79,6 +79,7 @@ class GroupDirectory:
         self._set(self._configured)
 
     def _set(self, groups: list[GroupSpec]) -> None:
+        # replaced, never changed in place: a caller that holds specs or names has a consistent view of them
         self.specs: dict[str, GroupSpec] = {g.name: g for g in groups}
         self.names = [g.name for g in groups]
         self.many = len(self.names) > 1
