@@ -101,9 +101,10 @@ class Admin:
     def update_topic(self, name: str, *, queues: int | None = None, read_queues: int | None = None,
                      write_queues: int | None = None, perm: int | None = None,
                      order: bool | None = None, message_type: str | None = None,
-                     dedup_window_seconds: int | None = None) -> TopicConfig:
+                     dedup_window_seconds: int | None = None, broker: str | None = None) -> TopicConfig:
         """Change the given fields of an existing topic, keeping the others (raises ``TopicNotFoundError``).
-        ``dedup_window_seconds``: the topic's own de-duplication window (0: off; -1: the node's again)."""
+        ``dedup_window_seconds``: the topic's own de-duplication window (0: off; -1: the node's again).
+        ``broker``: in a cluster of several groups, change it in that group only (default: every group)."""
         if perm == 0:
             raise InvalidArgumentError("perm 0 cannot be set on an existing topic; use 1 (inherit only) to close it")
         cur = self.get_topic(name)
@@ -117,8 +118,8 @@ class Admin:
             order=cur.order if order is None else order,
             message_type="" if message_type is None else _message_type(message_type),
             dedup_window_seconds=dedup_window_seconds)
-        resp, _ = self._pool.write(lambda s, t: s.admin.UpdateTopic(pb.UpdateTopicRequest(topic=cfg), timeout=t),
-                                   idempotent=True)
+        request = pb.UpdateTopicRequest(topic=cfg, broker=broker or "")
+        resp, _ = self._pool.write(lambda s, t: s.admin.UpdateTopic(request, timeout=t), idempotent=True)
         return TopicConfig.from_pb(resp.topic)
 
     def list_topics(self, *, include_system: bool = False, filter: str = "") -> list[TopicConfig]:

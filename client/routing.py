@@ -15,6 +15,7 @@ answer lately, so one group down does not stop the others.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import threading
 import time
@@ -25,6 +26,7 @@ import grpc
 
 from raftmq.client import errors
 from raftmq.client.connection import ServerPool
+from raftmq.client.types import PERM_WRITE
 from raftmq.routing import fifo_queue
 from raftmq.v1 import raftmq_pb2 as pb
 
@@ -86,12 +88,15 @@ class Router:
         self._failed: dict[str, float] = {}  # topic -> when its route could last not be had (monotonic)
         self._next = itertools.count(random.randrange(1 << 16))  # a random start, as RocketMQ's ThreadLocalIndex:
         # short-lived producers (one CLI send each) spread over the groups too
-        self._single = False  # the cluster has one group (or no QueryRoute): the bootstrap pool is the route
+        # until then (monotonic) the cluster is one group (or a server without QueryRoute: for ever) and the
+        # bootstrap pool is the route; a one-group answer is asked again after ROUTE_TTL_S, as a route is, so a
+        # group added later (docs/design/scale-out.md#discovery) reaches a running client
+        self._single_until = 0.0
 
     # ------------------------------------------------------------------ routes
     def route(self, topic: str, *, refresh: bool = False) -> Route | None:
         """The topic's route, or None when the cluster is one group (use the bootstrap pool, as always)."""
-        if self._single:
+        if self.single:
             return None
         with self._lock:
             cached = self._routes.get(topic)
@@ -105,14 +110,14 @@ class Router:
                 min(self.bootstrap.timeout, ROUTE_TIMEOUT_S))
         except errors.RaftmqError as e:
             if e.code == grpc.StatusCode.UNIMPLEMENTED:  # a server from before routes: one group
-                self._single = True
+                self._single_until = math.inf
                 return None
             # no route now: keep what we knew, or send through the servers given (their own group) as before
             # routes existed; the send itself then says what is wrong. Asked again after ROUTE_RETRY_S.
             self._failed[topic] = time.monotonic()
             return cached
         if len(answer.groups) <= 1:
-            self._single = True
+            self._single_until = time.monotonic() + ROUTE_TTL_S
             return None
         route = Route(topic, tuple(GroupRoute.from_pb(g) for g in answer.groups), time.monotonic())
         with self._lock:
@@ -128,11 +133,11 @@ class Router:
     @property
     def single(self) -> bool:
         """The cluster is known to be one group (or a server from before routes)."""
-        return self._single
+        return time.monotonic() < self._single_until
 
     def knows(self, topic: str) -> bool:
         """Whether ``route(topic)`` answers without asking the cluster."""
-        if self._single:
+        if self.single:
             return True
         cached = self._routes.get(topic)
         return cached is not None and time.monotonic() - cached.fetched < ROUTE_TTL_S
@@ -140,12 +145,14 @@ class Router:
     def pool(self, group: str) -> ServerPool:
         """The pool of ``group``'s endpoints (known from a route); in a one-group cluster the servers given
         (whatever its one group is named)."""
-        if self._single:
+        if self.single:
             return self.bootstrap
         with self._lock:
             pool = self._pools.get(group)
             if pool is None:
                 endpoints = self._endpoints.get(group)
+                if not endpoints and not self._endpoints:  # no route named any group yet: one group as far as
+                    return self.bootstrap  # this client knows (its one-group answer just expired)
                 if not endpoints:
                     raise errors.NotFoundError(f"unknown group {group!r}: no route names it")
                 pool = self._pools[group] = self._make_pool(list(endpoints))
@@ -165,7 +172,11 @@ class Router:
             group, qid = fifo_queue(message_group, route.names, n)
             return group, qid, True
         now = time.monotonic()
-        live = [g.name for g in route.groups if g.available and self._down.get(g.name, 0.0) <= now] or route.names
+        # as RocketMQ's producer picks only writable queues: a group whose copy of the topic is read-only (drained
+        # before it is removed, docs/operations/kubernetes.md#removing-a-group) takes no round-robin sends
+        writable = [g for g in route.groups if not (g.has_topic and g.perm and not g.perm & PERM_WRITE)] or route.groups
+        live = [g.name for g in writable if g.available and self._down.get(g.name, 0.0) <= now] or [
+            g.name for g in writable]
         return live[next(self._next) % len(live)], None, False
 
     def mark_down(self, group: str) -> None:

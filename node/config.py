@@ -236,6 +236,18 @@ class ClusterSection:
         "members' grpc addresses). Exclusive with `cluster.members`; empty: one group. A member may name the "
         "`host` (machine or Kubernetes node) it runs on, and a group may pin its `preferred_leader` (a member "
         "id); both only steer which member should lead (docs/design/leader-balance.md).", default_factory=list)
+    group_discovery: str = setting(
+        "Learn the cluster's groups at run time from DNS (docs/design/scale-out.md#discovery): `host:port` "
+        "with `{index}`, the name of group 0, 1, 2, ...'s headless Service and its gRPC port, e.g. "
+        "`raftmq-g{index}-headless.ns.svc.cluster.local:8081` (the chart sets it). Every few seconds a member "
+        "resolves index 0, 1, ... up to the first name that does not exist, asks each group found for its name, "
+        "store host and endpoints, and routes to it: a group added later is learned without a restart. Groups "
+        "are ordered by index. Empty: the groups are `cluster.groups` (or the one group of `cluster.members`).",
+        "")
+    group_discovery_hosts: str = setting(
+        "With `cluster.group_discovery`: a hosts file (`/etc/hosts` format: `address name...`) looked up before "
+        "DNS and re-read on every refresh, for groups without DNS names (machines outside Kubernetes, tests). "
+        "Empty: DNS only.", "")
     topic_reconcile_interval_s: float = setting(
         "With `cluster.groups`: seconds between two passes in which each group's leader creates in its group "
         "every topic another group has and it lacks (a group that missed a `topic create`).", 30.0)
@@ -813,6 +825,7 @@ def _check(cfg: NodeConfig, problems: list[str]) -> None:
     _check_address("cluster.raft_address", c.raft_address, problems, allow_empty=True)
     _check_members(cfg, problems)
     _check_groups(cfg, problems)
+    _check_group_discovery(c, problems)
     raft_ok = not any("cluster.raft." in p for p in problems)
     if c.durability in DURABILITY_MODES and raft_ok:  # the checks across Raft settings
         try:
@@ -1018,6 +1031,26 @@ def _check_groups(cfg: NodeConfig, problems: list[str]) -> None:
         where = f"group {ids[cfg.node.id]}" if cfg.node.id in ids else "no group"
         problems.append(f"cluster.groups: this node's id {cfg.node.id!r} is a member of {where}, not of its own group "
                         f"{c.group!r} (cluster.group)")
+
+
+def _check_group_discovery(c: ClusterSection, problems: list[str]) -> None:
+    """``cluster.group_discovery``: a ``host:port`` pattern with ``{index}``; its hosts file readable."""
+    if not c.group_discovery:
+        if c.group_discovery_hosts:
+            problems.append("cluster.group_discovery_hosts: set, but cluster.group_discovery is empty; set the "
+                            "pattern of the groups' names, or drop the hosts file")
+        return
+    pattern = _text(c.group_discovery)
+    if "{index}" not in pattern:
+        problems.append(f"cluster.group_discovery: {pattern!r} has no {{index}}: give the name of group N's "
+                        "headless Service with {index} for N, e.g. raftmq-g{index}-headless:8081")
+        return
+    try:
+        _check_address("cluster.group_discovery", pattern.format(index=0), problems)
+    except (KeyError, IndexError, ValueError) as e:
+        problems.append(f"cluster.group_discovery: {pattern!r} is not a pattern with only {{index}} in it ({e})")
+    if c.group_discovery_hosts and not os.access(c.group_discovery_hosts, os.R_OK):
+        problems.append(f"cluster.group_discovery_hosts: {c.group_discovery_hosts} is not a readable file")
 
 
 def _pop_problems(n: NodeSection) -> list[str]:

@@ -260,8 +260,10 @@ class BrokerCore:
         cfg = cfg or self.existing_topic(name)
         self.store.check_writable()  # a full or failed disk refuses at once, before anything is queued
         if not cfg.perm & PERM_WRITE:
+            where = f" in group {self.groups.own}" if self.groups.many else ""  # a drained group names itself
             raise RpcError(grpc.StatusCode.PERMISSION_DENIED,
-                           f"topic {name!r} is not writable (perm {cfg.perm}); update it with perm 6 (read-write)")
+                           f"topic {name!r} is not writable{where} (perm {cfg.perm}); update it with perm 6 "
+                           "(read-write)")
         return cfg
 
     def readable_topic(self, name: str) -> TopicConfig:

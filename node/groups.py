@@ -6,6 +6,8 @@ relays it to that group's leader over the cluster channel, as a follower relays 
 (node/forwarding.py: the same trust rules and outcome semantics). The directory remembers each group's leader
 from the answers (a redirect's hint names a new one), and a group none of whose members answers is *down* for a
 short back-off, so the sends that follow fail at once, naming the group, instead of each waiting on a connection.
+The groups themselves are configuration (``cluster.groups``), or learned from DNS while running
+(``cluster.group_discovery``: node/group_discovery.py hands them to ``learn``).
 """
 
 from __future__ import annotations
@@ -69,19 +71,44 @@ class GroupDirectory:
 
     def __init__(self, cfg: NodeConfig, forwarder: Forwarder):
         self.own = cfg.group_name
-        self.specs: dict[str, GroupSpec] = {g.name: g for g in cfg.groups}
-        self.names = [g.name for g in cfg.groups]
-        self.many = len(self.names) > 1
-        # what every member's list must agree with: names, store hosts and members of every group, in order (a
-        # member's host and a group's pinned leader only when set: lists written before them keep their digest)
-        self.digest = hashlib.sha256(json.dumps([
-            [g.name, g.store_host, [[m.id, m.raft, m.grpc, *([m.host] if m.host else [])] for m in g.members],
-             *([g.preferred_leader] if g.preferred_leader else [])]
-            for g in cfg.groups]).encode()).hexdigest()[:16]
-        self.preferred = preferred_leaders(cfg.groups)  # group -> the member id that should lead it
+        self._configured = list(cfg.groups)
+        self._discovered = bool(cfg.cluster.group_discovery)
         self._forwarder = forwarder
         self._leaders: dict[str, str] = {}  # group -> the leader's gRPC address, as last seen
         self._down: dict[str, tuple[float, float, str]] = {}  # group -> (down until, back-off, why)
+        self._set(self._configured)
+
+    def _set(self, groups: list[GroupSpec]) -> None:
+        # replaced, never changed in place: a caller that holds specs or names has a consistent view of them
+        self.specs: dict[str, GroupSpec] = {g.name: g for g in groups}
+        self.names = [g.name for g in groups]
+        self.many = len(self.names) > 1
+        # what every member's list must agree with, in order: names, store hosts and members of every group; with
+        # discovery the groups' client addresses (what a group tells about itself: node/group_discovery.py)
+        # (a member's host and a group's pinned leader only when set: lists written before them keep their digest)
+        rows = ([[g.name, g.store_host, g.client_addresses()] for g in groups] if self._discovered else
+                [[g.name, g.store_host, [[m.id, m.raft, m.grpc, *([m.host] if m.host else [])] for m in g.members],
+                  *([g.preferred_leader] if g.preferred_leader else [])] for g in groups])
+        self.digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+        self.preferred = preferred_leaders(groups)  # group -> the member id that should lead it
+
+    def learn(self, found: list[GroupSpec]) -> tuple[list[str], list[str]]:
+        """The groups discovery found (node/group_discovery.py), in their order: they become the cluster's
+        groups, a configured group's own entry winning over what was found for it, and a configured group not
+        found kept after them. (added, removed) names."""
+        configured = {g.name: g for g in self._configured}
+        merged = [configured.get(g.name, g) for g in found]
+        seen = {g.name for g in merged}
+        merged += [g for g in self._configured if g.name not in seen]
+        before = set(self.names)
+        if [(g.name, g.store_host, g.client_addresses()) for g in merged] != [
+                (g.name, g.store_host, g.client_addresses()) for g in self.specs.values()]:
+            self._set(merged)
+        after = set(self.names)
+        for gone in before - after:
+            self._leaders.pop(gone, None)
+            self._down.pop(gone, None)
+        return [n for n in self.names if n not in before], sorted(before - after)
 
     @property
     def answer_name(self) -> str:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 def preferred_leaders(groups: Sequence[GroupSpec]) -> dict[str, str]:
     """Group name -> member id, for every group in configuration order.
 
-    A group's pinned ``preferred_leader`` is taken as it is. Every other group, in configuration order, takes
+    A group's pinned ``preferred_leader`` is taken as it is (for a group learned by DNS discovery, whose members
+    are known by address only, it is what the group itself answered). Every other group, in configuration order, takes
     the member whose machine (its ``host``, else its Raft address's host) holds the fewest preferred leaders
     chosen so far; ties go to the first in the group's member list rotated by the group's index (group i
     starts at its member i mod n), so groups listed alike (pod -0, -1, -2 of each StatefulSet) spread over the
@@ -32,6 +33,8 @@ def preferred_leaders(groups: Sequence[GroupSpec]) -> dict[str, str]:
         if pinned is not None:
             chosen[g.name] = pinned.id
             load[pinned.machine] += 1
+        elif g.preferred_leader and not any(m.id for m in g.members):
+            chosen[g.name] = g.preferred_leader  # learned by discovery: members without ids, the group's own word
     for i, g in enumerate(groups):
         if g.name in chosen or not g.members:
             continue

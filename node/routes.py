@@ -43,8 +43,11 @@ async def route(node: BrokerCore, topic: str, context: grpc.aio.ServicerContext)
     """Every group's route for ``topic``: this member's from its own state, the others asked at once (a group
     that does not answer is in the route as unavailable, with the reason)."""
 
+    # one view of the groups for the whole answer: discovery may change the directory's list while we ask
+    specs, names = node.groups.specs, node.groups.names
+
     async def ask(group: str) -> pb.GroupRoute:
-        spec = node.groups.specs[group]
+        spec = specs[group]
         try:
             answer = await node.groups.relay(group, "QueryRoute", pb.QueryRouteRequest(topic=topic, local=True),
                                              context)
@@ -62,9 +65,9 @@ async def route(node: BrokerCore, topic: str, context: grpc.aio.ServicerContext)
                                  preferred_leader=node.groups.preferred.get(group, ""))
         return found
 
-    others = [n for n in node.groups.names if n != node.groups.own]
+    others = [n for n in names if n != node.groups.own]
     answers = dict(zip(others, await asyncio.gather(*(ask(n) for n in others)), strict=True))
     answers[node.groups.own] = own_route(node, topic)
     return pb.QueryRouteResponse(cluster_name=node.config.cluster.name,
-                                 groups=[answers[n] for n in node.groups.names], answered_by=node.node_id,
+                                 groups=[answers[n] for n in names], answered_by=node.node_id,
                                  group=node.groups.own, groups_digest=node.groups.digest)

@@ -663,9 +663,13 @@ async def serve(cfg: NodeConfig) -> int:
         from raftmq.node.acl_rotation import reseal_loop
 
         reseal = asyncio.ensure_future(reseal_loop(broker.core)) if broker.core.auth is not None else None
-        reconcile = None
-        if broker.core.groups.many:  # issue 37: a topic missing from a group is created there by its leader
-            from raftmq.node.topic_reconcile import TopicReconcile
+        reconcile = discovery = None
+        if cfg.cluster.group_discovery:  # issue 38: groups added later are learned from DNS, without a restart
+            from raftmq.node.group_discovery import GroupDiscovery
+
+            discovery = asyncio.ensure_future(GroupDiscovery(broker.core).run())
+        if broker.core.groups.many or discovery is not None:  # issue 37: a topic missing from a group is created
+            from raftmq.node.topic_reconcile import TopicReconcile  # there by its leader
 
             reconcile = asyncio.ensure_future(
                 TopicReconcile(broker.core, cfg.cluster.topic_reconcile_interval_s).run())
@@ -676,10 +680,9 @@ async def serve(cfg: NodeConfig) -> int:
             balance = asyncio.ensure_future(LeaderBalancer(broker.core, cfg.cluster.auto_balance_after_s).run())
         await stopped
         role.cancel()
-        if balance is not None:
-            balance.cancel()
-        if reconcile is not None:
-            reconcile.cancel()
+        for task in (reconcile, discovery, balance):
+            if task is not None:
+                task.cancel()
         if reseal is not None:
             reseal.cancel()
     stopped.cancel()

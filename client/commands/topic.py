@@ -120,8 +120,10 @@ def cmd_topic_update(args: argparse.Namespace) -> int:
         _removed_queues_check(admin, args)
         t = admin.update_topic(args.name, queues=args.queues, read_queues=args.read_queues,
                                write_queues=args.write_queues, perm=args.perm, order=args.order,
-                               message_type=args.message_type, dedup_window_seconds=args.dedup_window)
-    print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t))
+                               message_type=args.message_type, dedup_window_seconds=args.dedup_window,
+                               broker=args.group)
+    print_json(_topic_json(t)) if args.json else print(_topic_line("updated", t) +
+                                                       (f" (in group {args.group})" if args.group else ""))
     return 0
 
 
@@ -206,6 +208,9 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 def _topic_options(p: argparse.ArgumentParser, *, update: bool) -> None:
     if update:
         p.add_argument("name", metavar="TOPIC")
+        p.add_argument("--group", metavar="GROUP",
+                       help="in a cluster of several Raft groups, change the topic in this group only (default: every "
+                            "group), e.g. --perm r to stop writes to a group before removing it")
     else:
         p.add_argument("name", metavar="TOPIC", nargs="?")
         p.add_argument("--from-file", metavar="PATH",

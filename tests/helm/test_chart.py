@@ -59,6 +59,8 @@ VALUE_SETS = {
         "podAntiAffinity": "none", "zoneSpread": {"enabled": False}, "tests": {"enabled": False},
         "serviceAccount": {"create": False},
     },
+    "three-groups": {"groups": 3, "networkPolicy": {"enabled": True},
+                     "metrics": {"serviceMonitor": {"enabled": True}}},
     "custom-placement": {
         "fullnameOverride": "mq",
         "node": {"listenHost": "[::]", "logLevel": "DEBUG"},
@@ -109,6 +111,10 @@ BAD_VALUES = {
     "digest": (_with("image.digest", "latest"), "/image/digest"),
     "raft-durability": (_with("cluster.raft", {"durability": "sync"}), "/cluster/raft"),
     "raft-nested": (_with("cluster.raft", {"raft_min_timeout": {"seconds": 2}}), "/cluster/raft"),
+    "groups-zero": ({"groups": 0}, "/groups"),
+    "groups-string": ({"groups": "2"}, "/groups"),
+    "groups-fraction": ({"groups": 1.5}, "/groups"),
+    "groups-drained-zero": ({"groupsDrained": [0]}, "/groupsDrained"),
 }
 
 # Refused by a template `fail` (needs the other values to decide).
@@ -123,7 +129,8 @@ def default_objects():
 
 
 def sts(objs):
-    return one(objs, "StatefulSet")
+    """Group 0's StatefulSet (the only one unless ``groups`` > 1: tests/helm/test_chart_groups.py)."""
+    return next(o for o in objs if o["kind"] == "StatefulSet")
 
 
 def container(objs):
@@ -136,6 +143,12 @@ def pod_labels(objs):
 
 def selects(selector: dict, labels: dict) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def label_selector_matches(selector: dict, labels: dict) -> bool:
+    """A LabelSelector (matchLabels, and matchExpressions with In) against a pod's labels."""
+    return selects(selector.get("matchLabels", {}), labels) and all(
+        e["operator"] == "In" and labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", []))
 
 
 # ---------------------------------------------------------------- lint and schemas
@@ -280,9 +293,13 @@ def test_hard_anti_affinity_and_zone_spread_by_default(default_objects):
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert selects(term["labelSelector"]["matchLabels"], labels)
     assert term["labelSelector"]["matchLabels"] == sts(default_objects)["spec"]["selector"]["matchLabels"]
-    (spread,) = pod["topologySpreadConstraints"]
+    spread, nodes = pod["topologySpreadConstraints"]
     assert spread["topologyKey"] == "topology.kubernetes.io/zone"
     assert selects(spread["labelSelector"]["matchLabels"], labels)
+    # issue 38: every group's members spread over the nodes, preferred only
+    assert (nodes["topologyKey"], nodes["whenUnsatisfiable"]) == ("kubernetes.io/hostname", "ScheduleAnyway")
+    assert nodes["labelSelector"]["matchLabels"] == {"app.kubernetes.io/name": "raftmq",
+                                                     "app.kubernetes.io/instance": RELEASE}
 
 
 def test_soft_and_custom_affinity():
@@ -313,13 +330,13 @@ def test_termination_grace_covers_the_pre_stop_transfer_and_shutdown(default_obj
 def test_services_select_the_broker_pods(value_set):
     _, values = value_set
     objs = objects(values)
-    labels = pod_labels(objs)
+    every_group = [g["spec"]["template"]["metadata"]["labels"] for g in all_of(objs, "StatefulSet")]
     ports = {p["name"] for p in container(objs)["ports"]}
     services = {s["metadata"]["name"]: s for s in all_of(objs, "Service")}
     for svc in services.values():
         selector = dict(svc["spec"]["selector"])
         role = selector.pop("raftmq.io/role", None)
-        assert selects(selector, labels), svc["metadata"]["name"]
+        assert any(selects(selector, labels) for labels in every_group), svc["metadata"]["name"]
         if role is not None:
             assert role == "leader" and svc["metadata"]["name"].endswith("-leader")
         for port in svc["spec"]["ports"]:
@@ -504,11 +521,12 @@ def test_network_policy_keeps_raft_among_members():
     objs = objects(VALUE_SETS["five-sync-monitored"])
     np = one(objs, "NetworkPolicy")
     labels = pod_labels(objs)
-    assert selects(np["spec"]["podSelector"]["matchLabels"], labels)
+    assert label_selector_matches(np["spec"]["podSelector"], labels)
     raft_rules = [r for r in np["spec"]["ingress"] if any(p["port"] == "raft" for p in r["ports"])]
     assert len(raft_rules) == 1
     (peer,) = raft_rules[0]["from"]
-    assert peer == {"podSelector": {"matchLabels": sts(objs)["spec"]["selector"]["matchLabels"]}}
+    assert peer == {"podSelector": np["spec"]["podSelector"]}  # the brokers of every group, and nothing else
+    assert not label_selector_matches(peer["podSelector"], one(objs, "Pod")["metadata"]["labels"])
     grpc_rules = [r for r in np["spec"]["ingress"] if r["ports"] == [{"port": "grpc", "protocol": "TCP"}]]
     (client_rule,) = grpc_rules
     assert {"podSelector": {"matchLabels": {f"{FULL}-client": "true"}}} in client_rule["from"]

@@ -13,7 +13,7 @@ import kubernetes_validate.utils as kv
 import pytest
 
 from tests.helm.chart import K8S_MIN_VERSION, K8S_VERSION, NAMESPACE, lint, objects, one, render
-from tests.helm.test_chart import DOMAIN, FULL, _pod_env, container, sts
+from tests.helm.test_chart import DOMAIN, FULL, _pod_env, container, label_selector_matches, sts
 from tests.support.certs import CertificateAuthority
 from tests.support.processes import NodeProcess, node_specs
 
@@ -117,7 +117,10 @@ def test_network_policy_is_on_by_default_and_keeps_raft_among_members():
     np = one(objs, "NetworkPolicy")
     raft = [r for r in np["spec"]["ingress"] if any(p["port"] == "raft" for p in r["ports"])]
     assert len(raft) == 1
-    assert raft[0]["from"] == [{"podSelector": {"matchLabels": sts(objs)["spec"]["selector"]["matchLabels"]}}]
+    (peer,) = raft[0]["from"]
+    assert peer == {"podSelector": np["spec"]["podSelector"]}  # the brokers of every group (issue 38)
+    assert label_selector_matches(peer["podSelector"], sts(objs)["spec"]["template"]["metadata"]["labels"])
+    assert not label_selector_matches(peer["podSelector"], one(objs, "Pod")["metadata"]["labels"])
 
 
 def _resolve(env_list: list[dict], files: dict[str, str], secrets: dict[str, str]) -> dict[str, str]:

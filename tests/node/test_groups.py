@@ -585,3 +585,26 @@ def test_console_shows_every_group_and_each_topics_queues_per_group(shared_group
     rows = cells(text, "group-queues")
     assert ["g1", topic, "3", "-", "1", "1", "0"] in [r[:7] for r in rows], rows
     assert {r[0] for r in rows} == {"g0", "g1"}, rows
+def test_a_group_made_read_only_takes_no_sends_the_others_keep_writing(shared_groups, topic):
+    """issue 38's drain before a group is removed: `topic update --group g1 --perm r` changes g1's copy only; the
+    SDK's round robin skips it (as RocketMQ's producer picks writable queues only), a send naming it is refused
+    naming the group, and its messages stay readable."""
+    from raftmq.client import Producer, errors
+
+    g0, g1 = shared_groups
+    kept = _send(g0, topic, broker="g1", queue_id=0, uniq_key="K-before-drain")
+    out = _cli(g0, "topic", "update", topic, "--perm", "r", "--group", "g1")
+    assert out.returncode == 0, out.stderr
+    assert "perm r" in out.stdout and "in group g1" in out.stdout, out.stdout
+    perms = {g.name: g.perm for g in messaging(g0).QueryRoute(pb.QueryRouteRequest(topic=topic), timeout=20).groups}
+    assert perms == {"g0": 6, "g1": 4}
+    with Producer([g0.grpc_address], retry_timeout=5) as p:
+        assert {p.send(topic, b"x").broker for _ in range(8)} == {"g0"}
+        with pytest.raises(errors.RaftmqError) as e:
+            p.send(topic, b"y", broker="g1")
+    assert "not writable in group g1" in str(e.value)
+    pulled = messaging(g0).PullMessage(pb.PullMessageRequest(topic=topic, queue_id=0, offset=kept.queue_offset,
+                                                             broker="g1"), timeout=20)
+    assert [m.uniq_key for m in pulled.messages] == ["K-before-drain"]
+    bad = _cli(g0, "topic", "update", topic, "--perm", "r", "--group", "g7")
+    assert bad.returncode != 0 and "unknown group 'g7'" in bad.stderr, bad.stderr

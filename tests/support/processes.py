@@ -136,14 +136,15 @@ class NodeSpec:
     raft_port: int
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     members: list[dict[str, str]] = field(default_factory=list)
+    host: str = HOST  # the gRPC and Raft ports' loopback address (HTTP stays on HOST)
 
     @property
     def grpc_address(self) -> str:
-        return f"{HOST}:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def raft_address(self) -> str:
-        return f"{HOST}:{self.raft_port}"
+        return f"{self.host}:{self.raft_port}"
 
     @property
     def config_path(self) -> Path:

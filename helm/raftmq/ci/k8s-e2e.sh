@@ -10,11 +10,14 @@
 # 5. checks that a new leader is elected and labelled, that writes work again, that the pod comes back ready,
 #    and that the marker written before the crash is on every member;
 # 6. does a rolling restart (preStop hand-off, readiness-paced; only the member restarting may be unready at any
-#    moment), runs `helm test` again; uninstalls and deletes
+#    moment), runs `helm test` again;
+# 7. (GROUPS_UPGRADE=1, the default) upgrades to groups: 2: group 0's pods must stay the same pods, the second
+#    group comes up, the members learn it through DNS, and a write through the one client Service naming the
+#    second group is stored there; then a lower `groups` must be refused; uninstalls and deletes
 #    the namespace (KEEP=1 keeps them for debugging).
 #
 # Needs: kubectl, helm (3.8+ or 4), a cluster that can pull $IMAGE (for kind: `docker build -t raftmq:e2e .` and
-# `kind load docker-image raftmq:e2e`, then IMAGE=raftmq:e2e), a default StorageClass, and room for 3 pods.
+# `kind load docker-image raftmq:e2e`, then IMAGE=raftmq:e2e), a default StorageClass, and room for 6 pods.
 # Single-node clusters (kind, minikube) need ANTI_AFFINITY=soft (the default here); use hard on real clusters.
 # CI cannot run this: no cluster is reachable there. The same checks of the rendered chart run in tests/helm/.
 set -euo pipefail
@@ -31,6 +34,10 @@ DIAG_DIR="${DIAG_DIR:-}"  # on failure, every pod's whole log (and its previous 
 # 1: also install the ValidatingAdmissionPolicy (Kubernetes 1.30+, cluster-admin) and check it stops a member
 # from labelling a peer.
 ADMISSION_POLICY="${ADMISSION_POLICY:-0}"
+GROUPS_UPGRADE="${GROUPS_UPGRADE:-1}"
+# Each member's CPU request: the chart's 500m fits 4 members on a 2-CPU node; the second group needs 6 (set at
+# install: changing it later would roll group 0).
+CPU_REQUEST="${CPU_REQUEST:-250m}"
 
 repo="${IMAGE%:*}"
 tag="${IMAGE##*:}"
@@ -58,7 +65,7 @@ cleanup() {
   if [[ $rc -ne 0 ]]; then
     log "diagnostics"
     kc get pods -o wide -L raftmq.io/role || true
-    for pod in $(kc get pods -l "$SELECTOR" -o name 2>/dev/null); do
+    for pod in $(kc get pods -l "app.kubernetes.io/instance=${RELEASE}" -o name 2>/dev/null); do  # every group
       echo "--- $pod"; kc logs "$pod" --tail=40 || true
       if [[ -n "$DIAG_DIR" ]]; then
         kc logs "$pod" --all-containers >"$DIAG_DIR/${pod#pod/}.log" 2>&1 || true
@@ -105,6 +112,7 @@ kubectl create namespace "$NAMESPACE"
 helm install "$RELEASE" "$CHART_DIR" -n "$NAMESPACE" \
   --set image.repository="$repo" --set image.tag="$tag" \
   --set podAntiAffinity="$ANTI_AFFINITY" --set persistence.size="$STORAGE_SIZE" \
+  --set resources.requests.cpu="$CPU_REQUEST" \
   --set rbac.admissionPolicy.enabled="$([[ "$ADMISSION_POLICY" == 1 ]] && echo true || echo false)" \
   --wait --timeout "$TIMEOUT"
 kc rollout status "statefulset/$FULL" --timeout "$TIMEOUT"
@@ -205,5 +213,48 @@ wait_for_leader >/dev/null
 
 log "helm test again"
 helm test "$RELEASE" -n "$NAMESPACE" --logs --timeout "$TIMEOUT"
+
+if [[ "$GROUPS_UPGRADE" == "1" ]]; then
+  log "groups 1 -> 2: a second Raft group; group 0's pods stay the same pods"
+  pod_uids() { kc get pods -l "$SELECTOR" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid} {end}'; }
+  uids_before="$(pod_uids)"
+  helm upgrade "$RELEASE" "$CHART_DIR" -n "$NAMESPACE" --reuse-values --set groups=2 --wait --timeout "$TIMEOUT"
+  kc rollout status "statefulset/${FULL}-g1" --timeout "$TIMEOUT"
+  [[ "$(pod_uids)" == "$uids_before" ]] || die "the upgrade to groups: 2 replaced group 0's pods ($uids_before -> $(pod_uids))"
+  group1="$(kc get configmap "${FULL}-g1" -o jsonpath='{.data.raftmq\.yaml}' | sed -n 's/^  group: "\(.*\)"$/\1/p')"
+  [[ -n "$group1" ]] || die "no cluster.group in ${FULL}-g1's config"
+  g1_member="${FULL}-g1-0.${FULL}-g1-headless.${NAMESPACE}.svc.cluster.local:8081"
+  # the members learn the group through DNS (every 5 s); its leader's reconcile pass creates the topic in it
+  g1_marker="in-group-1-$(date +%s)"
+  for attempt in $(seq 1 60); do
+    sent="$(cli "$writer" produce e2e --body "$g1_marker" --keys "$g1_marker" --broker "$group1" --json \
+      --server "$CLIENT_SVC" 2>&1 || true)"
+    if grep -q "\"broker\": \"$group1\"" <<<"$sent"; then
+      echo "sent through $CLIENT_SVC: $sent"
+      break
+    fi
+    [[ $attempt -eq 60 ]] && die "no write through the client Service landed in group $group1"
+    sleep 3
+  done
+  for attempt in $(seq 1 30); do
+    found="$(cli "$writer" query e2e --key "$g1_marker" --begin=-1h --json --server "$g1_member" 2>&1 || true)"
+    if grep -q "\"$g1_marker\"" <<<"$found"; then
+      echo "ok: $g1_member (group $group1) has $g1_marker, written through $CLIENT_SVC"
+      break
+    fi
+    [[ $attempt -eq 30 ]] && die "$g1_member does not have $g1_marker"
+    sleep 2
+  done
+  status="$(cli "$writer" cluster status --server "$CLIENT_SVC")"
+  echo "$status"
+  grep -q "$group1" <<<"$status" || die "cluster status does not list group $group1"
+
+  log "groups 2 -> 1 without draining is refused"
+  if out="$(helm upgrade "$RELEASE" "$CHART_DIR" -n "$NAMESPACE" --reuse-values --set groups=1 2>&1)"; then
+    die "helm upgrade to groups: 1 was accepted without groupsDrained"
+  fi
+  grep -q "groupsDrained" <<<"$out" || die "the refusal does not say how to confirm: $out"
+  echo "refused: $out"
+fi
 
 log "PASS"

@@ -17,12 +17,51 @@
 {{- end -}}
 {{- end -}}
 
+{{/* issue 38, groups: a template rendered for group k gets the root context plus .Group (dict "index" k), built
+by "raftmq.groupContext". Group 0 keeps the names of a one-group release, so a release upgrades from groups: 1
+without its pods, PVCs or Services changing; group k > 0 adds -g<k> (raftmq-g1, raftmq-g1-headless, ...). */}}
+{{- define "raftmq.groupIndex" -}}
+{{- with .Group }}{{ int .index }}{{ else }}0{{ end -}}
+{{- end -}}
+
+{{- define "raftmq.groupSuffix" -}}
+{{- $k := include "raftmq.groupIndex" . | int -}}
+{{- if gt $k 0 }}{{ printf "-g%d" $k }}{{ end -}}
+{{- end -}}
+
+{{/* The StatefulSet (and ConfigMap, PDB) of a group; its pods are <this>-<ordinal>. */}}
+{{- define "raftmq.groupFullname" -}}
+{{- printf "%s%s" (include "raftmq.fullname" .) (include "raftmq.groupSuffix" .) -}}
+{{- end -}}
+
+{{/* The group's name (its RocketMQ broker name): cluster.name for group 0, as a one-group cluster's; <cluster.name>-g<k>. */}}
+{{- define "raftmq.groupName" -}}
+{{- printf "%s%s" .Values.cluster.name (include "raftmq.groupSuffix" .) -}}
+{{- end -}}
+
+{{/* The group's STOREHOST: cluster.storeHost for group 0; the same address with the port + k for group k
+(unique per group: a msgId is STOREHOST + offset). */}}
+{{- define "raftmq.groupStoreHost" -}}
+{{- $k := include "raftmq.groupIndex" . | int -}}
+{{- $host := regexReplaceAll ":[0-9]+$" .Values.cluster.storeHost "" -}}
+{{- $port := regexFind "[0-9]+$" .Values.cluster.storeHost | int -}}
+{{- if gt (add $port $k) 65535 -}}
+{{- fail (printf "cluster.storeHost %s: group %d's store host would be port %d, beyond 65535; lower the port" .Values.cluster.storeHost $k (add $port $k)) -}}
+{{- end -}}
+{{- printf "%s:%d" $host (add $port $k) -}}
+{{- end -}}
+
+{{/* The DNS name of group k's discovery Service: <fullname>-g<k>-headless (cluster.group_discovery's pattern). */}}
+{{- define "raftmq.groupDiscoveryPattern" -}}
+{{- printf "%s-g{index}-headless.%s.svc.%s:%d" (include "raftmq.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.ports.grpc) -}}
+{{- end -}}
+
 {{- define "raftmq.headlessName" -}}
-{{- printf "%s-headless" (include "raftmq.fullname" .) -}}
+{{- printf "%s-headless" (include "raftmq.groupFullname" .) -}}
 {{- end -}}
 
 {{- define "raftmq.leaderName" -}}
-{{- printf "%s-leader" (include "raftmq.fullname" .) -}}
+{{- printf "%s-leader" (include "raftmq.groupFullname" .) -}}
 {{- end -}}
 
 {{- define "raftmq.serviceAccountName" -}}
@@ -46,11 +85,28 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: raftmq
 {{- end -}}
 
-{{/* The broker pods of this release: StatefulSet selector, Services, PDB, NetworkPolicy all use exactly this. */}}
+{{/* The broker pods of one group: its StatefulSet selector, headless and leader Services, PDB. Group 0's pods
+are component "broker" as before groups; group k's "broker-g<k>", so no selector of one group matches another's. */}}
 {{- define "raftmq.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "raftmq.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: broker
+app.kubernetes.io/component: broker{{ include "raftmq.groupSuffix" . }}
+{{- end -}}
+
+{{/* Every pod of the release, brokers of every group (the client Service, the spread over nodes). */}}
+{{- define "raftmq.releaseLabels" -}}
+app.kubernetes.io/name: {{ include "raftmq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The broker pods of every group, as a label selector's matchExpressions (NetworkPolicy, role label policy). */}}
+{{- define "raftmq.brokerExpressions" -}}
+- key: app.kubernetes.io/component
+  operator: In
+  values:
+    {{- range $k := until (int .Values.groups) }}
+    - broker{{ if gt $k 0 }}-g{{ $k }}{{ end }}
+    {{- end }}
 {{- end -}}
 
 {{/* The label a client pod needs when networkPolicy.clients restricts the gRPC port. */}}
@@ -78,7 +134,7 @@ app.kubernetes.io/component: broker
 
 {{/* The Raft members: one per ordinal 0..replicas-1, addressed by stable DNS names, never pod IPs. */}}
 {{- define "raftmq.members" -}}
-{{- $fullname := include "raftmq.fullname" . -}}
+{{- $fullname := include "raftmq.groupFullname" . -}}
 {{- $domain := include "raftmq.peerDomain" . -}}
 {{- range $i := until (int .Values.replicas) }}
 - id: {{ printf "%s-%d" $fullname $i }}
@@ -170,5 +226,51 @@ refuses it. tests/helm/test_volume_and_test_pod.py checks this against store_foo
 {{- $have := include "raftmq.quantityBytes" .Values.persistence.size | int64 -}}
 {{- if lt $have $need -}}
 {{- fail (printf "persistence.size %s (%d bytes) is too small: a member needs two %d-byte commit-log segments (store.mapped_file_size_commit_log) and two %d-byte index files, allocated whole, four consume-queue files and disk_min_free_bytes, below disk_space_warning_level_ratio %.2f of the volume; give at least %d bytes (%.1fGi), or shrink those store settings" (toString .Values.persistence.size) $have $segment $index $ratio $need (divf $need 1073741824)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+issue 38: `groups` going down deletes the StatefulSets of the groups above it, and with them the only copy of
+whatever their queues still hold. Refused, naming the groups, unless the operator drained them and lists their
+indexes in `groupsDrained` (docs/operations/kubernetes.md#removing-a-group). The live release is read with
+`lookup`, so `helm template` (no cluster) renders without the check. Also: every group's StatefulSet name plus
+a pod's controller-revision-hash suffix must fit in 63 characters.
+*/}}
+{{- define "raftmq.validateGroups" -}}
+{{- $groups := int .Values.groups -}}
+{{- $fullname := include "raftmq.fullname" . -}}
+{{- if and (gt $groups 1) (gt (len (printf "%s-g%d" $fullname (sub $groups 1))) 52) -}}
+{{- fail (printf "groups: %d: the StatefulSet %s-g%d is longer than 52 characters (its pods' controller-revision-hash label must fit in 63); shorten the release name or set fullnameOverride" $groups $fullname (sub $groups 1)) -}}
+{{- end -}}
+{{- if and (gt $groups 1) (not (regexMatch "^[A-Za-z0-9][A-Za-z0-9_-]{0,57}$" .Values.cluster.name)) -}}
+{{- fail (printf "groups: %d: cluster.name %q names the groups (%s-g1, ...), so it must be 1-58 letters, digits, '_', '-' (a RocketMQ broker name)" $groups .Values.cluster.name .Values.cluster.name) -}}
+{{- end -}}
+{{- $drained := list -}}
+{{- range .Values.groupsDrained -}}
+{{- if lt (int .) $groups -}}
+{{- fail (printf "groupsDrained lists group %d, but groups: %d keeps it (groups 0..%d); list only the groups being removed" (int .) $groups (sub $groups 1)) -}}
+{{- end -}}
+{{- $drained = append $drained (int .) -}}
+{{- end -}}
+{{- $live := lookup "apps/v1" "StatefulSet" .Release.Namespace "" -}}
+{{- $removed := list -}}
+{{- range (get $live "items" | default list) -}}
+{{- $labels := .metadata.labels | default dict -}}
+{{- if eq (get $labels "app.kubernetes.io/instance" | default "") $.Release.Name -}}
+{{- $m := regexFind "-g[0-9]+$" .metadata.name -}}
+{{- if and $m (eq .metadata.name (printf "%s%s" $fullname $m)) -}}
+{{- $k := trimPrefix "-g" $m | int -}}
+{{- if and (ge $k $groups) (not (has $k $drained)) -}}
+{{- $removed = append $removed $k -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $removed -}}
+{{- $names := list -}}
+{{- range (sortAlpha (toStrings $removed)) -}}
+{{- $names = append $names (printf "%s-g%s" $.Values.cluster.name .) -}}
+{{- end -}}
+{{- fail (printf "groups: %d removes group(s) %s (StatefulSet %s-g<index>) and everything their queues still hold. Drain them first (stop writes to them, let consumers catch up: docs/operations/kubernetes.md#removing-a-group), then confirm with --set 'groupsDrained={%s}'" $groups (join ", " $names) $fullname (join "," (sortAlpha (toStrings $removed)))) -}}
 {{- end -}}
 {{- end -}}
