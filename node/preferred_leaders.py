@@ -36,8 +36,8 @@ def preferred_leaders(groups: Sequence[GroupSpec]) -> dict[str, str]:
         elif g.preferred_leader and not any(m.id for m in g.members):
             chosen[g.name] = g.preferred_leader  # learned by discovery: members without ids, the group's own word
     for i, g in enumerate(groups):
-        if g.name in chosen or not g.members:
-            continue
+        if g.name in chosen or not any(m.id for m in g.members):
+            continue  # no members, or known by address only (discovery) without naming a preferred leader
         n = len(g.members)
         rotated = [g.members[(i + k) % n] for k in range(n)]
         best = min(range(n), key=lambda k: (load[rotated[k].machine], k))

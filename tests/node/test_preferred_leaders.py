@@ -110,3 +110,11 @@ def test_a_list_without_hosts_or_pins_keeps_the_digest_members_compare(tmp_path)
                                         for g in bare.groups]).encode()).hexdigest()[:16]
     assert GroupDirectory(bare, forwarder=None).digest == before
     assert GroupDirectory(_load(tmp_path, GROUPS), forwarder=None).digest != before  # hosts are part of the list
+
+
+def test_a_group_learned_by_discovery_keeps_the_preferred_leader_it_named_itself():
+    # DNS discovery (node/group_discovery.py) knows another group's members by client address only
+    learned = GroupSpec("g1", "10.0.0.2:10911", ("svc-g1:8081",), (Member("", "", "svc-g1:8081"),), "g1-1")
+    assert preferred_leaders([_group("g0", ("a0", "A"), ("a1", "B")), learned]) == {"g0": "a0", "g1": "g1-1"}
+    unnamed = GroupSpec("g1", "10.0.0.2:10911", ("svc-g1:8081",), (Member("", "", "svc-g1:8081"),))
+    assert preferred_leaders([unnamed]) == {}  # it named none: none is made up for it
