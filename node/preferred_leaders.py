@@ -29,7 +29,7 @@ def preferred_leaders(groups: Sequence[GroupSpec]) -> dict[str, str]:
     load: Counter[str] = Counter()
     chosen: dict[str, str] = {}
     for g in groups:
-        pinned = next((m for m in g.members if m.id == g.preferred_leader), None)
+        pinned = next((m for m in g.members if g.preferred_leader and m.id == g.preferred_leader), None)
         if pinned is not None:
             chosen[g.name] = pinned.id
             load[pinned.machine] += 1
