@@ -401,8 +401,10 @@ class ReplicatedLog(SyncObj):
         """
         prev = message["prevLogIdx"]
         last = self._SyncObj__getCurrentLogIndex()
-        if prev >= last:
-            return message  # nothing of ours after prevLogIdx: pysyncobj appends (or answers a gap)
+        if prev is None or prev >= last:
+            # None: the leader no longer holds the entry before what it sends (compacted); pysyncobj answers with a
+            # reset. Otherwise nothing of ours after prevLogIdx: pysyncobj appends (or answers a gap).
+            return message
         entries = message.get("entries") or []
         covered = min(last, prev + len(entries))  # our entries the message can be compared with
         ours = self._SyncObj__getEntries(prev, covered - prev + 1)

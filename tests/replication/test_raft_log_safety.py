@@ -182,3 +182,13 @@ def test_a_dump_that_finishes_after_a_leaders_snapshot_does_not_empty_the_journa
     member._onTick(0.0)  # ticks go on
     member._SyncObj__deleteEntriesTo(3)  # a dump the journal holds compacts as before
     assert [e[1] for e in journal] == [3]
+
+
+def test_a_message_without_a_previous_entry_is_answered_with_a_reset_and_keeps_the_log(member):
+    """pysyncobj sends ``prevLogIdx`` None when the leader no longer holds the entry before what it sends (it
+    compacted it away); the follower answers with a reset instead of failing on the tick thread."""
+    sent = _follow_with_acknowledged_tail(member)
+    _receive(member, _peers(member)[0], {"type": "append_entries", "term": 1, "commit_index": 2, "prevLogIdx": None,
+                                         "prevLogTerm": None, "entries": [(NOOP, 9, 1)]})
+    assert member.last_log_index() == 6
+    assert not sent[-1]["success"], sent[-1]
