@@ -58,7 +58,10 @@ def _metrics(node) -> dict[tuple[str, frozenset], float]:
 
 
 def _value(metrics: dict, name: str, **labels: str) -> float:
-    return metrics.get((name, frozenset(labels.items())), 0.0)
+    """The sample of ``name`` with exactly these labels besides the member's ``group`` (every sample has it)."""
+    want = frozenset(labels.items())
+    return next((v for (n, have), v in metrics.items()
+                 if n == name and frozenset((k, x) for k, x in have if k != "group") == want), 0.0)
 
 
 class _AnswerLost(grpc.RpcError):
