@@ -70,8 +70,8 @@ def _dedup_window(t: pb.TopicConfig, update: bool) -> int | None:
 
 
 def marked(node: BrokerCore, ops: list[tuple], name: str) -> list[tuple]:
-    """``ops`` on topic ``name``, followed in a cluster of several groups by the mark of when this group created
-    or deleted it (replicated with them: docs/design/scale-out.md#topic-administration)."""
+    """``ops`` on topic ``name``, followed in a cluster of several groups by the mark of when this group created,
+    updated or deleted it (replicated with them: docs/design/scale-out.md#topic-administration)."""
     return [*ops, ("mark", (name, None))] if node.groups.many else ops
 
 
@@ -105,25 +105,30 @@ class AdminService(pb_grpc.AdminServiceServicer):
         self.node = node
 
     # ------------------------------------------------------------------ topics
-    async def _everywhere(self, method: str, request_for, context, what: str):
+    async def _everywhere(self, method: str, request_for, context):
         """Issue 37: a topic change without a group, in a cluster of several: the same change pinned to every
-        group (docs/design/scale-out.md#topic-administration). All of them done: the answer of the first with
-        every group's outcome; otherwise the refusals, each naming its group, and what the others did."""
+        group (docs/design/scale-out.md#topic-administration). All of them done: the answers of every group, in
+        configuration order, each with its group's outcome; otherwise the refusals, each naming its group, what
+        the others did, and that the reconcile pass completes the change in the groups that missed it."""
         answers = await self.node.groups.fan_out(method, request_for, context)
         done = [a for _, a in answers if not isinstance(a, RpcError)]
         failed = [a for _, a in answers if isinstance(a, RpcError)]
-        outcomes = [o for a in done for o in a.groups]
         if failed:
-            did = ", ".join(f"{o.group} {o.outcome}" for o in outcomes) or "no group changed"
+            did = ", ".join(f"{o.group} {o.outcome}" for a in done for o in a.groups) or "no group changed"
             code = (grpc.StatusCode.UNAVAILABLE if any(e.code == grpc.StatusCode.UNAVAILABLE for e in failed)
                     else failed[0].code)
-            after = {"CreateTopic": " - the leaders' reconcile pass creates it in the groups that lack it once they "
-                                    "answer",
-                     "DeleteTopic": " - the leaders' reconcile pass deletes it in the groups that missed the delete "
-                                    "once they answer"}.get(method, f" - run the {what} again once they answer (it "
-                                                                    "is idempotent)")
-            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done: {did}){after}")
+            after = {"CreateTopic": "creates it in the groups that lack it",
+                     "CreateTopics": "creates them in the groups that lack them",
+                     "UpdateTopic": "updates it in the groups that missed the update",
+                     "DeleteTopic": "deletes it in the groups that missed the delete"}[method]
+            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done: {did}) - the leaders' reconcile "
+                           f"pass {after} once they answer (docs/design/scale-out.md#topic-administration)")
+        return done
+
+    def _merged(self, done: list):
+        """One answer of every group's: the first group's, with every group's outcome."""
         response = done[0]
+        outcomes = [o for a in done for o in a.groups]
         del response.groups[:]
         response.groups.extend(outcomes)
         return response
@@ -138,8 +143,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         cfg = new_topic_config(t)
         node.check_group(request.broker)
         if not request.broker and node.groups.many:
-            return await self._everywhere("CreateTopic", lambda g: pb.CreateTopicRequest(topic=t, broker=g), context,
-                                          "create")
+            return self._merged(await self._everywhere(
+                "CreateTopic", lambda g: pb.CreateTopicRequest(topic=t, broker=g), context))
         existing = node.topic_config(t.name)
         if existing is not None:
             if request.broker and topic_message(existing) == topic_message(cfg):  # one group of a fan-out
@@ -174,15 +179,26 @@ class AdminService(pb_grpc.AdminServiceServicer):
                 problems.append(f"topics[{i}] {t.name!r}: {e}")
         if problems:
             raise invalid(_listed(problems, "; ") + "; nothing was created")
-        existing = [c.topic_name for c in cfgs if self.node.topic_config(c.topic_name) is not None]
-        if existing and not request.skip_existing:
+        node = self.node
+        node.check_group(request.broker)
+        if not request.broker and node.groups.many:  # issue 37: in every group, as CreateTopic
+            return self._created_everywhere(await self._everywhere("CreateTopics", lambda g: pb.CreateTopicsRequest(
+                topics=given, skip_existing=request.skip_existing, broker=g), context))
+        held = {c.topic_name: (c, held) for c in cfgs if (held := node.topic_config(c.topic_name)) is not None}
+        existing = list(held)
+        # one group of a fan-out: a topic it holds with the same settings is done (the call is idempotent)
+        differing = [n for n, (c, h) in held.items() if not request.broker or topic_message(h) != topic_message(c)]
+        if differing and not request.skip_existing:
+            where = f" in group {node.groups.own}" if node.groups.many else ""
+            same = " with other settings" if request.broker else ""
             raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
-                           f"{len(existing)} of the {len(cfgs)} topics exist already ({_listed(existing)}); nothing "
-                           "was created: leave them out, or skip them with skip_existing (`--skip-existing`)")
+                           f"{len(differing)} of the {len(cfgs)} topics exist already{where}{same} "
+                           f"({_listed(differing)}); nothing was created{where}: leave them out, or skip them with "
+                           "skip_existing (`--skip-existing`)")
         skip = set(existing)
         todo = [c for c in cfgs if c.topic_name not in skip]
-        ops = [marked(self.node, [("create", c)], c.topic_name) for c in todo]  # a create (and its mark)
-        answers = await self.node.run_blocking(self.node.write_path.change_topics, [op for o in ops for op in o])
+        ops = [marked(node, [("create", c)], c.topic_name) for c in todo]  # a create (and its mark)
+        answers = await node.run_blocking(node.write_path.change_topics, [op for o in ops for op in o])
         refusals = answers[::len(ops[0])] if ops else []
         created = [c for c, r in zip(todo, refusals, strict=True) if r is None]
         late = [(c.topic_name, r) for c, r in zip(todo, refusals, strict=True) if r is not None]
@@ -192,7 +208,20 @@ class AdminService(pb_grpc.AdminServiceServicer):
                                f"{len(created)} topics created; {len(late)} refused ({_listed([n for n, _ in late])}):"
                                f" {refusal}")
         return pb.CreateTopicsResponse(created=[topic_message(c) for c in created],
-                                       existing=existing + [n for n, _ in late])
+                                       existing=existing + [n for n, _ in late],
+                                       groups=self._outcome("created" if created else "exists"))
+
+    @staticmethod
+    def _created_everywhere(done: list[pb.CreateTopicsResponse]) -> pb.CreateTopicsResponse:
+        """Every group's CreateTopics answer as one: created = the topics some group created (with its settings),
+        existing = those every group held already; each group's outcome."""
+        created: dict[str, pb.TopicConfig] = {}
+        for a in done:
+            for t in a.created:
+                created.setdefault(t.name, t)
+        existing = [n for n in dict.fromkeys(n for a in done for n in a.existing) if n not in created]
+        return pb.CreateTopicsResponse(created=list(created.values()), existing=existing,
+                                       groups=[o for a in done for o in a.groups])
 
     def _refused(self, name: str, refusal: str) -> RpcError:
         """The status of a create the topic table refused: the topic was created meanwhile, or invalid."""
@@ -206,8 +235,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         check_topic_name(t.name)
         self.node.check_group(request.broker)
         if not request.broker and self.node.groups.many:
-            return await self._everywhere("UpdateTopic", lambda g: pb.UpdateTopicRequest(topic=t, broker=g), context,
-                                          "update")
+            return self._merged(await self._everywhere(
+                "UpdateTopic", lambda g: pb.UpdateTopicRequest(topic=t, broker=g), context))
         current = self.node.existing_topic(t.name)
         changes = {}
         if t.read_queue_nums:
@@ -226,7 +255,10 @@ class AdminService(pb_grpc.AdminServiceServicer):
             cfg = cfg.with_message_type(check_message_type_name(t.message_type))
         if t.HasField("dedup_window_seconds"):
             cfg = cfg.with_dedup_window(_dedup_window(t, update=True))
-        await self.node.run_blocking(self.node.write_path.update_topic, cfg)
+        # marked in a cluster of several groups: the reconcile pass brings a group that missed it to the newest
+        refusals = await self.node.run_blocking(self.node.write_path.change_topics,
+                                                marked(self.node, [("update", cfg)], t.name))
+        raise_refusal(refusals)
         return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)), groups=self._outcome("updated"))
 
     @rpc_handler("ListTopics")
@@ -251,8 +283,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         check_topic_name(request.name)
         node.check_group(request.broker)
         if not request.broker and node.groups.many:
-            answer = await self._everywhere("DeleteTopic", lambda g: pb.DeleteTopicRequest(name=request.name, broker=g),
-                                            context, "delete")
+            answer = self._merged(await self._everywhere(
+                "DeleteTopic", lambda g: pb.DeleteTopicRequest(name=request.name, broker=g), context))
             return pb.DeleteTopicResponse(groups=answer.groups)
         if request.broker and node.topic_config(request.name) is None:
             node.check_leader()  # only the leader's table is current: a follower's may lag a create

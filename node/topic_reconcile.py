@@ -6,7 +6,9 @@ moment misses it. Every group keeps, in its replicated topic table, the time it 
 in such a change (store.topic_config.TopicMark), so any of its leaders, a new one included, can compare: the
 latest event among the groups that answer wins. A topic another group created after this group deleted it is
 created here (with that group's settings); a topic another group deleted after this group created it is deleted
-here - a delete that reached only some groups is completed, never undone. Each leader changes only its own group,
+here - a delete that reached only some groups is completed, never undone. A topic every group holds is brought
+to the settings of the group that changed it last (an update marks the topic as created at its time), so an
+update that reached only some groups is completed too. Each leader changes only its own group,
 through its own write path, and marks the change with the time of the event it follows, so the passes of all
 groups agree and stop.
 """
@@ -14,6 +16,7 @@ groups agree and stop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -60,9 +63,13 @@ def latest(views: dict[str, GroupTopics], name: str) -> tuple[int, bool, str]:
     return max((*v.state(name), g) for g, v in sorted(views.items()))
 
 
-def _config(t: pb.TopicConfig) -> TopicConfig:
-    return TopicConfig(topic_name=t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums,
-                       perm=t.perm, order=t.order).with_message_type(t.message_type)
+def _config(t: pb.TopicConfig, current: TopicConfig | None = None) -> TopicConfig:
+    """The store config of another group's topic ``t``; over ``current`` (an update: its other attributes
+    stay)."""
+    base = current or TopicConfig(topic_name=t.name)
+    cfg = dataclasses.replace(base, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums,
+                              perm=t.perm, order=t.order).with_message_type(t.message_type)
+    return cfg.with_dedup_window(t.dedup_window_seconds if t.HasField("dedup_window_seconds") else None)
 
 
 class TopicReconcile:
@@ -73,6 +80,7 @@ class TopicReconcile:
         self.interval_s = interval_s
         self.created = 0  # topics this member created in a pass (metrics, tests)
         self.deleted = 0  # topics this member deleted in a pass, completing another group's delete
+        self.updated = 0  # topics this member updated in a pass to another group's newer settings
 
     def _context(self) -> InternalCall:
         s = self.node.config.security
@@ -101,8 +109,8 @@ class TopicReconcile:
         return GroupTopics(topics, marks)
 
     async def pass_once(self) -> list[str]:
-        """One pass over every group's topic table; what it changed in this member's group (``created NAME`` /
-        ``deleted NAME``)."""
+        """One pass over every group's topic table; what it changed in this member's group (``created NAME``,
+        ``updated NAME`` or ``deleted NAME``)."""
         node, groups = self.node, self.node.groups
         views = {groups.own: self._own()}
         for group in groups.names:
@@ -119,25 +127,35 @@ class TopicReconcile:
             return []
         own = views[groups.own]
         names = sorted({n for v in views.values() for n in (*v.topics, *v.marks) if not is_system_topic(n)})
-        plans = []  # (name, the latest state's time, its group, the config to create or None to delete)
+        plans = []  # (name, the latest state's time, its group, the operation that follows it)
         for name in names:
             since_ms, present, source = latest(views, name)
             if present != (name in own.topics):
-                plans.append((name, since_ms, source, _config(views[source].topics[name]) if present else None))
+                plans.append((name, since_ms, source,
+                              ("create", _config(views[source].topics[name])) if present else ("delete", name)))
+            elif (present and since_ms > own.state(name)[0]
+                  and views[source].topics[name] != own.topics[name]):  # an update this group missed
+                current = node.store.topics.get(name)
+                plans.append((name, since_ms, source, ("update", _config(views[source].topics[name], current))))
         done: list[str] = []
         for i in range(0, len(plans), CHANGES_PER_COMMAND):
             batch = plans[i:i + CHANGES_PER_COMMAND]
-            ops = [op for name, since_ms, _, cfg in batch
-                   for op in ((("create", cfg) if cfg else ("delete", name)), ("mark", (name, since_ms)))]
+            ops = [op for name, since_ms, _, change in batch for op in (change, ("mark", (name, since_ms)))]
             refusals = await node.run_blocking(node.write_path.change_topics, ops)
-            for (name, since_ms, source, cfg), refusal in zip(batch, refusals[::2], strict=True):
+            for (name, since_ms, source, (kind, arg)), refusal in zip(batch, refusals[::2], strict=True):
                 if refusal:
                     continue  # changed meanwhile: the next pass looks again
-                done.append(f"{'created' if cfg else 'deleted'} {name}")
-                if cfg:
+                done.append(f"{kind}d {name}")
+                if kind == "create":
                     self.created += 1
                     log.warning("topic reconcile: created topic %r in group %s (%d queues, as group %s has it)",
-                                name, groups.own, cfg.write_queue_nums, source)
+                                name, groups.own, arg.write_queue_nums, source)
+                elif kind == "update":
+                    self.updated += 1
+                    log.warning("topic reconcile: updated topic %r in group %s to group %s's settings of %d ms "
+                                "(%d read / %d write queues, perm %d; the update had not reached this group)",
+                                name, groups.own, source, since_ms, arg.read_queue_nums, arg.write_queue_nums,
+                                arg.perm)
                 else:
                     self.deleted += 1
                     log.warning("topic reconcile: deleted topic %r in group %s, as group %s did at %d ms (its "

@@ -204,6 +204,47 @@ def test_topic_admin_acts_on_every_group_idempotently_and_reconcile_repairs_a_mi
     assert (topic.read_queue_nums, topic.write_queue_nums) == (2, 2)
 
 
+def test_create_topics_acts_on_every_group_and_a_missed_update_is_repaired_by_the_reconcile_pass(two_groups):
+    g0, g1 = two_groups
+    a = admin(g1)
+    names = [f"bulk-{i}" for i in range(3)]
+    bulk = pb.CreateTopicsRequest(topics=[pb.TopicConfig(name=n, read_queue_nums=2, write_queue_nums=2)
+                                          for n in names])
+    outcomes = lambda r: [(o.group, o.outcome) for o in r.groups]  # noqa: E731
+    first = a.CreateTopics(bulk, timeout=30)
+    assert outcomes(first) == [("g0", "created"), ("g1", "created")]
+    assert sorted(t.name for t in first.created) == names and not first.existing
+    again = a.CreateTopics(bulk, timeout=30)  # idempotent: every group holds them with the same settings
+    assert outcomes(again) == [("g0", "exists"), ("g1", "exists")]
+    assert not again.created and sorted(again.existing) == names
+    other = pb.CreateTopicsRequest(topics=[pb.TopicConfig(name="bulk-0", read_queue_nums=7, write_queue_nums=7)])
+    with pytest.raises(grpc.RpcError) as e:
+        a.CreateTopics(other, timeout=30)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "in group g0 with other settings" in e.value.details()
+
+    g1.kill()
+    update = pb.UpdateTopicRequest(topic=pb.TopicConfig(name="bulk-1", read_queue_nums=5, write_queue_nums=5))
+    with pytest.raises(grpc.RpcError) as e:
+        admin(g0).UpdateTopic(update, timeout=30)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "group g1 is unavailable" in e.value.details() and "done: g0 updated" in e.value.details()
+    assert "reconcile pass updates it in the groups that missed the update" in e.value.details()
+    late = pb.CreateTopicsRequest(topics=[pb.TopicConfig(name="bulk-late", read_queue_nums=3, write_queue_nums=3)])
+    with pytest.raises(grpc.RpcError) as e:
+        admin(g0).CreateTopics(late, timeout=30)
+    assert "group g1 is unavailable" in e.value.details() and "done: g0 created" in e.value.details()
+    g1.restart()
+    wait_leader([g1])
+    wait_for(lambda: (_topic_in(g1, "bulk-1") or pb.TopicConfig()).write_queue_nums == 5,
+             "the reconcile pass brings g1's bulk-1 to g0's newer settings", timeout=60)
+    assert _topic_in(g1, "bulk-1").read_queue_nums == 5
+    wait_for(lambda: _topic_in(g1, "bulk-late"), "the reconcile pass creates the missed topic in g1", timeout=60)
+    for node in two_groups:  # the others stay as they were created
+        assert [(_topic_in(node, n).read_queue_nums, _topic_in(node, n).write_queue_nums)
+                for n in ("bulk-0", "bulk-2")] == [(2, 2), (2, 2)]
+    assert _topic_in(g0, "bulk-1").write_queue_nums == 5  # never undone by g1's older settings
+
+
 def test_a_pull_consumer_group_shares_the_union_of_both_groups_queues(shared_groups, topic):
     from raftmq.client import Producer, PullConsumer
 

@@ -575,20 +575,24 @@ class TopicResponse(_message.Message):
     def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupTopicOutcome, _Mapping]]] = ...) -> None: ...
 
 class CreateTopicsRequest(_message.Message):
-    __slots__ = ("topics", "skip_existing")
+    __slots__ = ("topics", "skip_existing", "broker")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     SKIP_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     skip_existing: bool
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., skip_existing: _Optional[bool] = ...) -> None: ...
+    broker: str
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., skip_existing: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class CreateTopicsResponse(_message.Message):
-    __slots__ = ("created", "existing")
+    __slots__ = ("created", "existing", "groups")
     CREATED_FIELD_NUMBER: _ClassVar[int]
     EXISTING_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     created: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     existing: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, created: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., existing: _Optional[_Iterable[str]] = ...) -> None: ...
+    groups: _containers.RepeatedCompositeFieldContainer[GroupTopicOutcome]
+    def __init__(self, created: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., existing: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[_Union[GroupTopicOutcome, _Mapping]]] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ("include_system", "filter", "after", "limit", "broker", "include_marks")
