@@ -19,8 +19,8 @@ from tests.support.waiting import wait_for
 TOPIC = "orders"
 
 
-def _start(base) -> list:
-    specs = group_specs(base, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1})
+def _start(base, **overrides) -> list:
+    specs = group_specs(base, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1}, **overrides)
     nodes = start_nodes([s for group in specs for s in group])
     try:
         for n in nodes:
@@ -313,6 +313,40 @@ def test_a_transaction_and_a_msg_id_are_found_in_their_group_from_any_member(sha
     assert r.broker == "g1"
     viewed = messaging(g0).ViewMessage(pb.ViewMessageRequest(msg_id=r.msg_id), timeout=20).message
     assert viewed.uniq_key == "K-view"
+
+
+def test_the_transaction_producer_answers_the_check_backs_of_every_group(tmp_path):
+    """Its halves are stored in both groups; each group's leader asks only the producers connected to it, so the
+    SDK holds a check stream to each group (learnt from the route), though it was given only g0's address."""
+    from raftmq.client.transaction_producer import TransactionProducer, TransactionState
+
+    nodes = _start(tmp_path, store={"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100,
+                                    "transaction_check_max": 30})
+    try:
+        g0, g1 = nodes
+        topic = _create(nodes, "tx-groups")
+        asked: list[str] = []
+
+        def checker(view):
+            asked.append(view.uniq_key)
+            return TransactionState.COMMIT
+
+        with TransactionProducer([g0.grpc_address], group="pg-groups", checker=checker) as p:
+            halves = {b: p.send_in_transaction(topic, f"in {b}", broker=b,
+                                               local_tx=lambda half: TransactionState.UNKNOWN).half
+                      for b in ("g0", "g1")}
+            assert {b: h.send_result.broker for b, h in halves.items()} == {"g0": "g0", "g1": "g1"}
+            wait_for(lambda: {h.transaction_id for h in halves.values()} <= set(asked),
+                     "the check-backs of both groups' leaders", timeout=60)
+
+        def committed(broker: str) -> list[bytes]:
+            return [m.body for q in range(4) for m in messaging(g0).PullMessage(pb.PullMessageRequest(
+                topic=topic, queue_id=q, offset=0, broker=broker), timeout=20).messages]
+
+        for b in ("g0", "g1"):  # each group committed its own half, in its own queues
+            assert wait_for(lambda b=b: committed(b), f"the message committed in {b}") == [f"in {b}".encode()]
+    finally:
+        stop_all(nodes)
 
 
 def test_topic_describe_shows_each_groups_queues(two_groups):
