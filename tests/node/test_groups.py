@@ -221,6 +221,9 @@ def test_create_topics_acts_on_every_group_and_a_missed_update_is_repaired_by_th
     with pytest.raises(grpc.RpcError) as e:
         a.CreateTopics(other, timeout=30)
     assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "in group g0 with other settings" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        a.CreateTopics(pb.CreateTopicsRequest(topics=bulk.topics, broker="g7"), timeout=30)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "unknown group 'g7'" in e.value.details()
 
     g1.kill()
     update = pb.UpdateTopicRequest(topic=pb.TopicConfig(name="bulk-1", read_queue_nums=5, write_queue_nums=5))
