@@ -63,6 +63,23 @@ def latest(views: dict[str, GroupTopics], name: str) -> tuple[int, bool, str]:
     return max((*v.state(name), g) for g, v in sorted(views.items()))
 
 
+def changes(views: dict[str, GroupTopics], own: str) -> list[tuple[str, int, str, str]]:
+    """What group ``own`` must do to reach the latest state of every topic among ``views``: ``(name, the latest
+    state's time, the group it is from, "create" | "update" | "delete")``. An update only when the other group's
+    state is strictly newer than this group's (equal marks with different settings are left alone: no two groups
+    copy each other back and forth)."""
+    mine = views[own]
+    names = sorted({n for v in views.values() for n in (*v.topics, *v.marks) if not is_system_topic(n)})
+    out = []
+    for name in names:
+        since_ms, present, source = latest(views, name)
+        if present != (name in mine.topics):
+            out.append((name, since_ms, source, "create" if present else "delete"))
+        elif present and since_ms > mine.state(name)[0] and views[source].topics[name] != mine.topics[name]:
+            out.append((name, since_ms, source, "update"))  # an update this group missed
+    return out
+
+
 def _config(t: pb.TopicConfig, current: TopicConfig | None = None) -> TopicConfig:
     """The store config of another group's topic ``t``; over ``current`` (an update: its other attributes
     stay)."""
@@ -108,6 +125,14 @@ class TopicReconcile:
         marks = {n: pb.TopicMark(name=n, deleted=m.deleted, at_ms=m.at_ms) for n, m in table.marks().items()}
         return GroupTopics(topics, marks)
 
+    def _operation(self, views: dict[str, GroupTopics], name: str, source: str, kind: str) -> tuple:
+        """The topic-table operation of one change: a delete by name; a create with group ``source``'s settings,
+        an update with them over this group's own config (its other attributes stay)."""
+        if kind == "delete":
+            return "delete", name
+        current = self.node.store.topics.get(name) if kind == "update" else None
+        return kind, _config(views[source].topics[name], current)
+
     async def pass_once(self) -> list[str]:
         """One pass over every group's topic table; what it changed in this member's group (``created NAME``,
         ``updated NAME`` or ``deleted NAME``)."""
@@ -125,18 +150,9 @@ class TopicReconcile:
             views[group] = GroupTopics({t.name: t for t in answer.topics}, {m.name: m for m in answer.marks})
         if len(views) == 1:
             return []
-        own = views[groups.own]
-        names = sorted({n for v in views.values() for n in (*v.topics, *v.marks) if not is_system_topic(n)})
-        plans = []  # (name, the latest state's time, its group, the operation that follows it)
-        for name in names:
-            since_ms, present, source = latest(views, name)
-            if present != (name in own.topics):
-                plans.append((name, since_ms, source,
-                              ("create", _config(views[source].topics[name])) if present else ("delete", name)))
-            elif (present and since_ms > own.state(name)[0]
-                  and views[source].topics[name] != own.topics[name]):  # an update this group missed
-                current = node.store.topics.get(name)
-                plans.append((name, since_ms, source, ("update", _config(views[source].topics[name], current))))
+        # (name, the latest state's time, its group, the operation that follows it)
+        plans = [(name, since_ms, source, self._operation(views, name, source, kind))
+                 for name, since_ms, source, kind in changes(views, groups.own)]
         done: list[str] = []
         for i in range(0, len(plans), CHANGES_PER_COMMAND):
             batch = plans[i:i + CHANGES_PER_COMMAND]

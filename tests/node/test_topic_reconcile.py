@@ -3,12 +3,12 @@ of a topic among the groups wins; without marks, a topic one group holds is copi
 
 from __future__ import annotations
 
-from raftmq.node.topic_reconcile import GroupTopics, latest
+from raftmq.node.topic_reconcile import GroupTopics, changes, latest
 from raftmq.v1 import raftmq_pb2 as pb
 
 
-def _group(topics: tuple[str, ...] = (), **marks: tuple[bool, int]) -> GroupTopics:
-    return GroupTopics({n: pb.TopicConfig(name=n) for n in topics},
+def _group(topics: tuple[str, ...] = (), queues: int = 4, **marks: tuple[bool, int]) -> GroupTopics:
+    return GroupTopics({n: pb.TopicConfig(name=n, write_queue_nums=queues) for n in topics},
                        {n: pb.TopicMark(name=n, deleted=d, at_ms=at) for n, (d, at) in marks.items()})
 
 
@@ -31,3 +31,21 @@ def test_a_mark_the_table_contradicts_is_older_than_what_the_table_holds():
     than g0's delete at 1500."""
     views = {"g0": _group(t=(True, 1500)), "g1": _group(("t",), t=(True, 2000))}
     assert latest(views, "t") == (2001, True, "g1")
+
+
+def test_an_update_that_reached_one_group_is_copied_to_the_group_that_missed_it():
+    """g0 updated the topic at 3000 (the update marks it created then); g1 created it at 1000 and missed it."""
+    views = {"g0": _group(("t",), queues=8, t=(False, 3000)), "g1": _group(("t",), t=(False, 1000))}
+    assert changes(views, "g1") == [("t", 3000, "g0", "update")]
+    assert changes(views, "g0") == []  # the newer settings are never undone by the older ones
+
+
+def test_settings_that_differ_with_equal_marks_are_left_alone():
+    views = {"g0": _group(("t",), queues=8, t=(False, 3000)), "g1": _group(("t",), t=(False, 3000))}
+    assert changes(views, "g0") == [] and changes(views, "g1") == []
+
+
+def test_changes_create_and_delete_as_the_latest_state_says():
+    views = {"g0": _group(("new",), gone=(True, 2000), new=(False, 2500)),
+             "g1": _group(("gone",), gone=(False, 1000))}
+    assert changes(views, "g1") == [("gone", 2000, "g0", "delete"), ("new", 2500, "g0", "create")]
