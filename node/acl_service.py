@@ -8,6 +8,7 @@ line (who, what, from where).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -61,12 +62,14 @@ class AclService(pb_grpc.AclServiceServicer):
         from raftmq.store import StoreError
 
         principal = current_principal.get()
+        if self.node.groups.many:  # when this group made the change: the settings reconcile pass compares it
+            cmd = {**cmd, "mark": int(time.time() * 1000)}
         try:
             await self.node.run_blocking(self.node.write_path.update_acl, cmd)
         except StoreError as e:
             raise not_found(str(e)) from None
         self._auth().forget(cmd["user"])
-        fields = {k: v for k, v in cmd.items() if k != "secret"}  # never the (sealed) secret
+        fields = {k: v for k, v in cmd.items() if k not in ("secret", "mark")}  # never the (sealed) secret
         audit("acl_change", by=principal.access_key if principal else "?", peer=context.peer(), **fields)
 
     async def _in_every_group(self, method: str, request, context):

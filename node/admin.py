@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import json
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -91,6 +93,31 @@ def _principal() -> str:
 def _change_response(done: dict) -> pb.MembershipChangeResponse:
     return pb.MembershipChangeResponse(plan=done["plan"], voters=done["voters"], learners=done["learners"],
                                        index=done["index"])
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def settings_of(node: BrokerCore) -> pb.ListSettingsResponse:
+    """This member's access users and consumer-group settings, each with its mark (ListSettings)."""
+
+    def entries(records: dict[str, str], marks: dict[str, tuple[bool, int]]) -> list[pb.SettingEntry]:
+        out = []
+        for name in sorted({*records, *marks}):
+            deleted, at = marks.get(name, (False, 0))
+            out.append(pb.SettingEntry(name=name, present=name in records, record=records.get(name, ""),
+                                       marked=name in marks, deleted=deleted, at_ms=at))
+        return out
+
+    table = node.store.subscription_groups
+    groups = entries({g.group_name: json.dumps(g.to_json(), sort_keys=True) for g in table.list()},
+                     {n: (m.deleted, m.at_ms) for n, m in table.marks().items()})
+    acl = node.write_path.acl_table() if node.auth is not None else None
+    if acl is None:
+        return pb.ListSettingsResponse(groups=groups)
+    users = entries({u: json.dumps(r, sort_keys=True) for u, r in acl.snapshot().items()}, acl.marks())
+    return pb.ListSettingsResponse(users=users, groups=groups, auth=True)
 
 
 def topic_message(cfg) -> pb.TopicConfig:
@@ -277,6 +304,15 @@ class AdminService(pb_grpc.AdminServiceServicer):
         return pb.ListTopicsResponse(topics=[topic_message(c) for n in page if (c := topics.get(n)) is not None],
                                      matching=len(names), more=start + len(page) < len(names), marks=marks)
 
+    @rpc_handler("ListSettings")
+    async def ListSettings(self, request: pb.ListSettingsRequest, context) -> pb.ListSettingsResponse:  # noqa: N802
+        """This group's access users (secrets sealed) and consumer-group settings with their marks: what the
+        leaders' settings reconcile pass compares (docs/design/scale-out.md#settings-in-every-group)."""
+        node = self.node
+        node.check_group(request.broker)
+        node.check_leader()  # only the leader's tables are current
+        return settings_of(node)
+
     @rpc_handler("DeleteTopic")
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # noqa: N802
         node = self.node
@@ -452,8 +488,9 @@ class AdminService(pb_grpc.AdminServiceServicer):
         if not request.broker and node.groups.many:  # issue 37: the group's settings in every group of the cluster
             return (await node.groups.in_every_group("UpdateConsumerGroup", request, context))[node.groups.own]
         node.check_leader()  # a group without settings starts from the leader's configuration, on every member
+        mark = now_ms() if node.groups.many else None  # the settings reconcile pass compares these
         if request.reset:
-            await node.run_blocking(node.write_path.update_group_config, group, None)
+            await node.run_blocking(node.write_path.update_group_config, group, None, mark)
         else:
             now = node.pop.policy(group)
             try:  # the node configuration's checks, so both ways of setting a policy refuse the same values
@@ -467,5 +504,5 @@ class AdminService(pb_grpc.AdminServiceServicer):
             existing = node.store.subscription_groups.get(group)
             cfg = SubscriptionGroup(group, policy.fifo, policy.max_delivery_attempts, backoff,
                                     **({"other": existing.other} if existing is not None else {}))
-            await node.run_blocking(node.write_path.update_group_config, group, cfg)
+            await node.run_blocking(node.write_path.update_group_config, group, cfg, mark)
         return pb.UpdateConsumerGroupResponse(group=group, settings=group_settings(node, group))

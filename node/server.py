@@ -663,16 +663,17 @@ async def serve(cfg: NodeConfig) -> int:
         from raftmq.node.acl_rotation import reseal_loop
 
         reseal = asyncio.ensure_future(reseal_loop(broker.core)) if broker.core.auth is not None else None
-        reconcile = None
-        if broker.core.groups.many:  # issue 37: a topic missing from a group is created there by its leader
+        reconcile = []
+        if broker.core.groups.many:  # issue 37: what a group missed of a cluster-wide change, done by its leader
+            from raftmq.node.settings_reconcile import SettingsReconcile
             from raftmq.node.topic_reconcile import TopicReconcile
 
-            reconcile = asyncio.ensure_future(
-                TopicReconcile(broker.core, cfg.cluster.topic_reconcile_interval_s).run())
+            reconcile = [asyncio.ensure_future(kind(broker.core, cfg.cluster.topic_reconcile_interval_s).run())
+                         for kind in (TopicReconcile, SettingsReconcile)]
         await stopped
         role.cancel()
-        if reconcile is not None:
-            reconcile.cancel()
+        for task in reconcile:
+            task.cancel()
         if reseal is not None:
             reseal.cancel()
     stopped.cancel()

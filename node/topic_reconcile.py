@@ -41,7 +41,8 @@ CHANGES_PER_COMMAND = 500  # topics a pass changes in one Raft command (each a c
 
 @dataclass(frozen=True)
 class GroupTopics:
-    """One group's topic table as the pass sees it: its topics and marks, by name."""
+    """One group's topic table as the pass sees it: its topics and marks, by name. (The settings pass,
+    node/settings_reconcile.py, holds a group's users or consumer-group settings in it the same way.)"""
 
     topics: dict[str, pb.TopicConfig]
     marks: dict[str, pb.TopicMark]
@@ -89,20 +90,23 @@ def _config(t: pb.TopicConfig, current: TopicConfig | None = None) -> TopicConfi
     return cfg.with_dedup_window(t.dedup_window_seconds if t.HasField("dedup_window_seconds") else None)
 
 
-class TopicReconcile:
-    """Runs on every member of a cluster of several groups; acts while the member leads its group."""
+class LeaderPass:
+    """A pass that runs every ``interval_s`` on every member of a cluster of several groups and acts while the
+    member leads its group (``pass_once``); its calls to other groups are signed as the bootstrap admin."""
+
+    what = "reconcile"
 
     def __init__(self, node: BrokerCore, interval_s: float):
         self.node = node
         self.interval_s = interval_s
-        self.created = 0  # topics this member created in a pass (metrics, tests)
-        self.deleted = 0  # topics this member deleted in a pass, completing another group's delete
-        self.updated = 0  # topics this member updated in a pass to another group's newer settings
 
     def _context(self) -> InternalCall:
         s = self.node.config.security
         signed = signed_headers(s.auth_admin_access_key, s.auth_admin_secret_key) if s.auth_enabled else None
         return InternalCall(CALL_TIMEOUT_S, signed)
+
+    async def pass_once(self) -> list[str]:
+        raise NotImplementedError
 
     async def run(self) -> None:
         node = self.node
@@ -116,7 +120,19 @@ class TopicReconcile:
                 try:
                     await self.pass_once()
                 except Exception:  # noqa: BLE001 - one failed pass must not end the loop
-                    log.exception("topic reconcile pass failed; trying again in %.0f s", self.interval_s)
+                    log.exception("%s pass failed; trying again in %.0f s", self.what, self.interval_s)
+
+
+class TopicReconcile(LeaderPass):
+    """Runs on every member of a cluster of several groups; acts while the member leads its group."""
+
+    what = "topic reconcile"
+
+    def __init__(self, node: BrokerCore, interval_s: float):
+        super().__init__(node, interval_s)
+        self.created = 0  # topics this member created in a pass (metrics, tests)
+        self.deleted = 0  # topics this member deleted in a pass, completing another group's delete
+        self.updated = 0  # topics this member updated in a pass to another group's newer settings
 
     def _own(self) -> GroupTopics:
         table = self.node.store.topics
