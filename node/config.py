@@ -227,8 +227,9 @@ class ClusterSection:
         "`store_host` (unique: it is in every msgId) and optional client-facing `endpoints` (default: its "
         "members' grpc addresses). Exclusive with `cluster.members`; empty: one group.", default_factory=list)
     topic_reconcile_interval_s: float = setting(
-        "With `cluster.groups`: seconds between two passes in which each group's leader creates in its group "
-        "every topic another group has and it lacks (a group that missed a `topic create`).", 30.0)
+        "With `cluster.groups`: seconds between two reconcile passes, in which each group's leader brings its own "
+        "group's topics, access users and consumer-group settings to the latest cluster-wide change another group "
+        "made (a group that missed a create, update or delete while it was down).", 30.0)
     forward_to_leader: bool = setting(
         "A member that is not the leader relays write and admin calls to the leader (authenticated with "
         "`secret`); off: it only answers with a redirect to the leader.", True)
