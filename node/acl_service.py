@@ -80,7 +80,7 @@ class AclService(pb_grpc.AclServiceServicer):
         node.check_group(request.broker)
         if request.broker or not node.groups.many:
             return None
-        return (await node.groups.in_every_group(method, request, context))[node.groups.own]
+        return (await node.groups.in_every_group(method, request, context, reconciled=True))[node.groups.own]
 
     def _user(self, access_key: str) -> dict | None:
         return next((u for u in self._auth().users() if u["access_key"] == access_key), None)
@@ -126,7 +126,8 @@ class AclService(pb_grpc.AclServiceServicer):
         node = self.node
         node.check_group(request.broker)
         if not request.broker and node.groups.many:  # a group without the user has it deleted already
-            await node.groups.in_every_group("DeleteAclUser", request, context, done_if_not_found=True)
+            await node.groups.in_every_group("DeleteAclUser", request, context, done_if_not_found=True,
+                                             reconciled=True)
             return pb.DeleteAclUserResponse()
         await self._apply({"op": "user_delete", "user": request.access_key}, context)
         return pb.DeleteAclUserResponse()
@@ -167,7 +168,8 @@ class AclService(pb_grpc.AclServiceServicer):
                 raise not_found(f"user {request.access_key!r} has no rule {request.index} (it has {len(rules)}; "
                                 "see `raftmq acl list`)")
             pinned = pb.RemoveAclRuleRequest(access_key=request.access_key, rule=rules[request.index])
-            return (await node.groups.in_every_group("RemoveAclRule", pinned, context))[node.groups.own]
+            return (await node.groups.in_every_group("RemoveAclRule", pinned, context,
+                                                     reconciled=True))[node.groups.own]
         index = request.index
         if request.HasField("rule"):  # one group's part of a removal in every group: the rule by value
             found = [i for i, r in enumerate(self._one(request.access_key).rules) if r == request.rule]

@@ -486,7 +486,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise invalid("nothing to change: give fifo, max_delivery_attempts, retry_backoff or reset")
         node.check_group(request.broker)
         if not request.broker and node.groups.many:  # issue 37: the group's settings in every group of the cluster
-            return (await node.groups.in_every_group("UpdateConsumerGroup", request, context))[node.groups.own]
+            return (await node.groups.in_every_group("UpdateConsumerGroup", request, context,
+                                                     reconciled=True))[node.groups.own]
         node.check_leader()  # a group without settings starts from the leader's configuration, on every member
         mark = now_ms() if node.groups.many else None  # the settings reconcile pass compares these
         if request.reset:
