@@ -211,10 +211,10 @@ class AdminService(pb_grpc.AdminServiceServicer):
         if not request.broker and node.groups.many:  # issue 37: in every group, as CreateTopic
             return self._created_everywhere(await self._everywhere("CreateTopics", lambda g: pb.CreateTopicsRequest(
                 topics=given, skip_existing=request.skip_existing, broker=g), context))
-        held = {c.topic_name: (c, held) for c in cfgs if (held := node.topic_config(c.topic_name)) is not None}
+        held = {c.topic_name: (c, now) for c in cfgs if (now := node.topic_config(c.topic_name)) is not None}
         existing = list(held)
         # one group of a fan-out: a topic it holds with the same settings is done (the call is idempotent)
-        differing = [n for n, (c, h) in held.items() if not request.broker or topic_message(h) != topic_message(c)]
+        differing = [n for n, (c, now) in held.items() if not request.broker or topic_message(now) != topic_message(c)]
         if differing and not request.skip_existing:
             where = f" in group {node.groups.own}" if node.groups.many else ""
             same = " with other settings" if request.broker else ""
