@@ -65,10 +65,11 @@ class AsyncTransactionProducer(ThreadedAsyncClient):
 
     async def send_half(self, topic: str, body: bytes | str, *, tags: str | None = None,
                         keys: list[str] | str | None = None, properties: Mapping[str, str] | None = None,
-                        queue_id: int | None = None) -> HalfResult:
-        """Store a half message (invisible to consumers until committed)."""
+                        queue_id: int | None = None, broker: str | None = None) -> HalfResult:
+        """Store a half message (invisible to consumers until committed); ``broker``: in that group."""
         return await self._call(lambda: self._producer.send_half(topic, body, tags=tags, keys=keys,
-                                                                 properties=properties, queue_id=queue_id))
+                                                                 properties=properties, queue_id=queue_id,
+                                                                 broker=broker))
 
     async def end(self, half: HalfResult, state: TransactionState) -> SendResult | None:
         """Commit or roll back (idempotent per outcome, as ``TransactionProducer.end``)."""
@@ -77,13 +78,14 @@ class AsyncTransactionProducer(ThreadedAsyncClient):
     async def send_in_transaction(self, topic: str, body: bytes | str, *, local_tx: AsyncLocalTx,
                                   tags: str | None = None, keys: list[str] | str | None = None,
                                   properties: Mapping[str, str] | None = None,
-                                  queue_id: int | None = None) -> TransactionResult:
+                                  queue_id: int | None = None, broker: str | None = None) -> TransactionResult:
         """Half message, then ``await local_tx(half)``, then its outcome; UNKNOWN or an exception in ``local_tx``
         leaves it to the check-back (as does cancelling this call once the half message is stored)."""
         if not is_async_callable(local_tx):
             raise errors.InvalidArgumentError("local_tx must be an async function (async def) returning "
                                               "TransactionState")
-        half = await self.send_half(topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id)
+        half = await self.send_half(topic, body, tags=tags, keys=keys, properties=properties, queue_id=queue_id,
+                                    broker=broker)
         try:
             state = await local_tx(half)
             if not isinstance(state, TransactionState):

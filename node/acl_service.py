@@ -8,6 +8,7 @@ line (who, what, from where).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -61,12 +62,14 @@ class AclService(pb_grpc.AclServiceServicer):
         from raftmq.store import StoreError
 
         principal = current_principal.get()
+        if self.node.groups.many:  # when this group made the change: the settings reconcile pass compares it
+            cmd = {**cmd, "mark": int(time.time() * 1000)}
         try:
             await self.node.run_blocking(self.node.write_path.update_acl, cmd)
         except StoreError as e:
             raise not_found(str(e)) from None
         self._auth().forget(cmd["user"])
-        fields = {k: v for k, v in cmd.items() if k != "secret"}  # never the (sealed) secret
+        fields = {k: v for k, v in cmd.items() if k not in ("secret", "mark")}  # never the (sealed) secret
         audit("acl_change", by=principal.access_key if principal else "?", peer=context.peer(), **fields)
 
     async def _in_every_group(self, method: str, request, context):
@@ -77,7 +80,7 @@ class AclService(pb_grpc.AclServiceServicer):
         node.check_group(request.broker)
         if request.broker or not node.groups.many:
             return None
-        return (await node.groups.in_every_group(method, request, context))[node.groups.own]
+        return (await node.groups.in_every_group(method, request, context, reconciled=True))[node.groups.own]
 
     def _user(self, access_key: str) -> dict | None:
         return next((u for u in self._auth().users() if u["access_key"] == access_key), None)
@@ -123,7 +126,8 @@ class AclService(pb_grpc.AclServiceServicer):
         node = self.node
         node.check_group(request.broker)
         if not request.broker and node.groups.many:  # a group without the user has it deleted already
-            await node.groups.in_every_group("DeleteAclUser", request, context, done_if_not_found=True)
+            await node.groups.in_every_group("DeleteAclUser", request, context, done_if_not_found=True,
+                                             reconciled=True)
             return pb.DeleteAclUserResponse()
         await self._apply({"op": "user_delete", "user": request.access_key}, context)
         return pb.DeleteAclUserResponse()
@@ -165,7 +169,8 @@ class AclService(pb_grpc.AclServiceServicer):
                 raise not_found(f"user {request.access_key!r} has no rule {request.index} (it has {len(rules)}; "
                                 "see `raftmq acl list`)")
             pinned = pb.RemoveAclRuleRequest(access_key=request.access_key, rule=rules[request.index])
-            return (await node.groups.in_every_group("RemoveAclRule", pinned, context))[node.groups.own]
+            return (await node.groups.in_every_group("RemoveAclRule", pinned, context,
+                                                     reconciled=True))[node.groups.own]
         index = request.index
         if request.HasField("rule"):  # one group's part of a removal in every group: the rule by value
             found = [i for i, r in enumerate(self._one(request.access_key).rules) if r == request.rule]

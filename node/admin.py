@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import json
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -70,8 +72,8 @@ def _dedup_window(t: pb.TopicConfig, update: bool) -> int | None:
 
 
 def marked(node: BrokerCore, ops: list[tuple], name: str) -> list[tuple]:
-    """``ops`` on topic ``name``, followed in a cluster of several groups by the mark of when this group created
-    or deleted it (replicated with them: docs/design/scale-out.md#topic-administration)."""
+    """``ops`` on topic ``name``, followed in a cluster of several groups by the mark of when this group created,
+    updated or deleted it (replicated with them: docs/design/scale-out.md#topic-administration)."""
     return [*ops, ("mark", (name, None))] if node.groups.many else ops
 
 
@@ -93,6 +95,31 @@ def _change_response(done: dict) -> pb.MembershipChangeResponse:
                                        index=done["index"])
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def settings_of(node: BrokerCore) -> pb.ListSettingsResponse:
+    """This member's access users and consumer-group settings, each with its mark (ListSettings)."""
+
+    def entries(records: dict[str, str], marks: dict[str, tuple[bool, int]]) -> list[pb.SettingEntry]:
+        out = []
+        for name in sorted({*records, *marks}):
+            deleted, at = marks.get(name, (False, 0))
+            out.append(pb.SettingEntry(name=name, present=name in records, record=records.get(name, ""),
+                                       marked=name in marks, deleted=deleted, at_ms=at))
+        return out
+
+    table = node.store.subscription_groups
+    groups = entries({g.group_name: json.dumps(g.to_json(), sort_keys=True) for g in table.list()},
+                     {n: (m.deleted, m.at_ms) for n, m in table.marks().items()})
+    acl = node.write_path.acl_table() if node.auth is not None else None
+    if acl is None:
+        return pb.ListSettingsResponse(groups=groups)
+    users = entries({u: json.dumps(r, sort_keys=True) for u, r in acl.snapshot().items()}, acl.marks())
+    return pb.ListSettingsResponse(users=users, groups=groups, auth=True)
+
+
 def topic_message(cfg) -> pb.TopicConfig:
     # a topic from before message types takes every kind: MIXED is what it does
     return pb.TopicConfig(name=cfg.topic_name, read_queue_nums=cfg.read_queue_nums,
@@ -105,25 +132,30 @@ class AdminService(pb_grpc.AdminServiceServicer):
         self.node = node
 
     # ------------------------------------------------------------------ topics
-    async def _everywhere(self, method: str, request_for, context, what: str):
+    async def _everywhere(self, method: str, request_for, context):
         """Issue 37: a topic change without a group, in a cluster of several: the same change pinned to every
-        group (docs/design/scale-out.md#topic-administration). All of them done: the answer of the first with
-        every group's outcome; otherwise the refusals, each naming its group, and what the others did."""
+        group (docs/design/scale-out.md#topic-administration). All of them done: the answers of every group, in
+        configuration order, each with its group's outcome; otherwise the refusals, each naming its group, what
+        the others did, and that the reconcile pass completes the change in the groups that missed it."""
         answers = await self.node.groups.fan_out(method, request_for, context)
         done = [a for _, a in answers if not isinstance(a, RpcError)]
         failed = [a for _, a in answers if isinstance(a, RpcError)]
-        outcomes = [o for a in done for o in a.groups]
         if failed:
-            did = ", ".join(f"{o.group} {o.outcome}" for o in outcomes) or "no group changed"
+            did = ", ".join(f"{o.group} {o.outcome}" for a in done for o in a.groups) or "no group changed"
             code = (grpc.StatusCode.UNAVAILABLE if any(e.code == grpc.StatusCode.UNAVAILABLE for e in failed)
                     else failed[0].code)
-            after = {"CreateTopic": " - the leaders' reconcile pass creates it in the groups that lack it once they "
-                                    "answer",
-                     "DeleteTopic": " - the leaders' reconcile pass deletes it in the groups that missed the delete "
-                                    "once they answer"}.get(method, f" - run the {what} again once they answer (it "
-                                                                    "is idempotent)")
-            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done: {did}){after}")
+            after = {"CreateTopic": "creates it in the groups that lack it",
+                     "CreateTopics": "creates them in the groups that lack them",
+                     "UpdateTopic": "updates it in the groups that missed the update",
+                     "DeleteTopic": "deletes it in the groups that missed the delete"}[method]
+            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done: {did}) - the leaders' reconcile "
+                           f"pass {after} once they answer (docs/design/scale-out.md#topic-administration)")
+        return done
+
+    def _merged(self, done: list):
+        """One answer of every group's: the first group's, with every group's outcome."""
         response = done[0]
+        outcomes = [o for a in done for o in a.groups]
         del response.groups[:]
         response.groups.extend(outcomes)
         return response
@@ -138,8 +170,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         cfg = new_topic_config(t)
         node.check_group(request.broker)
         if not request.broker and node.groups.many:
-            return await self._everywhere("CreateTopic", lambda g: pb.CreateTopicRequest(topic=t, broker=g), context,
-                                          "create")
+            return self._merged(await self._everywhere(
+                "CreateTopic", lambda g: pb.CreateTopicRequest(topic=t, broker=g), context))
         existing = node.topic_config(t.name)
         if existing is not None:
             if request.broker and topic_message(existing) == topic_message(cfg):  # one group of a fan-out
@@ -174,15 +206,26 @@ class AdminService(pb_grpc.AdminServiceServicer):
                 problems.append(f"topics[{i}] {t.name!r}: {e}")
         if problems:
             raise invalid(_listed(problems, "; ") + "; nothing was created")
-        existing = [c.topic_name for c in cfgs if self.node.topic_config(c.topic_name) is not None]
-        if existing and not request.skip_existing:
+        node = self.node
+        node.check_group(request.broker)
+        if not request.broker and node.groups.many:  # issue 37: in every group, as CreateTopic
+            return self._created_everywhere(await self._everywhere("CreateTopics", lambda g: pb.CreateTopicsRequest(
+                topics=given, skip_existing=request.skip_existing, broker=g), context))
+        held = {c.topic_name: (c, now) for c in cfgs if (now := node.topic_config(c.topic_name)) is not None}
+        existing = list(held)
+        # one group of a fan-out: a topic it holds with the same settings is done (the call is idempotent)
+        differing = [n for n, (c, now) in held.items() if not request.broker or topic_message(now) != topic_message(c)]
+        if differing and not request.skip_existing:
+            where = f" in group {node.groups.own}" if node.groups.many else ""
+            same = " with other settings" if request.broker else ""
             raise RpcError(grpc.StatusCode.ALREADY_EXISTS,
-                           f"{len(existing)} of the {len(cfgs)} topics exist already ({_listed(existing)}); nothing "
-                           "was created: leave them out, or skip them with skip_existing (`--skip-existing`)")
+                           f"{len(differing)} of the {len(cfgs)} topics exist already{where}{same} "
+                           f"({_listed(differing)}); nothing was created{where}: leave them out, or skip them with "
+                           "skip_existing (`--skip-existing`)")
         skip = set(existing)
         todo = [c for c in cfgs if c.topic_name not in skip]
-        ops = [marked(self.node, [("create", c)], c.topic_name) for c in todo]  # a create (and its mark)
-        answers = await self.node.run_blocking(self.node.write_path.change_topics, [op for o in ops for op in o])
+        ops = [marked(node, [("create", c)], c.topic_name) for c in todo]  # a create (and its mark)
+        answers = await node.run_blocking(node.write_path.change_topics, [op for o in ops for op in o])
         refusals = answers[::len(ops[0])] if ops else []
         created = [c for c, r in zip(todo, refusals, strict=True) if r is None]
         late = [(c.topic_name, r) for c, r in zip(todo, refusals, strict=True) if r is not None]
@@ -192,7 +235,20 @@ class AdminService(pb_grpc.AdminServiceServicer):
                                f"{len(created)} topics created; {len(late)} refused ({_listed([n for n, _ in late])}):"
                                f" {refusal}")
         return pb.CreateTopicsResponse(created=[topic_message(c) for c in created],
-                                       existing=existing + [n for n, _ in late])
+                                       existing=existing + [n for n, _ in late],
+                                       groups=self._outcome("created" if created else "exists"))
+
+    @staticmethod
+    def _created_everywhere(done: list[pb.CreateTopicsResponse]) -> pb.CreateTopicsResponse:
+        """Every group's CreateTopics answer as one: created = the topics some group created (with its settings),
+        existing = those every group held already; each group's outcome."""
+        created: dict[str, pb.TopicConfig] = {}
+        for a in done:
+            for t in a.created:
+                created.setdefault(t.name, t)
+        existing = [n for n in dict.fromkeys(n for a in done for n in a.existing) if n not in created]
+        return pb.CreateTopicsResponse(created=list(created.values()), existing=existing,
+                                       groups=[o for a in done for o in a.groups])
 
     def _refused(self, name: str, refusal: str) -> RpcError:
         """The status of a create the topic table refused: the topic was created meanwhile, or invalid."""
@@ -206,8 +262,8 @@ class AdminService(pb_grpc.AdminServiceServicer):
         check_topic_name(t.name)
         self.node.check_group(request.broker)
         if not request.broker and self.node.groups.many:
-            return await self._everywhere("UpdateTopic", lambda g: pb.UpdateTopicRequest(topic=t, broker=g), context,
-                                          "update")
+            return self._merged(await self._everywhere(
+                "UpdateTopic", lambda g: pb.UpdateTopicRequest(topic=t, broker=g), context))
         current = self.node.existing_topic(t.name)
         changes = {}
         if t.read_queue_nums:
@@ -226,7 +282,10 @@ class AdminService(pb_grpc.AdminServiceServicer):
             cfg = cfg.with_message_type(check_message_type_name(t.message_type))
         if t.HasField("dedup_window_seconds"):
             cfg = cfg.with_dedup_window(_dedup_window(t, update=True))
-        await self.node.run_blocking(self.node.write_path.update_topic, cfg)
+        # marked in a cluster of several groups: the reconcile pass brings a group that missed it to the newest
+        refusals = await self.node.run_blocking(self.node.write_path.change_topics,
+                                                marked(self.node, [("update", cfg)], t.name))
+        raise_refusal(refusals)
         return pb.TopicResponse(topic=topic_message(self.node.existing_topic(t.name)), groups=self._outcome("updated"))
 
     @rpc_handler("ListTopics")
@@ -245,14 +304,23 @@ class AdminService(pb_grpc.AdminServiceServicer):
         return pb.ListTopicsResponse(topics=[topic_message(c) for n in page if (c := topics.get(n)) is not None],
                                      matching=len(names), more=start + len(page) < len(names), marks=marks)
 
+    @rpc_handler("ListSettings")
+    async def ListSettings(self, request: pb.ListSettingsRequest, context) -> pb.ListSettingsResponse:  # noqa: N802
+        """This group's access users (secrets sealed) and consumer-group settings with their marks: what the
+        leaders' settings reconcile pass compares (docs/design/scale-out.md#settings-in-every-group)."""
+        node = self.node
+        node.check_group(request.broker)
+        node.check_leader()  # only the leader's tables are current
+        return settings_of(node)
+
     @rpc_handler("DeleteTopic")
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:  # noqa: N802
         node = self.node
         check_topic_name(request.name)
         node.check_group(request.broker)
         if not request.broker and node.groups.many:
-            answer = await self._everywhere("DeleteTopic", lambda g: pb.DeleteTopicRequest(name=request.name, broker=g),
-                                            context, "delete")
+            answer = self._merged(await self._everywhere(
+                "DeleteTopic", lambda g: pb.DeleteTopicRequest(name=request.name, broker=g), context))
             return pb.DeleteTopicResponse(groups=answer.groups)
         if request.broker and node.topic_config(request.name) is None:
             node.check_leader()  # only the leader's table is current: a follower's may lag a create
@@ -419,10 +487,12 @@ class AdminService(pb_grpc.AdminServiceServicer):
             raise invalid("nothing to change: give fifo, max_delivery_attempts, retry_backoff or reset")
         node.check_group(request.broker)
         if not request.broker and node.groups.many:  # issue 37: the group's settings in every group of the cluster
-            return (await node.groups.in_every_group("UpdateConsumerGroup", request, context))[node.groups.own]
+            return (await node.groups.in_every_group("UpdateConsumerGroup", request, context,
+                                                     reconciled=True))[node.groups.own]
         node.check_leader()  # a group without settings starts from the leader's configuration, on every member
+        mark = now_ms() if node.groups.many else None  # the settings reconcile pass compares these
         if request.reset:
-            await node.run_blocking(node.write_path.update_group_config, group, None)
+            await node.run_blocking(node.write_path.update_group_config, group, None, mark)
         else:
             now = node.pop.policy(group)
             try:  # the node configuration's checks, so both ways of setting a policy refuse the same values
@@ -436,5 +506,5 @@ class AdminService(pb_grpc.AdminServiceServicer):
             existing = node.store.subscription_groups.get(group)
             cfg = SubscriptionGroup(group, policy.fifo, policy.max_delivery_attempts, backoff,
                                     **({"other": existing.other} if existing is not None else {}))
-            await node.run_blocking(node.write_path.update_group_config, group, cfg)
+            await node.run_blocking(node.write_path.update_group_config, group, cfg, mark)
         return pb.UpdateConsumerGroupResponse(group=group, settings=group_settings(node, group))

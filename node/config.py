@@ -249,8 +249,9 @@ class ClusterSection:
         "DNS and re-read on every refresh, for groups without DNS names (machines outside Kubernetes, tests). "
         "Empty: DNS only.", "")
     topic_reconcile_interval_s: float = setting(
-        "With `cluster.groups`: seconds between two passes in which each group's leader creates in its group "
-        "every topic another group has and it lacks (a group that missed a `topic create`).", 30.0)
+        "With `cluster.groups`: seconds between two reconcile passes, in which each group's leader brings its own "
+        "group's topics, access users and consumer-group settings to the latest cluster-wide change another group "
+        "made (a group that missed a create, update or delete while it was down).", 30.0)
     auto_balance_leaders: bool = setting(
         "A group's leader hands leadership to the group's preferred leader (docs/design/leader-balance.md) once "
         "that member has been healthy, ready and caught up for `cluster.auto_balance_after_s`: leaders move back "

@@ -235,13 +235,15 @@ class GroupDirectory:
         return list(await asyncio.gather(*(one(g) for g in self.names)))
 
     async def in_every_group(self, method: str, request: Any, context: grpc.aio.ServicerContext, *,
-                             done_if_not_found: bool = False) -> dict[str, Any]:
+                             done_if_not_found: bool = False, reconciled: bool = False) -> dict[str, Any]:
         """A change of replicated settings without a group (access rules, consumer-group settings, an offset
         reset), in a cluster of several: ``request`` pinned (its ``broker``) to every group at once, each group
         applying it idempotently (docs/design/scale-out.md#settings-in-every-group). Every group's answer by
         group; if any group refused or did not answer, an RpcError with each refusal naming its group and the
         groups that did it. ``done_if_not_found`` (a delete): a group answering NOT_FOUND has nothing left to
-        do (its answer is the error), unless every group does (then that is the refusal)."""
+        do (its answer is the error), unless every group does (then that is the refusal). ``reconciled``: the
+        leaders' settings reconcile pass completes the change in a group that missed it (node/settings_reconcile.py),
+        and the refusal says so."""
 
         def pinned(group: str) -> Any:
             copy = type(request)()
@@ -257,6 +259,8 @@ class GroupDirectory:
             did = ", ".join(g for g, a in answers if not isinstance(a, RpcError)) or "no group"
             code = (grpc.StatusCode.UNAVAILABLE if any(e.code == grpc.StatusCode.UNAVAILABLE for e in failed)
                     else failed[0].code)
-            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done in: {did}; run it again once "
-                           "every group answers: each group's part is idempotent)")
+            after = ("the leaders' reconcile pass completes it in the groups that missed it once they answer, or run "
+                     "it again then" if reconciled else "run it again once every group answers")
+            raise RpcError(code, "; ".join(e.message for e in failed) + f" (done in: {did}; {after}: each group's "
+                           "part is idempotent)")
         return dict(answers)

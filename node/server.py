@@ -663,16 +663,18 @@ async def serve(cfg: NodeConfig) -> int:
         from raftmq.node.acl_rotation import reseal_loop
 
         reseal = asyncio.ensure_future(reseal_loop(broker.core)) if broker.core.auth is not None else None
-        reconcile = discovery = None
+        reconcile: list = []
+        discovery = None
         if cfg.cluster.group_discovery:  # issue 38: groups added later are learned from DNS, without a restart
             from raftmq.node.group_discovery import GroupDiscovery
 
             discovery = asyncio.ensure_future(GroupDiscovery(broker.core).run())
-        if broker.core.groups.many or discovery is not None:  # issue 37: a topic missing from a group is created
-            from raftmq.node.topic_reconcile import TopicReconcile  # there by its leader
+        if broker.core.groups.many or discovery is not None:  # issue 37: what a group missed of a cluster-wide
+            from raftmq.node.settings_reconcile import SettingsReconcile  # change, done by its leader
+            from raftmq.node.topic_reconcile import TopicReconcile
 
-            reconcile = asyncio.ensure_future(
-                TopicReconcile(broker.core, cfg.cluster.topic_reconcile_interval_s).run())
+            reconcile = [asyncio.ensure_future(kind(broker.core, cfg.cluster.topic_reconcile_interval_s).run())
+                         for kind in (TopicReconcile, SettingsReconcile)]
         balance = None
         if cfg.cluster.auto_balance_leaders and cfg.members:  # issue 38: leaders back to the preferred members
             from raftmq.node.leader_balancer import LeaderBalancer
@@ -680,7 +682,7 @@ async def serve(cfg: NodeConfig) -> int:
             balance = asyncio.ensure_future(LeaderBalancer(broker.core, cfg.cluster.auto_balance_after_s).run())
         await stopped
         role.cancel()
-        for task in (reconcile, discovery, balance):
+        for task in (*reconcile, discovery, balance):
             if task is not None:
                 task.cancel()
         if reseal is not None:

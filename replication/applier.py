@@ -161,14 +161,16 @@ class StoreApplier:
 
     def apply_group_config(self, cmd: dict) -> None:
         """A consumer group's settings set (``op`` "put", ``cfg`` in subscriptionGroup.json's shape) or dropped
-        ("delete"); ``ts`` (the leader's clock) stamps the file's data version. StoreError when invalid."""
+        ("delete"); ``ts`` (the leader's clock) stamps the file's data version; ``mark`` (ms, optional) is remembered
+        as when it was set or dropped. StoreError when invalid."""
         from raftmq.store.subscription_groups import SubscriptionGroup
 
         table = self.store.subscription_groups
+        mark = cmd.get("mark")  # a cluster of several groups: when the change was made (docs/design/scale-out.md)
         if cmd["op"] == "put":
-            table.put(SubscriptionGroup.from_json(cmd["cfg"]), cmd["ts"])
+            table.put(SubscriptionGroup.from_json(cmd["cfg"]), cmd["ts"], mark)
         elif cmd["op"] == "delete":
-            table.delete(str(cmd["group"]), cmd["ts"])
+            table.delete(str(cmd["group"]), cmd["ts"], mark)
         else:
             raise ValueError(f"unknown consumer group operation {cmd['op']!r}")
 
@@ -215,6 +217,7 @@ class StoreApplier:
                 "delay_offsets": self.store.delay_offsets.snapshot(),
                 "timer_progress": self.store.timer_progress.snapshot(), "pop_state": self.store.pop_state.snapshot(),
                 "queue_offsets": self.store.queue_offset_table(), "acl": self.acl.snapshot(),
+                "acl_marks": self.acl.snapshot_marks(),
                 "ended_console_sessions": self.acl.snapshot_ended_sessions(),
                 "membership": self.membership.snapshot()}
 
@@ -235,6 +238,8 @@ class StoreApplier:
             store.subscription_groups.restore(d["subscription_groups"])
         if "acl" in d:  # absent in snapshots of members from before access control
             self.acl.restore(d["acl"])
+        if "acl_marks" in d:  # absent in snapshots of members from before the settings reconcile pass
+            self.acl.restore_marks(d["acl_marks"])
         if "ended_console_sessions" in d:  # absent in snapshots of members from before server-side log-outs
             self.acl.restore_ended_sessions(d["ended_console_sessions"])
         self.membership.restore(d.get("membership"))  # absent (None) from members before membership records

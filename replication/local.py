@@ -231,10 +231,11 @@ class LocalWritePath:
             self._applier.apply_timer_progress({"low": low, "scanned": scanned, "deliveredUpTo": delivered_up_to})
             self._applier.persist_metadata()
 
-    def update_group_config(self, group: str, cfg: Any) -> None:
+    def update_group_config(self, group: str, cfg: Any, mark_ms: int | None = None) -> None:
         with self._meta_lock:
             op = {"op": "delete", "group": group} if cfg is None else {"op": "put", "cfg": cfg.to_json()}
-            self._applier.apply_group_config({**op, "ts": int(time.time() * 1000)})
+            marked = {} if mark_ms is None else {"mark": int(mark_ms)}
+            self._applier.apply_group_config({**op, "ts": int(time.time() * 1000), **marked})
 
     def end_console_session(self, session: str, until_s: int) -> None:
         with self._meta_lock:

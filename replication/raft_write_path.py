@@ -1398,14 +1398,15 @@ class RaftWritePath:
     def delete_topic(self, name: str) -> None:
         raise_refusal(self.change_topics([("delete", name)]))
 
-    def update_group_config(self, group: str, cfg: Any) -> None:
+    def update_group_config(self, group: str, cfg: Any, mark_ms: int | None = None) -> None:
         """Replicate a consumer group's settings (store.subscription_groups.SubscriptionGroup), or drop them
-        (``cfg`` None); StoreError when refused."""
+        (``cfg`` None); ``mark_ms``: remembered as when (a cluster of several groups). StoreError when refused."""
+        marked = {} if mark_ms is None else {"mark": int(mark_ms)}
         if cfg is None:
-            self._meta_or_raise("group_config", {"op": "delete", "group": group, "ts": _now_ms()})
+            self._meta_or_raise("group_config", {"op": "delete", "group": group, "ts": _now_ms(), **marked})
             return
         cfg.validate()
-        self._meta_or_raise("group_config", {"op": "put", "cfg": cfg.to_json(), "ts": _now_ms()})
+        self._meta_or_raise("group_config", {"op": "put", "cfg": cfg.to_json(), "ts": _now_ms(), **marked})
 
     def end_console_session(self, session: str, until_s: int) -> None:
         """Replicate the end of a web-console session (refused on every member from then on)."""

@@ -100,9 +100,10 @@ class WritePath(Protocol):
         """Pop-consumption state changes (store.pop_state.PopStateTable.apply); replicated when clustered;
         returns once applied here, one refusal or None per op."""
 
-    def update_group_config(self, group: str, cfg: Any) -> None:
+    def update_group_config(self, group: str, cfg: Any, mark_ms: int | None = None) -> None:
         """Set a consumer group's own settings (store.subscription_groups.SubscriptionGroup) or drop them (``cfg``
-        None: the node configuration applies again); replicated when clustered; StoreError when invalid."""
+        None: the node configuration applies again); replicated when clustered; StoreError when invalid.
+        ``mark_ms``: remembered as when they were set or dropped (a cluster of several groups)."""
 
     def end_console_session(self, session: str, until_s: int) -> None:
         """End a web-console session on every member (its id, and when it would have expired, epoch s)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from raftmq.store import json_file
 from raftmq.store.errors import StoreError
+from raftmq.store.topic_config import MARK_KEEP_MS, TopicMark
 
 FILE_NAME = "subscriptionGroup.json"
 MAX_DELIVERY_ATTEMPTS = 1000
@@ -113,6 +114,9 @@ class SubscriptionGroupTable:
         self.path = os.path.join(config_dir, FILE_NAME)
         self._lock = threading.Lock()
         self._groups: dict[str, SubscriptionGroup] = {}
+        # a cluster of several Raft groups: when this group last set or dropped each consumer group's settings in
+        # a cluster-wide change (the settings reconcile pass compares them; docs/design/scale-out.md)
+        self._marks: dict[str, TopicMark] = {}
         self.data_version = {"counter": 0, "timestamp": 0}
 
     def load(self) -> None:
@@ -122,12 +126,14 @@ class SubscriptionGroupTable:
         try:
             groups = {name: SubscriptionGroup.from_json(v)
                       for name, v in (data.get("subscriptionGroupTable") or {}).items()}
+            marks = _marks_of(data)
             dv = data.get("dataVersion") or {}
             version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise StoreError(f"{self.path} does not have the subscriptionGroup.json shape: {e}") from None
         with self._lock:
             self._groups = groups
+            self._marks = marks
             self.data_version = version
 
     # ------------------------------------------------------------------ reads
@@ -137,19 +143,37 @@ class SubscriptionGroupTable:
     def list(self) -> list[SubscriptionGroup]:
         return sorted(self._groups.values(), key=lambda g: g.group_name)
 
+    def marks(self) -> dict[str, TopicMark]:
+        """When this group last set (``deleted`` False) or dropped each consumer group's settings in a
+        cluster-wide change (a copy)."""
+        with self._lock:
+            return dict(self._marks)
+
     # ------------------------------------------------------------------ deterministic changes
-    def put(self, group: SubscriptionGroup, timestamp_ms: int) -> None:
+    def put(self, group: SubscriptionGroup, timestamp_ms: int, mark_ms: int | None = None) -> None:
+        """Set a group's settings; ``mark_ms``: remember that time as when it was set (a cluster of groups)."""
         group.validate()
         with self._lock:
             self._groups[group.group_name] = group
+            self._mark(group.group_name, False, mark_ms, timestamp_ms)
             self._changed(timestamp_ms)
 
-    def delete(self, name: str, timestamp_ms: int) -> bool:
+    def delete(self, name: str, timestamp_ms: int, mark_ms: int | None = None) -> bool:
+        """Drop a group's settings (False when it had none); ``mark_ms`` is remembered even then."""
         with self._lock:
-            if self._groups.pop(name, None) is None:
-                return False
-            self._changed(timestamp_ms)
-            return True
+            existed = self._groups.pop(name, None) is not None
+            self._mark(name, True, mark_ms, timestamp_ms)
+            if existed or mark_ms is not None:
+                self._changed(timestamp_ms)
+            return existed
+
+    def _mark(self, name: str, deleted: bool, mark_ms: int | None, timestamp_ms: int) -> None:
+        """Lock held: remember the mark, forget those older than MARK_KEEP_MS (by the change's timestamp)."""
+        if mark_ms is None:
+            return
+        self._marks[name] = TopicMark(deleted=deleted, at_ms=int(mark_ms))
+        for old in [n for n, m in self._marks.items() if int(timestamp_ms) - m.at_ms > MARK_KEEP_MS]:
+            del self._marks[old]
 
     def _changed(self, timestamp_ms: int) -> None:
         """Lock held: bump the data version and write the file."""
@@ -158,8 +182,11 @@ class SubscriptionGroupTable:
 
     # ------------------------------------------------------------------ persistence / snapshots
     def _to_json_locked(self) -> dict[str, Any]:
-        return {"dataVersion": dict(self.data_version),
+        data = {"dataVersion": dict(self.data_version),
                 "subscriptionGroupTable": {n: self._groups[n].to_json() for n in sorted(self._groups)}}
+        if self._marks:  # only in a cluster of several groups: a one-group cluster's file keeps its shape
+            data[MARKS_KEY] = {n: self._marks[n].to_json() for n in sorted(self._marks)}
+        return data
 
     def snapshot(self) -> str:
         with self._lock:
@@ -171,6 +198,14 @@ class SubscriptionGroupTable:
         with self._lock:
             self._groups = {n: SubscriptionGroup.from_json(v)
                             for n, v in (data.get("subscriptionGroupTable") or {}).items()}
+            self._marks = _marks_of(data)
             dv = data.get("dataVersion") or {}
             self.data_version = {"counter": int(dv.get("counter", 0)), "timestamp": int(dv.get("timestamp", 0))}
             json_file.write_safely(self.path, json_file.dumps(self._to_json_locked()))
+
+
+MARKS_KEY = "raftmqGroupMarks"  # subscriptionGroup.json's key of the marks (absent when there are none)
+
+
+def _marks_of(data: dict[str, Any]) -> dict[str, TopicMark]:
+    return {str(n): TopicMark.from_json(v) for n, v in (data.get(MARKS_KEY) or {}).items()}

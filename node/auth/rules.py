@@ -54,6 +54,7 @@ ACCESS: dict[str, tuple[Requirement, ...]] = {
     "/raftmq.v1.AdminService/UpdateTopic": (("ADMIN", "topic", "topic.name"),),
     "/raftmq.v1.AdminService/DeleteTopic": (("ADMIN", "topic", "name"),),
     "/raftmq.v1.AdminService/ListTopics": (),
+    "/raftmq.v1.AdminService/ListSettings": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AdminService/ClusterStatus": (),
     "/raftmq.v1.AdminService/TransferLeader": (("ADMIN", CLUSTER, ""),),
     "/raftmq.v1.AdminService/RebuildMember": (("ADMIN", CLUSTER, ""),),

@@ -322,3 +322,28 @@ def test_a_signed_http_request_is_decided_again_after_catching_up(auth, table):
     assert auth.check_http("/ui", headers, "10.0.0.7", catch_up) is None
     assert auth.check_http("/ui", dict(signed_headers("alice", "wrong-secret", NOW)), "10.0.0.7",
                            lambda: True)[0] == 401
+
+
+def test_acl_marks_record_cluster_wide_changes_and_user_set_copies_a_record(tmp_path):
+    """issue 37: a change carrying ``mark`` is remembered per user (a delete as deleted) in acl.json, for the
+    settings reconcile pass; ``user_set`` replaces a whole record; a table without marks keeps its file shape."""
+    import json
+
+    path = str(tmp_path / "acl.json")
+    t = AclTable(path)
+    assert t.apply({"op": "user_put", "user": "alice", "secret": "s1", "admin": False}) is None
+    t.persist()
+    assert "marks" not in json.loads(open(path).read())
+    t.apply({"op": "user_put", "user": "bob", "secret": "s2", "admin": False, "mark": 1000})
+    t.apply({"op": "user_delete", "user": "bob", "mark": 2000})
+    rec = {"secret": "s3", "admin": True, "rules": [{"effect": "allow", "actions": ["PUB"], "resources": ["*"]}],
+           "networks": ["10.0.0.0/8"]}
+    assert t.apply({"op": "user_set", "user": "carol", "record": rec, "mark": 3000}) is None
+    assert t.marks() == {"bob": (True, 2000), "carol": (False, 3000)}
+    assert t.snapshot_user("carol") == rec
+    t.persist()
+    again = AclTable(path)
+    assert again.marks() == t.marks() and again.snapshot() == t.snapshot()
+    other = AclTable(None)
+    other.restore_marks(t.snapshot_marks())
+    assert other.marks() == t.marks()

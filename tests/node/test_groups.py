@@ -19,8 +19,8 @@ from tests.support.waiting import wait_for
 TOPIC = "orders"
 
 
-def _start(base) -> list:
-    specs = group_specs(base, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1})
+def _start(base, **overrides) -> list:
+    specs = group_specs(base, groups=2, members=1, cluster={"topic_reconcile_interval_s": 1}, **overrides)
     nodes = start_nodes([s for group in specs for s in group])
     try:
         for n in nodes:
@@ -204,6 +204,50 @@ def test_topic_admin_acts_on_every_group_idempotently_and_reconcile_repairs_a_mi
     assert (topic.read_queue_nums, topic.write_queue_nums) == (2, 2)
 
 
+def test_create_topics_acts_on_every_group_and_a_missed_update_is_repaired_by_the_reconcile_pass(two_groups):
+    g0, g1 = two_groups
+    a = admin(g1)
+    names = [f"bulk-{i}" for i in range(3)]
+    bulk = pb.CreateTopicsRequest(topics=[pb.TopicConfig(name=n, read_queue_nums=2, write_queue_nums=2)
+                                          for n in names])
+    outcomes = lambda r: [(o.group, o.outcome) for o in r.groups]  # noqa: E731
+    first = a.CreateTopics(bulk, timeout=30)
+    assert outcomes(first) == [("g0", "created"), ("g1", "created")]
+    assert sorted(t.name for t in first.created) == names and not first.existing
+    again = a.CreateTopics(bulk, timeout=30)  # idempotent: every group holds them with the same settings
+    assert outcomes(again) == [("g0", "exists"), ("g1", "exists")]
+    assert not again.created and sorted(again.existing) == names
+    other = pb.CreateTopicsRequest(topics=[pb.TopicConfig(name="bulk-0", read_queue_nums=7, write_queue_nums=7)])
+    with pytest.raises(grpc.RpcError) as e:
+        a.CreateTopics(other, timeout=30)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "in group g0 with other settings" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        a.CreateTopics(pb.CreateTopicsRequest(topics=bulk.topics, broker="g7"), timeout=30)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "unknown group 'g7'" in e.value.details()
+
+    g1.kill()
+    update = pb.UpdateTopicRequest(topic=pb.TopicConfig(name="bulk-1", read_queue_nums=5, write_queue_nums=5))
+    with pytest.raises(grpc.RpcError) as e:
+        admin(g0).UpdateTopic(update, timeout=30)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "group g1 is unavailable" in e.value.details() and "done: g0 updated" in e.value.details()
+    assert "reconcile pass updates it in the groups that missed the update" in e.value.details()
+    late = pb.CreateTopicsRequest(topics=[pb.TopicConfig(name="bulk-late", read_queue_nums=3, write_queue_nums=3)])
+    with pytest.raises(grpc.RpcError) as e:
+        admin(g0).CreateTopics(late, timeout=30)
+    assert "group g1 is unavailable" in e.value.details() and "done: g0 created" in e.value.details()
+    g1.restart()
+    wait_leader([g1])
+    wait_for(lambda: (_topic_in(g1, "bulk-1") or pb.TopicConfig()).write_queue_nums == 5,
+             "the reconcile pass brings g1's bulk-1 to g0's newer settings", timeout=60)
+    assert _topic_in(g1, "bulk-1").read_queue_nums == 5
+    wait_for(lambda: _topic_in(g1, "bulk-late"), "the reconcile pass creates the missed topic in g1", timeout=60)
+    for node in two_groups:  # the others stay as they were created
+        assert [(_topic_in(node, n).read_queue_nums, _topic_in(node, n).write_queue_nums)
+                for n in ("bulk-0", "bulk-2")] == [(2, 2), (2, 2)]
+    assert _topic_in(g0, "bulk-1").write_queue_nums == 5  # never undone by g1's older settings
+
+
 def test_a_pull_consumer_group_shares_the_union_of_both_groups_queues(shared_groups, topic):
     from raftmq.client import Producer, PullConsumer
 
@@ -272,6 +316,40 @@ def test_a_transaction_and_a_msg_id_are_found_in_their_group_from_any_member(sha
     assert r.broker == "g1"
     viewed = messaging(g0).ViewMessage(pb.ViewMessageRequest(msg_id=r.msg_id), timeout=20).message
     assert viewed.uniq_key == "K-view"
+
+
+def test_the_transaction_producer_answers_the_check_backs_of_every_group(tmp_path):
+    """Its halves are stored in both groups; each group's leader asks only the producers connected to it, so the
+    SDK holds a check stream to each group (learnt from the route), though it was given only g0's address."""
+    from raftmq.client.transaction_producer import TransactionProducer, TransactionState
+
+    nodes = _start(tmp_path, store={"transaction_timeout_ms": 600, "transaction_check_interval_ms": 100,
+                                    "transaction_check_max": 30})
+    try:
+        g0, g1 = nodes
+        topic = _create(nodes, "tx-groups")
+        asked: list[str] = []
+
+        def checker(view):
+            asked.append(view.uniq_key)
+            return TransactionState.COMMIT
+
+        with TransactionProducer([g0.grpc_address], group="pg-groups", checker=checker) as p:
+            halves = {b: p.send_in_transaction(topic, f"in {b}", broker=b,
+                                               local_tx=lambda half: TransactionState.UNKNOWN).half
+                      for b in ("g0", "g1")}
+            assert {b: h.send_result.broker for b, h in halves.items()} == {"g0": "g0", "g1": "g1"}
+            wait_for(lambda: {h.transaction_id for h in halves.values()} <= set(asked),
+                     "the check-backs of both groups' leaders", timeout=60)
+
+        def committed(broker: str) -> list[bytes]:
+            return [m.body for q in range(4) for m in messaging(g0).PullMessage(pb.PullMessageRequest(
+                topic=topic, queue_id=q, offset=0, broker=broker), timeout=20).messages]
+
+        for b in ("g0", "g1"):  # each group committed its own half, in its own queues
+            assert wait_for(lambda b=b: committed(b), f"the message committed in {b}") == [f"in {b}".encode()]
+    finally:
+        stop_all(nodes)
 
 
 def test_topic_describe_shows_each_groups_queues(two_groups):

@@ -3,12 +3,13 @@ of a topic among the groups wins; without marks, a topic one group holds is copi
 
 from __future__ import annotations
 
-from raftmq.node.topic_reconcile import GroupTopics, latest
+from raftmq.node.settings_reconcile import setting_changes
+from raftmq.node.topic_reconcile import GroupTopics, changes, latest
 from raftmq.v1 import raftmq_pb2 as pb
 
 
-def _group(topics: tuple[str, ...] = (), **marks: tuple[bool, int]) -> GroupTopics:
-    return GroupTopics({n: pb.TopicConfig(name=n) for n in topics},
+def _group(topics: tuple[str, ...] = (), queues: int = 4, **marks: tuple[bool, int]) -> GroupTopics:
+    return GroupTopics({n: pb.TopicConfig(name=n, write_queue_nums=queues) for n in topics},
                        {n: pb.TopicMark(name=n, deleted=d, at_ms=at) for n, (d, at) in marks.items()})
 
 
@@ -31,3 +32,43 @@ def test_a_mark_the_table_contradicts_is_older_than_what_the_table_holds():
     than g0's delete at 1500."""
     views = {"g0": _group(t=(True, 1500)), "g1": _group(("t",), t=(True, 2000))}
     assert latest(views, "t") == (2001, True, "g1")
+
+
+def test_an_update_that_reached_one_group_is_copied_to_the_group_that_missed_it():
+    """g0 updated the topic at 3000 (the update marks it created then); g1 created it at 1000 and missed it."""
+    views = {"g0": _group(("t",), queues=8, t=(False, 3000)), "g1": _group(("t",), t=(False, 1000))}
+    assert changes(views, "g1") == [("t", 3000, "g0", "update")]
+    assert changes(views, "g0") == []  # the newer settings are never undone by the older ones
+
+
+def test_settings_that_differ_with_equal_marks_are_left_alone():
+    views = {"g0": _group(("t",), queues=8, t=(False, 3000)), "g1": _group(("t",), t=(False, 3000))}
+    assert changes(views, "g0") == [] and changes(views, "g1") == []
+
+
+def test_changes_create_and_delete_as_the_latest_state_says():
+    views = {"g0": _group(("new",), gone=(True, 2000), new=(False, 2500)),
+             "g1": _group(("gone",), gone=(False, 1000))}
+    assert changes(views, "g1") == [("gone", 2000, "g0", "delete"), ("new", 2500, "g0", "create")]
+
+
+def _settings(records: dict[str, str], **marks: tuple[bool, int]) -> GroupTopics:
+    return GroupTopics(records, {n: pb.TopicMark(name=n, deleted=d, at_ms=at) for n, (d, at) in marks.items()})
+
+
+def test_settings_follow_the_latest_change_among_the_groups():
+    """The settings pass's rule (node/settings_reconcile.py): a user changed in g0 after g1's copy, a user g0
+    deleted, one g0 created, are set / deleted in g1; g0 has nothing to do."""
+    views = {"g0": _settings({"alice": "new", "carol": "c"}, alice=(False, 3000), bob=(True, 2500),
+                             carol=(False, 2600)),
+             "g1": _settings({"alice": "old", "bob": "b"}, alice=(False, 1000), bob=(False, 1000))}
+    assert setting_changes(views, "g1", str.__eq__) == [("alice", 3000, "g0", "set"), ("bob", 2500, "g0", "delete"),
+                                                         ("carol", 2600, "g0", "set")]
+    assert setting_changes(views, "g0", str.__eq__) == []
+
+
+def test_settings_equal_by_content_are_not_copied_though_marked_at_different_times():
+    """Each group marks a cluster-wide change by its own leader's clock: the same content is left alone."""
+    views = {"g0": _settings({"alice": "same"}, alice=(False, 3001)), "g1": _settings({"alice": "same"},
+                                                                                        alice=(False, 3000))}
+    assert setting_changes(views, "g1", str.__eq__) == []

@@ -4,6 +4,7 @@ refusing fast with its name while the other group writes on; no acknowledged mes
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -236,3 +237,74 @@ def test_status_and_check_cover_every_group_and_name_the_group_that_differs(clus
                                                 if line.startswith(f"| {victim.spec.id} ")), bad.stdout
     only_g0 = raftmq("cluster", "check", "-s", entry, "--group", "g0", secret=None)
     assert only_g0.returncode == 0 and "g1-n" not in only_g0.stdout, (only_g0.stdout, only_g0.stderr)
+def test_a_whole_group_that_missed_a_user_and_a_group_setting_change_gets_them_when_it_is_back(tmp_path):
+    """g1's three members SIGKILLed; an access user changed and one deleted, a consumer group's settings set,
+    through g0 (each call fails naming g1); g1 brought back: its leader's settings reconcile pass brings it to g0's
+    newer state without the changes being run again."""
+    from raftmq.client.acl import AclAdmin
+    from raftmq.client.consumer_group import update_consumer_group
+    from raftmq.client.errors import RaftmqError
+    from raftmq.client.security import ClientSecurity
+    from raftmq.signing import signed_headers
+
+    security = {"auth_enabled": True, "auth_admin_access_key": "root", "auth_admin_secret_key": "root-secret-1"}
+    specs = group_specs(tmp_path, groups=2, members=3, security=security,
+                        cluster={"secret": "cluster-secret", "topic_reconcile_interval_s": 1})
+    nodes = start_nodes([s for group in specs for s in group], timeout=120)
+    root = ClientSecurity(access_key="root", secret_key="root-secret-1")
+    g0, g1 = nodes[:3], nodes[3:]
+
+    def leader(group):  # wait_leader's ClusterStatus, signed: authentication is on
+        for n in group:
+            try:
+                st = admin(n).ClusterStatus(pb.ClusterStatusRequest(), timeout=5,
+                                            metadata=signed_headers("root", "root-secret-1"))
+            except grpc.RpcError:
+                continue
+            if st.leader_id:
+                return next((m for m in group if m.spec.id == st.leader_id), None)
+        return None
+
+    try:
+        for g in (g0, g1):
+            wait_for(lambda g=g: leader(g), "a leader in each group", timeout=60)
+        with AclAdmin([n.grpc_address for n in g0], security=root, retry_timeout=20) as a0:
+            a0.put_user("alice", "alice-secret-1")
+            a0.put_user("bob", "bob-secret-12")
+            for n in g1:
+                n.kill()
+            with pytest.raises(RaftmqError, match="group g1 is unavailable"):
+                a0.add_rule("alice", "allow", ["PUB"], ["topic:orders-*"])
+            with pytest.raises(RaftmqError, match="group g1 is unavailable"):
+                a0.put_user("alice", "alice-secret-2")  # a new secret: the only change of its record
+            with pytest.raises(RaftmqError, match="group g1 is unavailable"):
+                a0.delete_user("bob")
+        with pytest.raises(RaftmqError, match="group g1 is unavailable.*reconcile pass completes it"):
+            update_consumer_group([g0[0].grpc_address], "cg-late", max_delivery_attempts=9, security=root,
+                                  retry_timeout=5)
+        for n in g1:
+            n.start()
+        for n in g1:
+            n.wait_ready(timeout=120)
+
+        def arrived():
+            try:
+                state = admin(leader(g1)).ListSettings(pb.ListSettingsRequest(), timeout=20,
+                                                       metadata=signed_headers("root", "root-secret-1"))
+            except (grpc.RpcError, AttributeError):  # no leader yet, or it just changed
+                return False
+            users = {u.name: json.loads(u.record) for u in state.users if u.present}
+            groups = {g.name: json.loads(g.record) for g in state.groups if g.present}
+            alice = users.get("alice")
+            return ("bob" not in users and alice is not None and [r["actions"] for r in alice["rules"]] == [["PUB"]]
+                    and groups.get("cg-late", {}).get("retryMaxTimes") == 8)
+
+        wait_for(arrived, "g1 brought to g0's users and consumer-group settings by its reconcile pass", timeout=90)
+        route = pb.QueryRouteRequest()
+        for member in g1:  # alice's new secret is the one every member of g1 knows
+            messaging(member).QueryRoute(route, timeout=20, metadata=signed_headers("alice", "alice-secret-2"))
+            with pytest.raises(grpc.RpcError) as e:
+                messaging(member).QueryRoute(route, timeout=20, metadata=signed_headers("alice", "alice-secret-1"))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, e.value
+    finally:
+        stop_all(nodes, kill=True)

@@ -156,3 +156,25 @@ def test_subscription_groups_json_is_rocketmq_shaped_and_reads_rocketmq_files(tm
         with pytest.raises(StoreError, match=says):
             t.put(bad, 1)
     assert t.delete("billing", 2) and not t.delete("billing", 3) and t.get("billing") is None
+    assert "raftmqGroupMarks" not in json_file.loads((tmp_path / "subscriptionGroup.json").read_text())
+
+
+def test_subscription_group_marks_are_kept_in_the_file_and_snapshots(tmp_path):
+    """issue 37: in a cluster of several groups, when each group's settings were set or dropped cluster-wide
+    (the settings reconcile pass compares them); a drop of settings a group never had is remembered too."""
+    from raftmq.store.subscription_groups import SubscriptionGroup, SubscriptionGroupTable
+    from raftmq.store.topic_config import MARK_KEEP_MS, TopicMark
+
+    t = SubscriptionGroupTable(str(tmp_path))
+    t.put(SubscriptionGroup("billing", True, 5, (1000,)), 1000, mark_ms=1000)
+    assert not t.delete("never-set", 2000, mark_ms=2000)
+    assert t.marks() == {"billing": TopicMark(False, 1000), "never-set": TopicMark(True, 2000)}
+    again = SubscriptionGroupTable(str(tmp_path))
+    again.load()
+    assert again.marks() == t.marks()
+    copy = SubscriptionGroupTable(str(tmp_path / "copy"))
+    (tmp_path / "copy").mkdir()
+    copy.restore(t.snapshot())
+    assert copy.marks() == t.marks()
+    t.put(SubscriptionGroup("late", False, 3, (1000,)), 2000 + MARK_KEEP_MS + 1, mark_ms=2000 + MARK_KEEP_MS + 1)
+    assert set(t.marks()) == {"late"}  # the older marks are forgotten by the change's timestamp

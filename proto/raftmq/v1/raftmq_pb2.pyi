@@ -577,20 +577,24 @@ class TopicResponse(_message.Message):
     def __init__(self, topic: _Optional[_Union[TopicConfig, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupTopicOutcome, _Mapping]]] = ...) -> None: ...
 
 class CreateTopicsRequest(_message.Message):
-    __slots__ = ("topics", "skip_existing")
+    __slots__ = ("topics", "skip_existing", "broker")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     SKIP_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     skip_existing: bool
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., skip_existing: _Optional[bool] = ...) -> None: ...
+    broker: str
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., skip_existing: _Optional[bool] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class CreateTopicsResponse(_message.Message):
-    __slots__ = ("created", "existing")
+    __slots__ = ("created", "existing", "groups")
     CREATED_FIELD_NUMBER: _ClassVar[int]
     EXISTING_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     created: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     existing: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, created: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., existing: _Optional[_Iterable[str]] = ...) -> None: ...
+    groups: _containers.RepeatedCompositeFieldContainer[GroupTopicOutcome]
+    def __init__(self, created: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., existing: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[_Union[GroupTopicOutcome, _Mapping]]] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ("include_system", "filter", "after", "limit", "broker", "include_marks")
@@ -629,6 +633,38 @@ class ListTopicsResponse(_message.Message):
     more: bool
     marks: _containers.RepeatedCompositeFieldContainer[TopicMark]
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., matching: _Optional[int] = ..., more: _Optional[bool] = ..., marks: _Optional[_Iterable[_Union[TopicMark, _Mapping]]] = ...) -> None: ...
+
+class ListSettingsRequest(_message.Message):
+    __slots__ = ("broker",)
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    def __init__(self, broker: _Optional[str] = ...) -> None: ...
+
+class SettingEntry(_message.Message):
+    __slots__ = ("name", "present", "record", "marked", "deleted", "at_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    MARKED_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    present: bool
+    record: str
+    marked: bool
+    deleted: bool
+    at_ms: int
+    def __init__(self, name: _Optional[str] = ..., present: _Optional[bool] = ..., record: _Optional[str] = ..., marked: _Optional[bool] = ..., deleted: _Optional[bool] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class ListSettingsResponse(_message.Message):
+    __slots__ = ("users", "groups", "auth")
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[SettingEntry]
+    groups: _containers.RepeatedCompositeFieldContainer[SettingEntry]
+    auth: bool
+    def __init__(self, users: _Optional[_Iterable[_Union[SettingEntry, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[SettingEntry, _Mapping]]] = ..., auth: _Optional[bool] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("name", "broker")

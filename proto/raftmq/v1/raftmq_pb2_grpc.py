@@ -949,6 +949,11 @@ class AdminServiceStub:
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
+        self.ListSettings = channel.unary_unary(
+                '/raftmq.v1.AdminService/ListSettings',
+                request_serializer=raftmq_dot_v1_dot_raftmq__pb2.ListSettingsRequest.SerializeToString,
+                response_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ListSettingsResponse.FromString,
+                _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/raftmq.v1.AdminService/DeleteTopic',
                 request_serializer=raftmq_dot_v1_dot_raftmq__pb2.DeleteTopicRequest.SerializeToString,
@@ -1015,6 +1020,13 @@ class AdminServiceServicer:
 
     def ListTopics(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSettings(self, request, context):
+        """issue 37
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -1092,6 +1104,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListTopics,
                     request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ListTopicsRequest.FromString,
                     response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'ListSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSettings,
+                    request_deserializer=raftmq_dot_v1_dot_raftmq__pb2.ListSettingsRequest.FromString,
+                    response_serializer=raftmq_dot_v1_dot_raftmq__pb2.ListSettingsResponse.SerializeToString,
             ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
@@ -1242,6 +1259,33 @@ class AdminService:
             '/raftmq.v1.AdminService/ListTopics',
             raftmq_dot_v1_dot_raftmq__pb2.ListTopicsRequest.SerializeToString,
             raftmq_dot_v1_dot_raftmq__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftmq.v1.AdminService/ListSettings',
+            raftmq_dot_v1_dot_raftmq__pb2.ListSettingsRequest.SerializeToString,
+            raftmq_dot_v1_dot_raftmq__pb2.ListSettingsResponse.FromString,
             options,
             channel_credentials,
             insecure,
