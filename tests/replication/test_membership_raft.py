@@ -14,7 +14,7 @@ from pysyncobj.syncobj_admin import executeAdminCommand
 from raftmq.replication import membership
 from raftmq.replication.raft_log import ReplicatedLog
 from raftmq.replication.write_path import MemberInfo
-from tests.replication.in_process_members import Outcomes, RecordingMachine, leader_of
+from tests.replication.in_process_members import Outcomes, RecordingMachine
 from tests.support.processes import free_ports
 from tests.support.waiting import wait_for
 
@@ -58,6 +58,15 @@ def member(address: str) -> MemberInfo:
     return MemberInfo("x" + address.rsplit(":", 1)[1], address, "127.0.0.1:1")
 
 
+def ready_leader(voters: list[ReplicatedLog]) -> ReplicatedLog:
+    """The leader once it has applied the no-op entry of its term: pysyncobj refuses a membership change with
+    REQUEST_DENIED until then (raftmq's caller retries it: replication/member_changes.py), and a loaded box shows
+    that gap between winning the election and applying the no-op."""
+    return wait_for(lambda: next((m for m in voters if m.is_leader()
+                                  and m.entry_term(m.raftLastApplied) == m.raftCurrentTerm), None),
+                    what="a leader that applied its term's no-op", timeout=60)
+
+
 def propose(leader: ReplicatedLog, op: str, address: str) -> Outcomes:
     outcome = Outcomes(1)
     leader.propose_voter_change(membership.VoterChange(op, member(address)), outcome)
@@ -69,7 +78,7 @@ def test_a_second_voter_change_is_refused_while_the_first_is_not_committed():
     the second change below is appended too, and two uncommitted changes make configurations two voters apart,
     whose majorities need not overlap."""
     with group(3) as (voters, _):
-        leader = leader_of(voters)
+        leader = ready_leader(voters)
         follower = next(m for m in voters if m is not leader)
         gone = next(m for m in voters if m is not leader and m is not follower)
         gone.destroy()  # with 4 voters, leader + follower are no majority: the addition below cannot commit
@@ -87,7 +96,7 @@ def test_a_committed_change_is_recorded_and_not_performed_again():
     """Applying ``add X`` after ``rem X`` was appended would put X back (pysyncobj performs a change again when
     it applies it); raftmq hands the committed change to the state machine instead."""
     with group(3) as (voters, _):
-        leader = leader_of(voters)
+        leader = ready_leader(voters)
         x = "127.0.0.1:2"
         added = propose(leader, "add", x)
         assert added.wait(30) and added.errors == [FAIL_REASON.SUCCESS]
@@ -114,7 +123,7 @@ def test_a_committed_change_is_recorded_and_not_performed_again():
 
 def test_a_learner_follows_the_log_never_counts_and_sees_its_promotion():
     with group(3, learners=1) as (voters, (learner,)):
-        leader = leader_of(voters)
+        leader = ready_leader(voters)
         outcomes = Outcomes(5)
         for i in range(5):
             leader.apply_batch(f"command {i}".encode(), callback=outcomes)
@@ -129,7 +138,7 @@ def test_a_learner_follows_the_log_never_counts_and_sees_its_promotion():
 
 def test_a_learner_does_not_keep_a_leader_without_a_majority_of_voters():
     with group(3, learners=1) as (voters, (learner,)):
-        leader = leader_of(voters)
+        leader = ready_leader(voters)
         wait_for(lambda: learner._getLeader() is not None, what="the learner following the leader", timeout=30)
         for m in voters:
             if m is not leader:
@@ -141,7 +150,7 @@ def test_a_learner_does_not_keep_a_leader_without_a_majority_of_voters():
 
 def test_the_raft_port_refuses_membership_changes_by_the_admin_utility():
     with group(3) as (voters, _):
-        leader = leader_of(voters)
+        leader = ready_leader(voters)
         answer = executeAdminCommand(["-conn", leader.own_address, "-add", "127.0.0.1:3"])
         assert "refused by raftmq" in answer
         assert "127.0.0.1:3" not in leader.voter_addresses
