@@ -64,11 +64,20 @@ def latest(views: dict[str, GroupTopics], name: str) -> tuple[int, bool, str]:
     return max((*v.state(name), g) for g, v in sorted(views.items()))
 
 
+def _shared(t: pb.TopicConfig) -> pb.TopicConfig:
+    """The settings every group's copy of a topic shares: all but ``perm``, which is each group's own (as a
+    RocketMQ topic's perm is each broker's): `raftmq topic update --perm r --group G` drains one group."""
+    out = pb.TopicConfig()
+    out.CopyFrom(t)
+    out.perm = 0
+    return out
+
+
 def changes(views: dict[str, GroupTopics], own: str) -> list[tuple[str, int, str, str]]:
     """What group ``own`` must do to reach the latest state of every topic among ``views``: ``(name, the latest
     state's time, the group it is from, "create" | "update" | "delete")``. An update only when the other group's
     state is strictly newer than this group's (equal marks with different settings are left alone: no two groups
-    copy each other back and forth)."""
+    copy each other back and forth) and differs in a shared setting (``_shared``: never the group's own perm)."""
     mine = views[own]
     names = sorted({n for v in views.values() for n in (*v.topics, *v.marks) if not is_system_topic(n)})
     out = []
@@ -76,17 +85,19 @@ def changes(views: dict[str, GroupTopics], own: str) -> list[tuple[str, int, str
         since_ms, present, source = latest(views, name)
         if present != (name in mine.topics):
             out.append((name, since_ms, source, "create" if present else "delete"))
-        elif present and since_ms > mine.state(name)[0] and views[source].topics[name] != mine.topics[name]:
+        elif present and since_ms > mine.state(name)[0] and \
+                _shared(views[source].topics[name]) != _shared(mine.topics[name]):
             out.append((name, since_ms, source, "update"))  # an update this group missed
     return out
 
 
 def _config(t: pb.TopicConfig, current: TopicConfig | None = None) -> TopicConfig:
-    """The store config of another group's topic ``t``; over ``current`` (an update: its other attributes
-    stay)."""
+    """The store config of another group's topic ``t``; over ``current`` (an update: its other attributes and
+    its perm stay)."""
     base = current or TopicConfig(topic_name=t.name)
+    perm = t.perm if current is None else current.perm  # a group's perm is its own (``_shared``)
     cfg = dataclasses.replace(base, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums,
-                              perm=t.perm, order=t.order).with_message_type(t.message_type)
+                              perm=perm, order=t.order).with_message_type(t.message_type)
     return cfg.with_dedup_window(t.dedup_window_seconds if t.HasField("dedup_window_seconds") else None)
 
 

@@ -41,6 +41,18 @@ def test_an_update_that_reached_one_group_is_copied_to_the_group_that_missed_it(
     assert changes(views, "g0") == []  # the newer settings are never undone by the older ones
 
 
+def test_a_groups_own_perm_is_never_copied_to_another_group():
+    """Issue 38's drain: g1 was made read-only alone (`topic update --perm r --group g1`, marked at 5000);
+    perm is each group's own, so neither group's copy is changed by the other."""
+    views = {"g0": GroupTopics({"t": pb.TopicConfig(name="t", write_queue_nums=4, perm=6)},
+                               {"t": pb.TopicMark(name="t", at_ms=1000)}),
+             "g1": GroupTopics({"t": pb.TopicConfig(name="t", write_queue_nums=4, perm=4)},
+                               {"t": pb.TopicMark(name="t", at_ms=5000)})}
+    assert changes(views, "g0") == [] and changes(views, "g1") == []
+    views["g1"].topics["t"].write_queue_nums = 8  # a shared setting changed with it is still copied
+    assert changes(views, "g0") == [("t", 5000, "g1", "update")]
+
+
 def test_settings_that_differ_with_equal_marks_are_left_alone():
     views = {"g0": _group(("t",), queues=8, t=(False, 3000)), "g1": _group(("t",), t=(False, 3000))}
     assert changes(views, "g0") == [] and changes(views, "g1") == []
