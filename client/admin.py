@@ -114,7 +114,7 @@ class Admin:
             name=name,
             read_queue_nums=read_queues or queues or cur.read_queue_nums,
             write_queue_nums=write_queues or queues or cur.write_queue_nums,
-            perm=cur.perm if perm is None else perm,
+            perm=0 if perm is None else perm,  # 0: each group keeps its own (a drained group stays read-only)
             order=cur.order if order is None else order,
             message_type="" if message_type is None else _message_type(message_type),
             dedup_window_seconds=dedup_window_seconds)

@@ -110,7 +110,9 @@ def test_a_user_or_rule_just_added_is_honoured_at_once_by_every_member(secured_c
     users = [(f"carol{i}", f"carol-secret-{i:02d}") for i in range(8)]
     members = {}
     for ak, sk in users:  # connected before the user exists, so nothing stands between the change and the read
-        members[ak] = [Admin(n.grpc_address, timeout=5, retry_timeout=0, security=_sec(tls, ak, sk)) for n in nodes]
+        # one try each (no retry), given the time a loaded box needs: the answer must be the first one
+        members[ak] = [Admin(n.grpc_address, timeout=30, retry_timeout=0, security=_sec(tls, ak, sk))
+                       for n in nodes]
         for m in members[ak]:
             assert _outcome(lambda m=m: m.queue_offsets("fresh")) == "unauthenticated"
     try:
