@@ -107,14 +107,15 @@ k8s-tools:
 rmq5-java:
 	@tests/rocketmq5/java/build.sh >/dev/null
 
-# The whole suite (CI runs this; docs/development/testing.md). TEST_WORKERS=3 runs it on three pytest-xdist workers,
-# each module on one worker (module fixtures start once; the e2e tier's waits overlap the rest): with two, a 2-core
-# box sat 44% idle while tests waited for elections, time-outs and processes; TEST_WORKERS=1 runs everything in
-# one process. The Kubernetes tier (tests/k8s) needs `make k8s-tools`
+# The whole suite (CI runs this; docs/development/testing.md). TEST_WORKERS=2 runs it on two pytest-xdist workers,
+# each module on one worker (module fixtures start once; the e2e tier's waits overlap the rest); TEST_WORKERS=1
+# runs everything in one process. TEST_WORKERS=3 is faster on a 2-core box (14-16 min against 19: with two, the box
+# sat 44% idle), but two tests still fail under it now and then (docs/development/testing.md), so 2 stays the
+# default until they are fixed. The Kubernetes tier (tests/k8s) needs `make k8s-tools`
 # and `make k8s-local`: when they are not built yet (a fresh machine), they build in the background while the
 # rest of the suite runs, and tests/k8s runs once they are done. SKIP_K8S_TIER=1 leaves them out (the tier then
 # skips, except in CI where a missing build is an error).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 PYTEST_WORKERS = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,)
 K8S_TIER_BUILD := helm/raftmq/ci/k8s-tier-build.sh
 test: $(DEV_STAMP) browser-deps powerloss-deps rmq5-java
